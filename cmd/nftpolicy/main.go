@@ -1,0 +1,52 @@
+// Command nftpolicy enforces Kubernetes NetworkPolicies with nftables, and
+// offers offline tools over the same policy model.
+//
+//	nftpolicy agent    run the node agent (DaemonSet)
+//	nftpolicy eval     decide a scenario's probes with the userspace evaluator
+//	nftpolicy compile  print the ruleset the agent would install on a node
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+const usage = `usage: nftpolicy <command> [flags]
+
+commands:
+  agent     run the node agent: watch the API, program nftables, serve the NFQUEUE fallback
+  eval      decide every probe of a scenario with the userspace evaluator (offline)
+  compile   print the nftables ruleset the agent would install on one node (offline)
+
+Run 'nftpolicy <command> --help' for the flags of a command.
+`
+
+// Exit statuses shared by the offline commands (see docs/scenario-format.md).
+const (
+	exitOK         = 0
+	exitFailure    = 1
+	exitBadInput   = 2
+)
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitBadInput
+	}
+	switch args[0] {
+	case "eval":
+		return runEval(args[1:], stdout, stderr)
+	case "compile":
+		return runCompile(args[1:], stdout, stderr)
+	case "agent":
+		return runAgent(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "nftpolicy: unknown command %q\n\n%s", args[0], usage)
+	return exitBadInput
+}

@@ -1,0 +1,6 @@
+package main
+
+import "io"
+
+func runCompile(args []string, stdout, stderr io.Writer) int { return exitFailure }
+func runAgent(args []string, stdout, stderr io.Writer) int   { return exitFailure }

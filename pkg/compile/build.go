@@ -1,0 +1,557 @@
+package compile
+
+import (
+	"net/netip"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// NamespaceNameLabel is the immutable label the API server sets on every
+// namespace to its name.
+const NamespaceNameLabel = "kubernetes.io/metadata.name"
+
+// Input is everything the program is built from.
+type Input struct {
+	// NodeName is the node whose pods are enforced; empty means every pod
+	// is local (the cluster-wide view used by `nftpolicy eval`).
+	NodeName string
+	// NodeIPs are the node's own addresses. Traffic between them and the
+	// node's pods is always allowed.
+	NodeIPs    []netip.Addr
+	Namespaces []*corev1.Namespace
+	Pods       []*corev1.Pod
+	Policies   []*networkingv1.NetworkPolicy
+}
+
+// Build compiles the input into a program. It never fails: problems in
+// policies are reported in Program.Problems and the offending parts allow
+// nothing. Build is pure and deterministic: the same input gives the same
+// program whatever the order of its slices.
+func Build(in Input) *Program {
+	b := newBuilder(in)
+	b.buildPods(in.Pods)
+	pols := append([]*networkingv1.NetworkPolicy(nil), in.Policies...)
+	sort.Slice(pols, func(i, j int) bool { return policyKey(pols[i]) < policyKey(pols[j]) })
+	for i, np := range pols {
+		if i > 0 && policyKey(pols[i-1]) == policyKey(np) {
+			continue // duplicate object; the first wins
+		}
+		b.prog.Policies = append(b.prog.Policies, b.compilePolicy(np))
+	}
+	b.finish()
+	return b.prog
+}
+
+func policyKey(np *networkingv1.NetworkPolicy) string { return np.Namespace + "/" + np.Name }
+
+type builder struct {
+	prog     *Program
+	nsLabels map[string]labels.Set
+	byNS     map[string][]PodID
+	sels     map[string]SelectorID
+	nsMatch  map[string][]string
+}
+
+func newBuilder(in Input) *builder {
+	b := &builder{
+		prog: &Program{
+			Node:    in.NodeName,
+			NodeIPs: append([]netip.Addr(nil), in.NodeIPs...),
+			podByIP: map[netip.Addr]PodID{},
+		},
+		nsLabels: map[string]labels.Set{},
+		byNS:     map[string][]PodID{},
+		sels:     map[string]SelectorID{},
+		nsMatch:  map[string][]string{},
+	}
+	for _, ns := range in.Namespaces {
+		l := labels.Set{}
+		for k, v := range ns.Labels {
+			l[k] = v
+		}
+		// The API server sets this label; objects from older servers or
+		// hand-made inputs may lack it.
+		l[NamespaceNameLabel] = ns.Name
+		b.nsLabels[ns.Name] = l
+	}
+	return b
+}
+
+func (b *builder) namespaceLabels(ns string) labels.Set {
+	if l, ok := b.nsLabels[ns]; ok {
+		return l
+	}
+	l := labels.Set{NamespaceNameLabel: ns}
+	b.nsLabels[ns] = l
+	return l
+}
+
+// podCandidate is a pod that may take part, before IP conflicts are settled.
+type podCandidate struct {
+	pod *corev1.Pod
+	key string
+	ips []netip.Addr
+}
+
+// eligible reports whether policies apply to the pod at all: host-network
+// pods are not selected and not matched as pods, and pods in a terminal
+// phase no longer own their IPs.
+func eligible(p *corev1.Pod) bool {
+	if p.Spec.HostNetwork {
+		return false
+	}
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+func podIPs(p *corev1.Pod) []netip.Addr {
+	var out []netip.Addr
+	add := func(s string) {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return
+		}
+		a = a.Unmap()
+		for _, x := range out {
+			if x == a {
+				return
+			}
+		}
+		out = append(out, a)
+	}
+	for _, ip := range p.Status.PodIPs {
+		add(ip.IP)
+	}
+	if len(out) == 0 && p.Status.PodIP != "" {
+		add(p.Status.PodIP)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Is4() && !out[j].Is4() })
+	return out
+}
+
+// preferred decides which of two pods owns a contested IP: a pod that is not
+// being deleted, then the newer one, then the smaller key.
+func preferred(a, b podCandidate) bool {
+	ad, bd := a.pod.DeletionTimestamp != nil, b.pod.DeletionTimestamp != nil
+	if ad != bd {
+		return !ad
+	}
+	at, bt := a.pod.CreationTimestamp.Time, b.pod.CreationTimestamp.Time
+	if !at.Equal(bt) {
+		return at.After(bt)
+	}
+	return a.key < b.key
+}
+
+func (b *builder) buildPods(pods []*corev1.Pod) {
+	cands := make([]podCandidate, 0, len(pods))
+	for _, p := range pods {
+		if !eligible(p) {
+			continue
+		}
+		ips := podIPs(p)
+		if len(ips) == 0 {
+			continue
+		}
+		cands = append(cands, podCandidate{pod: p, key: p.Namespace + "/" + p.Name, ips: ips})
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].key < cands[j].key })
+	// Settle IP reuse: each address belongs to one pod.
+	owner := make(map[netip.Addr]int, len(cands))
+	for i, c := range cands {
+		for _, ip := range c.ips {
+			if j, ok := owner[ip]; !ok || preferred(c, cands[j]) {
+				owner[ip] = i
+			}
+		}
+	}
+	out := make([]Pod, 0, len(cands))
+	for i, c := range cands {
+		if i > 0 && cands[i-1].key == c.key {
+			continue
+		}
+		var ips []netip.Addr
+		for _, ip := range c.ips {
+			if owner[ip] == i {
+				ips = append(ips, ip)
+			}
+		}
+		if len(ips) == 0 {
+			continue
+		}
+		id := PodID(len(out))
+		for _, ip := range ips {
+			b.prog.podByIP[ip] = id
+		}
+		out = append(out, Pod{
+			Namespace: c.pod.Namespace,
+			Name:      c.pod.Name,
+			Key:       c.key,
+			Labels:    c.pod.Labels,
+			IPs:       ips,
+			Node:      c.pod.Spec.NodeName,
+			Local:     b.prog.Node == "" || c.pod.Spec.NodeName == b.prog.Node,
+			Ports:     containerPorts(c.pod),
+		})
+		b.byNS[c.pod.Namespace] = append(b.byNS[c.pod.Namespace], id)
+	}
+	b.prog.Pods = out
+}
+
+func containerPorts(p *corev1.Pod) []ContainerPort {
+	var out []ContainerPort
+	add := func(cs []corev1.Container, sidecarsOnly bool) {
+		for _, c := range cs {
+			if sidecarsOnly && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+				continue
+			}
+			for _, cp := range c.Ports {
+				if cp.ContainerPort < 1 || cp.ContainerPort > 65535 {
+					continue
+				}
+				proto := ProtoTCP
+				if cp.Protocol != "" {
+					var ok bool
+					if proto, ok = ParseProtocol(string(cp.Protocol)); !ok {
+						continue
+					}
+				}
+				out = append(out, ContainerPort{Name: cp.Name, Protocol: proto, Port: uint16(cp.ContainerPort)})
+			}
+		}
+	}
+	add(p.Spec.Containers, false)
+	// Sidecars (restartable init containers) serve for the pod's lifetime.
+	add(p.Spec.InitContainers, true)
+	return out
+}
+
+// compilePolicyShape validates a policy and compiles its rules without
+// resolving which pods anything selects.
+func (b *builder) compilePolicyShape(np *networkingv1.NetworkPolicy) Policy {
+	return b.compile(np, false)
+}
+
+func (b *builder) compilePolicy(np *networkingv1.NetworkPolicy) Policy {
+	return b.compile(np, true)
+}
+
+func (b *builder) compile(np *networkingv1.NetworkPolicy, resolve bool) Policy {
+	key := policyKey(np)
+	pr := &problems{policy: key}
+	id := PolicyID(len(b.prog.Policies))
+	pol := Policy{Namespace: np.Namespace, Name: np.Name, Key: key}
+	pol.IsolatesIngress, pol.IsolatesEgress = pr.policyTypes(&np.Spec)
+
+	spec := field.NewPath("spec")
+	target, ok := pr.parseSelector(spec.Child("podSelector"), &np.Spec.PodSelector)
+	targetValid := ok
+	if !ok {
+		// We cannot know which pods the author meant: isolate the whole
+		// namespace and allow nothing, the reading that cannot widen access.
+		target = labels.Everything()
+	}
+	if resolve {
+		for _, pid := range b.byNS[np.Namespace] {
+			pod := &b.prog.Pods[pid]
+			if pod.Local && target.Matches(labels.Set(pod.Labels)) {
+				pol.Selected = append(pol.Selected, pid)
+			}
+		}
+	}
+	for i, r := range np.Spec.Ingress {
+		pol.Ingress = append(pol.Ingress, b.compileRule(pr, id, key, Ingress, i, spec.Child("ingress").Index(i), np.Namespace, r.From, r.Ports, resolve))
+	}
+	for i, r := range np.Spec.Egress {
+		pol.Egress = append(pol.Egress, b.compileRule(pr, id, key, Egress, i, spec.Child("egress").Index(i), np.Namespace, r.To, r.Ports, resolve))
+	}
+	if !targetValid {
+		for i := range pol.Ingress {
+			pol.Ingress[i].Disabled = true
+		}
+		for i := range pol.Egress {
+			pol.Egress[i].Disabled = true
+		}
+	}
+	pol.Problems = pr.list
+	return pol
+}
+
+func (b *builder) compileRule(pr *problems, pol PolicyID, key string, dir Direction, idx int, path *field.Path,
+	ns string, peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort, resolve bool) Rule {
+	r := Rule{Policy: pol, Direction: dir, Index: idx}
+	r.Name = key + " " + dir.String() + "[" + itoa(idx) + "]"
+	r.AllowReason = "allowed by " + r.Name
+	peerField := "from"
+	if dir == Egress {
+		peerField = "to"
+	}
+	r.AllPeers = len(peers) == 0
+	var blocks []IPRange
+	for i, peer := range peers {
+		pp := path.Child(peerField).Index(i)
+		hasSel := peer.PodSelector != nil || peer.NamespaceSelector != nil
+		switch {
+		case peer.IPBlock != nil && hasSel:
+			pr.add(pp, "may not specify both ipBlock and another peer; this peer matches nothing")
+		case peer.IPBlock != nil:
+			if rs, ok := b.ipBlock(pr, pp.Child("ipBlock"), peer.IPBlock); ok {
+				blocks = append(blocks, rs...)
+			}
+		case hasSel:
+			if id, ok := b.selectorPeer(pr, pp, ns, peer, resolve); ok {
+				if !containsSel(r.Selectors, id) {
+					r.Selectors = append(r.Selectors, id)
+				}
+				if resolve {
+					s := &b.prog.Selectors[id]
+					s.Users = append(s.Users, r.Name)
+				}
+			}
+		default:
+			pr.add(pp, "must specify a peer; this peer matches nothing")
+		}
+	}
+	r.IPBlocks = normalizeRanges(blocks)
+
+	r.AllPorts = len(ports) == 0
+	for i, np := range ports {
+		p, ok := pr.parsePort(path.Child("ports").Index(i), np)
+		if !ok {
+			continue
+		}
+		if p.named != "" {
+			ref := NamedPortRef{Name: p.named, Protocol: p.proto}
+			if !containsNamed(r.NamedPorts, ref) {
+				r.NamedPorts = append(r.NamedPorts, ref)
+			}
+			continue
+		}
+		r.Ports = append(r.Ports, PortRange{Protocol: p.proto, First: p.first, Last: p.last})
+	}
+	r.Ports = normalizePorts(r.Ports)
+	return r
+}
+
+func containsSel(s []SelectorID, id SelectorID) bool {
+	for _, x := range s {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func containsNamed(s []NamedPortRef, ref NamedPortRef) bool {
+	for _, x := range s {
+		if x == ref {
+			return true
+		}
+	}
+	return false
+}
+
+// normalizePorts sorts port ranges and merges overlapping or adjacent ranges
+// of the same protocol, as nftables interval sets require.
+func normalizePorts(in []PortRange) []PortRange {
+	if len(in) == 0 {
+		return nil
+	}
+	sort.Slice(in, func(i, j int) bool {
+		if in[i].Protocol != in[j].Protocol {
+			return in[i].Protocol < in[j].Protocol
+		}
+		if in[i].First != in[j].First {
+			return in[i].First < in[j].First
+		}
+		return in[i].Last < in[j].Last
+	})
+	out := in[:1]
+	for _, p := range in[1:] {
+		last := &out[len(out)-1]
+		if p.Protocol == last.Protocol && uint32(p.First) <= uint32(last.Last)+1 {
+			if p.Last > last.Last {
+				last.Last = p.Last
+			}
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func (b *builder) ipBlock(pr *problems, path *field.Path, blk *networkingv1.IPBlock) ([]IPRange, bool) {
+	cidr, err := parseCIDR(blk.CIDR)
+	if err != nil {
+		pr.add(path.Child("cidr"), "%v; this peer matches nothing", err)
+		return nil, false
+	}
+	var except []netip.Prefix
+	for i, e := range blk.Except {
+		ep, err := parseCIDR(e)
+		if err != nil {
+			pr.add(path.Child("except").Index(i), "%v; this peer matches nothing", err)
+			return nil, false
+		}
+		if ep.Addr().Is4() != cidr.Addr().Is4() || ep.Bits() <= cidr.Bits() || !cidr.Contains(ep.Addr()) {
+			pr.add(path.Child("except").Index(i), "%s must be a strict subset of cidr %s; this peer matches nothing", e, blk.CIDR)
+			return nil, false
+		}
+		except = append(except, ep)
+	}
+	return blockRanges(cidr, except), true
+}
+
+// selectorPeer interns a pod-selecting peer as a shared Selector.
+func (b *builder) selectorPeer(pr *problems, path *field.Path, ns string, peer networkingv1.NetworkPolicyPeer, resolve bool) (SelectorID, bool) {
+	podSel := labels.Everything()
+	if peer.PodSelector != nil {
+		s, ok := pr.parseSelector(path.Child("podSelector"), peer.PodSelector)
+		if !ok {
+			pr.add(path, "this peer matches nothing")
+			return 0, false
+		}
+		podSel = s
+	}
+	var nsSel labels.Selector
+	if peer.NamespaceSelector != nil {
+		s, ok := pr.parseSelector(path.Child("namespaceSelector"), peer.NamespaceSelector)
+		if !ok {
+			pr.add(path, "this peer matches nothing")
+			return 0, false
+		}
+		nsSel = s
+	}
+	if !resolve {
+		return 0, true
+	}
+	var key, desc string
+	podDesc := "all pods"
+	if !podSel.Empty() {
+		podDesc = "pods with " + podSel.String()
+	}
+	if nsSel == nil {
+		key = "ns=" + ns + "|pods=" + podSel.String()
+		desc = podDesc + " in namespace " + ns
+	} else {
+		key = "nssel=" + nsSel.String() + "|pods=" + podSel.String()
+		if nsSel.Empty() {
+			desc = podDesc + " in all namespaces"
+		} else {
+			desc = podDesc + " in namespaces with " + nsSel.String()
+		}
+	}
+	if id, ok := b.sels[key]; ok {
+		return id, true
+	}
+	id := SelectorID(len(b.prog.Selectors))
+	b.sels[key] = id
+	var members []PodID
+	match := func(pids []PodID) {
+		for _, pid := range pids {
+			if podSel.Matches(labels.Set(b.prog.Pods[pid].Labels)) {
+				members = append(members, pid)
+			}
+		}
+	}
+	if nsSel == nil {
+		match(b.byNS[ns])
+	} else {
+		for _, n := range b.matchNamespaces(nsSel) {
+			match(b.byNS[n])
+		}
+		sort.Slice(members, func(i, j int) bool { return members[i] < members[j] })
+	}
+	b.prog.Selectors = append(b.prog.Selectors, Selector{Key: key, Description: desc, Members: members})
+	return id, true
+}
+
+// matchNamespaces returns the namespaces (with pods or listed) whose labels
+// match the selector.
+func (b *builder) matchNamespaces(sel labels.Selector) []string {
+	key := sel.String()
+	if m, ok := b.nsMatch[key]; ok {
+		return m
+	}
+	var out []string
+	seen := map[string]bool{}
+	for ns := range b.byNS {
+		seen[ns] = true
+		if sel.Matches(b.namespaceLabels(ns)) {
+			out = append(out, ns)
+		}
+	}
+	sort.Strings(out)
+	b.nsMatch[key] = out
+	return out
+}
+
+// finish records which policies isolate each local pod and the reasons given
+// when nothing allows its traffic.
+func (b *builder) finish() {
+	p := b.prog
+	for i := range p.Policies {
+		pol := &p.Policies[i]
+		for _, pid := range pol.Selected {
+			pod := &p.Pods[pid]
+			if pol.IsolatesIngress {
+				pod.IngressPolicies = append(pod.IngressPolicies, PolicyID(i))
+			}
+			if pol.IsolatesEgress {
+				pod.EgressPolicies = append(pod.EgressPolicies, PolicyID(i))
+			}
+		}
+		p.Problems = append(p.Problems, pol.Problems...)
+	}
+	reasons := map[string]string{}
+	reason := func(pod *Pod, ids []PolicyID, dir Direction) string {
+		if len(ids) == 0 {
+			return ""
+		}
+		names := make([]string, len(ids))
+		for i, id := range ids {
+			names[i] = p.Policies[id].Key
+		}
+		verb := "isolates"
+		if len(ids) > 1 {
+			verb = "isolate"
+		}
+		s := strings.Join(names, ", ") + " " + verb + " " + pod.Key + " for " + dir.String() + "; no rule matched"
+		if r, ok := reasons[s]; ok {
+			return r
+		}
+		reasons[s] = s
+		return s
+	}
+	for i := range p.Pods {
+		pod := &p.Pods[i]
+		pod.IngressDenied = reason(pod, pod.IngressPolicies, Ingress)
+		pod.EgressDenied = reason(pod, pod.EgressPolicies, Egress)
+	}
+}
+
+func itoa(i int) string {
+	if i >= 0 && i < 10 {
+		return string(rune('0' + i))
+	}
+	var buf [20]byte
+	n := len(buf)
+	neg := i < 0
+	if neg {
+		i = -i
+	}
+	for i > 0 {
+		n--
+		buf[n] = byte('0' + i%10)
+		i /= 10
+	}
+	if neg {
+		n--
+		buf[n] = '-'
+	}
+	return string(buf[n:])
+}

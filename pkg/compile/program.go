@@ -1,0 +1,296 @@
+package compile
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+)
+
+// Protocol is an IP protocol number as it appears in the IP header.
+type Protocol uint8
+
+// The transport protocols NetworkPolicy ports can name.
+const (
+	ProtoTCP  Protocol = 6
+	ProtoUDP  Protocol = 17
+	ProtoSCTP Protocol = 132
+)
+
+// String returns the protocol's Kubernetes spelling ("TCP", "UDP", "SCTP"),
+// or its number for any other protocol.
+func (p Protocol) String() string {
+	switch p {
+	case ProtoTCP:
+		return "TCP"
+	case ProtoUDP:
+		return "UDP"
+	case ProtoSCTP:
+		return "SCTP"
+	}
+	return fmt.Sprintf("proto-%d", uint8(p))
+}
+
+// nftName is the protocol's name in nft syntax.
+func (p Protocol) nftName() string {
+	switch p {
+	case ProtoTCP:
+		return "tcp"
+	case ProtoUDP:
+		return "udp"
+	case ProtoSCTP:
+		return "sctp"
+	}
+	return fmt.Sprintf("%d", uint8(p))
+}
+
+// ParseProtocol maps a Kubernetes protocol name to its number.
+func ParseProtocol(s string) (Protocol, bool) {
+	switch s {
+	case "TCP":
+		return ProtoTCP, true
+	case "UDP":
+		return ProtoUDP, true
+	case "SCTP":
+		return ProtoSCTP, true
+	}
+	return 0, false
+}
+
+// Direction is the direction of a policy rule relative to the selected pod.
+type Direction uint8
+
+// Ingress rules admit traffic to selected pods, egress rules traffic from them.
+const (
+	Ingress Direction = iota
+	Egress
+)
+
+// String returns "ingress" or "egress".
+func (d Direction) String() string {
+	if d == Egress {
+		return "egress"
+	}
+	return "ingress"
+}
+
+// PodID indexes Program.Pods.
+type PodID int32
+
+// PolicyID indexes Program.Policies.
+type PolicyID int32
+
+// SelectorID indexes Program.Selectors.
+type SelectorID int32
+
+// ContainerPort is a port a pod declares; named ports resolve against these.
+type ContainerPort struct {
+	Name     string
+	Protocol Protocol
+	Port     uint16
+}
+
+// Pod is a pod that policies can select or name as a peer: it has at least
+// one IP, does not use the host network and is not in a terminal phase.
+type Pod struct {
+	Namespace string
+	Name      string
+	// Key is "namespace/name".
+	Key    string
+	Labels map[string]string
+	// IPs holds the pod's addresses, IPv4 first, each at most once.
+	IPs  []netip.Addr
+	Node string
+	// Local is true for pods on the node the program was built for (every
+	// pod when it was built for no node). Only local pods are enforced.
+	Local bool
+	Ports []ContainerPort
+
+	// IngressPolicies and EgressPolicies list, in program order, the
+	// policies that select this pod and isolate it in that direction.
+	IngressPolicies []PolicyID
+	EgressPolicies  []PolicyID
+	// IngressDenied and EgressDenied are the reasons given when an isolated
+	// pod's traffic matches no rule (empty when not isolated).
+	IngressDenied string
+	EgressDenied  string
+}
+
+// NamedPort resolves a named port on the pod: the number of the container
+// port with that name and protocol.
+func (p *Pod) NamedPort(name string, proto Protocol) (uint16, bool) {
+	for i := range p.Ports {
+		if p.Ports[i].Name == name && p.Ports[i].Protocol == proto {
+			return p.Ports[i].Port, true
+		}
+	}
+	return 0, false
+}
+
+// Policy is one NetworkPolicy, resolved.
+type Policy struct {
+	Namespace string
+	Name      string
+	// Key is "namespace/name".
+	Key string
+	// IsolatesIngress and IsolatesEgress come from policyTypes after defaulting.
+	IsolatesIngress bool
+	IsolatesEgress  bool
+	// Selected lists the pods the policy selects (all nodes), in pod order.
+	Selected []PodID
+	Ingress  []Rule
+	Egress   []Rule
+	// Problems holds what made parts of the policy invalid; those parts
+	// allow nothing (see docs/semantics.md).
+	Problems []Problem
+}
+
+// Rules returns the policy's rules in one direction.
+func (p *Policy) Rules(d Direction) []Rule {
+	if d == Egress {
+		return p.Egress
+	}
+	return p.Ingress
+}
+
+// Rule is one ingress or egress rule of a policy with its peers and ports
+// resolved. A rule allows a connection when a peer matches the remote end
+// and a port matches the destination.
+type Rule struct {
+	Policy    PolicyID
+	Direction Direction
+	// Index is the rule's position in spec.ingress or spec.egress.
+	Index int
+	// Name reads "namespace/policy ingress[i]".
+	Name string
+	// AllowReason reads "allowed by namespace/policy ingress[i]".
+	AllowReason string
+
+	// AllPeers is true when from/to was absent or empty.
+	AllPeers bool
+	// Selectors are the pod-selecting peers (podSelector, namespaceSelector,
+	// or both) as indices of shared peer sets.
+	Selectors []SelectorID
+	// IPBlocks is the union of the rule's ipBlock peers with their
+	// exceptions removed, as sorted disjoint ranges.
+	IPBlocks []IPRange
+
+	// AllPorts is true when ports was absent or empty.
+	AllPorts bool
+	// Ports are numbered ports and port ranges; a protocol without a port
+	// is the range 0-65535.
+	Ports []PortRange
+	// NamedPorts resolve on the destination pod: the selected pod for
+	// ingress, the peer pod for egress.
+	NamedPorts []NamedPortRef
+
+	// Disabled rules allow nothing because they were invalid.
+	Disabled bool
+}
+
+// MatchesNothing reports whether the rule can never allow a connection.
+func (r *Rule) MatchesNothing() bool {
+	if r.Disabled {
+		return true
+	}
+	noPeers := !r.AllPeers && len(r.Selectors) == 0 && len(r.IPBlocks) == 0
+	noPorts := !r.AllPorts && len(r.Ports) == 0 && len(r.NamedPorts) == 0
+	return noPeers || noPorts
+}
+
+// PortRange is a protocol and an inclusive range of destination ports.
+type PortRange struct {
+	Protocol    Protocol
+	First, Last uint16
+}
+
+// NamedPortRef is a port named by a rule.
+type NamedPortRef struct {
+	Name     string
+	Protocol Protocol
+}
+
+// Selector is a set of pods named by a peer: a podSelector in the policy's
+// namespace, a namespaceSelector, or both. Identical peers of different rules
+// and policies share one Selector.
+type Selector struct {
+	// Key identifies the peer canonically.
+	Key string
+	// Description says in words which pods the peer selects.
+	Description string
+	// Members lists the selected pods, in pod order.
+	Members []PodID
+	// Users names the rules that use this peer set ("x/p ingress[0]").
+	Users []string
+}
+
+// Contains reports whether the pod belongs to the set.
+func (s *Selector) Contains(id PodID) bool {
+	m := s.Members
+	i := sort.Search(len(m), func(i int) bool { return m[i] >= id })
+	return i < len(m) && m[i] == id
+}
+
+// Problem is a part of a policy that could not be used as written.
+type Problem struct {
+	// Policy is "namespace/name".
+	Policy string
+	// Field is the path of the offending field, e.g. "spec.ingress[0].from[1].ipBlock.except[0]".
+	Field   string
+	Message string
+}
+
+// Error formats the problem for logs and events.
+func (p Problem) Error() string {
+	return fmt.Sprintf("networkpolicy %s: %s: %s", p.Policy, p.Field, p.Message)
+}
+
+// Program is the compiled, immutable form of every NetworkPolicy as seen by
+// one node. Both executors read it: the kernel ruleset is rendered from it,
+// and the userspace evaluator decides from it. It must not be modified after
+// Build returns it.
+type Program struct {
+	// Node is the node the program was built for; empty for a cluster-wide view.
+	Node    string
+	NodeIPs []netip.Addr
+	Pods     []Pod
+	Policies []Policy
+	Selectors []Selector
+	// Problems collects the problems of all policies.
+	Problems []Problem
+
+	podByIP map[netip.Addr]PodID
+}
+
+// PodByIP returns the pod that owns the address.
+func (p *Program) PodByIP(ip netip.Addr) (PodID, bool) {
+	id, ok := p.podByIP[ip]
+	return id, ok
+}
+
+// IsNodeIP reports whether ip is one of the node's own addresses.
+func (p *Program) IsNodeIP(ip netip.Addr) bool {
+	for _, n := range p.NodeIPs {
+		if n == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// PodByKey finds a pod by "namespace/name".
+func (p *Program) PodByKey(key string) (PodID, bool) {
+	i := sort.Search(len(p.Pods), func(i int) bool { return p.Pods[i].Key >= key })
+	if i < len(p.Pods) && p.Pods[i].Key == key {
+		return PodID(i), true
+	}
+	return 0, false
+}
+
+// PolicyByKey finds a policy by "namespace/name".
+func (p *Program) PolicyByKey(key string) (PolicyID, bool) {
+	i := sort.Search(len(p.Policies), func(i int) bool { return p.Policies[i].Key >= key })
+	if i < len(p.Policies) && p.Policies[i].Key == key {
+		return PolicyID(i), true
+	}
+	return 0, false
+}

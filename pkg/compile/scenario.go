@@ -1,0 +1,409 @@
+package compile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"go.yaml.in/yaml/v3"
+)
+
+// Scenario is a small cluster, its NetworkPolicies and connections to try,
+// in the format of docs/scenario-format.md (shared with the e2e runner).
+type Scenario struct {
+	Namespaces []ScenarioNamespace           `json:"namespaces,omitempty"`
+	Pods       []ScenarioPod                 `json:"pods,omitempty"`
+	Policies   []networkingv1.NetworkPolicy `json:"policies,omitempty"`
+	Probes     []Probe                       `json:"probes,omitempty"`
+}
+
+// ScenarioNamespace is a namespace and its labels.
+type ScenarioNamespace struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// ScenarioPod is a pod as the scenario describes it.
+type ScenarioPod struct {
+	Namespace   string            `json:"namespace"`
+	Name        string            `json:"name"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	IP          string            `json:"ip,omitempty"`
+	IPs         []string          `json:"ips,omitempty"`
+	Node        string            `json:"node,omitempty"`
+	HostNetwork bool              `json:"hostNetwork,omitempty"`
+	Ports       []ScenarioPort    `json:"ports,omitempty"`
+}
+
+// Key returns "namespace/name".
+func (p *ScenarioPod) Key() string { return p.Namespace + "/" + p.Name }
+
+// Addrs returns the pod's addresses, IPv4 first.
+func (p *ScenarioPod) Addrs() []netip.Addr {
+	var out []netip.Addr
+	for _, s := range append([]string{p.IP}, p.IPs...) {
+		if a, err := netip.ParseAddr(s); err == nil {
+			a = a.Unmap()
+			dup := false
+			for _, x := range out {
+				dup = dup || x == a
+			}
+			if !dup {
+				out = append(out, a)
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Is4() && !out[j].Is4() })
+	return out
+}
+
+// ScenarioPort is a container port.
+type ScenarioPort struct {
+	Name     string `json:"name,omitempty"`
+	Port     int32  `json:"port"`
+	Protocol string `json:"protocol,omitempty"`
+}
+
+// Probe is one new connection to try.
+type Probe struct {
+	From     Endpoint `json:"from"`
+	To       Endpoint `json:"to"`
+	Port     int32    `json:"port"`
+	Protocol string   `json:"protocol,omitempty"`
+}
+
+// Endpoint is a pod ("namespace/name") or an address.
+type Endpoint struct {
+	Pod string `json:"pod,omitempty"`
+	IP  string `json:"ip,omitempty"`
+}
+
+// String names the endpoint as written in the scenario.
+func (e Endpoint) String() string {
+	if e.Pod != "" {
+		return e.Pod
+	}
+	return e.IP
+}
+
+// ScenarioError is a malformed scenario; `nftpolicy eval` exits 2 on it.
+type ScenarioError struct{ Err error }
+
+func (e *ScenarioError) Error() string { return "invalid scenario: " + e.Err.Error() }
+func (e *ScenarioError) Unwrap() error { return e.Err }
+
+// ParseScenario decodes a scenario (YAML or JSON; unknown fields are errors)
+// and validates it, including every policy as the API server would.
+func ParseScenario(data []byte) (*Scenario, error) {
+	var s Scenario
+	// YAML 1.2 (yaml.v3): a namespace called "y" or "n" stays a string.
+	var doc any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, &ScenarioError{fmt.Errorf("parsing: %w", err)}
+	}
+	jsonData, err := json.Marshal(doc)
+	if err != nil {
+		return nil, &ScenarioError{fmt.Errorf("parsing: %w", err)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(jsonData))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, &ScenarioError{fmt.Errorf("decoding: %w", err)}
+	}
+	if err := s.validate(); err != nil {
+		return nil, &ScenarioError{err}
+	}
+	return &s, nil
+}
+
+func (s *Scenario) validate() error {
+	var errs []error
+	nss := map[string]bool{}
+	for i, ns := range s.Namespaces {
+		if msgs := validation.IsDNS1123Label(ns.Name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("namespaces[%d].name %q: %s", i, ns.Name, strings.Join(msgs, "; ")))
+		}
+		if nss[ns.Name] {
+			errs = append(errs, fmt.Errorf("namespaces[%d]: duplicate namespace %q", i, ns.Name))
+		}
+		nss[ns.Name] = true
+		errs = append(errs, validateLabels(fmt.Sprintf("namespaces[%d].labels", i), ns.Labels)...)
+		if v, ok := ns.Labels[NamespaceNameLabel]; ok && v != ns.Name {
+			errs = append(errs, fmt.Errorf("namespaces[%d].labels: %s must equal the namespace name", i, NamespaceNameLabel))
+		}
+	}
+	pods := map[string]bool{}
+	ips := map[netip.Addr]string{}
+	for i, p := range s.Pods {
+		where := fmt.Sprintf("pods[%d] (%s)", i, p.Key())
+		if msgs := validation.IsDNS1123Label(p.Namespace); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s: namespace: %s", where, strings.Join(msgs, "; ")))
+		}
+		if msgs := validation.IsDNS1123Subdomain(p.Name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s: name: %s", where, strings.Join(msgs, "; ")))
+		}
+		if pods[p.Key()] {
+			errs = append(errs, fmt.Errorf("%s: duplicate pod", where))
+		}
+		pods[p.Key()] = true
+		errs = append(errs, validateLabels(where+".labels", p.Labels)...)
+		all := append([]string{}, p.IPs...)
+		if p.IP != "" {
+			all = append(all, p.IP)
+		}
+		if len(all) == 0 {
+			errs = append(errs, fmt.Errorf("%s: needs ip or ips", where))
+		}
+		fams := map[bool]netip.Addr{}
+		for _, a := range all {
+			addr, err := netip.ParseAddr(a)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: bad IP %q", where, a))
+				continue
+			}
+			addr = addr.Unmap()
+			if other, ok := ips[addr]; ok && other != p.Key() && !p.HostNetwork {
+				errs = append(errs, fmt.Errorf("%s: IP %s already belongs to %s", where, addr, other))
+			}
+			if !p.HostNetwork {
+				ips[addr] = p.Key()
+			}
+			if prev, ok := fams[addr.Is4()]; ok && prev != addr {
+				errs = append(errs, fmt.Errorf("%s: at most one IP per family", where))
+			}
+			fams[addr.Is4()] = addr
+		}
+		names := map[string]bool{}
+		for j, port := range p.Ports {
+			if port.Port < 1 || port.Port > 65535 {
+				errs = append(errs, fmt.Errorf("%s.ports[%d]: port %d out of range", where, j, port.Port))
+			}
+			if port.Protocol != "" {
+				if _, ok := ParseProtocol(port.Protocol); !ok {
+					errs = append(errs, fmt.Errorf("%s.ports[%d]: unsupported protocol %q", where, j, port.Protocol))
+				}
+			}
+			if port.Name != "" {
+				if msgs := validation.IsValidPortName(port.Name); len(msgs) > 0 {
+					errs = append(errs, fmt.Errorf("%s.ports[%d]: name %q: %s", where, j, port.Name, strings.Join(msgs, "; ")))
+				}
+				if names[port.Name] {
+					errs = append(errs, fmt.Errorf("%s.ports[%d]: duplicate port name %q", where, j, port.Name))
+				}
+				names[port.Name] = true
+			}
+		}
+	}
+	pols := map[string]bool{}
+	for i := range s.Policies {
+		np := &s.Policies[i]
+		where := fmt.Sprintf("policies[%d] (%s/%s)", i, np.Namespace, np.Name)
+		if np.APIVersion != "networking.k8s.io/v1" || np.Kind != "NetworkPolicy" {
+			errs = append(errs, fmt.Errorf("%s: must be apiVersion networking.k8s.io/v1, kind NetworkPolicy (got %q, %q)", where, np.APIVersion, np.Kind))
+		}
+		if np.Namespace == "" {
+			errs = append(errs, fmt.Errorf("%s: metadata.namespace is required", where))
+		} else if msgs := validation.IsDNS1123Label(np.Namespace); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s: metadata.namespace: %s", where, strings.Join(msgs, "; ")))
+		}
+		if msgs := validation.IsDNS1123Subdomain(np.Name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s: metadata.name: %s", where, strings.Join(msgs, "; ")))
+		}
+		if pols[policyKey(np)] {
+			errs = append(errs, fmt.Errorf("%s: duplicate policy", where))
+		}
+		pols[policyKey(np)] = true
+		for _, pr := range ValidatePolicy(np) {
+			errs = append(errs, fmt.Errorf("%s: %s: %s", where, pr.Field, pr.Message))
+		}
+	}
+	for i, pr := range s.Probes {
+		where := fmt.Sprintf("probes[%d]", i)
+		for _, e := range []struct {
+			name string
+			ep   Endpoint
+		}{{"from", pr.From}, {"to", pr.To}} {
+			switch {
+			case e.ep.Pod != "" && e.ep.IP != "":
+				errs = append(errs, fmt.Errorf("%s.%s: give pod or ip, not both", where, e.name))
+			case e.ep.Pod != "":
+				if !pods[e.ep.Pod] {
+					errs = append(errs, fmt.Errorf("%s.%s: unknown pod %q (write namespace/name)", where, e.name, e.ep.Pod))
+				}
+			case e.ep.IP != "":
+				if _, err := netip.ParseAddr(e.ep.IP); err != nil {
+					errs = append(errs, fmt.Errorf("%s.%s: bad IP %q", where, e.name, e.ep.IP))
+				}
+			default:
+				errs = append(errs, fmt.Errorf("%s.%s: needs pod or ip", where, e.name))
+			}
+		}
+		if pr.Port < 1 || pr.Port > 65535 {
+			errs = append(errs, fmt.Errorf("%s: port %d out of range 1-65535", where, pr.Port))
+		}
+		if pr.Protocol != "" {
+			if _, ok := ParseProtocol(pr.Protocol); !ok {
+				errs = append(errs, fmt.Errorf("%s: unsupported protocol %q", where, pr.Protocol))
+			}
+		}
+		if len(errs) == 0 {
+			if _, _, err := s.ProbeAddrs(i); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validateLabels(where string, l map[string]string) []error {
+	var errs []error
+	for k, v := range l {
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s: key %q: %s", where, k, strings.Join(msgs, "; ")))
+		}
+		if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s: value %q: %s", where, v, strings.Join(msgs, "; ")))
+		}
+	}
+	return errs
+}
+
+// Pod returns the scenario pod with the given key.
+func (s *Scenario) Pod(key string) *ScenarioPod {
+	for i := range s.Pods {
+		if s.Pods[i].Key() == key {
+			return &s.Pods[i]
+		}
+	}
+	return nil
+}
+
+// ProbeProtocol returns the probe's protocol, TCP when omitted.
+func (p Probe) ProbeProtocol() Protocol {
+	if proto, ok := ParseProtocol(p.Protocol); ok {
+		return proto
+	}
+	return ProtoTCP
+}
+
+// ProbeAddrs picks the addresses a probe uses: an ip endpoint fixes the
+// family; between two pods IPv4 is used when both have it, else IPv6.
+func (s *Scenario) ProbeAddrs(i int) (src, dst netip.Addr, err error) {
+	pr := s.Probes[i]
+	cands := func(e Endpoint) []netip.Addr {
+		if e.IP != "" {
+			a, _ := netip.ParseAddr(e.IP)
+			return []netip.Addr{a.Unmap()}
+		}
+		if p := s.Pod(e.Pod); p != nil {
+			return p.Addrs()
+		}
+		return nil
+	}
+	for _, a := range cands(pr.From) {
+		for _, b := range cands(pr.To) {
+			if a.Is4() == b.Is4() {
+				return a, b, nil
+			}
+		}
+	}
+	return netip.Addr{}, netip.Addr{}, fmt.Errorf("%s and %s share no address family", pr.From, pr.To)
+}
+
+// Nodes returns the node names the scenario's pods name, sorted; when none
+// names a node, the given defaults.
+func (s *Scenario) Nodes(defaults []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range s.Pods {
+		if p.Node != "" && !seen[p.Node] {
+			seen[p.Node] = true
+			out = append(out, p.Node)
+		}
+	}
+	sort.Strings(out)
+	if len(out) == 0 {
+		return defaults
+	}
+	return out
+}
+
+// PodNode returns the node a pod runs on: its own node field, or, when
+// absent, nodes[i % len(nodes)] for the pod's position i among the pods
+// without a node. Runners and the compiler place pods the same way.
+func (s *Scenario) PodNode(key string, nodes []string) string {
+	i := 0
+	for _, p := range s.Pods {
+		if p.Key() == key {
+			if p.Node != "" || len(nodes) == 0 {
+				return p.Node
+			}
+			return nodes[i%len(nodes)]
+		}
+		if p.Node == "" {
+			i++
+		}
+	}
+	return ""
+}
+
+// Input turns the scenario into compiler input for one node ("" for the
+// cluster-wide view), with pods lacking a node spread over nodes.
+func (s *Scenario) Input(node string, nodes []string, nodeIPs []netip.Addr) Input {
+	in := Input{NodeName: node, NodeIPs: nodeIPs}
+	listed := map[string]bool{}
+	for _, ns := range s.Namespaces {
+		listed[ns.Name] = true
+		in.Namespaces = append(in.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, Labels: withNameLabel(ns.Labels, ns.Name)}})
+	}
+	for _, p := range s.Pods {
+		if !listed[p.Namespace] {
+			listed[p.Namespace] = true
+			in.Namespaces = append(in.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace, Labels: withNameLabel(nil, p.Namespace)}})
+		}
+		in.Pods = append(in.Pods, s.podObject(&p, s.PodNode(p.Key(), nodes)))
+	}
+	for i := range s.Policies {
+		in.Policies = append(in.Policies, &s.Policies[i])
+	}
+	return in
+}
+
+func withNameLabel(l map[string]string, name string) map[string]string {
+	out := map[string]string{NamespaceNameLabel: name}
+	for k, v := range l {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *Scenario) podObject(p *ScenarioPod, node string) *corev1.Pod {
+	c := corev1.Container{Name: "main"}
+	for _, port := range p.Ports {
+		proto := corev1.ProtocolTCP
+		if port.Protocol != "" {
+			proto = corev1.Protocol(port.Protocol)
+		}
+		c.Ports = append(c.Ports, corev1.ContainerPort{Name: port.Name, ContainerPort: port.Port, Protocol: proto})
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels},
+		Spec:       corev1.PodSpec{NodeName: node, HostNetwork: p.HostNetwork, Containers: []corev1.Container{c}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	for _, a := range p.Addrs() {
+		pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: a.String()})
+	}
+	if len(pod.Status.PodIPs) > 0 {
+		pod.Status.PodIP = pod.Status.PodIPs[0].IP
+	}
+	return pod
+}

@@ -1,0 +1,177 @@
+package queue
+
+import (
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// Verdict is the evaluator's decision for the first packet of a connection.
+type Verdict struct {
+	// Allowed is Egress && Ingress.
+	Allowed bool
+	// Egress reports whether the source side admits the connection, Ingress
+	// whether the destination side does.
+	Egress, Ingress bool
+	// EgressReason and IngressReason say why, naming the deciding policy
+	// and rule. They point into the program: building a Verdict allocates
+	// nothing.
+	EgressReason, IngressReason string
+}
+
+// Reason is the one-line explanation of the verdict: the reason of the side
+// that denied, or both reasons when the connection is allowed.
+func (v Verdict) Reason() string {
+	switch {
+	case !v.Egress:
+		return v.EgressReason
+	case !v.Ingress:
+		return v.IngressReason
+	}
+	return v.EgressReason + "; " + v.IngressReason
+}
+
+// Reasons that do not depend on a policy.
+const (
+	ReasonEgressNotIsolated  = "source not isolated for egress"
+	ReasonIngressNotIsolated = "destination not isolated for ingress"
+	ReasonNotEnforcedHere    = "not enforced on this node"
+	ReasonNodeTraffic        = "traffic between a node and its own pods is always allowed"
+	ReasonNoProgram          = "no policy program loaded yet"
+)
+
+// Evaluate decides a new connection from src to dst with the given protocol
+// and destination port, using the same policy model the kernel ruleset is
+// rendered from. Egress is decided for a local source pod, ingress for a
+// local destination pod. It does not allocate.
+func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) Verdict {
+	src, dst = src.Unmap(), dst.Unmap()
+	srcID, srcIsPod := p.PodByIP(src)
+	dstID, dstIsPod := p.PodByIP(dst)
+	var srcPod, dstPod *compile.Pod
+	if srcIsPod {
+		srcPod = &p.Pods[srcID]
+	}
+	if dstIsPod {
+		dstPod = &p.Pods[dstID]
+	}
+	v := Verdict{Egress: true, Ingress: true, EgressReason: ReasonEgressNotIsolated, IngressReason: ReasonIngressNotIsolated}
+
+	// Egress of the source pod.
+	switch {
+	case srcPod == nil:
+	case !srcPod.Local:
+		v.EgressReason = ReasonNotEnforcedHere
+	case len(srcPod.EgressPolicies) == 0:
+	case dstPod == nil && p.IsNodeIP(dst):
+		v.EgressReason = ReasonNodeTraffic
+	default:
+		v.Egress, v.EgressReason = decide(p, srcPod, compile.Egress, srcID, srcIsPod, src, dstPod, dst, proto, port)
+	}
+
+	// Ingress of the destination pod.
+	switch {
+	case dstPod == nil:
+	case !dstPod.Local:
+		v.IngressReason = ReasonNotEnforcedHere
+	case len(dstPod.IngressPolicies) == 0:
+	case srcPod == nil && p.IsNodeIP(src):
+		v.IngressReason = ReasonNodeTraffic
+	default:
+		v.Ingress, v.IngressReason = decide(p, dstPod, compile.Ingress, srcID, srcIsPod, src, dstPod, dst, proto, port)
+	}
+	v.Allowed = v.Egress && v.Ingress
+	return v
+}
+
+// decide runs the rules of every policy isolating pod in direction d; the
+// remote end is the source for ingress and the destination for egress.
+func decide(p *compile.Program, pod *compile.Pod, d compile.Direction,
+	srcID compile.PodID, srcIsPod bool, src netip.Addr, dstPod *compile.Pod, dst netip.Addr,
+	proto compile.Protocol, port uint16) (bool, string) {
+	ids, denied := pod.IngressPolicies, pod.IngressDenied
+	remoteID, remoteIsPod, remote := srcID, srcIsPod, src
+	if d == compile.Egress {
+		ids, denied = pod.EgressPolicies, pod.EgressDenied
+		remote = dst
+		remoteID, remoteIsPod = p.PodByIP(dst)
+	}
+	for _, pid := range ids {
+		rules := p.Policies[pid].Rules(d)
+		for i := range rules {
+			r := &rules[i]
+			if r.Disabled {
+				continue
+			}
+			if !peerMatches(p, r, remoteID, remoteIsPod, remote) {
+				continue
+			}
+			if portMatches(r, dstPod, proto, port) {
+				return true, r.AllowReason
+			}
+		}
+	}
+	return false, denied
+}
+
+func peerMatches(p *compile.Program, r *compile.Rule, id compile.PodID, isPod bool, ip netip.Addr) bool {
+	if r.AllPeers {
+		return true
+	}
+	if isPod {
+		for _, s := range r.Selectors {
+			if p.Selectors[s].Contains(id) {
+				return true
+			}
+		}
+	}
+	return len(r.IPBlocks) > 0 && compile.RangesContain(r.IPBlocks, ip)
+}
+
+// portMatches checks the destination port; named ports resolve on the
+// destination pod and match nothing when the destination is not a pod.
+func portMatches(r *compile.Rule, dstPod *compile.Pod, proto compile.Protocol, port uint16) bool {
+	if r.AllPorts {
+		return true
+	}
+	for _, pr := range r.Ports {
+		if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
+			return true
+		}
+	}
+	if dstPod != nil {
+		for _, np := range r.NamedPorts {
+			if np.Protocol != proto {
+				continue
+			}
+			if n, ok := dstPod.NamedPort(np.Name, proto); ok && n == port {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Evaluator decides queued connections from the current program. The
+// program is swapped whole; readers never see a partial update.
+type Evaluator struct {
+	prog atomic.Pointer[compile.Program]
+}
+
+// Swap publishes a new program. Call it only after the kernel transaction
+// rendered from the same program has committed.
+func (e *Evaluator) Swap(p *compile.Program) { e.prog.Store(p) }
+
+// Program returns the program in use, or nil before the first Swap.
+func (e *Evaluator) Program() *compile.Program { return e.prog.Load() }
+
+// Decide evaluates a connection against the current program. Before any
+// program is loaded it denies, with a reason saying so.
+func (e *Evaluator) Decide(src, dst netip.Addr, proto compile.Protocol, port uint16) Verdict {
+	p := e.prog.Load()
+	if p == nil {
+		return Verdict{EgressReason: ReasonNoProgram, IngressReason: ReasonNoProgram}
+	}
+	return Evaluate(p, src, dst, proto, port)
+}
