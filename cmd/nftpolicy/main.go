@@ -26,9 +26,9 @@ Run 'nftpolicy <command> --help' for the flags of a command.
 
 // Exit statuses shared by the offline commands (see docs/scenario-format.md).
 const (
-	exitOK         = 0
-	exitFailure    = 1
-	exitBadInput   = 2
+	exitOK       = 0
+	exitFailure  = 1
+	exitBadInput = 2
 )
 
 func run(args []string, stdout, stderr io.Writer) int {

@@ -250,10 +250,10 @@ func (p Problem) Error() string {
 // Build returns it.
 type Program struct {
 	// Node is the node the program was built for; empty for a cluster-wide view.
-	Node    string
-	NodeIPs []netip.Addr
-	Pods     []Pod
-	Policies []Policy
+	Node      string
+	NodeIPs   []netip.Addr
+	Pods      []Pod
+	Policies  []Policy
 	Selectors []Selector
 	// Problems collects the problems of all policies.
 	Problems []Problem

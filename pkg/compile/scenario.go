@@ -9,20 +9,20 @@ import (
 	"sort"
 	"strings"
 
+	"go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"go.yaml.in/yaml/v3"
 )
 
 // Scenario is a small cluster, its NetworkPolicies and connections to try,
 // in the format of docs/scenario-format.md (shared with the e2e runner).
 type Scenario struct {
-	Namespaces []ScenarioNamespace           `json:"namespaces,omitempty"`
-	Pods       []ScenarioPod                 `json:"pods,omitempty"`
+	Namespaces []ScenarioNamespace          `json:"namespaces,omitempty"`
+	Pods       []ScenarioPod                `json:"pods,omitempty"`
 	Policies   []networkingv1.NetworkPolicy `json:"policies,omitempty"`
-	Probes     []Probe                       `json:"probes,omitempty"`
+	Probes     []Probe                      `json:"probes,omitempty"`
 }
 
 // ScenarioNamespace is a namespace and its labels.
