@@ -1,0 +1,778 @@
+package compile
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+)
+
+// Mode says who decides new connections of policy-selected pods.
+type Mode string
+
+// The enforcement modes.
+const (
+	// ModeHybrid: the kernel decides everything the compiler can express
+	// (all of NetworkPolicy v1); only residual cases would be queued. In
+	// NetworkPolicy v1 nothing is residual, so the ruleset equals kernel
+	// mode's.
+	ModeHybrid Mode = "hybrid"
+	// ModeQueue: every new connection of a policy-selected local pod is
+	// queued to the userspace evaluator, as kube-network-policies does.
+	ModeQueue Mode = "queue"
+	// ModeKernel: nothing is ever queued.
+	ModeKernel Mode = "kernel"
+)
+
+// ParseMode validates a --mode value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeHybrid, ModeQueue, ModeKernel:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown mode %q: must be hybrid, queue or kernel", s)
+}
+
+// QueueVariant is how a rule hands a packet to NFQUEUE.
+type QueueVariant string
+
+// The queue rule variants.
+const (
+	// QueueNative is nftables' own queue statement (CONFIG_NFT_QUEUE).
+	QueueNative QueueVariant = "native"
+	// QueueXTCompat is the xtables NFQUEUE target through nft_compat, for
+	// kernels without the native statement. nft cannot write it, so the
+	// rule is installed over netlink into the otherwise empty queue chain.
+	QueueXTCompat QueueVariant = "xt-compat"
+)
+
+// Names of the static objects in the table.
+const (
+	TableName         = "nftpolicy"
+	ChainForward      = "forward"
+	ChainIngress      = "pod-ingress"
+	ChainEgressAllow  = "egress-allowed"
+	ChainQueue        = "userspace"
+	MapIngressPodsV4  = "ingress-pods-v4"
+	MapIngressPodsV6  = "ingress-pods-v6"
+	MapEgressPodsV4   = "egress-pods-v4"
+	MapEgressPodsV6   = "egress-pods-v6"
+	SetSelfV4         = "self-v4"
+	SetSelfV6         = "self-v6"
+	forwardPriority   = "filter - 5"
+	defaultAllowMark  = 0x00100000
+	defaultQueueNum   = 100
+	maxPolicyRefChars = 80
+)
+
+// RenderConfig says how a program becomes a ruleset.
+type RenderConfig struct {
+	Mode Mode
+	// QueueVariant selects the queue rule (queue mode only).
+	QueueVariant QueueVariant
+	// QueueNum is the first NFQUEUE number; Queues how many, with CPU fanout.
+	QueueNum uint16
+	Queues   uint16
+	// FailOpen lets queued packets through while no agent listens.
+	FailOpen bool
+	// AllowMark is the packet and conntrack mark bit nftpolicy owns: the
+	// evaluator sets it in the verdict, the ruleset moves it to the
+	// connection so later packets are not queued again.
+	AllowMark uint32
+}
+
+// Defaults fills unset fields.
+func (c *RenderConfig) Defaults() {
+	if c.Mode == "" {
+		c.Mode = ModeHybrid
+	}
+	if c.QueueVariant == "" {
+		c.QueueVariant = QueueNative
+	}
+	if c.QueueNum == 0 {
+		c.QueueNum = defaultQueueNum
+	}
+	if c.Queues == 0 {
+		c.Queues = 1
+	}
+	if c.AllowMark == 0 {
+		c.AllowMark = defaultAllowMark
+	}
+}
+
+// Validate reports an unusable configuration.
+func (c *RenderConfig) Validate() error {
+	if _, err := ParseMode(string(c.Mode)); err != nil {
+		return err
+	}
+	if c.QueueVariant != QueueNative && c.QueueVariant != QueueXTCompat {
+		return fmt.Errorf("unknown queue variant %q", c.QueueVariant)
+	}
+	if c.AllowMark == 0 || c.AllowMark&(c.AllowMark-1) != 0 {
+		return fmt.Errorf("allow mark %#x must be a single bit", c.AllowMark)
+	}
+	if c.AllowMark == 0x4000 || c.AllowMark == 0x8000 {
+		return fmt.Errorf("allow mark %#x collides with kube-proxy's masquerade/drop bits", c.AllowMark)
+	}
+	if uint32(c.QueueNum)+uint32(c.Queues) > 65536 {
+		return fmt.Errorf("queues %d-%d out of range", c.QueueNum, uint32(c.QueueNum)+uint32(c.Queues)-1)
+	}
+	return nil
+}
+
+// UsesQueue reports whether the ruleset sends packets to NFQUEUE.
+func (c *RenderConfig) UsesQueue() bool { return c.Mode == ModeQueue }
+
+// Chain is a desired chain and its rules, in order.
+type Chain struct {
+	Chain knftables.Chain
+	Rules []knftables.Rule
+	// External chains have their rules installed outside knftables (the
+	// xt-compat queue rule); syncs create them but never flush them.
+	External bool
+}
+
+// Set is a desired set or map and its elements, sorted.
+type Set struct {
+	// Exactly one of Set and Map is set.
+	Set      *knftables.Set
+	Map      *knftables.Map
+	Elements []knftables.Element
+}
+
+// Name returns the set's or map's name.
+func (s *Set) Name() string {
+	if s.Map != nil {
+		return s.Map.Name
+	}
+	return s.Set.Name
+}
+
+// Ruleset is the desired content of the nftpolicy table.
+type Ruleset struct {
+	Table  knftables.Table
+	Chains map[string]*Chain
+	Sets   map[string]*Set
+	// ChainOrder lists chain names in the order they are created: base
+	// chains last, so that a transaction never jumps to a missing chain.
+	ChainOrder []string
+}
+
+// SortedSetNames returns the set and map names, sorted.
+func (r *Ruleset) SortedSetNames() []string {
+	out := make([]string, 0, len(r.Sets))
+	for n := range r.Sets {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// truncComment keeps comments within nftables' limit.
+func truncComment(s string) *string {
+	if len(s) > knftables.CommentLengthMax {
+		s = s[:knftables.CommentLengthMax-3] + "..."
+	}
+	return &s
+}
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return strings.ToLower(base32.StdEncoding.EncodeToString(h[:])[:8])
+}
+
+// policyRef is a policy's readable part of object names: "ns/name",
+// shortened with a hash when long.
+func policyRef(p *Policy) string {
+	ref := p.Key
+	if len(ref) > maxPolicyRefChars {
+		ref = ref[:maxPolicyRefChars-9] + "~" + shortHash(p.Key)
+	}
+	return ref
+}
+
+// PolicyChainName is the chain holding a policy's rules in one direction.
+func PolicyChainName(p *Policy, d Direction) string { return d.String() + "-" + policyRef(p) }
+
+// IsolationChainName is the chain for the pods isolated by exactly this
+// combination of policies in one direction.
+func IsolationChainName(p *Program, d Direction, ids []PolicyID) string {
+	return d.String() + "-isolated-" + shortHash(comboKey(p, ids))
+}
+
+func comboKey(p *Program, ids []PolicyID) string {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = p.Policies[id].Key
+	}
+	return strings.Join(keys, ",")
+}
+
+func famSuffix(v4 bool) string {
+	if v4 {
+		return "-v4"
+	}
+	return "-v6"
+}
+
+func famWord(v4 bool) string {
+	if v4 {
+		return "ip"
+	}
+	return "ip6"
+}
+
+func addrType(v4 bool) string {
+	if v4 {
+		return "ipv4_addr"
+	}
+	return "ipv6_addr"
+}
+
+type renderer struct {
+	prog    *Program
+	cfg     RenderConfig
+	rs      *Ruleset
+	forward *Chain
+}
+
+// Render turns a program into the desired ruleset of the nftpolicy table.
+// It is pure: the same program and config give the same ruleset.
+func Render(prog *Program, cfg RenderConfig) (*Ruleset, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &renderer{prog: prog, cfg: cfg, rs: &Ruleset{
+		Table:  knftables.Table{Comment: ptr(fmt.Sprintf("nftpolicy: NetworkPolicy enforcement (mode %s)", cfg.Mode))},
+		Chains: map[string]*Chain{},
+		Sets:   map[string]*Set{},
+	}}
+	r.static()
+	if cfg.Mode == ModeQueue {
+		r.queueDispatch()
+	} else {
+		r.kernelDispatch()
+	}
+	// Base chains last: everything they reference exists by then.
+	r.addChain(r.forward)
+	for _, s := range r.rs.Sets {
+		s.Elements = sortElements(s.Elements)
+	}
+	return r.rs, nil
+}
+
+func (r *renderer) addChain(c *Chain) {
+	if _, ok := r.rs.Chains[c.Chain.Name]; ok {
+		return
+	}
+	r.rs.Chains[c.Chain.Name] = c
+	r.rs.ChainOrder = append(r.rs.ChainOrder, c.Chain.Name)
+}
+
+func (r *renderer) addSet(s *Set) *Set {
+	if old, ok := r.rs.Sets[s.Name()]; ok {
+		return old
+	}
+	r.rs.Sets[s.Name()] = s
+	return s
+}
+
+func rule(text, comment string) knftables.Rule {
+	kr := knftables.Rule{Rule: text}
+	if comment != "" {
+		kr.Comment = truncComment(comment)
+	}
+	return kr
+}
+
+func (r *renderer) static() {
+	// Pod IP -> what decides its new connections.
+	for _, v4 := range []bool{true, false} {
+		r.addSet(&Set{Map: &knftables.Map{Name: "egress-pods" + famSuffix(v4), Type: addrType(v4) + " : verdict",
+			Comment: ptr("local pods isolated for egress -> the chain that decides their new connections")}})
+		r.addSet(&Set{Map: &knftables.Map{Name: "ingress-pods" + famSuffix(v4), Type: addrType(v4) + " : verdict",
+			Comment: ptr("local pods isolated for ingress -> the chain that decides their new connections")}})
+		r.addSet(&Set{Set: &knftables.Set{Name: "self" + famSuffix(v4), Type: addrType(v4) + " . " + addrType(v4),
+			Comment: ptr("isolated local pods, twice: a pod can always reach itself")}})
+	}
+	m := r.cfg.AllowMark
+	var fwd []knftables.Rule
+	if r.cfg.UsesQueue() {
+		fwd = append(fwd, rule(fmt.Sprintf("meta mark & %#08x == %#08x ct mark set ct mark | %#08x meta mark set meta mark & %#08x counter accept",
+			m, m, m, ^m), "allowed by the userspace evaluator: remember it in the connection's mark"))
+	}
+	fwd = append(fwd, rule("ct state established,related accept", ""))
+	if r.cfg.UsesQueue() {
+		fwd = append(fwd, rule(fmt.Sprintf("ct mark & %#08x == %#08x accept", m, m), "connection allowed earlier by the userspace evaluator"))
+	}
+	fwd = append(fwd,
+		rule("meta l4proto ipv6-icmp icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert } accept", "IPv6 neighbour discovery"),
+		rule("ip saddr . ip daddr @self-v4 accept", "a pod can always reach itself"),
+		rule("ip6 saddr . ip6 daddr @self-v6 accept", "a pod can always reach itself"),
+		rule("ip saddr vmap @egress-pods-v4", ""),
+		rule("ip6 saddr vmap @egress-pods-v6", ""),
+		rule("jump "+ChainIngress, ""),
+	)
+	r.addChain(&Chain{Chain: knftables.Chain{Name: ChainIngress, Comment: ptr("new connections to local pods: dispatch by destination")},
+		Rules: []knftables.Rule{rule("ip daddr vmap @ingress-pods-v4", ""), rule("ip6 daddr vmap @ingress-pods-v6", "")}})
+	if r.cfg.Mode != ModeQueue {
+		r.addChain(&Chain{Chain: knftables.Chain{Name: ChainEgressAllow, Comment: ptr("egress allowed: the destination's ingress decides next")},
+			Rules: []knftables.Rule{rule("jump "+ChainIngress, ""), rule("accept", "")}})
+	}
+	if r.cfg.UsesQueue() {
+		r.queueChain()
+	}
+	r.forward = &Chain{Chain: knftables.Chain{Name: ChainForward,
+		Type: ptr(knftables.FilterType), Hook: ptr(knftables.ForwardHook), Priority: ptr(knftables.BaseChainPriority(forwardPriority)),
+		Policy:  ptr(knftables.AcceptPolicy),
+		Comment: ptr("pod traffic after Service DNAT, before SNAT: new connections of isolated local pods")}, Rules: fwd}
+}
+
+func (r *renderer) queueChain() {
+	c := &Chain{Chain: knftables.Chain{Name: ChainQueue,
+		Comment: ptr(fmt.Sprintf("new connections decided by the userspace evaluator (NFQUEUE %s, %s)", r.queueRange(), r.cfg.QueueVariant))}}
+	if r.cfg.QueueVariant == QueueXTCompat {
+		c.External = true
+	} else {
+		c.Rules = []knftables.Rule{rule(NativeQueueStatement(r.cfg), "")}
+	}
+	r.addChain(c)
+}
+
+func (r *renderer) queueRange() string {
+	if r.cfg.Queues <= 1 {
+		return fmt.Sprint(r.cfg.QueueNum)
+	}
+	return fmt.Sprintf("%d-%d", r.cfg.QueueNum, uint32(r.cfg.QueueNum)+uint32(r.cfg.Queues)-1)
+}
+
+// NativeQueueStatement is the nft queue statement for the configuration.
+func NativeQueueStatement(cfg RenderConfig) string {
+	var flags []string
+	if cfg.FailOpen {
+		flags = append(flags, "bypass")
+	}
+	if cfg.Queues > 1 {
+		flags = append(flags, "fanout")
+	}
+	s := "counter queue"
+	if len(flags) > 0 {
+		s += " flags " + strings.Join(flags, ",")
+	}
+	if cfg.Queues > 1 {
+		return s + fmt.Sprintf(" to %d-%d", cfg.QueueNum, uint32(cfg.QueueNum)+uint32(cfg.Queues)-1)
+	}
+	return s + fmt.Sprintf(" to %d", cfg.QueueNum)
+}
+
+// localIsolated calls fn for every local pod isolated in some direction.
+func (r *renderer) selfElements() {
+	for i := range r.prog.Pods {
+		pod := &r.prog.Pods[i]
+		if !pod.Local || (len(pod.IngressPolicies) == 0 && len(pod.EgressPolicies) == 0) {
+			continue
+		}
+		for _, ip := range pod.IPs {
+			s := r.rs.Sets["self"+famSuffix(ip.Is4())]
+			s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String(), ip.String()}, Comment: ptr(pod.Key)})
+		}
+	}
+}
+
+func (r *renderer) queueDispatch() {
+	r.selfElements()
+	for i := range r.prog.Pods {
+		pod := &r.prog.Pods[i]
+		if !pod.Local {
+			continue
+		}
+		for _, ip := range pod.IPs {
+			if len(pod.EgressPolicies) > 0 {
+				r.vmapElement("egress-pods", ip, "goto "+ChainQueue, pod.Key)
+			}
+			if len(pod.IngressPolicies) > 0 {
+				r.vmapElement("ingress-pods", ip, "goto "+ChainQueue, pod.Key)
+			}
+		}
+	}
+}
+
+func (r *renderer) vmapElement(prefix string, ip netip.Addr, verdict, comment string) {
+	s := r.rs.Sets[prefix+famSuffix(ip.Is4())]
+	s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String()}, Value: []string{verdict}, Comment: truncComment(comment)})
+}
+
+func (r *renderer) kernelDispatch() {
+	r.selfElements()
+	// Policy chains first, in policy order, then one chain per distinct
+	// combination of isolating policies.
+	used := map[PolicyID][2]bool{}
+	for i := range r.prog.Pods {
+		pod := &r.prog.Pods[i]
+		if !pod.Local {
+			continue
+		}
+		for _, id := range pod.IngressPolicies {
+			u := used[id]
+			u[Ingress] = true
+			used[id] = u
+		}
+		for _, id := range pod.EgressPolicies {
+			u := used[id]
+			u[Egress] = true
+			used[id] = u
+		}
+	}
+	hasRules := map[PolicyID][2]bool{}
+	for id := range r.prog.Policies {
+		u := used[PolicyID(id)]
+		var h [2]bool
+		for _, d := range []Direction{Ingress, Egress} {
+			if u[d] {
+				h[d] = r.policyChain(PolicyID(id), d)
+			}
+		}
+		hasRules[PolicyID(id)] = h
+	}
+	for i := range r.prog.Pods {
+		pod := &r.prog.Pods[i]
+		if !pod.Local {
+			continue
+		}
+		for _, d := range []Direction{Ingress, Egress} {
+			ids := pod.IngressPolicies
+			if d == Egress {
+				ids = pod.EgressPolicies
+			}
+			if len(ids) == 0 {
+				continue
+			}
+			name := r.isolationChain(d, ids, hasRules)
+			for _, ip := range pod.IPs {
+				r.vmapElement(d.String()+"-pods", ip, "jump "+name, pod.Key)
+			}
+		}
+	}
+}
+
+func (r *renderer) isolationChain(d Direction, ids []PolicyID, hasRules map[PolicyID][2]bool) string {
+	name := IsolationChainName(r.prog, d, ids)
+	if _, ok := r.rs.Chains[name]; ok {
+		return name
+	}
+	keys := comboKey(r.prog, ids)
+	c := &Chain{Chain: knftables.Chain{Name: name, Comment: truncComment("isolated for " + d.String() + " by " + strings.ReplaceAll(keys, ",", ", "))}}
+	for _, id := range ids {
+		if hasRules[id][d] {
+			c.Rules = append(c.Rules, rule("jump "+PolicyChainName(&r.prog.Policies[id], d), ""))
+		}
+	}
+	c.Rules = append(c.Rules, rule("counter drop", "default deny "+d.String()+": "+strings.ReplaceAll(keys, ",", ", ")))
+	r.addChain(c)
+	return name
+}
+
+// policyChain renders the rules of one policy in one direction; it reports
+// whether the chain has any rule (a policy that only isolates has none).
+func (r *renderer) policyChain(id PolicyID, d Direction) bool {
+	pol := &r.prog.Policies[id]
+	c := &Chain{Chain: knftables.Chain{Name: PolicyChainName(pol, d)}}
+	// Chain comments depend only on the name: syncs never rewrite them.
+	c.Chain.Comment = truncComment(pol.Key + " " + d.String())
+	verdict := "accept"
+	if d == Egress {
+		verdict = "jump " + ChainEgressAllow
+	}
+	peerDir := "saddr"
+	if d == Egress {
+		peerDir = "daddr"
+	}
+	for ri, rl := range pol.Rules(d) {
+		if rl.MatchesNothing() {
+			continue
+		}
+		base := PolicyChainName(pol, d) + "-" + itoa(ri)
+		for _, v4 := range []bool{true, false} {
+			// Peers: each alternative is one nft rule.
+			var peers []string
+			if rl.AllPeers {
+				peers = []string{""}
+			} else {
+				for _, sid := range rl.Selectors {
+					set := r.peerSet(sid, v4)
+					peers = append(peers, fmt.Sprintf("%s %s @%s ", famWord(v4), peerDir, set))
+				}
+				if blocks := familyRanges(rl.IPBlocks, v4); len(blocks) > 0 {
+					name := base + "-cidrs" + famSuffix(v4)
+					s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+						Comment: truncComment(rl.Name + " ipBlock peers")}})
+					for _, b := range blocks {
+						s.Elements = append(s.Elements, knftables.Element{Key: []string{b.String()}})
+					}
+					peers = append(peers, fmt.Sprintf("%s %s @%s ", famWord(v4), peerDir, name))
+				}
+			}
+			// Ports: each alternative is one nft rule.
+			var ports []string
+			if rl.AllPorts {
+				ports = []string{""}
+			} else {
+				if len(rl.Ports) > 0 {
+					name := base + "-ports"
+					s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: "inet_proto . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag},
+						Comment: truncComment(rl.Name + " ports")}})
+					if len(s.Elements) == 0 {
+						for _, p := range rl.Ports {
+							s.Elements = append(s.Elements, knftables.Element{Key: []string{p.Protocol.nftName(), portText(p)}})
+						}
+					}
+					ports = append(ports, "meta l4proto . th dport @"+name+" ")
+				}
+				if len(rl.NamedPorts) > 0 {
+					name := base + "-named" + famSuffix(v4)
+					r.namedPortSet(name, &rl, pol, d, v4)
+					ports = append(ports, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s ", famWord(v4), name))
+				}
+			}
+			for _, pe := range peers {
+				for _, po := range ports {
+					c.Rules = append(c.Rules, rule(pe+po+"counter "+verdict, rl.Name))
+				}
+			}
+		}
+	}
+	if len(c.Rules) == 0 {
+		return false
+	}
+	r.addChain(c)
+	return true
+}
+
+func portText(p PortRange) string {
+	if p.First == p.Last {
+		return itoa(int(p.First))
+	}
+	return itoa(int(p.First)) + "-" + itoa(int(p.Last))
+}
+
+func familyRanges(rs []IPRange, v4 bool) []IPRange {
+	var out []IPRange
+	for _, x := range rs {
+		if x.From.Is4() == v4 {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// PeerSetName is the set holding the addresses of one family of a shared
+// pod-selecting peer.
+func PeerSetName(s *Selector, v4 bool) string { return "peers-" + shortHash(s.Key) + famSuffix(v4) }
+
+func (r *renderer) peerSet(id SelectorID, v4 bool) string {
+	sel := &r.prog.Selectors[id]
+	name := PeerSetName(sel, v4)
+	if _, ok := r.rs.Sets[name]; ok {
+		return name
+	}
+	s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(sel.Description)}})
+	for _, pid := range sel.Members {
+		pod := &r.prog.Pods[pid]
+		for _, ip := range pod.IPs {
+			if ip.Is4() == v4 {
+				s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String()}, Comment: truncComment(pod.Key)})
+			}
+		}
+	}
+	return name
+}
+
+// namedPortSet holds (destination IP, protocol, port) for every pod a named
+// port of the rule can resolve on: the local selected pods for ingress; for
+// egress the pods among the rule's peers.
+func (r *renderer) namedPortSet(name string, rl *Rule, pol *Policy, d Direction, v4 bool) {
+	s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4) + " . inet_proto . inet_service",
+		Comment: truncComment(rl.Name + " named ports, resolved per destination pod")}})
+	add := func(pid PodID) {
+		pod := &r.prog.Pods[pid]
+		for _, np := range rl.NamedPorts {
+			n, ok := pod.NamedPort(np.Name, np.Protocol)
+			if !ok {
+				continue
+			}
+			for _, ip := range pod.IPs {
+				if ip.Is4() == v4 {
+					s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String(), np.Protocol.nftName(), itoa(int(n))},
+						Comment: truncComment(pod.Key + " " + np.Name)})
+				}
+			}
+		}
+	}
+	if d == Ingress {
+		for _, pid := range pol.Selected {
+			add(pid)
+		}
+		return
+	}
+	for pid := range r.prog.Pods {
+		if r.ruleCoversPod(rl, PodID(pid)) {
+			add(PodID(pid))
+		}
+	}
+}
+
+func (r *renderer) ruleCoversPod(rl *Rule, pid PodID) bool {
+	if rl.AllPeers {
+		return true
+	}
+	for _, sid := range rl.Selectors {
+		if r.prog.Selectors[sid].Contains(pid) {
+			return true
+		}
+	}
+	for _, ip := range r.prog.Pods[pid].IPs {
+		if rangesContain(rl.IPBlocks, ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// AddTo writes the whole ruleset into a transaction that starts from an
+// empty or absent table: for golden tests and for the first sync.
+func (rs *Ruleset) AddTo(tx *knftables.Transaction) {
+	tx.Add(&knftables.Table{Comment: rs.Table.Comment})
+	// Chains before map elements: verdict elements jump to chains.
+	for _, n := range rs.ChainOrder {
+		ch := rs.Chains[n].Chain
+		tx.Add(&ch)
+	}
+	for _, n := range rs.SortedSetNames() {
+		rs.Sets[n].addTo(tx)
+	}
+	for _, n := range rs.ChainOrder {
+		c := rs.Chains[n]
+		for i := range c.Rules {
+			kr := c.Rules[i]
+			kr.Chain = n
+			tx.Add(&kr)
+		}
+	}
+}
+
+// sortElements orders elements by key, addresses numerically, and drops
+// duplicates (two port names of one pod may resolve to the same number).
+func sortElements(es []knftables.Element) []knftables.Element {
+	if len(es) < 2 {
+		return es
+	}
+	sort.SliceStable(es, func(i, j int) bool { return elementLess(es[i].Key, es[j].Key) })
+	out := es[:1]
+	for _, e := range es[1:] {
+		if !equalKey(out[len(out)-1].Key, e.Key) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func equalKey(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func elementLess(a, b []string) bool {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] == b[i] {
+			continue
+		}
+		return fieldLess(a[i], b[i])
+	}
+	return len(a) < len(b)
+}
+
+// fieldLess compares element fields: addresses and ranges by their first
+// address, numbers numerically, anything else as text.
+func fieldLess(a, b string) bool {
+	ka, kb := fieldKey(a), fieldKey(b)
+	if ka.kind != kb.kind {
+		return ka.kind < kb.kind
+	}
+	switch ka.kind {
+	case 0:
+		if c := ka.addr.Compare(kb.addr); c != 0 {
+			return c < 0
+		}
+	case 1:
+		if ka.num != kb.num {
+			return ka.num < kb.num
+		}
+	}
+	return a < b
+}
+
+type fieldSortKey struct {
+	kind int
+	addr netip.Addr
+	num  int
+}
+
+func fieldKey(s string) fieldSortKey {
+	first := s
+	if i := strings.IndexAny(s, "/-"); i > 0 {
+		first = s[:i]
+	}
+	if a, err := netip.ParseAddr(first); err == nil {
+		return fieldSortKey{kind: 0, addr: a}
+	}
+	n := 0
+	for _, c := range first {
+		if c < '0' || c > '9' {
+			return fieldSortKey{kind: 2}
+		}
+		n = n*10 + int(c-'0')
+	}
+	if first == "" {
+		return fieldSortKey{kind: 2}
+	}
+	return fieldSortKey{kind: 1, num: n}
+}
+
+// addTo adds the set or map and all its elements.
+func (s *Set) addTo(tx *knftables.Transaction) {
+	if s.Map != nil {
+		m := *s.Map
+		tx.Add(&m)
+	} else {
+		set := *s.Set
+		tx.Add(&set)
+	}
+	for i := range s.Elements {
+		tx.Add(s.Element(i))
+	}
+}
+
+// Element returns a copy of element i addressed to this set or map.
+func (s *Set) Element(i int) *knftables.Element {
+	e := s.Elements[i]
+	if s.Map != nil {
+		e.Map = s.Map.Name
+	} else {
+		e.Set = s.Set.Name
+	}
+	return &e
+}
