@@ -1,0 +1,377 @@
+package sets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// ExternalRules installs the rules of a chain that nft cannot write (the
+// xt-compat queue rule). It must replace the chain's rules atomically.
+type ExternalRules func(ctx context.Context, chain string) error
+
+// Config configures a Syncer.
+type Config struct {
+	// NFT talks to the kernel (knftables.New) or to a knftables.Fake.
+	NFT knftables.Interface
+	// External installs the rules of chains marked External; required
+	// when the ruleset has such chains.
+	External ExternalRules
+	Logger   klog.Logger
+}
+
+// Validate reports an unusable configuration.
+func (c *Config) Validate() error {
+	if c.NFT == nil {
+		return errors.New("sets: Config.NFT is required")
+	}
+	return nil
+}
+
+// Result describes one sync.
+type Result struct {
+	// Full is true when the whole table was rewritten.
+	Full bool
+	// Operations is the number of operations in the transaction (0: the
+	// kernel already matched).
+	Operations int
+	Duration   time.Duration
+	// ElementsAdded and ElementsDeleted count set and map element changes.
+	ElementsAdded, ElementsDeleted int
+	// ChainsWritten counts chains created or refilled; ChainsDeleted removed ones.
+	ChainsWritten, ChainsDeleted int
+}
+
+// Syncer owns the nftpolicy table: it keeps what it last applied and turns
+// each desired ruleset into one transaction with only the differences. Any
+// failure makes the next sync a full one. Not safe for concurrent use.
+type Syncer struct {
+	cfg     Config
+	applied *compile.Ruleset
+}
+
+// New returns a Syncer whose first sync is full.
+func New(cfg Config) (*Syncer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = klog.Background()
+	}
+	return &Syncer{cfg: cfg}, nil
+}
+
+// ForceFull makes the next sync a full one (after an external change to
+// the table, or periodically as a safety net).
+func (s *Syncer) ForceFull() { s.applied = nil }
+
+// Applied returns the ruleset the kernel is believed to hold; nil when
+// unknown.
+func (s *Syncer) Applied() *compile.Ruleset { return s.applied }
+
+// Sync makes the table match desired, in one transaction.
+func (s *Syncer) Sync(ctx context.Context, desired *compile.Ruleset) (Result, error) {
+	start := time.Now()
+	var res Result
+	var err error
+	if s.applied == nil {
+		res, err = s.full(ctx, desired)
+	} else {
+		res, err = s.incremental(ctx, desired)
+	}
+	res.Duration = time.Since(start)
+	if err != nil {
+		s.applied = nil
+		return res, err
+	}
+	s.applied = desired
+	return res, nil
+}
+
+// full rewrites every chain and set of the table without deleting the table:
+// deleting it would drop packets waiting in the queue and leave a window
+// with no enforcement.
+func (s *Syncer) full(ctx context.Context, desired *compile.Ruleset) (Result, error) {
+	res := Result{Full: true}
+	// External chains must hold their rules before anything jumps to them.
+	if err := s.ensureExternal(ctx, desired); err != nil {
+		return res, err
+	}
+	existing, err := s.cfg.NFT.ListAll(ctx)
+	if err != nil && !knftables.IsNotFound(err) {
+		return res, fmt.Errorf("listing table: %w", err)
+	}
+	tx := s.cfg.NFT.NewTransaction()
+	tx.Add(&knftables.Table{Comment: desired.Table.Comment})
+	for _, n := range desired.ChainOrder {
+		ch := desired.Chains[n].Chain
+		tx.Add(&ch)
+	}
+	// Empty everything we own first, so no reference stops a deletion.
+	for _, n := range existing["chain"] {
+		if c, ok := desired.Chains[n]; ok && c.External {
+			continue
+		}
+		tx.Flush(&knftables.Chain{Name: n})
+	}
+	for _, n := range existing["map"] {
+		tx.Flush(&knftables.Map{Name: n})
+	}
+	for _, n := range existing["set"] {
+		tx.Flush(&knftables.Set{Name: n})
+	}
+	for _, n := range existing["chain"] {
+		if _, ok := desired.Chains[n]; !ok {
+			tx.Delete(&knftables.Chain{Name: n})
+			res.ChainsDeleted++
+		}
+	}
+	for _, n := range existing["map"] {
+		if set, ok := desired.Sets[n]; !ok || set.Map == nil {
+			tx.Delete(&knftables.Map{Name: n})
+		}
+	}
+	for _, n := range existing["set"] {
+		if set, ok := desired.Sets[n]; !ok || set.Set == nil {
+			tx.Delete(&knftables.Set{Name: n})
+		}
+	}
+	for _, n := range desired.SortedSetNames() {
+		set := desired.Sets[n]
+		set.AddTo(tx)
+		res.ElementsAdded += len(set.Elements)
+	}
+	for _, n := range desired.ChainOrder {
+		c := desired.Chains[n]
+		if c.External {
+			continue
+		}
+		addRules(tx, n, c)
+		res.ChainsWritten++
+	}
+	res.Operations = tx.NumOperations()
+	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
+		return res, fmt.Errorf("full sync transaction (%d operations): %w", res.Operations, err)
+	}
+	return res, nil
+}
+
+// ensureExternal creates the table and external chains and has their rules
+// installed. It runs only on full syncs: the rules never change otherwise.
+func (s *Syncer) ensureExternal(ctx context.Context, desired *compile.Ruleset) error {
+	var ext []string
+	for _, n := range desired.ChainOrder {
+		if desired.Chains[n].External {
+			ext = append(ext, n)
+		}
+	}
+	if len(ext) == 0 {
+		return nil
+	}
+	if s.cfg.External == nil {
+		return fmt.Errorf("chains %s need external rules but no installer is configured", strings.Join(ext, ", "))
+	}
+	tx := s.cfg.NFT.NewTransaction()
+	tx.Add(&knftables.Table{Comment: desired.Table.Comment})
+	for _, n := range ext {
+		ch := desired.Chains[n].Chain
+		tx.Add(&ch)
+	}
+	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
+		return fmt.Errorf("creating external chains: %w", err)
+	}
+	for _, n := range ext {
+		if err := s.cfg.External(ctx, n); err != nil {
+			return fmt.Errorf("installing rules of chain %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+func addRules(tx *knftables.Transaction, chain string, c *compile.Chain) {
+	for i := range c.Rules {
+		r := c.Rules[i]
+		r.Chain = chain
+		tx.Add(&r)
+	}
+}
+
+// incremental writes only what differs from the applied ruleset: element
+// changes for pod churn, refilled chains for edited policies.
+func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Result, error) {
+	var res Result
+	old := s.applied
+	tx := s.cfg.NFT.NewTransaction()
+	if !equalStrPtr(old.Table.Comment, desired.Table.Comment) {
+		// The mode changed: rewrite everything.
+		return s.full(ctx, desired)
+	}
+	// 1. New chains (empty for now: rules may reference sets added below).
+	for _, n := range desired.ChainOrder {
+		if _, ok := old.Chains[n]; !ok {
+			ch := desired.Chains[n].Chain
+			tx.Add(&ch)
+		}
+	}
+	// 2. New sets with their elements; element changes in existing ones:
+	// deletions first, so that an element whose value changed (a pod moved
+	// to another isolation chain) is replaced within the transaction.
+	for _, n := range desired.SortedSetNames() {
+		set := desired.Sets[n]
+		prev, ok := old.Sets[n]
+		if !ok {
+			set.AddTo(tx)
+			res.ElementsAdded += len(set.Elements)
+			continue
+		}
+		if equalElements(prev.Elements, set.Elements) {
+			continue
+		}
+		add, del := diffElements(prev, set)
+		for _, i := range del {
+			tx.Delete(prev.Element(i))
+		}
+		for _, i := range add {
+			tx.Add(set.Element(i))
+		}
+		res.ElementsAdded += len(add)
+		res.ElementsDeleted += len(del)
+	}
+	// 3. Chains whose rules changed are refilled; new chains filled.
+	for _, n := range desired.ChainOrder {
+		c := desired.Chains[n]
+		if c.External {
+			continue
+		}
+		prev, ok := old.Chains[n]
+		if ok && equalRules(prev.Rules, c.Rules) {
+			continue
+		}
+		if ok {
+			tx.Flush(&knftables.Chain{Name: n})
+		}
+		addRules(tx, n, c)
+		res.ChainsWritten++
+	}
+	// 4. Chains no longer wanted: flush all, then delete, so that jumps
+	// between them do not block deletion.
+	var gone []string
+	for i := len(old.ChainOrder) - 1; i >= 0; i-- {
+		n := old.ChainOrder[i]
+		if _, ok := desired.Chains[n]; !ok {
+			gone = append(gone, n)
+			tx.Flush(&knftables.Chain{Name: n})
+		}
+	}
+	for _, n := range gone {
+		tx.Delete(&knftables.Chain{Name: n})
+		res.ChainsDeleted++
+	}
+	// 5. Sets no longer referenced.
+	for _, n := range old.SortedSetNames() {
+		if _, ok := desired.Sets[n]; !ok {
+			if old.Sets[n].Map != nil {
+				tx.Delete(&knftables.Map{Name: n})
+			} else {
+				tx.Delete(&knftables.Set{Name: n})
+			}
+		}
+	}
+	res.Operations = tx.NumOperations()
+	if res.Operations == 0 {
+		return res, nil
+	}
+	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
+		return res, fmt.Errorf("incremental sync transaction (%d operations): %w", res.Operations, err)
+	}
+	return res, nil
+}
+
+func equalStrPtr(a, b *string) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func equalRules(a, b []knftables.Rule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Rule != b[i].Rule || !equalStrPtr(a[i].Comment, b[i].Comment) {
+			return false
+		}
+	}
+	return true
+}
+
+// elementID identifies an element with its value and comment: an element
+// whose value or comment changes is deleted and added again.
+func elementID(e *knftables.Element) string {
+	var b strings.Builder
+	b.WriteString(strings.Join(e.Key, " . "))
+	b.WriteString(" : ")
+	b.WriteString(strings.Join(e.Value, " "))
+	if e.Comment != nil {
+		b.WriteString(" # ")
+		b.WriteString(*e.Comment)
+	}
+	return b.String()
+}
+
+// diffElements returns indices of elements to delete (in prev) and add (in
+// desired). An element whose value or comment changed is in both.
+func diffElements(prev, desired *compile.Set) (add, del []int) {
+	have := make(map[string]struct{}, len(prev.Elements))
+	for i := range prev.Elements {
+		have[elementID(&prev.Elements[i])] = struct{}{}
+	}
+	want := make(map[string]struct{}, len(desired.Elements))
+	for i := range desired.Elements {
+		id := elementID(&desired.Elements[i])
+		want[id] = struct{}{}
+		if _, ok := have[id]; !ok {
+			add = append(add, i)
+		}
+	}
+	for i := range prev.Elements {
+		if _, ok := want[elementID(&prev.Elements[i])]; !ok {
+			del = append(del, i)
+		}
+	}
+	return add, del
+}
+
+// equalElements is the cheap check that lets unchanged sets (most of them,
+// on a pod update) cost no allocation.
+func equalElements(a, b []knftables.Element) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !equalStrs(a[i].Key, b[i].Key) || !equalStrs(a[i].Value, b[i].Value) || !equalStrPtr(a[i].Comment, b[i].Comment) {
+			return false
+		}
+	}
+	return true
+}
+
+func equalStrs(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
