@@ -543,7 +543,10 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 			}
 			for _, pe := range peers {
 				for _, po := range ports {
-					c.Rules = append(c.Rules, rule(pe+po+"counter "+verdict, rl.Name))
+					text := pe + po + "counter " + verdict
+					if !hasRule(c.Rules, text) { // family-independent rules come once
+						c.Rules = append(c.Rules, rule(text, rl.Name))
+					}
 				}
 			}
 		}
@@ -655,7 +658,7 @@ func (rs *Ruleset) AddTo(tx *knftables.Transaction) {
 		tx.Add(&ch)
 	}
 	for _, n := range rs.SortedSetNames() {
-		rs.Sets[n].addTo(tx)
+		rs.Sets[n].AddTo(tx)
 	}
 	for _, n := range rs.ChainOrder {
 		c := rs.Chains[n]
@@ -752,8 +755,8 @@ func fieldKey(s string) fieldSortKey {
 	return fieldSortKey{kind: 1, num: n}
 }
 
-// addTo adds the set or map and all its elements.
-func (s *Set) addTo(tx *knftables.Transaction) {
+// AddTo adds the set or map and all its elements.
+func (s *Set) AddTo(tx *knftables.Transaction) {
 	if s.Map != nil {
 		m := *s.Map
 		tx.Add(&m)
@@ -775,4 +778,13 @@ func (s *Set) Element(i int) *knftables.Element {
 		e.Set = s.Set.Name
 	}
 	return &e
+}
+
+func hasRule(rs []knftables.Rule, text string) bool {
+	for i := range rs {
+		if rs[i].Rule == text {
+			return true
+		}
+	}
+	return false
 }
