@@ -29,6 +29,9 @@ func (v Verdict) Reason() string {
 	case !v.Ingress:
 		return v.IngressReason
 	}
+	if v.EgressReason == v.IngressReason {
+		return v.EgressReason
+	}
 	return v.EgressReason + "; " + v.IngressReason
 }
 
@@ -39,6 +42,7 @@ const (
 	ReasonNotEnforcedHere    = "not enforced on this node"
 	ReasonNodeTraffic        = "traffic between a node and its own pods is always allowed"
 	ReasonNoProgram          = "no policy program loaded yet"
+	ReasonSelf               = "a pod can always reach itself"
 )
 
 // Evaluate decides a new connection from src to dst with the given protocol
@@ -57,6 +61,12 @@ func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, p
 		dstPod = &p.Pods[dstID]
 	}
 	v := Verdict{Egress: true, Ingress: true, EgressReason: ReasonEgressNotIsolated, IngressReason: ReasonIngressNotIsolated}
+	if srcIsPod && dstIsPod && srcID == dstID {
+		// The API documentation: a pod cannot block access to itself (for
+		// example through a Service that load-balances back to it).
+		v.Allowed, v.EgressReason, v.IngressReason = true, ReasonSelf, ReasonSelf
+		return v
+	}
 
 	// Egress of the source pod.
 	switch {
