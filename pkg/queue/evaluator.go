@@ -167,6 +167,9 @@ func portMatches(r *compile.Rule, dstPod *compile.Pod, proto compile.Protocol, p
 // program is swapped whole; readers never see a partial update.
 type Evaluator struct {
 	prog atomic.Pointer[compile.Program]
+	// OpenWithoutProgram is what Decide answers before the first program
+	// is published (the agent sets it from --fail-open).
+	OpenWithoutProgram bool
 }
 
 // Swap publishes a new program. Call it only after the kernel transaction
@@ -176,12 +179,23 @@ func (e *Evaluator) Swap(p *compile.Program) { e.prog.Store(p) }
 // Program returns the program in use, or nil before the first Swap.
 func (e *Evaluator) Program() *compile.Program { return e.prog.Load() }
 
-// Decide evaluates a connection against the current program. Before any
-// program is loaded it denies, with a reason saying so.
-func (e *Evaluator) Decide(src, dst netip.Addr, proto compile.Protocol, port uint16) Verdict {
+// Evaluate decides a connection against the current program. Before any
+// program is loaded it answers OpenWithoutProgram, with a reason saying so.
+func (e *Evaluator) Evaluate(src, dst netip.Addr, proto compile.Protocol, port uint16) Verdict {
 	p := e.prog.Load()
 	if p == nil {
-		return Verdict{EgressReason: ReasonNoProgram, IngressReason: ReasonNoProgram}
+		o := e.OpenWithoutProgram
+		return Verdict{Allowed: o, Egress: o, Ingress: o, EgressReason: ReasonNoProgram, IngressReason: ReasonNoProgram}
 	}
 	return Evaluate(p, src, dst, proto, port)
+}
+
+// Decide implements Decider for the NFQUEUE runtime. The reason is the
+// denying side's, or the destination's when allowed; it never allocates.
+func (e *Evaluator) Decide(pkt Packet) (bool, string) {
+	v := e.Evaluate(pkt.Src, pkt.Dst, compile.Protocol(pkt.Proto), pkt.DstPort)
+	if !v.Egress {
+		return false, v.EgressReason
+	}
+	return v.Ingress, v.IngressReason
 }

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/controller"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/sets"
+)
+
+// agentOptions are the flags of `nftpolicy agent`.
+type agentOptions struct {
+	kubeconfig     string
+	hostname       string
+	nodeIPs        []string
+	mode           string
+	failOpen       bool
+	queueNum       uint16
+	queues         uint16
+	queueVariant   string
+	allowMark      uint32
+	metricsAddr    string
+	healthAddr     string
+	fullSyncPeriod time.Duration
+	maxQueueLen    uint32
+	logs           *logsapi.LoggingConfiguration
+}
+
+func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fs.StringVar(&o.hostname, "hostname-override", "", "this node's name (default: $NODE_NAME, else the host name)")
+	fs.StringSliceVar(&o.nodeIPs, "node-ip", nil, "this node's addresses (default: from the Node object)")
+	fs.StringVar(&o.mode, "mode", string(compile.ModeHybrid), "hybrid (the kernel decides, userspace only for what it cannot), queue (userspace decides every new connection of selected pods) or kernel (never queue)")
+	fs.BoolVar(&o.failOpen, "fail-open", false, "let queued packets through while no agent listens or the queue is full (default: drop them)")
+	fs.Uint16Var(&o.queueNum, "queue-num", 100, "first NFQUEUE number")
+	fs.Uint16Var(&o.queues, "queues", 1, "number of NFQUEUE queues, with CPU fanout when more than one")
+	fs.StringVar(&o.queueVariant, "queue-variant", "auto", "queue rule: auto (probe the kernel), native (nft queue statement) or xt-compat (xtables NFQUEUE target)")
+	fs.Uint32Var(&o.allowMark, "allow-mark", 0x00100000, "packet and conntrack mark bit owned by nftpolicy (must not collide with kube-proxy's 0x4000/0x8000 or your CNI's)")
+	fs.Uint32Var(&o.maxQueueLen, "max-queue-len", queue.DefaultMaxQueueLen, "kernel queue length per queue")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9402", "address of the Prometheus /metrics endpoint; empty to disable")
+	fs.StringVar(&o.healthAddr, "health-bind-address", ":9403", "address of /healthz and /readyz; empty to disable")
+	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
+	o.logs = logsapi.NewLoggingConfiguration()
+	logsapi.AddFlags(o.logs, fs)
+}
+
+func runAgent(args []string, stdout, stderr io.Writer) int {
+	o := &agentOptions{}
+	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.addFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: nftpolicy agent [flags]\n\nEnforces NetworkPolicies for the pods of this node.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return exitOK
+		}
+		return exitBadInput
+	}
+	if err := logsapi.ValidateAndApply(o.logs, nil); err != nil {
+		fmt.Fprintf(stderr, "nftpolicy: logging flags: %v\n", err)
+		return exitBadInput
+	}
+	defer logs.FlushLogs()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background().WithName("agent")
+	ctx = klog.NewContext(ctx, logger)
+	if err := agent(ctx, o); err != nil {
+		logger.Error(err, "Agent failed")
+		return exitFailure
+	}
+	return exitOK
+}
+
+func (o *agentOptions) nodeName() (string, error) {
+	if o.hostname != "" {
+		return strings.ToLower(o.hostname), nil
+	}
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return strings.ToLower(n), nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("finding the node name: %w", err)
+	}
+	return strings.ToLower(h), nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", kubeconfig)
+}
+
+// chooseQueueVariant probes the kernel unless told which to use.
+func chooseQueueVariant(ctx context.Context, flag string) (compile.QueueVariant, error) {
+	switch flag {
+	case string(compile.QueueNative):
+		return compile.QueueNative, nil
+	case string(compile.QueueXTCompat):
+		return compile.QueueXTCompat, nil
+	case "auto":
+	default:
+		return "", fmt.Errorf("--queue-variant %q: must be auto, native or xt-compat", flag)
+	}
+	native, err := sets.ProbeNativeQueue(ctx)
+	if err != nil {
+		return "", fmt.Errorf("probing the kernel for the nft queue statement: %w", err)
+	}
+	if native {
+		return compile.QueueNative, nil
+	}
+	return compile.QueueXTCompat, nil
+}
+
+func agent(ctx context.Context, o *agentOptions) error {
+	log := klog.FromContext(ctx)
+	mode, err := compile.ParseMode(o.mode)
+	if err != nil {
+		return err
+	}
+	node, err := o.nodeName()
+	if err != nil {
+		return err
+	}
+	var nodeIPs []netip.Addr
+	for _, s := range o.nodeIPs {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("--node-ip: %w", err)
+		}
+		nodeIPs = append(nodeIPs, a)
+	}
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading client configuration: %w", err)
+	}
+	cfg.UserAgent = "nftpolicy/" + node
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+
+	metrics := controller.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := metrics.Register(reg); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+
+	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark}
+	if render.UsesQueue() {
+		v, err := chooseQueueVariant(ctx, o.queueVariant)
+		if err != nil {
+			return err
+		}
+		render.QueueVariant = v
+		metrics.QueueRuleVariant.WithLabelValues(string(v)).Set(1)
+		log.Info("Queue rule variant chosen", "variant", v, "queues", fmt.Sprintf("%d+%d", o.queueNum, o.queues), "failOpen", o.failOpen)
+	}
+	render.Defaults()
+	if err := render.Validate(); err != nil {
+		return err
+	}
+
+	nft, err := knftables.New(knftables.InetFamily, compile.TableName)
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	syncer, err := sets.New(sets.Config{NFT: nft, Logger: log.WithName("sets"), External: compatInstaller(render)})
+	if err != nil {
+		return err
+	}
+	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nftpolicy", Host: node})
+
+	ctrl, err := controller.New(controller.Config{
+		Client: client, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
+		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(controller.NewCounterCollector(10 * time.Second))
+
+	errs := make(chan error, 4)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var rt *queue.Runtime
+	if render.UsesQueue() {
+		rt, err = queue.NewRuntime(queue.RuntimeConfig{
+			QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, MaxQueueLen: o.maxQueueLen,
+			AllowMark: render.AllowMark, Logger: log.WithName("queue"), Observer: metrics,
+		}.Defaults(), eval)
+		if err != nil {
+			return err
+		}
+		reg.MustRegister(controller.QueueStatsCollector{})
+		go func() { errs <- wrapErr("queue runtime", rt.Run(ctx)) }()
+		select {
+		case <-rt.Ready():
+			log.Info("Listening on NFQUEUE", "queue", o.queueNum, "queues", o.queues)
+		case err := <-errs:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	if o.metricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		go func() { errs <- wrapErr("metrics server", serve(ctx, o.metricsAddr, mux)) }()
+	}
+	if o.healthAddr != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if !ctrl.Healthy(30 * time.Second) {
+				http.Error(w, "sync loop stalled", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !ctrl.Ready() {
+				http.Error(w, "no sync committed yet", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
+		go func() { errs <- wrapErr("health server", serve(ctx, o.healthAddr, mux)) }()
+	}
+	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
+	log.Info("nftpolicy agent started", "node", node, "mode", mode, "failOpen", o.failOpen)
+	select {
+	case <-ctx.Done():
+		// The table stays: kernel-decided verdicts remain enforced while the
+		// agent is away; queued packets are dropped (or, with --fail-open,
+		// let through) by the kernel until an agent listens again.
+		log.Info("Shutting down; the nftables ruleset stays in place", "queuedPacketsWhileAway", map[bool]string{true: "accepted", false: "dropped"}[o.failOpen])
+		return nil
+	case err := <-errs:
+		return err
+	}
+}
+
+func wrapErr(what string, err error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func serve(ctx context.Context, addr string, h http.Handler) error {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// compatInstaller installs the xt NFQUEUE rule over netlink when the
+// ruleset uses the xt-compat variant.
+func compatInstaller(render compile.RenderConfig) sets.ExternalRules {
+	if !render.UsesQueue() || render.QueueVariant != compile.QueueXTCompat {
+		return nil
+	}
+	return func(ctx context.Context, chain string) error {
+		conn, err := nftables.New()
+		if err != nil {
+			return fmt.Errorf("netlink: %w", err)
+		}
+		defer conn.CloseLasting()
+		return sets.InstallCompatQueueRule(conn, compile.TableName, chain, sets.QueueRuleConfig{
+			QueueNum: render.QueueNum, Queues: render.Queues, Bypass: render.FailOpen, Fanout: render.Queues > 1, Counter: true,
+		})
+	}
+}

@@ -1,0 +1,391 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/sets"
+)
+
+// Config configures the Controller.
+type Config struct {
+	Client   kubernetes.Interface
+	NodeName string
+	// NodeIPs are the node's own addresses; looked up from the Node object
+	// when empty.
+	NodeIPs []netip.Addr
+	Render  compile.RenderConfig
+	Syncer  *sets.Syncer
+	// Evaluator receives each program after its transaction committed.
+	Evaluator *queue.Evaluator
+	Metrics   *Metrics
+	// Recorder emits Events on invalid policies; optional.
+	Recorder record.EventRecorder
+	// FullSyncPeriod forces a full sync now and then, repairing any change
+	// made to the table behind the agent's back.
+	FullSyncPeriod time.Duration
+	// MinRetryDelay and MaxRetryDelay bound the backoff after failed syncs.
+	MinRetryDelay, MaxRetryDelay time.Duration
+	// ResyncPeriod of the informers (0: none).
+	ResyncPeriod time.Duration
+	Logger       klog.Logger
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() {
+	if c.FullSyncPeriod == 0 {
+		c.FullSyncPeriod = 10 * time.Minute
+	}
+	if c.MinRetryDelay == 0 {
+		c.MinRetryDelay = 100 * time.Millisecond
+	}
+	if c.MaxRetryDelay == 0 {
+		c.MaxRetryDelay = 30 * time.Second
+	}
+	if c.Evaluator == nil {
+		c.Evaluator = &queue.Evaluator{}
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+	if c.Logger.GetSink() == nil {
+		c.Logger = klog.Background()
+	}
+	c.Render.Defaults()
+}
+
+// Validate reports an unusable configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("client is required"))
+	}
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("node name is required"))
+	}
+	if c.Syncer == nil {
+		errs = append(errs, errors.New("syncer is required"))
+	}
+	if err := c.Render.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Controller watches NetworkPolicies, Namespaces and Pods and keeps the
+// kernel and the evaluator programmed. Event handlers only mark the state
+// dirty; one loop compiles and applies.
+type Controller struct {
+	cfg     Config
+	factory informers.SharedInformerFactory
+	pods    corelisters.PodLister
+	nss     corelisters.NamespaceLister
+	pols    networkinglisters.NetworkPolicyLister
+	synced  []cache.InformerSynced
+
+	dirty chan struct{}
+	mu    sync.Mutex
+	// firstUnsynced is when the oldest change not yet in the kernel was observed.
+	firstUnsynced time.Time
+
+	ready       atomic.Bool
+	lastSync    atomic.Int64 // unix nanoseconds of the last successful sync
+	lastLoop    atomic.Int64 // unix nanoseconds the loop last ran or waited
+	reported    map[string]string
+	lastProgram atomic.Pointer[compile.Program]
+}
+
+// New creates the controller and its informers.
+func New(cfg Config) (*Controller, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("controller config: %w", err)
+	}
+	f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.ResyncPeriod, informers.WithTransform(transform))
+	c := &Controller{
+		cfg:      cfg,
+		factory:  f,
+		dirty:    make(chan struct{}, 1),
+		reported: map[string]string{},
+	}
+	podInf := f.Core().V1().Pods()
+	nsInf := f.Core().V1().Namespaces()
+	polInf := f.Networking().V1().NetworkPolicies()
+	c.pods, c.nss, c.pols = podInf.Lister(), nsInf.Lister(), polInf.Lister()
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.markDirty() },
+		UpdateFunc: func(old, cur any) { c.markDirtyIfChanged(old, cur) },
+		DeleteFunc: func(any) { c.markDirty() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{podInf.Informer(), nsInf.Informer(), polInf.Informer()} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return nil, fmt.Errorf("adding event handler: %w", err)
+		}
+		c.synced = append(c.synced, inf.HasSynced)
+	}
+	return c, nil
+}
+
+// markDirtyIfChanged ignores resyncs and updates that change nothing the
+// compiler reads (the transform already dropped most fields).
+func (c *Controller) markDirtyIfChanged(old, cur any) {
+	if o, ok := old.(interface{ GetResourceVersion() string }); ok {
+		if n, ok := cur.(interface{ GetResourceVersion() string }); ok && o.GetResourceVersion() == n.GetResourceVersion() {
+			return
+		}
+	}
+	c.markDirty()
+}
+
+func (c *Controller) markDirty() {
+	c.mu.Lock()
+	if c.firstUnsynced.IsZero() {
+		c.firstUnsynced = time.Now()
+	}
+	c.mu.Unlock()
+	select {
+	case c.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// Ready reports whether a first sync has committed.
+func (c *Controller) Ready() bool { return c.ready.Load() }
+
+// Healthy reports whether the sync loop is alive: it ran or waited within
+// the given time.
+func (c *Controller) Healthy(within time.Duration) bool {
+	return time.Since(time.Unix(0, c.lastLoop.Load())) < within
+}
+
+// LastSync is the time of the last successful sync.
+func (c *Controller) LastSync() time.Time { return time.Unix(0, c.lastSync.Load()) }
+
+// Program returns the program of the last successful sync.
+func (c *Controller) Program() *compile.Program { return c.lastProgram.Load() }
+
+// Run starts the informers, waits for their caches (nothing is written to
+// the kernel before), then syncs until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	log := c.cfg.Logger.WithName("controller")
+	c.lastLoop.Store(time.Now().UnixNano())
+	c.factory.Start(ctx.Done())
+	defer c.factory.Shutdown()
+	log.Info("Waiting for informer caches", "node", c.cfg.NodeName)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("waiting for informer caches: %w", context.Cause(ctx))
+	}
+	if len(c.cfg.NodeIPs) == 0 {
+		c.cfg.NodeIPs = c.lookupNodeIPs(ctx)
+	}
+	log.Info("Caches synced; programming", "node", c.cfg.NodeName, "nodeIPs", c.cfg.NodeIPs, "mode", c.cfg.Render.Mode)
+	c.markDirty()
+	fullTicker := time.NewTicker(c.cfg.FullSyncPeriod)
+	defer fullTicker.Stop()
+	heartbeat := time.NewTicker(5 * time.Second)
+	defer heartbeat.Stop()
+	retry := c.cfg.MinRetryDelay
+	var retryTimer <-chan time.Time
+	for {
+		c.lastLoop.Store(time.Now().UnixNano())
+		select {
+		case <-ctx.Done():
+			log.Info("Stopping; the ruleset stays in place")
+			return nil
+		case <-heartbeat.C:
+			continue
+		case <-fullTicker.C:
+			c.cfg.Syncer.ForceFull()
+		case <-c.dirty:
+		case <-retryTimer:
+			retryTimer = nil
+		}
+		if retryTimer != nil {
+			continue // a retry is pending; it will pick this change up
+		}
+		if err := c.syncOnce(ctx); err != nil {
+			log.Error(err, "Sync failed; retrying with a full sync", "retryIn", retry)
+			retryTimer = time.After(retry)
+			retry = min(retry*2, c.cfg.MaxRetryDelay)
+			continue
+		}
+		retry = c.cfg.MinRetryDelay
+	}
+}
+
+func (c *Controller) lookupNodeIPs(ctx context.Context) []netip.Addr {
+	node, err := c.cfg.Client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		c.cfg.Logger.Info("Could not read the Node object; node-to-pod exemptions apply only to traffic the kernel never filters", "node", c.cfg.NodeName, "err", err)
+		return nil
+	}
+	var ips []netip.Addr
+	for _, a := range node.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			ips = append(ips, ip.Unmap())
+		}
+	}
+	return ips
+}
+
+// syncOnce compiles the current state and applies it.
+func (c *Controller) syncOnce(ctx context.Context) error {
+	log := c.cfg.Logger.WithName("sync")
+	c.mu.Lock()
+	observed := c.firstUnsynced
+	c.firstUnsynced = time.Time{}
+	c.mu.Unlock()
+	restore := func() {
+		c.mu.Lock()
+		if c.firstUnsynced.IsZero() || (!observed.IsZero() && observed.Before(c.firstUnsynced)) {
+			c.firstUnsynced = observed
+		}
+		c.mu.Unlock()
+	}
+
+	start := time.Now()
+	in, err := c.snapshot()
+	if err != nil {
+		restore()
+		return err
+	}
+	prog := compile.Build(in)
+	rs, err := compile.Render(prog, c.cfg.Render)
+	if err != nil {
+		restore()
+		return fmt.Errorf("rendering: %w", err)
+	}
+	res, err := c.cfg.Syncer.Sync(ctx, rs)
+	kind := "incremental"
+	if res.Full {
+		kind = "full"
+	}
+	if err != nil {
+		restore()
+		c.cfg.Metrics.SyncFailures.Inc()
+		return err
+	}
+	// Publish only after the matching transaction committed: the evaluator
+	// and the kernel never disagree about which program is in force.
+	c.cfg.Evaluator.Swap(prog)
+	c.lastProgram.Store(prog)
+	now := time.Now()
+	c.cfg.Metrics.SyncDuration.WithLabelValues(kind).Observe(now.Sub(start).Seconds())
+	c.cfg.Metrics.LastSuccessfulSync.Set(float64(now.Unix()))
+	if !observed.IsZero() {
+		c.cfg.Metrics.ProgrammingLatency.Observe(now.Sub(observed).Seconds())
+	}
+	c.recordGauges(prog, rs)
+	c.reportProblems(ctx, prog)
+	c.lastSync.Store(now.UnixNano())
+	if !c.ready.Swap(true) {
+		log.Info("First sync committed", "policies", len(prog.Policies), "pods", len(prog.Pods), "operations", res.Operations, "duration", now.Sub(start))
+	}
+	log.V(2).Info("Synced", "kind", kind, "operations", res.Operations, "elementsAdded", res.ElementsAdded,
+		"elementsDeleted", res.ElementsDeleted, "chainsWritten", res.ChainsWritten, "chainsDeleted", res.ChainsDeleted,
+		"duration", now.Sub(start))
+	return nil
+}
+
+func (c *Controller) snapshot() (compile.Input, error) {
+	in := compile.Input{NodeName: c.cfg.NodeName, NodeIPs: c.cfg.NodeIPs}
+	var err error
+	if in.Pods, err = c.pods.List(labels.Everything()); err != nil {
+		return in, fmt.Errorf("listing pods: %w", err)
+	}
+	if in.Namespaces, err = c.nss.List(labels.Everything()); err != nil {
+		return in, fmt.Errorf("listing namespaces: %w", err)
+	}
+	if in.Policies, err = c.pols.List(labels.Everything()); err != nil {
+		return in, fmt.Errorf("listing network policies: %w", err)
+	}
+	return in, nil
+}
+
+func (c *Controller) recordGauges(prog *compile.Program, rs *compile.Ruleset) {
+	m := c.cfg.Metrics
+	m.ProgrammedPolicies.Set(float64(len(prog.Policies)))
+	n := 0
+	for i := range prog.Pods {
+		p := &prog.Pods[i]
+		if p.Local && (len(p.IngressPolicies) > 0 || len(p.EgressPolicies) > 0) {
+			n++
+		}
+	}
+	m.ProgrammedPods.Set(float64(n))
+	elems := 0
+	for _, s := range rs.Sets {
+		elems += len(s.Elements)
+	}
+	m.SetElements.Set(float64(elems))
+}
+
+// reportProblems logs, counts and emits an Event for each policy whose
+// problems changed since they were last reported.
+func (c *Controller) reportProblems(ctx context.Context, prog *compile.Program) {
+	log := c.cfg.Logger.WithName("policy")
+	current := map[string]string{}
+	invalid := 0
+	for i := range prog.Policies {
+		pol := &prog.Policies[i]
+		if len(pol.Problems) == 0 {
+			continue
+		}
+		invalid++
+		msgs := make([]string, len(pol.Problems))
+		for j, p := range pol.Problems {
+			msgs[j] = p.Field + ": " + p.Message
+		}
+		sort.Strings(msgs)
+		text := strings.Join(msgs, "; ")
+		current[pol.Key] = text
+		if c.reported[pol.Key] == text {
+			continue
+		}
+		c.cfg.Metrics.PolicyProblems.Add(float64(len(pol.Problems)))
+		log.Info("Invalid NetworkPolicy: the invalid parts allow nothing; the policy still isolates the pods it selects",
+			"policy", klog.KRef(pol.Namespace, pol.Name), "problems", text)
+		if c.cfg.Recorder != nil {
+			if np, err := c.pols.NetworkPolicies(pol.Namespace).Get(pol.Name); err == nil {
+				c.cfg.Recorder.Eventf(np, corev1.EventTypeWarning, "InvalidNetworkPolicy",
+					"nftpolicy on %s enforces this policy safely: invalid parts allow nothing: %s", c.cfg.NodeName, truncate(text, 900))
+			}
+		}
+	}
+	c.reported = current
+	c.cfg.Metrics.InvalidPolicies.Set(float64(invalid))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// PolicyObject is the type events are recorded on; exposed for tests.
+type PolicyObject = networkingv1.NetworkPolicy

@@ -1,0 +1,110 @@
+package controller
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the agent's Prometheus metrics. Create them once with
+// NewMetrics and register them with Register.
+type Metrics struct {
+	SyncDuration       *prometheus.HistogramVec
+	SyncFailures       prometheus.Counter
+	LastSuccessfulSync prometheus.Gauge
+	ProgrammingLatency prometheus.Histogram
+	ProgrammedPolicies prometheus.Gauge
+	ProgrammedPods     prometheus.Gauge
+	SetElements        prometheus.Gauge
+	InvalidPolicies    prometheus.Gauge
+	PolicyProblems     prometheus.Counter
+
+	QueueVerdicts    *prometheus.CounterVec
+	QueueDecision    prometheus.Histogram
+	QueueRuleVariant *prometheus.GaugeVec
+}
+
+// NewMetrics creates the metrics, unregistered.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		SyncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "nftpolicy_sync_duration_seconds", Help: "Time to compile and apply one sync, by kind (full or incremental).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"kind"}),
+		SyncFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nftpolicy_sync_failures_total", Help: "Syncs whose nftables transaction failed (the next sync is full).",
+		}),
+		LastSuccessfulSync: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nftpolicy_last_successful_sync_timestamp_seconds", Help: "Unix time of the last sync that committed.",
+		}),
+		ProgrammingLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "nftpolicy_programming_latency_seconds", Help: "From the first API change observed to the kernel commit that includes it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		ProgrammedPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nftpolicy_programmed_policies", Help: "NetworkPolicies in the applied program.",
+		}),
+		ProgrammedPods: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nftpolicy_programmed_local_pods", Help: "Local pods isolated by at least one policy in the applied program.",
+		}),
+		SetElements: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nftpolicy_programmed_set_elements", Help: "Elements in the table's sets and maps.",
+		}),
+		InvalidPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nftpolicy_invalid_policies", Help: "Policies with parts that could not be used as written (those parts allow nothing).",
+		}),
+		PolicyProblems: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nftpolicy_policy_problems_total", Help: "Problems found in policies, counted once per policy version.",
+		}),
+		QueueVerdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nftpolicy_queue_verdicts_total", Help: "Verdicts given to queued packets.",
+		}, []string{"verdict", "protocol", "family"}),
+		QueueDecision: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "nftpolicy_queue_decision_seconds", Help: "Time from reading a queued packet to sending its verdict.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 20),
+		}),
+		QueueRuleVariant: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nftpolicy_queue_rule_variant", Help: "1 for the queue rule variant in use (native or xt-compat).",
+		}, []string{"variant"}),
+	}
+}
+
+// Register adds every metric to the registerer.
+func (m *Metrics) Register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.SyncDuration, m.SyncFailures, m.LastSuccessfulSync, m.ProgrammingLatency,
+		m.ProgrammedPolicies, m.ProgrammedPods, m.SetElements, m.InvalidPolicies, m.PolicyProblems,
+		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ObserveVerdict implements the queue runtime's observer.
+func (m *Metrics) ObserveVerdict(allow bool, proto uint8, family uint8, d time.Duration) {
+	verdict := "denied"
+	if allow {
+		verdict = "allowed"
+	}
+	fam := "ipv4"
+	if family == 6 {
+		fam = "ipv6"
+	}
+	m.QueueVerdicts.WithLabelValues(verdict, protoLabel(proto), fam).Inc()
+	m.QueueDecision.Observe(d.Seconds())
+}
+
+func protoLabel(p uint8) string {
+	switch p {
+	case 6:
+		return "tcp"
+	case 17:
+		return "udp"
+	case 132:
+		return "sctp"
+	case 1, 58:
+		return "icmp"
+	}
+	return "other"
+}
