@@ -1,0 +1,808 @@
+// Package queue is the userspace half of nftpolicy's connection admission.
+//
+// The kernel decides most connections itself, with the sets and chains of the
+// private "inet nftpolicy" table. Only the first packet of a new connection
+// that the kernel cannot decide is sent with NFQUEUE to this package's
+// Runtime, which parses the packet headers, asks a Decider, and answers the
+// kernel with exactly one verdict:
+//
+//   - allow: NF_REPEAT with packet mark = (original mark | AllowMark);
+//   - deny: NF_DROP;
+//   - unparsable packet (or a panicking Decider): NF_ACCEPT when FailOpen,
+//     else NF_DROP, counted in Stats. NF_ACCEPT, not NF_REPEAT, so that such
+//     a connection is not remembered as allowed.
+//
+// With NF_REPEAT the packet re-enters the same nftables base chain from its
+// first rule, which must be (M = AllowMark, ^M its complement):
+//
+//	meta mark & M == M ct mark set ct mark | M meta mark set meta mark & ^M accept
+//	ct state established,related accept
+//	ct mark & M == M accept
+//	... the queue rule (jump to the chain of pkg/sets.InstallCompatQueueRule)
+//
+// The first rule copies the decision into the conntrack mark, removes the bit
+// from the packet mark again and accepts. The other mark bits (e.g.
+// kube-proxy's 0x4000) survive: a verdict mark replaces the whole skb mark, so
+// the Runtime sends the original mark back with M or-ed in. Later packets of
+// the connection, even while conntrack still calls it "new" (UDP before any
+// reply, TCP SYN retransmits), match "ct mark & M == M accept" and are never
+// queued again: one queued packet per connection. Verified on Linux 6.18:
+// nf_reinject() calls the hook function of the queueing base chain again for
+// NF_REPEAT, with the verdict's mark already on the skb (see
+// runtime_linux_test.go).
+//
+// If that first rule is missing (or uses another mark), the repeated packet
+// would be queued again, forever. The Runtime therefore answers NF_ACCEPT,
+// without asking the Decider, to a packet that arrives already carrying
+// AllowMark, logs the misconfiguration once and counts it (Stats.MarkLoops).
+//
+// The conntrack mark cannot be set directly with the verdict: that needs
+// CONFIG_NETFILTER_NETLINK_GLUE_CT, which some kernels lack and which then
+// silently ignores the attribute. The packet mark always works.
+//
+// Copy mode is "packet" with a small copy range (the headers only) and the
+// GSO flag, so that big GSO packets are neither segmented nor copied. With
+// FailOpen the kernel's NFQA_CFG_F_FAIL_OPEN flag is set too: packets that
+// do not fit in a full queue (or a full socket buffer) are accepted instead of
+// dropped. That is independent from the rule's "bypass" flag, which decides
+// what happens when no process is bound to the queue at all (see
+// pkg/sets.QueueRuleConfig).
+package queue
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	nfqueue "github.com/florianl/go-nfqueue/v2"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+	"golang.org/x/time/rate"
+	"k8s.io/klog/v2"
+)
+
+// Packet is what the Runtime knows about a queued packet: the addresses, the
+// transport protocol and, for TCP, UDP, UDP-Lite, SCTP and DCCP, the ports.
+// Ports are 0 for other protocols and for non-first fragments.
+type Packet struct {
+	// Family is 4 or 6.
+	Family uint8
+	Src    netip.Addr
+	Dst    netip.Addr
+	// Proto is the IP protocol number (after IPv6 extension headers).
+	Proto   uint8
+	SrcPort uint16
+	DstPort uint16
+}
+
+// Decider decides whether a new connection is allowed. It is called once per
+// queued packet, concurrently from several goroutines when more than one queue
+// is used, so it must be safe for concurrent use, and it must be fast and
+// never block: the kernel holds the packet (and every packet queued after it)
+// until the verdict. reason is logged for denials.
+type Decider interface {
+	Decide(p Packet) (allow bool, reason string)
+}
+
+// DeciderFunc adapts a function to the Decider interface.
+type DeciderFunc func(p Packet) (bool, string)
+
+// Decide calls f(p).
+func (f DeciderFunc) Decide(p Packet) (bool, string) { return f(p) }
+
+// Observer receives one call per verdict given for a parsed packet, with the
+// time the Decider took. It is called on the packet path: keep it cheap (a
+// Prometheus histogram Observe is fine).
+type Observer interface {
+	ObserveVerdict(allow bool, proto uint8, family uint8, d time.Duration)
+}
+
+// Defaults of RuntimeConfig.
+const (
+	DefaultQueues           = 1
+	DefaultMaxQueueLen      = 4096
+	DefaultCopyRange        = 128
+	DefaultDenyLogPerSecond = 10
+	DefaultDenyLogBurst     = 20
+	DefaultWriteTimeout     = time.Second
+)
+
+// RuntimeConfig configures a Runtime. Call Defaults to fill in zero fields.
+type RuntimeConfig struct {
+	// QueueNum is the first queue number.
+	QueueNum uint16
+	// Queues is the number of queues, QueueNum..QueueNum+Queues-1, one socket
+	// and one goroutine each (the rule fans out over them by CPU).
+	Queues uint16
+	// FailOpen sets the kernel's fail-open flag (accept what does not fit in
+	// the queue) and accepts packets that cannot be parsed. Without it these
+	// are dropped.
+	FailOpen bool
+	// MaxQueueLen is the kernel queue length per queue.
+	MaxQueueLen uint32
+	// CopyRange is how many bytes of each packet the kernel copies to us. It
+	// must cover the IP header, the IPv6 extension headers and 4 bytes of the
+	// transport header; a packet whose ports lie beyond it is unparsable.
+	CopyRange uint32
+	// AllowMark is the packet mark bit (or bits) owned by nftpolicy: allowed
+	// packets are re-injected with it set. Required.
+	AllowMark uint32
+	// NetNS, if not 0, is an fd of the network namespace in which the queue
+	// sockets are opened. With 0, they are opened in the network namespace of
+	// the thread that calls Run (lock the goroutine with runtime.LockOSThread
+	// and setns(2) before calling Run to use another one).
+	NetNS int
+	// ReadBuffer, if not 0, is the socket receive buffer size in bytes.
+	ReadBuffer int
+	// WriteTimeout bounds sending one verdict.
+	WriteTimeout time.Duration
+	// DenyLogPerSecond and DenyLogBurst rate-limit the log lines of denials.
+	DenyLogPerSecond float64
+	DenyLogBurst     int
+	// Logger logs denials at V(2) and errors. Zero means klog.Background().
+	Logger klog.Logger
+	// Observer, if not nil, is called for every verdict on a parsed packet.
+	Observer Observer
+}
+
+// Defaults returns c with its zero fields set to their defaults.
+func (c RuntimeConfig) Defaults() RuntimeConfig {
+	if c.Queues == 0 {
+		c.Queues = DefaultQueues
+	}
+	if c.MaxQueueLen == 0 {
+		c.MaxQueueLen = DefaultMaxQueueLen
+	}
+	if c.CopyRange == 0 {
+		c.CopyRange = DefaultCopyRange
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.DenyLogPerSecond == 0 {
+		c.DenyLogPerSecond = DefaultDenyLogPerSecond
+	}
+	if c.DenyLogBurst == 0 {
+		c.DenyLogBurst = DefaultDenyLogBurst
+	}
+	if c.Logger.GetSink() == nil {
+		c.Logger = klog.Background().WithName("nfqueue")
+	}
+	return c
+}
+
+// Validate checks c (after Defaults).
+func (c RuntimeConfig) Validate() error {
+	var errs []error
+	if c.Queues == 0 {
+		errs = append(errs, errors.New("queues must be at least 1"))
+	}
+	if uint32(c.QueueNum)+uint32(c.Queues)-1 > 0xffff {
+		errs = append(errs, fmt.Errorf("queues %d..%d exceed 65535", c.QueueNum, uint32(c.QueueNum)+uint32(c.Queues)-1))
+	}
+	if c.AllowMark == 0 {
+		errs = append(errs, errors.New("allowMark must not be 0"))
+	}
+	if c.CopyRange < 48 || c.CopyRange > 0xffff {
+		errs = append(errs, fmt.Errorf("copyRange %d out of range [48, 65535]", c.CopyRange))
+	}
+	if c.MaxQueueLen == 0 {
+		errs = append(errs, errors.New("maxQueueLen must not be 0"))
+	}
+	if c.DenyLogPerSecond < 0 || c.DenyLogBurst < 0 {
+		errs = append(errs, errors.New("deny log rate and burst must not be negative"))
+	}
+	if c.ReadBuffer < 0 || c.WriteTimeout < 0 {
+		errs = append(errs, errors.New("readBuffer and writeTimeout must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Runtime is the NFQUEUE loop. Create it with NewRuntime and start it once with
+// Run.
+type Runtime struct {
+	cfg     RuntimeConfig
+	decider Decider
+	log     klog.Logger
+	denyLog *rate.Limiter
+
+	started atomic.Bool
+	ready   chan struct{}
+	c       counters
+}
+
+// NewRuntime returns a Runtime for cfg (Defaults applied) and decider.
+func NewRuntime(cfg RuntimeConfig, decider Decider) (*Runtime, error) {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid nfqueue runtime config: %w", err)
+	}
+	if decider == nil {
+		return nil, errors.New("nil decider")
+	}
+	return &Runtime{
+		cfg:     cfg,
+		decider: decider,
+		log:     cfg.Logger,
+		denyLog: rate.NewLimiter(rate.Limit(cfg.DenyLogPerSecond), cfg.DenyLogBurst),
+		ready:   make(chan struct{}),
+	}, nil
+}
+
+// Config returns the effective configuration.
+func (r *Runtime) Config() RuntimeConfig { return r.cfg }
+
+// Ready is closed once every queue is bound and packets are being read.
+func (r *Runtime) Ready() <-chan struct{} { return r.ready }
+
+// Run opens and binds the queues, then answers packets until ctx is done (it
+// returns nil then) or a socket fails (it returns the error). The sockets are
+// opened before Run blocks, on the calling goroutine (see RuntimeConfig.NetNS).
+// Closing the sockets unbinds the queues: the rule's bypass flag then decides
+// whether queued traffic passes. Run may be called once.
+func (r *Runtime) Run(ctx context.Context) error {
+	if !r.started.CompareAndSwap(false, true) {
+		return errors.New("nfqueue runtime already started")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var queues []*nfqueue.Nfqueue
+	defer func() {
+		cancel()
+		for _, q := range queues {
+			_ = q.Close()
+		}
+	}()
+
+	flags := uint32(nfqueue.NfQaCfgFlagGSO)
+	if r.cfg.FailOpen {
+		flags |= nfqueue.NfQaCfgFlagFailOpen
+	}
+	fatal := make(chan error, int(r.cfg.Queues))
+	for i := uint16(0); i < r.cfg.Queues; i++ {
+		num := r.cfg.QueueNum + i
+		nf, err := nfqueue.Open(&nfqueue.Config{
+			NetNS:        r.cfg.NetNS,
+			NfQueue:      num,
+			MaxQueueLen:  r.cfg.MaxQueueLen,
+			MaxPacketLen: r.cfg.CopyRange,
+			Copymode:     nfqueue.NfQnlCopyPacket,
+			Flags:        flags,
+			AfFamily:     unix.AF_INET, // ignored by kernels >= 3.8: one socket gets IPv4 and IPv6
+			WriteTimeout: r.cfg.WriteTimeout,
+			Logger:       nfqLogger{r.log},
+		})
+		if err != nil {
+			return fmt.Errorf("opening nfqueue %d: %w", num, err)
+		}
+		queues = append(queues, nf)
+		// Overruns are handled by the kernel (drop, or accept with FailOpen);
+		// do not let them surface as ENOBUFS read errors.
+		if err := nf.SetOption(netlink.NoENOBUFS, true); err != nil {
+			r.log.V(2).Info("Cannot set NETLINK_NO_ENOBUFS", "queue", num, "err", err)
+		}
+		if r.cfg.ReadBuffer > 0 {
+			if err := nf.Con.SetReadBuffer(r.cfg.ReadBuffer); err != nil {
+				r.log.Info("Cannot set nfqueue socket read buffer", "queue", num, "err", err)
+			}
+		}
+		w := &worker{r: r, nf: nf, queue: num}
+		errfn := func(err error) int {
+			if ctx.Err() != nil {
+				return 1
+			}
+			var oe *netlink.OpError
+			if errors.As(err, &oe) && (oe.Timeout() || errors.Is(oe.Err, unix.ENOBUFS) || errors.Is(oe.Err, unix.EINTR)) {
+				r.c.receiveErrors.Add(1)
+				return 0
+			}
+			r.c.receiveErrors.Add(1)
+			fatal <- fmt.Errorf("reading nfqueue %d: %w", num, err)
+			return 1
+		}
+		if err := nf.RegisterWithErrorFunc(ctx, w.handle, errfn); err != nil {
+			return fmt.Errorf("binding nfqueue %d: %w", num, err)
+		}
+	}
+	r.log.Info("Listening on nfqueue", "first", r.cfg.QueueNum, "queues", r.cfg.Queues,
+		"failOpen", r.cfg.FailOpen, "allowMark", fmt.Sprintf("%#x", r.cfg.AllowMark))
+	close(r.ready)
+
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-fatal:
+		return err
+	}
+}
+
+type worker struct {
+	r     *Runtime
+	nf    *nfqueue.Nfqueue
+	queue uint16
+}
+
+func (w *worker) handle(a nfqueue.Attribute) int {
+	r := w.r
+	r.c.received.Add(1)
+	if a.PacketID == nil {
+		r.c.malformed.Add(1)
+		return 0
+	}
+	id := *a.PacketID
+	var mark uint32
+	if a.Mark != nil {
+		mark = *a.Mark
+	}
+	var payload []byte
+	if a.Payload != nil {
+		payload = *a.Payload
+	}
+
+	if mark&r.cfg.AllowMark == r.cfg.AllowMark {
+		// The packet already carries the allow bit: the ruleset did not
+		// consume it after NF_REPEAT (missing or different first rule, or
+		// another owner of the bit). Answering NF_REPEAT again would loop;
+		// the bit means a previous verdict allowed the packet, so accept.
+		if err := w.nf.SetVerdict(id, nfqueue.NfAccept); err != nil {
+			r.c.verdictErrors.Add(1)
+			return 0
+		}
+		if r.c.markLoops.Add(1) == 1 {
+			r.log.Error(nil, "Queued packet already carries the allow mark: the ruleset's first rule does not handle it; accepting such packets without a decision",
+				"queue", w.queue, "mark", fmt.Sprintf("%#x", mark), "allowMark", fmt.Sprintf("%#x", r.cfg.AllowMark))
+		}
+		return 0
+	}
+
+	p, err := ParsePacket(payload)
+	if err != nil {
+		w.failVerdict(id, &r.c.unparsableAccepted, &r.c.unparsableDropped)
+		if r.log.V(4).Enabled() {
+			r.log.V(4).Info("Unparsable queued packet", "queue", w.queue, "len", len(payload), "err", err)
+		}
+		return 0
+	}
+
+	start := time.Now()
+	allow, reason, ok := r.decide(p)
+	d := time.Since(start)
+	if !ok {
+		w.failVerdict(id, &r.c.panicsAccepted, &r.c.panicsDropped)
+		return 0
+	}
+	if allow {
+		err = w.nf.SetVerdictWithOption(id, nfqueue.NfRepeat, nfqueue.WithMark(mark|r.cfg.AllowMark))
+	} else {
+		err = w.nf.SetVerdict(id, nfqueue.NfDrop)
+	}
+	if err != nil {
+		r.c.verdictErrors.Add(1)
+		r.log.Error(err, "Cannot send nfqueue verdict", "queue", w.queue, "id", id)
+		return 0
+	}
+	r.c.count(allow, p.Family, p.Proto)
+	if o := r.cfg.Observer; o != nil {
+		o.ObserveVerdict(allow, p.Proto, p.Family, d)
+	}
+	if !allow {
+		r.logDenial(p, reason)
+	}
+	return 0
+}
+
+// failVerdict answers a packet that got no decision: accept without
+// remembering (NF_ACCEPT) when failing open, else drop.
+func (w *worker) failVerdict(id uint32, accepted, dropped *atomic.Uint64) {
+	v := nfqueue.NfDrop
+	if w.r.cfg.FailOpen {
+		v = nfqueue.NfAccept
+	}
+	if err := w.nf.SetVerdict(id, v); err != nil {
+		w.r.c.verdictErrors.Add(1)
+		w.r.log.Error(err, "Cannot send nfqueue verdict", "queue", w.queue, "id", id)
+		return
+	}
+	if v == nfqueue.NfAccept {
+		accepted.Add(1)
+	} else {
+		dropped.Add(1)
+	}
+}
+
+func (r *Runtime) decide(p Packet) (allow bool, reason string, ok bool) {
+	defer func() {
+		if e := recover(); e != nil {
+			ok = false
+			r.log.Error(fmt.Errorf("%v", e), "Decider panicked", "src", p.Src, "dst", p.Dst, "proto", p.Proto)
+		}
+	}()
+	allow, reason = r.decider.Decide(p)
+	return allow, reason, true
+}
+
+func (r *Runtime) logDenial(p Packet, reason string) {
+	v := r.log.V(2)
+	if !v.Enabled() {
+		return
+	}
+	if !r.denyLog.Allow() {
+		r.c.denyLogsSuppressed.Add(1)
+		return
+	}
+	v.Info("Denied new connection",
+		"family", p.Family,
+		"proto", ProtoName(p.Proto),
+		"src", netip.AddrPortFrom(p.Src, p.SrcPort).String(),
+		"dst", netip.AddrPortFrom(p.Dst, p.DstPort).String(),
+		"reason", reason,
+		"suppressedTotal", r.c.denyLogsSuppressed.Load())
+}
+
+// nfqLogger adapts a klog.Logger to go-nfqueue's Logger.
+type nfqLogger struct{ l klog.Logger }
+
+func (n nfqLogger) Debugf(format string, args ...interface{}) {
+	if n.l.V(5).Enabled() {
+		n.l.V(5).Info(fmt.Sprintf(format, args...))
+	}
+}
+
+func (n nfqLogger) Errorf(format string, args ...interface{}) {
+	// go-nfqueue also reports its normal shutdown through Errorf ("Stop
+	// receiving ...", "Could not unbind ..." once the socket is closed; the
+	// kernel unbinds a closed socket's queues itself). Read errors reach
+	// Run's error handler anyway.
+	v := n.l.V(2)
+	if strings.HasPrefix(format, "Stop receiving") || strings.HasPrefix(format, "Could not unbind") {
+		v = n.l.V(4)
+	}
+	if v.Enabled() {
+		v.Info(fmt.Sprintf(format, args...))
+	}
+}
+
+// ----------------------------------------------------------------------------
+// Counters
+
+// Protocol buckets of the verdict counters.
+const (
+	protoTCP = iota
+	protoUDP
+	protoSCTP
+	protoICMP
+	protoOther
+	numProtoBuckets
+)
+
+var protoBucketNames = [numProtoBuckets]string{"tcp", "udp", "sctp", "icmp", "other"}
+
+func protoBucket(p uint8) int {
+	switch p {
+	case unix.IPPROTO_TCP:
+		return protoTCP
+	case unix.IPPROTO_UDP, unix.IPPROTO_UDPLITE:
+		return protoUDP
+	case unix.IPPROTO_SCTP:
+		return protoSCTP
+	case unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6:
+		return protoICMP
+	}
+	return protoOther
+}
+
+// ProtoName returns a short name of an IP protocol number.
+func ProtoName(p uint8) string {
+	switch p {
+	case unix.IPPROTO_TCP:
+		return "tcp"
+	case unix.IPPROTO_UDP:
+		return "udp"
+	case unix.IPPROTO_UDPLITE:
+		return "udplite"
+	case unix.IPPROTO_SCTP:
+		return "sctp"
+	case unix.IPPROTO_DCCP:
+		return "dccp"
+	case unix.IPPROTO_ICMP:
+		return "icmp"
+	case unix.IPPROTO_ICMPV6:
+		return "icmpv6"
+	}
+	return strconv.Itoa(int(p))
+}
+
+type counters struct {
+	// [0 deny, 1 allow][0 IPv4, 1 IPv6][protocol bucket]
+	verdicts           [2][2][numProtoBuckets]atomic.Uint64
+	received           atomic.Uint64
+	malformed          atomic.Uint64
+	unparsableAccepted atomic.Uint64
+	unparsableDropped  atomic.Uint64
+	panicsAccepted     atomic.Uint64
+	panicsDropped      atomic.Uint64
+	verdictErrors      atomic.Uint64
+	receiveErrors      atomic.Uint64
+	denyLogsSuppressed atomic.Uint64
+	markLoops          atomic.Uint64
+}
+
+func (c *counters) count(allow bool, family, proto uint8) {
+	a, f := 0, 0
+	if allow {
+		a = 1
+	}
+	if family == 6 {
+		f = 1
+	}
+	c.verdicts[a][f][protoBucket(proto)].Add(1)
+}
+
+// VerdictCount is one verdict counter of a Stats snapshot.
+type VerdictCount struct {
+	Allow  bool
+	Family uint8  // 4 or 6
+	Proto  string // "tcp" (TCP), "udp" (UDP, UDP-Lite), "sctp", "icmp" (ICMP, ICMPv6), "other"
+	Count  uint64
+}
+
+// Stats is a snapshot of a Runtime's counters, all monotonic.
+type Stats struct {
+	// Received counts the packets read from the queues.
+	Received uint64
+	// Verdicts has the non-zero verdict counters of parsed packets.
+	Verdicts []VerdictCount
+	// Malformed counts queue messages without a packet id (no verdict possible).
+	Malformed uint64
+	// UnparsableAccepted/Dropped count packets that could not be parsed,
+	// answered by FailOpen.
+	UnparsableAccepted uint64
+	UnparsableDropped  uint64
+	// DeciderPanicsAccepted/Dropped count packets whose Decider panicked.
+	DeciderPanicsAccepted uint64
+	DeciderPanicsDropped  uint64
+	// VerdictErrors counts verdicts that could not be sent (the packet then
+	// stays queued until the socket closes).
+	VerdictErrors uint64
+	// ReceiveErrors counts socket read errors.
+	ReceiveErrors uint64
+	// DenyLogsSuppressed counts denials not logged because of the rate limit.
+	DenyLogsSuppressed uint64
+	// MarkLoops counts packets queued while already carrying AllowMark,
+	// accepted without a decision: the ruleset's first rule is missing or
+	// uses another mark (must stay 0).
+	MarkLoops uint64
+}
+
+// Allowed returns the number of allow verdicts.
+func (s Stats) Allowed() uint64 { return s.sum(true) }
+
+// Denied returns the number of deny verdicts.
+func (s Stats) Denied() uint64 { return s.sum(false) }
+
+func (s Stats) sum(allow bool) uint64 {
+	var n uint64
+	for _, v := range s.Verdicts {
+		if v.Allow == allow {
+			n += v.Count
+		}
+	}
+	return n
+}
+
+// Stats returns a snapshot of the counters.
+func (r *Runtime) Stats() Stats {
+	c := &r.c
+	s := Stats{
+		Received:              c.received.Load(),
+		Malformed:             c.malformed.Load(),
+		UnparsableAccepted:    c.unparsableAccepted.Load(),
+		UnparsableDropped:     c.unparsableDropped.Load(),
+		DeciderPanicsAccepted: c.panicsAccepted.Load(),
+		DeciderPanicsDropped:  c.panicsDropped.Load(),
+		VerdictErrors:         c.verdictErrors.Load(),
+		ReceiveErrors:         c.receiveErrors.Load(),
+		DenyLogsSuppressed:    c.denyLogsSuppressed.Load(),
+		MarkLoops:             c.markLoops.Load(),
+	}
+	for a := 0; a < 2; a++ {
+		for f := 0; f < 2; f++ {
+			for p := 0; p < numProtoBuckets; p++ {
+				if n := c.verdicts[a][f][p].Load(); n != 0 {
+					s.Verdicts = append(s.Verdicts, VerdictCount{Allow: a == 1, Family: uint8(4 + 2*f), Proto: protoBucketNames[p], Count: n})
+				}
+			}
+		}
+	}
+	return s
+}
+
+// ----------------------------------------------------------------------------
+// Kernel queue statistics
+
+// QueueStats is one line of /proc/net/netfilter/nfnetlink_queue: a queue
+// bound in the reading thread's network namespace.
+type QueueStats struct {
+	QueueNum uint16
+	// PeerPortID is the netlink port id of the bound socket.
+	PeerPortID uint32
+	// QueueTotal is the number of packets waiting for a verdict now.
+	QueueTotal uint32
+	CopyMode   uint8
+	CopyRange  uint32
+	// QueueDropped counts packets dropped because the queue was full.
+	QueueDropped uint32
+	// UserDropped counts packets dropped because the netlink socket buffer was
+	// full (the packet could not be sent to userspace).
+	UserDropped uint32
+	// IDSequence is the last packet id.
+	IDSequence uint32
+}
+
+// KernelQueueStatsPath is read by ReadKernelQueueStats. thread-self is used
+// because /proc/net follows the namespace of the main thread only.
+var KernelQueueStatsPath = "/proc/thread-self/net/netfilter/nfnetlink_queue"
+
+// ReadKernelQueueStats reads the kernel's statistics of the queues bound in
+// the network namespace of the calling thread. It returns an empty slice when
+// no queue is bound.
+func ReadKernelQueueStats() ([]QueueStats, error) {
+	f, err := os.Open(KernelQueueStatsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ParseKernelQueueStats(f)
+}
+
+// ParseKernelQueueStats parses the format of /proc/net/netfilter/nfnetlink_queue:
+// "queue_number peer_portid queue_total copy_mode copy_range queue_dropped
+// user_dropped id_sequence 1".
+func ParseKernelQueueStats(rd io.Reader) ([]QueueStats, error) {
+	out := []QueueStats{}
+	sc := bufio.NewScanner(rd)
+	line := 0
+	for sc.Scan() {
+		line++
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) < 8 {
+			return nil, fmt.Errorf("nfnetlink_queue line %d: %d fields, want at least 8", line, len(f))
+		}
+		var v [8]uint64
+		for i := range v {
+			bits := 32
+			if i == 0 {
+				bits = 16
+			} else if i == 3 {
+				bits = 8
+			}
+			n, err := strconv.ParseUint(f[i], 10, bits)
+			if err != nil {
+				return nil, fmt.Errorf("nfnetlink_queue line %d field %d: %w", line, i+1, err)
+			}
+			v[i] = n
+		}
+		out = append(out, QueueStats{
+			QueueNum: uint16(v[0]), PeerPortID: uint32(v[1]), QueueTotal: uint32(v[2]),
+			CopyMode: uint8(v[3]), CopyRange: uint32(v[4]), QueueDropped: uint32(v[5]),
+			UserDropped: uint32(v[6]), IDSequence: uint32(v[7]),
+		})
+	}
+	return out, sc.Err()
+}
+
+// ----------------------------------------------------------------------------
+// Packet parsing
+
+// Errors of ParsePacket.
+var (
+	ErrTruncated = errors.New("truncated packet")
+	ErrVersion   = errors.New("not an IPv4 or IPv6 packet")
+	ErrHeader    = errors.New("malformed IP header")
+	ErrExtHeader = errors.New("too many IPv6 extension headers")
+)
+
+// maxIPv6ExtHeaders bounds the extension header walk.
+const maxIPv6ExtHeaders = 8
+
+// ParsePacket parses the IPv4 or IPv6 header at the start of b, skips IPv6
+// extension headers (hop-by-hop, routing, fragment, destination options, AH)
+// and reads the ports of TCP, UDP, UDP-Lite, SCTP and DCCP. It does not
+// allocate. A non-first fragment has no transport header: it is returned with
+// the fragment's protocol and ports 0. Lengths are checked against len(b) only
+// (b is usually cut at the copy range), not against the IP total length.
+func ParsePacket(b []byte) (Packet, error) {
+	var p Packet
+	if len(b) < 1 {
+		return p, ErrTruncated
+	}
+	var off int
+	switch b[0] >> 4 {
+	case 4:
+		if len(b) < 20 {
+			return p, ErrTruncated
+		}
+		ihl := int(b[0]&0x0f) * 4
+		if ihl < 20 {
+			return p, ErrHeader
+		}
+		if len(b) < ihl {
+			return p, ErrTruncated
+		}
+		p.Family = 4
+		p.Proto = b[9]
+		p.Src = netip.AddrFrom4([4]byte(b[12:16]))
+		p.Dst = netip.AddrFrom4([4]byte(b[16:20]))
+		if binary.BigEndian.Uint16(b[6:8])&0x1fff != 0 {
+			return p, nil // non-first fragment
+		}
+		off = ihl
+	case 6:
+		if len(b) < 40 {
+			return p, ErrTruncated
+		}
+		p.Family = 6
+		p.Src = netip.AddrFrom16([16]byte(b[8:24]))
+		p.Dst = netip.AddrFrom16([16]byte(b[24:40]))
+		next := b[6]
+		off = 40
+		for i := 0; ; i++ {
+			var hlen int
+			switch next {
+			case unix.IPPROTO_HOPOPTS, unix.IPPROTO_ROUTING, unix.IPPROTO_DSTOPTS:
+				if len(b) < off+2 {
+					return p, ErrTruncated
+				}
+				hlen = (int(b[off+1]) + 1) * 8
+			case unix.IPPROTO_AH:
+				if len(b) < off+2 {
+					return p, ErrTruncated
+				}
+				hlen = (int(b[off+1]) + 2) * 4
+			case unix.IPPROTO_FRAGMENT:
+				if len(b) < off+8 {
+					return p, ErrTruncated
+				}
+				if binary.BigEndian.Uint16(b[off+2:off+4])&^7 != 0 {
+					p.Proto = b[off] // non-first fragment
+					return p, nil
+				}
+				hlen = 8
+			default:
+				p.Proto = next
+				goto l4
+			}
+			if i == maxIPv6ExtHeaders {
+				return p, ErrExtHeader
+			}
+			if len(b) < off+hlen {
+				return p, ErrTruncated
+			}
+			next = b[off]
+			off += hlen
+		}
+	default:
+		return p, ErrVersion
+	}
+l4:
+	switch p.Proto {
+	case unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_UDPLITE, unix.IPPROTO_SCTP, unix.IPPROTO_DCCP:
+		if len(b) < off+4 {
+			return p, ErrTruncated
+		}
+		p.SrcPort = binary.BigEndian.Uint16(b[off : off+2])
+		p.DstPort = binary.BigEndian.Uint16(b[off+2 : off+4])
+	}
+	return p, nil
+}

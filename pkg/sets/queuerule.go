@@ -1,0 +1,340 @@
+package sets
+
+// How the NFQUEUE statement is expressed in nftpolicy's table.
+//
+// Kernels with CONFIG_NFT_QUEUE have the native nft "queue" expression, which
+// the nft binary (and so knftables) can write as text. Kernels without it
+// (CONFIG_NFT_QUEUE off) still have the xtables NFQUEUE target, usable from
+// nftables through nft_compat (CONFIG_NFT_COMPAT, CONFIG_NETFILTER_XT_TARGET_NFQUEUE),
+// the way iptables-nft uses it. The nft binary cannot write an xt target as
+// text, so on such kernels the queue rule is written over netlink with
+// github.com/google/nftables, alone in a dedicated regular chain that the
+// knftables-managed chains jump to.
+//
+// Findings on Linux 6.18 / nft 1.0.6 (see pkg/queue/runtime_linux_test.go):
+//
+//   - An xt NFQUEUE target (revision 3) works in an "inet" family table:
+//     the rule is accepted, and IPv4 and IPv6 packets are queued to the
+//     configured queue numbers with the bypass and CPU fanout flags honoured.
+//     No ip/ip6 family table is needed.
+//   - "nft list ruleset" shows the rule translated by libxtables as
+//     "queue num 3-4 bypass,fanout" (old native syntax!) and prints, on
+//     stderr, "# Warning: table inet nftpolicy is managed by iptables-nft, do
+//     not touch!" and "libxtables: unhandled NFPROTO in xtables_set_nfproto".
+//     The text is therefore not a faithful dump: feeding it back to "nft -f"
+//     asks for the native expression, which fails without CONFIG_NFT_QUEUE.
+//     "nft --json list ruleset" shows {"xt": {"type": "target", "name":
+//     "NFQUEUE"}} without the queue numbers.
+//   - nft transactions ("nft -f", as knftables runs them) that add, flush or
+//     delete OTHER chains, sets and maps of the same table work while the xt
+//     rule exists, and leave it alone. A transaction that flushes or deletes
+//     the dedicated chain or the table removes the rule: reinstall it after
+//     such a transaction (CheckCompatQueueRule tells whether it is in place).
+//     knftables ignores nft's stderr on success, so the warnings are harmless.
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"github.com/google/nftables/xt"
+	"golang.org/x/sys/unix"
+)
+
+// QueueVariant is the way the kernel lets a rule queue packets.
+type QueueVariant int
+
+const (
+	// QueueVariantUnknown is returned with an error.
+	QueueVariantUnknown QueueVariant = iota
+	// QueueVariantNative is the nft "queue" expression (CONFIG_NFT_QUEUE):
+	// write NativeQueueStatement in the ruleset text.
+	QueueVariantNative
+	// QueueVariantXTCompat is the xtables NFQUEUE target through nft_compat:
+	// install it with InstallCompatQueueRule.
+	QueueVariantXTCompat
+)
+
+func (v QueueVariant) String() string {
+	switch v {
+	case QueueVariantNative:
+		return "native"
+	case QueueVariantXTCompat:
+		return "xt-compat"
+	}
+	return "unknown"
+}
+
+// xt_NFQUEUE flags (include/uapi/linux/netfilter/xt_NFQUEUE.h).
+const (
+	nfqFlagBypass    = 0x01
+	nfqFlagCPUFanout = 0x02
+)
+
+// QueueRuleConfig describes the queue rule.
+type QueueRuleConfig struct {
+	// QueueNum is the first queue number.
+	QueueNum uint16
+	// Queues is the number of queues, QueueNum..QueueNum+Queues-1; 0 means 1.
+	Queues uint16
+	// Bypass accepts packets (continues with the next hook) while no process
+	// is bound to the queue, instead of dropping them: fail-open when the
+	// userspace evaluator is down.
+	Bypass bool
+	// Fanout chooses the queue by CPU instead of by flow hash. It only applies
+	// when Queues > 1.
+	Fanout bool
+	// Counter adds a counter before the target (queued packets) to the compat
+	// rule.
+	Counter bool
+	// Comment is the compat rule's comment (shown by nft), if not empty.
+	Comment string
+	// Family is the table family of the compat rule; 0 means inet.
+	Family nftables.TableFamily
+}
+
+func (c QueueRuleConfig) queues() uint16 {
+	if c.Queues == 0 {
+		return 1
+	}
+	return c.Queues
+}
+
+func (c QueueRuleConfig) family() nftables.TableFamily {
+	if c.Family == 0 {
+		return nftables.TableFamilyINet
+	}
+	return c.Family
+}
+
+// Validate checks the queue range and comment.
+func (c QueueRuleConfig) Validate() error {
+	if last := uint32(c.QueueNum) + uint32(c.queues()) - 1; last > 0xffff {
+		return fmt.Errorf("queue range %d-%d exceeds 65535", c.QueueNum, last)
+	}
+	if len(c.Comment) > 128 {
+		return errors.New("comment longer than 128 bytes")
+	}
+	return nil
+}
+
+// NativeQueueStatement returns the nft statement for kernels with the native
+// queue expression, e.g. "queue flags bypass,fanout to 0-1" or "queue to 3".
+// nft 1.0.6 parses this syntax (and the older "queue num 0-1 bypass,fanout").
+func NativeQueueStatement(cfg QueueRuleConfig) string {
+	var flags []string
+	if cfg.Bypass {
+		flags = append(flags, "bypass")
+	}
+	n := cfg.queues()
+	if cfg.Fanout && n > 1 {
+		flags = append(flags, "fanout")
+	}
+	var b strings.Builder
+	b.WriteString("queue")
+	if len(flags) > 0 {
+		b.WriteString(" flags ")
+		b.WriteString(strings.Join(flags, ","))
+	}
+	if n > 1 {
+		fmt.Fprintf(&b, " to %d-%d", cfg.QueueNum, uint32(cfg.QueueNum)+uint32(n)-1)
+	} else {
+		fmt.Fprintf(&b, " to %d", cfg.QueueNum)
+	}
+	return b.String()
+}
+
+// compatInfo is struct xt_NFQ_info_v3 {__u16 queuenum, queues_total, flags}
+// in host byte order, padded to XT_ALIGN (8 bytes) as the kernel checks.
+func compatInfo(cfg QueueRuleConfig) []byte {
+	info := make([]byte, 8)
+	var flags uint16
+	if cfg.Bypass {
+		flags |= nfqFlagBypass
+	}
+	if cfg.Fanout && cfg.queues() > 1 {
+		flags |= nfqFlagCPUFanout
+	}
+	binary.NativeEndian.PutUint16(info[0:2], cfg.QueueNum)
+	binary.NativeEndian.PutUint16(info[2:4], cfg.queues())
+	binary.NativeEndian.PutUint16(info[4:6], flags)
+	return info
+}
+
+// CompatQueueExprs returns the expressions of the compat queue rule: an
+// optional counter and the xt NFQUEUE target, revision 3.
+func CompatQueueExprs(cfg QueueRuleConfig) []expr.Any {
+	info := xt.Unknown(compatInfo(cfg))
+	var exprs []expr.Any
+	if cfg.Counter {
+		exprs = append(exprs, &expr.Counter{})
+	}
+	return append(exprs, &expr.Target{Name: "NFQUEUE", Rev: 3, Info: &info})
+}
+
+// InstallCompatQueueRule makes the regular chain table/chain hold exactly the
+// compat queue rule, in one netlink batch: add the chain (a no-op when it
+// exists), flush it, add the rule. The table must exist. conn decides the
+// network namespace (nftables.New(nftables.WithNetNSFd(fd))).
+//
+// The chain must be a regular chain jumped to from the base chain whose first
+// rule handles the allow mark (see pkg/queue): NF_REPEAT re-runs the base
+// chain. Never put it in a base chain of its own, where a repeated packet
+// would be queued again.
+func InstallCompatQueueRule(conn *nftables.Conn, table, chain string, cfg QueueRuleConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	t := &nftables.Table{Family: cfg.family(), Name: table}
+	c := &nftables.Chain{Table: t, Name: chain}
+	conn.AddChain(c)
+	conn.FlushChain(c)
+	r := &nftables.Rule{Table: t, Chain: c, Exprs: CompatQueueExprs(cfg)}
+	if cfg.Comment != "" {
+		r.UserData = userdata.AppendString(nil, userdata.TypeComment, cfg.Comment)
+	}
+	conn.AddRule(r)
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("installing xt NFQUEUE rule in table %s chain %s (family %d): %w", table, chain, cfg.family(), err)
+	}
+	return nil
+}
+
+// CheckCompatQueueRule reports whether table/chain holds exactly one rule,
+// the compat queue rule of cfg (e.g. after a knftables transaction that may
+// have flushed the chain). A missing table or chain is reported as false
+// with the error.
+func CheckCompatQueueRule(conn *nftables.Conn, table, chain string, cfg QueueRuleConfig) (bool, error) {
+	t := &nftables.Table{Family: cfg.family(), Name: table}
+	rules, err := conn.GetRules(t, &nftables.Chain{Table: t, Name: chain})
+	if err != nil {
+		return false, err
+	}
+	if len(rules) != 1 {
+		return false, nil
+	}
+	want := compatInfo(cfg)
+	for _, e := range rules[0].Exprs {
+		tg, ok := e.(*expr.Target)
+		if !ok || tg.Name != "NFQUEUE" || tg.Rev != 3 {
+			continue
+		}
+		if info, ok := tg.Info.(*xt.Unknown); ok && len(*info) >= 6 && bytes.Equal((*info)[:6], want[:6]) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// ErrNoQueueSupport is returned by ProbeQueueVariant when neither variant
+// works.
+var ErrNoQueueSupport = errors.New("kernel supports neither the nft queue expression nor the xt NFQUEUE target")
+
+// NFTBinary is the nft command used by ProbeQueueVariant.
+var NFTBinary = "nft"
+
+// ProbeQueueVariant finds out how this kernel can queue packets. It first
+// checks ("nft -c", which talks to the kernel but commits nothing) a native
+// "queue" rule in a throwaway inet table definition; if the kernel lacks the
+// expression, it creates an inet table with an xt NFQUEUE rule. Both probes
+// run in a private network namespace created for the probe (so it needs
+// CAP_SYS_ADMIN besides CAP_NET_ADMIN) and never touch the caller's ruleset.
+// A syntax error of nft (too old a binary) is an error, not a missing feature.
+func ProbeQueueVariant(ctx context.Context) (QueueVariant, error) {
+	type result struct {
+		v   QueueVariant
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread is never unlocked: it ends with this goroutine, and the
+		// private network namespace with it.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("creating a network namespace for the queue probe: %w", err)}
+			return
+		}
+		v, err := probeInThreadNetNS(ctx)
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return QueueVariantUnknown, ctx.Err()
+	}
+}
+
+// probeInThreadNetNS runs on a locked thread: exec'd children and the netlink
+// socket (opened through the thread's namespace fd) use its namespace.
+func probeInThreadNetNS(ctx context.Context) (QueueVariant, error) {
+	native, err := ProbeNativeQueue(ctx)
+	if err != nil {
+		return QueueVariantUnknown, err
+	}
+	if native {
+		return QueueVariantNative, nil
+	}
+	ns, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return QueueVariantUnknown, err
+	}
+	defer ns.Close()
+	conn, err := nftables.New(nftables.WithNetNSFd(int(ns.Fd())))
+	if err != nil {
+		return QueueVariantUnknown, err
+	}
+	t := conn.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "nftpolicy-probe"})
+	conn.AddChain(&nftables.Chain{
+		Table: t, Name: "probe", Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
+	})
+	if err := conn.Flush(); err != nil {
+		return QueueVariantUnknown, fmt.Errorf("creating the probe table: %w", err)
+	}
+	if err := InstallCompatQueueRule(conn, "nftpolicy-probe", "queue", QueueRuleConfig{QueueNum: 0, Queues: 2, Bypass: true, Fanout: true}); err != nil {
+		return QueueVariantUnknown, fmt.Errorf("%w: %v", ErrNoQueueSupport, err)
+	}
+	conn.DelTable(t)
+	_ = conn.Flush()
+	return QueueVariantXTCompat, nil
+}
+
+// ProbeNativeQueue checks with "nft -c" whether the kernel has the native
+// queue expression, in the network namespace of the calling thread (nothing
+// is committed). It returns false, nil when the kernel lacks the expression
+// ("No such file or directory" / "Operation not supported" from the kernel)
+// and an error for anything else, e.g. a syntax error of the nft binary.
+func ProbeNativeQueue(ctx context.Context) (bool, error) {
+	def := "table inet nftpolicy-probe {\n" +
+		"\tchain probe {\n" +
+		"\t\ttype filter hook forward priority 0; policy accept;\n" +
+		"\t\t" + NativeQueueStatement(QueueRuleConfig{QueueNum: 0, Queues: 2, Bypass: true, Fanout: true}) + "\n" +
+		"\t}\n}\n"
+	cmd := exec.CommandContext(ctx, NFTBinary, "-c", "-f", "-")
+	cmd.Stdin = strings.NewReader(def)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if err == nil {
+		return true, nil
+	}
+	msg := stderr.String()
+	switch {
+	case strings.Contains(msg, "syntax error"):
+		return false, fmt.Errorf("nft cannot parse the queue statement: %s", strings.TrimSpace(msg))
+	case strings.Contains(msg, "Could not process rule") &&
+		(strings.Contains(msg, "No such file or directory") || strings.Contains(msg, "Operation not supported")):
+		return false, nil
+	}
+	return false, fmt.Errorf("nft -c: %v: %s", err, strings.TrimSpace(msg))
+}
