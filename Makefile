@@ -1,0 +1,59 @@
+# nftpolicy make targets. `make test` is what CI runs (.ci/run).
+SHELL := /bin/bash
+GO ?= go
+BIN := _output/bin/nftpolicy
+SEEDS ?= 1-60
+LONG_SEEDS ?= 1-500
+
+.PHONY: all build test test-unit vet tools deps demo bench bench-quick diff diff-long conformance image clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/nftpolicy
+
+deps:
+	bash hack/deps.sh
+
+tools:
+	bash hack/tools.sh
+
+vet:
+	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+
+# Unit tests only: no root, no tools.
+test-unit:
+	$(GO) test ./pkg/... ./cmd/...
+
+# Everything: unit, real-kernel (root, network namespaces), real API server,
+# end-to-end, and the differential check over a fixed seed range.
+test: deps tools vet build
+	NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout 40m ./...
+	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
+	bash hack/diff.sh --seeds 1-20 --mode queue
+
+diff:
+	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
+
+diff-long:
+	bash hack/diff.sh --seeds $(LONG_SEEDS) --mode hybrid
+	bash hack/diff.sh --seeds 1-100 --mode queue
+
+demo: deps tools build
+	bash hack/demo.sh
+
+bench: deps tools build
+	bash hack/bench.sh
+
+bench-quick: deps tools build
+	bash hack/bench.sh --quick
+
+conformance: deps build
+	bash hack/conformance.sh
+
+image: build
+	bash hack/image.sh
+
+clean:
+	rm -rf _output

@@ -1,0 +1,15 @@
+// Package sets owns what the kernel has: it applies desired rulesets of the
+// nftpolicy table with knftables, one transaction per sync.
+//
+// The first sync (and any sync after a failure) is full: every chain and
+// set of the table is flushed and refilled, stale ones deleted, in one
+// transaction; the table itself is never deleted, so enforcement has no
+// gap and packets waiting in NFQUEUE are not dropped. Later syncs diff the
+// desired ruleset against the one last applied and write only the changes:
+// pod churn becomes set and map element changes, an edited policy refills
+// its own chains. Big sets are never listed from the kernel on this path.
+//
+// It also holds the queue rule variants: the native nft queue statement and,
+// for kernels without CONFIG_NFT_QUEUE, the xtables NFQUEUE target installed
+// over netlink (nft cannot write it).
+package sets
