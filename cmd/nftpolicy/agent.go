@@ -86,6 +86,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return exitOK
 		}
+		fmt.Fprintf(stderr, "nftpolicy: %v\n", err)
+		fs.Usage()
 		return exitBadInput
 	}
 	if err := logsapi.ValidateAndApply(o.logs, nil); err != nil {

@@ -53,6 +53,8 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return exitOK
 		}
+		fmt.Fprintf(stderr, "nftpolicy: %v\n", err)
+		fs.Usage()
 		return exitBadInput
 	}
 	if *node == "" {

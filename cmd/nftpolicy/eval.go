@@ -64,6 +64,8 @@ func runEval(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return exitOK
 		}
+		fmt.Fprintf(stderr, "nftpolicy: %v\n", err)
+		fs.Usage()
 		return exitBadInput
 	}
 	s, code := loadScenario(*scenario, stderr)

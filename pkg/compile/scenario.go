@@ -1,7 +1,6 @@
 package compile
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	kjson "sigs.k8s.io/json"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,10 +113,14 @@ func ParseScenario(data []byte) (*Scenario, error) {
 	if err != nil {
 		return nil, &ScenarioError{fmt.Errorf("parsing: %w", err)}
 	}
-	dec := json.NewDecoder(bytes.NewReader(jsonData))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
+	// Strict and case-sensitive, as kubectl decodes: "podselector" is an
+	// unknown field, not podSelector.
+	strictErrs, err := kjson.UnmarshalStrict(jsonData, &s)
+	if err != nil {
 		return nil, &ScenarioError{fmt.Errorf("decoding: %w", err)}
+	}
+	if len(strictErrs) > 0 {
+		return nil, &ScenarioError{fmt.Errorf("decoding: %w", errors.Join(strictErrs...))}
 	}
 	if err := s.validate(); err != nil {
 		return nil, &ScenarioError{err}

@@ -32,7 +32,7 @@ func (p *problems) parseSelector(path *field.Path, sel *metav1.LabelSelector) (l
 	errs := metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, path)
 	if len(errs) > 0 {
 		for _, e := range errs {
-			p.add(path, "%s", strings.TrimPrefix(e.Error(), path.String()+": "))
+			p.list = append(p.list, Problem{Policy: p.policy, Field: e.Field, Message: e.ErrorBody()})
 		}
 		return nil, false
 	}
