@@ -9,11 +9,11 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
-	kjson "sigs.k8s.io/json"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	kjson "sigs.k8s.io/json"
 )
 
 // Scenario is a small cluster, its NetworkPolicies and connections to try,

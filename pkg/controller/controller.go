@@ -110,8 +110,9 @@ type Controller struct {
 	firstUnsynced time.Time
 
 	ready       atomic.Bool
-	lastSync    atomic.Int64 // unix nanoseconds of the last successful sync
-	lastLoop    atomic.Int64 // unix nanoseconds the loop last ran or waited
+	lastSync    atomic.Int64  // unix nanoseconds of the last successful sync
+	lastInputs  atomic.Uint64 // InputsFingerprint of the last successful sync
+	lastLoop    atomic.Int64  // unix nanoseconds the loop last ran or waited
 	reported    map[string]string
 	lastProgram atomic.Pointer[compile.Program]
 }
@@ -181,6 +182,10 @@ func (c *Controller) Healthy(within time.Duration) bool {
 
 // LastSync is the time of the last successful sync.
 func (c *Controller) LastSync() time.Time { return time.Unix(0, c.lastSync.Load()) }
+
+// SyncedInputs is the InputsFingerprint of the objects the last successful
+// sync was compiled from; 0 before the first.
+func (c *Controller) SyncedInputs() uint64 { return c.lastInputs.Load() }
 
 // Program returns the program of the last successful sync.
 func (c *Controller) Program() *compile.Program { return c.lastProgram.Load() }
@@ -273,6 +278,7 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 		restore()
 		return err
 	}
+	inputs := InputsFingerprint(in)
 	prog := compile.Build(in)
 	rs, err := compile.Render(prog, c.cfg.Render)
 	if err != nil {
@@ -296,6 +302,8 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	now := time.Now()
 	c.cfg.Metrics.SyncDuration.WithLabelValues(kind).Observe(now.Sub(start).Seconds())
 	c.cfg.Metrics.LastSuccessfulSync.Set(float64(now.Unix()))
+	c.cfg.Metrics.SyncedInputs.Set(float64(inputs))
+	c.lastInputs.Store(inputs)
 	if !observed.IsZero() {
 		c.cfg.Metrics.ProgrammingLatency.Observe(now.Sub(observed).Seconds())
 	}

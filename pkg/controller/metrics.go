@@ -12,6 +12,7 @@ type Metrics struct {
 	SyncDuration       *prometheus.HistogramVec
 	SyncFailures       prometheus.Counter
 	LastSuccessfulSync prometheus.Gauge
+	SyncedInputs       prometheus.Gauge
 	ProgrammingLatency prometheus.Histogram
 	ProgrammedPolicies prometheus.Gauge
 	ProgrammedPods     prometheus.Gauge
@@ -36,6 +37,10 @@ func NewMetrics() *Metrics {
 		}),
 		LastSuccessfulSync: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nftpolicy_last_successful_sync_timestamp_seconds", Help: "Unix time of the last sync that committed.",
+		}),
+		SyncedInputs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nftpolicy_last_synced_inputs_fingerprint",
+			Help: "Fingerprint (controller.InputsFingerprint, 48 bits) of the Pods, Namespaces and NetworkPolicies, with their resourceVersions, that the last committed sync was compiled from. It equals the fingerprint of the API's current objects once every change is in force.",
 		}),
 		ProgrammingLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "nftpolicy_programming_latency_seconds", Help: "From the first API change observed to the kernel commit that includes it.",
@@ -71,7 +76,7 @@ func NewMetrics() *Metrics {
 
 // Register adds every metric to the registerer.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.SyncDuration, m.SyncFailures, m.LastSuccessfulSync, m.ProgrammingLatency,
+	for _, c := range []prometheus.Collector{m.SyncDuration, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency,
 		m.ProgrammedPolicies, m.ProgrammedPods, m.SetElements, m.InvalidPolicies, m.PolicyProblems,
 		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant} {
 		if err := r.Register(c); err != nil {
