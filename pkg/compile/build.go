@@ -466,6 +466,10 @@ func (b *builder) selectorPeer(pr *problems, path *field.Path, ns string, peer n
 		}
 		sort.Slice(members, func(i, j int) bool { return members[i] < members[j] })
 	}
+	for _, pid := range members {
+		// Selector IDs grow as selectors are created: each list stays sorted.
+		b.prog.Pods[pid].MemberOf = append(b.prog.Pods[pid].MemberOf, id)
+	}
 	b.prog.Selectors = append(b.prog.Selectors, Selector{Key: key, Description: desc, Members: members})
 	return id, true
 }

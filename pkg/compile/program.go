@@ -104,6 +104,10 @@ type Pod struct {
 	// pod when it was built for no node). Only local pods are enforced.
 	Local bool
 	Ports []ContainerPort
+	// MemberOf lists, sorted, the selector peer sets the pod belongs to:
+	// one short contiguous slice per pod keeps the evaluator's peer checks
+	// to a cache line or two.
+	MemberOf []SelectorID
 
 	// IngressPolicies and EgressPolicies list, in program order, the
 	// policies that select this pod and isolate it in that direction.
@@ -113,6 +117,29 @@ type Pod struct {
 	// pod's traffic matches no rule (empty when not isolated).
 	IngressDenied string
 	EgressDenied  string
+}
+
+// InSelector reports whether the pod belongs to the selector peer set.
+func (p *Pod) InSelector(id SelectorID) bool {
+	m := p.MemberOf
+	if len(m) <= 16 {
+		for _, x := range m {
+			if x == id {
+				return true
+			}
+		}
+		return false
+	}
+	lo, hi := 0, len(m)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if m[mid] < id {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo < len(m) && m[lo] == id
 }
 
 // NamedPort resolves a named port on the pod: the number of the container

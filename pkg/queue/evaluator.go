@@ -77,7 +77,7 @@ func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, p
 	case dstPod == nil && p.IsNodeIP(dst):
 		v.EgressReason = ReasonNodeTraffic
 	default:
-		v.Egress, v.EgressReason = decide(p, srcPod, compile.Egress, srcID, srcIsPod, src, dstPod, dst, proto, port)
+		v.Egress, v.EgressReason = decide(p, srcPod, compile.Egress, dstPod, dst, dstPod, proto, port)
 	}
 
 	// Ingress of the destination pod.
@@ -89,23 +89,21 @@ func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, p
 	case srcPod == nil && p.IsNodeIP(src):
 		v.IngressReason = ReasonNodeTraffic
 	default:
-		v.Ingress, v.IngressReason = decide(p, dstPod, compile.Ingress, srcID, srcIsPod, src, dstPod, dst, proto, port)
+		v.Ingress, v.IngressReason = decide(p, dstPod, compile.Ingress, srcPod, src, dstPod, proto, port)
 	}
 	v.Allowed = v.Egress && v.Ingress
 	return v
 }
 
-// decide runs the rules of every policy isolating pod in direction d; the
-// remote end is the source for ingress and the destination for egress.
+// decide runs the rules of every policy isolating pod in direction d
+// against the remote end (a pod or nil, and its address): the source for
+// ingress, the destination for egress.
 func decide(p *compile.Program, pod *compile.Pod, d compile.Direction,
-	srcID compile.PodID, srcIsPod bool, src netip.Addr, dstPod *compile.Pod, dst netip.Addr,
+	remotePod *compile.Pod, remote netip.Addr, dstPod *compile.Pod,
 	proto compile.Protocol, port uint16) (bool, string) {
 	ids, denied := pod.IngressPolicies, pod.IngressDenied
-	remoteID, remoteIsPod, remote := srcID, srcIsPod, src
 	if d == compile.Egress {
 		ids, denied = pod.EgressPolicies, pod.EgressDenied
-		remote = dst
-		remoteID, remoteIsPod = p.PodByIP(dst)
 	}
 	for _, pid := range ids {
 		rules := p.Policies[pid].Rules(d)
@@ -114,7 +112,7 @@ func decide(p *compile.Program, pod *compile.Pod, d compile.Direction,
 			if r.Disabled {
 				continue
 			}
-			if !peerMatches(p, r, remoteID, remoteIsPod, remote) {
+			if !peerMatches(r, remotePod, remote) {
 				continue
 			}
 			if portMatches(r, dstPod, proto, port) {
@@ -125,13 +123,13 @@ func decide(p *compile.Program, pod *compile.Pod, d compile.Direction,
 	return false, denied
 }
 
-func peerMatches(p *compile.Program, r *compile.Rule, id compile.PodID, isPod bool, ip netip.Addr) bool {
+func peerMatches(r *compile.Rule, remotePod *compile.Pod, ip netip.Addr) bool {
 	if r.AllPeers {
 		return true
 	}
-	if isPod {
+	if remotePod != nil {
 		for _, s := range r.Selectors {
-			if p.Selectors[s].Contains(id) {
+			if remotePod.InSelector(s) {
 				return true
 			}
 		}
