@@ -32,8 +32,52 @@ type Input struct {
 // policies are reported in Program.Problems and the offending parts allow
 // nothing. Build is pure and deterministic: the same input gives the same
 // program whatever the order of its slices.
-func Build(in Input) *Program {
+func Build(in Input) *Program { return BuildCached(in, nil) }
+
+// Cache keeps per-object work (parsed pod addresses and ports) between
+// builds. Informers hand out the same pointer for an unchanged object, so a
+// pod parsed once is not parsed again. A nil *Cache is valid and caches
+// nothing. Not safe for concurrent builds.
+type Cache struct {
+	pods map[*corev1.Pod]*parsedPod
+}
+
+// NewCache returns an empty cache.
+func NewCache() *Cache { return &Cache{pods: map[*corev1.Pod]*parsedPod{}} }
+
+type parsedPod struct {
+	key   string
+	ips   []netip.Addr
+	ports []ContainerPort
+	ok    bool
+}
+
+func (c *Cache) parse(p *corev1.Pod, next map[*corev1.Pod]*parsedPod) *parsedPod {
+	if c != nil {
+		if pp, ok := c.pods[p]; ok {
+			next[p] = pp
+			return pp
+		}
+	}
+	pp := &parsedPod{key: p.Namespace + "/" + p.Name}
+	if eligible(p) {
+		pp.ips = podIPs(p)
+		pp.ok = len(pp.ips) > 0
+		if pp.ok {
+			pp.ports = containerPorts(p)
+		}
+	}
+	if c != nil {
+		next[p] = pp
+	}
+	return pp
+}
+
+// BuildCached is Build with a cache of per-object work; the result is the
+// same as Build's.
+func BuildCached(in Input, cache *Cache) *Program {
 	b := newBuilder(in)
+	b.cache = cache
 	b.buildPods(in.Pods)
 	pols := append([]*networkingv1.NetworkPolicy(nil), in.Policies...)
 	sort.Slice(pols, func(i, j int) bool { return policyKey(pols[i]) < policyKey(pols[j]) })
@@ -55,6 +99,7 @@ type builder struct {
 	byNS     map[string][]PodID
 	sels     map[string]SelectorID
 	nsMatch  map[string][]string
+	cache    *Cache
 }
 
 func newBuilder(in Input) *builder {
@@ -94,8 +139,7 @@ func (b *builder) namespaceLabels(ns string) labels.Set {
 // podCandidate is a pod that may take part, before IP conflicts are settled.
 type podCandidate struct {
 	pod *corev1.Pod
-	key string
-	ips []netip.Addr
+	*parsedPod
 }
 
 // eligible reports whether policies apply to the pod at all: host-network
@@ -149,15 +193,18 @@ func preferred(a, b podCandidate) bool {
 
 func (b *builder) buildPods(pods []*corev1.Pod) {
 	cands := make([]podCandidate, 0, len(pods))
+	var next map[*corev1.Pod]*parsedPod
+	if b.cache != nil {
+		next = make(map[*corev1.Pod]*parsedPod, len(pods))
+	}
 	for _, p := range pods {
-		if !eligible(p) {
-			continue
+		pp := b.cache.parse(p, next)
+		if pp.ok {
+			cands = append(cands, podCandidate{pod: p, parsedPod: pp})
 		}
-		ips := podIPs(p)
-		if len(ips) == 0 {
-			continue
-		}
-		cands = append(cands, podCandidate{pod: p, key: p.Namespace + "/" + p.Name, ips: ips})
+	}
+	if b.cache != nil {
+		b.cache.pods = next
 	}
 	sort.Slice(cands, func(i, j int) bool { return cands[i].key < cands[j].key })
 	// Settle IP reuse: each address belongs to one pod.
@@ -195,7 +242,7 @@ func (b *builder) buildPods(pods []*corev1.Pod) {
 			IPs:       ips,
 			Node:      c.pod.Spec.NodeName,
 			Local:     b.prog.Node == "" || c.pod.Spec.NodeName == b.prog.Node,
-			Ports:     containerPorts(c.pod),
+			Ports:     c.ports,
 		})
 		b.byNS[c.pod.Namespace] = append(b.byNS[c.pod.Namespace], id)
 	}

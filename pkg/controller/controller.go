@@ -115,6 +115,7 @@ type Controller struct {
 	lastLoop    atomic.Int64  // unix nanoseconds the loop last ran or waited
 	reported    map[string]string
 	lastProgram atomic.Pointer[compile.Program]
+	cache       *compile.Cache
 }
 
 // New creates the controller and its informers.
@@ -129,6 +130,7 @@ func New(cfg Config) (*Controller, error) {
 		factory:  f,
 		dirty:    make(chan struct{}, 1),
 		reported: map[string]string{},
+		cache:    compile.NewCache(),
 	}
 	podInf := f.Core().V1().Pods()
 	nsInf := f.Core().V1().Namespaces()
@@ -279,7 +281,7 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 		return err
 	}
 	inputs := InputsFingerprint(in)
-	prog := compile.Build(in)
+	prog := compile.BuildCached(in, c.cache)
 	rs, err := compile.Render(prog, c.cfg.Render)
 	if err != nil {
 		restore()
