@@ -1,0 +1,504 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+)
+
+// Agent is the `nftpolicy agent` process of one node. It runs inside the
+// node's network namespace (`ip netns exec`), reaches the API server through
+// the node's relay and serves /metrics and /readyz on 127.0.0.1 of that
+// namespace.
+type Agent struct {
+	Node string
+	// MetricsAddr and HealthAddr are the agent's listen addresses inside
+	// the node namespace.
+	MetricsAddr, HealthAddr string
+	// LogPath is the agent's log file; every start appends to it.
+	LogPath string
+	// Kubeconfig authenticates as kube-system/nftpolicy via the relay.
+	Kubeconfig string
+
+	c     *Cluster
+	relay *relay
+	http  *http.Client
+
+	mu     sync.Mutex
+	proc   *agentProc
+	starts int
+}
+
+type agentProc struct {
+	cmd     *exec.Cmd
+	started time.Time
+	done    chan struct{} // closed once the process has been reaped
+	err     error         // Wait's result, valid after done
+}
+
+// Addresses inside every node namespace. The namespace is private to its
+// node, so fixed ports are free by construction (newAgent checks); they lie
+// below the ephemeral range, so no client socket of the agent or of the
+// harness can hold them when the agent restarts.
+const (
+	RelayAddr   = "127.0.0.1:6443" // the API server, as the agents see it
+	MetricsAddr = "127.0.0.1:9402"
+	HealthAddr  = "127.0.0.1:9403"
+)
+
+func (c *Cluster) newAgent(node, token string) (*Agent, error) {
+	a := &Agent{Node: node, c: c, LogPath: filepath.Join(c.logDir, "agent-"+node+".log"),
+		MetricsAddr: MetricsAddr, HealthAddr: HealthAddr}
+	if err := checkFreeIn(c.Lab, node, MetricsAddr, HealthAddr); err != nil {
+		return nil, err
+	}
+	var err error
+	if a.relay, err = newRelay(c.Lab, node, RelayAddr, strings.TrimPrefix(c.Env.Server, "https://")); err != nil {
+		return nil, err
+	}
+	a.Kubeconfig = filepath.Join(c.logDir, node+".kubeconfig")
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: kubeenv
+  cluster:
+    server: https://%s
+    certificate-authority-data: %s
+users:
+- name: system:serviceaccount:kube-system:nftpolicy
+  user:
+    token: %q
+contexts:
+- name: nftpolicy
+  context: {cluster: kubeenv, user: "system:serviceaccount:kube-system:nftpolicy"}
+current-context: nftpolicy
+`, a.relay.addr(), base64.StdEncoding.EncodeToString(c.Env.CAData), token)
+	if err := os.WriteFile(a.Kubeconfig, []byte(kc), 0o600); err != nil {
+		return nil, err
+	}
+	a.http = &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			// Sockets created inside the node namespace reach its loopback.
+			DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
+				err = c.Lab.InNode(node, func() error {
+					var d net.Dialer
+					conn, err = d.DialContext(ctx, network, addr)
+					return err
+				})
+				return conn, err
+			},
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     10 * time.Second,
+		},
+	}
+	return a, nil
+}
+
+// Args returns the agent's command line after "nftpolicy agent".
+func (a *Agent) Args() []string {
+	args := []string{
+		"--kubeconfig", a.Kubeconfig,
+		"--hostname-override", a.Node,
+		"--mode", string(a.c.cfg.Mode),
+		"--metrics-bind-address", a.MetricsAddr,
+		"--health-bind-address", a.HealthAddr,
+		"--v", strconv.Itoa(a.c.cfg.Verbosity),
+	}
+	return append(args, a.c.cfg.AgentArgs...)
+}
+
+// Start starts the agent process; it returns once the process is started,
+// not when it is ready (see WaitReady).
+func (a *Agent) Start() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proc != nil && !a.proc.exited() {
+		return fmt.Errorf("cluster: the agent of %s is already running (pid %d)", a.Node, a.proc.cmd.Process.Pid)
+	}
+	logf, err := os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	a.starts++
+	argv := append([]string{a.c.bin, "agent"}, a.Args()...)
+	fmt.Fprintf(logf, "=== cluster: start #%d of the agent of %s at %s: %s\n", a.starts, a.Node,
+		time.Now().Format(time.RFC3339Nano), strings.Join(argv, " "))
+	cmd, err := a.c.Lab.Command(context.Background(), netlab.Node(a.Node), argv...)
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// The agent dies with the test process, even on a crash or timeout.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("cluster: starting the agent of %s: %w", a.Node, err)
+	}
+	p := &agentProc{cmd: cmd, started: time.Now(), done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		fmt.Fprintf(logf, "=== cluster: the agent of %s exited at %s: %v\n", a.Node, time.Now().Format(time.RFC3339Nano), exitText(p.err))
+		logf.Close()
+		close(p.done)
+	}()
+	a.proc = p
+	return nil
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+func (p *agentProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (a *Agent) current() *agentProc {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.proc
+}
+
+// Running reports whether the agent process is alive.
+func (a *Agent) Running() bool {
+	p := a.current()
+	return p != nil && !p.exited()
+}
+
+// Pid is the process id of the running agent, 0 when none.
+func (a *Agent) Pid() int {
+	if p := a.current(); p != nil && !p.exited() {
+		return p.cmd.Process.Pid
+	}
+	return 0
+}
+
+// Kill sends SIGKILL and waits for the process to be reaped.
+func (a *Agent) Kill() error {
+	p := a.current()
+	if p == nil || p.exited() {
+		return fmt.Errorf("cluster: the agent of %s is not running", a.Node)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	<-p.done
+	return nil
+}
+
+// Stop sends SIGTERM, waits up to grace, then SIGKILLs. It returns nil when
+// the agent exited with status 0 by itself (or was not running), and an error
+// for any other exit status or when SIGKILL was needed.
+func (a *Agent) Stop(grace time.Duration) error {
+	p := a.current()
+	if p == nil || p.exited() {
+		return nil
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return fmt.Errorf("cluster: the agent of %s exited after SIGTERM: %w", a.Node, p.err)
+		}
+		return nil
+	case <-time.After(grace):
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+	return fmt.Errorf("cluster: the agent of %s did not exit within %v of SIGTERM; killed", a.Node, grace)
+}
+
+// HoldAPI makes the API server unreachable for this agent: open connections
+// through the relay are cut and new ones wait (the client sees a TLS
+// handshake that does not progress) until ReleaseAPI.
+func (a *Agent) HoldAPI() { a.relay.hold() }
+
+// ReleaseAPI undoes HoldAPI; waiting connections proceed.
+func (a *Agent) ReleaseAPI() { a.relay.release() }
+
+// Get fetches http://addr/path from inside the node namespace (addr is
+// MetricsAddr or HealthAddr) and returns the status code and body.
+func (a *Agent) Get(ctx context.Context, addr, path string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	return resp.StatusCode, string(body), err
+}
+
+// Metrics scrapes /metrics. Keys are the sample names with their labels as
+// exposed, e.g. `nftpolicy_programmed_policies` or
+// `nftpolicy_queue_rule_variant{variant="xt-compat"}`.
+func (a *Agent) Metrics(ctx context.Context) (map[string]float64, error) {
+	code, body, err := a.Get(ctx, a.MetricsAddr, "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: status %d", code)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// Ready reports /readyz's status code.
+func (a *Agent) Ready(ctx context.Context) (int, error) {
+	code, _, err := a.Get(ctx, a.HealthAddr, "/readyz")
+	return code, err
+}
+
+// WaitReady polls /readyz until it answers 200. It fails early when the
+// process exits.
+func (a *Agent) WaitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var last string
+	for {
+		p := a.current()
+		if p == nil {
+			return fmt.Errorf("cluster: the agent of %s was never started", a.Node)
+		}
+		if p.exited() {
+			return fmt.Errorf("cluster: the agent of %s exited (%s) before it was ready; log tail:\n%s", a.Node, exitText(p.err), a.LogTail(30))
+		}
+		code, err := a.Ready(ctx)
+		if err == nil && code == http.StatusOK {
+			return nil
+		}
+		last = fmt.Sprintf("status %d, err %v", code, err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: the agent of %s is not ready (%s): %w; log tail:\n%s", a.Node, last, ctx.Err(), a.LogTail(30))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// LogTail returns the last n lines of the agent's log.
+func (a *Agent) LogTail(n int) string {
+	data, err := os.ReadFile(a.LogPath)
+	if err != nil {
+		return fmt.Sprintf("(reading %s: %v)", a.LogPath, err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// checkFreeIn fails unless every address can be listened on inside the
+// node namespace.
+func checkFreeIn(lab *netlab.Lab, node string, addrs ...string) error {
+	return lab.InNode(node, func() error {
+		for _, addr := range addrs {
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("cluster: %s in the namespace of %s: %w", addr, node, err)
+			}
+			l.Close()
+		}
+		return nil
+	})
+}
+
+// relay forwards TCP connections accepted on 127.0.0.1 inside a node
+// namespace to the API server in the caller's namespace.
+type relay struct {
+	ln     net.Listener
+	target string
+
+	mu      sync.Mutex
+	closed  bool
+	held    bool
+	resume  chan struct{} // closed by release
+	conns   map[net.Conn]struct{}
+	waiting sync.WaitGroup
+}
+
+func newRelay(lab *netlab.Lab, node, listen, target string) (*relay, error) {
+	r := &relay{target: target, conns: map[net.Conn]struct{}{}, resume: make(chan struct{})}
+	err := lab.InNode(node, func() error {
+		var err error
+		r.ln, err = net.Listen("tcp", listen)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: API relay in %s: %w", node, err)
+	}
+	r.waiting.Add(1)
+	go r.serve()
+	return r, nil
+}
+
+func (r *relay) addr() string { return r.ln.Addr().String() }
+
+func (r *relay) serve() {
+	defer r.waiting.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		r.waiting.Add(1)
+		go func() {
+			defer r.waiting.Done()
+			r.forward(c)
+		}()
+	}
+}
+
+func (r *relay) track(c net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.conns[c] = struct{}{}
+	return true
+}
+
+func (r *relay) untrack(c net.Conn) {
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+	c.Close()
+}
+
+func (r *relay) forward(in net.Conn) {
+	if !r.track(in) {
+		in.Close()
+		return
+	}
+	defer r.untrack(in)
+	for {
+		r.mu.Lock()
+		held, resume, closed := r.held, r.resume, r.closed
+		r.mu.Unlock()
+		if closed {
+			return
+		}
+		if !held {
+			break
+		}
+		<-resume
+	}
+	out, err := net.DialTimeout("tcp", r.target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	if !r.track(out) {
+		out.Close()
+		return
+	}
+	defer r.untrack(out)
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		if tc, ok := dst.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go pipe(out, in)
+	go pipe(in, out)
+	<-done
+	<-done
+}
+
+// hold cuts every open connection and makes new ones wait.
+func (r *relay) hold() {
+	r.mu.Lock()
+	if !r.held {
+		r.held = true
+		r.resume = make(chan struct{})
+	}
+	for c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+}
+
+func (r *relay) release() {
+	r.mu.Lock()
+	if r.held {
+		r.held = false
+		close(r.resume)
+	}
+	r.mu.Unlock()
+}
+
+// close stops accepting, cuts every connection and waits for the
+// forwarding goroutines.
+func (r *relay) close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	r.ln.Close()
+	for c := range r.conns {
+		c.Close()
+	}
+	if r.held {
+		r.held = false
+		close(r.resume)
+	}
+	r.mu.Unlock()
+	r.waiting.Wait()
+}
