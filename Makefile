@@ -39,6 +39,7 @@ diff:
 diff-long:
 	bash hack/diff.sh --seeds $(LONG_SEEDS) --mode hybrid
 	bash hack/diff.sh --seeds 1-100 --mode queue
+	bash hack/diff.sh --seeds 1-100 --mode hybrid --incremental
 
 demo: deps tools build
 	bash hack/demo.sh

@@ -1,0 +1,109 @@
+package kernel
+
+// Real-kernel tests: each scenario under testdata/ runs in a netlab cluster
+// of two nodes (node-1 10.244.1.x, node-2 10.244.2.x by the scenarios'
+// convention; external hosts hang off node-1) and every probe must get the
+// evaluator's verdict. They need root and the nft binary; each test builds
+// its own namespaces, so they run in parallel.
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("kernel tests need root: they create network namespaces, veths and nftables rulesets")
+	}
+	for _, bin := range []string{"ip", "nft"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("kernel tests need the %s binary: %v", bin, err)
+		}
+	}
+}
+
+func loadScenario(t testing.TB, path string) *compile.Scenario {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := compile.ParseScenario(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return s
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newCluster(t *testing.T, s *compile.Scenario, cfg Config) *Cluster {
+	t.Helper()
+	c, err := NewCluster(testContext(t), s, cfg)
+	if err != nil {
+		t.Fatalf("NewCluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return c
+}
+
+// check applies s and fails the test on any disagreement or probe error,
+// printing the table and the rulesets.
+func check(t *testing.T, c *Cluster, s *compile.Scenario, full bool) *Report {
+	t.Helper()
+	rep, err := c.Check(testContext(t), s, full, nil)
+	if err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	if tab := rep.Table(); tab != "" {
+		t.Errorf("%s", tab)
+	}
+	allowed := 0
+	for _, o := range rep.Outcomes {
+		if o.Kernel {
+			allowed++
+		}
+	}
+	t.Logf("%d probes (%d allowed) in %v", len(rep.Outcomes), allowed, rep.Duration.Round(time.Millisecond))
+	return rep
+}
+
+func scenarioFiles(t *testing.T) []string {
+	files, err := filepath.Glob("testdata/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios in testdata: %v", err)
+	}
+	return files
+}
+
+// TestScenarios runs every scenario of testdata/ in hybrid and kernel mode.
+func TestScenarios(t *testing.T) {
+	requireRoot(t)
+	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeKernel} {
+		for _, f := range scenarioFiles(t) {
+			name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+			t.Run(string(mode)+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				s := loadScenario(t, f)
+				c := newCluster(t, s, Config{Mode: mode})
+				check(t, c, s, false)
+			})
+		}
+	}
+}

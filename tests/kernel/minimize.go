@@ -1,0 +1,336 @@
+package kernel
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// MinimizeProbeTimeout bounds each probe while minimizing: only a handful
+// of probes run at a time, so allowed ones answer in milliseconds, and a
+// drop costs the whole timeout on every step.
+const MinimizeProbeTimeout = 600 * time.Millisecond
+
+// MinimizeOptions tunes Minimize.
+type MinimizeOptions struct {
+	// Before, when set, is synced (fully) before every candidate, which is
+	// then synced incrementally on top of it: for disagreements that only
+	// an incremental sync from Before shows. It is not minimized.
+	Before *compile.Scenario
+	// Logf, if not nil, is told about every kept step.
+	Logf func(format string, args ...any)
+}
+
+// MinimizeResult is a minimized scenario and what it shows.
+type MinimizeResult struct {
+	Scenario *compile.Scenario
+	// Report is a full check of Scenario (full sync, every probe).
+	Report *Report
+	// Steps counts the candidate scenarios run on the kernel; Kept those
+	// that still disagreed and became the new scenario.
+	Steps, Kept int
+}
+
+// Minimize shrinks s while the kernel and the evaluator still disagree on
+// one of the probes given (indices into s.Probes, normally the disagreeing
+// ones of a Check): greedily it drops policies, then rules, peers and
+// ports, then probes, then pods, container ports and namespaces nothing
+// refers to, keeping each removal after which a disagreement persists. Every
+// candidate is a valid scenario (compile.ParseScenario), fully synced on
+// the real kernel (or incrementally after opts.Before) and probed again;
+// only the probes of interest run until the probe stage.
+func (c *Cluster) Minimize(ctx context.Context, s *compile.Scenario, probes []int, opts MinimizeOptions) (*MinimizeResult, error) {
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	saved := c.cfg.ProbeTimeout
+	c.cfg.ProbeTimeout = min(saved, MinimizeProbeTimeout)
+	defer func() { c.cfg.ProbeTimeout = saved }()
+
+	m := &minimizer{c: c, ctx: ctx, cur: CloneScenario(s), focus: append([]int(nil), probes...), logf: logf, before: opts.Before}
+	if len(m.focus) == 0 {
+		return nil, fmt.Errorf("minimize: no probe to keep")
+	}
+	if ok, err := m.try("original", m.cur); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, fmt.Errorf("minimize: the scenario does not disagree (with the shorter probe timeout %v)", c.cfg.ProbeTimeout)
+	}
+	stages := []func() error{m.policies, m.rules, m.peers, m.ports, m.probes, m.pods, m.containerPorts, m.namespaces}
+	for _, stage := range stages {
+		if err := stage(); err != nil {
+			return nil, err
+		}
+	}
+	c.cfg.ProbeTimeout = saved
+	rep, err := m.check(m.cur, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &MinimizeResult{Scenario: m.cur, Report: rep, Steps: m.steps, Kept: m.kept}, nil
+}
+
+type minimizer struct {
+	c     *Cluster
+	ctx   context.Context
+	cur   *compile.Scenario
+	focus []int // probes of cur that disagreed last
+	logf  func(string, ...any)
+	// before is synced ahead of every candidate (see MinimizeOptions).
+	before *compile.Scenario
+
+	steps, kept int
+}
+
+func (m *minimizer) check(cand *compile.Scenario, focus []int) (*Report, error) {
+	if m.before == nil {
+		return m.c.Check(m.ctx, cand, true, focus)
+	}
+	return m.c.CheckAfter(m.ctx, m.before, cand, focus)
+}
+
+// try runs cand on the kernel (the focus probes only) and adopts it when a
+// disagreement persists.
+func (m *minimizer) try(what string, cand *compile.Scenario) (bool, error) {
+	return m.tryWith(what, cand, m.focus)
+}
+
+// tryWith is try with the probes of interest given as indices into cand.
+func (m *minimizer) tryWith(what string, cand *compile.Scenario, focus []int) (bool, error) {
+	valid, err := Revalidate(cand)
+	if err != nil {
+		return false, nil // the API server would reject it: not a scenario
+	}
+	m.steps++
+	rep, err := m.check(valid, focus)
+	if err != nil {
+		if m.ctx.Err() != nil {
+			return false, err
+		}
+		return false, nil // e.g. a lab topology the candidate cannot have
+	}
+	var still []int
+	for _, o := range rep.Outcomes {
+		if o.Disagrees() {
+			still = append(still, o.Index)
+		}
+	}
+	if len(still) == 0 {
+		return false, nil
+	}
+	m.cur, m.focus = valid, still
+	m.kept++
+	m.logf("minimize: %s: %d policies, %d probes, %d disagree", what, len(valid.Policies), len(valid.Probes), len(still))
+	return true, nil
+}
+
+// each tries removing the items of a list from the end, so that indices of
+// the items not yet tried stay valid. n reads the current length; drop
+// returns a candidate without item i, or nil to skip it.
+func (m *minimizer) each(what string, n func() int, drop func(i int) *compile.Scenario) error {
+	for i := n() - 1; i >= 0; i-- {
+		if i >= n() {
+			continue
+		}
+		cand := drop(i)
+		if cand == nil {
+			continue
+		}
+		if _, err := m.try(fmt.Sprintf("drop %s %d", what, i), cand); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *minimizer) policies() error {
+	return m.each("policy", func() int { return len(m.cur.Policies) }, func(i int) *compile.Scenario {
+		cand := CloneScenario(m.cur)
+		cand.Policies = slices.Delete(cand.Policies, i, i+1)
+		return cand
+	})
+}
+
+// ruleRef addresses one rule: policy index, egress or not, rule index.
+type ruleRef struct {
+	pol    int
+	egress bool
+	idx    int
+}
+
+func (m *minimizer) allRules() []ruleRef {
+	var out []ruleRef
+	for p := range m.cur.Policies {
+		for i := range m.cur.Policies[p].Spec.Ingress {
+			out = append(out, ruleRef{p, false, i})
+		}
+		for i := range m.cur.Policies[p].Spec.Egress {
+			out = append(out, ruleRef{p, true, i})
+		}
+	}
+	return out
+}
+
+// ruleLists returns pointers to a rule's peers and ports in s.
+func ruleLists(s *compile.Scenario, r ruleRef) (*[]networkingv1.NetworkPolicyPeer, *[]networkingv1.NetworkPolicyPort) {
+	spec := &s.Policies[r.pol].Spec
+	if r.egress {
+		return &spec.Egress[r.idx].To, &spec.Egress[r.idx].Ports
+	}
+	return &spec.Ingress[r.idx].From, &spec.Ingress[r.idx].Ports
+}
+
+func (m *minimizer) rules() error {
+	for p := len(m.cur.Policies) - 1; p >= 0; p-- {
+		for _, egress := range []bool{true, false} {
+			count := func() int {
+				if egress {
+					return len(m.cur.Policies[p].Spec.Egress)
+				}
+				return len(m.cur.Policies[p].Spec.Ingress)
+			}
+			err := m.each("rule", count, func(i int) *compile.Scenario {
+				cand := CloneScenario(m.cur)
+				spec := &cand.Policies[p].Spec
+				if egress {
+					spec.Egress = slices.Delete(spec.Egress, i, i+1)
+				} else {
+					spec.Ingress = slices.Delete(spec.Ingress, i, i+1)
+				}
+				return cand
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *minimizer) peers() error { return m.ruleItems("peer", true) }
+func (m *minimizer) ports() error { return m.ruleItems("port", false) }
+
+func (m *minimizer) ruleItems(what string, peers bool) error {
+	rules := m.allRules()
+	for k := len(rules) - 1; k >= 0; k-- {
+		r := rules[k]
+		count := func() int {
+			pe, po := ruleLists(m.cur, r)
+			if peers {
+				return len(*pe)
+			}
+			return len(*po)
+		}
+		err := m.each(what, count, func(i int) *compile.Scenario {
+			cand := CloneScenario(m.cur)
+			pe, po := ruleLists(cand, r)
+			if peers {
+				*pe = slices.Delete(*pe, i, i+1)
+			} else {
+				*po = slices.Delete(*po, i, i+1)
+			}
+			return cand
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// probes keeps only the probes that disagree, then drops them one by one
+// while another still disagrees.
+func (m *minimizer) probes() error {
+	subset := func(idx []int) *compile.Scenario {
+		cand := CloneScenario(m.cur)
+		cand.Probes = nil
+		for _, i := range idx {
+			cand.Probes = append(cand.Probes, m.cur.Probes[i])
+		}
+		return cand
+	}
+	if len(m.focus) < len(m.cur.Probes) {
+		cand := subset(m.focus)
+		if ok, err := m.tryWith("keep the disagreeing probes", cand, allIndices(len(cand.Probes))); err != nil || !ok {
+			return err
+		}
+	}
+	for j := len(m.cur.Probes) - 1; j >= 0 && len(m.cur.Probes) > 1; j-- {
+		if j >= len(m.cur.Probes) {
+			continue
+		}
+		rest := slices.Delete(allIndices(len(m.cur.Probes)), j, j+1)
+		cand := subset(rest)
+		if _, err := m.tryWith(fmt.Sprintf("drop probe %d", j), cand, allIndices(len(cand.Probes))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func allIndices(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// referencedPods are the pods probes name, by key or address.
+func referencedPods(s *compile.Scenario) map[string]bool {
+	out := map[string]bool{}
+	for i, pr := range s.Probes {
+		for _, e := range []compile.Endpoint{pr.From, pr.To} {
+			if e.Pod != "" {
+				out[e.Pod] = true
+			}
+		}
+		if src, dst, err := s.ProbeAddrs(i); err == nil {
+			for _, a := range []string{podForIP(s, src), podForIP(s, dst)} {
+				if a != "" {
+					out[a] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (m *minimizer) pods() error {
+	return m.each("pod", func() int { return len(m.cur.Pods) }, func(i int) *compile.Scenario {
+		if referencedPods(m.cur)[m.cur.Pods[i].Key()] {
+			return nil
+		}
+		cand := CloneScenario(m.cur)
+		cand.Pods = slices.Delete(cand.Pods, i, i+1)
+		return cand
+	})
+}
+
+func (m *minimizer) containerPorts() error {
+	for p := len(m.cur.Pods) - 1; p >= 0; p-- {
+		err := m.each("container port", func() int { return len(m.cur.Pods[p].Ports) }, func(i int) *compile.Scenario {
+			cand := CloneScenario(m.cur)
+			cand.Pods[p].Ports = slices.Delete(cand.Pods[p].Ports, i, i+1)
+			return cand
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *minimizer) namespaces() error {
+	return m.each("namespace", func() int { return len(m.cur.Namespaces) }, func(i int) *compile.Scenario {
+		cand := CloneScenario(m.cur)
+		cand.Namespaces = slices.Delete(cand.Namespaces, i, i+1)
+		return cand
+	})
+}
