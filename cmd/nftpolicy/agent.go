@@ -78,17 +78,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.addFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: nftpolicy agent [flags]\n\nEnforces NetworkPolicies for the pods of this node.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "nftpolicy: %v\n", err)
-		fs.Usage()
-		return exitBadInput
+	if code, ok := parseFlags(fs, args, stderr, "usage: nftpolicy agent [flags]\n\nEnforces NetworkPolicies for the pods of this node."); !ok {
+		return code
 	}
 	if err := logsapi.ValidateAndApply(o.logs, nil); err != nil {
 		fmt.Fprintf(stderr, "nftpolicy: logging flags: %v\n", err)

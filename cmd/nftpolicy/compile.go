@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -45,17 +44,8 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 	variant := fs.String("queue-variant", string(compile.QueueNative), "queue rule: native or xt-compat (the agent probes the kernel)")
 	nodeIPs := fs.StringSlice("node-ip", nil, "the node's own addresses (traffic between them and the node's pods is always allowed)")
 	failOpen := fs.Bool("fail-open", false, "queued packets pass while no agent listens")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: nftpolicy compile --scenario FILE --node NAME [--mode hybrid|queue|kernel]\n\nPrints the nftables ruleset the agent would install on that node.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "nftpolicy: %v\n", err)
-		fs.Usage()
-		return exitBadInput
+	if code, ok := parseFlags(fs, args, stderr, "usage: nftpolicy compile --scenario FILE --node NAME [--mode hybrid|queue|kernel]\n\nPrints the nftables ruleset the agent would install on that node."); !ok {
+		return code
 	}
 	if *node == "" {
 		fmt.Fprintln(stderr, "nftpolicy: --node NAME is required")

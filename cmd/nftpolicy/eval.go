@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -56,17 +55,8 @@ func runEval(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("eval", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "", "scenario file (YAML or JSON, see docs/scenario-format.md)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: nftpolicy eval --scenario FILE\n\nPrints one JSON line per probe: {\"probe\":i,\"allowed\":b,\"ingress\":b,\"egress\":b,\"reason\":\"...\"}.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "nftpolicy: %v\n", err)
-		fs.Usage()
-		return exitBadInput
+	if code, ok := parseFlags(fs, args, stderr, "usage: nftpolicy eval --scenario FILE\n\nPrints one JSON line per probe: {\"probe\":i,\"allowed\":b,\"ingress\":b,\"egress\":b,\"reason\":\"...\"}."); !ok {
+		return code
 	}
 	s, code := loadScenario(*scenario, stderr)
 	if s == nil {

@@ -7,9 +7,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/spf13/pflag"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -49,4 +52,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "nftpolicy: unknown command %q\n\n%s", args[0], usage)
 	return exitBadInput
+}
+
+// parseFlags parses a subcommand's flags. It returns ok=false with the exit
+// code when the command must stop: 0 after --help, 2 for bad flags (with the
+// error and the usage on stderr).
+func parseFlags(fs *pflag.FlagSet, args []string, stderr io.Writer, usage string) (int, bool) {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return exitOK, false
+		}
+		fmt.Fprintf(stderr, "nftpolicy: %v\n", err)
+		fs.Usage()
+		return exitBadInput, false
+	}
+	return exitOK, true
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -679,23 +680,11 @@ func sortElements(es []knftables.Element) []knftables.Element {
 	sort.SliceStable(es, func(i, j int) bool { return elementLess(es[i].Key, es[j].Key) })
 	out := es[:1]
 	for _, e := range es[1:] {
-		if !equalKey(out[len(out)-1].Key, e.Key) {
+		if !slices.Equal(out[len(out)-1].Key, e.Key) {
 			out = append(out, e)
 		}
 	}
 	return out
-}
-
-func equalKey(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func elementLess(a, b []string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -357,19 +358,7 @@ func equalElements(a, b []knftables.Element) bool {
 		return false
 	}
 	for i := range a {
-		if !equalStrs(a[i].Key, b[i].Key) || !equalStrs(a[i].Value, b[i].Value) || !equalStrPtr(a[i].Comment, b[i].Comment) {
-			return false
-		}
-	}
-	return true
-}
-
-func equalStrs(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
+		if !slices.Equal(a[i].Key, b[i].Key) || !slices.Equal(a[i].Value, b[i].Value) || !equalStrPtr(a[i].Comment, b[i].Comment) {
 			return false
 		}
 	}
