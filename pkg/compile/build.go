@@ -578,11 +578,73 @@ func (b *builder) finish() {
 		reasons[s] = s
 		return s
 	}
+	var order [2]int32
+	for i := range p.Policies {
+		for _, d := range []Direction{Ingress, Egress} {
+			rules := p.Policies[i].Rules(d)
+			for j := range rules {
+				rules[j].Order = order[d]
+				order[d]++
+			}
+		}
+	}
+	tables := map[string]int32{}
 	for i := range p.Pods {
 		pod := &p.Pods[i]
 		pod.IngressDenied = reason(pod, pod.IngressPolicies, Ingress)
 		pod.EgressDenied = reason(pod, pod.EgressPolicies, Egress)
+		pod.IngressTable = b.table(tables, pod.IngressPolicies, Ingress)
+		pod.EgressTable = b.table(tables, pod.EgressPolicies, Egress)
 	}
+}
+
+// table returns the decision table of a combination of policies, building
+// it the first time the combination is seen.
+func (b *builder) table(seen map[string]int32, ids []PolicyID, d Direction) int32 {
+	if len(ids) == 0 {
+		return -1
+	}
+	var key strings.Builder
+	key.WriteString(d.String())
+	for _, id := range ids {
+		key.WriteByte(',')
+		key.WriteString(itoa(int(id)))
+	}
+	if t, ok := seen[key.String()]; ok {
+		return t
+	}
+	p := b.prog
+	t := Table{Policies: ids}
+	for _, id := range ids {
+		rules := p.Policies[id].Rules(d)
+		for j := range rules {
+			r := &rules[j]
+			if r.MatchesNothing() {
+				continue
+			}
+			if r.AllPeers {
+				t.AnyPeer = append(t.AnyPeer, r)
+				continue
+			}
+			for _, s := range r.Selectors {
+				t.BySelector = append(t.BySelector, SelectorRule{Selector: s, Rule: r})
+			}
+			if len(r.IPBlocks) > 0 {
+				t.Blocks = append(t.Blocks, r)
+			}
+		}
+	}
+	sort.SliceStable(t.BySelector, func(i, j int) bool {
+		a, b := t.BySelector[i], t.BySelector[j]
+		if a.Selector != b.Selector {
+			return a.Selector < b.Selector
+		}
+		return a.Rule.Order < b.Rule.Order
+	})
+	idx := int32(len(p.Tables))
+	p.Tables = append(p.Tables, t)
+	seen[key.String()] = idx
+	return idx
 }
 
 func itoa(i int) string {

@@ -113,6 +113,9 @@ type Pod struct {
 	// policies that select this pod and isolate it in that direction.
 	IngressPolicies []PolicyID
 	EgressPolicies  []PolicyID
+	// IngressTable and EgressTable index Program.Tables: the decision table
+	// of the pod's combination of isolating policies (-1: not isolated).
+	IngressTable, EgressTable int32
 	// IngressDenied and EgressDenied are the reasons given when an isolated
 	// pod's traffic matches no rule (empty when not isolated).
 	IngressDenied string
@@ -212,6 +215,10 @@ type Rule struct {
 
 	// Disabled rules allow nothing because they were invalid.
 	Disabled bool
+	// Order is the rule's position among all rules of its direction in
+	// program order: when several rules allow a connection, the reason
+	// names the first.
+	Order int32
 }
 
 // MatchesNothing reports whether the rule can never allow a connection.
@@ -257,6 +264,27 @@ func (s *Selector) Contains(id PodID) bool {
 	return i < len(m) && m[i] == id
 }
 
+// Table is the decision table of one combination of policies isolating
+// pods in one direction: their rules, regrouped so that a verdict reads a
+// few contiguous slices instead of every rule of every policy.
+type Table struct {
+	// Policies is the combination, in program order.
+	Policies []PolicyID
+	// AnyPeer holds the rules that match every peer, in rule order.
+	AnyPeer []*Rule
+	// BySelector holds (selector, rule) pairs sorted by selector, then
+	// rule order: a remote pod's MemberOf is merged against it.
+	BySelector []SelectorRule
+	// Blocks holds the rules with ipBlock peers, in rule order.
+	Blocks []*Rule
+}
+
+// SelectorRule pairs a selector peer set with a rule that names it.
+type SelectorRule struct {
+	Selector SelectorID
+	Rule     *Rule
+}
+
 // Problem is a part of a policy that could not be used as written.
 type Problem struct {
 	// Policy is "namespace/name".
@@ -282,6 +310,8 @@ type Program struct {
 	Pods      []Pod
 	Policies  []Policy
 	Selectors []Selector
+	// Tables holds the decision tables referenced by pods.
+	Tables []Table
 	// Problems collects the problems of all policies.
 	Problems []Problem
 

@@ -95,46 +95,56 @@ func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, p
 	return v
 }
 
-// decide runs the rules of every policy isolating pod in direction d
-// against the remote end (a pod or nil, and its address): the source for
-// ingress, the destination for egress.
+// decide looks the connection up in the decision table of the policies
+// isolating pod in direction d. The remote end (a pod or nil, and its
+// address) is the source for ingress, the destination for egress. When
+// several rules allow, the reason names the first in program order.
 func decide(p *compile.Program, pod *compile.Pod, d compile.Direction,
 	remotePod *compile.Pod, remote netip.Addr, dstPod *compile.Pod,
 	proto compile.Protocol, port uint16) (bool, string) {
-	ids, denied := pod.IngressPolicies, pod.IngressDenied
+	ti, denied := pod.IngressTable, pod.IngressDenied
 	if d == compile.Egress {
-		ids, denied = pod.EgressPolicies, pod.EgressDenied
+		ti, denied = pod.EgressTable, pod.EgressDenied
 	}
-	for _, pid := range ids {
-		rules := p.Policies[pid].Rules(d)
-		for i := range rules {
-			r := &rules[i]
-			if r.Disabled {
-				continue
-			}
-			if !peerMatches(r, remotePod, remote) {
-				continue
-			}
-			if portMatches(r, dstPod, proto, port) {
-				return true, r.AllowReason
-			}
+	t := &p.Tables[ti]
+	var best *compile.Rule
+	for _, r := range t.AnyPeer {
+		if portMatches(r, dstPod, proto, port) {
+			best = r
+			break
 		}
-	}
-	return false, denied
-}
-
-func peerMatches(r *compile.Rule, remotePod *compile.Pod, ip netip.Addr) bool {
-	if r.AllPeers {
-		return true
 	}
 	if remotePod != nil {
-		for _, s := range r.Selectors {
-			if remotePod.InSelector(s) {
-				return true
+		// Merge the pod's sorted memberships with the table's sorted selectors.
+		m, bs := remotePod.MemberOf, t.BySelector
+		for i, j := 0, 0; i < len(m) && j < len(bs); {
+			switch {
+			case m[i] < bs[j].Selector:
+				i++
+			case m[i] > bs[j].Selector:
+				j++
+			default:
+				r := bs[j].Rule
+				if (best == nil || r.Order < best.Order) && portMatches(r, dstPod, proto, port) {
+					best = r
+				}
+				j++
 			}
 		}
 	}
-	return len(r.IPBlocks) > 0 && compile.RangesContain(r.IPBlocks, ip)
+	for _, r := range t.Blocks {
+		if best != nil && r.Order > best.Order {
+			break
+		}
+		if compile.RangesContain(r.IPBlocks, remote) && portMatches(r, dstPod, proto, port) {
+			best = r
+			break
+		}
+	}
+	if best == nil {
+		return false, denied
+	}
+	return true, best.AllowReason
 }
 
 // portMatches checks the destination port; named ports resolve on the
