@@ -110,6 +110,8 @@ func TestParseScenarioRejects(t *testing.T) {
 		{"duplicate pod", "pods:\n", "pods:\n  - {namespace: x, name: a, ip: 10.244.9.9}\n", "pods[1] (x/a): duplicate pod"},
 		{"duplicate IP", "ips: [10.244.2.2, \"fd00::2:2\"]", "ip: 10.244.1.1", "already belongs to x/a"},
 		{"except outside cidr", "except: [10.244.0.0/16]", "except: [192.168.0.0/16]", "spec.ingress[0].from[0].ipBlock.except[0]"},
+		{"host bits in cidr", "cidr: 10.0.0.0/8", "cidr: 10.244.1.10/8", "spec.ingress[0].from[0].ipBlock.cidr: 10.244.1.10/8 must not have bits set beyond the prefix length"},
+		{"host bits in except", "except: [10.244.0.0/16]", "except: [10.244.1.0/16]", "spec.ingress[0].from[0].ipBlock.except[0]: 10.244.1.0/16 must not have bits set"},
 		{"bad selector operator", "podSelector: {matchLabels: {pod: a}}",
 			"podSelector: {matchExpressions: [{key: pod, operator: Equals, values: [a]}]}", "spec.podSelector.matchExpressions[0].operator"},
 		{"wrong kind", "kind: NetworkPolicy", "kind: Policy", "kind NetworkPolicy"},

@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -133,5 +134,32 @@ func (p *problems) policyTypes(spec *networkingv1.NetworkPolicySpec) (ingress, e
 func ValidatePolicy(np *networkingv1.NetworkPolicy) []Problem {
 	c := newBuilder(Input{})
 	pol := c.compilePolicyShape(np)
-	return pol.Problems
+	pr := &problems{policy: pol.Key, list: pol.Problems}
+	// The API server (v1.33+) also rejects CIDRs with host bits set. The
+	// compiler masks them instead, so that objects stored under older rules
+	// are still enforced; only validation insists on the canonical form.
+	checkCanonical := func(path *field.Path, peers []networkingv1.NetworkPolicyPeer) {
+		for i, peer := range peers {
+			if peer.IPBlock == nil {
+				continue
+			}
+			pp := path.Index(i).Child("ipBlock")
+			for j, c := range append([]string{peer.IPBlock.CIDR}, peer.IPBlock.Except...) {
+				f := pp.Child("cidr")
+				if j > 0 {
+					f = pp.Child("except").Index(j - 1)
+				}
+				if pfx, err := netip.ParsePrefix(c); err == nil && pfx.Masked() != pfx {
+					pr.add(f, "%s must not have bits set beyond the prefix length (%s)", c, pfx.Masked())
+				}
+			}
+		}
+	}
+	for i, r := range np.Spec.Ingress {
+		checkCanonical(field.NewPath("spec", "ingress").Index(i).Child("from"), r.From)
+	}
+	for i, r := range np.Spec.Egress {
+		checkCanonical(field.NewPath("spec", "egress").Index(i).Child("to"), r.To)
+	}
+	return pr.list
 }

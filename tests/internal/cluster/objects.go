@@ -92,6 +92,10 @@ type Pod struct {
 	IPs []netip.Addr
 	// Ports are the container ports; empty means serve-80-tcp (80/TCP).
 	Ports []corev1.ContainerPort
+	// ServeTCP and ServeUDP are more ports the pod's servers listen on
+	// without declaring them as container ports (a scenario may probe
+	// ports its pods do not list).
+	ServeTCP, ServeUDP []uint16
 }
 
 // Key is "namespace/name".
@@ -161,6 +165,16 @@ func (c *Cluster) CreatePod(ctx context.Context, p Pod) (*corev1.Pod, error) {
 		p.Ports = []corev1.ContainerPort{{Name: "serve-80-tcp", ContainerPort: 80, Protocol: corev1.ProtocolTCP}}
 	}
 	lp.tcp = []uint16{80}
+	for _, port := range p.ServeTCP {
+		if !slices.Contains(lp.tcp, port) {
+			lp.tcp = append(lp.tcp, port)
+		}
+	}
+	for _, port := range p.ServeUDP {
+		if !slices.Contains(lp.udp, port) {
+			lp.udp = append(lp.udp, port)
+		}
+	}
 	for _, cp := range p.Ports {
 		switch cp.Protocol {
 		case corev1.ProtocolUDP:

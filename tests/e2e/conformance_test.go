@@ -1,0 +1,746 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/tests/e2e"
+	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
+	"github.com/nftpolicy/nftpolicy/tests/internal/kubeenv"
+	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	cluster.RemoveBuiltBinary()
+	os.Exit(code)
+}
+
+// requireTools skips (or fails, with NFTPOLICY_REQUIRE_TOOLS set) when
+// hack/tools.sh's binaries are missing, as kubeenv.Start does, before
+// anything is built.
+func requireTools(t *testing.T) {
+	t.Helper()
+	for _, name := range []string{"etcd", "kube-apiserver", "kubectl"} {
+		if _, err := kubeenv.Binary(name); err != nil {
+			if os.Getenv(kubeenv.RequireToolsEnv) == "" {
+				t.Skipf("%v; run `bash hack/tools.sh` (set %s=1 to fail instead of skip)", err, kubeenv.RequireToolsEnv)
+			}
+			t.Fatalf("%v (%s is set)", err, kubeenv.RequireToolsEnv)
+		}
+	}
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("e2e tests need root: they create network namespaces and run nftpolicy agents that program nftables and NFQUEUE in them")
+	}
+}
+
+// fullGridExtra are the deltas a case needs because all nine pods exist
+// (netpol-cases.md lists only the pods each case creates): in case 4
+// x/deny-all also isolates x/c, in case 11 z/a -> x/a is denied (z/a is not
+// pod b or c). pkg/queue's TestNetpolCasesFullGrid has the same two.
+var fullGridExtra = map[int][]delta{
+	4:  {deny("*", "x/c")},
+	11: {deny("z/a", "x/a")},
+}
+
+// pp is a port and protocol.
+type pp struct {
+	port  uint16
+	proto compile.Protocol
+}
+
+func (k pp) String() string { return fmt.Sprintf("%d/%v", k.port, k.proto) }
+
+// tables returns the full-grid truth table of every expectation of a step.
+func (st netpolStep) tables(num int) map[pp]truthTable {
+	out := map[pp]truthTable{}
+	for _, e := range st.expect {
+		out[pp{e.port, e.proto}] = newTruthTable(gridPods(), append(slices.Clone(e.deltas), fullGridExtra[num]...))
+	}
+	return out
+}
+
+// labels returns the labels of the grid's namespaces and pods in a step.
+func (st netpolStep) labels() (nss, pods map[string]map[string]string) {
+	nss, pods = map[string]map[string]string{}, map[string]map[string]string{}
+	for _, ns := range gridNamespaces {
+		nss[ns] = map[string]string{compile.NamespaceNameLabel: ns}
+		maps.Copy(nss[ns], st.nsLabels[ns])
+	}
+	for _, k := range gridPods() {
+		_, name, _ := strings.Cut(k, "/")
+		pods[k] = map[string]string{"pod": name}
+		if l, ok := st.podLabels[k]; ok {
+			pods[k] = maps.Clone(l)
+		}
+	}
+	return nss, pods
+}
+
+// TestCasesAgreeWithEvaluator checks this package's copy of the cases on
+// the full grid against the evaluator, without root: a copy mistake shows
+// here rather than as a kernel disagreement.
+func TestCasesAgreeWithEvaluator(t *testing.T) {
+	if len(netpolCases) != 48 {
+		t.Fatalf("have %d cases, netpol-cases.md has 48", len(netpolCases))
+	}
+	for i, c := range netpolCases {
+		if c.num != i+1 {
+			t.Fatalf("case %d is numbered %d", i+1, c.num)
+		}
+		for si, st := range c.steps {
+			nss, podLabels := st.labels()
+			in := compile.Input{Policies: st.policies}
+			for _, ns := range gridNamespaces {
+				in.Namespaces = append(in.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: nss[ns]}})
+			}
+			for _, k := range gridPods() {
+				ns, name, _ := strings.Cut(k, "/")
+				ip := gridIP(k).String()
+				in.Pods = append(in.Pods, &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: podLabels[k]},
+					Spec:       corev1.PodSpec{NodeName: gridNode(k, cluster.DefaultNodes), Containers: []corev1.Container{{Name: "main", Ports: gridPorts()}}},
+					Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}},
+				})
+			}
+			prog := compile.Build(in)
+			for k, want := range st.tables(c.num) {
+				for _, f := range gridPods() {
+					for _, to := range gridPods() {
+						if f == to {
+							continue
+						}
+						v := queue.Evaluate(prog, gridIP(f), gridIP(to), k.proto, k.port)
+						if w := want.v[[2]string{f, to}]; v.Allowed != w {
+							t.Errorf("case %d step %d %v: %s -> %s: table says %s, evaluator %s: %s", c.num, si+1, k, f, to, verdictWord(w), verdictWord(v.Allowed), v.Reason())
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// Timing of the suite's probes.
+const (
+	matrixTimeout = 700 * time.Millisecond // first try of a matrix probe
+	retryTimeout  = 3 * time.Second        // second try of a cell that disagrees
+	watchEvery    = 5 * time.Millisecond   // enforcement delay probes
+	watchTimeout  = 300 * time.Millisecond
+	watchLimit    = 30 * time.Second
+)
+
+// TestConformance runs every upstream case in hybrid and in queue mode, on
+// one cluster per mode, and reports the enforcement delay.
+func TestConformance(t *testing.T) {
+	requireRoot(t)
+	requireTools(t)
+	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
+		t.Run(string(mode), func(t *testing.T) { runConformance(t, mode) })
+	}
+}
+
+// suite is one mode's cluster and what the cases share.
+type suite struct {
+	mode  compile.Mode
+	c     *cluster.Cluster
+	p     *e2e.Prober
+	ep    map[string]netlab.Endpoint
+	nodes []string
+
+	mu       sync.Mutex
+	delays   []delaySample
+	probes   int
+	sctpSkip string // why SCTP cases cannot run, or ""
+	broken   string // why the cluster cannot be trusted any more, or ""
+
+	passed, failed int
+	ran            map[int]bool   // case numbers the -run filter let through
+	skipped        map[int]string // case number -> why
+}
+
+type delaySample struct {
+	kind string // create, update, relabel, delete
+	d    time.Duration
+	what string
+}
+
+func runConformance(t *testing.T, mode compile.Mode) {
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	s := &suite{mode: mode, ep: map[string]netlab.Endpoint{}, ran: map[int]bool{}, skipped: map[int]string{}}
+	s.c = cluster.Start(t, cluster.Config{Mode: mode})
+	s.nodes = s.c.Nodes()
+	s.p = e2e.NewProber(s.c.Lab)
+	s.p.Timeout, s.p.RetryTimeout = matrixTimeout, -1 // retried per cell by checkStep
+	t.Cleanup(s.p.Close)
+	for _, ns := range gridNamespaces {
+		if err := s.c.EnsureNamespace(ctx, ns, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	placed := map[string][]string{}
+	for _, k := range gridPods() {
+		ns, name, _ := strings.Cut(k, "/")
+		node := gridNode(k, s.nodes)
+		if _, err := s.c.CreatePod(ctx, cluster.Pod{Namespace: ns, Name: name, Labels: map[string]string{"pod": name},
+			Node: node, IPs: []netip.Addr{gridIP(k)}, Ports: gridPorts()}); err != nil {
+			t.Fatal(err)
+		}
+		ep, err := s.c.PodEndpoint(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ep[k] = ep
+		if err := s.p.ListenSCTP(ep, true); err != nil {
+			s.sctpSkip = fmt.Sprintf("cannot open a raw SCTP socket: %v", err)
+		}
+		placed[node] = append(placed[node], k)
+	}
+	for _, n := range s.nodes {
+		t.Logf("%s: %s", n, strings.Join(placed[n], " "))
+	}
+	s.baseline(t, ctx)
+	setup := time.Since(began)
+
+	for _, nc := range netpolCases {
+		ok := t.Run(fmt.Sprintf("%02d-%s", nc.num, slug(nc.name)), func(t *testing.T) { s.runCase(t, ctx, nc) })
+		s.mu.Lock()
+		switch _, skipped := s.skipped[nc.num]; {
+		case skipped, !s.ran[nc.num]:
+		case ok:
+			s.passed++
+		default:
+			s.failed++
+		}
+		s.mu.Unlock()
+	}
+	s.report(t, setup, time.Since(began))
+}
+
+func slug(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			return r
+		}
+		return '-'
+	}, s)
+}
+
+// baseline checks that, with no policy, every pair connects on every
+// protocol, and finds out whether SCTP probing works at all.
+func (s *suite) baseline(t *testing.T, ctx context.Context) {
+	if _, err := s.c.WaitProgrammed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	allowed := newTruthTable(gridPods(), nil)
+	want := map[pp]truthTable{{80, tcp}: allowed, {81, tcp}: allowed, {80, udp}: allowed, {81, udp}: allowed}
+	if s.sctpSkip == "" {
+		// SCTP is tried separately: it may be impossible here.
+		cells, err := s.probeCells(ctx, map[pp]truthTable{{80, sctp}: allowed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bad []string
+		for _, cl := range cells {
+			if !cl.r.Allowed || cl.r.Err != nil {
+				bad = append(bad, fmt.Sprintf("%s -> %s: %s %v", cl.from, cl.to, cl.r.Detail, cl.r.Err))
+			}
+		}
+		if len(bad) > 0 {
+			s.sctpSkip = fmt.Sprintf("without any policy %d of %d raw SCTP INITs did not reach the server's namespace (%s)",
+				len(bad), len(cells), strings.Join(bad[:min(len(bad), 3)], "; "))
+		}
+	}
+	if s.sctpSkip != "" {
+		t.Logf("SCTP cases will be skipped: %s", s.sctpSkip)
+	}
+	s.checkStep(t, ctx, "baseline, no policies", want)
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// state is what a case has applied.
+type state struct {
+	policies map[string]*networkingv1.NetworkPolicy // by namespace/name
+	nss      map[string]map[string]string
+	pods     map[string]map[string]string
+}
+
+func initialState() state {
+	nss, pods := netpolStep{}.labels()
+	return state{policies: map[string]*networkingv1.NetworkPolicy{}, nss: nss, pods: pods}
+}
+
+func (s *suite) runCase(t *testing.T, ctx context.Context, nc netpolCase) {
+	s.mu.Lock()
+	s.ran[nc.num] = true
+	broken, sctpSkip := s.broken, s.sctpSkip
+	s.mu.Unlock()
+	skip := func(why string) {
+		s.mu.Lock()
+		s.skipped[nc.num] = why
+		s.mu.Unlock()
+		t.Skip(why)
+	}
+	if broken != "" {
+		skip("the cluster could not be brought back to its initial state: " + broken)
+	}
+	for _, st := range nc.steps {
+		for _, e := range st.expect {
+			if e.proto == sctp && sctpSkip != "" {
+				skip("SCTP: this kernel has no SCTP sockets (no CONFIG_IP_SCTP) and the raw-socket probe does not work here: " + sctpSkip)
+			}
+		}
+	}
+	cur := initialState()
+	prev := map[pp]truthTable{} // empty: all allowed
+	defer func() { s.cleanup(t, ctx, nc, cur, prev) }()
+	for si, st := range nc.steps {
+		step := fmt.Sprintf("step %d", si+1)
+		if st.note != "" {
+			step += " (" + st.note + ")"
+		}
+		next := state{policies: map[string]*networkingv1.NetworkPolicy{}}
+		for _, np := range st.policies {
+			next.policies[np.Namespace+"/"+np.Name] = np
+		}
+		next.nss, next.pods = st.labels()
+		tables := st.tables(nc.num)
+		kind := transitionKind(cur, next)
+		if err := s.transition(t, ctx, kind, step, cur, next, prev, tables); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		cur, prev = next, tables
+		s.checkStep(t, ctx, step, tables)
+	}
+}
+
+// transitionKind names what a step changes through the API.
+func transitionKind(cur, next state) string {
+	var kinds []string
+	for k, np := range next.policies {
+		if old, ok := cur.policies[k]; !ok {
+			kinds = append(kinds, "create")
+		} else if !equality.Semantic.DeepEqual(old.Spec, np.Spec) {
+			kinds = append(kinds, "update")
+		}
+	}
+	for k := range cur.policies {
+		if _, ok := next.policies[k]; !ok {
+			kinds = append(kinds, "delete")
+		}
+	}
+	if !equality.Semantic.DeepEqual(cur.nss, next.nss) || !equality.Semantic.DeepEqual(cur.pods, next.pods) {
+		kinds = append(kinds, "relabel")
+	}
+	slices.Sort(kinds)
+	kinds = slices.Compact(kinds)
+	if len(kinds) == 0 {
+		return "none"
+	}
+	return strings.Join(kinds, "+")
+}
+
+// transition makes the API hold next instead of cur. When some verdict
+// changes (prev to tables; a port missing from prev was all allowed if prev
+// is empty), one pair whose verdict flips is probed every few milliseconds
+// from just before the first API request, and the delay until the new
+// verdict shows is recorded. It returns once the agents are programmed.
+func (s *suite) transition(t *testing.T, ctx context.Context, kind, step string, cur, next state, prev, tables map[pp]truthTable) error {
+	flip, want, what := s.pickFlip(prev, tables)
+	start := time.Now()
+	type watched struct {
+		d   time.Duration
+		err error
+	}
+	var res chan watched
+	wctx, cancel := context.WithTimeout(ctx, watchLimit)
+	defer cancel()
+	if flip != nil {
+		res = make(chan watched, 1)
+		go func() {
+			d, err := s.p.WatchFlip(wctx, *flip, want, start, watchEvery, watchTimeout)
+			res <- watched{d, err}
+		}()
+	}
+	err := s.apply(ctx, cur, next)
+	if err != nil {
+		cancel() // the change did not happen
+	}
+	if res != nil {
+		w := <-res
+		switch {
+		case w.err != nil && err == nil:
+			t.Errorf("%s: %s %s: %v", step, kind, what, w.err)
+		case w.err == nil:
+			s.mu.Lock()
+			s.delays = append(s.delays, delaySample{kind: kind, d: w.d, what: what})
+			s.mu.Unlock()
+			t.Logf("%s: %s: %s after %v", step, kind, what, w.d.Round(time.Millisecond))
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := s.c.WaitProgrammed(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// pickFlip chooses the pair to watch: a cell whose verdict differs between
+// prev and next, preferring TCP, then UDP, then SCTP, and pods on different
+// nodes.
+func (s *suite) pickFlip(prev, next map[pp]truthTable) (*e2e.ProbeSpec, bool, string) {
+	allowed := newTruthTable(gridPods(), nil)
+	if len(next) == 0 { // back to no policy: all allowed
+		next = map[pp]truthTable{}
+		for k := range prev {
+			next[k] = allowed
+		}
+	}
+	keys := sortedKeys(next)
+	var best *e2e.ProbeSpec
+	var bestWant bool
+	var bestWhat string
+	bestScore := -1
+	for _, k := range keys {
+		if k.proto == sctp && s.sctpSkip != "" {
+			continue
+		}
+		before, ok := prev[k]
+		if !ok {
+			if len(prev) > 0 {
+				continue // this port's previous state was not checked
+			}
+			before = allowed
+		}
+		after := next[k]
+		for _, f := range gridPods() {
+			for _, to := range gridPods() {
+				pair := [2]string{f, to}
+				if f == to || before.v[pair] == after.v[pair] {
+					continue
+				}
+				score := 0
+				if gridNode(f, s.nodes) != gridNode(to, s.nodes) {
+					score++
+				}
+				if k.proto == tcp {
+					score += 4
+				} else if k.proto == udp {
+					score += 2
+				}
+				if score > bestScore {
+					bestScore, bestWant = score, after.v[pair]
+					best = &e2e.ProbeSpec{From: s.ep[f], To: s.ep[to], Src: gridIP(f), Dst: gridIP(to), Port: k.port, Proto: k.proto}
+					bestWhat = fmt.Sprintf("%s -> %s %v %s", f, to, k, verdictWord(after.v[pair]))
+				}
+			}
+		}
+	}
+	return best, bestWant, bestWhat
+}
+
+// apply writes the difference between cur and next to the API: policies
+// first (deletions, then creations and updates), then labels.
+func (s *suite) apply(ctx context.Context, cur, next state) error {
+	for _, k := range slices.Sorted(maps.Keys(cur.policies)) {
+		if _, ok := next.policies[k]; !ok {
+			ns, name, _ := strings.Cut(k, "/")
+			if err := s.c.DeletePolicy(ctx, ns, name); err != nil {
+				return err
+			}
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(next.policies)) {
+		np := next.policies[k]
+		if old, ok := cur.policies[k]; ok && equality.Semantic.DeepEqual(old.Spec, np.Spec) {
+			continue
+		}
+		if _, err := s.c.ApplyPolicy(ctx, np); err != nil {
+			return err
+		}
+	}
+	for _, ns := range gridNamespaces {
+		if set, remove := labelDiff(cur.nss[ns], next.nss[ns]); set != nil || remove != nil {
+			if err := s.c.LabelNamespace(ctx, ns, set, remove...); err != nil {
+				return err
+			}
+		}
+	}
+	for _, k := range gridPods() {
+		if set, remove := labelDiff(cur.pods[k], next.pods[k]); set != nil || remove != nil {
+			ns, name, _ := strings.Cut(k, "/")
+			if err := s.c.LabelPod(ctx, ns, name, set, remove...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func labelDiff(cur, next map[string]string) (set map[string]string, remove []string) {
+	for k, v := range next {
+		if cur[k] != v {
+			if set == nil {
+				set = map[string]string{}
+			}
+			set[k] = v
+		}
+	}
+	for k := range cur {
+		if _, ok := next[k]; !ok {
+			remove = append(remove, k)
+		}
+	}
+	return set, remove
+}
+
+// cleanup deletes the case's policies and restores the labels through the
+// API (measuring the delete like any transition), then checks that every
+// pair connects again on the ports the case probed. If the cluster cannot be
+// restored, the remaining cases are skipped.
+func (s *suite) cleanup(t *testing.T, ctx context.Context, nc netpolCase, cur state, prev map[pp]truthTable) {
+	init := initialState()
+	// The policies first, measured as a delete; the labels after.
+	noPolicies := state{policies: map[string]*networkingv1.NetworkPolicy{}, nss: cur.nss, pods: cur.pods}
+	err := s.transition(t, ctx, "delete", "cleanup", cur, noPolicies, prev, map[pp]truthTable{})
+	if err == nil {
+		err = s.apply(ctx, noPolicies, init)
+	}
+	if err == nil {
+		_, err = s.c.WaitProgrammed(ctx)
+	}
+	if err == nil {
+		// Nothing may be left over in the API either.
+		var list *networkingv1.NetworkPolicyList
+		list, err = s.c.Client.NetworkingV1().NetworkPolicies("").List(ctx, metav1.ListOptions{})
+		if err == nil && len(list.Items) > 0 {
+			err = fmt.Errorf("%d policies left, e.g. %s/%s", len(list.Items), list.Items[0].Namespace, list.Items[0].Name)
+		}
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.broken = fmt.Sprintf("after case %d: %v", nc.num, err)
+		s.mu.Unlock()
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	allowed := newTruthTable(gridPods(), nil)
+	want := map[pp]truthTable{}
+	for k := range prev {
+		want[k] = allowed
+	}
+	if !s.checkStep(t, ctx, "cleanup: no policies", want) {
+		s.mu.Lock()
+		s.broken = fmt.Sprintf("after case %d: connectivity not restored once its policies were deleted", nc.num)
+		s.mu.Unlock()
+	}
+}
+
+// cell is one probe of a matrix.
+type cell struct {
+	k        pp
+	from, to string
+	want     bool
+	spec     e2e.ProbeSpec
+	r        e2e.ProbeResult
+	eval     queue.Verdict
+}
+
+// probeCells probes every ordered pair of distinct pods for each table, all
+// at once (one try), and decides each with the evaluator on the API's
+// current objects.
+func (s *suite) probeCells(ctx context.Context, tables map[pp]truthTable) ([]*cell, error) {
+	prog, err := s.c.Program(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var cells []*cell
+	var specs []e2e.ProbeSpec
+	for _, k := range sortedKeys(tables) {
+		for _, f := range gridPods() {
+			for _, to := range gridPods() {
+				if f == to {
+					continue
+				}
+				cl := &cell{k: k, from: f, to: to, want: tables[k].v[[2]string{f, to}],
+					spec: e2e.ProbeSpec{From: s.ep[f], To: s.ep[to], Src: gridIP(f), Dst: gridIP(to), Port: k.port, Proto: k.proto}}
+				cl.eval = queue.Evaluate(prog, cl.spec.Src, cl.spec.Dst, k.proto, k.port)
+				cells = append(cells, cl)
+				specs = append(specs, cl.spec)
+			}
+		}
+	}
+	for i, r := range s.p.Run(ctx, specs) {
+		cells[i].r = r
+	}
+	s.mu.Lock()
+	s.probes += len(specs)
+	s.mu.Unlock()
+	return cells, ctx.Err()
+}
+
+func sortedKeys(m map[pp]truthTable) []pp {
+	keys := slices.Collect(maps.Keys(m))
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].proto != keys[j].proto {
+			return keys[i].proto < keys[j].proto
+		}
+		return keys[i].port < keys[j].port
+	})
+	return keys
+}
+
+// checkStep probes every table of a step and compares real packets with the
+// truth table and with the evaluator. A cell whose first try timed out where
+// the table says allowed is tried again with a longer timeout (a loaded
+// machine can miss a short one; a policy drop misses every timeout). On a
+// mismatch it prints, per port, the expected and observed matrices, the
+// evaluator's reasons, the agents' log tails and the involved nodes'
+// rulesets. It reports whether everything agreed.
+func (s *suite) checkStep(t *testing.T, ctx context.Context, step string, tables map[pp]truthTable) bool {
+	t.Helper()
+	if len(tables) == 0 {
+		return true
+	}
+	cells, err := s.probeCells(ctx, tables)
+	if err != nil {
+		t.Errorf("%s: %v", step, err)
+		return false
+	}
+	var again []*cell
+	for _, cl := range cells {
+		if cl.r.Err == nil && !cl.r.Allowed && cl.want {
+			again = append(again, cl)
+		}
+	}
+	if len(again) > 0 {
+		specs := make([]e2e.ProbeSpec, len(again))
+		for i, cl := range again {
+			specs[i] = cl.spec
+		}
+		for i, r := range s.p.Try(ctx, specs, retryTimeout) {
+			r.Tries = 2
+			again[i].r = r
+		}
+	}
+	ok := true
+	involved := map[string]bool{}
+	for _, k := range sortedKeys(tables) {
+		var bad []string
+		observed := truthTable{pods: gridPods(), v: map[[2]string]bool{}}
+		evaluated := truthTable{pods: gridPods(), v: map[[2]string]bool{}}
+		for _, cl := range cells {
+			if cl.k != k {
+				continue
+			}
+			pair := [2]string{cl.from, cl.to}
+			observed.v[pair], evaluated.v[pair] = cl.r.Allowed, cl.eval.Allowed
+			if cl.r.Err != nil || cl.r.Allowed != cl.want || cl.eval.Allowed != cl.want {
+				how := cl.r.Detail
+				if cl.r.Tries > 1 {
+					how += ", also on a retry"
+				}
+				if cl.r.Err != nil {
+					how = "harness problem: " + cl.r.Err.Error()
+				}
+				bad = append(bad, fmt.Sprintf("  %s -> %s (%s, %s -> %s): want %s, real packets %s (%s), evaluator %s (ingress=%v egress=%v): %s",
+					cl.from, cl.to, nodePair(s, cl.from, cl.to), cl.spec.Src, cl.spec.Dst, verdictWord(cl.want), verdictWord(cl.r.Allowed), how,
+					verdictWord(cl.eval.Allowed), cl.eval.Ingress, cl.eval.Egress, cl.eval.Reason()))
+				involved[gridNode(cl.from, s.nodes)], involved[gridNode(cl.to, s.nodes)] = true, true
+			}
+		}
+		if len(bad) > 0 {
+			ok = false
+			want := tables[k]
+			t.Errorf("%s, %v (%s mode): %d of %d pairs disagree ('.' allowed, 'X' denied, '*' differs from expected)\nexpected:\n%sobserved on real packets:\n%sevaluator:\n%smismatches:\n%s",
+				step, k, s.mode, len(bad), len(want.v), want.render(nil), observed.render(&want), evaluated.render(&want), strings.Join(bad, "\n"))
+		}
+	}
+	if !ok {
+		for _, a := range s.c.Agents() {
+			t.Logf("last 25 lines of the agent log of %s (%s):\n%s", a.Node, a.LogPath, a.LogTail(25))
+		}
+		for _, n := range s.nodes {
+			if involved[n] {
+				t.Logf("nft list table inet %s on %s:\n%s", compile.TableName, n, s.c.ListTable(n))
+			}
+		}
+	}
+	return ok
+}
+
+func nodePair(s *suite, from, to string) string {
+	a, b := gridNode(from, s.nodes), gridNode(to, s.nodes)
+	if a == b {
+		return "same node " + a
+	}
+	return a + " -> " + b
+}
+
+// report logs the run's figures and the enforcement delay.
+func (s *suite) report(t *testing.T, setup, total time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var skipped []string
+	for _, num := range slices.Sorted(maps.Keys(s.skipped)) {
+		skipped = append(skipped, fmt.Sprintf("%d (%s)", num, s.skipped[num]))
+	}
+	t.Logf("%s mode: %d of %d cases run passed, %d failed, %d skipped%s; setup %v, whole suite %v, %d probes on real packets",
+		s.mode, s.passed, len(s.ran), s.failed, len(s.skipped), strings.TrimSuffix(": "+strings.Join(skipped, ", "), ": "),
+		setup.Round(time.Millisecond), total.Round(time.Millisecond), s.probes)
+	byKind := map[string][]time.Duration{}
+	var all []time.Duration
+	for _, d := range s.delays {
+		kind := d.kind
+		if strings.Contains(kind, "+") {
+			kind = "mixed"
+		}
+		byKind[kind] = append(byKind[kind], d.d)
+		all = append(all, d.d)
+	}
+	for _, kind := range slices.Sorted(maps.Keys(byKind)) {
+		ds := byKind[kind]
+		t.Logf("enforcement delay, %s (%s mode): p50=%v p99=%v max=%v n=%d", kind, s.mode, pct(ds, 50), pct(ds, 99), pct(ds, 100), len(ds))
+	}
+	if len(all) > 0 {
+		t.Logf("enforcement_delay_ms p50=%d p99=%d n=%d mode=%s", pct(all, 50).Milliseconds(), pct(all, 99).Milliseconds(), len(all), s.mode)
+	}
+}
+
+// pct is the nearest-rank percentile.
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (p*len(s)+99)/100 - 1
+	return s[max(0, min(i, len(s)-1))]
+}

@@ -1,0 +1,225 @@
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	sigsyaml "sigs.k8s.io/yaml"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/tests/e2e"
+	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
+)
+
+// evalLine is one line of `nftpolicy eval` (and, without the evaluator's
+// fields, of the runner).
+type evalLine struct {
+	Probe   int    `json:"probe"`
+	Allowed bool   `json:"allowed"`
+	Ingress bool   `json:"ingress"`
+	Egress  bool   `json:"egress"`
+	Reason  string `json:"reason"`
+	Error   string `json:"error"`
+}
+
+func parseLines(t *testing.T, out []byte) []evalLine {
+	t.Helper()
+	var lines []evalLine
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var l evalLine
+		dec := json.NewDecoder(strings.NewReader(sc.Text()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&l); err != nil {
+			t.Fatalf("output line %q: %v", sc.Text(), err)
+		}
+		if l.Probe != len(lines) {
+			t.Fatalf("output line %d is for probe %d", len(lines), l.Probe)
+		}
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+// evalScenario runs the built `nftpolicy eval` on a scenario file.
+func evalScenario(t *testing.T, path string) []evalLine {
+	t.Helper()
+	bin, err := cluster.AgentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "eval", "--scenario", path).Output()
+	if err != nil {
+		t.Fatalf("nftpolicy eval --scenario %s: %v", path, err)
+	}
+	return parseLines(t, out)
+}
+
+func loadScenario(t *testing.T, path string) *compile.Scenario {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := compile.ParseScenario(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// compareRun checks the runner's verdicts against eval's, probe for probe.
+func compareRun(t *testing.T, s *compile.Scenario, want []evalLine, got []evalLine, detail func(i int) string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("the runner printed %d lines, eval %d", len(got), len(want))
+	}
+	bad, allowed := 0, 0
+	for i := range want {
+		if got[i].Allowed {
+			allowed++
+		}
+		if got[i].Error != "" || got[i].Allowed != want[i].Allowed {
+			bad++
+			pr := s.Probes[i]
+			t.Errorf("probe %d %s -> %s %d/%s: runner %s%s, eval %s (ingress=%v egress=%v): %s",
+				i, pr.From, pr.To, pr.Port, pr.ProbeProtocol(), verdictWord(got[i].Allowed), got[i].Error+detail(i),
+				verdictWord(want[i].Allowed), want[i].Ingress, want[i].Egress, want[i].Reason)
+		}
+	}
+	t.Logf("%d probes, %d allowed; %d disagree with nftpolicy eval", len(want), allowed, bad)
+}
+
+// TestRunScenario runs testdata/grid-600.yaml (9 pods, 600 probes) with
+// the runner's Go entry point in hybrid mode and with hack/run-scenario.sh
+// in queue mode, and compares every probe with `nftpolicy eval`.
+func TestRunScenario(t *testing.T) {
+	requireRoot(t)
+	requireTools(t)
+	path, err := filepath.Abs("testdata/grid-600.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := loadScenario(t, path)
+	want := evalScenario(t, path)
+
+	t.Run("hybrid-entry-point", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		began := time.Now()
+		out, err := e2e.RunScenario(ctx, t, s, e2e.RunConfig{Mode: compile.ModeHybrid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]evalLine, len(out))
+		for i, o := range out {
+			got[i] = evalLine{Probe: o.Probe, Allowed: o.Allowed}
+			if o.Err != nil {
+				got[i].Error = o.Err.Error()
+			}
+		}
+		compareRun(t, s, want, got, func(i int) string {
+			return fmt.Sprintf(" (%v: %s, tries %d)", out[i].Spec, out[i].Detail, out[i].Tries)
+		})
+		t.Logf("RunScenario (hybrid, until the probes are done): %v", time.Since(began).Round(time.Millisecond))
+	})
+
+	t.Run("queue-run-scenario.sh", func(t *testing.T) {
+		root, err := cluster.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin, err := cluster.AgentBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "hack/run-scenario.sh"), path, "--mode", "queue")
+		cmd.Env = append(os.Environ(), cluster.BinEnv+"="+bin)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		began := time.Now()
+		out, err := cmd.Output()
+		took := time.Since(began)
+		if err != nil {
+			t.Fatalf("hack/run-scenario.sh: %v\nstderr:\n%s", err, stderr.String())
+		}
+		compareRun(t, s, want, parseLines(t, out), func(int) string { return "" })
+		// The issue's bound: 9 pods and 600 probes in under 3 minutes
+		// once the tools are built (this includes building the runner).
+		t.Logf("hack/run-scenario.sh %s --mode queue: %v wall time, exit status 0", filepath.Base(path), took.Round(time.Millisecond))
+		if took > 3*time.Minute {
+			t.Errorf("hack/run-scenario.sh took %v, more than 3 minutes", took)
+		}
+	})
+
+	t.Run("exit-status", func(t *testing.T) {
+		root, err := cluster.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin, err := cluster.AgentBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		unknownField := filepath.Join(dir, "unknown-field.yaml")
+		if err := os.WriteFile(unknownField, []byte("pods: [{namespace: x, name: a, ip: 10.244.1.10, lables: {}}]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			file string
+			code int
+			says string
+		}{
+			{unknownField, 2, `unknown field "pods[0].lables"`},
+			{"testdata/hostnetwork.yaml", 1, "hostNetwork pods are not supported"},
+			{filepath.Join(dir, "missing.yaml"), 2, "cannot read"},
+		} {
+			cmd := exec.Command("bash", filepath.Join(root, "hack/run-scenario.sh"), tc.file)
+			cmd.Env = append(os.Environ(), cluster.BinEnv+"="+bin)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != tc.code || !strings.Contains(string(out), tc.says) {
+				t.Errorf("run-scenario.sh %s: %v, want exit status %d saying %q; output:\n%s", filepath.Base(tc.file), err, tc.code, tc.says, out)
+			}
+		}
+	})
+
+	// A policy that the API server rejects is a scenario error (exit
+	// status 2), found only once the cluster is up.
+	t.Run("api-rejects-policy", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		data, err := os.ReadFile("testdata/bad-policy.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// nftpolicy's own validation rejects it, as the API server does...
+		if _, err := compile.ParseScenario(data); err == nil || !strings.Contains(err.Error(), "must not have bits set beyond the prefix length") {
+			t.Fatalf("ParseScenario: %v; want the host-bits error", err)
+		}
+		// ...and so does the real API server when the scenario gets past ours.
+		var bad compile.Scenario
+		if err := sigsyaml.Unmarshal(data, &bad); err != nil {
+			t.Fatal(err)
+		}
+		_, err = e2e.RunScenario(ctx, t, &bad, e2e.RunConfig{})
+		var se *compile.ScenarioError
+		if !errors.As(err, &se) || !strings.Contains(err.Error(), "must not have bits set beyond the prefix length") {
+			t.Fatalf("RunScenario: %v; want a *compile.ScenarioError from the API server's validation", err)
+		}
+		t.Logf("as expected: %v", err)
+	})
+}
