@@ -673,48 +673,57 @@ func (rs *Ruleset) AddTo(tx *knftables.Transaction) {
 
 // sortElements orders elements by key, addresses numerically, and drops
 // duplicates (two port names of one pod may resolve to the same number).
+// Sort keys are parsed once per element, not once per comparison.
 func sortElements(es []knftables.Element) []knftables.Element {
 	if len(es) < 2 {
 		return es
 	}
-	sort.SliceStable(es, func(i, j int) bool { return elementLess(es[i].Key, es[j].Key) })
-	out := es[:1]
-	for _, e := range es[1:] {
-		if !slices.Equal(out[len(out)-1].Key, e.Key) {
-			out = append(out, e)
+	type keyed struct {
+		fields []fieldSortKey
+		e      knftables.Element
+	}
+	ks := make([]keyed, len(es))
+	for i := range es {
+		f := make([]fieldSortKey, len(es[i].Key))
+		for j, k := range es[i].Key {
+			f[j] = fieldKey(k)
 		}
+		ks[i] = keyed{f, es[i]}
+	}
+	sort.SliceStable(ks, func(i, j int) bool {
+		a, b := ks[i], ks[j]
+		for x := 0; x < len(a.fields) && x < len(b.fields); x++ {
+			if c := compareField(a.fields[x], b.fields[x], a.e.Key[x], b.e.Key[x]); c != 0 {
+				return c < 0
+			}
+		}
+		return len(a.fields) < len(b.fields)
+	})
+	out := es[:0]
+	for i := range ks {
+		if len(out) > 0 && slices.Equal(out[len(out)-1].Key, ks[i].e.Key) {
+			continue
+		}
+		out = append(out, ks[i].e)
 	}
 	return out
 }
 
-func elementLess(a, b []string) bool {
-	for i := 0; i < len(a) && i < len(b); i++ {
-		if a[i] == b[i] {
-			continue
-		}
-		return fieldLess(a[i], b[i])
+func compareField(a, b fieldSortKey, as, bs string) int {
+	if a.kind != b.kind {
+		return a.kind - b.kind
 	}
-	return len(a) < len(b)
-}
-
-// fieldLess compares element fields: addresses and ranges by their first
-// address, numbers numerically, anything else as text.
-func fieldLess(a, b string) bool {
-	ka, kb := fieldKey(a), fieldKey(b)
-	if ka.kind != kb.kind {
-		return ka.kind < kb.kind
-	}
-	switch ka.kind {
+	switch a.kind {
 	case 0:
-		if c := ka.addr.Compare(kb.addr); c != 0 {
-			return c < 0
+		if c := a.addr.Compare(b.addr); c != 0 {
+			return c
 		}
 	case 1:
-		if ka.num != kb.num {
-			return ka.num < kb.num
+		if a.num != b.num {
+			return a.num - b.num
 		}
 	}
-	return a < b
+	return strings.Compare(as, bs)
 }
 
 type fieldSortKey struct {
