@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,47 +132,36 @@ func relabel(in compile.Input, i int) compile.Input {
 }
 
 // pickPod returns the index of a pod with tier=web, on the synced node
-// (local) or on another node, from the middle of the cluster on, whose
-// relabeling changes a peer set of the rendered ruleset: every timed
+// (local) or on another node, whose relabeling changes a peer set of the
+// rendered ruleset ("pods with tier=web in namespace x", which exists when a
+// policy of x selecting a local pod has such a peer): every timed
 // incremental sync then has elements to change.
 func pickPod(b *testing.B, in compile.Input, cfg compile.RenderConfig, local bool) int {
-	base := compile.Build(in)
-	rs, err := compile.Render(base, cfg)
+	prog := compile.Build(in)
+	rs, err := compile.Render(prog, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	members := func(p *compile.Program, key string) map[string]bool {
-		out := map[string]bool{}
-		if id, ok := p.PodByKey(key); ok {
-			for _, sid := range p.Pods[id].MemberOf {
-				out[p.Selectors[sid].Key] = true
-			}
-		}
-		return out
+	index := map[string]int{}
+	for i, p := range in.Pods {
+		index[p.Namespace+"/"+p.Name] = i
 	}
-	tries := 0
-	for i := len(in.Pods) / 2; i < len(in.Pods); i++ {
-		p := in.Pods[i]
-		if p.Labels["tier"] != "web" || (p.Spec.NodeName == syncBenchNode) != local {
+	for si := range prog.Selectors {
+		sel := &prog.Selectors[si]
+		if !strings.HasPrefix(sel.Key, "ns=") || !strings.HasSuffix(sel.Key, "|pods=tier=web") {
 			continue
 		}
-		key := p.Namespace + "/" + p.Name
-		after := compile.Build(relabel(in, i))
-		was, is := members(base, key), members(after, key)
-		for _, sel := range after.Selectors {
-			if was[sel.Key] == is[sel.Key] {
-				continue
-			}
-			if _, ok := rs.Sets[compile.PeerSetName(&sel, true)]; ok {
-				return i
-			}
+		if _, ok := rs.Sets[compile.PeerSetName(sel, true)]; !ok {
+			continue
 		}
-		if tries++; tries == 20 {
-			b.Logf("no pod among 20 changes a rendered peer set; using %s", key)
-			return i
+		for _, id := range sel.Members {
+			p := &prog.Pods[id]
+			if p.Local == local {
+				return index[p.Key]
+			}
 		}
 	}
-	b.Fatal("no candidate pod")
+	b.Fatalf("no pod (local %v) whose tier changes a rendered peer set", local)
 	return 0
 }
 

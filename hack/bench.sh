@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# hack/bench.sh measures nftpolicy on this machine and prints a markdown
+# table, then machine-readable name=value lines (the headline ones last).
+# docs/performance.md explains every number, the method and the targets.
+#
+#   bash hack/bench.sh            # `make bench`: full counts (~10-15 min on 2 cores)
+#   bash hack/bench.sh --quick    # `make bench-quick`: smaller counts, < 3 min
+#
+# Sections (each can be skipped: NFTPOLICY_BENCH_SKIP="scale delay"):
+#   conn   real TCP connections between network namespaces: no agent
+#          (control), hybrid mode, queue mode, interleaved round by round
+#          (tests/bench, in process: compile + sets.Syncer + queue.Runtime)
+#   sync   BenchmarkSync of pkg/sets: Build, Render and the transaction, full
+#          and one-pod incremental, against knftables.Fake and the kernel
+#   eval   BenchmarkEvaluate* of pkg/queue at 10k policies
+#   scale  a real kube-apiserver with 10k/50k pods on fake nodes and 1k
+#          policies, one real agent process; RSS, CPU, sync durations
+#   delay  API write -> first connection observing the new verdict, with a
+#          real agent process (tests/internal/cluster)
+#
+# Needs root (network namespaces, nftables, NFQUEUE), nft, and the control
+# plane binaries of hack/tools.sh. Creates only its own network namespaces;
+# never touches this namespace's firewall or routes. Results are kept in
+# $NFTPOLICY_BENCH_OUT (default _output/bench): one name=value file per
+# section, the raw `go test -bench` output, and report.md.
+set -euo pipefail
+
+QUICK=0
+case ${1:-} in
+--quick) QUICK=1 ;;
+'') ;;
+*) echo "usage: $0 [--quick]" >&2; exit 2 ;;
+esac
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+OUT=${NFTPOLICY_BENCH_OUT:-$ROOT/_output/bench}
+SKIP=" ${NFTPOLICY_BENCH_SKIP:-} "
+GO=${GO:-go}
+log() { printf '[bench.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+if [[ $EUID -ne 0 ]]; then
+	log "needs root (network namespaces, nftables, NFQUEUE)"
+	exit 1
+fi
+command -v nft >/dev/null || { log "nft is missing: bash hack/deps.sh"; exit 1; }
+
+began=$(date +%s)
+mkdir -p "$OUT"
+rm -f "$OUT"/*.txt "$OUT"/*.bench "$OUT"/report.md
+
+if ((QUICK)); then
+	CONN_ARGS=(--rounds 12 --duration 100ms)
+	SYNC_BENCH='BenchmarkSync/(fake|kernel)/pods=(1000|10000)$/'
+	SYNC_TIME=300ms
+	EVAL_COUNT=3
+	EVAL_TIME=300ms
+	SCALE_ARGS=(--pods 2000 --incremental 5 --settle 2s)
+	DELAY_ARGS=(--cycles 4)
+else
+	CONN_ARGS=(--rounds 40 --duration 150ms)
+	SYNC_BENCH='BenchmarkSync/'
+	SYNC_TIME=1s
+	EVAL_COUNT=5
+	EVAL_TIME=1s
+	SCALE_ARGS=(--pods 10000,50000 --incremental 10 --settle 10s)
+	DELAY_ARGS=(--cycles 8)
+fi
+
+# Build everything first: compiling must not overlap the measurements.
+log "building the agent, nftbench and the test binaries"
+BIN=${NFTPOLICY_BIN:-$ROOT/_output/bin/nftpolicy}
+if [[ -z ${NFTPOLICY_BIN:-} ]]; then
+	mkdir -p "$(dirname "$BIN")"
+	$GO build -o "$BIN" ./cmd/nftpolicy
+fi
+export NFTPOLICY_BIN=$BIN
+$GO build -o "$OUT/nftbench" ./tests/bench/cmd/nftbench
+$GO test -c -o "$OUT/sets.test" ./pkg/sets
+$GO test -c -o "$OUT/queue.test" ./pkg/queue
+NFTBENCH=$OUT/nftbench
+
+# The machine, and how much of a CPU a thread gets right now (wall/CPU of a
+# fixed loop; 1 = idle machine). Recorded before every section that reports
+# times rather than ratios against an interleaved control.
+{
+	echo "machine_cpus=$(nproc)"
+	echo "machine_cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo | tr -s ' ' | tr ' ' '_')"
+	echo "machine_mem_gib=$(awk '/^MemTotal/ {printf "%.1f", $2/1048576}' /proc/meminfo)"
+	echo "machine_kernel=$(uname -r)"
+	echo "machine_nft=$(nft --version | awk '{print $2}')"
+	echo "machine_go=$($GO env GOVERSION)"
+	echo "machine_load_start=$(cut -d' ' -f1 /proc/loadavg)"
+	echo "bench_quick=$QUICK"
+} >"$OUT/machine.txt"
+
+contention() { "$NFTBENCH" contention --name "contention_$1" --duration 500ms >>"$OUT/machine.txt"; }
+
+section() { [[ $SKIP != *" $1 "* ]]; }
+
+if section conn; then
+	log "conn: connections between namespaces, control / hybrid / queue interleaved (${CONN_ARGS[*]})"
+	"$NFTBENCH" conn "${CONN_ARGS[@]}" >"$OUT/conn.txt"
+fi
+
+if section sync; then
+	contention sync
+	log "sync: $SYNC_BENCH (benchtime $SYNC_TIME)"
+	"$OUT/sets.test" -test.run '^$' -test.bench "$SYNC_BENCH" -test.benchtime "$SYNC_TIME" -test.timeout 30m | tee "$OUT/sync.bench" >&2
+	"$NFTBENCH" gobench "$OUT/sync.bench" >"$OUT/sync.txt"
+fi
+
+if section eval; then
+	contention eval
+	log "eval: BenchmarkEvaluate at 10k policies (count $EVAL_COUNT)"
+	"$OUT/queue.test" -test.run '^$' -test.bench 'BenchmarkEvaluate(|Hot|Worst)/policies=10000$' \
+		-test.benchtime "$EVAL_TIME" -test.count "$EVAL_COUNT" -test.timeout 10m | tee "$OUT/eval.bench" >&2
+	"$NFTBENCH" gobench "$OUT/eval.bench" >"$OUT/eval.txt"
+fi
+
+if section scale; then
+	log "scale: kube-apiserver + one agent process (${SCALE_ARGS[*]})"
+	bash hack/tools.sh >/dev/null
+	contention scale
+	"$NFTBENCH" scale "${SCALE_ARGS[@]}" >"$OUT/scale.txt"
+fi
+
+if section delay; then
+	log "delay: API write -> first connection with the new verdict (${DELAY_ARGS[*]})"
+	bash hack/tools.sh >/dev/null
+	contention delay
+	"$NFTBENCH" delay "${DELAY_ARGS[@]}" >"$OUT/delay.txt"
+fi
+
+{
+	echo "machine_load_end=$(cut -d' ' -f1 /proc/loadavg)"
+	echo "bench_wall_s=$(($(date +%s) - began))"
+} >>"$OUT/machine.txt"
+
+quick=()
+((QUICK)) && quick=(--quick)
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,sync,eval,scale,delay}.txt 2>/dev/null) | tee "$OUT/report.md"
+log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/sets"
+)
+
+func TestParseGoBenchAndReport(t *testing.T) {
+	out := `goos: linux
+BenchmarkEvaluate/policies=10000-2     	 1000000	      250.0 ns/op	        50.00 allowed-%	       0 B/op
+BenchmarkEvaluate/policies=10000-2     	 1000000	      350.0 ns/op	        50.00 allowed-%	       0 B/op
+BenchmarkEvaluate/policies=10000-2     	 1000000	      300.0 ns/op	        50.00 allowed-%	       0 B/op
+BenchmarkSync/kernel/pods=100000/incremental-remote-2 	 3	 783262797 ns/op	 560.8 build-ms	 213.3 render-ms	 63918 set-elements	 783.0 total-ms	 8.911 tx-ms	 2.000 tx-ops
+PASS
+`
+	r := ParseGoBench(out).Results()
+	for name, want := range map[string]string{
+		"eval_ns": "300", "eval_ns_min": "250", "sync_kernel_incr_ms_100k": "783", "sync_kernel_incr_build_ms_100k": "560.8",
+		"sync_kernel_incr_ops_100k": "2", "sync_set_elements_100k": "63918",
+	} {
+		if got, _ := r.Get(name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	r.Set("hybrid_conn_ratio", 0.97)
+	r.Set("program_delay_p99_ms", 80.0)
+	r.Set("other", "x")
+	rep := Report(r, false)
+	if !strings.HasPrefix(rep, "| area | measurement |") {
+		t.Errorf("report does not start with the table:\n%s", rep)
+	}
+	for _, want := range []string{"| 0.97 (`hybrid_conn_ratio`) | ≥ 0.95 | yes |", "| 80 ms (`program_delay_p99_ms`) | ≤ 50 ms | **no** |", "| ≤ 300 ns | yes |"} {
+		if !strings.Contains(rep, want) {
+			t.Errorf("report lacks %q:\n%s", want, rep)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(rep), "\n")
+	if last := lines[len(lines)-1]; last != "eval_ns=300" {
+		t.Errorf("last line %q, want the last headline value eval_ns=300", last)
+	}
+	if back := ParseLines(rep); back.Float("hybrid_conn_ratio") != 0.97 || back.Float("other") == back.Float("other") {
+		t.Errorf("the report's lines do not parse back: %v", back.Lines())
+	}
+}
+
+func TestPercentileAndMedian(t *testing.T) {
+	ds := []time.Duration{5, 1, 4, 2, 3}
+	if p := Percentile(ds, 50); p != 3 {
+		t.Errorf("p50 = %v", p)
+	}
+	if p := Percentile(ds, 99); p != 5 {
+		t.Errorf("p99 = %v", p)
+	}
+	if m := Median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median = %v", m)
+	}
+}
+
+// TestConnSmoke runs the connection benchmark very briefly: every mode must
+// connect, and queue mode must queue exactly one packet per connection on
+// each node it crosses.
+func TestConnSmoke(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	res, err := RunConn(context.Background(), ConnConfig{Rounds: 2, Duration: 50 * time.Millisecond, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ConnModes {
+		for _, p := range ConnPaths {
+			if res.Float(m+"_rate_"+p) <= 0 {
+				t.Errorf("%s mode, %s path: no connection\n%s", m, p, res.Lines())
+			}
+		}
+		if f := res.Float(m + "_failed"); f != 0 {
+			t.Errorf("%s mode: %v failed connections", m, f)
+		}
+	}
+	for _, p := range ConnPaths {
+		if q := res.Float("queued_packets_per_conn_" + p); q != 1 {
+			t.Errorf("queue mode, %s path: %v packets queued per connection, want 1", p, q)
+		}
+	}
+}
+
+// BenchmarkConnect makes b.N connections (connect, one byte, RST) from the
+// client pod to a server on the same node or across nodes, in each mode;
+// ns/op is one connection, p50-µs its connect latency. hack/bench.sh's
+// interleaved rounds (nftbench conn) are the numbers to compare modes with
+// on a shared machine.
+func BenchmarkConnect(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	for _, m := range ConnModes {
+		b.Run(m, func(b *testing.B) {
+			l, err := newConnLab(context.Background(), m, queueVariant(b), 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.close()
+			for _, p := range ConnPaths {
+				b.Run(p, func(b *testing.B) {
+					cfg := ConnConfig{Duration: time.Hour, MaxConns: b.N}
+					cfg.defaults()
+					b.ResetTimer()
+					s := l.measure(p, 1, cfg)
+					b.StopTimer()
+					if s.err != nil || s.failed > 0 {
+						b.Fatalf("%v, %d failed: %v", s.err, s.failed, s.reasons)
+					}
+					b.ReportMetric(micros(Percentile(s.lat, 50)), "p50-µs")
+					if m == ModeQueue {
+						var q uint64
+						for _, n := range s.queued {
+							q = max(q, n)
+						}
+						b.ReportMetric(float64(q)/float64(s.ok), "queued/conn")
+					}
+				})
+			}
+		})
+	}
+}
+
+// queueVariant probes the kernel's queue rule variant for a benchmark.
+func queueVariant(b testing.TB) compile.QueueVariant {
+	v, err := sets.ProbeQueueVariant(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return compile.QueueVariant(v.String())
+}

@@ -1,0 +1,175 @@
+// Command nftbench runs nftpolicy's benchmarks that need more than `go test
+// -bench`: real connections through enforcing network namespaces, a real
+// API server with tens of thousands of pods and a real agent process. Each
+// subcommand prints name=value lines on stdout (progress goes to stderr);
+// `report` turns the collected lines into the markdown table of
+// docs/performance.md. hack/bench.sh drives it.
+//
+//	nftbench conn  [--rounds N] [--duration D] [--max-conns N] [--workers N]
+//	nftbench scale [--pods 10000,50000] [--policies 1000] [--local-pods 4]
+//	nftbench delay [--changes 20] [--interval 2ms]
+//	nftbench contention [--name N] [--duration D]
+//	nftbench gobench [FILE...]   (go test -bench output -> name=value lines)
+//	nftbench report [--quick] FILE...
+//
+// It needs root; it creates its own network namespaces (prefixes npb*, npc*)
+// and never touches the caller's namespace.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/tests/bench"
+)
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|report [flags]")
+	os.Exit(2)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[nftbench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cmd, args := os.Args[1], os.Args[2:]
+	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process to the file")
+	defer func() {
+		if *cpuprofile != "" {
+			pprof.StopCPUProfile()
+		}
+	}()
+	startProfile := func() {
+		if *cpuprofile == "" {
+			return
+		}
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	var (
+		res *bench.Result
+		err error
+	)
+	start := time.Now()
+	switch cmd {
+	case "conn":
+		var c bench.ConnConfig
+		fs.IntVar(&c.Rounds, "rounds", 40, "interleaved rounds (each measures every mode on both paths)")
+		fs.DurationVar(&c.Duration, "duration", 150*time.Millisecond, "time bound of one measurement")
+		fs.IntVar(&c.MaxConns, "max-conns", 50000, "connection bound of one measurement")
+		fs.IntVar(&c.Workers, "workers", 1, "client threads, one connection in flight each")
+		fs.DurationVar(&c.Timeout, "timeout", time.Second, "bound of one connection")
+		modes := fs.String("modes", "control,conntrack,hybrid,queue", "modes to measure (control is always measured)")
+		_ = fs.Parse(args)
+		c.Modes = strings.Split(*modes, ",")
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunConn(ctx, c)
+	case "scale":
+		var c bench.ScaleConfig
+		var pods string
+		fs.StringVar(&pods, "pods", "10000,50000", "pod counts in the API, comma-separated, increasing")
+		fs.IntVar(&c.Policies, "policies", 1000, "NetworkPolicies in the API")
+		fs.IntVar(&c.LocalPods, "local-pods", 4, "pods on the agent's node")
+		fs.IntVar(&c.Incremental, "incremental", 10, "one-pod label changes timed per size")
+		fs.DurationVar(&c.Settle, "settle", 10*time.Second, "idle time over which RSS and CPU are read")
+		fs.IntVar(&c.Parallel, "parallel", 48, "concurrent API writes while creating pods")
+		fs.StringVar(&c.HeapProfile, "heapprofile", "", "after the last size, run the agent's controller in this process and write its heap profile here")
+		_ = fs.Parse(args)
+		for _, s := range strings.Split(pods, ",") {
+			n, perr := strconv.Atoi(strings.TrimSpace(s))
+			if perr != nil {
+				fmt.Fprintf(os.Stderr, "--pods: %v\n", perr)
+				os.Exit(2)
+			}
+			c.Pods = append(c.Pods, n)
+		}
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunScale(ctx, c)
+	case "delay":
+		var c bench.DelayConfig
+		fs.IntVar(&c.Cycles, "cycles", 5, "cycles of 5 changes (policy create, update x2, delete, new pod)")
+		fs.DurationVar(&c.Interval, "interval", 2*time.Millisecond, "time between probes")
+		fs.StringVar(&c.Mode, "mode", "hybrid", "agent mode")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunDelay(ctx, c)
+	case "contention":
+		// wall/CPU of a fixed CPU-bound loop: how much of a CPU this machine gives
+		name := fs.String("name", "contention", "name of the value")
+		d := fs.Duration("duration", time.Second, "length of the loop")
+		_ = fs.Parse(args)
+		fmt.Printf("%s=%s\n", *name, bench.FormatFloat(bench.Contention(*d)))
+		return
+	case "gobench":
+		// go test -bench output (files, or stdin) -> name=value lines
+		_ = fs.Parse(args)
+		var text []byte
+		if fs.NArg() == 0 {
+			text, err = io.ReadAll(os.Stdin)
+		}
+		for _, f := range fs.Args() {
+			data, rerr := os.ReadFile(f)
+			if rerr != nil {
+				err = rerr
+			}
+			text = append(text, data...)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Print(bench.ParseGoBench(string(text)).Results().Lines())
+		return
+	case "report":
+		quick := fs.Bool("quick", false, "the results come from bench-quick")
+		_ = fs.Parse(args)
+		all := &bench.Result{}
+		for _, f := range fs.Args() {
+			data, rerr := os.ReadFile(f)
+			if rerr != nil {
+				fmt.Fprintln(os.Stderr, rerr)
+				os.Exit(1)
+			}
+			all.Merge(bench.ParseLines(string(data)))
+		}
+		fmt.Print(bench.Report(all, *quick))
+		return
+	default:
+		usage()
+	}
+	if *cpuprofile != "" {
+		pprof.StopCPUProfile()
+		*cpuprofile = ""
+	}
+	if err != nil {
+		logf("%s failed after %v: %v", cmd, time.Since(start).Round(time.Millisecond), err)
+		os.Exit(1)
+	}
+	res.Set(cmd+"_wall_s", time.Since(start).Round(100*time.Millisecond).Seconds())
+	fmt.Print(res.Lines())
+}

@@ -1,0 +1,717 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+)
+
+// The connection benchmark's modes and paths.
+const (
+	ModeControl = "control" // no table at all: the lab's bare data path
+	ModeHybrid  = "hybrid"
+	ModeQueue   = "queue"
+	// ModeConntrack has no nftpolicy, only a forward chain that accepts
+	// established connections: the cost of connection tracking alone,
+	// which hybrid mode needs and the control lacks.
+	ModeConntrack = "conntrack"
+
+	PathSame  = "same" // client and server on node-1
+	PathCross = "cross"
+)
+
+// ConnModes and ConnPaths list them in report order.
+var (
+	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeQueue}
+	ConnPaths = []string{PathSame, PathCross}
+)
+
+// connPort is the port the benchmark's servers listen on.
+const connPort = 8080
+
+// ConnConfig configures RunConn.
+type ConnConfig struct {
+	// Rounds of interleaved measurements: each round measures every mode on
+	// every path once, the modes in a rotating order.
+	Rounds int
+	// Duration and MaxConns bound one measurement (one mode, one path).
+	Duration time.Duration
+	MaxConns int
+	// Workers is the number of client threads, each with one connection in
+	// flight; the server has as many accepting threads.
+	Workers int
+	// Timeout bounds one connection (connect and the read of its byte).
+	Timeout time.Duration
+	// Modes to measure besides control (default hybrid and queue).
+	Modes []string
+	// Logf receives progress lines; nil means none.
+	Logf func(format string, args ...any)
+}
+
+func (c *ConnConfig) defaults() {
+	if c.Rounds <= 0 {
+		c.Rounds = 40
+	}
+	if c.Duration <= 0 {
+		c.Duration = 150 * time.Millisecond
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 50000
+	}
+	if c.Workers <= 0 {
+		c.Workers = 1
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = time.Second
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	modes := []string{ModeControl}
+	for _, m := range ConnModes[1:] {
+		if len(c.Modes) == 0 || slices.Contains(c.Modes, m) {
+			modes = append(modes, m)
+		}
+	}
+	c.Modes = modes
+}
+
+// sample is one measurement: one mode, one path, one round.
+type sample struct {
+	mode, path string
+	round      int
+	ok, failed int
+	reasons    map[string]int
+	err        error
+	elapsed    time.Duration
+	lat        []time.Duration // connect latencies of successful connections
+	queued     []uint64        // packets read by each node's NFQUEUE runtime
+}
+
+func (s *sample) rate() float64 {
+	if s.elapsed <= 0 {
+		return 0
+	}
+	return float64(s.ok) / s.elapsed.Seconds()
+}
+
+// RunConn measures short TCP connections (connect, read one byte, close
+// with RST) between two pods on one node and across two nodes, with no
+// agent (control), in hybrid mode and in queue mode, in separate labs whose
+// measurements are interleaved round by round.
+func RunConn(ctx context.Context, cfg ConnConfig) (*Result, error) {
+	cfg.defaults()
+	if os.Geteuid() != 0 {
+		return nil, errors.New("conn: needs root (network namespaces, nftables, NFQUEUE)")
+	}
+	variant, err := sets.ProbeQueueVariant(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("probing the queue variant: %w", err)
+	}
+	v := compile.QueueVariant(variant.String())
+	labs := map[string]*connLab{}
+	defer func() {
+		for _, l := range labs {
+			l.close()
+		}
+	}()
+	for _, m := range cfg.Modes {
+		l, err := newConnLab(ctx, m, v, cfg.Workers)
+		if err != nil {
+			return nil, fmt.Errorf("%s lab: %w", m, err)
+		}
+		labs[m] = l
+	}
+	// Warm-up: caches, conntrack, page faults; not counted.
+	for _, m := range cfg.Modes {
+		for _, p := range ConnPaths {
+			w := cfg
+			w.Duration = 200 * time.Millisecond
+			s := labs[m].measure(p, 0, w)
+			if s.err != nil {
+				return nil, fmt.Errorf("%s mode, %s path: %w", m, p, s.err)
+			}
+			if s.ok == 0 {
+				return nil, fmt.Errorf("%s mode, %s path: no connection succeeded in the warm-up (%d failed)", m, p, s.failed)
+			}
+		}
+	}
+	var samples []*sample
+	for r := 1; r <= cfg.Rounds; r++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		for i := range cfg.Modes {
+			m := cfg.Modes[(i+r)%len(cfg.Modes)]
+			for j := range ConnPaths {
+				p := ConnPaths[(j+r)%len(ConnPaths)]
+				s := labs[m].measure(p, r, cfg)
+				if s.err != nil {
+					return nil, fmt.Errorf("%s mode, %s path: %w", m, p, s.err)
+				}
+				if s.failed > 0 {
+					cfg.Logf("conn: %s mode, %s path, round %d: %d of %d connections failed: %v", m, p, r, s.failed, s.ok+s.failed, s.reasons)
+				}
+				samples = append(samples, s)
+			}
+		}
+		if r%10 == 0 || r == cfg.Rounds {
+			cfg.Logf("conn: round %d/%d done", r, cfg.Rounds)
+		}
+	}
+	res := &Result{}
+	res.Set("queue_variant", variant.String())
+	res.Set("conn_rounds", cfg.Rounds)
+	res.Set("conn_workers", cfg.Workers)
+	res.Set("conn_measure_s", cfg.Duration.Seconds())
+	summarizeConn(res, samples, cfg.Rounds, cfg.Modes)
+	return res, nil
+}
+
+// summarizeConn turns the samples into name=value lines:
+//
+//	<mode>_rate_<path>          connections/s, median over rounds
+//	<mode>_conn_ratio_<path>    median over rounds of rate / control's rate in the same round
+//	<mode>_conn_ratio           median over rounds of the geometric mean of both paths' ratios
+//	<mode>_conn_ratio_vs_conntrack  the same against the conntrack-only mode
+//	<mode>_p50_us[_<path>]      connect latency percentiles (pooled over rounds; without a path: both paths)
+//	<mode>_failed               failed connections
+//	queued_packets_per_conn[_<path>]  queue mode: packets the busiest node queued per connection
+func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
+	by := map[[3]any]*sample{}
+	for _, s := range samples {
+		by[[3]any{s.mode, s.path, s.round}] = s
+	}
+	for _, m := range modes {
+		var all []time.Duration
+		failed := 0
+		for _, p := range ConnPaths {
+			var rates, ratios []float64
+			var lat []time.Duration
+			var queued, conns float64
+			for r := 1; r <= rounds; r++ {
+				s, c := by[[3]any{m, p, r}], by[[3]any{ModeControl, p, r}]
+				if s == nil || c == nil {
+					continue
+				}
+				rates = append(rates, s.rate())
+				if c.rate() > 0 {
+					ratios = append(ratios, s.rate()/c.rate())
+				}
+				lat = append(lat, s.lat...)
+				failed += s.failed
+				var busiest uint64
+				for _, q := range s.queued {
+					busiest = max(busiest, q)
+				}
+				queued += float64(busiest)
+				conns += float64(s.ok + s.failed)
+			}
+			all = append(all, lat...)
+			res.Set(m+"_rate_"+p, round(Median(rates), 0))
+			if m != ModeControl {
+				res.Set(m+"_conn_ratio_"+p, round(Median(ratios), 3))
+			}
+			res.Set(m+"_p50_us_"+p, micros(Percentile(lat, 50)))
+			res.Set(m+"_p99_us_"+p, micros(Percentile(lat, 99)))
+			if m == ModeQueue && conns > 0 {
+				res.Set("queued_packets_per_conn_"+p, round(queued/conns, 3))
+			}
+		}
+		if m != ModeControl {
+			ratios := roundRatios(by, m, ModeControl, rounds)
+			res.Set(m+"_conn_ratio", round(Median(ratios), 3))
+			if len(ratios) > 0 {
+				res.Set(m+"_conn_ratio_min", round(slices.Min(ratios), 3))
+				res.Set(m+"_conn_ratio_max", round(slices.Max(ratios), 3))
+			}
+			if m != ModeConntrack && slices.Contains(modes, ModeConntrack) {
+				res.Set(m+"_conn_ratio_vs_conntrack", round(Median(roundRatios(by, m, ModeConntrack, rounds)), 3))
+			}
+		}
+		res.Set(m+"_p50_us", micros(Percentile(all, 50)))
+		res.Set(m+"_p99_us", micros(Percentile(all, 99)))
+		res.Set(m+"_failed", failed)
+	}
+	if slices.Contains(modes, ModeQueue) {
+		q := math.Max(res.Float("queued_packets_per_conn_"+PathSame), res.Float("queued_packets_per_conn_"+PathCross))
+		res.Set("queued_packets_per_conn", q)
+	}
+}
+
+// roundRatios returns, per round, the geometric mean over both paths of
+// mode's rate divided by base's rate in the same round.
+func roundRatios(by map[[3]any]*sample, mode, base string, rounds int) []float64 {
+	var ratios []float64
+	for r := 1; r <= rounds; r++ {
+		g, n := 1.0, 0
+		for _, p := range ConnPaths {
+			s, c := by[[3]any{mode, p, r}], by[[3]any{base, p, r}]
+			if s != nil && c != nil && c.rate() > 0 {
+				g *= s.rate() / c.rate()
+				n++
+			}
+		}
+		if n > 0 {
+			ratios = append(ratios, math.Pow(g, 1/float64(n)))
+		}
+	}
+	return ratios
+}
+
+// connLab is one lab of the benchmark: two nodes, a client pod and a server
+// on each node, enforced as mode says.
+type connLab struct {
+	mode    string
+	lab     *netlab.Lab
+	agents  []*connAgent
+	client  string // client pod's namespace path
+	servers []*server
+	dst     map[string]netip.AddrPort
+}
+
+// The lab's pods: the client and one server on node-1, a server on node-2.
+var (
+	clientIP    = netip.MustParseAddr("10.244.1.10")
+	sameSrvIP   = netip.MustParseAddr("10.244.1.20")
+	crossSrvIP  = netip.MustParseAddr("10.244.2.20")
+	benchNodes  = []string{"node-1", "node-2"}
+	benchNSName = "bench"
+)
+
+// connInput is the API state every node compiles: both servers are isolated
+// for ingress (allowed from the client on 8080), the client for egress
+// (allowed to the servers on 8080).
+func connInput(node string, nodeIPs []netip.Addr) compile.Input {
+	tcp := corev1.ProtocolTCP
+	port := intstr.FromInt32(connPort)
+	pod := func(name, node string, ip netip.Addr, app string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: benchNSName, Name: name, Labels: map[string]string{"app": app}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main",
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: connPort, Protocol: tcp}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}}},
+		}
+	}
+	sel := func(app string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}
+	}
+	ports := []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}}
+	return compile.Input{
+		NodeName: node,
+		NodeIPs:  nodeIPs,
+		Namespaces: []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: benchNSName,
+			Labels: map[string]string{compile.NamespaceNameLabel: benchNSName}}}},
+		Pods: []*corev1.Pod{
+			pod("client", "node-1", clientIP, "client"),
+			pod("server-a", "node-1", sameSrvIP, "server"),
+			pod("server-b", "node-2", crossSrvIP, "server"),
+		},
+		Policies: []*networkingv1.NetworkPolicy{
+			{ObjectMeta: metav1.ObjectMeta{Namespace: benchNSName, Name: "server-ingress"}, Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: *sel("server"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: sel("client")}}, Ports: ports}},
+			}},
+			{ObjectMeta: metav1.ObjectMeta{Namespace: benchNSName, Name: "client-egress"}, Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: *sel("client"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+				Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{PodSelector: sel("server")}}, Ports: ports}},
+			}},
+		},
+	}
+}
+
+func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, workers int) (_ *connLab, err error) {
+	l := &connLab{mode: mode, dst: map[string]netip.AddrPort{
+		PathSame:  netip.AddrPortFrom(sameSrvIP, connPort),
+		PathCross: netip.AddrPortFrom(crossSrvIP, connPort),
+	}}
+	var specs []netlab.NodeSpec
+	for _, n := range benchNodes {
+		specs = append(specs, netlab.NodeSpec{Name: n})
+	}
+	if l.lab, err = netlab.New(netlab.Config{Prefix: netlab.RandomPrefix("npb" + mode[:1]), Nodes: specs}); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			l.close()
+		}
+	}()
+	for _, p := range []netlab.PodSpec{
+		{Name: "client", Node: "node-1", IPs: []netip.Addr{clientIP}},
+		{Name: "server-a", Node: "node-1", IPs: []netip.Addr{sameSrvIP}},
+		{Name: "server-b", Node: "node-2", IPs: []netip.Addr{crossSrvIP}},
+	} {
+		if err := l.lab.AddPod(p); err != nil {
+			return nil, err
+		}
+	}
+	if l.client, err = l.lab.NetnsPath(netlab.Pod("client")); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"server-a", "server-b"} {
+		s, err := startServer(l.lab, netlab.Pod(name), connPort, workers)
+		if err != nil {
+			return nil, err
+		}
+		l.servers = append(l.servers, s)
+	}
+	switch mode {
+	case ModeControl:
+		return l, nil
+	case ModeConntrack:
+		const table = "table inet nftbench-ct {\n\tchain forward {\n\t\ttype filter hook forward priority filter - 5; policy accept;\n\t\tct state established,related accept\n\t}\n}\n"
+		for _, n := range benchNodes {
+			if out, err := l.lab.NodeExecInput(n, []byte(table), "nft", "-f", "-"); err != nil {
+				return nil, fmt.Errorf("conntrack table on %s: %v: %s", n, err, out)
+			}
+		}
+		return l, nil
+	}
+	rcfg := compile.RenderConfig{Mode: compile.Mode(mode), QueueVariant: variant}
+	rcfg.Defaults()
+	if err := rcfg.Validate(); err != nil {
+		return nil, err
+	}
+	for _, n := range benchNodes {
+		a, err := newConnAgent(ctx, l.lab, n, rcfg)
+		if err != nil {
+			return nil, err
+		}
+		l.agents = append(l.agents, a)
+	}
+	return l, nil
+}
+
+func (l *connLab) close() {
+	for _, s := range l.servers {
+		s.stop()
+	}
+	for _, a := range l.agents {
+		a.close()
+	}
+	if l.lab != nil {
+		_ = l.lab.Close()
+	}
+}
+
+// measure runs cfg.Workers clients against the path's server until
+// cfg.Duration has passed or cfg.MaxConns connections were made.
+func (l *connLab) measure(path string, round int, cfg ConnConfig) *sample {
+	s := &sample{mode: l.mode, path: path, round: round}
+	before := l.queued()
+	deadline := time.Now().Add(cfg.Duration)
+	var budget atomic.Int64
+	budget.Store(int64(cfg.MaxConns))
+	results := make([]clientResult, cfg.Workers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[w] = runClient(l.client, l.dst[path], deadline, &budget, cfg.Timeout, cfg.MaxConns)
+		}()
+	}
+	wg.Wait()
+	s.elapsed = time.Since(start)
+	s.reasons = map[string]int{}
+	for _, r := range results {
+		if r.err != nil {
+			s.err = r.err
+		}
+		s.ok += r.ok
+		s.failed += r.failed
+		s.lat = append(s.lat, r.lat...)
+		for k, v := range r.reasons {
+			s.reasons[k] += v
+		}
+	}
+	after := l.queued()
+	for i := range after {
+		s.queued = append(s.queued, after[i]-before[i])
+	}
+	return s
+}
+
+// queued returns the packets each node's NFQUEUE runtime has read.
+func (l *connLab) queued() []uint64 {
+	out := make([]uint64, len(l.agents))
+	for i, a := range l.agents {
+		if a.rt != nil {
+			out[i] = a.rt.Stats().Received
+		}
+	}
+	return out
+}
+
+type clientResult struct {
+	ok, failed int
+	lat        []time.Duration
+	reasons    map[string]int // failed connections by error
+	err        error
+}
+
+// runClient opens connections one after the other from the client pod's
+// namespace: blocking connect (timed), read of the server's one byte, close
+// with SO_LINGER 0 (RST: no TIME_WAIT, so ports recycle at any rate). It runs
+// on an OS thread switched into the pod's namespace for good: the thread is
+// never unlocked, so the Go runtime discards it when the goroutine ends.
+func runClient(nsPath string, dst netip.AddrPort, deadline time.Time, budget *atomic.Int64, timeout time.Duration, capacity int) (res clientResult) {
+	runtime.LockOSThread() // never unlocked on purpose
+	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	err = unix.Setns(fd, unix.CLONE_NEWNET)
+	unix.Close(fd)
+	if err != nil {
+		res.err = fmt.Errorf("setns %s: %w", nsPath, err)
+		return res
+	}
+	sa := &unix.SockaddrInet4{Port: int(dst.Port()), Addr: dst.Addr().As4()}
+	tv := unix.NsecToTimeval(timeout.Nanoseconds())
+	linger := &unix.Linger{Onoff: 1, Linger: 0}
+	res.lat = make([]time.Duration, 0, min(capacity, 1<<16))
+	var buf [1]byte
+	for time.Now().Before(deadline) && budget.Add(-1) >= 0 {
+		s, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			res.err = err
+			return res
+		}
+		_ = unix.SetsockoptLinger(s, unix.SOL_SOCKET, unix.SO_LINGER, linger)
+		_ = unix.SetsockoptTimeval(s, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv) // bounds connect
+		_ = unix.SetsockoptTimeval(s, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+		t0 := time.Now()
+		err = connect(s, sa, timeout)
+		d := time.Since(t0)
+		if err == nil {
+			var n int
+			for {
+				n, err = unix.Read(s, buf[:])
+				if err != unix.EINTR {
+					break
+				}
+			}
+			if err == nil && n != 1 {
+				err = errors.New("no byte")
+			}
+		}
+		unix.Close(s)
+		if err != nil {
+			res.failed++
+			if res.reasons == nil {
+				res.reasons = map[string]int{}
+			}
+			res.reasons[err.Error()]++
+			continue
+		}
+		res.ok++
+		res.lat = append(res.lat, d)
+	}
+	return res
+}
+
+// connect is a blocking connect(2) that survives signals: the Go runtime
+// preempts threads with SIGURG, which interrupts connect with EINTR while
+// the handshake goes on; then wait for its end with poll(2).
+func connect(s int, sa unix.Sockaddr, timeout time.Duration) error {
+	err := unix.Connect(s, sa)
+	if err != unix.EINTR {
+		return err
+	}
+	end := time.Now().Add(timeout)
+	for {
+		left := time.Until(end)
+		if left <= 0 {
+			return unix.ETIMEDOUT
+		}
+		fds := []unix.PollFd{{Fd: int32(s), Events: unix.POLLOUT}}
+		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		if err == unix.EINTR || (err == nil && n == 0) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if v, err := unix.GetsockoptInt(s, unix.SOL_SOCKET, unix.SO_ERROR); err != nil {
+			return err
+		} else if v != 0 {
+			return unix.Errno(v)
+		}
+		return nil
+	}
+}
+
+// server accepts on one port of a pod: each connection gets one byte and is
+// closed. Its threads make blocking accept calls on a socket created in the
+// pod's namespace.
+type server struct {
+	fd int
+	wg sync.WaitGroup
+}
+
+func startServer(lab *netlab.Lab, ep netlab.Endpoint, port, threads int) (*server, error) {
+	s := &server{fd: -1}
+	err := lab.InNetns(ep, func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		s.fd = fd
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port}); err != nil {
+			return err
+		}
+		return unix.Listen(fd, 4096)
+	})
+	if err != nil {
+		if s.fd >= 0 {
+			unix.Close(s.fd)
+		}
+		return nil, fmt.Errorf("server in %v: %w", ep, err)
+	}
+	for i := 0; i < threads; i++ {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			one := []byte{'x'}
+			for {
+				c, _, err := unix.Accept4(s.fd, unix.SOCK_CLOEXEC)
+				if err == unix.EINTR || err == unix.ECONNABORTED || err == unix.EMFILE {
+					continue
+				}
+				if err != nil {
+					return // shut down
+				}
+				_, _ = unix.Write(c, one)
+				unix.Close(c)
+			}
+		}()
+	}
+	return s, nil
+}
+
+func (s *server) stop() {
+	// shutdown(2) wakes the threads blocked in accept.
+	_ = unix.Shutdown(s.fd, unix.SHUT_RDWR)
+	s.wg.Wait()
+	unix.Close(s.fd)
+}
+
+// connAgent is what the agent runs on one node, in process: the syncer and,
+// in queue mode, the evaluator and the NFQUEUE runtime (as tests/kernel).
+type connAgent struct {
+	node   string
+	netns  *os.File
+	syncer *sets.Syncer
+	qcfg   sets.QueueRuleConfig
+	eval   queue.Evaluator
+	rt     *queue.Runtime
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newConnAgent(ctx context.Context, lab *netlab.Lab, node string, rcfg compile.RenderConfig) (_ *connAgent, err error) {
+	a := &connAgent{node: node}
+	nft, err := newNodeNFT(lab, node)
+	if err != nil {
+		return nil, err
+	}
+	path, err := lab.NodeNetnsPath(node)
+	if err != nil {
+		return nil, err
+	}
+	if a.netns, err = os.Open(path); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
+	a.qcfg = sets.QueueRuleConfig{QueueNum: rcfg.QueueNum, Queues: rcfg.Queues, Bypass: rcfg.FailOpen, Fanout: rcfg.Queues > 1, Counter: true}
+	scfg := sets.Config{NFT: nft, Logger: quiet}
+	if rcfg.UsesQueue() && rcfg.QueueVariant == compile.QueueXTCompat {
+		scfg.External = func(ctx context.Context, chain string) error {
+			conn, err := nftables.New(nftables.WithNetNSFd(int(a.netns.Fd())))
+			if err != nil {
+				return err
+			}
+			defer conn.CloseLasting()
+			return sets.InstallCompatQueueRule(conn, compile.TableName, chain, a.qcfg)
+		}
+	}
+	if a.syncer, err = sets.New(scfg); err != nil {
+		return nil, err
+	}
+	if rcfg.UsesQueue() {
+		a.rt, err = queue.NewRuntime(queue.RuntimeConfig{QueueNum: rcfg.QueueNum, Queues: rcfg.Queues, FailOpen: rcfg.FailOpen,
+			AllowMark: rcfg.AllowMark, NetNS: int(a.netns.Fd()), Logger: quiet}, &a.eval)
+		if err != nil {
+			return nil, err
+		}
+		rctx, cancel := context.WithCancel(context.Background())
+		a.cancel, a.done = cancel, make(chan error, 1)
+		go func() { a.done <- a.rt.Run(rctx) }()
+		select {
+		case <-a.rt.Ready():
+		case err := <-a.done:
+			a.done <- err
+			return nil, fmt.Errorf("nfqueue runtime on %s: %w", node, err)
+		case <-time.After(10 * time.Second):
+			return nil, fmt.Errorf("nfqueue runtime on %s: not ready after 10s", node)
+		}
+	}
+	ips, err := lab.IPs(netlab.Node(node))
+	if err != nil {
+		return nil, err
+	}
+	// The agent's order: render, commit, then publish to the evaluator.
+	prog := compile.Build(connInput(node, ips))
+	rs, err := compile.Render(prog, rcfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.syncer.Sync(ctx, rs); err != nil {
+		return nil, fmt.Errorf("syncing %s: %w", node, err)
+	}
+	a.eval.Swap(prog)
+	return a, nil
+}
+
+func (a *connAgent) close() {
+	if a.cancel != nil {
+		a.cancel()
+		<-a.done
+		a.cancel = nil
+	}
+	if a.netns != nil {
+		a.netns.Close()
+		a.netns = nil
+	}
+}

@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/controller"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
+)
+
+// agentHeapProfile runs the agent's controller in this process (what
+// cmd/nftpolicy agent runs: informers with the product's transform, Build,
+// Render, a Syncer writing node-1's table) until its first sync, then writes
+// a heap profile (in-use space after a GC) to path: where the agent
+// process's RSS goes. The agent process must be stopped.
+func agentHeapProfile(ctx context.Context, c *cluster.Cluster, path string, logf func(string, ...any)) error {
+	nft, err := newNodeNFT(c.Lab, "node-1")
+	if err != nil {
+		return err
+	}
+	syncer, err := sets.New(sets.Config{NFT: nft, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	render := compile.RenderConfig{Mode: c.Mode()}
+	render.Defaults()
+	rc := c.Env.RESTConfig()
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	ctrl, err := controller.New(controller.Config{Client: cs, NodeName: "node-1", NodeIPs: c.NodeIPs("node-1"), Render: render,
+		Syncer: syncer, Evaluator: &queue.Evaluator{}, Metrics: controller.NewMetrics(), Logger: quiet})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for !ctrl.Ready() {
+		select {
+		case err := <-done:
+			return fmt.Errorf("in-process controller: %w", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	time.Sleep(time.Second)
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	logf("scale: in-process controller: heap in use %.0f MiB after GC; profile in %s", float64(ms.HeapInuse)/(1<<20), path)
+	return pprof.Lookup("heap").WriteTo(f, 0)
+}

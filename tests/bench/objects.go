@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// The scale benchmark's cluster is pkg/sets' sync benchmark's: namespaces of
+// 100 pods (labels app=app-<j%20>, tier=web|api|db; named ports http,
+// metrics, grpc), namespaces labelled team and env, and a mix of policies.
+// Its pods live on fake nodes: no kubelet, no namespace, only API objects.
+const podsPerNS = 100
+
+func scaleNSName(i int) string { return fmt.Sprintf("ns-%04d", i) }
+
+func scaleNSLabels(i int) map[string]string {
+	env := "prod"
+	if i%2 == 1 {
+		env = "dev"
+	}
+	return map[string]string{"team": fmt.Sprintf("t%d", i%10), "env": env}
+}
+
+var tiers = []string{"web", "api", "db"}
+
+// scalePodIP is pod j of namespace i: 10.<16+i/256>.<i%256>.<j+1>, outside
+// the lab's 10.244.0.0/16.
+func scalePodIP(i, j int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(16 + i/256), byte(i % 256), byte(j + 1)})
+}
+
+func scalePorts(j int) []corev1.ContainerPort {
+	return []corev1.ContainerPort{
+		{Name: "http", ContainerPort: 8080 + int32(j%5/4), Protocol: corev1.ProtocolTCP},
+		{Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolTCP},
+		{Name: "grpc", ContainerPort: 50051, Protocol: corev1.ProtocolTCP},
+	}
+}
+
+// scalePod is the API object of pod j of namespace i, on a fake node.
+func scalePod(i, j, fakeNodes int) *corev1.Pod {
+	no := false
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: scaleNSName(i), Name: fmt.Sprintf("pod-%02d", j),
+			Labels: map[string]string{"app": fmt.Sprintf("app-%d", j%20), "tier": tiers[j%3]}},
+		Spec: corev1.PodSpec{
+			NodeName:                     fmt.Sprintf("fake-%d", (i+j)%fakeNodes),
+			AutomountServiceAccountToken: &no,
+			Containers:                   []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10", Ports: scalePorts(j)}},
+		},
+	}
+}
+
+// scalePolicies returns the policies of pkg/sets' sync benchmark over nNS
+// namespaces.
+func scalePolicies(nNS, nPolicies int) []*networkingv1.NetworkPolicy {
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+	num := func(n int32, proto *corev1.Protocol) networkingv1.NetworkPolicyPort {
+		p := intstr.FromInt32(n)
+		return networkingv1.NetworkPolicyPort{Port: &p, Protocol: proto}
+	}
+	named := func(s string) networkingv1.NetworkPolicyPort {
+		p := intstr.FromString(s)
+		return networkingv1.NetworkPolicyPort{Port: &p}
+	}
+	lsel := func(k, v string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+	}
+	var out []*networkingv1.NetworkPolicy
+	for k := 0; k < nPolicies; k++ {
+		i, round := k%nNS, k/nNS
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: scaleNSName(i), Name: fmt.Sprintf("policy-%05d", k)}}
+		switch {
+		case round == 0 && i%4 == 0:
+			np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+		case round == 1 && i%10 == 5:
+			np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
+			np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{
+				{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: lsel(compile.NamespaceNameLabel, "kube-system")}}, Ports: []networkingv1.NetworkPolicyPort{num(53, &udp), num(53, &tcp)}},
+				{To: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}},
+			}
+		default:
+			np.Spec.PodSelector = *lsel("app", fmt.Sprintf("app-%d", (round*7+i)%20))
+			for r := 0; r < k%3+1; r++ {
+				var rule networkingv1.NetworkPolicyIngressRule
+				switch (k + r) % 4 {
+				case 0:
+					rule.From = []networkingv1.NetworkPolicyPeer{{PodSelector: lsel("tier", "web")}}
+					rule.Ports = []networkingv1.NetworkPolicyPort{num(8080, &tcp)}
+				case 1:
+					rule.From = []networkingv1.NetworkPolicyPeer{{PodSelector: lsel("app", fmt.Sprintf("app-%d", (k/7)%20)), NamespaceSelector: lsel("team", fmt.Sprintf("t%d", k%10))}}
+					rule.Ports = []networkingv1.NetworkPolicyPort{named("http")}
+				case 2:
+					rule.From = []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8", Except: []string{fmt.Sprintf("10.%d.%d.0/24", 16+(i+1)/256, (i+1)%256)}}}}
+					rule.Ports = []networkingv1.NetworkPolicyPort{num(9090, nil), named("metrics")}
+				case 3:
+					end := int32(8100)
+					rng := num(8000, &tcp)
+					rng.EndPort = &end
+					rule.From = []networkingv1.NetworkPolicyPeer{{NamespaceSelector: lsel("env", "prod")}, {PodSelector: lsel("tier", "api")}}
+					rule.Ports = []networkingv1.NetworkPolicyPort{rng, named("grpc")}
+				}
+				np.Spec.Ingress = append(np.Spec.Ingress, rule)
+			}
+		}
+		out = append(out, np)
+	}
+	return out
+}
+
+// parallel runs fn(0..n-1) on workers goroutines and returns the first
+// error; it stops handing out work after an error or when ctx ends.
+func parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err })
+					next.Store(int64(n))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// createScalePod creates the pod and reports it Running with its IP, as a
+// kubelet would (two writes: the status of a created pod is reset).
+func createScalePod(ctx context.Context, cs kubernetes.Interface, i, j, fakeNodes int) error {
+	p := scalePod(i, j, fakeNodes)
+	obj, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	ip := scalePodIP(i, j).String()
+	now := metav1.Now()
+	obj.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &now,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}}
+	if _, err := cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("setting the status of pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return nil
+}

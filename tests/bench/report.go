@@ -1,0 +1,226 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// target is a goal of the performance issue, checked against a headline value.
+type target struct {
+	name string
+	op   string // ">=", "<=", "=="
+	goal float64
+}
+
+func (t target) String() string {
+	op := map[string]string{">=": "≥", "<=": "≤", "==": "="}[t.op]
+	return op + " " + FormatFloat(t.goal)
+}
+
+func (t target) met(v float64) bool {
+	switch t.op {
+	case ">=":
+		return v >= t.goal
+	case "<=":
+		return v <= t.goal
+	default:
+		return math.Abs(v-t.goal) < 1e-9
+	}
+}
+
+// Targets are the goals the report checks; benchmarks report, they do not
+// assert.
+var Targets = []target{
+	{"hybrid_conn_ratio", ">=", 0.95},
+	{"queue_conn_ratio", ">=", 0.5},
+	{"queued_packets_per_conn", "==", 1},
+	{"program_delay_p99_ms", "<=", 50},
+	{"incr_sync_ms_50k", "<=", 10},
+	{"full_sync_ms_50k", "<=", 1500},
+	{"rss_mb_50k", "<=", 150},
+	{"eval_ns", "<=", 300},
+	{"sync_kernel_full_ms_100k", "<=", 3000},
+	{"sync_kernel_incr_ms_100k", "<=", 10},
+}
+
+// Headline are the name=value lines printed last, in this order.
+var Headline = []string{
+	"hybrid_conn_ratio", "queue_conn_ratio", "hybrid_p50_us", "queue_p50_us", "control_p50_us", "queued_packets_per_conn",
+	"program_delay_p50_ms", "program_delay_p99_ms",
+	"rss_mb_10k", "rss_mb_50k", "full_sync_ms_10k", "full_sync_ms_50k", "incr_sync_ms_10k", "incr_sync_ms_50k",
+	"eval_ns",
+}
+
+// Report formats the collected results: a markdown table (one row per
+// measurement, with its target when it has one), then every name=value line,
+// the headline ones last.
+func Report(r *Result, quick bool) string {
+	var b strings.Builder
+	v := func(name string) string {
+		s, ok := r.Get(name)
+		if !ok || s == "NaN" {
+			return "–"
+		}
+		return s
+	}
+	goal := map[string]target{}
+	for _, t := range Targets {
+		goal[t.name] = t
+	}
+	var rows [][5]string
+	row := func(area, what, name, unit string) {
+		val := v(name)
+		if val != "–" && unit != "" {
+			val += " " + unit
+		}
+		t, ok := goal[name]
+		tgt, met := "", ""
+		if ok {
+			tgt = t.String()
+			if unit != "" {
+				tgt += " " + unit
+			}
+			switch f := r.Float(name); {
+			case math.IsNaN(f):
+				met = "not measured"
+				if quick {
+					met += " (quick)"
+				}
+			case t.met(f):
+				met = "yes"
+			default:
+				met = "**no**"
+			}
+		}
+		rows = append(rows, [5]string{area, what, fmt.Sprintf("%s (`%s`)", val, name), tgt, met})
+	}
+	triple := func(area, what string, names [3]string, unit string) {
+		vals := make([]string, 0, 3)
+		for _, n := range names {
+			vals = append(vals, v(n))
+		}
+		rows = append(rows, [5]string{area, what, strings.Join(vals, " / ") + " " + unit, "", ""})
+	}
+
+	if _, ok := r.Get("machine_cpus"); ok {
+		rows = append(rows, [5]string{"machine", "CPUs, model, memory", fmt.Sprintf("%s × %s, %s GiB", v("machine_cpus"),
+			strings.ReplaceAll(v("machine_cpu_model"), "_", " "), v("machine_mem_gib")), "", ""})
+		rows = append(rows, [5]string{"machine", "kernel, nft, Go", fmt.Sprintf("%s, nft %s, %s", v("machine_kernel"), v("machine_nft"), v("machine_go")), "", ""})
+		rows = append(rows, [5]string{"machine", "load average at start / end", v("machine_load_start") + " / " + v("machine_load_end"), "", ""})
+		var cs []string
+		for _, sec := range []string{"sync", "eval", "scale", "delay"} {
+			if c, ok := r.Get("contention_" + sec); ok {
+				cs = append(cs, sec+" "+c)
+			}
+		}
+		if len(cs) > 0 {
+			rows = append(rows, [5]string{"machine", "contention before each timed section (wall/CPU of a fixed loop; 1 = idle)", strings.Join(cs, ", "), "", ""})
+		}
+	}
+	row("connections", "hybrid: rate vs control, both paths (median of per-round ratios)", "hybrid_conn_ratio", "")
+	row("connections", "hybrid: rate vs control, same node", "hybrid_conn_ratio_same", "")
+	row("connections", "hybrid: rate vs control, across nodes", "hybrid_conn_ratio_cross", "")
+	triple("connections", "hybrid: lowest / highest per-round ratio, and rounds", [3]string{"hybrid_conn_ratio_min", "hybrid_conn_ratio_max", "conn_rounds"}, "")
+	row("connections", "conntrack only, no nftpolicy: rate vs control, both paths", "conntrack_conn_ratio", "")
+	row("connections", "hybrid: rate vs conntrack only (nftpolicy's rules alone)", "hybrid_conn_ratio_vs_conntrack", "")
+	row("connections", "queue: rate vs control, both paths", "queue_conn_ratio", "")
+	row("connections", "queue: rate vs control, same node", "queue_conn_ratio_same", "")
+	row("connections", "queue: rate vs control, across nodes", "queue_conn_ratio_cross", "")
+	row("connections", "queue: rate vs conntrack only", "queue_conn_ratio_vs_conntrack", "")
+	row("connections", "queue: packets queued per connection (busiest node)", "queued_packets_per_conn", "")
+	triple("connections", "rate, same node: control / hybrid / queue (median of rounds)", [3]string{"control_rate_same", "hybrid_rate_same", "queue_rate_same"}, "conn/s")
+	triple("connections", "rate, across nodes: control / hybrid / queue", [3]string{"control_rate_cross", "hybrid_rate_cross", "queue_rate_cross"}, "conn/s")
+	triple("connections", "connect p50, same node: control / hybrid / queue", [3]string{"control_p50_us_same", "hybrid_p50_us_same", "queue_p50_us_same"}, "µs")
+	triple("connections", "connect p50, across nodes: control / hybrid / queue", [3]string{"control_p50_us_cross", "hybrid_p50_us_cross", "queue_p50_us_cross"}, "µs")
+	triple("connections", "connect p50, both paths: control / hybrid / queue", [3]string{"control_p50_us", "hybrid_p50_us", "queue_p50_us"}, "µs")
+	row("connections", "connect p50, both paths: conntrack only", "conntrack_p50_us", "µs")
+	triple("connections", "connect p99, both paths: control / hybrid / queue", [3]string{"control_p99_us", "hybrid_p99_us", "queue_p99_us"}, "µs")
+	triple("connections", "failed connections: control / hybrid / queue", [3]string{"control_failed", "hybrid_failed", "queue_failed"}, "")
+
+	row("programming delay", "API write -> first connection with the new verdict, p50", "program_delay_p50_ms", "ms")
+	row("programming delay", "same, p99", "program_delay_p99_ms", "ms")
+	row("programming delay", "same, max", "program_delay_max_ms", "ms")
+	triple("programming delay", "p50 by change: policy create / update / delete", [3]string{"program_delay_p50_ms_create", "program_delay_p50_ms_update", "program_delay_p50_ms_delete"}, "ms")
+	row("programming delay", "p50 for a new pod becoming enforced", "program_delay_p50_ms_pod", "ms")
+	row("programming delay", "changes measured", "program_delay_changes", "")
+	row("programming delay", "agent's mean incremental sync during the test", "program_delay_agent_sync_mean_ms", "ms")
+
+	for _, sz := range scaleSizes(r) {
+		a := "agent, " + sz + " pods"
+		row(a, "RSS after settling", "rss_mb_"+sz, "MiB")
+		row(a, "peak RSS", "rss_peak_mb_"+sz, "MiB")
+		row(a, "full sync (nftpolicy_sync_duration_seconds, kind=full)", "full_sync_ms_"+sz, "ms")
+		row(a, "one-pod incremental sync, p50", "incr_sync_ms_"+sz, "ms")
+		row(a, "one-pod incremental sync, max", "incr_sync_ms_max_"+sz, "ms")
+		row(a, "CPU per incremental sync", "cpu_ms_per_incr_"+sz, "ms")
+		row(a, "start to first sync committed (wall)", "startup_s_"+sz, "s")
+		row(a, "CPU from start to first sync", "cpu_startup_s_"+sz, "s")
+		row(a, "CPU when idle", "cpu_idle_pct_"+sz, "%")
+	}
+
+	for _, sz := range []string{"1k", "10k", "100k"} {
+		for _, backend := range []string{"kernel", "fake"} {
+			for _, k := range [][2]string{{"full", "full sync"}, {"incr", "one-pod incremental"}} {
+				base := "sync_" + backend + "_" + k[0]
+				if _, ok := r.Get(base + "_ms_" + sz); !ok {
+					continue
+				}
+				rows = append(rows, [5]string{"sync benchmark, " + sz + " pods", fmt.Sprintf("%s, %s: build / render / transaction", k[1], backend),
+					fmt.Sprintf("%s / %s / %s ms", v(base+"_build_ms_"+sz), v(base+"_render_ms_"+sz), v(base+"_tx_ms_"+sz)), "", ""})
+				row("sync benchmark, "+sz+" pods", fmt.Sprintf("%s, %s: total", k[1], backend), base+"_ms_"+sz, "ms")
+			}
+		}
+	}
+
+	row("evaluator", "Evaluate at 10k policies (median of runs)", "eval_ns", "ns")
+	row("evaluator", "same, best run", "eval_ns_min", "ns")
+	row("evaluator", "cache-hot (16 connections cycled)", "eval_hot_ns", "ns")
+	row("evaluator", "worst case (every rule tried)", "eval_worst_ns", "ns")
+
+	writeMarkdown(&b, []string{"area", "measurement", "result", "target", "met"}, rows)
+	b.WriteString("\n")
+	head := map[string]bool{}
+	for _, n := range Headline {
+		head[n] = true
+	}
+	for _, n := range r.Names() {
+		if !head[n] {
+			s, _ := r.Get(n)
+			fmt.Fprintf(&b, "%s=%s\n", n, s)
+		}
+	}
+	for _, n := range Headline {
+		if s, ok := r.Get(n); ok {
+			fmt.Fprintf(&b, "%s=%s\n", n, s)
+		}
+	}
+	return b.String()
+}
+
+// scaleSizes lists the sizes the scale benchmark measured ("10k", "50k").
+func scaleSizes(r *Result) []string {
+	var out []string
+	for _, n := range r.Names() {
+		if sz, ok := strings.CutPrefix(n, "rss_mb_"); ok {
+			out = append(out, sz)
+		}
+	}
+	return out
+}
+
+func writeMarkdown(b *strings.Builder, head []string, rows [][5]string) {
+	fmt.Fprintf(b, "| %s |\n", strings.Join(head, " | "))
+	seps := make([]string, len(head))
+	for i := range seps {
+		seps[i] = "---"
+	}
+	fmt.Fprintf(b, "|%s|\n", strings.Join(seps, "|"))
+	for _, r := range rows {
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = strings.ReplaceAll(c, "|", "\\|")
+		}
+		fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
+	}
+}

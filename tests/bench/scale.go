@@ -1,0 +1,410 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
+)
+
+// ScaleConfig configures RunScale.
+type ScaleConfig struct {
+	// Pods are the pod counts to measure at, increasing: pods are added
+	// between sizes and the agent restarted.
+	Pods []int
+	// Policies in the API (spread over the pods' namespaces).
+	Policies int
+	// LocalPods are real (netlab) pods on the agent's node, selected by
+	// some of the policies.
+	LocalPods int
+	// Incremental is the number of one-pod label changes timed per size.
+	Incremental int
+	// Settle is the idle time over which CPU use is measured before RSS is read.
+	Settle time.Duration
+	// Parallel is the number of concurrent API writes while creating pods.
+	Parallel int
+	// FakeNodes the pods are spread over (they are not in the lab).
+	FakeNodes int
+	// HeapProfile, when set, is where a heap profile of the agent's
+	// controller, run in this process at the last size, is written.
+	HeapProfile string
+	Logf        func(format string, args ...any)
+}
+
+func (c *ScaleConfig) defaults() {
+	if len(c.Pods) == 0 {
+		c.Pods = []int{10000, 50000}
+	}
+	if c.Policies <= 0 {
+		c.Policies = 1000
+	}
+	if c.LocalPods <= 0 {
+		c.LocalPods = 4
+	}
+	if c.Incremental <= 0 {
+		c.Incremental = 10
+	}
+	if c.Settle <= 0 {
+		c.Settle = 10 * time.Second
+	}
+	if c.Parallel <= 0 {
+		c.Parallel = 48
+	}
+	if c.FakeNodes <= 0 {
+		c.FakeNodes = 50
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+}
+
+// sizeName is "10k" for 10000.
+func sizeName(n int) string {
+	if n%1000 == 0 {
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return strconv.Itoa(n)
+}
+
+// RunScale starts a real API server and one real agent process (a node of
+// the lab, with a few local pods), fills the API with pods on fake nodes
+// and policies, and measures at each size the agent's startup, full sync,
+// one-pod incremental syncs (from its nftpolicy_sync_duration_seconds
+// histogram), CPU and RSS.
+func RunScale(ctx context.Context, cfg ScaleConfig) (*Result, error) {
+	cfg.defaults()
+	if !slices.IsSorted(cfg.Pods) {
+		return nil, errors.New("scale: pod counts must increase")
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("scale: needs root")
+	}
+	res := &Result{}
+	var runErr error
+	tb := cluster.NewProgramTB("scale")
+	tb.Out = os.Stderr
+	err := tb.Run(func(tb *cluster.ProgramTB) {
+		runErr = runScale(ctx, tb, cfg, res)
+	})
+	if runErr != nil {
+		return nil, runErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func runScale(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, res *Result) error {
+	logf := cfg.Logf
+	c := cluster.Start(tb, cluster.Config{Nodes: []string{"node-1"}, NoAgents: true, Verbosity: 1, Logf: logf})
+	rc := c.Env.RESTConfig()
+	rc.QPS, rc.Burst = 1e6, 1e6
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	maxPods := cfg.Pods[len(cfg.Pods)-1]
+	nNS := (maxPods + podsPerNS - 1) / podsPerNS
+	t0 := time.Now()
+	if err := parallel(ctx, nNS, 16, func(i int) error { return c.EnsureNamespace(ctx, scaleNSName(i), scaleNSLabels(i)) }); err != nil {
+		return err
+	}
+	// The policies are spread over the namespaces of the smallest size, so
+	// that growing the cluster adds pods, not policies.
+	firstNS := (cfg.Pods[0] + podsPerNS - 1) / podsPerNS
+	pols := scalePolicies(firstNS, cfg.Policies)
+	if err := parallel(ctx, len(pols), 16, func(i int) error {
+		_, err := cs.NetworkingV1().NetworkPolicies(pols[i].Namespace).Create(ctx, pols[i], metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("creating policies: %w", err)
+	}
+	for k := 0; k < cfg.LocalPods; k++ {
+		j := k % 20 // app-<j>: some policies select it
+		p := cluster.Pod{Namespace: scaleNSName(k % firstNS), Name: fmt.Sprintf("local-%d", k), Node: "node-1",
+			Labels: map[string]string{"app": fmt.Sprintf("app-%d", j), "tier": tiers[k%3]}, Ports: scalePorts(j)}
+		if _, err := c.CreatePod(ctx, p); err != nil {
+			return err
+		}
+	}
+	logf("scale: %d namespaces, %d policies, %d local pods in %v", nNS, len(pols), cfg.LocalPods, time.Since(t0).Round(time.Millisecond))
+	res.Set("scale_policies", len(pols))
+	res.Set("scale_local_pods", cfg.LocalPods)
+
+	agent := c.Agent("node-1")
+	have := 0
+	for _, n := range cfg.Pods {
+		// The agent does not watch the pods being created: it would sync
+		// thousands of times and slow the API server down.
+		if err := agent.Stop(10 * time.Second); err != nil {
+			return err
+		}
+		// Pods fill namespace after namespace.
+		t0 := time.Now()
+		cpu0 := cpuOf("kube-apiserver", "etcd")
+		if err := parallel(ctx, n-have, cfg.Parallel, func(k int) error {
+			idx := have + k
+			return createScalePod(ctx, cs, idx/podsPerNS, idx%podsPerNS, cfg.FakeNodes)
+		}); err != nil {
+			return err
+		}
+		d := time.Since(t0)
+		cpu := cpuOf("kube-apiserver", "etcd") - cpu0
+		logf("scale: %d pods in the API (%d created in %v, %.0f pods/s; kube-apiserver+etcd CPU %.2f ms per pod)",
+			n, n-have, d.Round(time.Millisecond), float64(n-have)/d.Seconds(), cpu*1000/float64(n-have))
+		have = n
+		if err := measureSize(ctx, c, cs, agent, n, cfg, res); err != nil {
+			return fmt.Errorf("at %d pods: %w", n, err)
+		}
+	}
+	if err := agent.Stop(10 * time.Second); err != nil {
+		return err
+	}
+	if cfg.HeapProfile != "" {
+		return agentHeapProfile(ctx, c, cfg.HeapProfile, logf)
+	}
+	return nil
+}
+
+// measureSize starts the agent and measures it at one size.
+func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interface, agent *cluster.Agent, n int, cfg ScaleConfig, res *Result) error {
+	sz := sizeName(n)
+	start := time.Now()
+	if err := agent.Start(); err != nil {
+		return err
+	}
+	pid := agent.Pid()
+	// Ready is the first committed (full) sync.
+	var m map[string]float64
+	for {
+		var err error
+		m, err = agent.Metrics(ctx)
+		if err == nil && m[`nftpolicy_sync_duration_seconds_count{kind="full"}`] >= 1 {
+			break
+		}
+		if !agent.Running() {
+			return fmt.Errorf("the agent exited; log tail:\n%s", agent.LogTail(30))
+		}
+		if time.Since(start) > 5*time.Minute {
+			return fmt.Errorf("no full sync after 5 minutes (last scrape error %v); log tail:\n%s", err, agent.LogTail(30))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	startup := time.Since(start)
+	cpuStartup, err := procCPU(pid)
+	if err != nil {
+		return err
+	}
+	full := m[`nftpolicy_sync_duration_seconds_sum{kind="full"}`] / m[`nftpolicy_sync_duration_seconds_count{kind="full"}`]
+	cfg.Logf("scale: %d pods: agent ready in %v, full sync %.0f ms, %.1f s CPU", n, startup.Round(time.Millisecond), full*1000, cpuStartup)
+	if _, err := c.WaitProgrammed(ctx); err != nil {
+		return err
+	}
+
+	// One-pod incremental syncs: a pod of a fake node switches between
+	// tier=web and tier=api, which moves it in or out of a peer set of the
+	// node's ruleset.
+	ns, name, err := pickScalePod(ctx, c)
+	if err != nil {
+		return err
+	}
+	var incr []time.Duration
+	cpu0, _ := procCPU(pid)
+	for k := 0; k < cfg.Incremental; k++ {
+		tier := "api"
+		if k%2 == 1 {
+			tier = "web"
+		}
+		before, err := agent.Metrics(ctx)
+		if err != nil {
+			return err
+		}
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"tier":%q}}}`, tier)
+		if _, err := cs.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		d, err := waitIncremental(ctx, agent, before)
+		if err != nil {
+			return err
+		}
+		incr = append(incr, d)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if cfg.Incremental%2 == 1 { // leave the pod as it was
+		patch := []byte(`{"metadata":{"labels":{"tier":"web"}}}`)
+		if _, err := cs.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+	}
+	cpu1, _ := procCPU(pid)
+	if _, err := c.WaitProgrammed(ctx); err != nil {
+		return err
+	}
+	// Idle: informer resyncs are off; what is left is the runtime, the
+	// heartbeat and the metrics scrapes of this harness.
+	time.Sleep(cfg.Settle / 5)
+	cpu2, _ := procCPU(pid)
+	time.Sleep(cfg.Settle)
+	cpu3, _ := procCPU(pid)
+	rss, hwm, err := procRSS(pid)
+	if err != nil {
+		return err
+	}
+	m, _ = agent.Metrics(ctx)
+	inc := append([]time.Duration(nil), incr...)
+	res.Set("startup_s_"+sz, round(startup.Seconds(), 2))
+	res.Set("cpu_startup_s_"+sz, round(cpuStartup, 2))
+	res.Set("full_sync_ms_"+sz, round(full*1000, 1))
+	res.Set("incr_sync_ms_"+sz, millis(Percentile(inc, 50)))
+	res.Set("incr_sync_ms_max_"+sz, millis(Percentile(inc, 100)))
+	res.Set("cpu_ms_per_incr_"+sz, round((cpu1-cpu0)*1000/float64(len(incr)), 1))
+	res.Set("cpu_idle_pct_"+sz, round((cpu3-cpu2)/cfg.Settle.Seconds()*100, 2))
+	res.Set("rss_mb_"+sz, round(rss, 1))
+	res.Set("rss_peak_mb_"+sz, round(hwm, 1))
+	res.Set("set_elements_"+sz, m["nftpolicy_programmed_set_elements"])
+	res.Set("go_heap_mb_"+sz, round(m["go_memstats_heap_inuse_bytes"]/(1<<20), 1))
+	cfg.Logf("scale: %d pods: incremental p50 %v max %v; RSS %.0f MB (peak %.0f MB); idle CPU %.2f%%",
+		n, Percentile(inc, 50).Round(10*time.Microsecond), Percentile(inc, 100).Round(10*time.Microsecond), rss, hwm, (cpu3-cpu2)/cfg.Settle.Seconds()*100)
+	return nil
+}
+
+// pickScalePod finds a pod of a fake node with tier=web that belongs to a
+// peer set of node-1's ruleset ("pods with tier=web in namespace x"), by
+// compiling node-1's program from the API's objects as the agent does.
+func pickScalePod(ctx context.Context, c *cluster.Cluster) (ns, name string, err error) {
+	in, err := c.ListInputs(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	in.NodeName, in.NodeIPs = "node-1", c.NodeIPs("node-1")
+	prog := compile.Build(in)
+	rcfg := compile.RenderConfig{Mode: c.Mode()}
+	rcfg.Defaults()
+	rs, err := compile.Render(prog, rcfg)
+	if err != nil {
+		return "", "", err
+	}
+	for si := range prog.Selectors {
+		sel := &prog.Selectors[si]
+		if !strings.HasPrefix(sel.Key, "ns=") || !strings.HasSuffix(sel.Key, "|pods=tier=web") {
+			continue
+		}
+		if _, ok := rs.Sets[compile.PeerSetName(sel, true)]; !ok {
+			continue
+		}
+		for _, id := range sel.Members {
+			if p := &prog.Pods[id]; !p.Local {
+				return p.Namespace, p.Name, nil
+			}
+		}
+	}
+	return "", "", errors.New("no pod of a fake node is in a tier=web peer set of node-1's ruleset")
+}
+
+// waitIncremental waits for the agent's next incremental sync after the
+// metrics in before and returns its duration (the mean if several ran).
+func waitIncremental(ctx context.Context, agent *cluster.Agent, before map[string]float64) (time.Duration, error) {
+	const cnt, sum = `nftpolicy_sync_duration_seconds_count{kind="incremental"}`, `nftpolicy_sync_duration_seconds_sum{kind="incremental"}`
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		m, err := agent.Metrics(ctx)
+		if err == nil && m[cnt] > before[cnt] {
+			return time.Duration((m[sum] - before[sum]) / (m[cnt] - before[cnt]) * float64(time.Second)), nil
+		}
+		if !agent.Running() {
+			return 0, fmt.Errorf("the agent exited; log tail:\n%s", agent.LogTail(30))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("no incremental sync within a minute; log tail:\n%s", agent.LogTail(30))
+}
+
+// procCPU returns the user+system CPU seconds of a process.
+func procCPU(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses.
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / clkTck, nil
+}
+
+// cpuOf returns the CPU seconds of this process's children with the given
+// command names (the control plane's processes).
+func cpuOf(names ...string) float64 {
+	entries, _ := os.ReadDir("/proc")
+	self := os.Getpid()
+	total := 0.0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		f := strings.Fields(s[end+2:])
+		if len(f) < 2 || f[1] != strconv.Itoa(self) || !slices.Contains(names, s[open+1:end]) {
+			continue
+		}
+		if c, err := procCPU(pid); err == nil {
+			total += c
+		}
+	}
+	return total
+}
+
+// clkTck is sysconf(_SC_CLK_TCK), 100 on Linux.
+const clkTck = 100
+
+// procRSS returns VmRSS and VmHWM (peak) of a process in MiB.
+func procRSS(pid int) (rss, hwm float64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[0], 64)
+		switch k {
+		case "VmRSS":
+			rss = kb / 1024
+		case "VmHWM":
+			hwm = kb / 1024
+		}
+	}
+	return rss, hwm, nil
+}
