@@ -50,8 +50,9 @@ bench: deps tools build
 bench-quick: deps tools build
 	bash hack/bench.sh --quick
 
+# CONFORMANCE_FLAGS, e.g. '--mode queue', '--nodes 2', '--no-agent', '--focus RE'.
 conformance: deps build
-	bash hack/conformance.sh
+	bash hack/conformance.sh $(CONFORMANCE_FLAGS)
 
 image: build
 	bash hack/image.sh

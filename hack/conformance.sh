@@ -1,0 +1,598 @@
+#!/usr/bin/env bash
+# hack/conformance.sh runs Kubernetes' own e2e NetworkPolicy suite (upstream
+# e2e.test v1.37.2, ginkgo focus "Netpol|NetworkPolicy") against a real
+# Kubernetes cluster whose NetworkPolicy enforcer is nftpolicy, deployed from
+# install.yaml as the DaemonSet it ships (only the image, the pull policy and
+# --mode are changed).
+#
+# The cluster is built from source (hack/tools.sh conformance: the Go module
+# proxy and Debian's packages; no Docker, no registry) and lives entirely in
+# network namespaces ("nodes") of this machine: nothing touches the machine's
+# own firewall, routes or global sysctls, and everything is torn down at the
+# end (processes, mounts, cgroups, namespaces, state). See
+# /work/shared/real-cluster.md and hack/conformance/README.md.
+#
+# Usage: bash hack/conformance.sh [options]      (root; make conformance)
+#   --mode hybrid|queue|kernel  the agent's --mode (default hybrid)
+#   --focus REGEX    ginkgo focus instead of 'Netpol|NetworkPolicy', e.g. one spec
+#   --skip REGEX     extra ginkgo skip regex
+#   --no-agent       do not deploy nftpolicy: the suite must fail (it bites);
+#                    the script succeeds when it does fail and the cluster works
+#   --nodes 1|2      one node, or two linked by a veth (default 1)
+#   --procs N        ginkgo parallel processes (default 4)
+#   --keep           leave the cluster up afterwards (then: --down)
+#   --down           tear down a cluster left by --keep (or by a crash), exit
+#   --no-build       do not run hack/tools.sh (use what is in the tools dir)
+# Environment: NFTPOLICY_TOOLS (tools cache, default /var/cache/nftpolicy/tools),
+#   NFTPOLICY_CONFORMANCE_STATE (cluster state, default /var/cache/nftpolicy/conformance),
+#   NFTPOLICY_CONFORMANCE_OUT (reports, default <repo>/_output/conformance).
+# Output: <out>/junit_01.xml (ginkgo JUnit report), e2e.log, summary.txt,
+#   logs/ (every component), agent-<node>.log, ruleset-<node>.nft.
+set -euo pipefail
+shopt -s nullglob
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+HERE=$ROOT/hack/conformance
+TOOLS=${NFTPOLICY_TOOLS:-/var/cache/nftpolicy/tools}
+BIN=$TOOLS/bin
+STATE=${NFTPOLICY_CONFORMANCE_STATE:-/var/cache/nftpolicy/conformance}
+OUT=${NFTPOLICY_CONFORMANCE_OUT:-$ROOT/_output/conformance}
+PREFIX=nftpc                 # netns names, cgroup roots
+KUBE_VERSION=v1.37.2
+PAUSE_IMAGE=registry.k8s.io/pause:3.10.2
+AGNHOST_IMAGE=registry.k8s.io/e2e-test-images/agnhost:2.66.1
+SERVICE_CIDR=10.96.0.0/16
+SERVICE_IP=10.96.0.1
+CLUSTER_CIDR=10.244.0.0/16
+DEFAULT_FOCUS='Netpol|NetworkPolicy'
+
+MODE=hybrid FOCUS=$DEFAULT_FOCUS SKIP= NO_AGENT=0 KEEP=0 NODES=1 PROCS=4 DOWN=0 BUILD=1
+while (($#)); do
+	case $1 in
+	--mode) MODE=$2; shift 2 ;;
+	--mode=*) MODE=${1#*=}; shift ;;
+	--focus) FOCUS=$2; shift 2 ;;
+	--focus=*) FOCUS=${1#*=}; shift ;;
+	--skip) SKIP=$2; shift 2 ;;
+	--skip=*) SKIP=${1#*=}; shift ;;
+	--no-agent) NO_AGENT=1; shift ;;
+	--nodes) NODES=$2; shift 2 ;;
+	--nodes=*) NODES=${1#*=}; shift ;;
+	--procs) PROCS=$2; shift 2 ;;
+	--procs=*) PROCS=${1#*=}; shift ;;
+	--keep) KEEP=1; shift ;;
+	--down) DOWN=1; shift ;;
+	--no-build) BUILD=0; shift ;;
+	-h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) echo "hack/conformance.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+case $MODE in hybrid | queue | kernel) ;; *) echo "--mode must be hybrid, queue or kernel" >&2; exit 2 ;; esac
+case $NODES in 1 | 2) ;; *) echo "--nodes must be 1 or 2" >&2; exit 2 ;; esac
+
+T0=$SECONDS
+log() { printf '[conformance %4ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+[[ $(id -u) == 0 ]] || die "must run as root"
+
+node_ns() { echo "$PREFIX-node$1"; }
+node_name() { echo "node$1"; }
+node_ip() { echo "10.250.0.$1"; }
+node_podcidr() { echo "10.244.$(($1 - 1)).0/24"; }
+node_dir() { echo "$STATE/node$1"; }
+holder_pid() { cat "$(node_dir "$1")/holder.pid" 2>/dev/null; }
+# innode N CMD...: run CMD in node N's network and mount namespaces.
+innode() {
+	local n=$1
+	shift
+	nsenter -t "$(holder_pid "$n")" -m -n -- env PATH="$BIN:$PATH" "$@"
+}
+KCFG=$STATE/pki/admin.kubeconfig
+kc() { innode 1 kubectl --kubeconfig "$KCFG" "$@"; }
+
+# ---------------------------------------------------------------------------
+# teardown: every process of the nodes, their cgroups, netns and state.
+# ---------------------------------------------------------------------------
+# node_pids N: processes in node N's netns or mount namespace, or in its cgroups.
+node_pids() {
+	local n=$1 netns h p cg=() mntns=/nonexistent
+	netns=/run/netns/$(node_ns "$n")
+	[[ -e $netns ]] || netns=/nonexistent
+	h=$(holder_pid "$n" || true)
+	[[ -n $h && -e /proc/$h/ns/mnt ]] && mntns=/proc/$h/ns/mnt
+	for p in /proc/[0-9]*; do
+		p=${p#/proc/}
+		[[ $p == "$$" || $p == "$BASHPID" ]] && continue
+		# -ef: same namespace (device and inode); builtins only, this loops over every process
+		if [[ /proc/$p/ns/net -ef $netns || /proc/$p/ns/mnt -ef $mntns ]]; then
+			echo "$p"
+			continue
+		fi
+		mapfile -t cg 2>/dev/null <"/proc/$p/cgroup" || continue
+		[[ ${cg[*]} == *":/$PREFIX-node$n/"* || ${cg[*]} == *":/$PREFIX-node$n" || ${cg[*]} == *":/$PREFIX-node$n "* ]] && echo "$p"
+	done
+	return 0
+}
+
+teardown_node() {
+	local n=$1 i pids cg
+	# Processes: SIGKILL (a throwaway cluster; apiserver would take 40 s on SIGTERM).
+	for i in $(seq 1 30); do
+		pids=$(node_pids "$n")
+		[[ -z $pids ]] && break
+		# shellcheck disable=SC2086
+		kill -9 $pids 2>/dev/null || true
+		sleep 0.5
+	done
+	[[ -z $(node_pids "$n") ]] || log "WARNING: node$n still has processes: $(node_pids "$n" | tr '\n' ' ')"
+	# cgroups made by kubelet and runc under cgroupRoot /$PREFIX-node$n, in every hierarchy.
+	for cg in /sys/fs/cgroup/*/"$PREFIX-node$n"; do
+		for i in 1 2 3 4 5; do
+			find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
+			[[ -d $cg ]] || break
+			sleep 1
+		done
+		[[ -d $cg ]] && log "WARNING: could not remove cgroup $cg"
+	done
+	if [[ -e /run/netns/$(node_ns "$n") ]]; then
+		ip netns del "$(node_ns "$n")" || log "WARNING: could not delete netns $(node_ns "$n")"
+	fi
+}
+
+teardown() {
+	local n
+	log "tearing down"
+	for n in 1 2; do
+		[[ -e /run/netns/$(node_ns "$n") || -d $(node_dir "$n") ]] || compgen -G "/sys/fs/cgroup/*/$PREFIX-node$n" >/dev/null || continue
+		teardown_node "$n"
+	done
+	rm -rf "$STATE"
+	# ip netns add made /run/netns a mount point if it was not; undo that when
+	# we made it and nothing else uses it now.
+	if [[ -f $OUT/.netns-created ]]; then
+		if [[ -d /run/netns && -z $(ls -A /run/netns) ]]; then
+			umount /run/netns 2>/dev/null || true
+			rmdir /run/netns 2>/dev/null || true
+		fi
+		rm -f "$OUT/.netns-created"
+	fi
+	log "teardown done"
+}
+
+if ((DOWN)); then
+	teardown
+	exit 0
+fi
+
+# ---------------------------------------------------------------------------
+# preflight, tools, images
+# ---------------------------------------------------------------------------
+for c in ip nsenter openssl flock sha256sum python3 tar; do command -v $c >/dev/null || die "$c is missing"; done
+mkdir -p "$(dirname "$STATE")" "$OUT"
+exec 8>"$(dirname "$STATE")/.conformance.lock"
+flock -n 8 || die "another hack/conformance.sh is running"
+if [[ -d $STATE || -e /run/netns/$(node_ns 1) ]]; then
+	log "a previous cluster was left behind; tearing it down first"
+	teardown
+fi
+
+if ((BUILD)); then
+	log "building tools (hack/tools.sh conformance; cached in $TOOLS)"
+	bash "$ROOT/hack/tools.sh" conformance >/dev/null
+fi
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd e2e.test \
+	ginkgo agnhost pause containerd containerd-shim-runc-v2 ctr; do
+	[[ -x $BIN/$b ]] || die "$BIN/$b is missing: run bash hack/tools.sh conformance"
+done
+for c in runc iptables conntrack nft; do command -v $c >/dev/null || die "$c is missing (apt-get install)"; done
+[[ -x /usr/lib/cni/ptp && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] ||
+	die "CNI plugins missing: apt-get install containernetworking-plugins"
+
+# SCTP: the [Feature:SCTPConnectivity] specs need SCTP sockets in the kernel.
+SKIPS=()
+[[ -n $SKIP ]] && SKIPS+=("$SKIP")
+if ! python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM, 132).close()' 2>/dev/null; then
+	log "this kernel has no SCTP sockets: skipping the [Feature:SCTPConnectivity] specs"
+	SKIPS+=('\[Feature:SCTPConnectivity\]')
+fi
+SKIP_RE=$(IFS='|'; echo "${SKIPS[*]}")
+
+rm -rf "$OUT/logs" "$OUT"/junit_*.xml "$OUT"/e2e.log "$OUT"/summary.txt "$OUT"/agent-*.log "$OUT"/ruleset-*.nft \
+	"$OUT"/ginkgo
+mkdir -p "$OUT/logs" "$STATE/images" "$STATE/pki" "$STATE/sysctl"
+LOGS=$OUT/logs
+
+if ((!KEEP)); then
+	trap 'rc=$?; teardown; exit $rc' EXIT
+	trap 'exit 130' INT TERM
+else
+	trap 'rc=$?; ((rc == 0)) || log "cluster left up (--keep); tear down with: bash hack/conformance.sh --down"; exit $rc' EXIT
+fi
+
+log "building images"
+mkrootfs() { # DIR: an empty root filesystem with /tmp and /etc/passwd
+	mkdir -p "$1"/{etc,tmp,proc,sys,dev}
+	chmod 755 "$1"
+	chmod 1777 "$1/tmp"
+	printf 'root:x:0:0:root:/:/bin/sh\n' >"$1/etc/passwd"
+	printf 'root:x:0:\n' >"$1/etc/group"
+}
+mkrootfs "$STATE/images/pause"
+cp "$BIN/pause" "$STATE/images/pause/pause"
+bash "$ROOT/hack/image.sh" --rootfs "$STATE/images/pause" --tag "$PAUSE_IMAGE" --entrypoint /pause \
+	--out "$STATE/images/pause.tar" >/dev/null
+mkrootfs "$STATE/images/agnhost"
+cp "$BIN/agnhost" "$STATE/images/agnhost/agnhost"
+bash "$ROOT/hack/image.sh" --rootfs "$STATE/images/agnhost" --tag "$AGNHOST_IMAGE" --entrypoint /agnhost \
+	--cmd pause --out "$STATE/images/agnhost.tar" >/dev/null
+rm -rf "$STATE/images/pause" "$STATE/images/agnhost"
+AGENT_IMAGE=
+if ((!NO_AGENT)); then
+	[[ -f $ROOT/install.yaml ]] || die "install.yaml is missing"
+	bash "$ROOT/hack/image.sh" --tag nftpolicy.local/nftpolicy:conformance --out "$STATE/images/nftpolicy.tar" >/dev/null
+	AGENT_IMAGE=nftpolicy.local/nftpolicy:conformance
+fi
+
+# ---------------------------------------------------------------------------
+# PKI and kubeconfigs
+# ---------------------------------------------------------------------------
+log "generating certificates"
+PKI=$STATE/pki
+openssl_q() { openssl "$@" 2>/dev/null; }
+openssl_q req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$PKI/ca.key" \
+	-out "$PKI/ca.crt" -subj "/CN=nftpolicy-conformance-ca" -days 3
+# cert NAME SUBJECT [SAN]
+cert() {
+	local name=$1 subj=$2 san=${3:-}
+	openssl_q req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$PKI/$name.key" \
+		-out "$PKI/$name.csr" -subj "$subj"
+	{
+		echo "basicConstraints=CA:FALSE"
+		echo "keyUsage=critical,digitalSignature,keyEncipherment"
+		echo "extendedKeyUsage=serverAuth,clientAuth"
+		[[ -n $san ]] && echo "subjectAltName=$san"
+	} >"$PKI/$name.ext"
+	openssl_q x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+		-days 3 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt"
+}
+cert apiserver "/CN=kube-apiserver" \
+	"DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:$SERVICE_IP,IP:$(node_ip 1),IP:127.0.0.1"
+cert admin "/O=system:masters/CN=kubernetes-admin"
+openssl_q genrsa -out "$PKI/sa.key" 2048
+openssl_q rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub"
+# kubeconfig FILE CERTNAME
+kubeconfig() {
+	cat >"$1" <<-EOF
+	apiVersion: v1
+	kind: Config
+	clusters:
+	- name: conformance
+	  cluster: {server: "https://$(node_ip 1):6443", certificate-authority: "$PKI/ca.crt"}
+	users:
+	- name: $2
+	  user: {client-certificate: "$PKI/$2.crt", client-key: "$PKI/$2.key"}
+	contexts:
+	- name: conformance
+	  context: {cluster: conformance, user: $2}
+	current-context: conformance
+	EOF
+}
+kubeconfig "$KCFG" admin
+for n in $(seq 1 "$NODES"); do
+	cert "kubelet-node$n" "/O=system:nodes/CN=system:node:$(node_name "$n")"
+	kubeconfig "$PKI/kubelet-node$n.kubeconfig" "kubelet-node$n"
+done
+
+# What kubelet wants in the global sysctls it would otherwise rewrite.
+printf '1\n' >"$STATE/sysctl/vm.overcommit_memory"
+printf '0\n' >"$STATE/sysctl/vm.panic_on_oom"
+printf '10\n' >"$STATE/sysctl/kernel.panic"
+printf '1\n' >"$STATE/sysctl/kernel.panic_on_oops"
+printf '1000000\n' >"$STATE/sysctl/kernel.keys.root_maxkeys"
+printf '25000000\n' >"$STATE/sysctl/kernel.keys.root_maxbytes"
+# The machine's cgroup hierarchies, to mount again inside each node.
+awk '$2 ~ "^/sys/fs/cgroup/" && ($3 == "cgroup" || $3 == "cgroup2") {print $2, $3, $4}' /proc/self/mounts \
+	>"$STATE/cgroups"
+[[ -s $STATE/cgroups ]] || die "no cgroup hierarchies under /sys/fs/cgroup"
+
+# ---------------------------------------------------------------------------
+# nodes: netns, holder, links
+# ---------------------------------------------------------------------------
+[[ -d /run/netns ]] || touch "$OUT/.netns-created"
+start_holder() {
+	local n=$1 nd
+	nd=$(node_dir "$n")
+	mkdir -p "$nd/var-lib" "$nd/var-log" "$nd/cni" "$nd/etc"
+	{
+		echo "127.0.0.1 localhost"
+		for m in $(seq 1 "$NODES"); do echo "$(node_ip "$m") $(node_name "$m")"; done
+	} >"$nd/hosts"
+	echo "nameserver 127.0.0.1" >"$nd/resolv.conf"
+	ip netns add "$(node_ns "$n")"
+	setsid ip netns exec "$(node_ns "$n")" bash "$HERE/holder.sh" "$nd" "$STATE/sysctl" "$STATE/cgroups" \
+		>"$LOGS/holder-node$n.log" 2>&1 </dev/null &
+	echo $! >"$nd/holder.pid"
+	disown
+	for _ in $(seq 1 100); do [[ -f $nd/holder.ready ]] && return 0; sleep 0.1; done
+	cat "$LOGS/holder-node$n.log" >&2
+	die "the holder of node$n did not start"
+}
+log "creating $NODES node namespace(s)"
+for n in $(seq 1 "$NODES"); do start_holder "$n"; done
+# Links: node1's eth0 is one end of a veth pair; the other end is node2's eth0,
+# or (one node) stays in node1 as eth0p: this kernel has no dummy links.
+if ((NODES == 2)); then
+	ip -n "$(node_ns 1)" link add eth0 type veth peer name eth0 netns "$(node_ns 2)"
+else
+	ip -n "$(node_ns 1)" link add eth0 type veth peer name eth0p
+	ip -n "$(node_ns 1)" link set eth0p up
+fi
+for n in $(seq 1 "$NODES"); do
+	ns=$(node_ns "$n")
+	ip -n "$ns" link set lo up
+	ip -n "$ns" addr add "$(node_ip "$n")/24" dev eth0
+	ip -n "$ns" link set eth0 up
+	ip -n "$ns" route add default via 10.250.0.254 dev eth0 onlink
+	for m in $(seq 1 "$NODES"); do
+		((m == n)) || ip -n "$ns" route add "$(node_podcidr "$m")" via "$(node_ip "$m")" dev eth0
+	done
+	# per-namespace sysctls of the node (not the machine's)
+	innode "$n" sysctl -q -w net.ipv4.ip_forward=1 net.ipv4.conf.all.forwarding=1
+done
+
+# ---------------------------------------------------------------------------
+# control plane (node1)
+# ---------------------------------------------------------------------------
+# start_bg N NAME CMD...: a daemon of node N, in its own session; log in $LOGS.
+start_bg() {
+	local n=$1 name=$2
+	shift 2
+	setsid nsenter -t "$(holder_pid "$n")" -m -n -- env PATH="$BIN:$PATH" "$@" \
+		>>"$LOGS/$name.log" 2>&1 </dev/null &
+	echo $! >"$(node_dir "$n")/$name.pid"
+	disown
+}
+# wait_for SECONDS WHAT CMD...: until CMD succeeds (wall-clock timeout).
+wait_for() {
+	local t=$1 what=$2 end=$((SECONDS + $1))
+	shift 2
+	until "$@" >/dev/null 2>&1; do
+		((SECONDS < end)) || die "timed out after ${t}s waiting for $what"
+		sleep 0.5
+	done
+}
+
+log "starting etcd and kube-apiserver"
+start_bg 1 etcd etcd --name default --data-dir "$STATE/etcd" \
+	--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+	--initial-cluster default=http://127.0.0.1:2380 --unsafe-no-fsync --log-level warn
+start_bg 1 kube-apiserver kube-apiserver \
+	--etcd-servers=http://127.0.0.1:2379 \
+	--advertise-address="$(node_ip 1)" --bind-address=0.0.0.0 --secure-port=6443 \
+	--service-cluster-ip-range="$SERVICE_CIDR" \
+	--client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+	--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+	--service-account-issuer=https://kubernetes.default.svc.cluster.local \
+	--authorization-mode=Node,RBAC --allow-privileged=true \
+	--kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key" \
+	--kubelet-preferred-address-types=InternalIP,Hostname \
+	--profiling=false --v=1
+readyz() { [[ $(innode 1 kubectl --kubeconfig "$KCFG" get --raw /readyz 2>/dev/null) == ok ]]; }
+wait_for 180 "kube-apiserver /readyz" readyz
+
+log "starting kube-controller-manager and kube-scheduler"
+start_bg 1 kube-controller-manager bash -c 'while :; do "$@"; echo "kube-controller-manager exited ($?); restarting"; sleep 2; done' _ \
+	kube-controller-manager --kubeconfig="$KCFG" --leader-elect=false \
+	--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+	--cluster-cidr="$CLUSTER_CIDR" --allocate-node-cidrs=false \
+	--bind-address=127.0.0.1 --profiling=false --v=1
+start_bg 1 kube-scheduler bash -c 'while :; do "$@"; echo "kube-scheduler exited ($?); restarting"; sleep 2; done' _ \
+	kube-scheduler --kubeconfig="$KCFG" --leader-elect=false --bind-address=127.0.0.1 --profiling=false --v=1
+
+# ---------------------------------------------------------------------------
+# worker: containerd, images, kubelet, kube-proxy (every node)
+# ---------------------------------------------------------------------------
+start_worker() {
+	local n=$1 nd name ip
+	nd=$(node_dir "$n") name=$(node_name "$n") ip=$(node_ip "$n")
+	cat >"$nd/cni/10-ptp.conflist" <<-EOF
+	{
+	  "cniVersion": "1.0.0",
+	  "name": "nftpc",
+	  "plugins": [{
+	    "type": "ptp",
+	    "ipMasq": false,
+	    "mtu": 1500,
+	    "ipam": {
+	      "type": "host-local",
+	      "ranges": [[{"subnet": "$(node_podcidr "$n")"}]],
+	      "routes": [{"dst": "0.0.0.0/0"}]
+	    }
+	  }]
+	}
+	EOF
+	cat >"$nd/containerd.toml" <<-EOF
+	version = 3
+	root = "/var/lib/containerd"
+	state = "/run/containerd"
+	[grpc]
+	  address = "/run/containerd/containerd.sock"
+	[plugins."io.containerd.cri.v1.images"]
+	  snapshotter = "overlayfs"
+	  [plugins."io.containerd.cri.v1.images".pinned_images]
+	    sandbox = "$PAUSE_IMAGE"
+	[plugins."io.containerd.cri.v1.runtime"]
+	  restrict_oom_score_adj = true
+	  disable_apparmor = true
+	  [plugins."io.containerd.cri.v1.runtime".containerd]
+	    default_runtime_name = "runc"
+	    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+	      runtime_type = "io.containerd.runc.v2"
+	      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+	        BinaryName = "$(command -v runc)"
+	        SystemdCgroup = false
+	  [plugins."io.containerd.cri.v1.runtime".cni]
+	    bin_dirs = ["/usr/lib/cni"]
+	    conf_dir = "$nd/cni"
+	EOF
+	start_bg "$n" "containerd-node$n" containerd --config "$nd/containerd.toml"
+	wait_for 60 "containerd on node$n" innode "$n" ctr -a /run/containerd/containerd.sock version
+	local img
+	for img in "$STATE"/images/*.tar; do
+		innode "$n" ctr -a /run/containerd/containerd.sock -n k8s.io images import --local "$img" >/dev/null 2>>"$LOGS/ctr-node$n.log" ||
+			innode "$n" ctr -a /run/containerd/containerd.sock -n k8s.io images import "$img" >/dev/null 2>>"$LOGS/ctr-node$n.log" ||
+			die "importing $img on node$n failed (see $LOGS/ctr-node$n.log)"
+	done
+	cat >"$nd/kubelet.yaml" <<-EOF
+	apiVersion: kubelet.config.k8s.io/v1beta1
+	kind: KubeletConfiguration
+	failCgroupV1: false
+	cgroupDriver: cgroupfs
+	cgroupRoot: /$PREFIX-node$n
+	containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+	address: $ip
+	readOnlyPort: 0
+	healthzBindAddress: 127.0.0.1
+	authentication:
+	  anonymous: {enabled: false}
+	  webhook: {enabled: false}
+	  x509: {clientCAFile: "$PKI/ca.crt"}
+	authorization: {mode: AlwaysAllow}
+	failSwapOn: false
+	protectKernelDefaults: false
+	resolvConf: /etc/resolv.conf
+	clusterDomain: cluster.local
+	serializeImagePulls: false
+	imageGCHighThresholdPercent: 100
+	imageGCLowThresholdPercent: 99
+	evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+	kubeAPIQPS: 50
+	kubeAPIBurst: 100
+	EOF
+	# kubelet wants its cgroupRoot to exist in every v1 hierarchy.
+	local h
+	for h in /sys/fs/cgroup/*; do
+		[[ -f $h/cgroup.procs && ! -f $h/cgroup.controllers ]] || continue # v1 only
+		mkdir -p "$h/$PREFIX-node$n"
+		if [[ -f $h/cpuset.cpus ]]; then
+			cat "$h/cpuset.cpus" >"$h/$PREFIX-node$n/cpuset.cpus"
+			cat "$h/cpuset.mems" >"$h/$PREFIX-node$n/cpuset.mems"
+		fi
+	done
+	start_bg "$n" "kubelet-node$n" kubelet --config "$nd/kubelet.yaml" \
+		--kubeconfig "$PKI/kubelet-node$n.kubeconfig" --hostname-override "$name" --node-ip "$ip" --v=1
+	cat >"$nd/kube-proxy.yaml" <<-EOF
+	apiVersion: kubeproxy.config.k8s.io/v1alpha1
+	kind: KubeProxyConfiguration
+	clientConnection: {kubeconfig: "$KCFG"}
+	hostnameOverride: $name
+	mode: iptables
+	clusterCIDR: $CLUSTER_CIDR
+	bindAddress: $ip
+	healthzBindAddress: 127.0.0.1:10256
+	metricsBindAddress: 127.0.0.1:10249
+	conntrack:
+	  maxPerCore: 0
+	  min: 0
+	  tcpEstablishedTimeout: 0s
+	  tcpCloseWaitTimeout: 0s
+	EOF
+	start_bg "$n" "kube-proxy-node$n" kube-proxy --config "$nd/kube-proxy.yaml" --v=1
+}
+for n in $(seq 1 "$NODES"); do
+	log "starting containerd, kubelet and kube-proxy on node$n"
+	start_worker "$n"
+done
+node_registered() { kc get node "$1"; }
+for n in $(seq 1 "$NODES"); do
+	wait_for 120 "node$n to register" node_registered "$(node_name "$n")"
+	# The pod CIDR that node's CNI config uses (no node IPAM in the controller-manager).
+	kc patch node "$(node_name "$n")" --type merge \
+		-p "{\"spec\":{\"podCIDR\":\"$(node_podcidr "$n")\",\"podCIDRs\":[\"$(node_podcidr "$n")\"]}}" >/dev/null
+done
+nodes_ready() { kc wait --for=condition=Ready node --all --timeout=1s; }
+wait_for 180 "nodes to be Ready" nodes_ready
+default_sa() { kc -n default get serviceaccount default; }
+wait_for 120 "the default service account" default_sa
+log "cluster up: $(kc get nodes --no-headers | awk '{print $1"="$2}' | tr '\n' ' ')"
+
+# ---------------------------------------------------------------------------
+# nftpolicy
+# ---------------------------------------------------------------------------
+if ((!NO_AGENT)); then
+	log "deploying install.yaml (image $AGENT_IMAGE, --mode=$MODE)"
+	sed -e "s#^\([[:space:]]*image:[[:space:]]*\)[^[:space:]]*nftpolicy[^[:space:]]*#\1$AGENT_IMAGE#" \
+		-e "s#^\([[:space:]]*imagePullPolicy:[[:space:]]*\).*#\1Never#" \
+		-e "s#--mode=[a-z]*#--mode=$MODE#" "$ROOT/install.yaml" >"$STATE/install.yaml"
+	grep -q "image: $AGENT_IMAGE" "$STATE/install.yaml" || die "could not set the image in install.yaml"
+	grep -q -- "--mode=$MODE" "$STATE/install.yaml" || die "could not set --mode in install.yaml"
+	diff -u "$ROOT/install.yaml" "$STATE/install.yaml" >"$OUT/install.diff" || true
+	kc apply -f "$STATE/install.yaml" >/dev/null
+	if ! kc -n kube-system rollout status ds/nftpolicy --timeout=180s >&2; then
+		kc -n kube-system get pods -o wide >&2 || true
+		kc -n kube-system describe ds/nftpolicy >&2 || true
+		kc -n kube-system logs ds/nftpolicy --tail=50 >&2 || true
+		die "the nftpolicy DaemonSet did not become ready"
+	fi
+	log "nftpolicy ready on $(kc -n kube-system get ds nftpolicy -o jsonpath='{.status.numberReady}') node(s)"
+else
+	log "--no-agent: no NetworkPolicy enforcer in this cluster"
+fi
+
+# ---------------------------------------------------------------------------
+# the suite
+# ---------------------------------------------------------------------------
+log "running e2e.test: focus '$FOCUS'${SKIP_RE:+ skip '$SKIP_RE'}, $PROCS procs"
+GINKGO_ARGS=(--procs="$PROCS" --timeout=90m --no-color --focus="$FOCUS")
+[[ -n $SKIP_RE ]] && GINKGO_ARGS+=(--skip="$SKIP_RE")
+set +e
+innode 1 ginkgo "${GINKGO_ARGS[@]}" "$BIN/e2e.test" -- \
+	--kubeconfig="$KCFG" --provider=local --report-dir="$OUT" \
+	--kubectl-path="$BIN/kubectl" --allowed-not-ready-nodes=0 \
+	--e2e-output-dir="$OUT/ginkgo" 2>&1 | tee "$OUT/e2e.log" | grep -E --line-buffered \
+	'^(Ran [0-9]+ of|FAIL!|SUCCESS!)' >&2
+E2E_RC=${PIPESTATUS[0]}
+set -e
+
+# Evidence: the agent's logs and every node's ruleset.
+for n in $(seq 1 "$NODES"); do
+	innode "$n" nft list ruleset >"$OUT/ruleset-node$n.nft" 2>&1 || true
+	if ((!NO_AGENT)); then
+		pod=$(kc -n kube-system get pods -l app.kubernetes.io/name=nftpolicy \
+			--field-selector spec.nodeName="$(node_name "$n")" -o name 2>/dev/null | head -n1)
+		[[ -n $pod ]] && kc -n kube-system logs "$pod" >"$OUT/agent-node$n.log" 2>&1 || true
+	fi
+done
+
+ran=$(grep -E '^Ran [0-9]+ of [0-9]+ Specs' "$OUT/e2e.log" | tail -n1)
+res=$(grep -E '^(SUCCESS!|FAIL!) -- ' "$OUT/e2e.log" | tail -n1)
+passed=$(sed -n 's/.* \([0-9]*\) Passed.*/\1/p' <<<"$res")
+failed=$(sed -n 's/.* \([0-9]*\) Failed.*/\1/p' <<<"$res")
+skipped=$(sed -n 's/.* \([0-9]*\) Skipped.*/\1/p' <<<"$res")
+{
+	echo "mode: $( ((NO_AGENT)) && echo no-agent || echo "$MODE"), nodes: $NODES, procs: $PROCS, focus: $FOCUS${SKIP_RE:+, skip: $SKIP_RE}"
+	echo "${ran:-no ginkgo summary (see $OUT/e2e.log)}"
+	echo "${res:-}"
+	grep -E '^\s*\[FAIL\]' "$OUT/e2e.log" | sed 's/^\s*//' | sort -u || true
+	echo "conformance: ${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
+} >"$OUT/summary.txt"
+echo "------------------------------------------------------------------"
+cat "$OUT/summary.txt"
+echo "JUnit: $(ls "$OUT"/junit_*.xml 2>/dev/null | tr '\n' ' ')"
+echo "logs: $OUT/e2e.log $OUT/logs/ ($(((SECONDS - T0)))s in all)"
+echo "------------------------------------------------------------------"
+
+if ((KEEP)); then
+	log "cluster left up (--keep). kubectl: nsenter -t $(holder_pid 1) -m -n $BIN/kubectl --kubeconfig $KCFG ..."
+	log "node shell: ip netns exec $(node_ns 1) bash  |  tear down: bash hack/conformance.sh --down"
+fi
+if ((NO_AGENT)); then
+	if ((E2E_RC != 0 && ${failed:-0} > 0 && ${passed:-0} > 0)); then
+		log "--no-agent: the suite failed without an enforcer, as it must (${failed} failed, ${passed} passed)"
+		exit 0
+	fi
+	log "--no-agent: expected failures without an enforcer, got rc=$E2E_RC passed=${passed:-0} failed=${failed:-0}"
+	exit 1
+fi
+exit "$E2E_RC"
