@@ -638,7 +638,7 @@ type connAgent struct {
 
 func newConnAgent(ctx context.Context, lab *netlab.Lab, node string, rcfg compile.RenderConfig) (_ *connAgent, err error) {
 	a := &connAgent{node: node}
-	nft, err := newNodeNFT(lab, node)
+	nft, err := netlab.NewNodeNFT(lab, node)
 	if err != nil {
 		return nil, err
 	}

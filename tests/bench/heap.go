@@ -15,6 +15,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
+	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
 // agentHeapProfile runs the agent's controller in this process (what
@@ -23,7 +24,7 @@ import (
 // a heap profile (in-use space after a GC) to path: where the agent
 // process's RSS goes. The agent process must be stopped.
 func agentHeapProfile(ctx context.Context, c *cluster.Cluster, path string, logf func(string, ...any)) error {
-	nft, err := newNodeNFT(c.Lab, "node-1")
+	nft, err := netlab.NewNodeNFT(c.Lab, "node-1")
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/google/nftables"
-	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
@@ -21,75 +20,11 @@ import (
 // Defaults replace with klog.
 var quiet = funcr.New(func(prefix, args string) {}, funcr.Options{})
 
-// nodeNFT is a knftables.Interface whose every call runs on a thread locked
-// into a node's network namespace. knftables execs the nft binary, and a
-// child process starts in the network namespace of the thread that forks it,
-// so nft talks to the node's kernel tables, never to the caller's.
-type nodeNFT struct {
-	lab  *netlab.Lab
-	node string
-	nft  knftables.Interface
-}
-
-var _ knftables.Interface = (*nodeNFT)(nil)
-
-func newNodeNFT(lab *netlab.Lab, node string) (*nodeNFT, error) {
-	n := &nodeNFT{lab: lab, node: node}
-	err := lab.InNode(node, func() error {
-		var err error
-		// New runs "nft --check" to learn what the kernel supports: in the
-		// node's namespace too.
-		n.nft, err = knftables.New(knftables.InetFamily, compile.TableName)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("knftables in node %s: %w", node, err)
-	}
-	return n, nil
-}
-
-func (n *nodeNFT) in(fn func() error) error { return n.lab.InNode(n.node, fn) }
-
-func (n *nodeNFT) NewTransaction() *knftables.Transaction { return n.nft.NewTransaction() }
-
-func (n *nodeNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
-	return n.in(func() error { return n.nft.Run(ctx, tx) })
-}
-
-func (n *nodeNFT) Check(ctx context.Context, tx *knftables.Transaction) error {
-	return n.in(func() error { return n.nft.Check(ctx, tx) })
-}
-
-func (n *nodeNFT) ListAll(ctx context.Context) (out map[string][]string, err error) {
-	err = n.in(func() error { out, err = n.nft.ListAll(ctx); return err })
-	return out, err
-}
-
-func (n *nodeNFT) List(ctx context.Context, objectType string) (out []string, err error) {
-	err = n.in(func() error { out, err = n.nft.List(ctx, objectType); return err })
-	return out, err
-}
-
-func (n *nodeNFT) ListRules(ctx context.Context, chain string) (out []*knftables.Rule, err error) {
-	err = n.in(func() error { out, err = n.nft.ListRules(ctx, chain); return err })
-	return out, err
-}
-
-func (n *nodeNFT) ListElements(ctx context.Context, objectType, name string) (out []*knftables.Element, err error) {
-	err = n.in(func() error { out, err = n.nft.ListElements(ctx, objectType, name); return err })
-	return out, err
-}
-
-func (n *nodeNFT) ListCounters(ctx context.Context) (out []*knftables.Counter, err error) {
-	err = n.in(func() error { out, err = n.nft.ListCounters(ctx); return err })
-	return out, err
-}
-
 // agent is what nftpolicy runs on one node: a syncer, and in queue mode the
 // evaluator and NFQUEUE runtime.
 type agent struct {
 	node   string
-	nft    *nodeNFT
+	nft    *netlab.NodeNFT
 	netns  *os.File // the node's namespace, for netlink sockets
 	syncer *sets.Syncer
 	rcfg   compile.RenderConfig
@@ -104,7 +39,7 @@ type agent struct {
 
 func newAgent(lab *netlab.Lab, node string, rcfg compile.RenderConfig) (_ *agent, err error) {
 	a := &agent{node: node, rcfg: rcfg}
-	if a.nft, err = newNodeNFT(lab, node); err != nil {
+	if a.nft, err = netlab.NewNodeNFT(lab, node); err != nil {
 		return nil, err
 	}
 	path, err := lab.NodeNetnsPath(node)
