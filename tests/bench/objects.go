@@ -10,10 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 )
 
 // The scale benchmark's cluster is pkg/sets' sync benchmark's: namespaces of
@@ -65,58 +64,7 @@ func scalePod(i, j, fakeNodes int) *corev1.Pod {
 // scalePolicies returns the policies of pkg/sets' sync benchmark over nNS
 // namespaces.
 func scalePolicies(nNS, nPolicies int) []*networkingv1.NetworkPolicy {
-	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
-	num := func(n int32, proto *corev1.Protocol) networkingv1.NetworkPolicyPort {
-		p := intstr.FromInt32(n)
-		return networkingv1.NetworkPolicyPort{Port: &p, Protocol: proto}
-	}
-	named := func(s string) networkingv1.NetworkPolicyPort {
-		p := intstr.FromString(s)
-		return networkingv1.NetworkPolicyPort{Port: &p}
-	}
-	lsel := func(k, v string) *metav1.LabelSelector {
-		return &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
-	}
-	var out []*networkingv1.NetworkPolicy
-	for k := 0; k < nPolicies; k++ {
-		i, round := k%nNS, k/nNS
-		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: scaleNSName(i), Name: fmt.Sprintf("policy-%05d", k)}}
-		switch {
-		case round == 0 && i%4 == 0:
-			np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
-		case round == 1 && i%10 == 5:
-			np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
-			np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{
-				{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: lsel(compile.NamespaceNameLabel, "kube-system")}}, Ports: []networkingv1.NetworkPolicyPort{num(53, &udp), num(53, &tcp)}},
-				{To: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}},
-			}
-		default:
-			np.Spec.PodSelector = *lsel("app", fmt.Sprintf("app-%d", (round*7+i)%20))
-			for r := 0; r < k%3+1; r++ {
-				var rule networkingv1.NetworkPolicyIngressRule
-				switch (k + r) % 4 {
-				case 0:
-					rule.From = []networkingv1.NetworkPolicyPeer{{PodSelector: lsel("tier", "web")}}
-					rule.Ports = []networkingv1.NetworkPolicyPort{num(8080, &tcp)}
-				case 1:
-					rule.From = []networkingv1.NetworkPolicyPeer{{PodSelector: lsel("app", fmt.Sprintf("app-%d", (k/7)%20)), NamespaceSelector: lsel("team", fmt.Sprintf("t%d", k%10))}}
-					rule.Ports = []networkingv1.NetworkPolicyPort{named("http")}
-				case 2:
-					rule.From = []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8", Except: []string{fmt.Sprintf("10.%d.%d.0/24", 16+(i+1)/256, (i+1)%256)}}}}
-					rule.Ports = []networkingv1.NetworkPolicyPort{num(9090, nil), named("metrics")}
-				case 3:
-					end := int32(8100)
-					rng := num(8000, &tcp)
-					rng.EndPort = &end
-					rule.From = []networkingv1.NetworkPolicyPeer{{NamespaceSelector: lsel("env", "prod")}, {PodSelector: lsel("tier", "api")}}
-					rule.Ports = []networkingv1.NetworkPolicyPort{rng, named("grpc")}
-				}
-				np.Spec.Ingress = append(np.Spec.Ingress, rule)
-			}
-		}
-		out = append(out, np)
-	}
-	return out
+	return compiletest.Policies(nNS, nPolicies)
 }
 
 // parallel runs fn(0..n-1) on workers goroutines and returns the first

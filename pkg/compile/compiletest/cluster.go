@@ -50,6 +50,14 @@ func Cluster(nPods, nPolicies, nodes int) compile.Input {
 			})
 		}
 	}
+	in.Policies = Policies(nNS, nPolicies)
+	return in
+}
+
+// Policies returns the benchmarks' policies over namespaces ns-0000 to
+// ns-<nNS-1> (see Cluster).
+func Policies(nNS, nPolicies int) []*networkingv1.NetworkPolicy {
+	var out []*networkingv1.NetworkPolicy
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	num := func(n int32, proto *corev1.Protocol) networkingv1.NetworkPolicyPort {
 		p := intstr.FromInt32(n)
@@ -98,7 +106,7 @@ func Cluster(nPods, nPolicies, nodes int) compile.Input {
 				np.Spec.Ingress = append(np.Spec.Ingress, rule)
 			}
 		}
-		in.Policies = append(in.Policies, np)
+		out = append(out, np)
 	}
-	return in
+	return out
 }
