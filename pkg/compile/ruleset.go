@@ -1,0 +1,193 @@
+package compile
+
+import (
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+)
+
+// Chain is a desired chain and its rules, in order.
+type Chain struct {
+	Chain knftables.Chain
+	Rules []knftables.Rule
+	// External chains have their rules installed outside knftables (the
+	// xt-compat queue rule); syncs create them but never flush them.
+	External bool
+}
+
+// Set is a desired set or map and its elements, sorted.
+type Set struct {
+	// Exactly one of Set and Map is set.
+	Set      *knftables.Set
+	Map      *knftables.Map
+	Elements []knftables.Element
+}
+
+// Name returns the set's or map's name.
+func (s *Set) Name() string {
+	if s.Map != nil {
+		return s.Map.Name
+	}
+	return s.Set.Name
+}
+
+// Ruleset is the desired content of the nftpolicy table.
+type Ruleset struct {
+	Table  knftables.Table
+	Chains map[string]*Chain
+	Sets   map[string]*Set
+	// ChainOrder lists chain names in the order they are created: base
+	// chains last, so that a transaction never jumps to a missing chain.
+	ChainOrder []string
+}
+
+// SortedSetNames returns the set and map names, sorted.
+func (r *Ruleset) SortedSetNames() []string {
+	out := make([]string, 0, len(r.Sets))
+	for n := range r.Sets {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// AddTo writes the whole ruleset into a transaction that starts from an
+// empty or absent table: for golden tests and for the first sync.
+func (rs *Ruleset) AddTo(tx *knftables.Transaction) {
+	tx.Add(&knftables.Table{Comment: rs.Table.Comment})
+	// Chains before map elements: verdict elements jump to chains.
+	for _, n := range rs.ChainOrder {
+		ch := rs.Chains[n].Chain
+		tx.Add(&ch)
+	}
+	for _, n := range rs.SortedSetNames() {
+		rs.Sets[n].AddTo(tx)
+	}
+	for _, n := range rs.ChainOrder {
+		c := rs.Chains[n]
+		for i := range c.Rules {
+			kr := c.Rules[i]
+			kr.Chain = n
+			tx.Add(&kr)
+		}
+	}
+}
+
+// sortElements orders elements by key, addresses numerically, and drops
+// duplicates (two port names of one pod may resolve to the same number).
+// Sort keys are parsed once per element, not once per comparison.
+func sortElements(es []knftables.Element) []knftables.Element {
+	if len(es) < 2 {
+		return es
+	}
+	type keyed struct {
+		fields []fieldSortKey
+		e      knftables.Element
+	}
+	ks := make([]keyed, len(es))
+	for i := range es {
+		f := make([]fieldSortKey, len(es[i].Key))
+		for j, k := range es[i].Key {
+			f[j] = fieldKey(k)
+		}
+		ks[i] = keyed{f, es[i]}
+	}
+	sort.SliceStable(ks, func(i, j int) bool {
+		a, b := ks[i], ks[j]
+		for x := 0; x < len(a.fields) && x < len(b.fields); x++ {
+			if c := compareField(a.fields[x], b.fields[x], a.e.Key[x], b.e.Key[x]); c != 0 {
+				return c < 0
+			}
+		}
+		return len(a.fields) < len(b.fields)
+	})
+	out := es[:0]
+	for i := range ks {
+		if len(out) > 0 && slices.Equal(out[len(out)-1].Key, ks[i].e.Key) {
+			continue
+		}
+		out = append(out, ks[i].e)
+	}
+	return out
+}
+
+func compareField(a, b fieldSortKey, as, bs string) int {
+	if a.kind != b.kind {
+		return a.kind - b.kind
+	}
+	switch a.kind {
+	case 0:
+		if c := a.addr.Compare(b.addr); c != 0 {
+			return c
+		}
+	case 1:
+		if a.num != b.num {
+			return a.num - b.num
+		}
+	}
+	return strings.Compare(as, bs)
+}
+
+type fieldSortKey struct {
+	kind int
+	addr netip.Addr
+	num  int
+}
+
+func fieldKey(s string) fieldSortKey {
+	first := s
+	if i := strings.IndexAny(s, "/-"); i > 0 {
+		first = s[:i]
+	}
+	if a, err := netip.ParseAddr(first); err == nil {
+		return fieldSortKey{kind: 0, addr: a}
+	}
+	n := 0
+	for _, c := range first {
+		if c < '0' || c > '9' {
+			return fieldSortKey{kind: 2}
+		}
+		n = n*10 + int(c-'0')
+	}
+	if first == "" {
+		return fieldSortKey{kind: 2}
+	}
+	return fieldSortKey{kind: 1, num: n}
+}
+
+// AddTo adds the set or map and all its elements.
+func (s *Set) AddTo(tx *knftables.Transaction) {
+	if s.Map != nil {
+		m := *s.Map
+		tx.Add(&m)
+	} else {
+		set := *s.Set
+		tx.Add(&set)
+	}
+	for i := range s.Elements {
+		tx.Add(s.Element(i))
+	}
+}
+
+// Element returns a copy of element i addressed to this set or map.
+func (s *Set) Element(i int) *knftables.Element {
+	e := s.Elements[i]
+	if s.Map != nil {
+		e.Map = s.Map.Name
+	} else {
+		e.Set = s.Set.Name
+	}
+	return &e
+}
+
+func hasRule(rs []knftables.Rule, text string) bool {
+	for i := range rs {
+		if rs[i].Rule == text {
+			return true
+		}
+	}
+	return false
+}
