@@ -140,4 +140,3 @@ func NativeQueueStatement(cfg RenderConfig) string {
 	return s + fmt.Sprintf(" to %d", cfg.QueueNum)
 }
 
-// localIsolated calls fn for every local pod isolated in some direction.

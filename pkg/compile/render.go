@@ -191,6 +191,8 @@ func (r *renderer) queueRange() string {
 	return fmt.Sprintf("%d-%d", r.cfg.QueueNum, uint32(r.cfg.QueueNum)+uint32(r.cfg.Queues)-1)
 }
 
+// selfElements lists every isolated local pod in the self sets, so that the
+// forward chain lets a pod reach itself before any policy is consulted.
 func (r *renderer) selfElements() {
 	for i := range r.prog.Pods {
 		pod := &r.prog.Pods[i]
