@@ -139,4 +139,3 @@ func NativeQueueStatement(cfg RenderConfig) string {
 	}
 	return s + fmt.Sprintf(" to %d", cfg.QueueNum)
 }
-
