@@ -9,6 +9,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // NamespaceNameLabel is the immutable label the API server sets on every
@@ -26,6 +27,12 @@ type Input struct {
 	Namespaces []*corev1.Namespace
 	Pods       []*corev1.Pod
 	Policies   []*networkingv1.NetworkPolicy
+	// ClusterPolicies are policy.networking.k8s.io ClusterNetworkPolicies:
+	// the Admin tier decides before NetworkPolicy v1, the Baseline tier after.
+	ClusterPolicies []*npav1beta1.ClusterNetworkPolicy
+	// Nodes are the cluster's nodes: ClusterNetworkPolicy `nodes` peers match
+	// the addresses in their status.
+	Nodes []*corev1.Node
 }
 
 // Build compiles the input into a program. It never fails: problems in
