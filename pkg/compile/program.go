@@ -120,6 +120,26 @@ type Pod struct {
 	// pod's traffic matches no rule (empty when not isolated).
 	IngressDenied string
 	EgressDenied  string
+
+	// AdminIngress, AdminEgress, BaselineIngress and BaselineEgress list the
+	// ClusterNetworkPolicies that have this (local) pod as a subject and
+	// rules in that direction, in precedence order: priority, then name.
+	AdminIngress, AdminEgress       []ClusterPolicyID
+	BaselineIngress, BaselineEgress []ClusterPolicyID
+}
+
+// ClusterPolicies returns the pod's ClusterNetworkPolicies of one tier and
+// direction, in precedence order.
+func (p *Pod) ClusterPolicies(t Tier, d Direction) []ClusterPolicyID {
+	switch {
+	case t == TierAdmin && d == Ingress:
+		return p.AdminIngress
+	case t == TierAdmin:
+		return p.AdminEgress
+	case d == Ingress:
+		return p.BaselineIngress
+	}
+	return p.BaselineEgress
 }
 
 // InSelector reports whether the pod belongs to the selector peer set.
@@ -312,10 +332,32 @@ type Program struct {
 	Selectors []Selector
 	// Tables holds the decision tables referenced by pods.
 	Tables []Table
-	// Problems collects the problems of all policies.
+	// Problems collects the problems of all policies, NetworkPolicies first.
 	Problems []Problem
 
+	// ClusterPolicies holds the ClusterNetworkPolicies, sorted by name.
+	ClusterPolicies []ClusterPolicy
+	// NodeSets holds the address sets of `nodes` peers.
+	NodeSets []NodeSet
+	// NodeAddrs maps each known node's name to its addresses (the scenario's
+	// nodes, or Node objects' status.addresses).
+	NodeAddrs map[string][]netip.Addr
+
 	podByIP map[netip.Addr]PodID
+}
+
+// IsOwnNode reports whether ip is an address of the pod's own node: the
+// program's node for a node's program, the pod's node in a cluster-wide view.
+func (p *Program) IsOwnNode(pod *Pod, ip netip.Addr) bool {
+	if p.Node != "" || pod.Node == "" {
+		return p.IsNodeIP(ip)
+	}
+	for _, a := range p.NodeAddrs[pod.Node] {
+		if a == ip {
+			return true
+		}
+	}
+	return false
 }
 
 // PodByIP returns the pod that owns the address.
@@ -350,4 +392,143 @@ func (p *Program) PolicyByKey(key string) (PolicyID, bool) {
 		return PolicyID(i), true
 	}
 	return 0, false
+}
+
+// Tier is a ClusterNetworkPolicy tier. Per direction, the Admin tier decides
+// first, then NetworkPolicy v1 (only for pods a v1 policy isolates), then
+// the Baseline tier, then the default: allow.
+type Tier uint8
+
+// The two tiers a ClusterNetworkPolicy can use.
+const (
+	TierAdmin Tier = iota + 1
+	TierBaseline
+)
+
+// String returns "Admin" or "Baseline", the API's spelling.
+func (t Tier) String() string {
+	if t == TierBaseline {
+		return "Baseline"
+	}
+	return "Admin"
+}
+
+// Action is what a ClusterNetworkPolicy rule does with the traffic it matches.
+type Action uint8
+
+// The rule actions: Accept and Deny decide; Pass skips the rest of the tier.
+const (
+	ActionAccept Action = iota + 1
+	ActionDeny
+	ActionPass
+)
+
+// String returns the API's spelling ("Accept", "Deny", "Pass").
+func (a Action) String() string {
+	switch a {
+	case ActionDeny:
+		return "Deny"
+	case ActionPass:
+		return "Pass"
+	}
+	return "Accept"
+}
+
+// ClusterPolicyID indexes Program.ClusterPolicies.
+type ClusterPolicyID int32
+
+// NodeSetID indexes Program.NodeSets.
+type NodeSetID int32
+
+// ClusterPolicy is one ClusterNetworkPolicy, resolved.
+type ClusterPolicy struct {
+	Name     string
+	Tier     Tier
+	Priority int32
+	// Label reads "ClusterNetworkPolicy NAME (Tier, priority N)".
+	Label string
+	// Subjects lists the local pods the policy applies to, in pod order.
+	Subjects []PodID
+	Ingress  []ClusterRule
+	Egress   []ClusterRule
+	// Problems holds what made parts of the policy invalid or unsupported;
+	// those parts are enforced safely (docs/semantics.md).
+	Problems []Problem
+}
+
+// Rules returns the policy's rules in one direction.
+func (p *ClusterPolicy) Rules(d Direction) []ClusterRule {
+	if d == Egress {
+		return p.Egress
+	}
+	return p.Ingress
+}
+
+// ClusterRule is one ingress or egress rule of a ClusterNetworkPolicy with its
+// peers and protocols resolved. It matches a connection when a peer matches
+// the remote end and a protocol entry matches the destination port; the
+// first matching rule of the tier's first matching policy decides.
+type ClusterRule struct {
+	Policy    ClusterPolicyID
+	Direction Direction
+	// Index is the rule's position in spec.ingress or spec.egress.
+	Index int
+	// Name is the rule's name, or "[i]" when it has none.
+	Name   string
+	Action Action
+	// Reason reads e.g. "denied by ClusterNetworkPolicy no-y (Admin,
+	// priority 10) egress rule no-y".
+	Reason string
+
+	// AllPeers: a peer with no field set in a Deny or Pass rule fails closed
+	// and matches every remote end, as the API says.
+	AllPeers bool
+	// Selectors are the namespaces and pods peers, as shared peer sets.
+	Selectors []SelectorID
+	// Nodes are the nodes peers (egress), as node address sets.
+	Nodes []NodeSetID
+	// IPBlocks is the union of the networks peers (egress), as sorted
+	// disjoint ranges.
+	IPBlocks []IPRange
+
+	// AllPorts is true when protocols was absent: every protocol and port.
+	AllPorts bool
+	// Ports are protocol entries with a port, a range, or no port (0-65535).
+	Ports []PortRange
+	// NamedPorts are destinationNamedPort entries (Protocol 0: the name
+	// resolves on the destination pod whatever the container port's protocol).
+	NamedPorts []NamedPortRef
+
+	// Disabled rules match nothing (an Accept rule that could not be used
+	// as written).
+	Disabled bool
+}
+
+// MatchesNothing reports whether the rule can never match a connection.
+func (r *ClusterRule) MatchesNothing() bool {
+	if r.Disabled {
+		return true
+	}
+	noPeers := !r.AllPeers && len(r.Selectors) == 0 && len(r.Nodes) == 0 && len(r.IPBlocks) == 0
+	noPorts := !r.AllPorts && len(r.Ports) == 0 && len(r.NamedPorts) == 0
+	return noPeers || noPorts
+}
+
+// NodeSet is the addresses of the nodes a `nodes` peer selects. Identical
+// selectors share one NodeSet.
+type NodeSet struct {
+	// Key identifies the selector canonically.
+	Key string
+	// Description says in words which nodes the peer selects.
+	Description string
+	// Nodes names the selected nodes, sorted.
+	Nodes []string
+	// Addrs holds their addresses, sorted.
+	Addrs []netip.Addr
+}
+
+// Contains reports whether ip is an address of a selected node.
+func (s *NodeSet) Contains(ip netip.Addr) bool {
+	i := sort.Search(len(s.Addrs), func(i int) bool { return s.Addrs[i].Compare(ip) >= 0 })
+	return i < len(s.Addrs) && s.Addrs[i] == ip
 }
