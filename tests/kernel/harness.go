@@ -106,7 +106,7 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 	cfg.QueueVariant = rcfg.QueueVariant
 
 	nodes := append([]string(nil), DefaultNodes...)
-	for _, n := range s.Nodes(nil) {
+	for _, n := range s.NodeNames(nil) {
 		if !slices.Contains(nodes, n) {
 			nodes = append(nodes, n)
 		}
@@ -195,7 +195,7 @@ func (c *Cluster) Close() error {
 // placement returns the node list pods are spread over and each pod's node,
 // exactly as the compiler input places them.
 func placement(s *compile.Scenario) ([]string, map[string]string) {
-	nodes := s.Nodes(DefaultNodes)
+	nodes := s.NodeNames(DefaultNodes)
 	out := map[string]string{}
 	for i := range s.Pods {
 		k := s.Pods[i].Key()
