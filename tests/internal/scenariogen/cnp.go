@@ -148,7 +148,7 @@ func (g *gen) egressPeer() npav1beta1.ClusterNetworkPolicyEgressPeer {
 // networks picks CIDRs over pods, nodes and external hosts, and the whole
 // address space.
 func (g *gen) networks() []npav1beta1.CIDR {
-	v4 := []string{"0.0.0.0/0", "10.244.0.0/16", "10.244.1.0/24", "192.168.1.0/24", nodeIPv4(1 + g.intn(2)) + "/32", "192.0.2.0/24", "198.51.100.0/24"}
+	v4 := []string{"0.0.0.0/0", "10.244.0.0/16", "10.244.1.0/24", "192.168.1.0/24", nodeIPv4(1+g.intn(2)) + "/32", "192.0.2.0/24", "198.51.100.0/24"}
 	v6 := []string{"::/0", "fd00:10:244::/48", "fd00:192:168:1::/64", "2001:db8::/32"}
 	pod := pick(g, g.s.Pods)
 	a := pick(g, pod.Addrs())
