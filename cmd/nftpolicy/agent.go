@@ -51,6 +51,7 @@ type agentOptions struct {
 	metricsAddr    string
 	healthAddr     string
 	fullSyncPeriod time.Duration
+	livenessBudget time.Duration
 	maxQueueLen    uint32
 	logs           *logsapi.LoggingConfiguration
 }
@@ -69,6 +70,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9402", "address of the Prometheus /metrics endpoint; empty to disable")
 	fs.StringVar(&o.healthAddr, "health-bind-address", ":9403", "address of /healthz and /readyz; empty to disable")
 	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
+	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -149,6 +151,9 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.livenessBudget < controller.MinHealthBudget {
+		return fmt.Errorf("--liveness-timeout %v: must be at least %v (the agent's heartbeat is every second)", o.livenessBudget, controller.MinHealthBudget)
+	}
 	var nodeIPs []netip.Addr
 	for _, s := range o.nodeIPs {
 		a, err := netip.ParseAddr(strings.TrimSpace(s))
@@ -200,7 +205,9 @@ func agent(ctx context.Context, o *agentOptions) error {
 	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(controller.EventSink{
+		Sink: &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, Logger: log.WithName("events"),
+	})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nftpolicy", Host: node})
 
@@ -211,7 +218,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(controller.NewCounterCollector(10 * time.Second))
+	reg.MustRegister(controller.NewCounterCollector(10*time.Second, metrics, log.WithName("metrics")))
 
 	errs := make(chan error, 4)
 	ctx, cancel := context.WithCancel(ctx)
@@ -225,7 +232,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 		if err != nil {
 			return err
 		}
-		reg.MustRegister(controller.QueueStatsCollector{})
+		reg.MustRegister(controller.NewQueueStatsCollector(metrics, log.WithName("metrics")))
 		go func() { errs <- wrapErr("queue runtime", rt.Run(ctx)) }()
 		select {
 		case <-rt.Ready():
@@ -244,7 +251,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if o.healthAddr != "" {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			if !ctrl.Healthy(30 * time.Second) {
+			if !ctrl.Healthy(o.livenessBudget) {
 				http.Error(w, "sync loop stalled", http.StatusServiceUnavailable)
 				return
 			}
