@@ -54,6 +54,9 @@ type agentOptions struct {
 	livenessBudget time.Duration
 	maxQueueLen    uint32
 	logs           *logsapi.LoggingConfiguration
+	// queueProber answers --queue-variant auto; the kernel's, in the
+	// agent's own network namespace, unless a test sets another.
+	queueProber sets.QueueProber
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -76,7 +79,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 }
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
-	o := &agentOptions{}
+	o := &agentOptions{queueProber: sets.KernelQueueProber{}}
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.addFlags(fs)
@@ -120,8 +123,10 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", kubeconfig)
 }
 
-// chooseQueueVariant probes the kernel unless told which to use.
-func chooseQueueVariant(ctx context.Context, flag string) (compile.QueueVariant, error) {
+// chooseQueueVariant returns the variant the flag names, or, for auto, the
+// one the kernel supports. A kernel with neither is an error: every sync
+// in queue mode would fail.
+func chooseQueueVariant(ctx context.Context, flag string, prober sets.QueueProber) (compile.QueueVariant, error) {
 	switch flag {
 	case string(compile.QueueNative):
 		return compile.QueueNative, nil
@@ -131,14 +136,18 @@ func chooseQueueVariant(ctx context.Context, flag string) (compile.QueueVariant,
 	default:
 		return "", fmt.Errorf("--queue-variant %q: must be auto, native or xt-compat", flag)
 	}
-	native, err := sets.ProbeNativeQueue(ctx)
-	if err != nil {
-		return "", fmt.Errorf("probing the kernel for the nft queue statement: %w", err)
-	}
-	if native {
+	v, err := sets.ChooseQueueVariant(ctx, prober)
+	switch {
+	case errors.Is(err, sets.ErrNoQueueSupport):
+		return "", fmt.Errorf("--queue-variant auto: %w; queue mode cannot work on this node (use --mode hybrid or kernel, or a kernel with either)", err)
+	case err != nil:
+		return "", fmt.Errorf("--queue-variant auto: %w", err)
+	case v == sets.QueueVariantNative:
 		return compile.QueueNative, nil
+	case v == sets.QueueVariantXTCompat:
+		return compile.QueueXTCompat, nil
 	}
-	return compile.QueueXTCompat, nil
+	return "", fmt.Errorf("--queue-variant auto: the probe returned %s", v)
 }
 
 func agent(ctx context.Context, o *agentOptions) error {
@@ -181,7 +190,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 
 	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark}
 	if render.UsesQueue() {
-		v, err := chooseQueueVariant(ctx, o.queueVariant)
+		v, err := chooseQueueVariant(ctx, o.queueVariant, o.queueProber)
 		if err != nil {
 			return err
 		}
