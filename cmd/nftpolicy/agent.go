@@ -261,7 +261,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 			if !ctrl.Healthy(o.livenessBudget) {
-				http.Error(w, "sync loop stalled", http.StatusServiceUnavailable)
+				http.Error(w, fmt.Sprintf("no progress within %v: the sync loop is stuck", o.livenessBudget), http.StatusServiceUnavailable)
 				return
 			}
 			fmt.Fprintln(w, "ok")
