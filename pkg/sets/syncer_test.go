@@ -99,6 +99,18 @@ func sync(t *testing.T, s *Syncer, rs *compile.Ruleset) Result {
 	return res
 }
 
+// matchesFreshLoad fails the test unless rec holds what a full load of
+// desired into an empty table gives.
+func matchesFreshLoad(t *testing.T, rec *recorder, desired *compile.Ruleset, what string) {
+	t.Helper()
+	fresh := newRecorder()
+	fs, _ := New(Config{NFT: fresh})
+	sync(t, fs, desired)
+	if diff := cmp.Diff(fresh.Dump(), rec.Dump()); diff != "" {
+		t.Errorf("%s (-fresh load +got):\n%s", what, diff)
+	}
+}
+
 // lines returns the transaction's commands, sorted, without the table line.
 func lines(tx string) []string {
 	var out []string
@@ -204,12 +216,7 @@ func TestIncrementalTransactions(t *testing.T) {
 				}
 			}
 			// The result must equal a fresh full load of the same ruleset.
-			fresh := newRecorder()
-			fs, _ := New(Config{NFT: fresh})
-			sync(t, fs, desired)
-			if diff := cmp.Diff(fresh.Dump(), rec.Dump()); diff != "" {
-				t.Errorf("incremental result differs from a full load (-full +incremental):\n%s", diff)
-			}
+			matchesFreshLoad(t, rec, desired, "incremental result differs from a full load")
 		})
 	}
 }
@@ -230,12 +237,7 @@ func TestFailureForcesFullResync(t *testing.T) {
 	if !res.Full {
 		t.Fatal("sync after a failure was not full")
 	}
-	fresh := newRecorder()
-	fs, _ := New(Config{NFT: fresh})
-	sync(t, fs, w.ruleset(t))
-	if diff := cmp.Diff(fresh.Dump(), rec.Dump()); diff != "" {
-		t.Errorf("after resync (-want +got):\n%s", diff)
-	}
+	matchesFreshLoad(t, rec, w.ruleset(t), "after resync")
 }
 
 func TestFullSyncRemovesStaleObjectsWithoutDeletingTable(t *testing.T) {
@@ -338,12 +340,7 @@ func TestFullSyncReplacesSetsWhoseDefinitionChanged(t *testing.T) {
 	if res := sync(t, s, rs); !res.Full {
 		t.Fatal("first sync not full")
 	}
-	fresh := newRecorder()
-	fs, _ := New(Config{NFT: fresh})
-	sync(t, fs, rs)
-	if diff := cmp.Diff(fresh.Dump(), rec.Dump()); diff != "" {
-		t.Errorf("after a full sync over old definitions of %s and %s (-fresh load +got):\n%s", set, vmap, diff)
-	}
+	matchesFreshLoad(t, rec, rs, "after a full sync over old definitions of "+set+" and "+vmap)
 }
 
 func TestIncrementalSyncReplacesSetWhoseDefinitionChanged(t *testing.T) {
@@ -359,10 +356,5 @@ func TestIncrementalSyncReplacesSetWhoseDefinitionChanged(t *testing.T) {
 	if res := sync(t, s, desired); !res.Full {
 		t.Error("a set whose flags changed was synced incrementally, over its old definition")
 	}
-	fresh := newRecorder()
-	fs, _ := New(Config{NFT: fresh})
-	sync(t, fs, desired)
-	if diff := cmp.Diff(fresh.Dump(), rec.Dump()); diff != "" {
-		t.Errorf("after the set's flags changed (-fresh load +got):\n%s", diff)
-	}
+	matchesFreshLoad(t, rec, desired, "after the set's flags changed")
 }
