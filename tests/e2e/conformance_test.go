@@ -24,6 +24,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/kubeenv"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -32,26 +33,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// requireTools skips (or fails, with NFTPOLICY_REQUIRE_TOOLS set) when
-// hack/tools.sh's binaries are missing, as kubeenv.Start does, before
-// anything is built.
-func requireTools(t *testing.T) {
+// requireLab stops the test, before anything is built, when root, ip, nft
+// or hack/tools.sh's binaries are missing (skip, or fail with
+// NFTPOLICY_REQUIRE_TOOLS set).
+func requireLab(t *testing.T) {
 	t.Helper()
-	for _, name := range []string{"etcd", "kube-apiserver", "kubectl"} {
-		if _, err := kubeenv.Binary(name); err != nil {
-			if os.Getenv(kubeenv.RequireToolsEnv) == "" {
-				t.Skipf("%v; run `bash hack/tools.sh` (set %s=1 to fail instead of skip)", err, kubeenv.RequireToolsEnv)
-			}
-			t.Fatalf("%v (%s is set)", err, kubeenv.RequireToolsEnv)
-		}
-	}
-}
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("e2e tests need root: they create network namespaces and run nftpolicy agents that program nftables and NFQUEUE in them")
-	}
+	testenv.Require(t, "e2e tests", testenv.Root("create network namespaces and run nftpolicy agents that program nftables and NFQUEUE in them"),
+		testenv.Binaries("ip", "nft"), kubeenv.Tools())
 }
 
 // fullGridExtra are the deltas a case needs because all nine pods exist
@@ -153,8 +141,7 @@ const (
 // TestConformance runs every upstream case in hybrid and in queue mode, on
 // one cluster per mode, and reports the enforcement delay.
 func TestConformance(t *testing.T) {
-	requireRoot(t)
-	requireTools(t)
+	requireLab(t)
 	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
 		t.Run(string(mode), func(t *testing.T) { runConformance(t, mode) })
 	}

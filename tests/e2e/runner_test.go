@@ -104,8 +104,7 @@ func compareRun(t *testing.T, s *compile.Scenario, want []evalLine, got []evalLi
 // the runner's Go entry point in hybrid mode and with hack/run-scenario.sh
 // in queue mode, and compares every probe with `nftpolicy eval`.
 func TestRunScenario(t *testing.T) {
-	requireRoot(t)
-	requireTools(t)
+	requireLab(t)
 	path, err := filepath.Abs("testdata/grid-600.yaml")
 	if err != nil {
 		t.Fatal(err)

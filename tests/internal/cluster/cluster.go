@@ -22,6 +22,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/tests/internal/kubeenv"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 // DefaultNodes are the nodes of a cluster unless Config.Nodes says otherwise.
@@ -86,14 +87,8 @@ type labPod struct {
 // failure the tail of every agent log is printed.
 func Start(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("cluster: needs root (network namespaces, nftables, NFQUEUE)")
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("cluster: needs %q in PATH (bash hack/deps.sh): %v", tool, err)
-		}
-	}
+	testenv.Require(t, "cluster", testenv.Root("create network namespaces and run agents that program nftables and NFQUEUE"),
+		testenv.Binaries("ip", "nft"), kubeenv.Tools())
 	if cfg.Mode == "" {
 		cfg.Mode = compile.ModeHybrid
 	}
