@@ -185,7 +185,10 @@ type Policy struct {
 	// IsolatesIngress and IsolatesEgress come from policyTypes after defaulting.
 	IsolatesIngress bool
 	IsolatesEgress  bool
-	// Selected lists the pods the policy selects (all nodes), in pod order.
+	// Selected lists the local pods the policy selects (Pod.Local: those on
+	// the program's node, every pod when it was built for no node), in pod
+	// order: remote pods are never enforced here, so they are not listed.
+	// It is empty for a policy compiled only for its shape (validation).
 	Selected []PodID
 	Ingress  []Rule
 	Egress   []Rule

@@ -69,7 +69,7 @@ func NewMetrics() *Metrics {
 			Name: "nftpolicy_queue_verdicts_total", Help: "Verdicts given to queued packets.",
 		}, []string{"verdict", "protocol", "family"}),
 		QueueDecision: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "nftpolicy_queue_decision_seconds", Help: "Time from reading a queued packet to sending its verdict.",
+			Name: "nftpolicy_queue_decision_seconds", Help: "Time the evaluator took to decide a parsed queued packet (parsing the headers and sending the verdict are not included).",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 20),
 		}),
 		QueueRuleVariant: prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -23,8 +22,8 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
@@ -297,7 +296,7 @@ func roundRatios(by map[[3]any]*sample, mode, base string, rounds int) []float64
 type connLab struct {
 	mode    string
 	lab     *netlab.Lab
-	agents  []*connAgent
+	agents  []*inproc.Agent
 	client  string // client pod's namespace path
 	servers []*server
 	dst     map[string]netip.AddrPort
@@ -425,7 +424,7 @@ func (l *connLab) close() {
 		s.stop()
 	}
 	for _, a := range l.agents {
-		a.close()
+		_ = a.Close()
 	}
 	if l.lab != nil {
 		_ = l.lab.Close()
@@ -475,8 +474,8 @@ func (l *connLab) measure(path string, round int, cfg ConnConfig) *sample {
 func (l *connLab) queued() []uint64 {
 	out := make([]uint64, len(l.agents))
 	for i, a := range l.agents {
-		if a.rt != nil {
-			out[i] = a.rt.Stats().Received
+		if a.Runtime != nil {
+			out[i] = a.Runtime.Stats().Received
 		}
 	}
 	return out
@@ -640,98 +639,27 @@ func (s *server) stop() {
 	unix.Close(s.fd)
 }
 
-// connAgent is what the agent runs on one node, in process: the syncer and,
-// in queue mode, the evaluator and the NFQUEUE runtime (as tests/kernel).
-type connAgent struct {
-	node   string
-	netns  *os.File
-	syncer *sets.Syncer
-	qcfg   sets.QueueRuleConfig
-	eval   queue.Evaluator
-	rt     *queue.Runtime
-	cancel context.CancelFunc
-	done   chan error
-}
-
+// newConnAgent starts the in-process agent of node and commits the
+// benchmark's policies (connInput) there.
 func newConnAgent(ctx context.Context, lab *netlab.Lab, node string, rcfg compile.RenderConfig,
-	input func(node string, nodeIPs []netip.Addr) compile.Input) (_ *connAgent, err error) {
-	a := &connAgent{node: node}
-	nft, err := netlab.NewNodeNFT(lab, node)
+	input func(node string, nodeIPs []netip.Addr) compile.Input) (_ *inproc.Agent, err error) {
+	a, err := inproc.New(lab, node, rcfg, quiet)
 	if err != nil {
-		return nil, err
-	}
-	path, err := lab.NodeNetnsPath(node)
-	if err != nil {
-		return nil, err
-	}
-	if a.netns, err = os.Open(path); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			a.close()
+			_ = a.Close()
 		}
 	}()
-	a.qcfg = sets.QueueRuleConfig{QueueNum: rcfg.QueueNum, Queues: rcfg.Queues, Bypass: rcfg.FailOpen, Fanout: rcfg.Queues > 1, Counter: true}
-	scfg := sets.Config{NFT: nft, Logger: quiet}
-	if rcfg.UsesQueue() && rcfg.QueueVariant == compile.QueueXTCompat {
-		scfg.External = func(ctx context.Context, chain string) error {
-			conn, err := nftables.New(nftables.WithNetNSFd(int(a.netns.Fd())))
-			if err != nil {
-				return err
-			}
-			defer conn.CloseLasting()
-			return sets.InstallCompatQueueRule(conn, compile.TableName, chain, a.qcfg)
-		}
-	}
-	if a.syncer, err = sets.New(scfg); err != nil {
-		return nil, err
-	}
-	if rcfg.UsesQueue() {
-		a.rt, err = queue.NewRuntime(queue.RuntimeConfig{QueueNum: rcfg.QueueNum, Queues: rcfg.Queues, FailOpen: rcfg.FailOpen,
-			AllowMark: rcfg.AllowMark, NetNS: int(a.netns.Fd()), Logger: quiet}, &a.eval)
-		if err != nil {
-			return nil, err
-		}
-		rctx, cancel := context.WithCancel(context.Background())
-		a.cancel, a.done = cancel, make(chan error, 1)
-		go func() { a.done <- a.rt.Run(rctx) }()
-		select {
-		case <-a.rt.Ready():
-		case err := <-a.done:
-			a.done <- err
-			return nil, fmt.Errorf("nfqueue runtime on %s: %w", node, err)
-		case <-time.After(10 * time.Second):
-			return nil, fmt.Errorf("nfqueue runtime on %s: not ready after 10s", node)
-		}
-	}
 	ips, err := lab.IPs(netlab.Node(node))
 	if err != nil {
 		return nil, err
 	}
-	// The agent's order: render, commit, then publish to the evaluator.
-	prog := compile.Build(input(node, ips))
-	rs, err := compile.Render(prog, rcfg)
-	if err != nil {
+	if _, err := a.Apply(ctx, compile.Build(input(node, ips)), nil, false); err != nil {
 		return nil, err
 	}
-	if _, err := a.syncer.Sync(ctx, rs); err != nil {
-		return nil, fmt.Errorf("syncing %s: %w", node, err)
-	}
-	a.eval.Swap(prog)
 	return a, nil
-}
-
-func (a *connAgent) close() {
-	if a.cancel != nil {
-		a.cancel()
-		<-a.done
-		a.cancel = nil
-	}
-	if a.netns != nil {
-		a.netns.Close()
-		a.netns = nil
-	}
 }
 
 // cnpInput is connInput with ClusterNetworkPolicies in force: 50 Admin and
@@ -759,8 +687,8 @@ func cnpInput(node string, nodeIPs []netip.Addr) compile.Input {
 			team := compiletest.ToNamespaces(compiletest.Sel("team", ns))
 			port := compiletest.Proto("TCP", int32(9000+i))
 			in.ClusterPolicies = append(in.ClusterPolicies, compiletest.CNP(fmt.Sprintf("%s-%s", strings.ToLower(tier), ns), tier, int32(i), subject,
-				compiletest.Egress(compiletest.Rule("no-"+ns, "Deny", team).On(port)),
-				compiletest.Ingress(compiletest.Rule("from-"+ns, "Deny", team).On(port))))
+				compiletest.CNPEgress(compiletest.CNPRule("no-"+ns, "Deny", team).On(port)),
+				compiletest.CNPIngress(compiletest.CNPRule("from-"+ns, "Deny", team).On(port))))
 		}
 	}
 	return in

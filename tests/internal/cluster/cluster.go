@@ -22,6 +22,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/tests/internal/kubeenv"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 // DefaultNodes are the nodes of a cluster unless Config.Nodes says otherwise.
@@ -50,7 +51,8 @@ type Config struct {
 }
 
 // Cluster is a running control plane, lab and agents. Its methods are safe
-// for concurrent use.
+// for concurrent use. tests/kernel.Cluster is the API-less counterpart for
+// generated scenarios (see there why there are two).
 type Cluster struct {
 	// Env is the control plane; Client an admin client of it.
 	Env    *kubeenv.Env
@@ -86,14 +88,8 @@ type labPod struct {
 // failure the tail of every agent log is printed.
 func Start(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("cluster: needs root (network namespaces, nftables, NFQUEUE)")
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("cluster: needs %q in PATH (bash hack/deps.sh): %v", tool, err)
-		}
-	}
+	testenv.Require(t, "cluster", testenv.Root("create network namespaces and run agents that program nftables and NFQUEUE"),
+		testenv.Binaries("ip", "nft"), kubeenv.Tools())
 	if cfg.Mode == "" {
 		cfg.Mode = compile.ModeHybrid
 	}

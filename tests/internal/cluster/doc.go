@@ -31,8 +31,9 @@
 // userspace evaluator's cluster-wide verdicts on the same API objects
 // (compile.Build + queue.Evaluate), the answer `nftpolicy eval` gives.
 //
-// Start needs root and the binaries of hack/tools.sh; it skips (or fails,
-// with NFTPOLICY_REQUIRE_TOOLS set) like kubeenv.Start. The agent binary is
+// Start needs root, ip, nft and the binaries of hack/tools.sh; it skips (or
+// fails, with NFTPOLICY_REQUIRE_TOOLS set) through testenv.Require, as every
+// suite does. The agent binary is
 // $NFTPOLICY_BIN, or built once per process with `go build`. Programs that
 // are not tests (the demo) pass a ProgramTB.
 package cluster
