@@ -72,8 +72,8 @@ var protoNumbers = map[string]uint8{
 
 // Element flags and userdata types of the kernel and libnftnl.
 const (
-	udataSetElemComment = 0 // NFTNL_UDATA_SET_ELEM_COMMENT
-	udataSetElemFlags   = 1 // NFTNL_UDATA_SET_ELEM_FLAGS
+	udataSetElemComment  = 0 // NFTNL_UDATA_SET_ELEM_COMMENT
+	udataSetElemFlags    = 1 // NFTNL_UDATA_SET_ELEM_FLAGS
 	setElemFIntervalOpen = 1 // NFTNL_SET_ELEM_F_INTERVAL_OPEN
 )
 
