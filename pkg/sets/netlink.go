@@ -16,14 +16,16 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
-// Why mdlayher/netlink and not google/nftables' SetAddElements: the latter
-// cannot write an element's "open interval" flag (a userdata TLV next to the
-// comment), so a range ending at the largest address, such as the tail of
-// 0.0.0.0/0 with an except, would be listed differently from what nft
-// wrote; and its Flush expects one reply per message with the socket's
-// default buffers, which limits a batch to a few hundred kilobytes. The
-// messages themselves are few and simple (NEWSETELEM and DELSETELEM inside a
-// BATCH_BEGIN/BATCH_END pair), so they are written here.
+// Why mdlayher/netlink and not google/nftables' SetAddElements: the
+// messages are few and simple (NEWSETELEM and DELSETELEM between
+// BATCH_BEGIN and BATCH_END), and writing them here keeps what google/nftables
+// does not offer: the bytes nft writes, including the "open interval"
+// element flag (a userdata TLV next to the comment; nft 1.0.6 lists a set
+// the same without it, later versions read it); socket buffers sized for
+// the batch (Conn.Flush uses the default ones, a few hundred kilobytes,
+// and expects one reply per message within them); extended error messages;
+// and a connection dropped after any failure, so that no late reply is
+// read as the next batch's.
 
 // nftaSetElemKeyEnd is NFTA_SET_ELEM_KEY_END (kernel 5.6), missing from
 // x/sys/unix.
@@ -86,8 +88,9 @@ func (w *NetlinkElements) dial() error {
 	if err != nil {
 		return fmt.Errorf("opening a netfilter netlink socket: %w", err)
 	}
-	// Error replies carry the kernel's message, not a copy of our request.
-	_ = c.SetOption(netlink.ExtendedAcknowledge, true)
+	// Error replies do not carry a copy of the request (up to 64 KiB
+	// each). Extended acknowledgements are left off: mdlayher/netlink
+	// v1.11 cannot parse an error carrying both.
 	_ = c.SetOption(netlink.CapAcknowledge, true)
 	setBuffer(c, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF)
 	setBuffer(c, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF)
@@ -177,10 +180,6 @@ func (w *NetlinkElements) roundTrip(ctx context.Context, msgs []netlink.Message)
 	for len(pending) > 0 {
 		replies, err := w.conn.Receive()
 		if err != nil {
-			var oe *netlink.OpError
-			if errors.As(err, &oe) && oe.Message != "" {
-				return fmt.Errorf("element batch refused: %w (%s)", err, oe.Message)
-			}
 			return fmt.Errorf("element batch refused: %w", err)
 		}
 		for _, r := range replies {

@@ -174,7 +174,9 @@ func propSets(r *rand.Rand) []propSet {
 		}
 		out = append(out, p)
 	}
-	v4 := func(x uint64) netip.Addr { return netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, uint32(x)))) }
+	v4 := func(x uint64) netip.Addr {
+		return netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, uint32(x))))
+	}
 	addrText := func(a, b netip.Addr) string {
 		if a == b {
 			return a.String()
@@ -353,4 +355,55 @@ func elementOf(s *compile.Set, e knftables.Element) *knftables.Element {
 		e.Set = s.Set.Name
 	}
 	return &e
+}
+
+// TestNetlinkBatchAllOrNothing: a batch with valid additions and one
+// deletion of a missing element is refused as a whole, and the writer's
+// next batch, on a new connection, works.
+func TestNetlinkBatchAllOrNothing(t *testing.T) {
+	ns, f := scratchNetns(t)
+	nftIn(t, ns, "add table inet t\n"+
+		"add set inet t peers { type ipv4_addr ; }\n"+
+		"add set inet t cidrs { type ipv4_addr ; flags interval ; }\n"+
+		"add element inet t peers { 10.0.0.1 comment \"x/a\" }\n", "-f", "-")
+	before := listSets(t, ns, "t")
+	w := NewNetlinkElements("t", int(f.Fd()))
+	defer w.Close()
+	encode := func(s *compile.Set, key string, del bool) []nlElement {
+		l, err := layoutOf(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		els, err := l.encode(&knftables.Element{Key: []string{key}, Comment: ptrStr("y/b")}, del)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return els
+	}
+	peers, cidrs := set("ipv4_addr"), set("ipv4_addr", knftables.IntervalFlag)
+	err := w.write(context.Background(), []setChanges{
+		{set: "peers", add: encode(peers, "10.0.0.2", false)},
+		{set: "cidrs", add: encode(cidrs, "192.168.0.0/16", false)},
+		{set: "peers", del: encode(peers, "10.9.9.9", true)}, // not in the set
+	})
+	if err == nil {
+		t.Fatal("deleting a missing element did not fail the batch")
+	}
+	if !strings.Contains(err.Error(), "no such file or directory") {
+		t.Errorf("error %q does not say the element is missing", err)
+	} else {
+		t.Logf("refused as expected: %v", err)
+	}
+	if diff := cmp.Diff(before, listSets(t, ns, "t")); diff != "" {
+		t.Fatalf("the refused batch changed the kernel (-before +after):\n%s", diff)
+	}
+	if err := w.write(context.Background(), []setChanges{{set: "peers", add: encode(peers, "10.0.0.2", false)}}); err != nil {
+		t.Fatalf("batch after a failure: %v", err)
+	}
+	// An element with a comment is listed as an object: look for the
+	// addresses.
+	got := fmt.Sprint(listSets(t, ns, "t")["set peers"]["elem"])
+	if !strings.Contains(got, `"10.0.0.1"`) || !strings.Contains(got, `"10.0.0.2"`) {
+		t.Errorf("peers after the second batch: %s", got)
+	}
 }
