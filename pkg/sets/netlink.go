@@ -416,9 +416,9 @@ func (s *Syncer) netlinkSync(ctx context.Context, desired *compile.Ruleset) (res
 		return res, false, nil
 	}
 	if err != nil {
-		s.netlinkFallbacks++
+		n := s.netlinkFallbacks.Add(1)
 		s.cfg.Logger.Error(err, "Netlink element batch failed, the kernel is unchanged; falling back to a full sync",
-			"elementsAdded", added, "elementsDeleted", deleted, "fallbacks", s.netlinkFallbacks)
+			"elementsAdded", added, "elementsDeleted", deleted, "fallbacks", n)
 		res, err := s.full(ctx, desired)
 		res.NetlinkFallback = true
 		return res, true, err
@@ -427,5 +427,6 @@ func (s *Syncer) netlinkSync(ctx context.Context, desired *compile.Ruleset) (res
 }
 
 // NetlinkFallbacks is the number of netlink element batches the kernel
-// refused since the Syncer was created (each followed by a full sync).
-func (s *Syncer) NetlinkFallbacks() int { return s.netlinkFallbacks }
+// refused since the Syncer was created (each followed by a full sync). Safe
+// to call from any goroutine (a metrics collector).
+func (s *Syncer) NetlinkFallbacks() int64 { return s.netlinkFallbacks.Load() }

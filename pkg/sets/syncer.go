@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -70,7 +71,7 @@ type Result struct {
 type Syncer struct {
 	cfg              Config
 	applied          *compile.Ruleset
-	netlinkFallbacks int
+	netlinkFallbacks atomic.Int64
 }
 
 // New returns a Syncer whose first sync is full.

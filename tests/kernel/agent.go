@@ -35,6 +35,8 @@ type agent struct {
 	stopRT  context.CancelFunc
 	rtDone  chan error
 	program *compile.Program
+
+	elements *sets.NetlinkElements
 }
 
 func newAgent(lab *netlab.Lab, node string, rcfg compile.RenderConfig) (_ *agent, err error) {
@@ -62,7 +64,10 @@ func newAgent(lab *netlab.Lab, node string, rcfg compile.RenderConfig) (_ *agent
 		Counter:  true,
 		Comment:  "nftpolicy: new connections to the userspace evaluator",
 	}
-	scfg := sets.Config{NFT: a.nft, Logger: quiet}
+	// As the agent runs it: element changes over netlink, full syncs with
+	// one command per set.
+	a.elements = sets.NewNetlinkElements(compile.TableName, int(a.netns.Fd()))
+	scfg := sets.Config{NFT: a.nft, Logger: quiet, Netlink: a.elements, OneCommandPerSet: true}
 	if rcfg.Mode == compile.ModeQueue && rcfg.QueueVariant == compile.QueueXTCompat {
 		scfg.External = a.installQueueRule
 	}
@@ -156,6 +161,10 @@ func (a *agent) close() error {
 			errs = append(errs, err)
 		}
 		a.stopRT = nil
+	}
+	if a.elements != nil {
+		errs = append(errs, a.elements.Close())
+		a.elements = nil
 	}
 	if a.netns != nil {
 		errs = append(errs, a.netns.Close())
