@@ -2,9 +2,11 @@ package sets_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +28,11 @@ import (
 // otherwise an app selector with 1-3 ingress rules mixing podSelector,
 // namespaceSelector alone and ANDed with a podSelector, ipBlock with except,
 // numbered, named and ranged ports).
+var (
+	syncBenchPods     = flag.String("sync-bench-pods", "1000,10000,100000", "BenchmarkSync: comma-separated cluster sizes")
+	syncBenchBackends = flag.String("sync-bench-backends", "fake,kernel", "BenchmarkSync: comma-separated backends (fake, kernel, kernel-exec)")
+)
+
 const (
 	syncBenchNodes    = 50
 	syncBenchPolicies = 1000
@@ -257,19 +264,35 @@ func (t *syncTimes) step(b *testing.B, s *sets.Syncer, cache *compile.Cache, in 
 // of 100k pods under 3 s.
 //
 // "fake" stops at the transaction's text (serializingFake: no nft, no
-// kernel), so tx-ms is the syncer's own diff and serialization; "kernel" runs the real nft
-// binary against the kernel, in a private network namespace created for
-// the benchmark (root only; skipped otherwise).
+// kernel), so tx-ms is the syncer's own diff and serialization; "kernel" is
+// the agent's syncer against the kernel, in a private network namespace
+// created for the benchmark (root only; skipped otherwise): element-only
+// syncs over netlink, full syncs through nft with one command per set;
+// "kernel-exec" (not run unless named in -sync-bench-backends) is the
+// syncer without those two: every sync through nft, one command per
+// element. -sync-bench-pods chooses the cluster sizes.
 func BenchmarkSync(b *testing.B) {
 	cfg := compile.RenderConfig{Mode: compile.ModeHybrid}
 	cfg.Defaults()
-	for _, backend := range []string{"fake", "kernel"} {
+	var sizes []int
+	for _, f := range strings.Split(*syncBenchPods, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("-sync-bench-pods: %q is not a pod count", f)
+		}
+		sizes = append(sizes, n)
+	}
+	for _, backend := range strings.Split(*syncBenchBackends, ",") {
+		if backend != "fake" && backend != "kernel" && backend != "kernel-exec" {
+			b.Fatalf("-sync-bench-backends: unknown backend %q", backend)
+		}
 		b.Run(backend, func(b *testing.B) {
-			for _, n := range []int{1000, 10000, 100000} {
+			for _, n := range sizes {
 				b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 					in := syncBenchInput(n, syncBenchPolicies)
 					newSyncer := func(b *testing.B) *sets.Syncer {
 						var nft knftables.Interface
+						var scfg sets.Config
 						if backend == "fake" {
 							nft = &serializingFake{Fake: knftables.NewFake(knftables.InetFamily, compile.TableName)}
 						} else {
@@ -284,8 +307,19 @@ func BenchmarkSync(b *testing.B) {
 							if nft, err = newNSNFT(r); err != nil {
 								b.Fatal(err)
 							}
+							if backend == "kernel" {
+								var f *os.File
+								if err := r.do(func() (err error) { f, err = os.Open("/proc/thread-self/ns/net"); return err }); err != nil {
+									b.Fatal(err)
+								}
+								b.Cleanup(func() { f.Close() })
+								w := sets.NewNetlinkElements(compile.TableName, int(f.Fd()))
+								b.Cleanup(func() { w.Close() })
+								scfg.Netlink, scfg.OneCommandPerSet = w, true
+							}
 						}
-						s, err := sets.New(sets.Config{NFT: nft})
+						scfg.NFT = nft
+						s, err := sets.New(scfg)
 						if err != nil {
 							b.Fatal(err)
 						}
