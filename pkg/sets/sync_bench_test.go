@@ -196,6 +196,7 @@ func (f *serializingFake) Run(ctx context.Context, tx *knftables.Transaction) er
 type syncTimes struct {
 	build, render, tx time.Duration
 	txCPU             time.Duration // nft's CPU time (kernel backend)
+	txSelfCPU         time.Duration // this process's CPU time in Sync
 	ops, elems        int
 	n                 int
 }
@@ -209,6 +210,7 @@ func (t *syncTimes) report(b *testing.B) {
 	if t.txCPU > 0 {
 		b.ReportMetric(ms(t.txCPU), "tx-cpu-ms")
 	}
+	b.ReportMetric(ms(t.txSelfCPU), "tx-self-cpu-ms")
 	b.ReportMetric(float64(t.ops)/float64(t.n), "tx-ops")
 	b.ReportMetric(float64(t.elems), "set-elements")
 }
@@ -216,9 +218,16 @@ func (t *syncTimes) report(b *testing.B) {
 // childrenCPU is the CPU time of the process's waited-for children: the nft
 // processes knftables ran. On a shared machine it is steadier than their
 // wall time.
-func childrenCPU() time.Duration {
+func childrenCPU() time.Duration { return rusageCPU(unix.RUSAGE_CHILDREN) }
+
+// selfCPU is the CPU time of this process (user and system: the netlink
+// path's kernel work runs in its system calls). Sync runs alone, so the
+// difference over a Sync is Sync's, give or take the garbage collector.
+func selfCPU() time.Duration { return rusageCPU(unix.RUSAGE_SELF) }
+
+func rusageCPU(who int) time.Duration {
 	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_CHILDREN, &ru); err != nil {
+	if err := unix.Getrusage(who, &ru); err != nil {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -234,13 +243,14 @@ func (t *syncTimes) step(b *testing.B, s *sets.Syncer, cache *compile.Cache, in 
 	if err != nil {
 		b.Fatal(err)
 	}
-	cpu0 := childrenCPU()
+	cpu0, self0 := childrenCPU(), selfCPU()
 	t2 := time.Now()
 	res, err := s.Sync(context.Background(), rs)
 	if err != nil {
 		b.Fatal(err)
 	}
 	t3 := time.Now()
+	t.txSelfCPU += selfCPU() - self0
 	t.txCPU += childrenCPU() - cpu0
 	t.build += t1.Sub(t0)
 	t.render += t2.Sub(t1)
