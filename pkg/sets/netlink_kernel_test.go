@@ -21,7 +21,7 @@ import (
 
 // scratchNetns creates a network namespace for the test (root only) and
 // returns its name and an open file of it.
-func scratchNetns(t *testing.T) (string, *os.File) {
+func scratchNetns(t testing.TB) (string, *os.File) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the test creates a network namespace")
@@ -48,7 +48,7 @@ func scratchNetns(t *testing.T) (string, *os.File) {
 	return name, f
 }
 
-func nftIn(t *testing.T, ns, stdin string, args ...string) string {
+func nftIn(t testing.TB, ns, stdin string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
@@ -405,5 +405,37 @@ func TestNetlinkBatchAllOrNothing(t *testing.T) {
 	got := fmt.Sprint(listSets(t, ns, "t")["set peers"]["elem"])
 	if !strings.Contains(got, `"10.0.0.1"`) || !strings.Contains(got, `"10.0.0.2"`) {
 		t.Errorf("peers after the second batch: %s", got)
+	}
+}
+
+// BenchmarkNetlinkWriter is the writer alone (no diff): one element with a
+// comment, alternately added and deleted; compare with
+// BenchmarkOnePodBatch/google-nftables.
+func BenchmarkNetlinkWriter(b *testing.B) {
+	ns, f := scratchNetns(b)
+	nftIn(b, ns, "add table inet t\nadd set inet t peers { type ipv4_addr ; }\n", "-f", "-")
+	w := NewNetlinkElements("t", int(f.Fd()))
+	defer w.Close()
+	l, err := layoutOf(set("ipv4_addr"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := knftables.Element{Key: []string{"10.2.0.1"}, Comment: ptrStr("ns/new-pod")}
+	i := 0
+	for b.Loop() {
+		var c setChanges
+		if i%2 == 0 {
+			c.add, err = l.encode(&e, false)
+		} else {
+			c.del, err = l.encode(&e, true)
+		}
+		i++
+		c.set = "peers"
+		if err == nil {
+			err = w.write(context.Background(), []setChanges{c})
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 }
