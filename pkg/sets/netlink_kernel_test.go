@@ -287,18 +287,21 @@ func TestNetlinkElementsMatchNFT(t *testing.T) {
 						next[j] = true
 					}
 				}
+				remove := func(e knftables.Element) {
+					els, err := l.encode(&e, true)
+					if err != nil {
+						t.Fatal(err)
+					}
+					tx.Delete(elementOf(p.set, e))
+					c.del = append(c.del, els...)
+				}
 				// Changed comments and verdicts: deleted and added again.
 				for j := range p.pool {
 					if !current[i][j] || !next[j] || r.IntN(5) != 0 {
 						continue
 					}
 					e := p.pool[j]
-					del, err := l.encode(&e, true)
-					if err != nil {
-						t.Fatal(err)
-					}
-					tx.Delete(elementOf(p.set, e))
-					c.del = append(c.del, del...)
+					remove(e)
 					if e.Comment == nil {
 						e.Comment = ptrStr("changed")
 					} else {
@@ -311,25 +314,17 @@ func TestNetlinkElementsMatchNFT(t *testing.T) {
 					delete(current[i], j)
 				}
 				for j := range p.pool {
-					if current[i][j] && !next[j] {
+					switch {
+					case current[i][j] && !next[j]:
+						remove(p.pool[j])
+					case next[j] && !current[i][j]:
 						e := p.pool[j]
-						del, err := l.encode(&e, true)
-						if err != nil {
-							t.Fatal(err)
-						}
-						tx.Delete(elementOf(p.set, e))
-						c.del = append(c.del, del...)
-					}
-				}
-				for j := range p.pool {
-					if next[j] && !current[i][j] {
-						e := p.pool[j]
-						add, err := l.encode(&e, false)
+						els, err := l.encode(&e, false)
 						if err != nil {
 							t.Fatal(err)
 						}
 						addTx.Add(elementOf(p.set, e))
-						c.add = append(c.add, add...)
+						c.add = append(c.add, els...)
 					}
 				}
 				current[i] = next

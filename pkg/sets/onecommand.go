@@ -23,13 +23,9 @@ func addSetOneCommand(tx *knftables.Transaction, s *compile.Set) {
 		s.AddTo(tx)
 		return
 	}
-	if s.Map != nil {
-		m := *s.Map
-		tx.Add(&m)
-	} else {
-		set := *s.Set
-		tx.Add(&set)
-	}
+	decl := *s
+	decl.Elements = nil
+	decl.AddTo(tx)
 	var b strings.Builder
 	last := len(s.Elements) - 1
 	for i := range s.Elements[:last] {

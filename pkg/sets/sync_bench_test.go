@@ -133,6 +133,23 @@ func (r *nsRunner) do(fn func() error) error {
 
 func (r *nsRunner) stop() { close(r.fns); <-r.done }
 
+// nsFile opens the runner's network namespace, until the end of the test.
+func nsFile(tb testing.TB, r *nsRunner) *os.File {
+	var f *os.File
+	if err := r.do(func() (err error) { f, err = os.Open("/proc/thread-self/ns/net"); return err }); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { f.Close() })
+	return f
+}
+
+// nsElementWriter is a netlink element writer for the runner's namespace.
+func nsElementWriter(tb testing.TB, r *nsRunner) *sets.NetlinkElements {
+	w := sets.NewNetlinkElements(compile.TableName, int(nsFile(tb, r).Fd()))
+	tb.Cleanup(func() { w.Close() })
+	return w
+}
+
 // nsNFT is a knftables.Interface inside an nsRunner's namespace.
 type nsNFT struct {
 	r   *nsRunner
@@ -319,14 +336,7 @@ func BenchmarkSync(b *testing.B) {
 								b.Fatal(err)
 							}
 							if backend == "kernel" {
-								var f *os.File
-								if err := r.do(func() (err error) { f, err = os.Open("/proc/thread-self/ns/net"); return err }); err != nil {
-									b.Fatal(err)
-								}
-								b.Cleanup(func() { f.Close() })
-								w := sets.NewNetlinkElements(compile.TableName, int(f.Fd()))
-								b.Cleanup(func() { w.Close() })
-								scfg.Netlink, scfg.OneCommandPerSet = w, true
+								scfg.Netlink, scfg.OneCommandPerSet = nsElementWriter(b, r), true
 							}
 						}
 						scfg.NFT = nft
@@ -392,30 +402,8 @@ func BenchmarkOnePodBatch(b *testing.B) {
 	set.Elements = append(append([]knftables.Element(nil), set.Elements...), knftables.Element{Key: []string{"10.2.0.1"}, Comment: ptrString("ns/new-pod")})
 	with.Sets = map[string]*compile.Set{"peers-v4": &set}
 	setup := func(b *testing.B, netlink bool) (*sets.Syncer, *os.File) {
-		r, err := newNSRunner()
-		if err != nil {
-			b.Skip(err)
-		}
-		b.Cleanup(r.stop)
-		nft, err := newNSNFT(r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var f *os.File
-		if err := r.do(func() (err error) { f, err = os.Open("/proc/thread-self/ns/net"); return err }); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { f.Close() })
-		cfg := sets.Config{NFT: nft}
-		if netlink {
-			w := sets.NewNetlinkElements(compile.TableName, int(f.Fd()))
-			b.Cleanup(func() { w.Close() })
-			cfg.Netlink = w
-		}
-		s, err := sets.New(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
+		k := newKernelNode(b, netlink)
+		s, f := k.syncer, nsFile(b, k.r)
 		if _, err := s.Sync(context.Background(), base); err != nil {
 			b.Fatal(err)
 		}

@@ -26,7 +26,7 @@ type kernelNode struct {
 // newKernelNode starts a namespace; withNetlink gives the syncer the
 // netlink element writer and one-command-per-set full syncs, as the agent
 // runs it; without, it is the plain knftables syncer, the reference.
-func newKernelNode(t *testing.T, withNetlink bool) *kernelNode {
+func newKernelNode(t testing.TB, withNetlink bool) *kernelNode {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the test creates network namespaces")
@@ -45,14 +45,7 @@ func newKernelNode(t *testing.T, withNetlink bool) *kernelNode {
 	}
 	cfg := sets.Config{NFT: nft}
 	if withNetlink {
-		var f *os.File
-		if err := r.do(func() (err error) { f, err = os.Open("/proc/thread-self/ns/net"); return err }); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		w := sets.NewNetlinkElements(compile.TableName, int(f.Fd()))
-		t.Cleanup(func() { w.Close() })
-		cfg.Netlink, cfg.OneCommandPerSet = w, true
+		cfg.Netlink, cfg.OneCommandPerSet = nsElementWriter(t, r), true
 	}
 	s, err := sets.New(cfg)
 	if err != nil {
@@ -61,7 +54,7 @@ func newKernelNode(t *testing.T, withNetlink bool) *kernelNode {
 	return &kernelNode{r: r, syncer: s}
 }
 
-func (k *kernelNode) nft(t *testing.T, args ...string) []byte {
+func (k *kernelNode) nft(t testing.TB, args ...string) []byte {
 	t.Helper()
 	var out []byte
 	err := k.r.do(func() (err error) {
