@@ -207,10 +207,18 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	syncer, err := sets.New(sets.Config{NFT: nft, Logger: log.WithName("sets"), External: compatInstaller(render)})
+	// Pod churn goes to the kernel over netlink, in one batch per sync.
+	elements := sets.NewNetlinkElements(compile.TableName, 0)
+	defer elements.Close()
+	syncer, err := sets.New(sets.Config{NFT: nft, Logger: log.WithName("sets"), External: compatInstaller(render),
+		Netlink: elements, OneCommandPerSet: true})
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nftpolicy_netlink_batch_fallbacks_total",
+		Help: "Netlink element batches the kernel refused (nothing applied; a full sync followed).",
+	}, func() float64 { return float64(syncer.NetlinkFallbacks()) }))
 	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))

@@ -11,6 +11,15 @@
 // pod churn becomes set and map element changes, an edited policy refills
 // its own chains. Big sets are never listed from the kernel on this path.
 //
+// With Config.Netlink, a sync that changes nothing but set and map elements
+// (pod churn, the common case) skips nft: NetlinkElements writes the
+// deletions and additions, converted from their text form to the bytes nft
+// would write, as one nfnetlink batch, which the kernel commits whole or
+// not at all. A batch the kernel refuses (the table drifted from what the
+// syncer believes) changed nothing; it is counted and the same Sync falls
+// back to a full sync. With Config.OneCommandPerSet, full syncs hand nft
+// each set's elements as one command instead of one per element.
+//
 // It also holds the queue rule variants: the native nft queue statement and,
 // for kernels without CONFIG_NFT_QUEUE, the xtables NFQUEUE target installed
 // over netlink (nft cannot write it).

@@ -49,8 +49,10 @@ type Agent struct {
 	rcfg   compile.RenderConfig
 	qcfg   sets.QueueRuleConfig
 	eval   queue.Evaluator
-	stopRT context.CancelFunc
-	rtDone chan error
+	// elements writes element-only changes over netlink, as the agent does.
+	elements *sets.NetlinkElements
+	stopRT   context.CancelFunc
+	rtDone   chan error
 }
 
 // New starts the agent of node in lab with the render configuration rcfg
@@ -84,7 +86,10 @@ func New(lab *netlab.Lab, node string, rcfg compile.RenderConfig, log logr.Logge
 		Counter:  true,
 		Comment:  "nftpolicy: new connections to the userspace evaluator",
 	}
-	scfg := sets.Config{NFT: a.nft, Logger: log}
+	// As the agent runs it: element changes over netlink, full syncs with
+	// one command per set.
+	a.elements = sets.NewNetlinkElements(compile.TableName, int(a.netns.Fd()))
+	scfg := sets.Config{NFT: a.nft, Logger: log, Netlink: a.elements, OneCommandPerSet: true}
 	if rcfg.UsesQueue() && rcfg.QueueVariant == compile.QueueXTCompat {
 		scfg.External = a.installQueueRule
 	}
@@ -181,6 +186,10 @@ func (a *Agent) Close() error {
 			errs = append(errs, err)
 		}
 		a.stopRT = nil
+	}
+	if a.elements != nil {
+		errs = append(errs, a.elements.Close())
+		a.elements = nil
 	}
 	if a.netns != nil {
 		errs = append(errs, a.netns.Close())
