@@ -136,7 +136,7 @@ func rule(text, comment string) knftables.Rule {
 // tier let it through.
 type tierChains struct {
 	entry, admin, networkPolicy, baseline, allowed string
-	// addr is the address the direction dispatches on.
+	// addr is the address the direction dispatches on: the local pod's.
 	addr string
 }
 
@@ -476,10 +476,7 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 // base. Named ports resolve on the subjects for ingress, on the peers for
 // egress.
 func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment string, d Direction, subjects []PodID, verdict string) []knftables.Rule {
-	peerDir := "saddr"
-	if d == Egress {
-		peerDir = "daddr"
-	}
+	peerDir := peerAddr(d)
 	for _, v4 := range []bool{true, false} {
 		// Peers: each alternative is one nft rule.
 		var peers []string

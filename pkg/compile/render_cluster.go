@@ -108,7 +108,7 @@ func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID,
 			for _, rg := range familyRanges(ranges, v4) {
 				s.Elements = append(s.Elements, knftables.Element{Key: []string{rg.String()}})
 			}
-			c.Rules = append(c.Rules, rule(fmt.Sprintf("%s %s != @%s %s", famWord(v4), tc.addr, set, next), "no rule of these policies names the "+peerWord(d)))
+			c.Rules = append(c.Rules, rule(fmt.Sprintf("%s %s != @%s %s", famWord(v4), peerAddr(d), set, next), "no rule of these policies names the "+peerWord(d)))
 		}
 	}
 	for _, id := range ids {
@@ -119,6 +119,15 @@ func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID,
 	c.Rules = append(c.Rules, rule(next, ""))
 	r.addChain(c)
 	return name
+}
+
+// peerAddr is the address of the remote end: the destination of egress,
+// the source of ingress.
+func peerAddr(d Direction) string {
+	if d == Egress {
+		return "daddr"
+	}
+	return "saddr"
 }
 
 func peerWord(d Direction) string {
