@@ -2,8 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"errors"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -30,8 +28,8 @@ const (
 	logDropped   = "No longer enforcing ClusterNetworkPolicies"
 )
 
-// nodePort is where a server listens on node-2's own address, so that pods
-// can be probed against `nodes` peers.
+// nodePort is where node-2 serves on its own addresses, so that pods can be
+// probed against `nodes` peers.
 const nodePort = 8080
 
 // TestClusterPolicyCRDLifecycle runs the real agents while the
@@ -69,7 +67,10 @@ func TestClusterPolicyCRDLifecycle(t *testing.T) {
 		cluster.Pod{Namespace: "y", Name: "a", Node: "node-1"},
 		cluster.Pod{Namespace: "y", Name: "b", Node: "node-2"},
 	)
-	nodeAddr := serveOnNode(t, c, "node-2", nodePort)
+	if err := c.Lab.ServeNode("node-2", []uint16{nodePort}, nil); err != nil {
+		t.Fatal(err)
+	}
+	nodeAddr := c.NodeIPs("node-2")[0]
 	pids := map[string]int{}
 	for _, a := range c.Agents() {
 		pids[a.Node] = a.Pid()
@@ -178,36 +179,6 @@ func TestClusterPolicyCRDLifecycle(t *testing.T) {
 			t.Errorf("agent of %s: ClusterNetworkPolicy chains left after the CRD was deleted:\n%s", a.Node, table)
 		}
 	}
-}
-
-// serveOnNode listens on the node's first address inside its namespace and
-// answers every connection with the node's name.
-func serveOnNode(t *testing.T, c *cluster.Cluster, node string, port uint16) netip.Addr {
-	t.Helper()
-	addr := c.NodeIPs(node)[0]
-	var ln net.Listener
-	err := c.Lab.InNode(node, func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, port).String())
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return
-				}
-				continue
-			}
-			_, _ = conn.Write([]byte(node + "\n"))
-			conn.Close()
-		}
-	}()
-	return addr
 }
 
 // probeNode connects from a pod to a node address on nodePort with real
