@@ -285,32 +285,20 @@ func (w *clusterPolicies) waitFirst(ctx context.Context, alive func()) {
 // whose problems changed since they were last reported.
 func (w *clusterPolicies) report(prog *compile.Program, rec record.EventRecorder, node string) {
 	log := w.log.WithName("policy")
-	current := map[string]string{}
-	invalid := 0
-	for i := range prog.ClusterPolicies {
+	w.reported = changedProblems(w.reported, len(prog.ClusterPolicies), func(i int) (string, []compile.Problem) {
+		return prog.ClusterPolicies[i].Name, prog.ClusterPolicies[i].Problems
+	}, func(i int, text string) {
 		cp := &prog.ClusterPolicies[i]
-		if len(cp.Problems) == 0 {
-			continue
-		}
-		invalid++
-		text := problemsText(cp.Problems)
-		current[cp.Name] = text
-		if w.reported[cp.Name] == text {
-			continue
-		}
 		w.metrics.ClusterPolicyProblems.Add(float64(len(cp.Problems)))
 		log.Info("Invalid or unsupported ClusterNetworkPolicy: its Accept parts that cannot be used allow nothing, its Deny and Pass parts that cannot be used deny",
 			"clusterNetworkPolicy", cp.Name, "tier", cp.Tier, "priority", cp.Priority, "problems", text)
-		if rec == nil {
-			continue
-		}
 		l := w.active()
-		if l == nil {
-			continue
+		if rec == nil || l == nil {
+			return
 		}
 		obj, err := l.Get(cp.Name)
 		if err != nil {
-			continue
+			return
 		}
 		// A reference rather than the object: the Event needs the kind and
 		// version, which objects from informers do not carry and the
@@ -319,9 +307,28 @@ func (w *clusterPolicies) report(prog *compile.Program, rec record.EventRecorder
 			Name: obj.Name, UID: obj.UID, ResourceVersion: obj.ResourceVersion}
 		rec.Eventf(ref, corev1.EventTypeWarning, "InvalidClusterNetworkPolicy",
 			"nftpolicy on %s enforces this policy safely: unusable Accept parts allow nothing, unusable Deny and Pass parts deny: %s", node, truncate(text, 900))
+	})
+	w.metrics.InvalidClusterPolicies.Set(float64(len(w.reported)))
+}
+
+// changedProblems returns, by policy key, the problems text of each of the n
+// policies that has problems (get returns policy i's key and problems), and
+// calls fresh for those whose text differs from last: problems are
+// reported once per change, and again when they come back.
+func changedProblems(last map[string]string, n int, get func(i int) (string, []compile.Problem), fresh func(i int, text string)) map[string]string {
+	current := map[string]string{}
+	for i := range n {
+		key, ps := get(i)
+		if len(ps) == 0 {
+			continue
+		}
+		text := problemsText(ps)
+		current[key] = text
+		if last[key] != text {
+			fresh(i, text)
+		}
 	}
-	w.reported = current
-	w.metrics.InvalidClusterPolicies.Set(float64(invalid))
+	return current
 }
 
 // problemsText is the sorted, joined text of problems: it changes exactly

@@ -384,19 +384,10 @@ func (c *Controller) recordGauges(prog *compile.Program, rs *compile.Ruleset) {
 // problems changed since they were last reported.
 func (c *Controller) reportProblems(ctx context.Context, prog *compile.Program) {
 	log := c.cfg.Logger.WithName("policy")
-	current := map[string]string{}
-	invalid := 0
-	for i := range prog.Policies {
+	c.reported = changedProblems(c.reported, len(prog.Policies), func(i int) (string, []compile.Problem) {
+		return prog.Policies[i].Key, prog.Policies[i].Problems
+	}, func(i int, text string) {
 		pol := &prog.Policies[i]
-		if len(pol.Problems) == 0 {
-			continue
-		}
-		invalid++
-		text := problemsText(pol.Problems)
-		current[pol.Key] = text
-		if c.reported[pol.Key] == text {
-			continue
-		}
 		c.cfg.Metrics.PolicyProblems.Add(float64(len(pol.Problems)))
 		log.Info("Invalid NetworkPolicy: the invalid parts allow nothing; the policy still isolates the pods it selects",
 			"policy", klog.KRef(pol.Namespace, pol.Name), "problems", text)
@@ -406,9 +397,8 @@ func (c *Controller) reportProblems(ctx context.Context, prog *compile.Program) 
 					"nftpolicy on %s enforces this policy safely: invalid parts allow nothing: %s", c.cfg.NodeName, truncate(text, 900))
 			}
 		}
-	}
-	c.reported = current
-	c.cfg.Metrics.InvalidPolicies.Set(float64(invalid))
+	})
+	c.cfg.Metrics.InvalidPolicies.Set(float64(len(c.reported)))
 	c.cnps.report(prog, c.cfg.Recorder, c.cfg.NodeName)
 }
 

@@ -91,12 +91,7 @@ func TestClusterPolicyCRDLifecycle(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	m := verify(t, ctx, c, "no CRD")
 	expect(t, m, "no CRD", map[pair]bool{{"y/a", "x/a"}: true, {"y/b", "x/a"}: true, {"x/b", "x/a"}: false, {"y/a", "x/b"}: true})
-	for _, a := range c.Agents() {
-		if n := countLog(t, a, logNotServed); n != 1 {
-			t.Errorf("agent of %s logged %q %d times, want once", a.Node, logNotServed, n)
-		}
-		wantMetric(t, ctx, a, "nftpolicy_cluster_network_policy_api_enabled", 0)
-	}
+	checkAgents(t, ctx, c, pids, logNotServed, map[string]float64{"nftpolicy_cluster_network_policy_api_enabled": 0})
 	probeNode(t, ctx, c, "no CRD", "y/a", nodeAddr, true)
 
 	// 2. The CRD and ClusterNetworkPolicies.
@@ -125,17 +120,11 @@ func TestClusterPolicyCRDLifecycle(t *testing.T) {
 	if cell := m.Cell("y/a", "x/a"); !strings.Contains(cell.Reason, "y-no-x") {
 		t.Errorf("y/a -> x/a: reason %q does not name the ClusterNetworkPolicy", cell.Reason)
 	}
-	for _, a := range c.Agents() {
-		if pid := a.Pid(); pid != pids[a.Node] {
-			t.Errorf("agent of %s restarted (pid %d, was %d)", a.Node, pid, pids[a.Node])
-		}
-		if n := countLog(t, a, logEnforcing); n != 1 {
-			t.Errorf("agent of %s logged %q %d times, want once", a.Node, logEnforcing, n)
-		}
-		wantMetric(t, ctx, a, "nftpolicy_cluster_network_policy_api_enabled", 1)
-		wantMetric(t, ctx, a, "nftpolicy_programmed_cluster_network_policies", 3)
-		wantMetric(t, ctx, a, "nftpolicy_invalid_cluster_network_policies", 1)
-	}
+	checkAgents(t, ctx, c, pids, logEnforcing, map[string]float64{
+		"nftpolicy_cluster_network_policy_api_enabled":  1,
+		"nftpolicy_programmed_cluster_network_policies": 3,
+		"nftpolicy_invalid_cluster_network_policies":    1,
+	})
 	waitClusterPolicyEvents(t, ctx, c, "x-domains")
 	probeNode(t, ctx, c, "node not fenced yet", "y/a", nodeAddr, true)
 
@@ -166,15 +155,11 @@ func TestClusterPolicyCRDLifecycle(t *testing.T) {
 	m = verify(t, ctx, c, "CRD deleted")
 	expect(t, m, "CRD deleted", map[pair]bool{{"y/a", "x/a"}: true, {"y/b", "x/a"}: true, {"x/b", "x/a"}: false, {"y/a", "x/b"}: true})
 	probeNode(t, ctx, c, "CRD deleted", "y/a", nodeAddr, true)
+	checkAgents(t, ctx, c, pids, logDropped, map[string]float64{
+		"nftpolicy_cluster_network_policy_api_enabled":  0,
+		"nftpolicy_programmed_cluster_network_policies": 0,
+	})
 	for _, a := range c.Agents() {
-		if pid := a.Pid(); pid != pids[a.Node] {
-			t.Errorf("agent of %s restarted (pid %d, was %d)", a.Node, pid, pids[a.Node])
-		}
-		if n := countLog(t, a, logDropped); n != 1 {
-			t.Errorf("agent of %s logged %q %d times, want once", a.Node, logDropped, n)
-		}
-		wantMetric(t, ctx, a, "nftpolicy_cluster_network_policy_api_enabled", 0)
-		wantMetric(t, ctx, a, "nftpolicy_programmed_cluster_network_policies", 0)
 		if table := c.ListTable(a.Node); strings.Contains(table, "y-no-x") || strings.Contains(table, "fenced") {
 			t.Errorf("agent of %s: ClusterNetworkPolicy chains left after the CRD was deleted:\n%s", a.Node, table)
 		}
@@ -204,6 +189,29 @@ func probeNode(t *testing.T, ctx context.Context, c *cluster.Cluster, step, from
 	}
 }
 
+// checkAgents checks every agent: still the process it was (pids), logLine
+// logged exactly once, and the metrics' values.
+func checkAgents(t *testing.T, ctx context.Context, c *cluster.Cluster, pids map[string]int, logLine string, metrics map[string]float64) {
+	t.Helper()
+	for _, a := range c.Agents() {
+		if pid := a.Pid(); pid != pids[a.Node] {
+			t.Errorf("agent of %s restarted (pid %d, was %d)", a.Node, pid, pids[a.Node])
+		}
+		if n := countLog(t, a, logLine); n != 1 {
+			t.Errorf("agent of %s logged %q %d times, want once", a.Node, logLine, n)
+		}
+		got, err := a.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range metrics {
+			if v, ok := got[name]; !ok || v != want {
+				t.Errorf("agent of %s: %s = %v (present %v), want %v", a.Node, name, v, ok, want)
+			}
+		}
+	}
+}
+
 // countLog counts the lines of the agent's log (every start appends) that
 // contain s.
 func countLog(t *testing.T, a *cluster.Agent, s string) int {
@@ -213,17 +221,6 @@ func countLog(t *testing.T, a *cluster.Agent, s string) int {
 		t.Fatal(err)
 	}
 	return strings.Count(string(data), s)
-}
-
-func wantMetric(t *testing.T, ctx context.Context, a *cluster.Agent, name string, want float64) {
-	t.Helper()
-	m, err := a.Metrics(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, ok := m[name]; !ok || got != want {
-		t.Errorf("agent of %s: %s = %v (present %v), want %v", a.Node, name, got, ok, want)
-	}
 }
 
 // waitClusterPolicyEvents waits for a Warning Event InvalidClusterNetworkPolicy
