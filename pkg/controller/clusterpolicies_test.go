@@ -286,3 +286,10 @@ func TestInputsFingerprintClusterObjects(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigRejectsNegativeCheckPeriod(t *testing.T) {
+	cfg := Config{ClusterPolicyCheckPeriod: -time.Second}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "cluster policy check period -1s: must not be negative") {
+		t.Errorf("Validate() = %v, want the negative check period named", err)
+	}
+}
