@@ -53,8 +53,12 @@ type agentOptions struct {
 	healthAddr     string
 	fullSyncPeriod time.Duration
 	cnpCheck       time.Duration
+	livenessBudget time.Duration
 	maxQueueLen    uint32
 	logs           *logsapi.LoggingConfiguration
+	// queueProber answers --queue-variant auto; the kernel's, in the
+	// agent's own network namespace, unless a test sets another.
+	queueProber sets.QueueProber
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -73,12 +77,13 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
 	fs.DurationVar(&o.cnpCheck, "cluster-policy-check-period", controller.DefaultClusterPolicyCheckPeriod,
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
+	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
-	o := &agentOptions{}
+	o := &agentOptions{queueProber: sets.KernelQueueProber{}}
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.addFlags(fs)
@@ -122,8 +127,10 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", kubeconfig)
 }
 
-// chooseQueueVariant probes the kernel unless told which to use.
-func chooseQueueVariant(ctx context.Context, flag string) (compile.QueueVariant, error) {
+// chooseQueueVariant returns the variant the flag names, or, for auto, the
+// one the kernel supports. A kernel with neither is an error: every sync
+// in queue mode would fail.
+func chooseQueueVariant(ctx context.Context, flag string, prober sets.QueueProber) (compile.QueueVariant, error) {
 	switch flag {
 	case string(compile.QueueNative):
 		return compile.QueueNative, nil
@@ -133,14 +140,18 @@ func chooseQueueVariant(ctx context.Context, flag string) (compile.QueueVariant,
 	default:
 		return "", fmt.Errorf("--queue-variant %q: must be auto, native or xt-compat", flag)
 	}
-	native, err := sets.ProbeNativeQueue(ctx)
-	if err != nil {
-		return "", fmt.Errorf("probing the kernel for the nft queue statement: %w", err)
-	}
-	if native {
+	v, err := sets.ChooseQueueVariant(ctx, prober)
+	switch {
+	case errors.Is(err, sets.ErrNoQueueSupport):
+		return "", fmt.Errorf("--queue-variant auto: %w; queue mode cannot work on this node (use --mode hybrid or kernel, or a kernel with either)", err)
+	case err != nil:
+		return "", fmt.Errorf("--queue-variant auto: %w", err)
+	case v == sets.QueueVariantNative:
 		return compile.QueueNative, nil
+	case v == sets.QueueVariantXTCompat:
+		return compile.QueueXTCompat, nil
 	}
-	return compile.QueueXTCompat, nil
+	return "", fmt.Errorf("--queue-variant auto: the probe returned %s", v)
 }
 
 func agent(ctx context.Context, o *agentOptions) error {
@@ -152,6 +163,9 @@ func agent(ctx context.Context, o *agentOptions) error {
 	node, err := o.nodeName()
 	if err != nil {
 		return err
+	}
+	if o.livenessBudget < controller.MinHealthBudget {
+		return fmt.Errorf("--liveness-timeout %v: must be at least %v (the agent's heartbeat is every second)", o.livenessBudget, controller.MinHealthBudget)
 	}
 	var nodeIPs []netip.Addr
 	for _, s := range o.nodeIPs {
@@ -184,7 +198,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 
 	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark}
 	if render.UsesQueue() {
-		v, err := chooseQueueVariant(ctx, o.queueVariant)
+		v, err := chooseQueueVariant(ctx, o.queueVariant, o.queueProber)
 		if err != nil {
 			return err
 		}
@@ -208,7 +222,9 @@ func agent(ctx context.Context, o *agentOptions) error {
 	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(controller.EventSink{
+		Sink: &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, Logger: log.WithName("events"),
+	})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nftpolicy", Host: node})
 
@@ -219,7 +235,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(controller.NewCounterCollector(10 * time.Second))
+	reg.MustRegister(controller.NewCounterCollector(10*time.Second, metrics, log.WithName("metrics")))
 
 	errs := make(chan error, 4)
 	ctx, cancel := context.WithCancel(ctx)
@@ -233,7 +249,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 		if err != nil {
 			return err
 		}
-		reg.MustRegister(controller.QueueStatsCollector{})
+		reg.MustRegister(controller.NewQueueStatsCollector(metrics, log.WithName("metrics")))
 		go func() { errs <- wrapErr("queue runtime", rt.Run(ctx)) }()
 		select {
 		case <-rt.Ready():
@@ -252,8 +268,8 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if o.healthAddr != "" {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			if !ctrl.Healthy(30 * time.Second) {
-				http.Error(w, "sync loop stalled", http.StatusServiceUnavailable)
+			if !ctrl.Healthy(o.livenessBudget) {
+				http.Error(w, fmt.Sprintf("no progress within %v: the sync loop is stuck", o.livenessBudget), http.StatusServiceUnavailable)
 				return
 			}
 			fmt.Fprintln(w, "ok")

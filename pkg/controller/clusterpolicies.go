@@ -259,25 +259,16 @@ func (w *clusterPolicies) list() ([]*npav1beta1.ClusterNetworkPolicy, error) {
 }
 
 // waitFirst waits until the first check decided, at most
-// firstClusterPolicyWait; alive is called every second meanwhile.
-func (w *clusterPolicies) waitFirst(ctx context.Context, alive func()) {
+// firstClusterPolicyWait.
+func (w *clusterPolicies) waitFirst(ctx context.Context) {
 	timeout := time.NewTimer(firstClusterPolicyWait)
 	defer timeout.Stop()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		alive()
-		select {
-		case <-w.decided:
-			return
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-timeout.C:
-			w.log.Info("ClusterNetworkPolicies not synced in time; enforcing without them until their informer syncs",
-				"waited", firstClusterPolicyWait, "groupVersion", ClusterPolicyGroupVersion)
-			return
-		}
+	select {
+	case <-w.decided:
+	case <-ctx.Done():
+	case <-timeout.C:
+		w.log.Info("ClusterNetworkPolicies not synced in time; enforcing without them until their informer syncs",
+			"waited", firstClusterPolicyWait, "groupVersion", ClusterPolicyGroupVersion)
 	}
 }
 

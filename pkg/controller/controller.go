@@ -146,6 +146,8 @@ func New(cfg Config) (*Controller, error) {
 		reported: map[string]string{},
 		cache:    compile.NewCache(),
 	}
+	// Healthy from the start: the health server may be asked before Run.
+	c.lastLoop.Store(time.Now().UnixNano())
 	podInf := f.Core().V1().Pods()
 	nsInf := f.Core().V1().Namespaces()
 	polInf := f.Networking().V1().NetworkPolicies()
@@ -190,11 +192,13 @@ func (c *Controller) markDirty() {
 	}
 }
 
-// Ready reports whether a first sync has committed.
+// Ready reports whether a first sync has committed. It turns true before
+// the evaluator receives the first program.
 func (c *Controller) Ready() bool { return c.ready.Load() }
 
-// Healthy reports whether the sync loop is alive: it ran or waited within
-// the given time.
+// Healthy reports whether the agent is making progress: the sync loop ran
+// or waited, or the informers were still waiting for their first lists,
+// within the given time. It says nothing about readiness.
 func (c *Controller) Healthy(within time.Duration) bool {
 	return time.Since(time.Unix(0, c.lastLoop.Load())) < within
 }
@@ -218,10 +222,16 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.factory.Shutdown()
 	go c.cnps.run(ctx)
 	log.Info("Waiting for informer caches", "node", c.cfg.NodeName)
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+	// The first lists of a large cluster can take longer than the liveness
+	// probe's budget. The agent is making progress while it waits (the
+	// reflectors retry on their own), so the heartbeat goes on; readiness
+	// stays false until the first commit.
+	var synced bool
+	c.beatWhile(func() { synced = cache.WaitForCacheSync(ctx.Done(), c.synced...) })
+	if !synced {
 		return fmt.Errorf("waiting for informer caches: %w", context.Cause(ctx))
 	}
-	c.cnps.waitFirst(ctx, func() { c.lastLoop.Store(time.Now().UnixNano()) })
+	c.beatWhile(func() { c.cnps.waitFirst(ctx) })
 	if len(c.cfg.NodeIPs) == 0 {
 		c.cfg.NodeIPs = c.lookupNodeIPs()
 	}
@@ -229,7 +239,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.markDirty()
 	fullTicker := time.NewTicker(c.cfg.FullSyncPeriod)
 	defer fullTicker.Stop()
-	heartbeat := time.NewTicker(5 * time.Second)
+	heartbeat := time.NewTicker(heartbeatInterval)
 	defer heartbeat.Stop()
 	retry := c.cfg.MinRetryDelay
 	var retryTimer <-chan time.Time
@@ -258,6 +268,35 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 		retry = c.cfg.MinRetryDelay
 	}
+}
+
+// heartbeatInterval is how often the loop (or a wait on the API server in
+// its place) marks itself alive.
+const heartbeatInterval = time.Second
+
+// MinHealthBudget is the smallest sensible budget for Healthy: a few
+// heartbeats, so that a busy machine does not fail it.
+const MinHealthBudget = 3 * heartbeatInterval
+
+// beatWhile runs f, which waits on the API server, and keeps the heartbeat
+// going until it returns.
+func (c *Controller) beatWhile(f func()) {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(heartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				c.lastLoop.Store(time.Now().UnixNano())
+			}
+		}
+	}()
+	f()
+	c.lastLoop.Store(time.Now().UnixNano())
 }
 
 func (c *Controller) lookupNodeIPs() []netip.Addr {
@@ -318,8 +357,12 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	}
 	// Publish only after the matching transaction committed: the evaluator
 	// and the kernel never disagree about which program is in force.
-	c.cfg.Evaluator.Swap(prog)
+	// Readiness and the controller's program are stored before the
+	// evaluator's, so whoever sees the evaluator's program also sees the
+	// controller ready.
 	c.lastProgram.Store(prog)
+	first := !c.ready.Swap(true)
+	c.cfg.Evaluator.Swap(prog)
 	now := time.Now()
 	c.cfg.Metrics.SyncDuration.WithLabelValues(kind).Observe(now.Sub(start).Seconds())
 	c.cfg.Metrics.LastSuccessfulSync.Set(float64(now.Unix()))
@@ -331,7 +374,7 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	c.recordGauges(prog, rs)
 	c.reportProblems(ctx, prog)
 	c.lastSync.Store(now.UnixNano())
-	if !c.ready.Swap(true) {
+	if first {
 		log.Info("First sync committed", "policies", len(prog.Policies), "pods", len(prog.Pods), "operations", res.Operations, "duration", now.Sub(start))
 	}
 	log.V(2).Info("Synced", "kind", kind, "operations", res.Operations, "elementsAdded", res.ElementsAdded,
@@ -392,10 +435,16 @@ func (c *Controller) reportProblems(ctx context.Context, prog *compile.Program) 
 		log.Info("Invalid NetworkPolicy: the invalid parts allow nothing; the policy still isolates the pods it selects",
 			"policy", klog.KRef(pol.Namespace, pol.Name), "problems", text)
 		if c.cfg.Recorder != nil {
-			if np, err := c.pols.NetworkPolicies(pol.Namespace).Get(pol.Name); err == nil {
-				c.cfg.Recorder.Eventf(np, corev1.EventTypeWarning, "InvalidNetworkPolicy",
-					"nftpolicy on %s enforces this policy safely: invalid parts allow nothing: %s", c.cfg.NodeName, truncate(text, 900))
+			np, err := c.pols.NetworkPolicies(pol.Namespace).Get(pol.Name)
+			if err != nil {
+				// Deleted since the snapshot: the log line above stays the
+				// only report. Writing the Event itself is asynchronous;
+				// the broadcaster logs its failures.
+				log.V(2).Info("No Event for the invalid NetworkPolicy: not in the cache any more", "policy", klog.KRef(pol.Namespace, pol.Name), "err", err)
+				return
 			}
+			c.cfg.Recorder.Eventf(np, corev1.EventTypeWarning, "InvalidNetworkPolicy",
+				"nftpolicy on %s enforces this policy safely: invalid parts allow nothing: %s", c.cfg.NodeName, truncate(text, 900))
 		}
 	})
 	c.cfg.Metrics.InvalidPolicies.Set(float64(len(c.reported)))

@@ -28,6 +28,10 @@ type Metrics struct {
 	QueueVerdicts    *prometheus.CounterVec
 	QueueDecision    prometheus.Histogram
 	QueueRuleVariant *prometheus.GaugeVec
+
+	// CollectorErrors counts failed reads of the collectors that ask the
+	// kernel when scraped (NewCounterCollector, NewQueueStatsCollector).
+	CollectorErrors *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics, unregistered.
@@ -90,6 +94,10 @@ func NewMetrics() *Metrics {
 		QueueRuleVariant: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "nftpolicy_queue_rule_variant", Help: "1 for the queue rule variant in use (native or xt-compat).",
 		}, []string{"variant"}),
+		CollectorErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nftpolicy_collector_errors_total",
+			Help: "Scrapes in which a collector could not read the kernel (collector=nft_counters: the nft rule counters; collector=nfqueue_stats: the kernel's queue counters); its metrics are left out of that scrape.",
+		}, []string{"collector"}),
 	}
 }
 
@@ -98,7 +106,7 @@ func (m *Metrics) Register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.SyncDuration, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency,
 		m.ProgrammedPolicies, m.ProgrammedPods, m.SetElements, m.InvalidPolicies, m.PolicyProblems,
 		m.ClusterPolicyAPI, m.ProgrammedClusterPolicies, m.InvalidClusterPolicies, m.ClusterPolicyProblems,
-		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant} {
+		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant, m.CollectorErrors} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

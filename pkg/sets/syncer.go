@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -115,33 +116,29 @@ func (s *Syncer) full(ctx context.Context, desired *compile.Ruleset) (Result, er
 		ch := desired.Chains[n].Chain
 		tx.Add(&ch)
 	}
-	// Empty everything we own first, so no reference stops a deletion.
+	// Empty every chain we own first, so no rule stops a deletion.
 	for _, n := range existing["chain"] {
 		if c, ok := desired.Chains[n]; ok && c.External {
 			continue
 		}
 		tx.Flush(&knftables.Chain{Name: n})
 	}
+	// Every set and map is deleted and added again rather than flushed: the
+	// kernel's may have another type, flags or timeout than the desired one
+	// of the same name (written by another version of the agent, or by
+	// hand), and adding over it would fail every sync. Nothing tells which
+	// without listing them with their elements. Maps go before chains: their
+	// verdict elements jump to chains.
 	for _, n := range existing["map"] {
-		tx.Flush(&knftables.Map{Name: n})
+		tx.Delete(&knftables.Map{Name: n})
 	}
 	for _, n := range existing["set"] {
-		tx.Flush(&knftables.Set{Name: n})
+		tx.Delete(&knftables.Set{Name: n})
 	}
 	for _, n := range existing["chain"] {
 		if _, ok := desired.Chains[n]; !ok {
 			tx.Delete(&knftables.Chain{Name: n})
 			res.ChainsDeleted++
-		}
-	}
-	for _, n := range existing["map"] {
-		if set, ok := desired.Sets[n]; !ok || set.Map == nil {
-			tx.Delete(&knftables.Map{Name: n})
-		}
-	}
-	for _, n := range existing["set"] {
-		if set, ok := desired.Sets[n]; !ok || set.Set == nil {
-			tx.Delete(&knftables.Set{Name: n})
 		}
 	}
 	for _, n := range desired.SortedSetNames() {
@@ -213,6 +210,14 @@ func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Res
 	if !equalStrPtr(old.Table.Comment, desired.Table.Comment) {
 		// The mode changed: rewrite everything.
 		return s.full(ctx, desired)
+	}
+	for n, set := range desired.Sets {
+		if prev, ok := old.Sets[n]; ok && !sameDefinition(prev, set) {
+			// A set or map keeps its name but not its type, flags or
+			// timeout: it must be replaced, after every rule that names it
+			// is gone, which is what a full sync does.
+			return s.full(ctx, desired)
+		}
 	}
 	// 1. New chains (empty for now: rules may reference sets added below).
 	for _, n := range desired.ChainOrder {
@@ -293,6 +298,18 @@ func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Res
 		return res, fmt.Errorf("incremental sync transaction (%d operations): %w", res.Operations, err)
 	}
 	return res, nil
+}
+
+// sameDefinition reports whether two versions of a set or map have the
+// same declaration (everything but the elements).
+func sameDefinition(a, b *compile.Set) bool {
+	if (a.Map == nil) != (b.Map == nil) {
+		return false
+	}
+	if a.Map != nil {
+		return reflect.DeepEqual(*a.Map, *b.Map)
+	}
+	return reflect.DeepEqual(*a.Set, *b.Set)
 }
 
 func equalStrPtr(a, b *string) bool {
