@@ -30,6 +30,7 @@ import (
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
+	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
@@ -51,6 +52,7 @@ type agentOptions struct {
 	metricsAddr    string
 	healthAddr     string
 	fullSyncPeriod time.Duration
+	cnpCheck       time.Duration
 	livenessBudget time.Duration
 	maxQueueLen    uint32
 	logs           *logsapi.LoggingConfiguration
@@ -73,6 +75,8 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9402", "address of the Prometheus /metrics endpoint; empty to disable")
 	fs.StringVar(&o.healthAddr, "health-bind-address", ":9403", "address of /healthz and /readyz; empty to disable")
 	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
+	fs.DurationVar(&o.cnpCheck, "cluster-policy-check-period", controller.DefaultClusterPolicyCheckPeriod,
+		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
@@ -83,7 +87,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.addFlags(fs)
-	if code, ok := parseFlags(fs, args, stderr, "usage: nftpolicy agent [flags]\n\nEnforces NetworkPolicies for the pods of this node."); !ok {
+	if code, ok := parseFlags(fs, args, stderr, "usage: nftpolicy agent [flags]\n\nEnforces NetworkPolicies and ClusterNetworkPolicies for the pods of this node."); !ok {
 		return code
 	}
 	if err := logsapi.ValidateAndApply(o.logs, nil); err != nil {
@@ -180,6 +184,10 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
+	policyClient, err := npaclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the ClusterNetworkPolicy client: %w", err)
+	}
 
 	metrics := controller.NewMetrics()
 	reg := prometheus.NewRegistry()
@@ -229,7 +237,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nftpolicy", Host: node})
 
 	ctrl, err := controller.New(controller.Config{
-		Client: client, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
+		Client: client, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, Logger: log,
 	})
 	if err != nil {

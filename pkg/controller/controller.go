@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -23,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
@@ -30,8 +29,14 @@ import (
 
 // Config configures the Controller.
 type Config struct {
-	Client   kubernetes.Interface
-	NodeName string
+	Client kubernetes.Interface
+	// PolicyClient reads ClusterNetworkPolicies; nil enforces NetworkPolicy
+	// v1 only.
+	PolicyClient npaclient.Interface
+	// ClusterPolicyCheckPeriod is how often discovery is asked whether the
+	// ClusterNetworkPolicy API is served (its CRD may come and go).
+	ClusterPolicyCheckPeriod time.Duration
+	NodeName                 string
 	// NodeIPs are the node's own addresses; looked up from the Node object
 	// when empty.
 	NodeIPs []netip.Addr
@@ -63,6 +68,9 @@ func (c *Config) Defaults() {
 	if c.MaxRetryDelay == 0 {
 		c.MaxRetryDelay = 30 * time.Second
 	}
+	if c.ClusterPolicyCheckPeriod == 0 {
+		c.ClusterPolicyCheckPeriod = DefaultClusterPolicyCheckPeriod
+	}
 	if c.Evaluator == nil {
 		c.Evaluator = &queue.Evaluator{}
 	}
@@ -87,13 +95,17 @@ func (c *Config) Validate() error {
 	if c.Syncer == nil {
 		errs = append(errs, errors.New("syncer is required"))
 	}
+	if c.ClusterPolicyCheckPeriod < 0 {
+		errs = append(errs, fmt.Errorf("cluster policy check period %v: must not be negative", c.ClusterPolicyCheckPeriod))
+	}
 	if err := c.Render.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// Controller watches NetworkPolicies, Namespaces and Pods and keeps the
+// Controller watches NetworkPolicies, ClusterNetworkPolicies, Namespaces,
+// Pods and Nodes and keeps the
 // kernel and the evaluator programmed. Event handlers only mark the state
 // dirty; one loop compiles and applies.
 type Controller struct {
@@ -102,6 +114,8 @@ type Controller struct {
 	pods    corelisters.PodLister
 	nss     corelisters.NamespaceLister
 	pols    networkinglisters.NetworkPolicyLister
+	nodes   corelisters.NodeLister
+	cnps    *clusterPolicies
 	synced  []cache.InformerSynced
 
 	dirty chan struct{}
@@ -137,7 +151,10 @@ func New(cfg Config) (*Controller, error) {
 	podInf := f.Core().V1().Pods()
 	nsInf := f.Core().V1().Namespaces()
 	polInf := f.Networking().V1().NetworkPolicies()
-	c.pods, c.nss, c.pols = podInf.Lister(), nsInf.Lister(), polInf.Lister()
+	nodeInf := f.Core().V1().Nodes()
+	c.pods, c.nss, c.pols, c.nodes = podInf.Lister(), nsInf.Lister(), polInf.Lister(), nodeInf.Lister()
+	c.cnps = newClusterPolicies(cfg.PolicyClient, cfg.ClusterPolicyCheckPeriod, cfg.ResyncPeriod,
+		cfg.Logger.WithName("clusterpolicies"), cfg.Metrics, c.markDirty)
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.markDirty() },
 		UpdateFunc: func(old, cur any) { c.markDirtyIfChanged(old, cur) },
@@ -149,18 +166,18 @@ func New(cfg Config) (*Controller, error) {
 		}
 		c.synced = append(c.synced, inf.HasSynced)
 	}
+	if err := c.watchNodes(nodeInf.Informer()); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
 // markDirtyIfChanged ignores resyncs and updates that change nothing the
 // compiler reads (the transform already dropped most fields).
 func (c *Controller) markDirtyIfChanged(old, cur any) {
-	if o, ok := old.(interface{ GetResourceVersion() string }); ok {
-		if n, ok := cur.(interface{ GetResourceVersion() string }); ok && o.GetResourceVersion() == n.GetResourceVersion() {
-			return
-		}
+	if !sameResourceVersion(old, cur) {
+		c.markDirty()
 	}
-	c.markDirty()
 }
 
 func (c *Controller) markDirty() {
@@ -203,6 +220,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.lastLoop.Store(time.Now().UnixNano())
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
+	go c.cnps.run(ctx)
 	log.Info("Waiting for informer caches", "node", c.cfg.NodeName)
 	// The first lists of a large cluster can take longer than the liveness
 	// probe's budget. The agent is making progress while it waits (the
@@ -213,8 +231,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !synced {
 		return fmt.Errorf("waiting for informer caches: %w", context.Cause(ctx))
 	}
+	c.beatWhile(func() { c.cnps.waitFirst(ctx) })
 	if len(c.cfg.NodeIPs) == 0 {
-		c.beatWhile(func() { c.cfg.NodeIPs = c.lookupNodeIPs(ctx) })
+		c.cfg.NodeIPs = c.lookupNodeIPs()
 	}
 	log.Info("Caches synced; programming", "node", c.cfg.NodeName, "nodeIPs", c.cfg.NodeIPs, "mode", c.cfg.Render.Mode)
 	c.markDirty()
@@ -280,8 +299,8 @@ func (c *Controller) beatWhile(f func()) {
 	c.lastLoop.Store(time.Now().UnixNano())
 }
 
-func (c *Controller) lookupNodeIPs(ctx context.Context) []netip.Addr {
-	node, err := c.cfg.Client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
+func (c *Controller) lookupNodeIPs() []netip.Addr {
+	node, err := c.nodes.Get(c.cfg.NodeName)
 	if err != nil {
 		c.cfg.Logger.Info("Could not read the Node object; node-to-pod exemptions apply only to traffic the kernel never filters", "node", c.cfg.NodeName, "err", err)
 		return nil
@@ -376,12 +395,19 @@ func (c *Controller) snapshot() (compile.Input, error) {
 	if in.Policies, err = c.pols.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("listing network policies: %w", err)
 	}
+	if in.Nodes, err = c.nodes.List(labels.Everything()); err != nil {
+		return in, fmt.Errorf("listing nodes: %w", err)
+	}
+	if in.ClusterPolicies, err = c.cnps.list(); err != nil {
+		return in, err
+	}
 	return in, nil
 }
 
 func (c *Controller) recordGauges(prog *compile.Program, rs *compile.Ruleset) {
 	m := c.cfg.Metrics
 	m.ProgrammedPolicies.Set(float64(len(prog.Policies)))
+	m.ProgrammedClusterPolicies.Set(float64(len(prog.ClusterPolicies)))
 	n := 0
 	for i := range prog.Pods {
 		p := &prog.Pods[i]
@@ -401,24 +427,10 @@ func (c *Controller) recordGauges(prog *compile.Program, rs *compile.Ruleset) {
 // problems changed since they were last reported.
 func (c *Controller) reportProblems(ctx context.Context, prog *compile.Program) {
 	log := c.cfg.Logger.WithName("policy")
-	current := map[string]string{}
-	invalid := 0
-	for i := range prog.Policies {
+	c.reported = changedProblems(c.reported, len(prog.Policies), func(i int) (string, []compile.Problem) {
+		return prog.Policies[i].Key, prog.Policies[i].Problems
+	}, func(i int, text string) {
 		pol := &prog.Policies[i]
-		if len(pol.Problems) == 0 {
-			continue
-		}
-		invalid++
-		msgs := make([]string, len(pol.Problems))
-		for j, p := range pol.Problems {
-			msgs[j] = p.Field + ": " + p.Message
-		}
-		sort.Strings(msgs)
-		text := strings.Join(msgs, "; ")
-		current[pol.Key] = text
-		if c.reported[pol.Key] == text {
-			continue
-		}
 		c.cfg.Metrics.PolicyProblems.Add(float64(len(pol.Problems)))
 		log.Info("Invalid NetworkPolicy: the invalid parts allow nothing; the policy still isolates the pods it selects",
 			"policy", klog.KRef(pol.Namespace, pol.Name), "problems", text)
@@ -429,14 +441,14 @@ func (c *Controller) reportProblems(ctx context.Context, prog *compile.Program) 
 				// only report. Writing the Event itself is asynchronous;
 				// the broadcaster logs its failures.
 				log.V(2).Info("No Event for the invalid NetworkPolicy: not in the cache any more", "policy", klog.KRef(pol.Namespace, pol.Name), "err", err)
-				continue
+				return
 			}
 			c.cfg.Recorder.Eventf(np, corev1.EventTypeWarning, "InvalidNetworkPolicy",
 				"nftpolicy on %s enforces this policy safely: invalid parts allow nothing: %s", c.cfg.NodeName, truncate(text, 900))
 		}
-	}
-	c.reported = current
-	c.cfg.Metrics.InvalidPolicies.Set(float64(invalid))
+	})
+	c.cfg.Metrics.InvalidPolicies.Set(float64(len(c.reported)))
+	c.cnps.report(prog, c.cfg.Recorder, c.cfg.NodeName)
 }
 
 func truncate(s string, n int) string {

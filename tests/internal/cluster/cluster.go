@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/tests/internal/kubeenv"
@@ -72,6 +73,8 @@ type Cluster struct {
 	pods   map[string]*labPod // by namespace/name
 	nextIP map[string]int     // per node
 	nextID int
+
+	policyClient npaclient.Interface // guarded by mu; see PolicyClient
 }
 
 // labPod is the netlab side of an API pod.

@@ -24,8 +24,8 @@
 // WaitProgrammed waits, without sleeping a fixed time, until every running
 // agent has committed a sync compiled from the API's current objects: it
 // compares each agent's nftpolicy_last_synced_inputs_fingerprint with
-// controller.InputsFingerprint of the Pods, Namespaces and NetworkPolicies it
-// lists from the API.
+// controller.InputsFingerprint of the Pods, Namespaces, NetworkPolicies,
+// Nodes and ClusterNetworkPolicies it lists from the API.
 //
 // Verdicts observed on real packets (ProbeAll) are compared with the
 // userspace evaluator's cluster-wide verdicts on the same API objects
