@@ -33,7 +33,7 @@ func TestClusterPoliciesFollowTheCRD(t *testing.T) {
 	logger, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cnp := ct.CNP("deny-all", "Admin", 10, ct.NamespacesSubject(ct.Sel()), ct.Egress(ct.Rule("all", "Deny", ct.ToNetworks("0.0.0.0/0"))))
+	cnp := ct.CNP("deny-all", "Admin", 10, ct.NamespacesSubject(ct.Sel()), ct.CNPEgress(ct.CNPRule("all", "Deny", ct.ToNetworks("0.0.0.0/0"))))
 	client := npafake.NewSimpleClientset(cnp)
 	disc := client.Discovery().(*fakediscovery.FakeDiscovery)
 	var changes atomic.Int32
@@ -135,7 +135,7 @@ func TestClusterPolicyProblemsReported(t *testing.T) {
 	logger, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	bad := ct.CNP("domains", "Admin", 3, ct.NamespacesSubject(ct.Sel()), ct.Egress(ct.Rule("dns", "Accept", ct.ToDomains("example.com"))))
+	bad := ct.CNP("domains", "Admin", 3, ct.NamespacesSubject(ct.Sel()), ct.CNPEgress(ct.CNPRule("dns", "Accept", ct.ToDomains("example.com"))))
 	bad.UID = "uid-1"
 	if len(compile.ValidateClusterPolicy(bad)) == 0 {
 		t.Fatal("test premise: the compiler reports no problem in a domainNames peer")

@@ -101,12 +101,12 @@ func TestClusterPolicyCRDLifecycle(t *testing.T) {
 	for _, cnp := range []*npav1beta1.ClusterNetworkPolicy{
 		// Admin Deny beats the v1 policy that admits namespace y.
 		ct.CNP("y-no-x", "Admin", 10, ct.NamespacesSubject(ct.Sel("ns", "y")),
-			ct.Egress(ct.Rule("no-x", "Deny", ct.ToNamespaces(ct.Sel("ns", "x"))))),
+			ct.CNPEgress(ct.CNPRule("no-x", "Deny", ct.ToNamespaces(ct.Sel("ns", "x"))))),
 		ct.CNP("y-no-fenced-nodes", "Admin", 20, ct.NamespacesSubject(ct.Sel("ns", "y")),
-			ct.Egress(ct.Rule("fenced", "Deny", ct.ToNodes(ct.Sel("fenced", "true"))))),
+			ct.CNPEgress(ct.CNPRule("fenced", "Deny", ct.ToNodes(ct.Sel("fenced", "true"))))),
 		// Unsupported (domainNames): reported, and its peer matches nothing.
 		ct.CNP("x-domains", "Baseline", 5, ct.NamespacesSubject(ct.Sel("ns", "x")),
-			ct.Egress(ct.Rule("docs", "Accept", ct.ToDomains("example.com")))),
+			ct.CNPEgress(ct.CNPRule("docs", "Accept", ct.ToDomains("example.com")))),
 	} {
 		if _, err := c.ApplyClusterPolicy(ctx, cnp); err != nil {
 			t.Fatal(err)
