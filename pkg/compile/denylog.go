@@ -140,10 +140,11 @@ func (r *renderer) dropVerdict(info DenyInfo) string {
 		r.addChain(&Chain{Chain: knftables.Chain{Name: name, Comment: truncComment("logs and drops: " + info.String())},
 			Rules: []knftables.Rule{
 				// The limit guards the log statement only: over the rate the
-				// packet is still dropped, just not logged.
-				rule(fmt.Sprintf("limit rate %d/second burst %d packets log prefix %q group %d",
+				// packet is still dropped, just not logged. The counters
+				// tell logged packets from all dropped ones.
+				rule(fmt.Sprintf("limit rate %d/second burst %d packets counter log prefix %q group %d",
 					r.cfg.DenyLogRate, r.cfg.DenyLogBurst, id, r.cfg.DenyLogGroup), ""),
-				rule("drop", ""),
+				rule("counter drop", ""),
 			}})
 	}
 	return "goto " + name
