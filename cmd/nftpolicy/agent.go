@@ -53,6 +53,7 @@ type agentOptions struct {
 	fullSyncPeriod time.Duration
 	maxQueueLen    uint32
 	logs           *logsapi.LoggingConfiguration
+	denyLog        denyLogOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -69,6 +70,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9402", "address of the Prometheus /metrics endpoint; empty to disable")
 	fs.StringVar(&o.healthAddr, "health-bind-address", ":9403", "address of /healthz and /readyz; empty to disable")
 	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
+	o.denyLog.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -184,6 +186,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 		metrics.QueueRuleVariant.WithLabelValues(string(v)).Set(1)
 		log.Info("Queue rule variant chosen", "variant", v, "queues", fmt.Sprintf("%d+%d", o.queueNum, o.queues), "failOpen", o.failOpen)
 	}
+	o.denyLog.configureDenyLog(&render)
 	render.Defaults()
 	if err := render.Validate(); err != nil {
 		return err
@@ -213,7 +216,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 	reg.MustRegister(controller.NewCounterCollector(10 * time.Second))
 
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var rt *queue.Runtime
@@ -258,6 +261,9 @@ func agent(ctx context.Context, o *agentOptions) error {
 			fmt.Fprintln(w, "ok")
 		})
 		go func() { errs <- wrapErr("health server", serve(ctx, o.healthAddr, mux)) }()
+	}
+	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg, errs); err != nil {
+		return err
 	}
 	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
 	log.Info("nftpolicy agent started", "node", node, "mode", mode, "failOpen", o.failOpen)
