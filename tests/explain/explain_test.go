@@ -147,6 +147,11 @@ func TestExplainLive(t *testing.T) {
 	}
 	t.Setenv("PATH", pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	t.Setenv("KUBECONFIG", env.AdminKubeconfig)
+	text, err := exec.CommandContext(ctx, env.KubectlPath, "nftpolicy", "explain", "x/db", "x/web", "--port", "80").CombinedOutput()
+	if err != nil || !strings.Contains(string(text), "DENIED") || !strings.Contains(string(text), "namespaceLabel") {
+		t.Fatalf("kubectl nftpolicy explain (text): %v\n%s", err, text)
+	}
+	t.Logf("$ kubectl nftpolicy explain x/db x/web --port 80\n%s", text)
 	r = explain(t, env.KubectlPath, "nftpolicy", "explain", "y/client", "x/web", "--port", "80", "-o", "json")
 	if !r.Allowed || !strings.Contains(r.Reason, "allowed by x/allow-web ingress[0]") || len(r.NearestMiss) != 0 {
 		t.Fatalf("after labelling y: %+v", r)
