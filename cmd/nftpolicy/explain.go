@@ -93,6 +93,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	from, to := fs.Arg(0), fs.Arg(1)
 
 	var prog *compile.Program
+	modelless := false
 	switch {
 	case o.scenario != "":
 		s, code := loadScenario(o.scenario, stderr)
@@ -101,8 +102,9 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		}
 		prog = compile.Build(s.Input("", nil, nil))
 	case o.fromRuleset && o.kubeconfig == "" && isAddr(from) && isAddr(to):
-		// Addresses only: the kernel trace needs no cluster.
-		prog = compile.Build(compile.Input{})
+		// Addresses only: the kernel trace needs no cluster, and there is
+		// no policy model to compare it with.
+		prog, modelless = compile.Build(compile.Input{}), true
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 		defer cancel()
@@ -133,6 +135,12 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 			return exitFailure
 		}
 		res.Kernel = &tr
+		if modelless {
+			ok := tr.Verdict == "accept"
+			res.Allowed, res.Egress, res.Ingress = ok, ok, ok
+			res.EgressReason, res.IngressReason, res.Reason = reasonNoModel, reasonNoModel, reasonNoModel
+			res.NearestMiss = []queue.Miss{}
+		}
 	}
 	if o.output == "json" {
 		enc := json.NewEncoder(stdout)
@@ -147,6 +155,9 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// reasonNoModel is the reason of a --from-ruleset answer without a cluster.
+const reasonNoModel = "kernel ruleset only (no policy model: pass --kubeconfig or --scenario to compare)"
+
 func isAddr(s string) bool { _, err := netip.ParseAddr(s); return err == nil }
 
 func verdictText(ok bool) string {
@@ -158,6 +169,11 @@ func verdictText(ok bool) string {
 
 func printExplanation(w io.Writer, r *ExplainResult) {
 	fmt.Fprintf(w, "%s (%s) -> %s (%s) %s %d: %s\n", r.From, r.Source, r.To, r.Destination, r.Protocol, r.Port, strings.ToUpper(verdictText(r.Allowed)))
+	if r.Reason == reasonNoModel {
+		fmt.Fprintln(w, "  "+reasonNoModel)
+		printTrace(w, r)
+		return
+	}
 	fmt.Fprintf(w, "  egress:  %s: %s\n", verdictText(r.Egress), r.EgressReason)
 	fmt.Fprintf(w, "  ingress: %s: %s\n", verdictText(r.Ingress), r.IngressReason)
 	if !r.Allowed {
@@ -171,13 +187,20 @@ func printExplanation(w io.Writer, r *ExplainResult) {
 			fmt.Fprintf(w, "    would allow: %s\n", changeText(m.Change))
 		}
 	}
+	printTrace(w, r)
+	if r.Kernel != nil && (r.Kernel.Verdict == "accept") != r.Allowed {
+		fmt.Fprintln(w, "WARNING: the kernel ruleset and the policy model disagree")
+	}
+}
+
+func printTrace(w io.Writer, r *ExplainResult) {
 	if r.Kernel != nil {
 		fmt.Fprintf(w, "kernel ruleset: %s\n", verdictText(r.Kernel.Verdict == "accept"))
 		for _, s := range r.Kernel.Steps {
 			fmt.Fprintf(w, "  %s\n", s)
 		}
-		if (r.Kernel.Verdict == "accept") != r.Allowed {
-			fmt.Fprintln(w, "WARNING: the kernel ruleset and the policy model disagree")
+		if r.Kernel.Comment != "" {
+			fmt.Fprintf(w, "  deciding rule: chain %s, handle %s: %s\n", r.Kernel.Chain, r.Kernel.Rule, r.Kernel.Comment)
 		}
 	}
 }
