@@ -35,6 +35,10 @@ const (
 	// established connections: the cost of connection tracking alone,
 	// which hybrid mode needs and the control lacks.
 	ModeConntrack = "conntrack"
+	// ModeHybridDenyLog is hybrid mode with the deny log on (the agent's
+	// default): only drop rules change, so allowed connections must run
+	// at hybrid's speed.
+	ModeHybridDenyLog = "hybrid_denylog"
 
 	PathSame  = "same" // client and server on node-1
 	PathCross = "cross"
@@ -42,7 +46,7 @@ const (
 
 // ConnModes and ConnPaths list them in report order.
 var (
-	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeQueue}
+	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridDenyLog, ModeQueue}
 	ConnPaths = []string{PathSame, PathCross}
 )
 
@@ -253,6 +257,14 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 		res.Set(m+"_p99_us", micros(Percentile(all, 99)))
 		res.Set(m+"_failed", failed)
 	}
+	if slices.Contains(modes, ModeHybridDenyLog) {
+		// The headline names: hybrid with the deny log against the control,
+		// next to hybrid_conn_ratio, and against hybrid round by round.
+		res.Set("hybrid_conn_ratio_denylog", res.Float(ModeHybridDenyLog+"_conn_ratio"))
+		if slices.Contains(modes, ModeHybrid) {
+			res.Set("hybrid_denylog_vs_hybrid", round(Median(roundRatios(by, ModeHybridDenyLog, ModeHybrid, rounds)), 3))
+		}
+	}
 	if slices.Contains(modes, ModeQueue) {
 		q := math.Max(res.Float("queued_packets_per_conn_"+PathSame), res.Float("queued_packets_per_conn_"+PathCross))
 		res.Set("queued_packets_per_conn", q)
@@ -389,6 +401,10 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 		return l, nil
 	}
 	rcfg := compile.RenderConfig{Mode: compile.Mode(mode), QueueVariant: variant}
+	if mode == ModeHybridDenyLog {
+		// The agent's defaults (--deny-log-group, --deny-log-kernel-rate).
+		rcfg.Mode, rcfg.DenyLogGroup = compile.ModeHybrid, 100
+	}
 	rcfg.Defaults()
 	if err := rcfg.Validate(); err != nil {
 		return nil, err
