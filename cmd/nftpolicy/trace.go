@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
 )
 
 // The tracer follows the first packet of a new connection through the
@@ -451,7 +452,7 @@ func elemMatches(e any, k any) bool {
 	case compile.Protocol:
 		switch x := e.(type) {
 		case string:
-			return x == protoNftName(v)
+			return x == queue.ProtoName(uint8(v)) // nft names them as the runtime does
 		case float64:
 			return int(x) == int(v)
 		}
@@ -468,16 +469,4 @@ func elemMatches(e any, k any) bool {
 		}
 	}
 	return false
-}
-
-func protoNftName(p compile.Protocol) string {
-	switch p {
-	case compile.ProtoTCP:
-		return "tcp"
-	case compile.ProtoUDP:
-		return "udp"
-	case compile.ProtoSCTP:
-		return "sctp"
-	}
-	return strconv.Itoa(int(p))
 }

@@ -88,11 +88,7 @@ func DenyIDs(p *Program) map[string]DenyInfo {
 			continue
 		}
 		for _, d := range []Direction{Ingress, Egress} {
-			ids := pod.IngressPolicies
-			if d == Egress {
-				ids = pod.EgressPolicies
-			}
-			if len(ids) > 0 {
+			if ids := pod.Policies(d); len(ids) > 0 {
 				info := networkPolicyDeny(p, d, ids)
 				out[info.ID()] = info
 			}

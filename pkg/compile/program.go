@@ -130,6 +130,14 @@ type Pod struct {
 	BaselineIngress, BaselineEgress []ClusterPolicyID
 }
 
+// Policies returns the NetworkPolicies isolating the pod in one direction.
+func (p *Pod) Policies(d Direction) []PolicyID {
+	if d == Egress {
+		return p.EgressPolicies
+	}
+	return p.IngressPolicies
+}
+
 // ClusterPolicies returns the pod's ClusterNetworkPolicies of one tier and
 // direction, in precedence order.
 func (p *Pod) ClusterPolicies(t Tier, d Direction) []ClusterPolicyID {

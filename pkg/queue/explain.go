@@ -166,7 +166,7 @@ func (c *conn) misses(pod *compile.Pod, d compile.Direction, reason string) []Mi
 		}
 	} else {
 		var rules []*compile.Rule
-		for _, id := range policiesOf(pod, d) {
+		for _, id := range pod.Policies(d) {
 			pol := &c.p.Policies[id]
 			for i := range pol.Rules(d) {
 				if r := &pol.Rules(d)[i]; !r.MatchesNothing() {
@@ -202,13 +202,6 @@ func (c *conn) denyingTier(pod *compile.Pod, d compile.Direction, reason string)
 		}
 	}
 	return 0, false
-}
-
-func policiesOf(pod *compile.Pod, d compile.Direction) []compile.PolicyID {
-	if d == compile.Egress {
-		return pod.EgressPolicies
-	}
-	return pod.IngressPolicies
 }
 
 // miss checks one rule: when exactly one of its peer and its ports fails,
