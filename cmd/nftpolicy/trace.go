@@ -129,9 +129,14 @@ func TraceRuleset(data []byte, src, dst netip.Addr, proto compile.Protocol, port
 			}
 		}
 	}
-	// Traffic to one of this node's addresses takes the input hook.
+	// Traffic to one of this node's addresses takes the input hook; from
+	// one, the output hook, where nftpolicy has no chain.
+	isNode := func(a netip.Addr) bool { return t.inSet("node-ips-v4", []any{a}) || t.inSet("node-ips-v6", []any{a}) }
 	hook := "forward"
-	if t.inSet("node-ips-v4", []any{t.dst}) || t.inSet("node-ips-v6", []any{t.dst}) {
+	switch {
+	case isNode(t.src):
+		hook = "output"
+	case isNode(t.dst):
 		hook = "input"
 	}
 	var base *nftChain
@@ -139,6 +144,11 @@ func TraceRuleset(data []byte, src, dst netip.Addr, proto compile.Protocol, port
 		if c.Hook == hook {
 			base = c
 		}
+	}
+	if base == nil && hook == "output" {
+		t.tr.Verdict = "accept"
+		t.tr.Steps = []string{"output: the node's own traffic; nftpolicy has no chain on this hook"}
+		return t.tr, nil
 	}
 	if base == nil {
 		return Trace{}, fmt.Errorf("the table has no %s chain: is nftpolicy's table loaded?", hook)

@@ -60,7 +60,7 @@ func kernelListing(t *testing.T, prog *compile.Program, cfg compile.RenderConfig
 // endpoints of the golden scenarios through the kernel's own listing of the
 // rendered ruleset and checks the kernel verdict against the evaluator's.
 func TestTraceAgreesWithEvaluator(t *testing.T) {
-	for _, name := range []string{"deny-and-allow", "egress-dualstack", "deny-and-allow+cnp"} {
+	for _, name := range []string{"deny-and-allow", "egress-dualstack", "deny-and-allow+cnp", "cluster-tiers"} {
 		t.Run(name, func(t *testing.T) {
 			file, withCNP := strings.CutSuffix(name, "+cnp")
 			data, err := os.ReadFile("../../pkg/compile/testdata/golden/" + file + ".yaml")
@@ -71,7 +71,7 @@ func TestTraceAgreesWithEvaluator(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			in := s.Input("node-1", s.Nodes([]string{"node-1", "node-2"}), nil)
+			in := s.Input("node-1", s.NodeNames([]string{"node-1", "node-2"}), nil)
 			if withCNP {
 				x := ct.NamespacesSubject(ct.Sel("kubernetes.io/metadata.name", "x"))
 				in.ClusterPolicies = append(in.ClusterPolicies,
@@ -88,6 +88,9 @@ func TestTraceAgreesWithEvaluator(t *testing.T) {
 			var addrs []netip.Addr
 			for i := range prog.Pods {
 				addrs = append(addrs, prog.Pods[i].IPs...)
+			}
+			for _, na := range prog.NodeAddrs {
+				addrs = append(addrs, na...) // node-1's: the input hook
 			}
 			for _, a := range []string{"192.0.2.1", "192.0.2.70", "198.51.100.7", "2001:db8::1", "2001:db8:1::5"} {
 				addrs = append(addrs, netip.MustParseAddr(a))

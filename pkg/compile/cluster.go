@@ -467,6 +467,10 @@ func (b *builder) clusterPeer(pr *problems, r *ClusterRule, path *field.Path, pe
 				failPart(path.Child("networks").Index(i), "%v", err)
 				continue
 			}
+			if raw, err := netip.ParsePrefix(string(c)); err == nil && raw != raw.Masked() {
+				// The CRD rejects it; what is stored anyway means the masked block.
+				pr.add(path.Child("networks").Index(i), "%s must not have bits set beyond the prefix length; enforced as %s", c, p)
+			}
 			*blocks = append(*blocks, blockRanges(p, nil)...)
 		}
 	default:

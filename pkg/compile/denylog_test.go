@@ -27,7 +27,7 @@ func denyLogInput(t *testing.T, extra ...string) compile.Input {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := s.Input("node-1", s.Nodes([]string{"node-1", "node-2"}), nil)
+	in := s.Input("node-1", s.NodeNames([]string{"node-1", "node-2"}), nil)
 	in.ClusterPolicies = append(in.ClusterPolicies,
 		ct.CNP("no-dns-out", "Admin", 10, ct.NamespacesSubject(ct.Sel("kubernetes.io/metadata.name", "x")),
 			ct.Egress(ct.Rule("no-dns", "Deny", ct.ToNetworks("192.0.2.53/32")).On(ct.Proto("UDP", 53)))),

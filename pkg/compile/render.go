@@ -136,7 +136,7 @@ func rule(text, comment string) knftables.Rule {
 // tier let it through.
 type tierChains struct {
 	entry, admin, networkPolicy, baseline, allowed string
-	// addr is the address the direction dispatches on.
+	// addr is the address the direction dispatches on: the local pod's.
 	addr string
 }
 
@@ -206,12 +206,12 @@ func (r *renderer) static() {
 	if r.cfg.UsesQueue() {
 		head = append(head, rule(fmt.Sprintf("ct mark & %#08x == %#08x accept", m, m), "connection allowed earlier by the userspace evaluator"))
 	}
-	fwd := append(append([]knftables.Rule(nil), head...),
-		rule("meta l4proto ipv6-icmp icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert } accept", "IPv6 neighbour discovery"),
+	nd := rule("meta l4proto ipv6-icmp icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert } accept", "IPv6 neighbour discovery")
+	fwd := append(append([]knftables.Rule(nil), head...), nd,
 		rule("ip saddr . ip daddr @self-v4 accept", "a pod can always reach itself"),
 		rule("ip6 saddr . ip6 daddr @self-v6 accept", "a pod can always reach itself"),
 	)
-	input := append([]knftables.Rule(nil), head...)
+	input := append(append([]knftables.Rule(nil), head...), nd)
 	if kernel {
 		fwd = append(fwd, rule("goto "+ChainEgress, ""))
 		input = append(input,
@@ -476,10 +476,7 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 // base. Named ports resolve on the subjects for ingress, on the peers for
 // egress.
 func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment string, d Direction, subjects []PodID, verdict string) []knftables.Rule {
-	peerDir := "saddr"
-	if d == Egress {
-		peerDir = "daddr"
-	}
+	peerDir := peerAddr(d)
 	for _, v4 := range []bool{true, false} {
 		// Peers: each alternative is one nft rule.
 		var peers []string

@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"sigs.k8s.io/knftables"
@@ -95,19 +96,81 @@ func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID,
 	}
 	c := &Chain{Chain: knftables.Chain{Name: name,
 		Comment: truncComment(t.String() + " ClusterNetworkPolicies for " + d.String() + ", in precedence order: " + strings.Join(labels, ", "))}}
-	for _, id := range ids {
-		if hasRules[id][d] {
-			c.Rules = append(c.Rules, rule("jump "+ClusterPolicyChainName(&r.prog.ClusterPolicies[id], d), ""))
-		}
-	}
 	tc := tiers(d)
 	next := "goto " + tc.networkPolicy
 	if t == TierBaseline {
 		next = tc.allowed
 	}
+	// A remote end that no rule of these policies names skips the tier in
+	// one lookup instead of walking every policy chain.
+	if ranges, ok := r.comboPeers(d, ids); ok {
+		for _, v4 := range []bool{true, false} {
+			set := name + famSuffix(v4)
+			s := r.addSet(&Set{Set: &knftables.Set{Name: set, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+				Comment: truncComment("every address a rule of " + name + " names")}})
+			for _, rg := range familyRanges(ranges, v4) {
+				s.Elements = append(s.Elements, knftables.Element{Key: []string{rg.String()}})
+			}
+			c.Rules = append(c.Rules, rule(fmt.Sprintf("%s %s != @%s %s", famWord(v4), peerAddr(d), set, next), "no rule of these policies names the "+peerWord(d)))
+		}
+	}
+	for _, id := range ids {
+		if hasRules[id][d] {
+			c.Rules = append(c.Rules, rule("jump "+ClusterPolicyChainName(&r.prog.ClusterPolicies[id], d), ""))
+		}
+	}
 	c.Rules = append(c.Rules, rule(next, ""))
 	r.addChain(c)
 	return name
+}
+
+// peerAddr is the address of the remote end: the destination of egress,
+// the source of ingress.
+func peerAddr(d Direction) string {
+	if d == Egress {
+		return "daddr"
+	}
+	return "saddr"
+}
+
+func peerWord(d Direction) string {
+	if d == Egress {
+		return "destination"
+	}
+	return "source"
+}
+
+// comboPeers returns the union of the addresses the rules of these policies
+// name in direction d, or false when a rule matches every peer.
+func (r *renderer) comboPeers(d Direction, ids []ClusterPolicyID) ([]IPRange, bool) {
+	var out []IPRange
+	addr := func(a netip.Addr) { out = append(out, IPRange{From: a, To: a}) }
+	for _, id := range ids {
+		rules := r.prog.ClusterPolicies[id].Rules(d)
+		for i := range rules {
+			rl := &rules[i]
+			if rl.MatchesNothing() {
+				continue
+			}
+			if rl.AllPeers {
+				return nil, false
+			}
+			for _, sid := range rl.Selectors {
+				for _, pid := range r.prog.Selectors[sid].Members {
+					for _, a := range r.prog.Pods[pid].IPs {
+						addr(a)
+					}
+				}
+			}
+			for _, nid := range rl.Nodes {
+				for _, a := range r.prog.NodeSets[nid].Addrs {
+					addr(a)
+				}
+			}
+			out = append(out, rl.IPBlocks...)
+		}
+	}
+	return normalizeRanges(out), true
 }
 
 // NodeSetName is the set holding the addresses of one family of a nodes peer.

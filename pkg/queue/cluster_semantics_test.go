@@ -340,3 +340,38 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestClusterEvaluateAllocs checks that the tiers allocate nothing either:
+// Admin Deny, Pass into NetworkPolicy, Baseline Accept, nodes and networks.
+func TestClusterEvaluateAllocs(t *testing.T) {
+	c := cnpCase(semCase{
+		policies: policies(netpol("y", "deny-in", sel(), types(pIn))),
+		cnps: cnps(
+			ct.CNP("admin", "Admin", 1, ct.NamespacesSubject(ct.Sel()), ct.Egress(
+				ct.Rule("pass-y", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))),
+				ct.Rule("no-nodes", "Deny", ct.ToNodes(ct.Sel("zone", "b"))),
+				ct.Rule("no-net", "Deny", ct.ToNetworks("192.0.2.0/24")).On(ct.NamedPort("serve-80-tcp"), ct.ProtoRange("TCP", 1000, 2000)),
+			)),
+			ct.CNP("baseline", "Baseline", 1, ct.NamespacesSubject(ct.Sel("ns", "z")),
+				ct.Ingress(ct.Rule("x", "Accept", ct.ToPods(ct.Sel("ns", "x"), ct.Sel("pod", "a"))))),
+		),
+	})
+	prog := compile.Build(c.input())
+	for _, cn := range []semConn{
+		denied("x/a", "y/a", tcp, 80),           // Pass, then y's NetworkPolicy denies
+		denied("x/a", "172.18.0.2", tcp, 22),    // nodes peer
+		denied("x/a", "192.0.2.9", tcp, 1500),   // networks, port range
+		allowed("x/a", "z/a", tcp, 80),          // Baseline Accept
+		allowed("x/b", "z/a", udp, 53),          // no rule matches: default
+		allowed("172.18.0.1", "z/a", tcp, 8080), // own node
+	} {
+		src, dst := c.addr(t, cn.from), c.addr(t, cn.to)
+		var v queue.Verdict
+		if n := testing.AllocsPerRun(1000, func() { v = queue.Evaluate(prog, src, dst, cn.proto, cn.port) }); n != 0 {
+			t.Errorf("%s -> %s: %v allocs per run, want 0", cn.from, cn.to, n)
+		}
+		if v.Allowed != cn.allowed {
+			t.Errorf("%s -> %s %s/%d: allowed=%v, want %v: %s", cn.from, cn.to, cn.proto, cn.port, v.Allowed, cn.allowed, v.Reason())
+		}
+	}
+}
