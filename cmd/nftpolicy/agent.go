@@ -216,7 +216,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 	reg.MustRegister(controller.NewCounterCollector(10 * time.Second))
 
-	errs := make(chan error, 5)
+	errs := make(chan error, 4)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var rt *queue.Runtime
@@ -262,7 +262,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 		})
 		go func() { errs <- wrapErr("health server", serve(ctx, o.healthAddr, mux)) }()
 	}
-	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg, errs); err != nil {
+	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
 		return err
 	}
 	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()

@@ -43,7 +43,7 @@ func (o *denyLogOptions) configureDenyLog(render *compile.RenderConfig) {
 
 // startDenyLog starts the deny log reader when the ruleset logs denials.
 func (o *denyLogOptions) startDenyLog(ctx context.Context, render compile.RenderConfig, node string, eval *queue.Evaluator,
-	reg prometheus.Registerer, errs chan<- error) error {
+	reg prometheus.Registerer) error {
 	if render.DenyLogGroup == 0 {
 		return nil
 	}
@@ -56,6 +56,11 @@ func (o *denyLogOptions) startDenyLog(ctx context.Context, render compile.Render
 	if err != nil {
 		return err
 	}
-	go func() { errs <- wrapErr("deny log", l.Run(ctx)) }()
+	go func() {
+		// The deny log is diagnostics: without it, enforcement goes on.
+		if err := wrapErr("deny log", l.Run(ctx)); err != nil {
+			klog.FromContext(ctx).Error(err, "Deny log reader stopped; denied connections are no longer logged")
+		}
+	}()
 	return nil
 }
