@@ -59,6 +59,7 @@ type agentOptions struct {
 	// queueProber answers --queue-variant auto; the kernel's, in the
 	// agent's own network namespace, unless a test sets another.
 	queueProber sets.QueueProber
+	denyLog     denyLogOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -78,6 +79,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.cnpCheck, "cluster-policy-check-period", controller.DefaultClusterPolicyCheckPeriod,
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
+	o.denyLog.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -206,6 +208,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 		metrics.QueueRuleVariant.WithLabelValues(string(v)).Set(1)
 		log.Info("Queue rule variant chosen", "variant", v, "queues", fmt.Sprintf("%d+%d", o.queueNum, o.queues), "failOpen", o.failOpen)
 	}
+	o.denyLog.configureDenyLog(&render)
 	render.Defaults()
 	if err := render.Validate(); err != nil {
 		return err
@@ -290,6 +293,9 @@ func agent(ctx context.Context, o *agentOptions) error {
 			fmt.Fprintln(w, "ok")
 		})
 		go func() { errs <- wrapErr("health server", serve(ctx, o.healthAddr, mux)) }()
+	}
+	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
+		return err
 	}
 	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
 	log.Info("nftpolicy agent started", "node", node, "mode", mode, "failOpen", o.failOpen)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Protocol is an IP protocol number as it appears in the IP header.
@@ -126,6 +128,14 @@ type Pod struct {
 	// rules in that direction, in precedence order: priority, then name.
 	AdminIngress, AdminEgress       []ClusterPolicyID
 	BaselineIngress, BaselineEgress []ClusterPolicyID
+}
+
+// Policies returns the NetworkPolicies isolating the pod in one direction.
+func (p *Pod) Policies(d Direction) []PolicyID {
+	if d == Egress {
+		return p.EgressPolicies
+	}
+	return p.IngressPolicies
 }
 
 // ClusterPolicies returns the pod's ClusterNetworkPolicies of one tier and
@@ -289,6 +299,12 @@ type Selector struct {
 	Members []PodID
 	// Users names the rules that use this peer set ("x/p ingress[0]").
 	Users []string
+	// Namespace is the policy's namespace when the peer has no namespace
+	// selector; otherwise NamespaceSelector is that selector, in label
+	// selector syntax (labels.Parse reads it back), as PodSelector always is.
+	// Explanations read them to say which label a pod or namespace lacks.
+	Namespace                      string
+	NamespaceSelector, PodSelector string
 }
 
 // Contains reports whether the pod belongs to the set.
@@ -362,6 +378,9 @@ type Program struct {
 	// NodeAddrs maps each known node's name to its addresses (the scenario's
 	// nodes, or Node objects' status.addresses).
 	NodeAddrs map[string][]netip.Addr
+	// NamespaceLabels holds each namespace's labels as selectors saw them
+	// (with kubernetes.io/metadata.name); explanations read it.
+	NamespaceLabels map[string]labels.Set
 
 	podByIP map[netip.Addr]PodID
 }

@@ -36,6 +36,10 @@ const (
 	// established connections: the cost of connection tracking alone,
 	// which hybrid mode needs and the control lacks.
 	ModeConntrack = "conntrack"
+	// ModeHybridDenyLog is hybrid mode with the deny log on (the agent's
+	// default): only drop rules change, so allowed connections must run
+	// at hybrid's speed.
+	ModeHybridDenyLog = "hybrid_denylog"
 	// ModeHybridCNP is hybrid mode with ClusterNetworkPolicies in force
 	// (cnpInput): 50 Admin and 50 Baseline policies whose subjects include
 	// the bench pods, none of whose rules match the bench traffic, so every
@@ -48,7 +52,7 @@ const (
 
 // ConnModes and ConnPaths list them in report order.
 var (
-	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridCNP, ModeQueue}
+	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridDenyLog, ModeHybridCNP, ModeQueue}
 	ConnPaths = []string{PathSame, PathCross}
 )
 
@@ -265,6 +269,14 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 		res.Set(m+"_p99_us", micros(Percentile(all, 99)))
 		res.Set(m+"_failed", failed)
 	}
+	if slices.Contains(modes, ModeHybridDenyLog) {
+		// The headline names: hybrid with the deny log against the control,
+		// next to hybrid_conn_ratio, and against hybrid round by round.
+		res.Set("hybrid_conn_ratio_denylog", res.Float(ModeHybridDenyLog+"_conn_ratio"))
+		if slices.Contains(modes, ModeHybrid) {
+			res.Set("hybrid_denylog_vs_hybrid", round(Median(roundRatios(by, ModeHybridDenyLog, ModeHybrid, rounds)), 3))
+		}
+	}
 	if slices.Contains(modes, ModeQueue) {
 		q := math.Max(res.Float("queued_packets_per_conn_"+PathSame), res.Float("queued_packets_per_conn_"+PathCross))
 		res.Set("queued_packets_per_conn", q)
@@ -404,6 +416,10 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 	input := connInput
 	if mode == ModeHybridCNP {
 		rcfg.Mode, input = compile.ModeHybrid, cnpInput
+	}
+	if mode == ModeHybridDenyLog {
+		// The agent's defaults (--deny-log-group, --deny-log-kernel-rate).
+		rcfg.Mode, rcfg.DenyLogGroup = compile.ModeHybrid, 100
 	}
 	rcfg.Defaults()
 	if err := rcfg.Validate(); err != nil {

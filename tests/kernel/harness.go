@@ -48,6 +48,10 @@ type Config struct {
 	// MutateRuleset, when set, changes every rendered ruleset before it is
 	// synced. Tests use it to inject compiler bugs; nothing else should.
 	MutateRuleset func(node string, rs *compile.Ruleset)
+	// DenyLogGroup and DenyLogRate turn the kernel path's deny log on
+	// (compile.RenderConfig); the tests read the group themselves.
+	DenyLogGroup uint16
+	DenyLogRate  uint32
 }
 
 // Cluster is a lab whose nodes enforce a scenario's policies. Its topology
@@ -108,7 +112,8 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 	if cfg.Prefix == "" {
 		cfg.Prefix = netlab.RandomPrefix("npk")
 	}
-	rcfg := compile.RenderConfig{Mode: cfg.Mode, QueueVariant: cfg.QueueVariant}
+	rcfg := compile.RenderConfig{Mode: cfg.Mode, QueueVariant: cfg.QueueVariant,
+		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate}
 	if cfg.Mode == compile.ModeQueue && rcfg.QueueVariant == "" {
 		v, err := sets.ProbeQueueVariant(ctx)
 		if err != nil {
