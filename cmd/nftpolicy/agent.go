@@ -148,12 +148,8 @@ func chooseQueueVariant(ctx context.Context, flag string, prober sets.QueueProbe
 		return "", fmt.Errorf("--queue-variant auto: %w; queue mode cannot work on this node (use --mode hybrid or kernel, or a kernel with either)", err)
 	case err != nil:
 		return "", fmt.Errorf("--queue-variant auto: %w", err)
-	case v == sets.QueueVariantNative:
-		return compile.QueueNative, nil
-	case v == sets.QueueVariantXTCompat:
-		return compile.QueueXTCompat, nil
 	}
-	return "", fmt.Errorf("--queue-variant auto: the probe returned %s", v)
+	return v, nil
 }
 
 func agent(ctx context.Context, o *agentOptions) error {

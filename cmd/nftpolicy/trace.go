@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
 )
 
 // The tracer follows the first packet of a new connection through the
@@ -462,7 +461,7 @@ func elemMatches(e any, k any) bool {
 	case compile.Protocol:
 		switch x := e.(type) {
 		case string:
-			return x == queue.ProtoName(uint8(v)) // nft names them as the runtime does
+			return x == compile.Protocol(uint8(v)).Name() // nft names them as the runtime does
 		case float64:
 			return int(x) == int(v)
 		}

@@ -34,6 +34,15 @@ func ParseMode(s string) (Mode, error) {
 // QueueVariant is how a rule hands a packet to NFQUEUE.
 type QueueVariant string
 
+// String returns the variant's flag spelling ("native", "xt-compat"), or
+// "unknown" for the zero value.
+func (v QueueVariant) String() string {
+	if v == "" {
+		return "unknown"
+	}
+	return string(v)
+}
+
 // The queue rule variants.
 const (
 	// QueueNative is nftables' own queue statement (CONFIG_NFT_QUEUE).
@@ -126,8 +135,8 @@ func (c *RenderConfig) Validate() error {
 	if c.AllowMark == 0x4000 || c.AllowMark == 0x8000 {
 		return fmt.Errorf("allow mark %#x collides with kube-proxy's masquerade/drop bits", c.AllowMark)
 	}
-	if uint32(c.QueueNum)+uint32(c.Queues) > 65536 {
-		return fmt.Errorf("queues %d-%d out of range", c.QueueNum, uint32(c.QueueNum)+uint32(c.Queues)-1)
+	if err := ValidateQueueRange(c.QueueNum, c.Queues); err != nil {
+		return err
 	}
 	return c.validateDenyLog()
 }
@@ -135,21 +144,48 @@ func (c *RenderConfig) Validate() error {
 // UsesQueue reports whether the ruleset sends packets to NFQUEUE.
 func (c *RenderConfig) UsesQueue() bool { return c.Mode == ModeQueue }
 
-// NativeQueueStatement is the nft queue statement for the configuration.
-func NativeQueueStatement(cfg RenderConfig) string {
+// ValidateQueueRange checks that NFQUEUE numbers first..first+n-1 exist
+// (queue numbers are 16 bits).
+func ValidateQueueRange(first, n uint16) error {
+	if n == 0 {
+		return fmt.Errorf("queue count must be at least 1")
+	}
+	if last := uint32(first) + uint32(n) - 1; last > 0xffff {
+		return fmt.Errorf("queues %d-%d exceed 65535", first, last)
+	}
+	return nil
+}
+
+// QueueRange formats NFQUEUE numbers first..first+n-1 as nft does: "100" or
+// "100-101".
+func QueueRange(first, n uint16) string {
+	if n <= 1 {
+		return fmt.Sprint(first)
+	}
+	return fmt.Sprintf("%d-%d", first, uint32(first)+uint32(n)-1)
+}
+
+// QueueStatement is the native nft queue statement for queues first..
+// first+n-1: "queue to 100", "queue flags bypass,fanout to 100-101". Fanout
+// (by CPU instead of by flow hash) applies only to several queues. nft
+// 1.0.6 parses this syntax (and the older "queue num 0-1 bypass,fanout").
+func QueueStatement(first, n uint16, bypass, fanout bool) string {
 	var flags []string
-	if cfg.FailOpen {
+	if bypass {
 		flags = append(flags, "bypass")
 	}
-	if cfg.Queues > 1 {
+	if fanout && n > 1 {
 		flags = append(flags, "fanout")
 	}
-	s := "counter queue"
+	s := "queue"
 	if len(flags) > 0 {
 		s += " flags " + strings.Join(flags, ",")
 	}
-	if cfg.Queues > 1 {
-		return s + fmt.Sprintf(" to %d-%d", cfg.QueueNum, uint32(cfg.QueueNum)+uint32(cfg.Queues)-1)
-	}
-	return s + fmt.Sprintf(" to %d", cfg.QueueNum)
+	return s + " to " + QueueRange(first, n)
+}
+
+// NativeQueueStatement is the counted queue statement of the ruleset's
+// userspace chain for the configuration (fanout whenever several queues).
+func NativeQueueStatement(cfg RenderConfig) string {
+	return "counter " + QueueStatement(cfg.QueueNum, cfg.Queues, cfg.FailOpen, true)
 }

@@ -32,8 +32,10 @@ func (p Protocol) String() string {
 	return fmt.Sprintf("proto-%d", uint8(p))
 }
 
-// nftName is the protocol's name in nft syntax.
-func (p Protocol) nftName() string {
+// Name returns the protocol's lowercase name as nft spells it ("tcp",
+// "udp", "sctp", "udplite", "dccp", "icmp", "ipv6-icmp"), or its number:
+// the ruleset, the logs and the metrics all use these names.
+func (p Protocol) Name() string {
 	switch p {
 	case ProtoTCP:
 		return "tcp"
@@ -41,8 +43,32 @@ func (p Protocol) nftName() string {
 		return "udp"
 	case ProtoSCTP:
 		return "sctp"
+	case 136:
+		return "udplite"
+	case 33:
+		return "dccp"
+	case 1:
+		return "icmp"
+	case 58:
+		return "ipv6-icmp"
 	}
 	return fmt.Sprintf("%d", uint8(p))
+}
+
+// namedProtocols are the protocols Name spells out.
+var namedProtocols = []Protocol{1, ProtoTCP, ProtoUDP, 33, 58, ProtoSCTP, 136}
+
+// ProtocolByName is Name's inverse (nft's "icmpv6" spelling is accepted too).
+func ProtocolByName(s string) (Protocol, bool) {
+	if s == "icmpv6" {
+		return 58, true
+	}
+	for _, p := range namedProtocols {
+		if p.Name() == s {
+			return p, true
+		}
+	}
+	return 0, false
 }
 
 // ParseProtocol maps a Kubernetes protocol name to its number.

@@ -267,20 +267,13 @@ func (r *renderer) tierDispatch() {
 
 func (r *renderer) queueChain() {
 	c := &Chain{Chain: knftables.Chain{Name: ChainQueue,
-		Comment: ptr(fmt.Sprintf("new connections decided by the userspace evaluator (NFQUEUE %s, %s)", r.queueRange(), r.cfg.QueueVariant))}}
+		Comment: ptr(fmt.Sprintf("new connections decided by the userspace evaluator (NFQUEUE %s, %s)", QueueRange(r.cfg.QueueNum, r.cfg.Queues), r.cfg.QueueVariant))}}
 	if r.cfg.QueueVariant == QueueXTCompat {
 		c.External = true
 	} else {
 		c.Rules = []knftables.Rule{rule(NativeQueueStatement(r.cfg), "")}
 	}
 	r.addChain(c)
-}
-
-func (r *renderer) queueRange() string {
-	if r.cfg.Queues <= 1 {
-		return fmt.Sprint(r.cfg.QueueNum)
-	}
-	return fmt.Sprintf("%d-%d", r.cfg.QueueNum, uint32(r.cfg.QueueNum)+uint32(r.cfg.Queues)-1)
 }
 
 // selfElements lists every local pod that a policy selects in the self
@@ -513,7 +506,7 @@ func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment stri
 					Comment: truncComment(comment + " ports")}})
 				if len(s.Elements) == 0 {
 					for _, p := range m.Ports {
-						s.Elements = append(s.Elements, knftables.Element{Key: []string{p.Protocol.nftName(), portText(p)}})
+						s.Elements = append(s.Elements, knftables.Element{Key: []string{p.Protocol.Name(), portText(p)}})
 					}
 				}
 				ports = append(ports, "meta l4proto . th dport @"+name+" ")
@@ -593,7 +586,7 @@ func (r *renderer) namedPortSet(name string, m *Match, comment string, d Directi
 				}
 				for _, ip := range pod.IPs {
 					if ip.Is4() == v4 {
-						s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String(), cp.Protocol.nftName(), itoa(int(cp.Port))},
+						s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String(), cp.Protocol.Name(), itoa(int(cp.Port))},
 							Comment: truncComment(pod.Key + " " + np.Name)})
 					}
 				}

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
 )
 
 // Metrics are the agent's Prometheus metrics. Create them once with
@@ -124,20 +126,6 @@ func (m *Metrics) ObserveVerdict(allow bool, proto uint8, family uint8, d time.D
 	if family == 6 {
 		fam = "ipv6"
 	}
-	m.QueueVerdicts.WithLabelValues(verdict, protoLabel(proto), fam).Inc()
+	m.QueueVerdicts.WithLabelValues(verdict, queue.ProtoLabel(proto), fam).Inc()
 	m.QueueDecision.Observe(d.Seconds())
-}
-
-func protoLabel(p uint8) string {
-	switch p {
-	case 6:
-		return "tcp"
-	case 17:
-		return "udp"
-	case 132:
-		return "sctp"
-	case 1, 58:
-		return "icmp"
-	}
-	return "other"
 }

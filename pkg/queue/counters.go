@@ -1,10 +1,11 @@
 package queue
 
 import (
-	"strconv"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
 // Protocol buckets of the verdict counters.
@@ -17,7 +18,11 @@ const (
 	numProtoBuckets
 )
 
-var protoBucketNames = [numProtoBuckets]string{"tcp", "udp", "sctp", "icmp", "other"}
+var protoBucketNames = [numProtoBuckets]string{compile.ProtoTCP.Name(), compile.ProtoUDP.Name(), compile.ProtoSCTP.Name(), "icmp", "other"}
+
+// ProtoLabel is a protocol's metric label, one of a small fixed set: tcp,
+// udp (UDP-Lite too), sctp, icmp (ICMPv6 too), other.
+func ProtoLabel(p uint8) string { return protoBucketNames[protoBucket(p)] }
 
 func protoBucket(p uint8) int {
 	switch p {
@@ -31,27 +36,6 @@ func protoBucket(p uint8) int {
 		return protoICMP
 	}
 	return protoOther
-}
-
-// ProtoName returns a short name of an IP protocol number.
-func ProtoName(p uint8) string {
-	switch p {
-	case unix.IPPROTO_TCP:
-		return "tcp"
-	case unix.IPPROTO_UDP:
-		return "udp"
-	case unix.IPPROTO_UDPLITE:
-		return "udplite"
-	case unix.IPPROTO_SCTP:
-		return "sctp"
-	case unix.IPPROTO_DCCP:
-		return "dccp"
-	case unix.IPPROTO_ICMP:
-		return "icmp"
-	case unix.IPPROTO_ICMPV6:
-		return "icmpv6"
-	}
-	return strconv.Itoa(int(p))
 }
 
 type counters struct {

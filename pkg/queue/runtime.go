@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
 // Decider decides whether a new connection is allowed. It is called once per
@@ -115,11 +117,8 @@ func (c RuntimeConfig) Defaults() RuntimeConfig {
 // Validate checks c (after Defaults).
 func (c RuntimeConfig) Validate() error {
 	var errs []error
-	if c.Queues == 0 {
-		errs = append(errs, errors.New("queues must be at least 1"))
-	}
-	if uint32(c.QueueNum)+uint32(c.Queues)-1 > 0xffff {
-		errs = append(errs, fmt.Errorf("queues %d..%d exceed 65535", c.QueueNum, uint32(c.QueueNum)+uint32(c.Queues)-1))
+	if err := compile.ValidateQueueRange(c.QueueNum, c.Queues); err != nil {
+		errs = append(errs, err)
 	}
 	if c.AllowMark == 0 {
 		errs = append(errs, errors.New("allowMark must not be 0"))
@@ -418,7 +417,7 @@ func (r *Runtime) logDenial(p Packet, reason string) {
 	}
 	v.Info("Denied new connection",
 		"family", p.Family,
-		"proto", ProtoName(p.Proto),
+		"proto", compile.Protocol(p.Proto).Name(),
 		"src", netip.AddrPortFrom(p.Src, p.SrcPort).String(),
 		"dst", netip.AddrPortFrom(p.Dst, p.DstPort).String(),
 		"reason", reason,

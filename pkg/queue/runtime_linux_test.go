@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
@@ -766,9 +767,9 @@ func TestProbeQueueVariant(t *testing.T) {
 	zcfg := "/proc/config.gz"
 	if out, err := exec.Command("sh", "-c", "zcat "+zcfg+" | grep -E '^(# )?CONFIG_NFT_QUEUE[ =]'").Output(); err == nil {
 		switch {
-		case strings.Contains(string(out), "is not set") && v != sets.QueueVariantXTCompat:
+		case strings.Contains(string(out), "is not set") && v != compile.QueueXTCompat:
 			t.Errorf("CONFIG_NFT_QUEUE off but variant %s", v)
-		case strings.Contains(string(out), "=") && v != sets.QueueVariantNative:
+		case strings.Contains(string(out), "=") && v != compile.QueueNative:
 			t.Errorf("CONFIG_NFT_QUEUE on but variant %s", v)
 		}
 	}
@@ -787,7 +788,7 @@ func TestProbeQueueVariant(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		switch {
 		case err == nil:
-			if v != sets.QueueVariantNative {
+			if v != compile.QueueNative {
 				t.Errorf("%q accepted by the kernel, but variant %s", stmt, v)
 			}
 		case strings.Contains(string(out), "syntax error"):
@@ -798,7 +799,7 @@ func TestProbeQueueVariant(t *testing.T) {
 	}
 	// ProbeNativeQueue (in ns) must not report a syntax error as "not native".
 	native, err := inNS(ns, func() (bool, error) { return sets.ProbeNativeQueue(context.Background()) })
-	if err != nil || native != (v == sets.QueueVariantNative) {
+	if err != nil || native != (v == compile.QueueNative) {
 		t.Errorf("ProbeNativeQueue = %v, %v", native, err)
 	}
 	sets.NFTBinary = "sh"

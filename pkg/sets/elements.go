@@ -64,12 +64,6 @@ var fieldKinds = map[string]fieldKind{
 	"inet_service": kindService,
 }
 
-// Protocol names nft accepts for inet_proto (its /etc/protocols names for
-// what a policy can name; numbers work for everything else).
-var protoNumbers = map[string]uint8{
-	"icmp": 1, "tcp": 6, "udp": 17, "dccp": 33, "ipv6-icmp": 58, "icmpv6": 58, "sctp": 132, "udplite": 136,
-}
-
 // Element flags and userdata types of the kernel and libnftnl.
 const (
 	udataSetElemComment  = 0 // NFTNL_UDATA_SET_ELEM_COMMENT
@@ -289,8 +283,8 @@ func parseField(k fieldKind, s string) (first, last []byte, err error) {
 		}
 		return a.AsSlice(), b.AsSlice(), nil
 	case kindProto:
-		if n, ok := protoNumbers[s]; ok {
-			return []byte{n}, []byte{n}, nil
+		if p, ok := compile.ProtocolByName(s); ok {
+			return []byte{byte(p)}, []byte{byte(p)}, nil
 		}
 		n, err := strconv.ParseUint(s, 10, 8)
 		if err != nil {

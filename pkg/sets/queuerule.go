@@ -48,31 +48,9 @@ import (
 	"github.com/google/nftables/userdata"
 	"github.com/google/nftables/xt"
 	"golang.org/x/sys/unix"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
-
-// QueueVariant is the way the kernel lets a rule queue packets.
-type QueueVariant int
-
-const (
-	// QueueVariantUnknown is returned with an error.
-	QueueVariantUnknown QueueVariant = iota
-	// QueueVariantNative is the nft "queue" expression (CONFIG_NFT_QUEUE):
-	// write NativeQueueStatement in the ruleset text.
-	QueueVariantNative
-	// QueueVariantXTCompat is the xtables NFQUEUE target through nft_compat:
-	// install it with InstallCompatQueueRule.
-	QueueVariantXTCompat
-)
-
-func (v QueueVariant) String() string {
-	switch v {
-	case QueueVariantNative:
-		return "native"
-	case QueueVariantXTCompat:
-		return "xt-compat"
-	}
-	return "unknown"
-}
 
 // xt_NFQUEUE flags (include/uapi/linux/netfilter/xt_NFQUEUE.h).
 const (
@@ -118,8 +96,8 @@ func (c QueueRuleConfig) family() nftables.TableFamily {
 
 // Validate checks the queue range and comment.
 func (c QueueRuleConfig) Validate() error {
-	if last := uint32(c.QueueNum) + uint32(c.queues()) - 1; last > 0xffff {
-		return fmt.Errorf("queue range %d-%d exceeds 65535", c.QueueNum, last)
+	if err := compile.ValidateQueueRange(c.QueueNum, c.queues()); err != nil {
+		return err
 	}
 	if len(c.Comment) > 128 {
 		return errors.New("comment longer than 128 bytes")
@@ -129,28 +107,8 @@ func (c QueueRuleConfig) Validate() error {
 
 // NativeQueueStatement returns the nft statement for kernels with the native
 // queue expression, e.g. "queue flags bypass,fanout to 0-1" or "queue to 3".
-// nft 1.0.6 parses this syntax (and the older "queue num 0-1 bypass,fanout").
 func NativeQueueStatement(cfg QueueRuleConfig) string {
-	var flags []string
-	if cfg.Bypass {
-		flags = append(flags, "bypass")
-	}
-	n := cfg.queues()
-	if cfg.Fanout && n > 1 {
-		flags = append(flags, "fanout")
-	}
-	var b strings.Builder
-	b.WriteString("queue")
-	if len(flags) > 0 {
-		b.WriteString(" flags ")
-		b.WriteString(strings.Join(flags, ","))
-	}
-	if n > 1 {
-		fmt.Fprintf(&b, " to %d-%d", cfg.QueueNum, uint32(cfg.QueueNum)+uint32(n)-1)
-	} else {
-		fmt.Fprintf(&b, " to %d", cfg.QueueNum)
-	}
-	return b.String()
+	return compile.QueueStatement(cfg.QueueNum, cfg.queues(), cfg.Bypass, cfg.Fanout)
 }
 
 // compatInfo is struct xt_NFQ_info_v3 {__u16 queuenum, queues_total, flags}
@@ -278,22 +236,22 @@ func (p KernelQueueProber) CompatQueue(context.Context) (bool, error) {
 
 // ChooseQueueVariant picks the native variant when the kernel has it, else
 // xt-compat when the kernel has that; ErrNoQueueSupport when it has neither.
-func ChooseQueueVariant(ctx context.Context, p QueueProber) (QueueVariant, error) {
+func ChooseQueueVariant(ctx context.Context, p QueueProber) (compile.QueueVariant, error) {
 	native, err := p.NativeQueue(ctx)
 	if err != nil {
-		return QueueVariantUnknown, fmt.Errorf("probing the nft queue expression: %w", err)
+		return "", fmt.Errorf("probing the nft queue expression: %w", err)
 	}
 	if native {
-		return QueueVariantNative, nil
+		return compile.QueueNative, nil
 	}
 	compat, err := p.CompatQueue(ctx)
 	if err != nil {
-		return QueueVariantUnknown, fmt.Errorf("probing the xt NFQUEUE target: %w", err)
+		return "", fmt.Errorf("probing the xt NFQUEUE target: %w", err)
 	}
 	if compat {
-		return QueueVariantXTCompat, nil
+		return compile.QueueXTCompat, nil
 	}
-	return QueueVariantUnknown, ErrNoQueueSupport
+	return "", ErrNoQueueSupport
 }
 
 // ProbeQueueVariant is ChooseQueueVariant with a KernelQueueProber run in a
@@ -301,9 +259,9 @@ func ChooseQueueVariant(ctx context.Context, p QueueProber) (QueueVariant, error
 // CAP_SYS_ADMIN besides CAP_NET_ADMIN); it never touches the caller's
 // ruleset. A syntax error of nft (too old a binary) is an error, not a
 // missing feature.
-func ProbeQueueVariant(ctx context.Context) (QueueVariant, error) {
+func ProbeQueueVariant(ctx context.Context) (compile.QueueVariant, error) {
 	type result struct {
-		v   QueueVariant
+		v   compile.QueueVariant
 		err error
 	}
 	ch := make(chan result, 1)
@@ -330,7 +288,7 @@ func ProbeQueueVariant(ctx context.Context) (QueueVariant, error) {
 	case r := <-ch:
 		return r.v, r.err
 	case <-ctx.Done():
-		return QueueVariantUnknown, ctx.Err()
+		return "", ctx.Err()
 	}
 }
 

@@ -34,12 +34,12 @@ func TestChooseQueueVariant(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		p          fakeProber
-		want       QueueVariant
+		want       compile.QueueVariant
 		wantErr    error
 		wantCompat bool // whether the xt probe must have run
 	}{
-		{name: "native", p: fakeProber{native: true, compat: true}, want: QueueVariantNative},
-		{name: "xt-compat only", p: fakeProber{compat: true}, want: QueueVariantXTCompat, wantCompat: true},
+		{name: "native", p: fakeProber{native: true, compat: true}, want: compile.QueueNative},
+		{name: "xt-compat only", p: fakeProber{compat: true}, want: compile.QueueXTCompat, wantCompat: true},
 		{name: "neither", p: fakeProber{}, wantErr: ErrNoQueueSupport, wantCompat: true},
 		{name: "native probe broken", p: fakeProber{nativeErr: broken, compat: true}, wantErr: broken},
 		{name: "xt probe broken", p: fakeProber{compatErr: broken}, wantErr: broken, wantCompat: true},
@@ -125,9 +125,9 @@ func TestKernelQueueProber(t *testing.T) {
 		}
 		t.Logf("native queue expression: %v, xt NFQUEUE target: %v; chosen: %s", native, compat, v)
 		switch {
-		case native && v != QueueVariantNative:
+		case native && v != compile.QueueNative:
 			t.Errorf("kernel has the native expression, but %s was chosen", v)
-		case !native && v != QueueVariantXTCompat:
+		case !native && v != compile.QueueXTCompat:
 			t.Errorf("kernel lacks the native expression, but %s was chosen", v)
 		case !native && !compat:
 			t.Error("xt-compat chosen, but the xt probe says the target is missing")

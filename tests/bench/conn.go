@@ -138,7 +138,7 @@ func RunConn(ctx context.Context, cfg ConnConfig) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("probing the queue variant: %w", err)
 	}
-	v := compile.QueueVariant(variant.String())
+	v := variant
 	labs := map[string]*connLab{}
 	defer func() {
 		for _, l := range labs {
@@ -190,7 +190,7 @@ func RunConn(ctx context.Context, cfg ConnConfig) (*Result, error) {
 		}
 	}
 	res := &Result{}
-	res.Set("queue_variant", variant.String())
+	res.Set("queue_variant", string(variant))
 	res.Set("conn_rounds", cfg.Rounds)
 	res.Set("conn_workers", cfg.Workers)
 	res.Set("conn_measure_s", cfg.Duration.Seconds())

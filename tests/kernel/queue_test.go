@@ -16,7 +16,7 @@ import (
 )
 
 // kernelQueueVariant is what the agent-side probe finds on this kernel.
-func kernelQueueVariant(t *testing.T) sets.QueueVariant {
+func kernelQueueVariant(t *testing.T) compile.QueueVariant {
 	t.Helper()
 	v, err := sets.ProbeQueueVariant(context.Background())
 	if err != nil {
@@ -29,7 +29,7 @@ func kernelQueueVariant(t *testing.T) sets.QueueVariant {
 // nft_compat and xt_NFQUEUE), native where the probe finds the expression.
 func queueVariants(t *testing.T) (variants []compile.QueueVariant, native bool) {
 	variants = []compile.QueueVariant{compile.QueueXTCompat}
-	if kernelQueueVariant(t) == sets.QueueVariantNative {
+	if kernelQueueVariant(t) == compile.QueueNative {
 		variants = append(variants, compile.QueueNative)
 		native = true
 	}
@@ -192,18 +192,18 @@ func TestNativeQueueVariant(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("ProbeNativeQueue in node-1: %v", err)
 	}
-	if native != (v == sets.QueueVariantNative) {
+	if native != (v == compile.QueueNative) {
 		t.Errorf("ProbeNativeQueue in a node says %v, ProbeQueueVariant says %s", native, v)
 	}
 	_, err := c.Apply(testContext(t), s, false)
-	if v == sets.QueueVariantNative {
+	if v == compile.QueueNative {
 		if err != nil {
 			t.Fatalf("native queue ruleset on a kernel with the queue expression: %v", err)
 		}
 		check(t, c, s, false)
 		return
 	}
-	if v != sets.QueueVariantXTCompat {
+	if v != compile.QueueXTCompat {
 		t.Fatalf("ProbeQueueVariant = %s, want xt-compat on a kernel without native queue", v)
 	}
 	if err == nil {
