@@ -1,0 +1,553 @@
+package compile
+
+import (
+	"math/bits"
+	"net/netip"
+	"sort"
+	"strings"
+)
+
+// EvalIndex is the program laid out for the userspace evaluator. It holds
+// nothing the rest of the program does not: it is a second, denser layout
+// of the same pods, decision tables and ClusterNetworkPolicy rules, built by
+// Build from them, so that a verdict reads a few cache lines instead of
+// following pointers through the general-purpose structures.
+//
+// Variable-length lists live in shared pools and are referenced by Span;
+// every slice here is indexed by the IDs of the program (PodID, table index,
+// ClusterPolicyID).
+type EvalIndex struct {
+	// Pods holds one record per pod, by PodID.
+	Pods []PodRecord
+	// Members is the pool of the pods' selector memberships (Pod.MemberOf
+	// of every pod points into it).
+	Members []SelectorID
+	// PodPorts is the pool of the pods' container ports whose names some
+	// rule uses, in the pods' order.
+	PodPorts []EvalPodPort
+	// TierSets holds the distinct ClusterNetworkPolicy lists of the pods;
+	// TierPolicies is their pool.
+	TierSets     []TierSet
+	TierPolicies []ClusterPolicyID
+
+	// Tables holds one entry per Program.Tables entry.
+	Tables []EvalTable
+	// Rules is the pool of the tables' rules; each table's run is sorted by
+	// Rule.Order, so a smaller index in a run is an earlier rule.
+	Rules []EvalRule
+	// RuleRefs is the pool of table-relative rule indices (AnyPeer, Blocks).
+	RuleRefs []int32
+	// BySelector is the pool of the tables' (selector, rule) pairs.
+	BySelector []EvalSelectorRule
+
+	// ClusterRules holds the usable rules of every ClusterNetworkPolicy;
+	// ClusterDirs[2*id+direction] is one policy's run in one direction.
+	ClusterRules []EvalClusterRule
+	ClusterDirs  []Span
+	// ClusterSelectors is the pool of the cluster rules' selector peers.
+	ClusterSelectors []SelectorID
+
+	// Ports, Named and Ranges4 are the pools of the rules' matches.
+	Ports   []PortRange
+	Named   []EvalNamedPort
+	Ranges4 []Range4
+
+	// V4 is an open-addressed hash table from IPv4 pod address to pod:
+	// 8 bytes a slot, at most half full, so a lookup reads one cache line.
+	V4 []AddrSlot
+	// V4Shift turns a 32-bit hash into a slot index of V4.
+	V4Shift uint8
+	// V6 maps the other pod addresses (IPv6 without zone) to their pods;
+	// Zoned maps addresses with a zone, which no packet carries.
+	V6    map[[16]byte]PodID
+	Zoned map[netip.Addr]PodID
+}
+
+// Span is a run of elements in one of EvalIndex's pools.
+type Span struct{ Off, Len uint32 }
+
+func (s Span) end() uint32 { return s.Off + s.Len }
+
+// PodRecord is what a verdict reads about a pod, in 32 bytes.
+type PodRecord struct {
+	// IngressTable and EgressTable index Program.Tables and EvalIndex.Tables
+	// (-1: not isolated by a NetworkPolicy in that direction).
+	IngressTable, EgressTable int32
+	// Members is the pod's MemberOf in EvalIndex.Members.
+	Members Span
+	// Ports are the pod's named container ports in EvalIndex.PodPorts.
+	Ports Span
+	// Tiers indexes EvalIndex.TierSets (-1: no ClusterNetworkPolicy has the
+	// pod as a subject).
+	Tiers int32
+	// Local is Pod.Local.
+	Local bool
+}
+
+// Table returns the pod's decision table index in one direction.
+func (r *PodRecord) Table(d Direction) int32 {
+	if d == Egress {
+		return r.EgressTable
+	}
+	return r.IngressTable
+}
+
+// EvalPodPort is a named container port; Name is an interned name index.
+type EvalPodPort struct {
+	Name     int32
+	Port     uint16
+	Protocol Protocol
+}
+
+// EvalNamedPort is a rule's named port; Name is an interned name index.
+type EvalNamedPort struct {
+	Name     int32
+	Protocol Protocol
+}
+
+// Range4 is an inclusive range of IPv4 addresses as integers.
+type Range4 struct{ From, To uint32 }
+
+// AddrSlot is a slot of EvalIndex.V4. Pod is the PodID plus one; 0 marks an
+// empty slot.
+type AddrSlot struct {
+	Addr uint32
+	Pod  int32
+}
+
+// TierSet is a pod's ClusterNetworkPolicies per tier and direction, in
+// precedence order, as runs of EvalIndex.TierPolicies.
+type TierSet struct {
+	AdminIngress, AdminEgress, BaselineIngress, BaselineEgress Span
+}
+
+// EvalMatch is a Match laid out for the evaluator. The IPv6 part of the
+// address peers is read from the rule itself.
+type EvalMatch struct {
+	Ports   Span // in EvalIndex.Ports
+	Named   Span // in EvalIndex.Named
+	Ranges4 Span // in EvalIndex.Ranges4: the IPv4 ranges of IPBlocks
+	// HasRanges6 is set when IPBlocks holds IPv6 ranges.
+	HasRanges6 bool
+	AllPeers   bool
+	AllPorts   bool
+}
+
+// EvalRule is a NetworkPolicy rule of a decision table.
+type EvalRule struct {
+	Rule *Rule
+	EvalMatch
+}
+
+// EvalTable is a decision table: AnyPeer and Blocks list table-relative
+// indices of Rules (in order), BySelector pairs are sorted by selector,
+// then rule.
+type EvalTable struct {
+	Rules      uint32 // offset of the table's run in EvalIndex.Rules
+	AnyPeer    Span   // in EvalIndex.RuleRefs
+	Blocks     Span   // in EvalIndex.RuleRefs
+	BySelector Span   // in EvalIndex.BySelector
+}
+
+// EvalSelectorRule pairs a selector with a table-relative rule index.
+type EvalSelectorRule struct {
+	Selector SelectorID
+	Rule     int32
+}
+
+// EvalClusterRule is a usable ClusterNetworkPolicy rule.
+type EvalClusterRule struct {
+	Rule      *ClusterRule
+	Selectors Span // in EvalIndex.ClusterSelectors
+	EvalMatch
+	// HasNodes is set when the rule has `nodes` peers (read from Rule).
+	HasNodes bool
+	Action   Action
+}
+
+// PodByAddr returns the pod that owns the address.
+func (x *EvalIndex) PodByAddr(ip netip.Addr) (PodID, bool) {
+	if ip.Is4() {
+		if len(x.V4) == 0 {
+			return 0, false
+		}
+		a4 := ip.As4()
+		a := uint32(a4[0])<<24 | uint32(a4[1])<<16 | uint32(a4[2])<<8 | uint32(a4[3])
+		mask := uint32(len(x.V4) - 1)
+		for i := hash4(a, x.V4Shift); ; i = (i + 1) & mask {
+			s := &x.V4[i]
+			if s.Pod == 0 {
+				return 0, false
+			}
+			if s.Addr == a {
+				return PodID(s.Pod - 1), true
+			}
+		}
+	}
+	if ip.Zone() != "" {
+		id, ok := x.Zoned[ip]
+		return id, ok
+	}
+	id, ok := x.V6[ip.As16()]
+	return id, ok
+}
+
+// hash4 spreads consecutive addresses over the table (Fibonacci hashing).
+func hash4(a uint32, shift uint8) uint32 { return (a * 0x9E3779B1) >> shift }
+
+// MemberOf returns a pod's selector memberships, sorted.
+func (x *EvalIndex) MemberOf(r *PodRecord) []SelectorID {
+	return x.Members[r.Members.Off:r.Members.end()]
+}
+
+// InSelector reports whether the pod belongs to the selector peer set.
+func (x *EvalIndex) InSelector(r *PodRecord, id SelectorID) bool {
+	m := x.MemberOf(r)
+	if len(m) <= 16 {
+		for _, s := range m {
+			if s == id {
+				return true
+			}
+		}
+		return false
+	}
+	i := sort.Search(len(m), func(i int) bool { return m[i] >= id })
+	return i < len(m) && m[i] == id
+}
+
+// ClusterPolicies returns the pod's ClusterNetworkPolicies of one tier and
+// direction, in precedence order.
+func (x *EvalIndex) ClusterPolicies(r *PodRecord, t Tier, d Direction) []ClusterPolicyID {
+	if r.Tiers < 0 {
+		return nil
+	}
+	ts := &x.TierSets[r.Tiers]
+	s := ts.BaselineEgress
+	switch {
+	case t == TierAdmin && d == Ingress:
+		s = ts.AdminIngress
+	case t == TierAdmin:
+		s = ts.AdminEgress
+	case d == Ingress:
+		s = ts.BaselineIngress
+	}
+	return x.TierPolicies[s.Off:s.end()]
+}
+
+// ClusterRulesOf returns a ClusterNetworkPolicy's usable rules in one
+// direction, in written order.
+func (x *EvalIndex) ClusterRulesOf(id ClusterPolicyID, d Direction) []EvalClusterRule {
+	s := x.ClusterDirs[2*int(id)+int(d)]
+	return x.ClusterRules[s.Off:s.end()]
+}
+
+// ContainsAddr reports whether the rule's address peers contain ip.
+func (x *EvalIndex) ContainsAddr(m *EvalMatch, ipBlocks []IPRange, ip netip.Addr) bool {
+	if ip.Is4() {
+		if m.Ranges4.Len == 0 {
+			return false
+		}
+		a4 := ip.As4()
+		a := uint32(a4[0])<<24 | uint32(a4[1])<<16 | uint32(a4[2])<<8 | uint32(a4[3])
+		for _, r := range x.Ranges4[m.Ranges4.Off:m.Ranges4.end()] {
+			if a <= r.To {
+				return r.From <= a
+			}
+		}
+		return false
+	}
+	return m.HasRanges6 && rangesContain(ipBlocks, ip)
+}
+
+// PortMatches checks the destination protocol and port; named ports resolve
+// on the destination pod (nil when the destination is not a pod).
+func (x *EvalIndex) PortMatches(m *EvalMatch, dst *PodRecord, proto Protocol, port uint16) bool {
+	if m.AllPorts {
+		return true
+	}
+	for _, pr := range x.Ports[m.Ports.Off:m.Ports.end()] {
+		if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
+			return true
+		}
+	}
+	if dst == nil || m.Named.Len == 0 || dst.Ports.Len == 0 {
+		return false
+	}
+	pods := x.PodPorts[dst.Ports.Off:dst.Ports.end()]
+	for _, np := range x.Named[m.Named.Off:m.Named.end()] {
+		if np.Protocol != 0 && np.Protocol != proto {
+			continue
+		}
+		// The first container port with the name and protocol counts, as
+		// in Pod.NamedPort.
+		for _, pp := range pods {
+			if pp.Name == np.Name && pp.Protocol == proto {
+				if pp.Port == port {
+					return true
+				}
+				break
+			}
+		}
+	}
+	return false
+}
+
+// indexer builds an EvalIndex.
+type indexer struct {
+	p     *Program
+	x     *EvalIndex
+	names map[string]int32
+}
+
+// buildEvalIndex lays the built program out for the evaluator. The pods'
+// MemberOf and ClusterNetworkPolicy lists are moved into the shared pools
+// (same contents, one allocation for all pods instead of one per pod).
+func (p *Program) buildEvalIndex() {
+	ix := &indexer{p: p, x: &p.Eval, names: map[string]int32{}}
+	ix.internRuleNames()
+	ix.tables()
+	ix.clusterRules()
+	ix.pods()
+}
+
+func (ix *indexer) intern(name string) int32 {
+	if id, ok := ix.names[name]; ok {
+		return id
+	}
+	id := int32(len(ix.names))
+	ix.names[name] = id
+	return id
+}
+
+// internRuleNames numbers the port names rules use; pod ports with other
+// names can never match and are left out of the index.
+func (ix *indexer) internRuleNames() {
+	for i := range ix.p.Policies {
+		pol := &ix.p.Policies[i]
+		for _, rs := range [][]Rule{pol.Ingress, pol.Egress} {
+			for j := range rs {
+				for _, np := range rs[j].NamedPorts {
+					ix.intern(np.Name)
+				}
+			}
+		}
+	}
+	for i := range ix.p.ClusterPolicies {
+		cp := &ix.p.ClusterPolicies[i]
+		for _, rs := range [][]ClusterRule{cp.Ingress, cp.Egress} {
+			for j := range rs {
+				for _, np := range rs[j].NamedPorts {
+					ix.intern(np.Name)
+				}
+			}
+		}
+	}
+}
+
+func (ix *indexer) match(m *Match) EvalMatch {
+	x := ix.x
+	em := EvalMatch{AllPeers: m.AllPeers, AllPorts: m.AllPorts}
+	em.Ports = Span{Off: uint32(len(x.Ports)), Len: uint32(len(m.Ports))}
+	x.Ports = append(x.Ports, m.Ports...)
+	em.Named.Off = uint32(len(x.Named))
+	for _, np := range m.NamedPorts {
+		x.Named = append(x.Named, EvalNamedPort{Name: ix.intern(np.Name), Protocol: np.Protocol})
+	}
+	em.Named.Len = uint32(len(x.Named)) - em.Named.Off
+	em.Ranges4.Off = uint32(len(x.Ranges4))
+	for _, r := range m.IPBlocks {
+		if !r.From.Is4() {
+			em.HasRanges6 = true
+			continue
+		}
+		x.Ranges4 = append(x.Ranges4, Range4{From: addr4(r.From), To: addr4(r.To)})
+	}
+	em.Ranges4.Len = uint32(len(x.Ranges4)) - em.Ranges4.Off
+	return em
+}
+
+func addr4(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+// tables lays out every decision table: its distinct rules in rule order,
+// then the three ways in, by table-relative index.
+func (ix *indexer) tables() {
+	x := ix.x
+	x.Tables = make([]EvalTable, len(ix.p.Tables))
+	for ti := range ix.p.Tables {
+		t := &ix.p.Tables[ti]
+		var rules []*Rule
+		seen := map[*Rule]bool{}
+		add := func(r *Rule) {
+			if !seen[r] {
+				seen[r] = true
+				rules = append(rules, r)
+			}
+		}
+		for _, r := range t.AnyPeer {
+			add(r)
+		}
+		for _, sr := range t.BySelector {
+			add(sr.Rule)
+		}
+		for _, r := range t.Blocks {
+			add(r)
+		}
+		sort.Slice(rules, func(i, j int) bool { return rules[i].Order < rules[j].Order })
+		local := make(map[*Rule]int32, len(rules))
+		et := EvalTable{Rules: uint32(len(x.Rules))}
+		for i, r := range rules {
+			local[r] = int32(i)
+			x.Rules = append(x.Rules, EvalRule{Rule: r, EvalMatch: ix.match(&r.Match)})
+		}
+		refs := func(rs []*Rule) Span {
+			s := Span{Off: uint32(len(x.RuleRefs)), Len: uint32(len(rs))}
+			for _, r := range rs {
+				x.RuleRefs = append(x.RuleRefs, local[r])
+			}
+			return s
+		}
+		et.AnyPeer = refs(t.AnyPeer)
+		et.Blocks = refs(t.Blocks)
+		et.BySelector = Span{Off: uint32(len(x.BySelector)), Len: uint32(len(t.BySelector))}
+		for _, sr := range t.BySelector {
+			x.BySelector = append(x.BySelector, EvalSelectorRule{Selector: sr.Selector, Rule: local[sr.Rule]})
+		}
+		x.Tables[ti] = et
+	}
+}
+
+// clusterRules lays out the usable rules of every ClusterNetworkPolicy.
+func (ix *indexer) clusterRules() {
+	x := ix.x
+	x.ClusterDirs = make([]Span, 2*len(ix.p.ClusterPolicies))
+	for i := range ix.p.ClusterPolicies {
+		cp := &ix.p.ClusterPolicies[i]
+		for _, d := range []Direction{Ingress, Egress} {
+			s := Span{Off: uint32(len(x.ClusterRules))}
+			rules := cp.Rules(d)
+			for j := range rules {
+				r := &rules[j]
+				if r.Disabled {
+					continue
+				}
+				sels := Span{Off: uint32(len(x.ClusterSelectors)), Len: uint32(len(r.Selectors))}
+				x.ClusterSelectors = append(x.ClusterSelectors, r.Selectors...)
+				x.ClusterRules = append(x.ClusterRules, EvalClusterRule{
+					Rule: r, Selectors: sels, EvalMatch: ix.match(&r.Match),
+					HasNodes: len(r.Nodes) > 0, Action: r.Action,
+				})
+			}
+			s.Len = uint32(len(x.ClusterRules)) - s.Off
+			x.ClusterDirs[2*i+int(d)] = s
+		}
+	}
+}
+
+// pods writes the pod records, the pools they point into and the address
+// tables.
+func (ix *indexer) pods() {
+	p, x := ix.p, ix.x
+	x.Pods = make([]PodRecord, len(p.Pods))
+	nMembers, nV4 := 0, 0
+	for i := range p.Pods {
+		nMembers += len(p.Pods[i].MemberOf)
+		for _, a := range p.Pods[i].IPs {
+			if a.Is4() {
+				nV4++
+			}
+		}
+	}
+	x.Members = make([]SelectorID, 0, nMembers)
+	size := 8
+	for size < 2*nV4 {
+		size *= 2
+	}
+	x.V4 = make([]AddrSlot, size)
+	x.V4Shift = uint8(32 - bits.TrailingZeros(uint(size)))
+	tierSets := map[string]int32{}
+	for i := range p.Pods {
+		pod := &p.Pods[i]
+		r := PodRecord{IngressTable: pod.IngressTable, EgressTable: pod.EgressTable, Local: pod.Local, Tiers: -1}
+		r.Members = Span{Off: uint32(len(x.Members)), Len: uint32(len(pod.MemberOf))}
+		x.Members = append(x.Members, pod.MemberOf...)
+		pod.MemberOf = x.Members[r.Members.Off:r.Members.end():r.Members.end()]
+		if len(pod.MemberOf) == 0 {
+			pod.MemberOf = nil
+		}
+		r.Ports.Off = uint32(len(x.PodPorts))
+		for _, cp := range pod.Ports {
+			if id, ok := ix.names[cp.Name]; ok {
+				x.PodPorts = append(x.PodPorts, EvalPodPort{Name: id, Port: cp.Port, Protocol: cp.Protocol})
+			}
+		}
+		r.Ports.Len = uint32(len(x.PodPorts)) - r.Ports.Off
+		r.Tiers = ix.tierSet(tierSets, pod)
+		x.Pods[i] = r
+		for _, a := range pod.IPs {
+			ix.addAddr(a, PodID(i))
+		}
+	}
+}
+
+// tierSet returns the index of the pod's ClusterNetworkPolicy lists, shared
+// by every pod with the same lists.
+func (ix *indexer) tierSet(seen map[string]int32, pod *Pod) int32 {
+	lists := [4]*[]ClusterPolicyID{&pod.AdminIngress, &pod.AdminEgress, &pod.BaselineIngress, &pod.BaselineEgress}
+	var key strings.Builder
+	for i, l := range lists {
+		if i > 0 {
+			key.WriteByte('|')
+		}
+		for j, id := range *l {
+			if j > 0 {
+				key.WriteByte(',')
+			}
+			key.WriteString(itoa(int(id)))
+		}
+	}
+	if key.Len() == 3 {
+		return -1 // no list
+	}
+	x := ix.x
+	id, ok := seen[key.String()]
+	if !ok {
+		var spans [4]Span
+		for i, l := range lists {
+			spans[i] = Span{Off: uint32(len(x.TierPolicies)), Len: uint32(len(*l))}
+			x.TierPolicies = append(x.TierPolicies, *l...)
+		}
+		id = int32(len(x.TierSets))
+		x.TierSets = append(x.TierSets, TierSet{spans[0], spans[1], spans[2], spans[3]})
+		seen[key.String()] = id
+	}
+	return id
+}
+
+func (ix *indexer) addAddr(a netip.Addr, id PodID) {
+	x := ix.x
+	switch {
+	case a.Is4():
+		v := addr4(a)
+		mask := uint32(len(x.V4) - 1)
+		for i := hash4(v, x.V4Shift); ; i = (i + 1) & mask {
+			s := &x.V4[i]
+			if s.Pod == 0 || s.Addr == v {
+				*s = AddrSlot{Addr: v, Pod: int32(id) + 1}
+				return
+			}
+		}
+	case a.Zone() != "":
+		if x.Zoned == nil {
+			x.Zoned = map[netip.Addr]PodID{}
+		}
+		x.Zoned[a] = id
+	default:
+		if x.V6 == nil {
+			x.V6 = map[[16]byte]PodID{}
+		}
+		x.V6[a.As16()] = id
+	}
+}
