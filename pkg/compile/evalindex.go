@@ -26,9 +26,10 @@ type EvalIndex struct {
 	// rule uses, in the pods' order.
 	PodPorts []EvalPodPort
 	// TierSets holds the distinct ClusterNetworkPolicy lists of the pods;
-	// TierPolicies is their pool.
+	// TierPolicies and TierRules are their pools.
 	TierSets     []TierSet
 	TierPolicies []ClusterPolicyID
+	TierRules    []EvalClusterRule
 
 	// Tables holds one entry per Program.Tables entry.
 	Tables []EvalTable
@@ -40,10 +41,6 @@ type EvalIndex struct {
 	// BySelector is the pool of the tables' (selector, rule) pairs.
 	BySelector []EvalSelectorRule
 
-	// ClusterRules holds the usable rules of every ClusterNetworkPolicy;
-	// ClusterDirs[2*id+direction] is one policy's run in one direction.
-	ClusterRules []EvalClusterRule
-	ClusterDirs  []Span
 	// ClusterSelectors is the pool of the cluster rules' selector peers.
 	ClusterSelectors []SelectorID
 
@@ -68,7 +65,8 @@ type Span struct{ Off, Len uint32 }
 
 func (s Span) end() uint32 { return s.Off + s.Len }
 
-// PodRecord is what a verdict reads about a pod, in 32 bytes.
+// PodRecord is what a verdict reads about a pod, in 64 bytes: one cache
+// line (the records are one large allocation, which is page-aligned).
 type PodRecord struct {
 	// IngressTable and EgressTable index Program.Tables and EvalIndex.Tables
 	// (-1: not isolated by a NetworkPolicy in that direction).
@@ -82,6 +80,9 @@ type PodRecord struct {
 	Tiers int32
 	// Local is Pod.Local.
 	Local bool
+	// IngressDenied and EgressDenied are Pod.IngressDenied and
+	// Pod.EgressDenied.
+	IngressDenied, EgressDenied string
 }
 
 // Table returns the pod's decision table index in one direction.
@@ -115,10 +116,22 @@ type AddrSlot struct {
 	Pod  int32
 }
 
-// TierSet is a pod's ClusterNetworkPolicies per tier and direction, in
-// precedence order, as runs of EvalIndex.TierPolicies.
+// TierSet is a pod's ClusterNetworkPolicies per tier and direction, in the
+// order of TierList: the policies in precedence order (runs of
+// EvalIndex.TierPolicies), and their usable rules one after the other, in
+// the order a tier walks them (runs of EvalIndex.TierRules).
 type TierSet struct {
-	AdminIngress, AdminEgress, BaselineIngress, BaselineEgress Span
+	Policies [4]Span
+	Rules    [4]Span
+}
+
+// TierList is the position of a tier and direction in TierSet's arrays:
+// Admin ingress, Admin egress, Baseline ingress, Baseline egress.
+func TierList(t Tier, d Direction) int {
+	if t == TierBaseline {
+		return 2 + int(d)
+	}
+	return int(d)
 }
 
 // EvalMatch is a Match laid out for the evaluator. The IPv6 part of the
@@ -136,6 +149,8 @@ type EvalMatch struct {
 // EvalRule is a NetworkPolicy rule of a decision table.
 type EvalRule struct {
 	Rule *Rule
+	// Reason is Rule.AllowReason.
+	Reason string
 	EvalMatch
 }
 
@@ -157,7 +172,9 @@ type EvalSelectorRule struct {
 
 // EvalClusterRule is a usable ClusterNetworkPolicy rule.
 type EvalClusterRule struct {
-	Rule      *ClusterRule
+	Rule *ClusterRule
+	// Reason is Rule.Reason.
+	Reason    string
 	Selectors Span // in EvalIndex.ClusterSelectors
 	EvalMatch
 	// HasNodes is set when the rule has `nodes` peers (read from Rule).
@@ -221,28 +238,24 @@ func (x *EvalIndex) ClusterPolicies(r *PodRecord, t Tier, d Direction) []Cluster
 	if r.Tiers < 0 {
 		return nil
 	}
-	ts := &x.TierSets[r.Tiers]
-	s := ts.BaselineEgress
-	switch {
-	case t == TierAdmin && d == Ingress:
-		s = ts.AdminIngress
-	case t == TierAdmin:
-		s = ts.AdminEgress
-	case d == Ingress:
-		s = ts.BaselineIngress
-	}
+	s := x.TierSets[r.Tiers].Policies[TierList(t, d)]
 	return x.TierPolicies[s.Off:s.end()]
 }
 
-// ClusterRulesOf returns a ClusterNetworkPolicy's usable rules in one
-// direction, in written order.
-func (x *EvalIndex) ClusterRulesOf(id ClusterPolicyID, d Direction) []EvalClusterRule {
-	s := x.ClusterDirs[2*int(id)+int(d)]
-	return x.ClusterRules[s.Off:s.end()]
+// TierRulesOf returns the usable rules of the pod's ClusterNetworkPolicies of
+// one tier and direction: policies in precedence order, each policy's rules
+// in written order. The first that matches decides.
+func (x *EvalIndex) TierRulesOf(r *PodRecord, t Tier, d Direction) []EvalClusterRule {
+	if r.Tiers < 0 {
+		return nil
+	}
+	s := x.TierSets[r.Tiers].Rules[TierList(t, d)]
+	return x.TierRules[s.Off:s.end()]
 }
 
-// ContainsAddr reports whether the rule's address peers contain ip.
-func (x *EvalIndex) ContainsAddr(m *EvalMatch, ipBlocks []IPRange, ip netip.Addr) bool {
+// ContainsAddr reports whether the rule's address peers contain ip; the
+// IPv6 ranges are read from the rule's Match.
+func (x *EvalIndex) ContainsAddr(m *EvalMatch, rule *Match, ip netip.Addr) bool {
 	if ip.Is4() {
 		if m.Ranges4.Len == 0 {
 			return false
@@ -256,7 +269,7 @@ func (x *EvalIndex) ContainsAddr(m *EvalMatch, ipBlocks []IPRange, ip netip.Addr
 		}
 		return false
 	}
-	return m.HasRanges6 && rangesContain(ipBlocks, ip)
+	return m.HasRanges6 && rangesContain(rule.IPBlocks, ip)
 }
 
 // PortMatches checks the destination protocol and port; named ports resolve
@@ -297,6 +310,10 @@ type indexer struct {
 	p     *Program
 	x     *EvalIndex
 	names map[string]int32
+	// crules holds the usable rules of every ClusterNetworkPolicy;
+	// cdirs[2*id+direction] is one policy's run in one direction.
+	crules []EvalClusterRule
+	cdirs  []Span
 }
 
 // buildEvalIndex lays the built program out for the evaluator. The pods'
@@ -400,7 +417,7 @@ func (ix *indexer) tables() {
 		et := EvalTable{Rules: uint32(len(x.Rules))}
 		for i, r := range rules {
 			local[r] = int32(i)
-			x.Rules = append(x.Rules, EvalRule{Rule: r, EvalMatch: ix.match(&r.Match)})
+			x.Rules = append(x.Rules, EvalRule{Rule: r, Reason: r.AllowReason, EvalMatch: ix.match(&r.Match)})
 		}
 		refs := func(rs []*Rule) Span {
 			s := Span{Off: uint32(len(x.RuleRefs)), Len: uint32(len(rs))}
@@ -422,11 +439,11 @@ func (ix *indexer) tables() {
 // clusterRules lays out the usable rules of every ClusterNetworkPolicy.
 func (ix *indexer) clusterRules() {
 	x := ix.x
-	x.ClusterDirs = make([]Span, 2*len(ix.p.ClusterPolicies))
+	ix.cdirs = make([]Span, 2*len(ix.p.ClusterPolicies))
 	for i := range ix.p.ClusterPolicies {
 		cp := &ix.p.ClusterPolicies[i]
 		for _, d := range []Direction{Ingress, Egress} {
-			s := Span{Off: uint32(len(x.ClusterRules))}
+			s := Span{Off: uint32(len(ix.crules))}
 			rules := cp.Rules(d)
 			for j := range rules {
 				r := &rules[j]
@@ -435,13 +452,13 @@ func (ix *indexer) clusterRules() {
 				}
 				sels := Span{Off: uint32(len(x.ClusterSelectors)), Len: uint32(len(r.Selectors))}
 				x.ClusterSelectors = append(x.ClusterSelectors, r.Selectors...)
-				x.ClusterRules = append(x.ClusterRules, EvalClusterRule{
-					Rule: r, Selectors: sels, EvalMatch: ix.match(&r.Match),
+				ix.crules = append(ix.crules, EvalClusterRule{
+					Rule: r, Reason: r.Reason, Selectors: sels, EvalMatch: ix.match(&r.Match),
 					HasNodes: len(r.Nodes) > 0, Action: r.Action,
 				})
 			}
-			s.Len = uint32(len(x.ClusterRules)) - s.Off
-			x.ClusterDirs[2*i+int(d)] = s
+			s.Len = uint32(len(ix.crules)) - s.Off
+			ix.cdirs[2*i+int(d)] = s
 		}
 	}
 }
@@ -470,7 +487,8 @@ func (ix *indexer) pods() {
 	tierSets := map[string]int32{}
 	for i := range p.Pods {
 		pod := &p.Pods[i]
-		r := PodRecord{IngressTable: pod.IngressTable, EgressTable: pod.EgressTable, Local: pod.Local, Tiers: -1}
+		r := PodRecord{IngressTable: pod.IngressTable, EgressTable: pod.EgressTable, Local: pod.Local,
+			IngressDenied: pod.IngressDenied, EgressDenied: pod.EgressDenied}
 		r.Members = Span{Off: uint32(len(x.Members)), Len: uint32(len(pod.MemberOf))}
 		x.Members = append(x.Members, pod.MemberOf...)
 		pod.MemberOf = x.Members[r.Members.Off:r.Members.end():r.Members.end()]
@@ -514,13 +532,20 @@ func (ix *indexer) tierSet(seen map[string]int32, pod *Pod) int32 {
 	x := ix.x
 	id, ok := seen[key.String()]
 	if !ok {
-		var spans [4]Span
+		var ts TierSet
 		for i, l := range lists {
-			spans[i] = Span{Off: uint32(len(x.TierPolicies)), Len: uint32(len(*l))}
+			ts.Policies[i] = Span{Off: uint32(len(x.TierPolicies)), Len: uint32(len(*l))}
 			x.TierPolicies = append(x.TierPolicies, *l...)
+			d := Direction(i % 2)
+			ts.Rules[i].Off = uint32(len(x.TierRules))
+			for _, cid := range *l {
+				s := ix.cdirs[2*int(cid)+int(d)]
+				x.TierRules = append(x.TierRules, ix.crules[s.Off:s.end()]...)
+			}
+			ts.Rules[i].Len = uint32(len(x.TierRules)) - ts.Rules[i].Off
 		}
 		id = int32(len(x.TierSets))
-		x.TierSets = append(x.TierSets, TierSet{spans[0], spans[1], spans[2], spans[3]})
+		x.TierSets = append(x.TierSets, ts)
 		seen[key.String()] = id
 	}
 	return id

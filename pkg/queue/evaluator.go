@@ -115,8 +115,8 @@ func decideDirection(p *compile.Program, local *end, d compile.Direction,
 	x := &p.Eval
 	passed := ""
 	if local.pod.Tiers >= 0 {
-		if ids := x.ClusterPolicies(local.pod, compile.TierAdmin, d); len(ids) > 0 {
-			switch a, reason := decideTier(p, ids, d, remote, dstPod, proto, port); a {
+		if rules := x.TierRulesOf(local.pod, compile.TierAdmin, d); len(rules) > 0 {
+			switch a, reason := decideTier(p, rules, remote, dstPod, proto, port); a {
 			case compile.ActionAccept:
 				return true, reason
 			case compile.ActionDeny:
@@ -133,8 +133,8 @@ func decideDirection(p *compile.Program, local *end, d compile.Direction,
 		return decide(p, local, d, table, remote, dstPod, proto, port)
 	}
 	if local.pod.Tiers >= 0 {
-		if ids := x.ClusterPolicies(local.pod, compile.TierBaseline, d); len(ids) > 0 {
-			switch a, reason := decideTier(p, ids, d, remote, dstPod, proto, port); a {
+		if rules := x.TierRulesOf(local.pod, compile.TierBaseline, d); len(rules) > 0 {
+			switch a, reason := decideTier(p, rules, remote, dstPod, proto, port); a {
 			case compile.ActionAccept:
 				return true, reason
 			case compile.ActionDeny:
@@ -153,19 +153,17 @@ func decideDirection(p *compile.Program, local *end, d compile.Direction,
 	return true, ReasonIngressNotIsolated
 }
 
-// decideTier walks one tier's ClusterNetworkPolicies in precedence order and
-// their rules in written order; the first rule that matches decides (0 when
-// none does).
-func decideTier(p *compile.Program, ids []compile.ClusterPolicyID, d compile.Direction,
+// decideTier walks the rules of one tier's ClusterNetworkPolicies (policies
+// in precedence order, rules in written order, laid out in that order); the
+// first rule that matches decides (0 when none does). The port is checked
+// first: it is the cheaper test and the one that fails most often.
+func decideTier(p *compile.Program, rules []compile.EvalClusterRule,
 	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (compile.Action, string) {
 	x := &p.Eval
-	for _, id := range ids {
-		rules := x.ClusterRulesOf(id, d)
-		for i := range rules {
-			r := &rules[i]
-			if peerMatches(p, r, remote) && x.PortMatches(&r.EvalMatch, dstPod, proto, port) {
-				return r.Action, r.Rule.Reason
-			}
+	for i := range rules {
+		r := &rules[i]
+		if x.PortMatches(&r.EvalMatch, dstPod, proto, port) && peerMatches(p, r, remote) {
+			return r.Action, r.Reason
 		}
 	}
 	return 0, ""
@@ -191,7 +189,7 @@ func peerMatches(p *compile.Program, r *compile.EvalClusterRule, remote *end) bo
 			}
 		}
 	}
-	return x.ContainsAddr(&r.EvalMatch, r.Rule.IPBlocks, remote.addr)
+	return x.ContainsAddr(&r.EvalMatch, &r.Rule.Match, remote.addr)
 }
 
 // decide looks the connection up in the decision table of the policies
@@ -234,19 +232,18 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 			break
 		}
 		r := &rules[ri]
-		if x.ContainsAddr(&r.EvalMatch, r.Rule.IPBlocks, remote.addr) && x.PortMatches(&r.EvalMatch, dstPod, proto, port) {
+		if x.ContainsAddr(&r.EvalMatch, &r.Rule.Match, remote.addr) && x.PortMatches(&r.EvalMatch, dstPod, proto, port) {
 			best = ri
 			break
 		}
 	}
 	if best < 0 {
-		pod := &p.Pods[local.id]
 		if d == compile.Egress {
-			return false, pod.EgressDenied
+			return false, local.pod.EgressDenied
 		}
-		return false, pod.IngressDenied
+		return false, local.pod.IngressDenied
 	}
-	return true, rules[best].Rule.AllowReason
+	return true, rules[best].Reason
 }
 
 // Evaluator decides queued connections from the current program. The
