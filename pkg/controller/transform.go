@@ -1,6 +1,10 @@
 package controller
 
 import (
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,10 +14,49 @@ import (
 
 // The informers hold every pod of the cluster, so the stored pods are most
 // of the agent's memory. The transform keeps only what the compiler reads,
-// and interns the strings many pods repeat (namespace, node, label keys and
-// values, port names), so that 50,000 pods with a few dozen distinct labels
-// hold each of those strings once. unique.Make drops a string when no pod
-// uses it any more.
+// and interns what many pods repeat: strings (namespace, node, label keys
+// and values, port names), label maps and container port lists (the
+// replicas of a workload have the same), so that 50,000 pods of a few
+// hundred workloads hold each of those once. unique.Make drops a string
+// when no pod uses it any more; shared values are bounded by generations.
+// Informer objects are read-only (client-go's contract, and the compiler
+// only reads them), so pods can share maps and slices.
+
+// sharedValues keeps one copy of equal immutable values, by a key that
+// spells the value. It holds two generations of at most limit entries: a
+// value not asked for during a whole generation is forgotten (pods holding
+// it keep it; later pods get a new copy), so the table stays bounded while
+// label sets come and go with rollouts.
+type sharedValues[V any] struct {
+	mu        sync.Mutex
+	cur, prev map[string]V
+	limit     int
+}
+
+func (s *sharedValues[V]) get(key string, build func() V) V {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.cur[key]; ok {
+		return v
+	}
+	v, ok := s.prev[key]
+	if !ok {
+		v = build()
+	}
+	if s.cur == nil || len(s.cur) >= s.limit {
+		s.prev, s.cur = s.cur, make(map[string]V)
+	}
+	s.cur[intern(key)] = v
+	return v
+}
+
+// sharedLimit bounds each generation of shared label maps and port lists.
+const sharedLimit = 1 << 14
+
+var (
+	sharedLabels = sharedValues[map[string]string]{limit: sharedLimit}
+	sharedPorts  = sharedValues[[]corev1.Container]{limit: sharedLimit}
+)
 
 // intern returns the canonical copy of s.
 func intern(s string) string {
@@ -23,17 +66,57 @@ func intern(s string) string {
 	return unique.Make(s).Value()
 }
 
-// internLabels copies a label map with interned keys and values; the
-// decoded map and its strings become garbage.
+// internLabels returns the shared copy of a label map, with interned keys
+// and values; the decoded map and its strings become garbage.
 func internLabels(in map[string]string) map[string]string {
 	if len(in) == 0 {
 		return nil
 	}
-	out := make(map[string]string, len(in))
+	keys := make([]string, 0, len(in))
+	n := 0
 	for k, v := range in {
-		out[intern(k)] = intern(v)
+		keys = append(keys, k)
+		n += len(k) + len(v) + 2
 	}
-	return out
+	slices.Sort(keys)
+	var key strings.Builder
+	key.Grow(n + 4*len(in))
+	for _, k := range keys {
+		writeField(&key, k)
+		writeField(&key, in[k])
+	}
+	return sharedLabels.get(key.String(), func() map[string]string {
+		out := make(map[string]string, len(in))
+		for k, v := range in {
+			out[intern(k)] = intern(v)
+		}
+		return out
+	})
+}
+
+// writeField appends a length-prefixed field to a sharing key, so that
+// different values never spell the same key, whatever bytes they hold.
+func writeField(key *strings.Builder, s string) {
+	key.WriteString(strconv.Itoa(len(s)))
+	key.WriteByte(':')
+	key.WriteString(s)
+}
+
+// containerPorts returns the shared one-container list that carries the
+// named ports (nil when there are none).
+func containerPorts(ports []corev1.ContainerPort) []corev1.Container {
+	if len(ports) == 0 {
+		return nil
+	}
+	var key strings.Builder
+	for _, cp := range ports {
+		writeField(&key, cp.Name)
+		writeField(&key, strconv.Itoa(int(cp.ContainerPort)))
+		writeField(&key, string(cp.Protocol))
+	}
+	return sharedPorts.get(key.String(), func() []corev1.Container {
+		return []corev1.Container{{Ports: slices.Clip(ports)}}
+	})
 }
 
 // slimPod keeps only what policies read: identity and resourceVersion (for
@@ -85,9 +168,7 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 	}
 	keep(p.Spec.Containers, false)
 	keep(p.Spec.InitContainers, true)
-	if len(ports) > 0 {
-		out.Spec.Containers = []corev1.Container{{Ports: ports[:len(ports):len(ports)]}}
-	}
+	out.Spec.Containers = containerPorts(ports)
 	return out
 }
 

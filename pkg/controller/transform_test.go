@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -141,6 +142,45 @@ func TestSlimPodKeepsWhatPoliciesRead(t *testing.T) {
 
 // namedPortPolicy isolates every pod of ns for ingress and admits any peer
 // on the named port.
+// TestSharedValues checks that equal values are shared, that different
+// ones are not, and that the table forgets what a whole generation did not
+// ask for.
+func TestSharedValues(t *testing.T) {
+	a := internLabels(map[string]string{"app": "web", "tier": "db"})
+	b := internLabels(map[string]string{"tier": "db", "app": "web"})
+	c := internLabels(map[string]string{"app": "web", "tier": "dbx"})
+	d := internLabels(map[string]string{"app": "webt", "ier": "db"})
+	same := func(x, y map[string]string) bool {
+		return reflect.ValueOf(x).UnsafePointer() == reflect.ValueOf(y).UnsafePointer()
+	}
+	if !same(a, b) || same(a, c) || same(a, d) || !cmp.Equal(d, map[string]string{"app": "webt", "ier": "db"}) {
+		t.Errorf("label maps: shared equal %v, shared different %v %v", same(a, b), same(a, c), same(a, d))
+	}
+	p1 := containerPorts([]corev1.ContainerPort{{Name: "http", ContainerPort: 80}})
+	p2 := containerPorts([]corev1.ContainerPort{{Name: "http", ContainerPort: 80}})
+	p3 := containerPorts([]corev1.ContainerPort{{Name: "http", ContainerPort: 80, Protocol: corev1.ProtocolUDP}})
+	if &p1[0] != &p2[0] || &p1[0] == &p3[0] {
+		t.Errorf("port lists: shared equal %v, shared different %v", &p1[0] == &p2[0], &p1[0] == &p3[0])
+	}
+
+	s := sharedValues[int]{limit: 4}
+	build := func(v int) func() int { return func() int { return v } }
+	s.get("kept", build(1))
+	for i := range 10 {
+		s.get(strconv.Itoa(i), build(i))
+		s.get("kept", build(-1)) // asked for every generation: never rebuilt
+	}
+	if v := s.get("kept", build(-1)); v != 1 {
+		t.Errorf("a value in use was rebuilt: %d", v)
+	}
+	if v := s.get("0", build(-1)); v != -1 {
+		t.Errorf("a value unused for a generation was kept: %d", v)
+	}
+	if n := len(s.cur) + len(s.prev); n > 2*s.limit {
+		t.Errorf("%d entries, want at most %d", n, 2*s.limit)
+	}
+}
+
 func namedPortPolicy(ns, port string) *networkingv1.NetworkPolicy {
 	name := intstr.FromString(port)
 	return &networkingv1.NetworkPolicy{
