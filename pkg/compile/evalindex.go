@@ -44,7 +44,9 @@ type EvalIndex struct {
 	// ClusterSelectors is the pool of the cluster rules' selector peers.
 	ClusterSelectors []SelectorID
 
-	// Ports, Named and Ranges4 are the pools of the rules' matches.
+	// Spills holds the lists of the matches that do not fit in EvalMatch;
+	// Ports, Named and Ranges4 are their pools.
+	Spills  []EvalSpill
 	Ports   []PortRange
 	Named   []EvalNamedPort
 	Ranges4 []Range4
@@ -134,23 +136,38 @@ func TierList(t Tier, d Direction) int {
 	return int(d)
 }
 
-// EvalMatch is a Match laid out for the evaluator. The IPv6 part of the
-// address peers is read from the rule itself.
+// EvalMatch is a Match laid out for the evaluator, in 56 bytes: up to two
+// port ranges, two named ports and two IPv4 ranges are held inline (most
+// rules), so that checking a rule reads the rule's cache line only. A match
+// with longer lists holds them all in EvalIndex.Spills[Spill] instead. The
+// IPv6 part of the address peers is read from the rule itself.
 type EvalMatch struct {
-	Ports   Span // in EvalIndex.Ports
-	Named   Span // in EvalIndex.Named
-	Ranges4 Span // in EvalIndex.Ranges4: the IPv4 ranges of IPBlocks
+	Ports                    [evalInline]PortRange
+	NPorts, NNamed, NRanges4 uint8
 	// HasRanges6 is set when IPBlocks holds IPv6 ranges.
 	HasRanges6 bool
 	AllPeers   bool
 	AllPorts   bool
+	Named      [evalInline]EvalNamedPort
+	// Ranges4 are the IPv4 ranges of IPBlocks.
+	Ranges4 [evalInline]Range4
+	// Spill indexes EvalIndex.Spills; -1 when the lists are inline.
+	Spill int32
 }
 
-// EvalRule is a NetworkPolicy rule of a decision table.
+// evalInline is how many entries of each list EvalMatch holds inline.
+const evalInline = 2
+
+// EvalSpill is the lists of a match too long to be held inline, as runs of
+// EvalIndex.Ports, Named and Ranges4.
+type EvalSpill struct {
+	Ports, Named, Ranges4 Span
+}
+
+// EvalRule is a NetworkPolicy rule of a decision table: 64 bytes, one
+// cache line.
 type EvalRule struct {
 	Rule *Rule
-	// Reason is Rule.AllowReason.
-	Reason string
 	EvalMatch
 }
 
@@ -257,12 +274,17 @@ func (x *EvalIndex) TierRulesOf(r *PodRecord, t Tier, d Direction) []EvalCluster
 // IPv6 ranges are read from the rule's Match.
 func (x *EvalIndex) ContainsAddr(m *EvalMatch, rule *Match, ip netip.Addr) bool {
 	if ip.Is4() {
-		if m.Ranges4.Len == 0 {
+		rs := m.Ranges4[:m.NRanges4]
+		if m.Spill >= 0 {
+			s := x.Spills[m.Spill].Ranges4
+			rs = x.Ranges4[s.Off:s.end()]
+		}
+		if len(rs) == 0 {
 			return false
 		}
 		a4 := ip.As4()
 		a := uint32(a4[0])<<24 | uint32(a4[1])<<16 | uint32(a4[2])<<8 | uint32(a4[3])
-		for _, r := range x.Ranges4[m.Ranges4.Off:m.Ranges4.end()] {
+		for _, r := range rs {
 			if a <= r.To {
 				return r.From <= a
 			}
@@ -278,16 +300,21 @@ func (x *EvalIndex) PortMatches(m *EvalMatch, dst *PodRecord, proto Protocol, po
 	if m.AllPorts {
 		return true
 	}
-	for _, pr := range x.Ports[m.Ports.Off:m.Ports.end()] {
+	ports, named := m.Ports[:m.NPorts], m.Named[:m.NNamed]
+	if m.Spill >= 0 {
+		s := &x.Spills[m.Spill]
+		ports, named = x.Ports[s.Ports.Off:s.Ports.end()], x.Named[s.Named.Off:s.Named.end()]
+	}
+	for _, pr := range ports {
 		if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
 			return true
 		}
 	}
-	if dst == nil || m.Named.Len == 0 || dst.Ports.Len == 0 {
+	if dst == nil || len(named) == 0 || dst.Ports.Len == 0 {
 		return false
 	}
 	pods := x.PodPorts[dst.Ports.Off:dst.Ports.end()]
-	for _, np := range x.Named[m.Named.Off:m.Named.end()] {
+	for _, np := range named {
 		if np.Protocol != 0 && np.Protocol != proto {
 			continue
 		}
@@ -363,23 +390,35 @@ func (ix *indexer) internRuleNames() {
 
 func (ix *indexer) match(m *Match) EvalMatch {
 	x := ix.x
-	em := EvalMatch{AllPeers: m.AllPeers, AllPorts: m.AllPorts}
-	em.Ports = Span{Off: uint32(len(x.Ports)), Len: uint32(len(m.Ports))}
-	x.Ports = append(x.Ports, m.Ports...)
-	em.Named.Off = uint32(len(x.Named))
+	em := EvalMatch{AllPeers: m.AllPeers, AllPorts: m.AllPorts, Spill: -1}
+	named := make([]EvalNamedPort, 0, len(m.NamedPorts))
 	for _, np := range m.NamedPorts {
-		x.Named = append(x.Named, EvalNamedPort{Name: ix.intern(np.Name), Protocol: np.Protocol})
+		named = append(named, EvalNamedPort{Name: ix.intern(np.Name), Protocol: np.Protocol})
 	}
-	em.Named.Len = uint32(len(x.Named)) - em.Named.Off
-	em.Ranges4.Off = uint32(len(x.Ranges4))
+	var ranges []Range4
 	for _, r := range m.IPBlocks {
 		if !r.From.Is4() {
 			em.HasRanges6 = true
 			continue
 		}
-		x.Ranges4 = append(x.Ranges4, Range4{From: addr4(r.From), To: addr4(r.To)})
+		ranges = append(ranges, Range4{From: addr4(r.From), To: addr4(r.To)})
 	}
-	em.Ranges4.Len = uint32(len(x.Ranges4)) - em.Ranges4.Off
+	if len(m.Ports) <= evalInline && len(named) <= evalInline && len(ranges) <= evalInline {
+		em.NPorts = uint8(copy(em.Ports[:], m.Ports))
+		em.NNamed = uint8(copy(em.Named[:], named))
+		em.NRanges4 = uint8(copy(em.Ranges4[:], ranges))
+		return em
+	}
+	sp := EvalSpill{
+		Ports:   Span{Off: uint32(len(x.Ports)), Len: uint32(len(m.Ports))},
+		Named:   Span{Off: uint32(len(x.Named)), Len: uint32(len(named))},
+		Ranges4: Span{Off: uint32(len(x.Ranges4)), Len: uint32(len(ranges))},
+	}
+	x.Ports = append(x.Ports, m.Ports...)
+	x.Named = append(x.Named, named...)
+	x.Ranges4 = append(x.Ranges4, ranges...)
+	em.Spill = int32(len(x.Spills))
+	x.Spills = append(x.Spills, sp)
 	return em
 }
 
@@ -417,7 +456,7 @@ func (ix *indexer) tables() {
 		et := EvalTable{Rules: uint32(len(x.Rules))}
 		for i, r := range rules {
 			local[r] = int32(i)
-			x.Rules = append(x.Rules, EvalRule{Rule: r, Reason: r.AllowReason, EvalMatch: ix.match(&r.Match)})
+			x.Rules = append(x.Rules, EvalRule{Rule: r, EvalMatch: ix.match(&r.Match)})
 		}
 		refs := func(rs []*Rule) Span {
 			s := Span{Off: uint32(len(x.RuleRefs)), Len: uint32(len(rs))}

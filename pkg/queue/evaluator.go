@@ -243,7 +243,7 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 		}
 		return false, local.pod.IngressDenied
 	}
-	return true, rules[best].Reason
+	return true, rules[best].Rule.AllowReason
 }
 
 // Evaluator decides queued connections from the current program. The

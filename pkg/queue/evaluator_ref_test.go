@@ -18,7 +18,8 @@ import (
 
 // withMixedPeers adds to compiletest's cluster what it lacks: IPv6-only pods
 // (fd00::1 to fd00::20 in ns-0000), and in ns-0000 to ns-0009 a policy
-// whose first rule is an ipBlock (IPv4 and IPv6) and whose second selects
+// whose first rule is an ipBlock (IPv4 with one or two exceptions, and
+// IPv6) and whose second selects
 // pods, so that an earlier address rule and a later selector rule can both
 // allow a connection (the reason must name the address rule).
 func withMixedPeers(in compile.Input) compile.Input {
@@ -34,11 +35,13 @@ func withMixedPeers(in compile.Input) compile.Input {
 	http, metrics := intstr.FromString("http"), intstr.FromInt32(9090)
 	for i := range 10 {
 		ns := fmt.Sprintf("ns-%04d", i)
+		// Two exceptions make three ranges: more than a rule holds inline.
+		except := []string{fmt.Sprintf("10.16.%d.0/24", i+1), fmt.Sprintf("10.16.%d.0/24", i+3)}
 		in.Policies = append(in.Policies, &networkingv1.NetworkPolicy{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "aaa-mixed"},
 			Spec: networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{
 				{From: []networkingv1.NetworkPolicyPeer{
-					{IPBlock: &networkingv1.IPBlock{CIDR: "10.16.0.0/16", Except: []string{fmt.Sprintf("10.16.%d.0/24", i+1)}}},
+					{IPBlock: &networkingv1.IPBlock{CIDR: "10.16.0.0/16", Except: except[:1+i%2]}},
 					{IPBlock: &networkingv1.IPBlock{CIDR: "fd00::/112", Except: []string{"fd00::/124"}}},
 				}, Ports: []networkingv1.NetworkPolicyPort{{Port: &http}, {Port: &metrics}}},
 				{From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}},
