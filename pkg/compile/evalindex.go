@@ -36,10 +36,12 @@ type EvalIndex struct {
 	// Rules is the pool of the tables' rules; each table's run is sorted by
 	// Rule.Order, so a smaller index in a run is an earlier rule.
 	Rules []EvalRule
-	// RuleRefs is the pool of table-relative rule indices (AnyPeer, Blocks).
-	RuleRefs []int32
-	// BySelector is the pool of the tables' (selector, rule) pairs.
-	BySelector []EvalSelectorRule
+	// TableData holds each table's ways in, one table after the other, so
+	// that a verdict reads them from a line or two: the table-relative
+	// indices of the rules that match any peer, then of those with address
+	// peers (each in rule order), then (selector, rule) pairs sorted by
+	// selector, then rule.
+	TableData []int32
 
 	// ClusterSelectors is the pool of the cluster rules' selector peers.
 	ClusterSelectors []SelectorID
@@ -171,20 +173,33 @@ type EvalRule struct {
 	EvalMatch
 }
 
-// EvalTable is a decision table: AnyPeer and Blocks list table-relative
-// indices of Rules (in order), BySelector pairs are sorted by selector,
-// then rule.
+// EvalTable is a decision table: its rules are a run of EvalIndex.Rules,
+// its ways in a run of EvalIndex.TableData.
 type EvalTable struct {
-	Rules      uint32 // offset of the table's run in EvalIndex.Rules
-	AnyPeer    Span   // in EvalIndex.RuleRefs
-	Blocks     Span   // in EvalIndex.RuleRefs
-	BySelector Span   // in EvalIndex.BySelector
+	Rules uint32 // offset of the table's run in EvalIndex.Rules
+	Data  uint32 // offset of the table's run in EvalIndex.TableData
+	// NAnyPeer, NBlocks and NBySelector count the entries of each part.
+	NAnyPeer, NBlocks, NBySelector uint32
 }
 
-// EvalSelectorRule pairs a selector with a table-relative rule index.
-type EvalSelectorRule struct {
-	Selector SelectorID
-	Rule     int32
+// AnyPeer returns the table-relative indices of the rules that match every
+// peer, in rule order.
+func (x *EvalIndex) AnyPeer(t *EvalTable) []int32 {
+	return x.TableData[t.Data : t.Data+t.NAnyPeer]
+}
+
+// Blocks returns the table-relative indices of the rules with address peers,
+// in rule order.
+func (x *EvalIndex) Blocks(t *EvalTable) []int32 {
+	o := t.Data + t.NAnyPeer
+	return x.TableData[o : o+t.NBlocks]
+}
+
+// BySelector returns the table's (selector, table-relative rule) pairs,
+// flattened: selector at even positions, sorted by selector, then rule.
+func (x *EvalIndex) BySelector(t *EvalTable) []int32 {
+	o := t.Data + t.NAnyPeer + t.NBlocks
+	return x.TableData[o : o+2*t.NBySelector]
 }
 
 // EvalClusterRule is a usable ClusterNetworkPolicy rule.
@@ -453,23 +468,20 @@ func (ix *indexer) tables() {
 		}
 		sort.Slice(rules, func(i, j int) bool { return rules[i].Order < rules[j].Order })
 		local := make(map[*Rule]int32, len(rules))
-		et := EvalTable{Rules: uint32(len(x.Rules))}
+		et := EvalTable{Rules: uint32(len(x.Rules)), Data: uint32(len(x.TableData)),
+			NAnyPeer: uint32(len(t.AnyPeer)), NBlocks: uint32(len(t.Blocks)), NBySelector: uint32(len(t.BySelector))}
 		for i, r := range rules {
 			local[r] = int32(i)
 			x.Rules = append(x.Rules, EvalRule{Rule: r, EvalMatch: ix.match(&r.Match)})
 		}
-		refs := func(rs []*Rule) Span {
-			s := Span{Off: uint32(len(x.RuleRefs)), Len: uint32(len(rs))}
-			for _, r := range rs {
-				x.RuleRefs = append(x.RuleRefs, local[r])
-			}
-			return s
+		for _, r := range t.AnyPeer {
+			x.TableData = append(x.TableData, local[r])
 		}
-		et.AnyPeer = refs(t.AnyPeer)
-		et.Blocks = refs(t.Blocks)
-		et.BySelector = Span{Off: uint32(len(x.BySelector)), Len: uint32(len(t.BySelector))}
+		for _, r := range t.Blocks {
+			x.TableData = append(x.TableData, local[r])
+		}
 		for _, sr := range t.BySelector {
-			x.BySelector = append(x.BySelector, EvalSelectorRule{Selector: sr.Selector, Rule: local[sr.Rule]})
+			x.TableData = append(x.TableData, int32(sr.Selector), local[sr.Rule])
 		}
 		x.Tables[ti] = et
 	}

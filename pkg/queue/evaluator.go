@@ -203,31 +203,32 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 	t := &x.Tables[ti]
 	rules := x.Rules[t.Rules:]
 	best := int32(-1)
-	for _, ri := range x.RuleRefs[t.AnyPeer.Off : t.AnyPeer.Off+t.AnyPeer.Len] {
+	for _, ri := range x.AnyPeer(t) {
 		if x.PortMatches(&rules[ri].EvalMatch, dstPod, proto, port) {
 			best = ri
 			break
 		}
 	}
-	if remote.pod != nil && t.BySelector.Len > 0 {
-		// Merge the pod's sorted memberships with the table's sorted selectors.
-		m, bs := x.MemberOf(remote.pod), x.BySelector[t.BySelector.Off:t.BySelector.Off+t.BySelector.Len]
-		for i, j := 0, 0; i < len(m) && j < len(bs); {
-			switch {
-			case m[i] < bs[j].Selector:
+	if remote.pod != nil && t.NBySelector > 0 {
+		// Merge the pod's sorted memberships with the table's sorted
+		// selectors (pairs: selector, rule).
+		m, bs := x.MemberOf(remote.pod), x.BySelector(t)
+		for i, j := 0, 0; i < len(m) && j+1 < len(bs); {
+			switch sel := compile.SelectorID(bs[j]); {
+			case m[i] < sel:
 				i++
-			case m[i] > bs[j].Selector:
-				j++
+			case m[i] > sel:
+				j += 2
 			default:
-				ri := bs[j].Rule
+				ri := bs[j+1]
 				if (best < 0 || ri < best) && x.PortMatches(&rules[ri].EvalMatch, dstPod, proto, port) {
 					best = ri
 				}
-				j++
+				j += 2
 			}
 		}
 	}
-	for _, ri := range x.RuleRefs[t.Blocks.Off : t.Blocks.Off+t.Blocks.Len] {
+	for _, ri := range x.Blocks(t) {
 		if best >= 0 && ri > best {
 			break
 		}
