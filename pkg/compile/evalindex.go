@@ -381,23 +381,20 @@ func (ix *indexer) intern(name string) int32 {
 // internRuleNames numbers the port names rules use; pod ports with other
 // names can never match and are left out of the index.
 func (ix *indexer) internRuleNames() {
-	for i := range ix.p.Policies {
-		pol := &ix.p.Policies[i]
-		for _, rs := range [][]Rule{pol.Ingress, pol.Egress} {
-			for j := range rs {
-				for _, np := range rs[j].NamedPorts {
-					ix.intern(np.Name)
-				}
-			}
+	add := func(m *Match) {
+		for _, np := range m.NamedPorts {
+			ix.intern(np.Name)
 		}
 	}
-	for i := range ix.p.ClusterPolicies {
-		cp := &ix.p.ClusterPolicies[i]
-		for _, rs := range [][]ClusterRule{cp.Ingress, cp.Egress} {
-			for j := range rs {
-				for _, np := range rs[j].NamedPorts {
-					ix.intern(np.Name)
-				}
+	for _, d := range []Direction{Ingress, Egress} {
+		for i := range ix.p.Policies {
+			for j, rules := 0, ix.p.Policies[i].Rules(d); j < len(rules); j++ {
+				add(&rules[j].Match)
+			}
+		}
+		for i := range ix.p.ClusterPolicies {
+			for j, rules := 0, ix.p.ClusterPolicies[i].Rules(d); j < len(rules); j++ {
+				add(&rules[j].Match)
 			}
 		}
 	}
@@ -474,10 +471,7 @@ func (ix *indexer) tables() {
 			local[r] = int32(i)
 			x.Rules = append(x.Rules, EvalRule{Rule: r, EvalMatch: ix.match(&r.Match)})
 		}
-		for _, r := range t.AnyPeer {
-			x.TableData = append(x.TableData, local[r])
-		}
-		for _, r := range t.Blocks {
+		for _, r := range append(t.AnyPeer[:len(t.AnyPeer):len(t.AnyPeer)], t.Blocks...) {
 			x.TableData = append(x.TableData, local[r])
 		}
 		for _, sr := range t.BySelector {

@@ -114,34 +114,23 @@ func decideDirection(p *compile.Program, local *end, d compile.Direction,
 	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (bool, string) {
 	x := &p.Eval
 	passed := ""
-	if local.pod.Tiers >= 0 {
-		if rules := x.TierRulesOf(local.pod, compile.TierAdmin, d); len(rules) > 0 {
-			switch a, reason := decideTier(p, rules, remote, dstPod, proto, port); a {
-			case compile.ActionAccept:
-				return true, reason
-			case compile.ActionDeny:
-				return false, reason
-			case compile.ActionPass:
-				passed = reason
+	for _, t := range [...]compile.Tier{compile.TierAdmin, compile.TierBaseline} {
+		if t == compile.TierBaseline {
+			// Between the tiers: the NetworkPolicies isolating the pod.
+			if table := local.pod.Table(d); table >= 0 {
+				if remote.pod == nil && p.IsOwnNode(&p.Pods[local.id], remote.addr) {
+					return true, ReasonNodeTraffic
+				}
+				return decide(p, local, d, table, remote, dstPod, proto, port)
 			}
 		}
-	}
-	if table := local.pod.Table(d); table >= 0 {
-		if remote.pod == nil && p.IsOwnNode(&p.Pods[local.id], remote.addr) {
-			return true, ReasonNodeTraffic
-		}
-		return decide(p, local, d, table, remote, dstPod, proto, port)
-	}
-	if local.pod.Tiers >= 0 {
-		if rules := x.TierRulesOf(local.pod, compile.TierBaseline, d); len(rules) > 0 {
-			switch a, reason := decideTier(p, rules, remote, dstPod, proto, port); a {
-			case compile.ActionAccept:
-				return true, reason
-			case compile.ActionDeny:
-				return false, reason
-			case compile.ActionPass:
-				passed = reason
-			}
+		switch a, reason := decideTier(p, x.TierRulesOf(local.pod, t, d), remote, dstPod, proto, port); a {
+		case compile.ActionAccept:
+			return true, reason
+		case compile.ActionDeny:
+			return false, reason
+		case compile.ActionPass:
+			passed = reason
 		}
 	}
 	if passed != "" {

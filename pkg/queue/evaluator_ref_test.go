@@ -126,92 +126,100 @@ func TestEvaluateMatchesReference(t *testing.T) {
 	}
 }
 
-// Evaluate decides a new connection from src to dst with the given protocol
-// and destination port, using the same policy model the kernel ruleset is
-// rendered from. Egress is decided for a local source pod, ingress for a
-// local destination pod. It does not allocate.
+// refEvaluate is the reference: it decides by brute force from the
+// program's general structures (Pod, Policy, Selector, ClusterPolicy),
+// without the decision tables or the EvalIndex, the way docs/semantics.md
+// reads: per direction the Admin tier, then the NetworkPolicies isolating
+// the pod (the first allowing rule in program order names the reason), then
+// the Baseline tier, then allow.
 func refEvaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) queue.Verdict {
 	src, dst = src.Unmap(), dst.Unmap()
-	srcID, srcIsPod := p.PodByIP(src)
-	dstID, dstIsPod := p.PodByIP(dst)
-	var srcPod, dstPod *compile.Pod
-	if srcIsPod {
-		srcPod = &p.Pods[srcID]
-	}
-	if dstIsPod {
-		dstPod = &p.Pods[dstID]
-	}
+	srcID, srcOK := p.PodByIP(src)
+	dstID, dstOK := p.PodByIP(dst)
 	v := queue.Verdict{Egress: true, Ingress: true, EgressReason: queue.ReasonEgressNotIsolated, IngressReason: queue.ReasonIngressNotIsolated}
-	if srcIsPod && dstIsPod && srcID == dstID {
-		// The API documentation: a pod cannot block access to itself (for
-		// example through a Service that load-balances back to it).
+	if srcOK && dstOK && srcID == dstID {
 		v.Allowed, v.EgressReason, v.IngressReason = true, queue.ReasonSelf, queue.ReasonSelf
 		return v
 	}
-
-	// Egress of the source pod.
-	switch {
-	case srcPod == nil:
-	case !srcPod.Local:
-		v.EgressReason = queue.ReasonNotEnforcedHere
-	default:
-		v.Egress, v.EgressReason = refDecideDirection(p, srcPod, compile.Egress, dstPod, dst, dstPod, proto, port)
-	}
-
-	// Ingress of the destination pod. Traffic from the pod's own node (kubelet
-	// probes among it) is never filtered: no ingress peer of either API can
-	// name a node, and the kernel does not filter the node's output.
-	switch {
-	case dstPod == nil:
-	case !dstPod.Local:
-		v.IngressReason = queue.ReasonNotEnforcedHere
-	case srcPod == nil && p.IsOwnNode(dstPod, src):
-		if dstPod.IngressTable >= 0 || len(dstPod.AdminIngress) > 0 || len(dstPod.BaselineIngress) > 0 {
-			v.IngressReason = queue.ReasonNodeTraffic
+	srcEnd, dstEnd := refEnd{src, srcID, srcOK}, refEnd{dst, dstID, dstOK}
+	if srcOK {
+		if !p.Pods[srcID].Local {
+			v.EgressReason = queue.ReasonNotEnforcedHere
+		} else {
+			v.Egress, v.EgressReason = refSide(p, srcID, compile.Egress, dstEnd, dstEnd, proto, port)
 		}
-	default:
-		v.Ingress, v.IngressReason = refDecideDirection(p, dstPod, compile.Ingress, srcPod, src, dstPod, proto, port)
+	}
+	if dstOK {
+		pod := &p.Pods[dstID]
+		switch {
+		case !pod.Local:
+			v.IngressReason = queue.ReasonNotEnforcedHere
+		case !srcOK && p.IsOwnNode(pod, src):
+			if len(pod.IngressPolicies) > 0 || len(pod.AdminIngress) > 0 || len(pod.BaselineIngress) > 0 {
+				v.IngressReason = queue.ReasonNodeTraffic
+			}
+		default:
+			v.Ingress, v.IngressReason = refSide(p, dstID, compile.Ingress, srcEnd, dstEnd, proto, port)
+		}
 	}
 	v.Allowed = v.Egress && v.Ingress
 	return v
 }
 
-// decideDirection decides one side of a connection for a local pod: the
-// Admin tier, then the NetworkPolicies isolating the pod, then the Baseline
-// tier, then allow. The remote end is the destination for egress, the
-// source for ingress.
-func refDecideDirection(p *compile.Program, pod *compile.Pod, d compile.Direction,
-	remotePod *compile.Pod, remote netip.Addr, dstPod *compile.Pod,
-	proto compile.Protocol, port uint16) (bool, string) {
+// refEnd is an end of a connection: an address, and its pod when ok.
+type refEnd struct {
+	addr netip.Addr
+	id   compile.PodID
+	ok   bool
+}
+
+func refSide(p *compile.Program, id compile.PodID, d compile.Direction, remote, dst refEnd, proto compile.Protocol, port uint16) (bool, string) {
+	pod := &p.Pods[id]
 	passed := ""
-	if ids := pod.ClusterPolicies(compile.TierAdmin, d); len(ids) > 0 {
-		switch a, reason := refDecideTier(p, ids, d, remotePod, remote, dstPod, proto, port); a {
-		case compile.ActionAccept:
-			return true, reason
-		case compile.ActionDeny:
-			return false, reason
-		case compile.ActionPass:
-			passed = reason
+	for _, t := range []compile.Tier{compile.TierAdmin, 0, compile.TierBaseline} {
+		if t == 0 {
+			ids, denied := pod.IngressPolicies, pod.IngressDenied
+			if d == compile.Egress {
+				ids, denied = pod.EgressPolicies, pod.EgressDenied
+			}
+			if len(ids) == 0 {
+				continue
+			}
+			if !remote.ok && p.IsOwnNode(pod, remote.addr) {
+				return true, queue.ReasonNodeTraffic
+			}
+			var best *compile.Rule
+			for _, pid := range ids {
+				rules := p.Policies[pid].Rules(d)
+				for i := range rules {
+					r := &rules[i]
+					if !r.MatchesNothing() && refMatch(p, &r.Match, remote, dst, proto, port) && (best == nil || r.Order < best.Order) {
+						best = r
+					}
+				}
+			}
+			if best == nil {
+				return false, denied
+			}
+			return true, best.AllowReason
 		}
-	}
-	table := pod.IngressTable
-	if d == compile.Egress {
-		table = pod.EgressTable
-	}
-	if table >= 0 {
-		if remotePod == nil && p.IsOwnNode(pod, remote) {
-			return true, queue.ReasonNodeTraffic
-		}
-		return refDecide(p, pod, d, remotePod, remote, dstPod, proto, port)
-	}
-	if ids := pod.ClusterPolicies(compile.TierBaseline, d); len(ids) > 0 {
-		switch a, reason := refDecideTier(p, ids, d, remotePod, remote, dstPod, proto, port); a {
-		case compile.ActionAccept:
-			return true, reason
-		case compile.ActionDeny:
-			return false, reason
-		case compile.ActionPass:
-			passed = reason
+	tier:
+		for _, cid := range pod.ClusterPolicies(t, d) {
+			rules := p.ClusterPolicies[cid].Rules(d)
+			for i := range rules {
+				r := &rules[i]
+				if r.Disabled || !refMatch(p, &r.Match, remote, dst, proto, port) {
+					continue
+				}
+				switch r.Action {
+				case compile.ActionAccept:
+					return true, r.Reason
+				case compile.ActionDeny:
+					return false, r.Reason
+				}
+				passed = r.Reason
+				break tier
+			}
 		}
 	}
 	if passed != "" {
@@ -223,118 +231,33 @@ func refDecideDirection(p *compile.Program, pod *compile.Pod, d compile.Directio
 	return true, queue.ReasonIngressNotIsolated
 }
 
-// decideTier walks one tier's ClusterNetworkPolicies in precedence order and
-// their rules in written order; the first rule that matches decides (0 when
-// none does).
-func refDecideTier(p *compile.Program, ids []compile.ClusterPolicyID, d compile.Direction,
-	remotePod *compile.Pod, remote netip.Addr, dstPod *compile.Pod,
-	proto compile.Protocol, port uint16) (compile.Action, string) {
-	for _, id := range ids {
-		rules := p.ClusterPolicies[id].Rules(d)
-		for i := range rules {
-			r := &rules[i]
-			if r.Disabled {
-				continue
-			}
-			if refPeerMatches(p, &r.Match, remotePod, remote) && refPortMatches(&r.Match, dstPod, proto, port) {
-				return r.Action, r.Reason
-			}
-		}
-	}
-	return 0, ""
-}
-
-// peerMatches checks the remote end against a ClusterNetworkPolicy rule's peers.
-func refPeerMatches(p *compile.Program, m *compile.Match, remotePod *compile.Pod, remote netip.Addr) bool {
-	if m.AllPeers {
-		return true
-	}
-	if remotePod != nil {
-		for _, s := range m.Selectors {
-			if remotePod.InSelector(s) {
-				return true
-			}
-		}
+// refMatch checks a rule's peers against the remote end and its ports
+// against the destination.
+func refMatch(p *compile.Program, m *compile.Match, remote, dst refEnd, proto compile.Protocol, port uint16) bool {
+	peer := m.AllPeers || compile.RangesContain(m.IPBlocks, remote.addr)
+	for _, s := range m.Selectors {
+		peer = peer || remote.ok && p.Selectors[s].Contains(remote.id)
 	}
 	for _, n := range m.Nodes {
-		if p.NodeSets[n].Contains(remote) {
-			return true
-		}
+		peer = peer || p.NodeSets[n].Contains(remote.addr)
 	}
-	return compile.RangesContain(m.IPBlocks, remote)
-}
-
-// decide looks the connection up in the decision table of the policies
-// isolating pod in direction d. The remote end (a pod or nil, and its
-// address) is the source for ingress, the destination for egress. When
-// several rules allow, the reason names the first in program order.
-func refDecide(p *compile.Program, pod *compile.Pod, d compile.Direction,
-	remotePod *compile.Pod, remote netip.Addr, dstPod *compile.Pod,
-	proto compile.Protocol, port uint16) (bool, string) {
-	ti, denied := pod.IngressTable, pod.IngressDenied
-	if d == compile.Egress {
-		ti, denied = pod.EgressTable, pod.EgressDenied
+	if !peer {
+		return false
 	}
-	t := &p.Tables[ti]
-	var best *compile.Rule
-	for _, r := range t.AnyPeer {
-		if refPortMatches(&r.Match, dstPod, proto, port) {
-			best = r
-			break
-		}
-	}
-	if remotePod != nil {
-		// Merge the pod's sorted memberships with the table's sorted selectors.
-		m, bs := remotePod.MemberOf, t.BySelector
-		for i, j := 0, 0; i < len(m) && j < len(bs); {
-			switch {
-			case m[i] < bs[j].Selector:
-				i++
-			case m[i] > bs[j].Selector:
-				j++
-			default:
-				r := bs[j].Rule
-				if (best == nil || r.Order < best.Order) && refPortMatches(&r.Match, dstPod, proto, port) {
-					best = r
-				}
-				j++
-			}
-		}
-	}
-	for _, r := range t.Blocks {
-		if best != nil && r.Order > best.Order {
-			break
-		}
-		if compile.RangesContain(r.IPBlocks, remote) && refPortMatches(&r.Match, dstPod, proto, port) {
-			best = r
-			break
-		}
-	}
-	if best == nil {
-		return false, denied
-	}
-	return true, best.AllowReason
-}
-
-// portMatches checks the destination port; named ports resolve on the
-// destination pod and match nothing when the destination is not a pod.
-func refPortMatches(r *compile.Match, dstPod *compile.Pod, proto compile.Protocol, port uint16) bool {
-	if r.AllPorts {
+	if m.AllPorts {
 		return true
 	}
-	for _, pr := range r.Ports {
-		if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
+	for _, r := range m.Ports {
+		if r.Protocol == proto && r.First <= port && port <= r.Last {
 			return true
 		}
 	}
-	if dstPod != nil {
-		for _, np := range r.NamedPorts {
-			if np.Protocol != 0 && np.Protocol != proto {
-				continue
-			}
-			if n, ok := dstPod.NamedPort(np.Name, proto); ok && n == port {
-				return true
-			}
+	for _, np := range m.NamedPorts {
+		if np.Protocol != 0 && np.Protocol != proto || !dst.ok {
+			continue
+		}
+		if n, ok := p.Pods[dst.id].NamedPort(np.Name, proto); ok && n == port {
+			return true
 		}
 	}
 	return false
