@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"runtime"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -191,14 +190,7 @@ func BenchmarkEvaluate(b *testing.B) {
 					allowedN++
 				}
 			}
-			// Collect the build's garbage now, not while the loop runs.
-			runtime.GC()
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
-				p := &pairs[i%len(pairs)]
-				benchSink = queue.Evaluate(prog, p.src, p.dst, tcp, p.port)
-			}
+			evaluateLoop(b, prog, pairs)
 			b.ReportMetric(100*float64(allowedN)/float64(len(pairs)), "allowed-%")
 		})
 	}
