@@ -70,7 +70,8 @@ type Span struct{ Off, Len uint32 }
 func (s Span) end() uint32 { return s.Off + s.Len }
 
 // PodRecord is what a verdict reads about a pod, in 64 bytes: one cache
-// line (the records are one large allocation, which is page-aligned).
+// line once there are more than 512 pods (the records are then one
+// page-aligned allocation).
 type PodRecord struct {
 	// IngressTable and EgressTable index Program.Tables and EvalIndex.Tables
 	// (-1: not isolated by a NetworkPolicy in that direction).
