@@ -101,6 +101,10 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	logger := klog.Background().WithName("agent")
 	ctx = klog.NewContext(ctx, logger)
+	if err := applyMemoryLimit(logger); err != nil {
+		logger.Error(err, "Invalid memory limit")
+		return exitBadInput
+	}
 	if err := agent(ctx, o); err != nil {
 		logger.Error(err, "Agent failed")
 		return exitFailure

@@ -97,6 +97,7 @@ func BuildCached(in Input, cache *Cache) *Program {
 	}
 	b.finish()
 	b.compileClusterPolicies(in.ClusterPolicies)
+	b.prog.buildEvalIndex()
 	return b.prog
 }
 
@@ -120,7 +121,6 @@ func newBuilder(in Input) *builder {
 		prog: &Program{
 			Node:    in.NodeName,
 			NodeIPs: append([]netip.Addr(nil), in.NodeIPs...),
-			podByIP: map[netip.Addr]PodID{},
 		},
 		nsLabels: map[string]labels.Set{},
 		byNS:     map[string][]PodID{},
@@ -247,9 +247,6 @@ func (b *builder) buildPods(pods []*corev1.Pod) {
 			continue
 		}
 		id := PodID(len(out))
-		for _, ip := range ips {
-			b.prog.podByIP[ip] = id
-		}
 		out = append(out, Pod{
 			Namespace: c.pod.Namespace,
 			Name:      c.pod.Name,

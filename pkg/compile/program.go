@@ -408,7 +408,8 @@ type Program struct {
 	// (with kubernetes.io/metadata.name); explanations read it.
 	NamespaceLabels map[string]labels.Set
 
-	podByIP map[netip.Addr]PodID
+	// Eval is the same program laid out for the userspace evaluator.
+	Eval EvalIndex
 }
 
 // IsOwnNode reports whether ip is an address of the pod's own node: the
@@ -427,8 +428,7 @@ func (p *Program) IsOwnNode(pod *Pod, ip netip.Addr) bool {
 
 // PodByIP returns the pod that owns the address.
 func (p *Program) PodByIP(ip netip.Addr) (PodID, bool) {
-	id, ok := p.podByIP[ip]
-	return id, ok
+	return p.Eval.PodByAddr(ip)
 }
 
 // IsNodeIP reports whether ip is one of the node's own addresses.

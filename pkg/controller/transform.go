@@ -1,51 +1,174 @@
 package controller
 
 import (
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"unique"
+
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// slimPod keeps only what policies read: identity, labels, node, host
-// network, container ports, phase and IPs. Informers hold every pod of the
-// cluster, so this is most of the agent's memory.
+// The informers hold every pod of the cluster, so the stored pods are most
+// of the agent's memory. The transform keeps only what the compiler reads,
+// and interns what many pods repeat: strings (namespace, node, label keys
+// and values, port names), label maps and container port lists (the
+// replicas of a workload have the same), so that 50,000 pods of a few
+// hundred workloads hold each of those once. unique.Make drops a string
+// when no pod uses it any more; shared values are bounded by generations.
+// Informer objects are read-only (client-go's contract, and the compiler
+// only reads them), so pods can share maps and slices.
+
+// sharedValues keeps one copy of equal immutable values, by a key that
+// spells the value. It holds two generations of at most limit entries: a
+// value not asked for during a whole generation is forgotten (pods holding
+// it keep it; later pods get a new copy), so the table stays bounded while
+// label sets come and go with rollouts.
+type sharedValues[V any] struct {
+	mu        sync.Mutex
+	cur, prev map[string]V
+	limit     int
+}
+
+func (s *sharedValues[V]) get(key string, build func() V) V {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.cur[key]; ok {
+		return v
+	}
+	v, ok := s.prev[key]
+	if !ok {
+		v = build()
+	}
+	if s.cur == nil || len(s.cur) >= s.limit {
+		s.prev, s.cur = s.cur, make(map[string]V)
+	}
+	s.cur[intern(key)] = v
+	return v
+}
+
+// sharedLimit bounds each generation of shared label maps and port lists.
+const sharedLimit = 1 << 14
+
+var (
+	sharedLabels = sharedValues[map[string]string]{limit: sharedLimit}
+	sharedPorts  = sharedValues[[]corev1.Container]{limit: sharedLimit}
+)
+
+// intern returns the canonical copy of s.
+func intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	return unique.Make(s).Value()
+}
+
+// internLabels returns the shared copy of a label map, with interned keys
+// and values; the decoded map and its strings become garbage.
+func internLabels(in map[string]string) map[string]string {
+	if len(in) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(in))
+	n := 0
+	for k, v := range in {
+		keys = append(keys, k)
+		n += len(k) + len(v) + 2
+	}
+	slices.Sort(keys)
+	var key strings.Builder
+	key.Grow(n + 4*len(in))
+	for _, k := range keys {
+		writeField(&key, k)
+		writeField(&key, in[k])
+	}
+	return sharedLabels.get(key.String(), func() map[string]string {
+		out := make(map[string]string, len(in))
+		for k, v := range in {
+			out[intern(k)] = intern(v)
+		}
+		return out
+	})
+}
+
+// writeField appends a length-prefixed field to a sharing key, so that
+// different values never spell the same key, whatever bytes they hold.
+func writeField(key *strings.Builder, s string) {
+	key.WriteString(strconv.Itoa(len(s)))
+	key.WriteByte(':')
+	key.WriteString(s)
+}
+
+// containerPorts returns the shared one-container list that carries the
+// named ports (nil when there are none).
+func containerPorts(ports []corev1.ContainerPort) []corev1.Container {
+	if len(ports) == 0 {
+		return nil
+	}
+	var key strings.Builder
+	for _, cp := range ports {
+		writeField(&key, cp.Name)
+		writeField(&key, strconv.Itoa(int(cp.ContainerPort)))
+		writeField(&key, string(cp.Protocol))
+	}
+	return sharedPorts.get(key.String(), func() []corev1.Container {
+		return []corev1.Container{{Ports: slices.Clip(ports)}}
+	})
+}
+
+// slimPod keeps only what policies read: identity and resourceVersion (for
+// change detection and the inputs fingerprint), labels, creation and
+// deletion time (which pod owns a reused IP), node, host network, named
+// container ports, phase and IPs.
+//
+// Container ports are kept only when named: numbered rules match the packet's
+// port, and only named ports resolve against the pod. The ports of the
+// containers and of the restartable init containers (sidecars) are kept in
+// that order, the order named ports resolve in, in one container.
 func slimPod(p *corev1.Pod) *corev1.Pod {
 	out := &corev1.Pod{
 		TypeMeta: p.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              p.Name,
-			Namespace:         p.Namespace,
+			Namespace:         intern(p.Namespace),
 			UID:               p.UID,
 			ResourceVersion:   p.ResourceVersion,
-			Labels:            p.Labels,
+			Labels:            internLabels(p.Labels),
 			CreationTimestamp: p.CreationTimestamp,
 			DeletionTimestamp: p.DeletionTimestamp,
 		},
 		Spec: corev1.PodSpec{
-			NodeName:    p.Spec.NodeName,
+			NodeName:    intern(p.Spec.NodeName),
 			HostNetwork: p.Spec.HostNetwork,
 		},
 		Status: corev1.PodStatus{
 			Phase:  p.Status.Phase,
 			PodIP:  p.Status.PodIP,
-			PodIPs: p.Status.PodIPs,
+			PodIPs: append([]corev1.PodIP(nil), p.Status.PodIPs...),
 		},
 	}
-	keep := func(cs []corev1.Container, sidecars bool) []corev1.Container {
-		var kept []corev1.Container
+	if len(out.Status.PodIPs) > 0 && out.Status.PodIPs[0].IP == out.Status.PodIP {
+		out.Status.PodIP = out.Status.PodIPs[0].IP // one string for both
+	}
+	var ports []corev1.ContainerPort
+	keep := func(cs []corev1.Container, sidecars bool) {
 		for _, c := range cs {
-			if len(c.Ports) == 0 {
-				continue
-			}
 			if sidecars && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
 				continue
 			}
-			kept = append(kept, corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy})
+			for _, cp := range c.Ports {
+				if cp.Name != "" {
+					ports = append(ports, corev1.ContainerPort{Name: intern(cp.Name), ContainerPort: cp.ContainerPort, Protocol: cp.Protocol})
+				}
+			}
 		}
-		return kept
 	}
-	out.Spec.Containers = keep(p.Spec.Containers, false)
-	out.Spec.InitContainers = keep(p.Spec.InitContainers, true)
+	keep(p.Spec.Containers, false)
+	keep(p.Spec.InitContainers, true)
+	out.Spec.Containers = containerPorts(ports)
 	return out
 }
 
@@ -53,10 +176,10 @@ func slimNamespace(ns *corev1.Namespace) *corev1.Namespace {
 	return &corev1.Namespace{
 		TypeMeta: ns.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
-			Name:            ns.Name,
+			Name:            intern(ns.Name),
 			UID:             ns.UID,
 			ResourceVersion: ns.ResourceVersion,
-			Labels:          ns.Labels,
+			Labels:          internLabels(ns.Labels),
 		},
 	}
 }

@@ -45,23 +45,33 @@ const (
 	ReasonSelf               = "a pod can always reach itself"
 )
 
+// end is one end of a connection: its address and, when a pod owns the
+// address, the pod's ID and evaluator record.
+type end struct {
+	addr netip.Addr
+	id   compile.PodID
+	pod  *compile.PodRecord
+}
+
 // Evaluate decides a new connection from src to dst with the given protocol
 // and destination port, using the same policy model the kernel ruleset is
 // rendered from. Egress is decided for a local source pod, ingress for a
 // local destination pod. It does not allocate.
+//
+// It reads the program's EvalIndex: pods by address in an open-addressed
+// table, one 32-byte record per pod, and decision tables whose rules lie
+// next to each other, so that a verdict touches a few cache lines.
 func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) Verdict {
-	src, dst = src.Unmap(), dst.Unmap()
-	srcID, srcIsPod := p.PodByIP(src)
-	dstID, dstIsPod := p.PodByIP(dst)
-	var srcPod, dstPod *compile.Pod
-	if srcIsPod {
-		srcPod = &p.Pods[srcID]
+	x := &p.Eval
+	s, d := end{addr: src.Unmap()}, end{addr: dst.Unmap()}
+	if id, ok := x.PodByAddr(s.addr); ok {
+		s.id, s.pod = id, &x.Pods[id]
 	}
-	if dstIsPod {
-		dstPod = &p.Pods[dstID]
+	if id, ok := x.PodByAddr(d.addr); ok {
+		d.id, d.pod = id, &x.Pods[id]
 	}
 	v := Verdict{Egress: true, Ingress: true, EgressReason: ReasonEgressNotIsolated, IngressReason: ReasonIngressNotIsolated}
-	if srcIsPod && dstIsPod && srcID == dstID {
+	if s.pod != nil && d.pod != nil && s.id == d.id {
 		// The API documentation: a pod cannot block access to itself (for
 		// example through a Service that load-balances back to it).
 		v.Allowed, v.EgressReason, v.IngressReason = true, ReasonSelf, ReasonSelf
@@ -70,26 +80,27 @@ func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, p
 
 	// Egress of the source pod.
 	switch {
-	case srcPod == nil:
-	case !srcPod.Local:
+	case s.pod == nil:
+	case !s.pod.Local:
 		v.EgressReason = ReasonNotEnforcedHere
 	default:
-		v.Egress, v.EgressReason = decideDirection(p, srcPod, compile.Egress, dstPod, dst, dstPod, proto, port)
+		v.Egress, v.EgressReason = decideDirection(p, &s, compile.Egress, &d, d.pod, proto, port)
 	}
 
 	// Ingress of the destination pod. Traffic from the pod's own node (kubelet
 	// probes among it) is never filtered: no ingress peer of either API can
 	// name a node, and the kernel does not filter the node's output.
 	switch {
-	case dstPod == nil:
-	case !dstPod.Local:
+	case d.pod == nil:
+	case !d.pod.Local:
 		v.IngressReason = ReasonNotEnforcedHere
-	case srcPod == nil && p.IsOwnNode(dstPod, src):
-		if dstPod.IngressTable >= 0 || len(dstPod.AdminIngress) > 0 || len(dstPod.BaselineIngress) > 0 {
+	case s.pod == nil && p.IsOwnNode(&p.Pods[d.id], s.addr):
+		if d.pod.IngressTable >= 0 || d.pod.Tiers >= 0 && (len(x.ClusterPolicies(d.pod, compile.TierAdmin, compile.Ingress)) > 0 ||
+			len(x.ClusterPolicies(d.pod, compile.TierBaseline, compile.Ingress)) > 0) {
 			v.IngressReason = ReasonNodeTraffic
 		}
 	default:
-		v.Ingress, v.IngressReason = decideDirection(p, dstPod, compile.Ingress, srcPod, src, dstPod, proto, port)
+		v.Ingress, v.IngressReason = decideDirection(p, &d, compile.Ingress, &s, d.pod, proto, port)
 	}
 	v.Allowed = v.Egress && v.Ingress
 	return v
@@ -99,32 +110,21 @@ func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, p
 // Admin tier, then the NetworkPolicies isolating the pod, then the Baseline
 // tier, then allow. The remote end is the destination for egress, the
 // source for ingress.
-func decideDirection(p *compile.Program, pod *compile.Pod, d compile.Direction,
-	remotePod *compile.Pod, remote netip.Addr, dstPod *compile.Pod,
-	proto compile.Protocol, port uint16) (bool, string) {
+func decideDirection(p *compile.Program, local *end, d compile.Direction,
+	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (bool, string) {
+	x := &p.Eval
 	passed := ""
-	if ids := pod.ClusterPolicies(compile.TierAdmin, d); len(ids) > 0 {
-		switch a, reason := decideTier(p, ids, d, remotePod, remote, dstPod, proto, port); a {
-		case compile.ActionAccept:
-			return true, reason
-		case compile.ActionDeny:
-			return false, reason
-		case compile.ActionPass:
-			passed = reason
+	for _, t := range [...]compile.Tier{compile.TierAdmin, compile.TierBaseline} {
+		if t == compile.TierBaseline {
+			// Between the tiers: the NetworkPolicies isolating the pod.
+			if table := local.pod.Table(d); table >= 0 {
+				if remote.pod == nil && p.IsOwnNode(&p.Pods[local.id], remote.addr) {
+					return true, ReasonNodeTraffic
+				}
+				return decide(p, local, d, table, remote, dstPod, proto, port)
+			}
 		}
-	}
-	table := pod.IngressTable
-	if d == compile.Egress {
-		table = pod.EgressTable
-	}
-	if table >= 0 {
-		if remotePod == nil && p.IsOwnNode(pod, remote) {
-			return true, ReasonNodeTraffic
-		}
-		return decide(p, pod, d, remotePod, remote, dstPod, proto, port)
-	}
-	if ids := pod.ClusterPolicies(compile.TierBaseline, d); len(ids) > 0 {
-		switch a, reason := decideTier(p, ids, d, remotePod, remote, dstPod, proto, port); a {
+		switch a, reason := decideTier(p, x.TierRulesOf(local.pod, t, d), remote, dstPod, proto, port); a {
 		case compile.ActionAccept:
 			return true, reason
 		case compile.ActionDeny:
@@ -142,121 +142,98 @@ func decideDirection(p *compile.Program, pod *compile.Pod, d compile.Direction,
 	return true, ReasonIngressNotIsolated
 }
 
-// decideTier walks one tier's ClusterNetworkPolicies in precedence order and
-// their rules in written order; the first rule that matches decides (0 when
-// none does).
-func decideTier(p *compile.Program, ids []compile.ClusterPolicyID, d compile.Direction,
-	remotePod *compile.Pod, remote netip.Addr, dstPod *compile.Pod,
-	proto compile.Protocol, port uint16) (compile.Action, string) {
-	for _, id := range ids {
-		rules := p.ClusterPolicies[id].Rules(d)
-		for i := range rules {
-			r := &rules[i]
-			if r.Disabled {
-				continue
-			}
-			if peerMatches(p, &r.Match, remotePod, remote) && portMatches(&r.Match, dstPod, proto, port) {
-				return r.Action, r.Reason
-			}
+// decideTier walks the rules of one tier's ClusterNetworkPolicies (policies
+// in precedence order, rules in written order, laid out in that order); the
+// first rule that matches decides (0 when none does). The port is checked
+// first: it is the cheaper test and the one that fails most often.
+func decideTier(p *compile.Program, rules []compile.EvalClusterRule,
+	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (compile.Action, string) {
+	x := &p.Eval
+	for i := range rules {
+		r := &rules[i]
+		if x.PortMatches(&r.EvalMatch, dstPod, proto, port) && peerMatches(p, r, remote) {
+			return r.Action, r.Reason
 		}
 	}
 	return 0, ""
 }
 
 // peerMatches checks the remote end against a ClusterNetworkPolicy rule's peers.
-func peerMatches(p *compile.Program, m *compile.Match, remotePod *compile.Pod, remote netip.Addr) bool {
-	if m.AllPeers {
+func peerMatches(p *compile.Program, r *compile.EvalClusterRule, remote *end) bool {
+	if r.AllPeers {
 		return true
 	}
-	if remotePod != nil {
-		for _, s := range m.Selectors {
-			if remotePod.InSelector(s) {
+	x := &p.Eval
+	if remote.pod != nil && r.Selectors.Len > 0 {
+		for _, s := range x.ClusterSelectors[r.Selectors.Off : r.Selectors.Off+r.Selectors.Len] {
+			if x.InSelector(remote.pod, s) {
 				return true
 			}
 		}
 	}
-	for _, n := range m.Nodes {
-		if p.NodeSets[n].Contains(remote) {
-			return true
+	if r.HasNodes {
+		for _, n := range r.Rule.Nodes {
+			if p.NodeSets[n].Contains(remote.addr) {
+				return true
+			}
 		}
 	}
-	return compile.RangesContain(m.IPBlocks, remote)
+	return x.ContainsAddr(&r.EvalMatch, &r.Rule.Match, remote.addr)
 }
 
 // decide looks the connection up in the decision table of the policies
-// isolating pod in direction d. The remote end (a pod or nil, and its
-// address) is the source for ingress, the destination for egress. When
-// several rules allow, the reason names the first in program order.
-func decide(p *compile.Program, pod *compile.Pod, d compile.Direction,
-	remotePod *compile.Pod, remote netip.Addr, dstPod *compile.Pod,
-	proto compile.Protocol, port uint16) (bool, string) {
-	ti, denied := pod.IngressTable, pod.IngressDenied
-	if d == compile.Egress {
-		ti, denied = pod.EgressTable, pod.EgressDenied
-	}
-	t := &p.Tables[ti]
-	var best *compile.Rule
-	for _, r := range t.AnyPeer {
-		if portMatches(&r.Match, dstPod, proto, port) {
-			best = r
+// isolating the local pod in direction d. The remote end is the source for
+// ingress, the destination for egress. When several rules allow, the reason
+// names the first in program order; a table's rules are in that order, so
+// the smallest table-relative index wins.
+func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
+	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (bool, string) {
+	x := &p.Eval
+	t := &x.Tables[ti]
+	rules := x.Rules[t.Rules:]
+	best := int32(-1)
+	for _, ri := range x.AnyPeer(t) {
+		if x.PortMatches(&rules[ri].EvalMatch, dstPod, proto, port) {
+			best = ri
 			break
 		}
 	}
-	if remotePod != nil {
-		// Merge the pod's sorted memberships with the table's sorted selectors.
-		m, bs := remotePod.MemberOf, t.BySelector
-		for i, j := 0, 0; i < len(m) && j < len(bs); {
-			switch {
-			case m[i] < bs[j].Selector:
+	if remote.pod != nil && t.NBySelector > 0 {
+		// Merge the pod's sorted memberships with the table's sorted
+		// selectors (pairs: selector, rule).
+		m, bs := x.MemberOf(remote.pod), x.BySelector(t)
+		for i, j := 0, 0; i < len(m) && j+1 < len(bs); {
+			switch sel := compile.SelectorID(bs[j]); {
+			case m[i] < sel:
 				i++
-			case m[i] > bs[j].Selector:
-				j++
+			case m[i] > sel:
+				j += 2
 			default:
-				r := bs[j].Rule
-				if (best == nil || r.Order < best.Order) && portMatches(&r.Match, dstPod, proto, port) {
-					best = r
+				ri := bs[j+1]
+				if (best < 0 || ri < best) && x.PortMatches(&rules[ri].EvalMatch, dstPod, proto, port) {
+					best = ri
 				}
-				j++
+				j += 2
 			}
 		}
 	}
-	for _, r := range t.Blocks {
-		if best != nil && r.Order > best.Order {
+	for _, ri := range x.Blocks(t) {
+		if best >= 0 && ri > best {
 			break
 		}
-		if compile.RangesContain(r.IPBlocks, remote) && portMatches(&r.Match, dstPod, proto, port) {
-			best = r
+		r := &rules[ri]
+		if x.ContainsAddr(&r.EvalMatch, &r.Rule.Match, remote.addr) && x.PortMatches(&r.EvalMatch, dstPod, proto, port) {
+			best = ri
 			break
 		}
 	}
-	if best == nil {
-		return false, denied
-	}
-	return true, best.AllowReason
-}
-
-// portMatches checks the destination port; named ports resolve on the
-// destination pod and match nothing when the destination is not a pod.
-func portMatches(r *compile.Match, dstPod *compile.Pod, proto compile.Protocol, port uint16) bool {
-	if r.AllPorts {
-		return true
-	}
-	for _, pr := range r.Ports {
-		if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
-			return true
+	if best < 0 {
+		if d == compile.Egress {
+			return false, local.pod.EgressDenied
 		}
+		return false, local.pod.IngressDenied
 	}
-	if dstPod != nil {
-		for _, np := range r.NamedPorts {
-			if np.Protocol != 0 && np.Protocol != proto {
-				continue
-			}
-			if n, ok := dstPod.NamedPort(np.Name, proto); ok && n == port {
-				return true
-			}
-		}
-	}
-	return false
+	return true, rules[best].Rule.AllowReason
 }
 
 // Evaluator decides queued connections from the current program. The

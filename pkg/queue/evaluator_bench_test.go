@@ -111,12 +111,7 @@ func BenchmarkEvaluate(b *testing.B) {
 					allowedN++
 				}
 			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
-				p := &pairs[i%len(pairs)]
-				benchSink = queue.Evaluate(prog, p.src, p.dst, TCP, p.port)
-			}
+			evaluateLoop(b, prog, pairs)
 			b.ReportMetric(100*float64(allowedN)/float64(len(pairs)), "allowed-%")
 		})
 	}

@@ -208,8 +208,8 @@ func (c *conn) denyingTier(pod *compile.Pod, d compile.Direction, reason string)
 // it says which condition failed and how it would hold.
 func (c *conn) miss(m *compile.Match, d compile.Direction) (Miss, bool) {
 	remotePod, remote := c.remote(d)
-	peerOK := peerMatches(c.p, m, remotePod, remote)
-	portOK := portMatches(m, c.dstPod, c.proto, c.port)
+	peerOK := matchPeer(c.p, m, remotePod, remote)
+	portOK := matchPort(m, c.dstPod, c.proto, c.port)
 	switch {
 	case peerOK && !portOK:
 		return c.portMiss(m)
@@ -434,4 +434,50 @@ func labelFix(sel labels.Selector, have labels.Set) (set map[string]string, remo
 		return nil, nil, "", false
 	}
 	return set, remove, strings.Join(problems, " and "), true
+}
+
+// matchPeer checks the remote end against a rule's peers, from the
+// program's general structures (the evaluator reads its compact index
+// instead; explanations are not on the packet path).
+func matchPeer(p *compile.Program, m *compile.Match, remotePod *compile.Pod, remote netip.Addr) bool {
+	if m.AllPeers {
+		return true
+	}
+	if remotePod != nil {
+		for _, s := range m.Selectors {
+			if remotePod.InSelector(s) {
+				return true
+			}
+		}
+	}
+	for _, n := range m.Nodes {
+		if p.NodeSets[n].Contains(remote) {
+			return true
+		}
+	}
+	return compile.RangesContain(m.IPBlocks, remote)
+}
+
+// matchPort checks the destination port; named ports resolve on the
+// destination pod (whatever its protocol when the reference has none).
+func matchPort(m *compile.Match, dstPod *compile.Pod, proto compile.Protocol, port uint16) bool {
+	if m.AllPorts {
+		return true
+	}
+	for _, pr := range m.Ports {
+		if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
+			return true
+		}
+	}
+	if dstPod != nil {
+		for _, np := range m.NamedPorts {
+			if np.Protocol != 0 && np.Protocol != proto {
+				continue
+			}
+			if n, ok := dstPod.NamedPort(np.Name, proto); ok && n == port {
+				return true
+			}
+		}
+	}
+	return false
 }

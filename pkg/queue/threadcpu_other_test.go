@@ -1,0 +1,8 @@
+//go:build !linux
+
+package queue_test
+
+import "time"
+
+// threadCPU is unknown here: cpu-ns/op is not reported.
+func threadCPU() time.Duration { return 0 }
