@@ -132,7 +132,13 @@ func RunScenario(ctx context.Context, tb testing.TB, s *compile.Scenario, cfg Ru
 	for i := range s.Nodes {
 		nodeIPs[s.Nodes[i].Name] = s.Nodes[i].Addrs()
 	}
-	c := cluster.Start(tb, cluster.Config{Mode: cfg.Mode, Nodes: nodes, NodeIPs: nodeIPs, Logf: cfg.Logf})
+	var agentArgs []string
+	if len(s.ClusterNetworkPolicies) > 0 {
+		// The CRD is installed once the agents run; they find its API at
+		// their next discovery check, which by default is 30s away.
+		agentArgs = []string{"--cluster-policy-check-period", "1s"}
+	}
+	c := cluster.Start(tb, cluster.Config{Mode: cfg.Mode, Nodes: nodes, NodeIPs: nodeIPs, AgentArgs: agentArgs, Logf: cfg.Logf})
 	p := NewProber(c.Lab)
 	p.Timeout, p.RetryTimeout = cfg.Timeout, cfg.RetryTimeout
 	tb.Cleanup(p.Close) // before the lab goes (cleanups run last-in first-out)
