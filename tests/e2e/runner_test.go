@@ -125,21 +125,28 @@ func runEntryPoint(t *testing.T, s *compile.Scenario, want []evalLine, mode comp
 	t.Logf("RunScenario (%s, until the probes are done): %v", mode, time.Since(began).Round(time.Millisecond))
 }
 
-// runScript runs hack/run-scenario.sh on the scenario file at path in mode,
-// compares every line with eval's verdicts and returns its wall time.
-func runScript(t *testing.T, path string, s *compile.Scenario, want []evalLine, mode compile.Mode) time.Duration {
+// scriptAndBinary returns the path of hack/run-scenario.sh and the agent
+// binary it is to run (cluster.BinEnv), built once per test process.
+func scriptAndBinary(t *testing.T) (script, bin string) {
 	t.Helper()
 	root, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := cluster.AgentBinary()
-	if err != nil {
+	if bin, err = cluster.AgentBinary(); err != nil {
 		t.Fatal(err)
 	}
+	return filepath.Join(root, "hack", "run-scenario.sh"), bin
+}
+
+// runScript runs hack/run-scenario.sh on the scenario file at path in mode,
+// compares every line with eval's verdicts and returns its wall time.
+func runScript(t *testing.T, path string, s *compile.Scenario, want []evalLine, mode compile.Mode) time.Duration {
+	t.Helper()
+	script, bin := scriptAndBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "hack/run-scenario.sh"), path, "--mode", string(mode))
+	cmd := exec.CommandContext(ctx, "bash", script, path, "--mode", string(mode))
 	cmd.Env = append(os.Environ(), cluster.BinEnv+"="+bin)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -159,34 +166,12 @@ func runScript(t *testing.T, path string, s *compile.Scenario, want []evalLine, 
 // in queue mode, and compares every probe with `nftpolicy eval`.
 func TestRunScenario(t *testing.T) {
 	requireLab(t)
-	path, err := filepath.Abs("testdata/grid-600.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := loadScenario(t, path)
-	want := evalScenario(t, path)
-
-	t.Run("hybrid-entry-point", func(t *testing.T) {
-		runEntryPoint(t, s, want, compile.ModeHybrid)
-	})
-
-	t.Run("queue-run-scenario.sh", func(t *testing.T) {
-		// The issue's bound: 9 pods and 600 probes in under 3 minutes
-		// once the tools are built (this includes building the runner).
-		if took := runScript(t, path, s, want, compile.ModeQueue); took > 3*time.Minute {
-			t.Errorf("hack/run-scenario.sh took %v, more than 3 minutes", took)
-		}
-	})
+	// The issue's bound: 9 pods and 600 probes in under 3 minutes once the
+	// tools are built (this includes building the runner).
+	runBothWays(t, "testdata/grid-600.yaml", 3*time.Minute, nil)
 
 	t.Run("exit-status", func(t *testing.T) {
-		root, err := cluster.RepoRoot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		bin, err := cluster.AgentBinary()
-		if err != nil {
-			t.Fatal(err)
-		}
+		script, bin := scriptAndBinary(t)
 		dir := t.TempDir()
 		unknownField := filepath.Join(dir, "unknown-field.yaml")
 		if err := os.WriteFile(unknownField, []byte("pods: [{namespace: x, name: a, ip: 10.244.1.10, lables: {}}]\n"), 0o644); err != nil {
@@ -207,7 +192,7 @@ func TestRunScenario(t *testing.T) {
 			{agentPort, 1, "TCP port 9402 of node node-1 is the node agent's own"},
 			{filepath.Join(dir, "missing.yaml"), 2, "cannot read"},
 		} {
-			cmd := exec.Command("bash", filepath.Join(root, "hack/run-scenario.sh"), tc.file)
+			cmd := exec.Command("bash", script, tc.file)
 			cmd.Env = append(os.Environ(), cluster.BinEnv+"="+bin)
 			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
@@ -251,14 +236,13 @@ func TestRunScenario(t *testing.T) {
 // `nftpolicy eval`.
 func TestRunScenarioClusterPolicies(t *testing.T) {
 	requireLab(t)
-	path, err := filepath.Abs("testdata/cluster-policies.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := loadScenario(t, path)
-	want := evalScenario(t, path)
-	// The scenario must exercise what it claims to: some probes of each
-	// verdict, and the deciding objects of both tiers.
+	runBothWays(t, "testdata/cluster-policies.yaml", 0, checkClusterPoliciesPremise)
+}
+
+// checkClusterPoliciesPremise checks that testdata/cluster-policies.yaml
+// exercises what it claims to: some probes of each verdict, and the
+// deciding objects of both tiers.
+func checkClusterPoliciesPremise(t *testing.T, path string, want []evalLine) {
 	allowed, reasons := 0, ""
 	for _, w := range want {
 		if w.Allowed {
@@ -275,11 +259,28 @@ func TestRunScenarioClusterPolicies(t *testing.T) {
 	if allowed == 0 || allowed == len(want) {
 		t.Fatalf("test premise: %d of %d probes allowed by eval; want both verdicts", allowed, len(want))
 	}
+}
 
+// runBothWays runs the scenario file name with the runner's Go entry point
+// in hybrid mode and with hack/run-scenario.sh in queue mode, and compares
+// every probe with `nftpolicy eval`. premise, when set, first checks eval's
+// verdicts; bound, when not zero, is the script's longest wall time.
+func runBothWays(t *testing.T, name string, bound time.Duration, premise func(t *testing.T, path string, want []evalLine)) {
+	path, err := filepath.Abs(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := loadScenario(t, path)
+	want := evalScenario(t, path)
+	if premise != nil {
+		premise(t, path, want)
+	}
 	t.Run("hybrid-entry-point", func(t *testing.T) {
 		runEntryPoint(t, s, want, compile.ModeHybrid)
 	})
 	t.Run("queue-run-scenario.sh", func(t *testing.T) {
-		runScript(t, path, s, want, compile.ModeQueue)
+		if took := runScript(t, path, s, want, compile.ModeQueue); bound > 0 && took > bound {
+			t.Errorf("hack/run-scenario.sh took %v, more than %v", took, bound)
+		}
 	})
 }
