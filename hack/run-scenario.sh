@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # hack/run-scenario.sh runs a scenario (docs/scenario-format.md) end to end:
 # it starts a real kube-apiserver and etcd (built by hack/tools.sh), the
-# scenario's nodes (node-1 and node-2 unless its pods name others) as network
-# namespaces with one real `nftpolicy agent` each, creates the namespaces,
-# pods (ip endpoints become external hosts attached to the first node) and
-# policies through the API, waits until every agent reports them programmed,
-# tries every probe as a real connection, prints one JSON line per probe
-# ({"probe":i,"allowed":b}) and tears everything down. Needs root; nothing
-# outside its own network namespaces is changed.
+# scenario's nodes (those it lists or its pods name, else node-1 and node-2)
+# as network namespaces with the listed addresses and one real
+# `nftpolicy agent` each, gives the Node objects the listed labels, creates
+# the namespaces, pods (ip endpoints become external hosts attached to the
+# first node) and policies through the API (the experimental
+# ClusterNetworkPolicy CRD first when there are clusterNetworkPolicies),
+# waits until every agent reports them programmed, tries every probe as a
+# real connection (a node endpoint sends from, or is served in, the node's
+# namespace), prints one JSON line per probe ({"probe":i,"allowed":b}) and
+# tears everything down. Needs root; nothing outside its own network
+# namespaces is changed.
 #
 # Usage: sudo bash hack/run-scenario.sh FILE [--mode hybrid|queue] [-v]
 #                                       [--timeout 1s] [--retry-timeout 2s]
@@ -15,7 +19,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-usage() { sed -n '2,14s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 args=()
 file=""

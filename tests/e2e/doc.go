@@ -17,8 +17,11 @@
 //     from the API request to the first probe (started every 5 ms) that
 //     observes the new verdict, for every create, update, relabel and delete
 //     that flips a verdict.
-//   - TestRunScenario runs scenarios of testdata/ with RunScenario and with
-//     hack/run-scenario.sh, and compares every probe with `nftpolicy eval`.
+//   - TestRunScenario and TestRunScenarioClusterPolicies run scenarios of
+//     testdata/ (NetworkPolicies only; ClusterNetworkPolicies of both tiers
+//     with `nodes` and `networks` peers and probes to and from nodes) with
+//     RunScenario and with hack/run-scenario.sh, and compare every probe with
+//     `nftpolicy eval`.
 //
 // SCTP has no socket support in the test kernel (no CONFIG_IP_SCTP), so an
 // SCTP probe is an INIT chunk sent from a raw socket and looked for with a

@@ -44,16 +44,27 @@ func (e *UnsupportedError) Error() string {
 }
 func (e *UnsupportedError) Unwrap() error { return e.Err }
 
-// Supported reports why the runner cannot run s, or nil. Host-network pods
-// are not simulated: their address is their node's, which the lab picks
-// (172.31.0.x), and traffic between a node and its own pods is never
-// filtered while `nftpolicy eval`'s cluster-wide view has no node addresses,
-// so the runner could not give them the scenario's address nor its verdicts.
+// Supported reports why the runner cannot run s, or nil.
+//
+// Host-network pods are not simulated: the lab runs every pod in a
+// namespace of its own, while a host-network pod shares its node's address
+// and servers. A probe to a node on a TCP port the node's agent listens on
+// (the API relay and the agent's metrics and health ports, see
+// tests/internal/cluster) cannot be served there either.
 func Supported(s *compile.Scenario) error {
 	var errs []error
 	for i := range s.Pods {
 		if p := &s.Pods[i]; p.HostNetwork {
-			errs = append(errs, fmt.Errorf("pods[%d] (%s): hostNetwork pods are not supported (their address would have to be the node's)", i, p.Key()))
+			errs = append(errs, fmt.Errorf("pods[%d] (%s): hostNetwork pods are not supported (the lab cannot make a pod share its node's address)", i, p.Key()))
+		}
+	}
+	taken := agentPorts()
+	for i, pr := range s.Probes {
+		if pr.ProbeProtocol() != compile.ProtoTCP {
+			continue
+		}
+		if _, dst, err := s.ProbeAddrs(i); err == nil && nodeForAddr(s, dst) != "" && slices.Contains(taken, uint16(pr.Port)) {
+			errs = append(errs, fmt.Errorf("probes[%d]: TCP port %d of node %s is the node agent's own (ports %v are taken on every node)", i, pr.Port, nodeForAddr(s, dst), taken))
 		}
 	}
 	if len(errs) > 0 {
@@ -62,22 +73,51 @@ func Supported(s *compile.Scenario) error {
 	return nil
 }
 
+// agentPorts are the TCP ports the harness' agent and relay listen on in
+// every node namespace.
+func agentPorts() []uint16 {
+	var out []uint16
+	for _, a := range []string{cluster.RelayAddr, cluster.MetricsAddr, cluster.HealthAddr} {
+		if ap, err := netip.ParseAddrPort(a); err == nil {
+			out = append(out, ap.Port())
+		}
+	}
+	return out
+}
+
+// nodeForAddr returns the listed node that owns a, or "": an endpoint at a
+// node's address is that node.
+func nodeForAddr(s *compile.Scenario, a netip.Addr) string {
+	for i := range s.Nodes {
+		if slices.Contains(s.Nodes[i].Addrs(), a) {
+			return s.Nodes[i].Name
+		}
+	}
+	return ""
+}
+
 // externalNode is the node external hosts (ip endpoints) are attached to:
 // the first node of the cluster. Traffic between them and pods on other
 // nodes crosses the underlay like pod-to-pod traffic.
 func externalNode(c *cluster.Cluster) string { return c.Nodes()[0] }
 
 // RunScenario brings up a cluster (tests/internal/cluster: a real API
-// server, the nodes the scenario names or node-1 and node-2, one real agent
-// per node in cfg.Mode), creates the scenario's namespaces, pods (servers on
-// their container ports and on every port probed on them) and external
-// hosts (one namespace per ip endpoint that is not a pod's address, attached
-// to the first node and serving the ports probed on it), applies its
-// policies through the API, waits until every agent has programmed them
-// (WaitProgrammed), and runs every probe at once on real packets. The
+// server, the nodes the scenario lists or names or node-1 and node-2, with
+// the addresses the scenario lists for them, one real agent per node in
+// cfg.Mode), creates the scenario's namespaces, pods (servers on their
+// container ports and on every port probed on them) and external hosts (one
+// namespace per ip endpoint that is neither a pod's nor a node's address,
+// attached to the first node and serving the ports probed on it), serves
+// the ports probed on nodes in the nodes' namespaces, gives the listed
+// nodes' Node objects the scenario's labels, applies its policies and, when
+// it has any, installs the experimental ClusterNetworkPolicy CRD and applies
+// its ClusterNetworkPolicies, all through the API; then it waits until every
+// agent has programmed them (WaitProgrammed) and runs every probe at once
+// on real packets (a node endpoint sends from, or is served in, its node's
+// namespace). dnsAnswers change no verdict and are not simulated. The
 // cluster is torn down by tb's cleanups.
 //
-// A policy the API server rejects is a *compile.ScenarioError; a scenario
+// An object the API server rejects is a *compile.ScenarioError; a scenario
 // the runner cannot simulate an *UnsupportedError.
 func RunScenario(ctx context.Context, tb testing.TB, s *compile.Scenario, cfg RunConfig) ([]Outcome, error) {
 	if err := Supported(s); err != nil {
@@ -88,7 +128,17 @@ func RunScenario(ctx context.Context, tb testing.TB, s *compile.Scenario, cfg Ru
 	}
 	began := time.Now()
 	nodes := s.NodeNames(cluster.DefaultNodes)
-	c := cluster.Start(tb, cluster.Config{Mode: cfg.Mode, Nodes: nodes, Logf: cfg.Logf})
+	nodeIPs := map[string][]netip.Addr{}
+	for i := range s.Nodes {
+		nodeIPs[s.Nodes[i].Name] = s.Nodes[i].Addrs()
+	}
+	var agentArgs []string
+	if len(s.ClusterNetworkPolicies) > 0 {
+		// The CRD is installed once the agents run; they find its API at
+		// their next discovery check, which by default is 30s away.
+		agentArgs = []string{"--cluster-policy-check-period", "1s"}
+	}
+	c := cluster.Start(tb, cluster.Config{Mode: cfg.Mode, Nodes: nodes, NodeIPs: nodeIPs, AgentArgs: agentArgs, Logf: cfg.Logf})
 	p := NewProber(c.Lab)
 	p.Timeout, p.RetryTimeout = cfg.Timeout, cfg.RetryTimeout
 	tb.Cleanup(p.Close) // before the lab goes (cleanups run last-in first-out)
@@ -143,41 +193,57 @@ func setUp(ctx context.Context, c *cluster.Cluster, s *compile.Scenario) ([]Prob
 		}
 	}
 	podServe := map[string]*ports{}
+	nodeServe := map[string]*ports{}
 	extServe := map[netip.Addr]*ports{}
 	var extOrder []netip.Addr
-	endpoint := func(e compile.Endpoint, a netip.Addr) (pod string) {
-		if e.Pod != "" {
-			return e.Pod
+	// end is one side of a probe: a pod, a listed node or an external host
+	// (only addr set).
+	type end struct {
+		pod, node string
+		addr      netip.Addr
+	}
+	endpoint := func(e compile.Endpoint, a netip.Addr) end {
+		switch {
+		case e.Pod != "":
+			return end{pod: e.Pod, addr: a}
+		case e.Node != "":
+			return end{node: e.Node, addr: a}
 		}
 		if k, ok := podByIP[a]; ok {
-			return k
+			return end{pod: k, addr: a}
+		}
+		if n := nodeForAddr(s, a); n != "" {
+			return end{node: n, addr: a}
 		}
 		if extServe[a] == nil {
 			extServe[a] = &ports{}
 			extOrder = append(extOrder, a)
 		}
-		return ""
+		return end{addr: a}
 	}
-	type probeEnds struct {
-		fromPod, toPod string
-		src, dst       netip.Addr
-	}
+	type probeEnds struct{ from, to end }
 	ends := make([]probeEnds, len(s.Probes))
 	for i, pr := range s.Probes {
 		src, dst, err := s.ProbeAddrs(i)
 		if err != nil {
 			return nil, &compile.ScenarioError{Err: fmt.Errorf("probes[%d]: %w", i, err)}
 		}
-		e := probeEnds{fromPod: endpoint(pr.From, src), toPod: endpoint(pr.To, dst), src: src, dst: dst}
+		e := probeEnds{from: endpoint(pr.From, src), to: endpoint(pr.To, dst)}
 		ends[i] = e
-		if e.toPod != "" {
-			if podServe[e.toPod] == nil {
-				podServe[e.toPod] = &ports{}
+		serve := extServe[dst]
+		switch {
+		case e.to.pod != "":
+			if podServe[e.to.pod] == nil {
+				podServe[e.to.pod] = &ports{}
 			}
-			add(podServe[e.toPod], pr.ProbeProtocol(), uint16(pr.Port))
-		} else {
-			add(extServe[dst], pr.ProbeProtocol(), uint16(pr.Port))
+			serve = podServe[e.to.pod]
+		case e.to.node != "":
+			if nodeServe[e.to.node] == nil {
+				nodeServe[e.to.node] = &ports{}
+			}
+			serve = nodeServe[e.to.node]
 		}
+		add(serve, pr.ProbeProtocol(), uint16(pr.Port))
 	}
 
 	// Namespaces: listed ones with their labels, then those only used.
@@ -233,32 +299,98 @@ func setUp(ctx context.Context, c *cluster.Cluster, s *compile.Scenario) ([]Prob
 		extEP[a] = netlab.Ext(name)
 	}
 
+	// Probes to a node reach servers in its namespace, on its address
+	// (host-network servers, as a node's own daemons are).
+	for _, n := range c.Nodes() {
+		if sv := nodeServe[n]; sv != nil {
+			if err := c.Lab.ServeNode(n, sv.tcp, sv.udp); err != nil {
+				return nil, fmt.Errorf("serving on node %s: %w", n, err)
+			}
+		}
+	}
+	if err := labelNodes(ctx, c, s); err != nil {
+		return nil, err
+	}
+
 	for i := range s.Policies {
 		if _, err := c.ApplyPolicy(ctx, &s.Policies[i]); err != nil {
 			return nil, apiError(err)
+		}
+	}
+	if len(s.ClusterNetworkPolicies) > 0 {
+		// The experimental channel: `nodes` peers exist only there, and it
+		// accepts whatever the standard one does.
+		if err := c.InstallClusterPolicyCRD(ctx, "experimental"); err != nil {
+			return nil, err
+		}
+		for i := range s.ClusterNetworkPolicies {
+			if _, err := c.ApplyClusterPolicy(ctx, &s.ClusterNetworkPolicies[i]); err != nil {
+				return nil, apiError(err)
+			}
 		}
 	}
 
 	specs := make([]ProbeSpec, len(s.Probes))
 	for i, pr := range s.Probes {
 		e := ends[i]
-		resolve := func(pod string, a netip.Addr) (netlab.Endpoint, error) {
-			if pod != "" {
-				return c.PodEndpoint(pod)
+		resolve := func(e end) (netlab.Endpoint, error) {
+			switch {
+			case e.pod != "":
+				return c.PodEndpoint(e.pod)
+			case e.node != "":
+				// A node's servers answer with its name, and a client
+				// in its namespace sends from its address.
+				return netlab.Node(e.node), nil
 			}
-			return extEP[a], nil
+			return extEP[e.addr], nil
 		}
-		from, err := resolve(e.fromPod, e.src)
+		from, err := resolve(e.from)
 		if err != nil {
 			return nil, err
 		}
-		to, err := resolve(e.toPod, e.dst)
+		to, err := resolve(e.to)
 		if err != nil {
 			return nil, err
 		}
-		specs[i] = ProbeSpec{From: from, To: to, Src: e.src, Dst: e.dst, Port: uint16(pr.Port), Proto: pr.ProbeProtocol()}
+		specs[i] = ProbeSpec{From: from, To: to, Src: e.from.addr, Dst: e.to.addr, Port: uint16(pr.Port), Proto: pr.ProbeProtocol()}
 	}
 	return specs, nil
+}
+
+// hostnameLabel is the label the harness gives every Node object.
+const hostnameLabel = "kubernetes.io/hostname"
+
+// labelNodes gives the Node object of every listed node exactly the
+// scenario's labels, as `nftpolicy eval` sees them: the harness' hostname
+// label goes unless the scenario sets it. Their addresses are already the
+// scenario's (cluster.Config.NodeIPs). Nodes the scenario does not list
+// keep the harness' label and lab addresses; eval has no Node object for
+// them, and no probe can name them.
+func labelNodes(ctx context.Context, c *cluster.Cluster, s *compile.Scenario) error {
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		var remove []string
+		if _, ok := n.Labels[hostnameLabel]; !ok {
+			remove = append(remove, hostnameLabel)
+		}
+		if err := c.LabelNode(ctx, n.Name, n.Labels, remove...); err != nil {
+			return apiError(err)
+		}
+		if got := c.NodeIPs(n.Name); !addrsCover(got, n.Addrs()) {
+			return fmt.Errorf("node %s: the lab gave it %v, the scenario lists %v", n.Name, got, n.Addrs())
+		}
+	}
+	return nil
+}
+
+// addrsCover reports whether have holds every address of want.
+func addrsCover(have, want []netip.Addr) bool {
+	for _, a := range want {
+		if !slices.Contains(have, a) {
+			return false
+		}
+	}
+	return true
 }
 
 // usedNamespaces lists the namespaces pods and policies use, in order.

@@ -101,81 +101,85 @@ func compareRun(t *testing.T, s *compile.Scenario, want []evalLine, got []evalLi
 	t.Logf("%d probes, %d allowed; %d disagree with nftpolicy eval", len(want), allowed, bad)
 }
 
+// runEntryPoint runs s with RunScenario in mode and compares every probe
+// with eval's verdicts.
+func runEntryPoint(t *testing.T, s *compile.Scenario, want []evalLine, mode compile.Mode) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	began := time.Now()
+	out, err := e2e.RunScenario(ctx, t, s, e2e.RunConfig{Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]evalLine, len(out))
+	for i, o := range out {
+		got[i] = evalLine{Probe: o.Probe, Allowed: o.Allowed}
+		if o.Err != nil {
+			got[i].Error = o.Err.Error()
+		}
+	}
+	compareRun(t, s, want, got, func(i int) string {
+		return fmt.Sprintf(" (%v: %s, tries %d)", out[i].Spec, out[i].Detail, out[i].Tries)
+	})
+	t.Logf("RunScenario (%s, until the probes are done): %v", mode, time.Since(began).Round(time.Millisecond))
+}
+
+// scriptAndBinary returns the path of hack/run-scenario.sh and the agent
+// binary it is to run (cluster.BinEnv), built once per test process.
+func scriptAndBinary(t *testing.T) (script, bin string) {
+	t.Helper()
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bin, err = cluster.AgentBinary(); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, "hack", "run-scenario.sh"), bin
+}
+
+// runScript runs hack/run-scenario.sh on the scenario file at path in mode,
+// compares every line with eval's verdicts and returns its wall time.
+func runScript(t *testing.T, path string, s *compile.Scenario, want []evalLine, mode compile.Mode) time.Duration {
+	t.Helper()
+	script, bin := scriptAndBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", script, path, "--mode", string(mode))
+	cmd.Env = append(os.Environ(), cluster.BinEnv+"="+bin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	began := time.Now()
+	out, err := cmd.Output()
+	took := time.Since(began)
+	if err != nil {
+		t.Fatalf("hack/run-scenario.sh: %v\nstderr:\n%s", err, stderr.String())
+	}
+	compareRun(t, s, want, parseLines(t, out), func(int) string { return "" })
+	t.Logf("hack/run-scenario.sh %s --mode %s: %v wall time, exit status 0", filepath.Base(path), mode, took.Round(time.Millisecond))
+	return took
+}
+
 // TestRunScenario runs testdata/grid-600.yaml (9 pods, 600 probes) with
 // the runner's Go entry point in hybrid mode and with hack/run-scenario.sh
 // in queue mode, and compares every probe with `nftpolicy eval`.
 func TestRunScenario(t *testing.T) {
 	requireLab(t)
-	path, err := filepath.Abs("testdata/grid-600.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := loadScenario(t, path)
-	want := evalScenario(t, path)
-
-	t.Run("hybrid-entry-point", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
-		began := time.Now()
-		out, err := e2e.RunScenario(ctx, t, s, e2e.RunConfig{Mode: compile.ModeHybrid})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make([]evalLine, len(out))
-		for i, o := range out {
-			got[i] = evalLine{Probe: o.Probe, Allowed: o.Allowed}
-			if o.Err != nil {
-				got[i].Error = o.Err.Error()
-			}
-		}
-		compareRun(t, s, want, got, func(i int) string {
-			return fmt.Sprintf(" (%v: %s, tries %d)", out[i].Spec, out[i].Detail, out[i].Tries)
-		})
-		t.Logf("RunScenario (hybrid, until the probes are done): %v", time.Since(began).Round(time.Millisecond))
-	})
-
-	t.Run("queue-run-scenario.sh", func(t *testing.T) {
-		root, err := cluster.RepoRoot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		bin, err := cluster.AgentBinary()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "hack/run-scenario.sh"), path, "--mode", "queue")
-		cmd.Env = append(os.Environ(), cluster.BinEnv+"="+bin)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		began := time.Now()
-		out, err := cmd.Output()
-		took := time.Since(began)
-		if err != nil {
-			t.Fatalf("hack/run-scenario.sh: %v\nstderr:\n%s", err, stderr.String())
-		}
-		compareRun(t, s, want, parseLines(t, out), func(int) string { return "" })
-		// The issue's bound: 9 pods and 600 probes in under 3 minutes
-		// once the tools are built (this includes building the runner).
-		t.Logf("hack/run-scenario.sh %s --mode queue: %v wall time, exit status 0", filepath.Base(path), took.Round(time.Millisecond))
-		if took > 3*time.Minute {
-			t.Errorf("hack/run-scenario.sh took %v, more than 3 minutes", took)
-		}
-	})
+	// The issue's bound: 9 pods and 600 probes in under 3 minutes once the
+	// tools are built (this includes building the runner).
+	runBothWays(t, "testdata/grid-600.yaml", 3*time.Minute, nil)
 
 	t.Run("exit-status", func(t *testing.T) {
-		root, err := cluster.RepoRoot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		bin, err := cluster.AgentBinary()
-		if err != nil {
-			t.Fatal(err)
-		}
+		script, bin := scriptAndBinary(t)
 		dir := t.TempDir()
 		unknownField := filepath.Join(dir, "unknown-field.yaml")
 		if err := os.WriteFile(unknownField, []byte("pods: [{namespace: x, name: a, ip: 10.244.1.10, lables: {}}]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		agentPort := filepath.Join(dir, "agent-port.yaml")
+		if err := os.WriteFile(agentPort, []byte("nodes: [{name: node-1, ips: [192.168.7.1]}]\npods: [{namespace: x, name: a, ip: 10.244.1.10}]\n"+
+			"probes: [{from: {pod: x/a}, to: {node: node-1}, port: 9402}]\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		for _, tc := range []struct {
@@ -185,9 +189,10 @@ func TestRunScenario(t *testing.T) {
 		}{
 			{unknownField, 2, `unknown field "pods[0].lables"`},
 			{"testdata/hostnetwork.yaml", 1, "hostNetwork pods are not supported"},
+			{agentPort, 1, "TCP port 9402 of node node-1 is the node agent's own"},
 			{filepath.Join(dir, "missing.yaml"), 2, "cannot read"},
 		} {
-			cmd := exec.Command("bash", filepath.Join(root, "hack/run-scenario.sh"), tc.file)
+			cmd := exec.Command("bash", script, tc.file)
 			cmd.Env = append(os.Environ(), cluster.BinEnv+"="+bin)
 			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
@@ -221,5 +226,61 @@ func TestRunScenario(t *testing.T) {
 			t.Fatalf("RunScenario: %v; want a *compile.ScenarioError from the API server's validation", err)
 		}
 		t.Logf("as expected: %v", err)
+	})
+}
+
+// TestRunScenarioClusterPolicies runs testdata/cluster-policies.yaml
+// (ClusterNetworkPolicies of both tiers, Pass, `nodes` and `networks` peers,
+// probes to and from nodes) with the runner's Go entry point in hybrid mode
+// and with hack/run-scenario.sh in queue mode, and compares every probe with
+// `nftpolicy eval`.
+func TestRunScenarioClusterPolicies(t *testing.T) {
+	requireLab(t)
+	runBothWays(t, "testdata/cluster-policies.yaml", 0, checkClusterPoliciesPremise)
+}
+
+// checkClusterPoliciesPremise checks that testdata/cluster-policies.yaml
+// exercises what it claims to: some probes of each verdict, and the
+// deciding objects of both tiers.
+func checkClusterPoliciesPremise(t *testing.T, path string, want []evalLine) {
+	allowed, reasons := 0, ""
+	for _, w := range want {
+		if w.Allowed {
+			allowed++
+		}
+		reasons += w.Reason + "\n"
+	}
+	for _, says := range []string{"(Admin, priority 10) egress rule pass-to-y", "(Baseline, priority 5) ingress rule not-from-x",
+		"egress rule no-fenced-nodes", "egress rule no-documentation-net", "between a node and its own pods"} {
+		if !strings.Contains(reasons, says) {
+			t.Errorf("test premise: no probe of %s is decided by %q", filepath.Base(path), says)
+		}
+	}
+	if allowed == 0 || allowed == len(want) {
+		t.Fatalf("test premise: %d of %d probes allowed by eval; want both verdicts", allowed, len(want))
+	}
+}
+
+// runBothWays runs the scenario file name with the runner's Go entry point
+// in hybrid mode and with hack/run-scenario.sh in queue mode, and compares
+// every probe with `nftpolicy eval`. premise, when set, first checks eval's
+// verdicts; bound, when not zero, is the script's longest wall time.
+func runBothWays(t *testing.T, name string, bound time.Duration, premise func(t *testing.T, path string, want []evalLine)) {
+	path, err := filepath.Abs(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := loadScenario(t, path)
+	want := evalScenario(t, path)
+	if premise != nil {
+		premise(t, path, want)
+	}
+	t.Run("hybrid-entry-point", func(t *testing.T) {
+		runEntryPoint(t, s, want, compile.ModeHybrid)
+	})
+	t.Run("queue-run-scenario.sh", func(t *testing.T) {
+		if took := runScript(t, path, s, want, compile.ModeQueue); bound > 0 && took > bound {
+			t.Errorf("hack/run-scenario.sh took %v, more than %v", took, bound)
+		}
 	})
 }

@@ -136,17 +136,11 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 	sort.Strings(nodes)
 	var specs []netlab.NodeSpec
 	for _, n := range nodes {
-		spec := netlab.NodeSpec{Name: n}
+		var ips []netip.Addr
 		if sn := s.Node(n); sn != nil {
-			for _, a := range sn.Addrs() {
-				if a.Is4() {
-					spec.IPv4 = a
-				} else {
-					spec.IPv6 = a
-				}
-			}
+			ips = sn.Addrs()
 		}
-		specs = append(specs, spec)
+		specs = append(specs, netlab.NodeWithIPs(n, ips))
 	}
 	lab, err := netlab.New(netlab.Config{Prefix: cfg.Prefix, Nodes: specs})
 	if err != nil {

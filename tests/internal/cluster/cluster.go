@@ -38,6 +38,10 @@ type Config struct {
 	Mode compile.Mode
 	// Nodes to create; empty means DefaultNodes.
 	Nodes []string
+	// NodeIPs gives nodes underlay addresses of their own (at most one per
+	// family, see netlab.NodeWithIPs); a node or family without one gets
+	// the lab's default. The Node objects carry the same addresses.
+	NodeIPs map[string][]netip.Addr
 	// AgentArgs are extra `nftpolicy agent` flags (a flag given twice
 	// takes its last value).
 	AgentArgs []string
@@ -128,7 +132,7 @@ func Start(t testing.TB, cfg Config) *Cluster {
 
 	var specs []netlab.NodeSpec
 	for _, n := range c.nodes {
-		specs = append(specs, netlab.NodeSpec{Name: n})
+		specs = append(specs, netlab.NodeWithIPs(n, cfg.NodeIPs[n]))
 	}
 	c.Lab, err = netlab.New(netlab.Config{Prefix: cfg.Prefix, Nodes: specs})
 	if err != nil {

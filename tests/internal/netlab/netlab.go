@@ -64,6 +64,23 @@ type NodeSpec struct {
 	TCPPorts, UDPPorts []uint16
 }
 
+// NodeWithIPs returns the spec of a node whose underlay has the given
+// addresses: the last IPv4 and the last IPv6 address of ips. A family ips
+// lacks gets the default address. Harnesses use it to give a lab node the
+// addresses a scenario lists for it, so that policies naming node addresses
+// see the same ones on real packets.
+func NodeWithIPs(name string, ips []netip.Addr) NodeSpec {
+	spec := NodeSpec{Name: name}
+	for _, a := range ips {
+		if a.Is4() {
+			spec.IPv4 = a
+		} else {
+			spec.IPv6 = a
+		}
+	}
+	return spec
+}
+
 // PodSpec describes a pod.
 type PodSpec struct {
 	Name string // unique among pods

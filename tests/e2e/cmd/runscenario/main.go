@@ -1,16 +1,17 @@
 // Command runscenario runs a scenario (docs/scenario-format.md) end to end:
 // a real kube-apiserver and etcd, the scenario's nodes (or node-1 and
-// node-2) as network namespaces with one real `nftpolicy agent` each, its
-// namespaces, pods and policies created through the API, and every probe
-// tried as a real connection once the agents report the policies
-// programmed. It prints one JSON line per probe, {"probe":i,"allowed":b},
+// node-2) as network namespaces with their listed addresses and labels and
+// one real `nftpolicy agent` each, its namespaces, pods, NetworkPolicies and
+// ClusterNetworkPolicies created through the API, and every probe (pods,
+// nodes, external hosts) tried as a real connection once the agents report
+// the policies programmed. It prints one JSON line per probe, {"probe":i,"allowed":b},
 // and tears everything down. hack/run-scenario.sh builds and runs it.
 //
 // Exit status: 0 when every probe was decided, 2 for a bad scenario
 // (unreadable, invalid, or an object the API server rejects), 1 for any
 // other failure: the cluster did not come up, a probe could not be decided
 // (its line then carries "error" and allowed false), or the scenario uses
-// what the runner cannot simulate (hostNetwork pods).
+// what the runner cannot simulate (hostNetwork pods, a node's agent ports).
 package main
 
 import (
