@@ -170,24 +170,11 @@ func eligible(p *corev1.Pod) bool {
 
 func podIPs(p *corev1.Pod) []netip.Addr {
 	var out []netip.Addr
-	add := func(s string) {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return
-		}
-		a = a.Unmap()
-		for _, x := range out {
-			if x == a {
-				return
-			}
-		}
-		out = append(out, a)
-	}
 	for _, ip := range p.Status.PodIPs {
-		add(ip.IP)
+		out = appendAddr(out, ip.IP)
 	}
 	if len(out) == 0 && p.Status.PodIP != "" {
-		add(p.Status.PodIP)
+		out = appendAddr(out, p.Status.PodIP)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Is4() && !out[j].Is4() })
 	return out

@@ -53,18 +53,7 @@ func (b *builder) buildNodes(nodes []*corev1.Node) {
 func nodeAddrs(n *corev1.Node) []netip.Addr {
 	var out []netip.Addr
 	for _, a := range n.Status.Addresses {
-		ip, err := netip.ParseAddr(a.Address)
-		if err != nil {
-			continue // Hostname and InternalDNS entries
-		}
-		ip = ip.Unmap()
-		dup := false
-		for _, x := range out {
-			dup = dup || x == ip
-		}
-		if !dup {
-			out = append(out, ip)
-		}
+		out = appendAddr(out, a.Address) // Hostname and InternalDNS entries do not parse
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
 	return out

@@ -142,3 +142,20 @@ func parseCIDR(s string) (netip.Prefix, error) {
 	}
 	return p.Masked(), nil
 }
+
+// appendAddr parses s and appends it to out, an IPv4-mapped address as
+// IPv4, unless it is unparsable or already there. Pod, node and scenario
+// addresses are read this way.
+func appendAddr(out []netip.Addr, s string) []netip.Addr {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return out
+	}
+	a = a.Unmap()
+	for _, x := range out {
+		if x == a {
+			return out
+		}
+	}
+	return append(out, a)
+}

@@ -91,16 +91,7 @@ func (p *ScenarioPod) Key() string { return p.Namespace + "/" + p.Name }
 func (p *ScenarioPod) Addrs() []netip.Addr {
 	var out []netip.Addr
 	for _, s := range append([]string{p.IP}, p.IPs...) {
-		if a, err := netip.ParseAddr(s); err == nil {
-			a = a.Unmap()
-			dup := false
-			for _, x := range out {
-				dup = dup || x == a
-			}
-			if !dup {
-				out = append(out, a)
-			}
-		}
+		out = appendAddr(out, s)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Is4() && !out[j].Is4() })
 	return out
