@@ -4,7 +4,8 @@
 # (built by hack/tools.sh), two nodes made of network namespaces and one real
 # `nftpolicy agent` per node, creates a 3x3 grid of pods (namespaces x, y, z;
 # pods a, b, c), prints who can connect to whom before and after applying
-# hack/demo/policies.yaml, the ruleset of node-1 and why some connections are
+# hack/demo/policies.yaml and then, with their CRD installed,
+# hack/demo/cluster-policies.yaml, the ruleset of node-1 and why some connections are
 # blocked, then removes everything. Needs root; nothing outside its own network
 # namespaces is changed. Takes about 15 seconds once the tools are built.
 #
@@ -13,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-usage() { sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '2,14s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 kubeconfig=""
 args=()

@@ -25,6 +25,8 @@ func main() { os.Exit(run()) }
 
 func run() int {
 	policies := flag.String("policies", "hack/demo/policies.yaml", "NetworkPolicies to apply (kubectl apply -f)")
+	clusterPolicies := flag.String("cluster-policies", "hack/demo/cluster-policies.yaml",
+		"ClusterNetworkPolicies to apply next, after installing their CRD (empty: none)")
 	mode := flag.String("mode", string(compile.ModeHybrid), "agent mode: hybrid, queue or kernel")
 	showTable := flag.Bool("table", true, "print `nft list table inet nftpolicy` of node-1")
 	verbose := flag.Bool("v", false, "print the harness' progress lines")
@@ -34,23 +36,25 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		return 2
 	}
-	if _, err := os.Stat(*policies); err != nil {
-		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
-		return 2
+	for _, f := range []string{*policies, *clusterPolicies} {
+		if _, err := os.Stat(f); f != "" && err != nil {
+			fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+			return 2
+		}
 	}
 	// Ctrl-C cancels what is in progress; the cleanups still run.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	tb := cluster.NewProgramTB("demo")
 	tb.Verbose = *verbose
-	if err := tb.Run(func(tb *cluster.ProgramTB) { demo(ctx, tb, m, *policies, *showTable) }); err != nil {
+	if err := tb.Run(func(tb *cluster.ProgramTB) { demo(ctx, tb, m, *policies, *clusterPolicies, *showTable) }); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func demo(ctx context.Context, tb *cluster.ProgramTB, mode compile.Mode, policies string, showTable bool) {
+func demo(ctx context.Context, tb *cluster.ProgramTB, mode compile.Mode, policies, clusterPolicies string, showTable bool) {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -63,7 +67,9 @@ func demo(ctx context.Context, tb *cluster.ProgramTB, mode compile.Mode, policie
 			fmt.Printf("Done in %v (teardown %v).\n", time.Since(began).Round(100*time.Millisecond), time.Since(teardown).Round(100*time.Millisecond))
 		}
 	})
-	c := cluster.Start(tb, cluster.Config{Mode: mode})
+	// The agents look for the ClusterNetworkPolicy CRD every second instead
+	// of every 30: the demo installs it half-way.
+	c := cluster.Start(tb, cluster.Config{Mode: mode, AgentArgs: []string{"--cluster-policy-check-period", "1s"}})
 	tb.Cleanup(func() {
 		teardown = time.Now()
 		fmt.Printf("\nTearing down: agents (SIGTERM), network namespaces, API server and etcd.\n")
@@ -105,18 +111,29 @@ func demo(ctx context.Context, tb *cluster.ProgramTB, mode compile.Mode, policie
 	}
 	matrix("Connectivity BEFORE any policy:")
 
-	fmt.Printf("\n$ kubectl apply -f %s\n", policies)
-	out, err := c.Env.Kubectl(tb, "apply", "-f", policies)
-	if err != nil {
-		tb.Fatal(err)
+	apply := func(file string) {
+		fmt.Printf("\n$ kubectl apply -f %s\n", file)
+		out, err := c.Env.Kubectl(tb, "apply", "-f", file)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		fmt.Print(out)
+		waited, err := c.WaitProgrammed(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		fmt.Printf("Both agents had the new state in force %v after kubectl returned.\n", waited.Round(time.Millisecond))
 	}
-	fmt.Print(out)
-	waited, err := c.WaitProgrammed(ctx)
-	if err != nil {
-		tb.Fatal(err)
+	apply(policies)
+	after := matrix("Connectivity AFTER the NetworkPolicies:")
+	if clusterPolicies != "" {
+		fmt.Printf("\nInstalling the ClusterNetworkPolicy CRD (network-policy-api v0.3.0, standard channel).\n")
+		if err := c.InstallClusterPolicyCRD(ctx, "standard"); err != nil {
+			tb.Fatal(err)
+		}
+		apply(clusterPolicies)
+		after = matrix("Connectivity AFTER the ClusterNetworkPolicies too (Admin tier first, then NetworkPolicies, then Baseline):")
 	}
-	fmt.Printf("Both agents had the new state in force %v after kubectl returned.\n", waited.Round(time.Millisecond))
-	after := matrix("Connectivity AFTER the policies:")
 
 	if showTable {
 		fmt.Printf("\n$ ip netns exec <node-1> nft list table inet %s\n%s", compile.TableName, c.ListTable("node-1"))
@@ -127,7 +144,7 @@ func demo(ctx context.Context, tb *cluster.ProgramTB, mode compile.Mode, policie
 	seen := map[string]bool{}
 	for _, cell := range after.Cells() {
 		cause := strings.ReplaceAll(strings.ReplaceAll(cell.Reason, cell.From, ""), cell.To, "")
-		if cell.Eval || seen[cause] || len(seen) == 3 {
+		if cell.Eval || seen[cause] || len(seen) == 5 {
 			continue
 		}
 		seen[cause] = true
