@@ -30,7 +30,7 @@ func shortHash(s string) string {
 func policyRef(p *Policy) string {
 	ref := p.Key
 	if len(ref) > maxPolicyRefChars {
-		ref = ref[:maxPolicyRefChars-9] + "~" + shortHash(p.Key)
+		ref = ref[:maxPolicyRefChars-9] + "_" + shortHash(p.Key)
 	}
 	return ref
 }

@@ -13,7 +13,7 @@ import (
 func clusterPolicyRef(p *ClusterPolicy) string {
 	ref := p.Name
 	if len(ref) > maxPolicyRefChars {
-		ref = ref[:maxPolicyRefChars-9] + "~" + shortHash(p.Name)
+		ref = ref[:maxPolicyRefChars-9] + "_" + shortHash(p.Name)
 	}
 	return ref
 }

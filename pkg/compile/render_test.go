@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -117,6 +118,59 @@ func TestRenderConfigValidate(t *testing.T) {
 		c.Defaults()
 		if err := c.Validate(); err == nil {
 			t.Errorf("%+v: accepted", c)
+		}
+	}
+}
+
+// nftIdentifier is what nft's parser accepts as a chain, set or map name
+// without quoting.
+var nftIdentifier = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_/\-.]*$`)
+
+// TestObjectNamesAreNftIdentifiers: every name the renderer makes parses
+// in nft, long policy names (cut and hashed) included. knftables' fake does
+// not check this; nft rejected a whole transaction over one bad name.
+func TestObjectNamesAreNftIdentifiers(t *testing.T) {
+	long := strings.Repeat("long-", 20)
+	data, err := os.ReadFile("testdata/golden/cluster-tiers.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ParseScenario(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := s.Input("node-1", s.NodeNames([]string{"node-1", "node-2"}), nil)
+	for _, np := range in.Policies {
+		np.Name = long + np.Name
+	}
+	for _, cnp := range in.ClusterPolicies {
+		cnp.Name = long + cnp.Name
+	}
+	prog := Build(in)
+	if len(prog.Problems) > 0 {
+		t.Fatalf("unexpected problems: %v", prog.Problems)
+	}
+	for _, mode := range []Mode{ModeHybrid, ModeQueue} {
+		rs, err := Render(prog, RenderConfig{Mode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cut := 0
+		for name := range rs.Chains {
+			if !nftIdentifier.MatchString(name) {
+				t.Errorf("%s: chain name %q is not an nft identifier", mode, name)
+			}
+			if strings.Contains(name, long[:20]) && len(name) <= maxPolicyRefChars+len("baseline--ingress") {
+				cut++
+			}
+		}
+		for name := range rs.Sets {
+			if !nftIdentifier.MatchString(name) {
+				t.Errorf("%s: set name %q is not an nft identifier", mode, name)
+			}
+		}
+		if mode == ModeHybrid && cut == 0 {
+			t.Errorf("no chain name was cut: the test does not exercise long names")
 		}
 	}
 }
