@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# hack/conformance/npa-tools.sh builds what `hack/conformance.sh --suite npa`
+# needs beyond hack/conformance/tools.sh, into the same cache
+# ${NFTPOLICY_TOOLS:-/var/cache/nftpolicy/tools}:
+#
+#   bin/npa-conformance.test   SIG Network's ClusterNetworkPolicy conformance
+#       suite: `go test -c sigs.k8s.io/network-policy-api/conformance` at
+#       v0.3.0 (Go module proxy), built in a copy of the module (src/npa) with
+#       the two small, flag-gated changes of _npa/suite.patch and the added
+#       _npa/nftpolicy_flags.go (the module cache stays untouched)
+#   npa/clusternetworkpolicies.yaml   the module's experimental-channel CRD
+#       (annotated policy.networking.k8s.io/bundle-version: v0.3.0)
+#
+# Idempotent (stamp file VERSION.npa, covering the pin and _npa/*) and
+# serialised with hack/tools.sh's lock. Normally run as
+#   bash hack/tools.sh npa
+# which first builds (or checks) the default and conformance sets. Prints the
+# tools dir.
+set -euo pipefail
+
+NPA_VERSION=v0.3.0
+NPA_MODULE=sigs.k8s.io/network-policy-api
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+TOOLS=${NFTPOLICY_TOOLS:-/var/cache/nftpolicy/tools}
+BIN=$TOOLS/bin
+SRC=$TOOLS/src/npa
+STAMP=$TOOLS/VERSION.npa
+CRD=$TOOLS/npa/clusternetworkpolicies.yaml
+
+log() { printf '[conformance/npa-tools.sh] %s\n' "$*" >&2; }
+
+command -v go >/dev/null 2>&1 || { log "go is not on PATH"; exit 1; }
+command -v patch >/dev/null 2>&1 || { log "patch is missing (apt-get install patch)"; exit 1; }
+mkdir -p "$BIN" "$SRC" "$(dirname "$CRD")"
+
+want_stamp() {
+	printf 'network-policy-api=%s sources=%s\n' "$NPA_VERSION" \
+		"$(cat "$HERE"/_npa/* | sha256sum | cut -c1-16)"
+}
+up_to_date() {
+	[[ -f $STAMP && $(head -n1 "$STAMP") == "$(want_stamp)" && -x $BIN/npa-conformance.test && -s $CRD ]]
+}
+done_() { log "NPA conformance tools up to date ($(head -n1 "$STAMP"))"; printf '%s\n' "$TOOLS"; exit 0; }
+up_to_date && done_
+
+exec 9>"$TOOLS/.lock"
+if ! flock -n 9; then
+	log "another build holds $TOOLS/.lock; waiting for it"
+	flock 9
+fi
+up_to_date && done_
+
+export GOWORK=off
+export GOFLAGS="-mod=mod -buildvcs=false"
+export CGO_ENABLED=0
+export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
+start=$(date +%s)
+rm -f "$STAMP"
+
+# The module's own directory in the module cache (read-only), copied to the
+# cache's src/npa: go refuses overlays and edits of module-cache files, and the
+# module as main module brings its own go.sum for the suite's dependencies.
+dir=$(go mod download -json "$NPA_MODULE@$NPA_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+[[ -n $dir && -d $dir/conformance ]] || { log "go mod download $NPA_MODULE@$NPA_VERSION gave no module directory"; exit 1; }
+mod=$SRC/network-policy-api
+rm -rf "$mod" && cp -r "$dir" "$mod" && chmod -R u+w "$mod"
+patch -s -d "$mod" -p1 --no-backup-if-mismatch <"$HERE/_npa/suite.patch" ||
+	{ log "_npa/suite.patch does not apply to $NPA_MODULE@$NPA_VERSION"; exit 1; }
+cp "$HERE/_npa/nftpolicy_flags.go" "$mod/conformance/utils/flags/nftpolicy_flags.go"
+
+log "building $NPA_MODULE/conformance $NPA_VERSION (test binary)"
+(cd "$mod" && go test -c -trimpath -o "$BIN/.npa-conformance.test.tmp" ./conformance)
+mv -f "$BIN/.npa-conformance.test.tmp" "$BIN/npa-conformance.test"
+
+src_crd=$dir/config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml
+grep -q "policy.networking.k8s.io/bundle-version: $NPA_VERSION" "$src_crd" ||
+	{ log "$src_crd is not annotated with bundle-version $NPA_VERSION"; exit 1; }
+cp "$src_crd" "$CRD.tmp" && chmod 644 "$CRD.tmp" && mv -f "$CRD.tmp" "$CRD"
+
+{
+	want_stamp
+	printf 'built=%s seconds=%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(($(date +%s) - start))"
+} >"$STAMP"
+log "built in $(($(date +%s) - start))s"
+printf '%s\n' "$TOOLS"
