@@ -1,6 +1,6 @@
 // This file is added to sigs.k8s.io/network-policy-api/conformance/utils/flags
 // (v0.3.0) when hack/conformance/npa-tools.sh builds the suite's test binary
-// (go test -c -overlay). Upstream's entry point has no way to leave tests out
+// in a copy of the module. Upstream's entry point has no way to leave tests out
 // that the report then counts as skipped: -test.run and -test.skip make
 // t.Run return true for the tests they filter, which the report counts as
 // passed. These flags feed the suite's own SkipTests option instead, and let a
