@@ -85,6 +85,7 @@ func (c *Cache) parse(p *corev1.Pod, next map[*corev1.Pod]*parsedPod) *parsedPod
 func BuildCached(in Input, cache *Cache) *Program {
 	b := newBuilder(in)
 	b.cache = cache
+	b.buildNodes(in.Nodes)
 	b.buildPods(in.Pods)
 	pols := append([]*networkingv1.NetworkPolicy(nil), in.Policies...)
 	sort.Slice(pols, func(i, j int) bool { return policyKey(pols[i]) < policyKey(pols[j]) })
@@ -95,6 +96,7 @@ func BuildCached(in Input, cache *Cache) *Program {
 		b.prog.Policies = append(b.prog.Policies, b.compilePolicy(np))
 	}
 	b.finish()
+	b.compileClusterPolicies(in.ClusterPolicies)
 	return b.prog
 }
 
@@ -107,6 +109,10 @@ type builder struct {
 	sels     map[string]SelectorID
 	nsMatch  map[string][]string
 	cache    *Cache
+
+	nodeLabels map[string]labels.Set
+	nodeNames  []string
+	nodeSets   map[string]NodeSetID
 }
 
 func newBuilder(in Input) *builder {
@@ -120,6 +126,7 @@ func newBuilder(in Input) *builder {
 		byNS:     map[string][]PodID{},
 		sels:     map[string]SelectorID{},
 		nsMatch:  map[string][]string{},
+		nodeSets: map[string]NodeSetID{},
 	}
 	for _, ns := range in.Namespaces {
 		l := labels.Set{}
@@ -483,6 +490,13 @@ func (b *builder) selectorPeer(pr *problems, path *field.Path, ns string, peer n
 	if !resolve {
 		return 0, true
 	}
+	return b.internSelector(ns, nsSel, podSel), true
+}
+
+// internSelector returns the shared peer set of the pods matching podSel in
+// namespace ns (nsSel nil) or in the namespaces matching nsSel. NetworkPolicy
+// and ClusterNetworkPolicy peers that select the same pods share one set.
+func (b *builder) internSelector(ns string, nsSel, podSel labels.Selector) SelectorID {
 	var key, desc string
 	podDesc := "all pods"
 	if !podSel.Empty() {
@@ -500,7 +514,7 @@ func (b *builder) selectorPeer(pr *problems, path *field.Path, ns string, peer n
 		}
 	}
 	if id, ok := b.sels[key]; ok {
-		return id, true
+		return id
 	}
 	id := SelectorID(len(b.prog.Selectors))
 	b.sels[key] = id
@@ -525,7 +539,7 @@ func (b *builder) selectorPeer(pr *problems, path *field.Path, ns string, peer n
 		b.prog.Pods[pid].MemberOf = append(b.prog.Pods[pid].MemberOf, id)
 	}
 	b.prog.Selectors = append(b.prog.Selectors, Selector{Key: key, Description: desc, Members: members})
-	return id, true
+	return id
 }
 
 // matchNamespaces returns the namespaces (with pods or listed) whose labels

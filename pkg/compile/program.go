@@ -215,23 +215,11 @@ type Rule struct {
 	// AllowReason reads "allowed by namespace/policy ingress[i]".
 	AllowReason string
 
-	// AllPeers is true when from/to was absent or empty.
-	AllPeers bool
-	// Selectors are the pod-selecting peers (podSelector, namespaceSelector,
-	// or both) as indices of shared peer sets.
-	Selectors []SelectorID
-	// IPBlocks is the union of the rule's ipBlock peers with their
-	// exceptions removed, as sorted disjoint ranges.
-	IPBlocks []IPRange
-
-	// AllPorts is true when ports was absent or empty.
-	AllPorts bool
-	// Ports are numbered ports and port ranges; a protocol without a port
-	// is the range 0-65535.
-	Ports []PortRange
-	// NamedPorts resolve on the destination pod: the selected pod for
-	// ingress, the peer pod for egress.
-	NamedPorts []NamedPortRef
+	// Match holds the rule's peers and ports. AllPeers is true when
+	// from/to was absent or empty, AllPorts when ports was; a protocol
+	// without a port is the range 0-65535; named ports resolve on the
+	// destination pod (the selected pod for ingress, the peer for egress).
+	Match
 
 	// Disabled rules allow nothing because they were invalid.
 	Disabled bool
@@ -242,12 +230,33 @@ type Rule struct {
 }
 
 // MatchesNothing reports whether the rule can never allow a connection.
-func (r *Rule) MatchesNothing() bool {
-	if r.Disabled {
-		return true
-	}
-	noPeers := !r.AllPeers && len(r.Selectors) == 0 && len(r.IPBlocks) == 0
-	noPorts := !r.AllPorts && len(r.Ports) == 0 && len(r.NamedPorts) == 0
+func (r *Rule) MatchesNothing() bool { return r.Disabled || r.Match.empty() }
+
+// Match is what a rule of either kind matches: a peer (the remote end of the
+// connection) and a destination port. Peer and port alternatives are ORed.
+type Match struct {
+	// AllPeers matches every remote end.
+	AllPeers bool
+	// Selectors are pod-selecting peers, as indices of shared peer sets.
+	Selectors []SelectorID
+	// Nodes are ClusterNetworkPolicy `nodes` peers, as node address sets.
+	Nodes []NodeSetID
+	// IPBlocks are address peers (ipBlock with its except removed, or
+	// networks), as sorted disjoint ranges.
+	IPBlocks []IPRange
+
+	// AllPorts matches every protocol and port.
+	AllPorts bool
+	// Ports are protocols with a port range (0-65535 for a protocol alone).
+	Ports []PortRange
+	// NamedPorts resolve on the destination pod.
+	NamedPorts []NamedPortRef
+}
+
+// empty reports whether no connection can match: no peer or no port.
+func (m *Match) empty() bool {
+	noPeers := !m.AllPeers && len(m.Selectors) == 0 && len(m.Nodes) == 0 && len(m.IPBlocks) == 0
+	noPorts := !m.AllPorts && len(m.Ports) == 0 && len(m.NamedPorts) == 0
 	return noPeers || noPorts
 }
 
@@ -257,7 +266,9 @@ type PortRange struct {
 	First, Last uint16
 }
 
-// NamedPortRef is a port named by a rule.
+// NamedPortRef is a port named by a rule. Protocol 0 (ClusterNetworkPolicy's
+// destinationNamedPort) matches a container port of that name whatever its
+// protocol.
 type NamedPortRef struct {
 	Name     string
 	Protocol Protocol
@@ -307,7 +318,9 @@ type SelectorRule struct {
 
 // Problem is a part of a policy that could not be used as written.
 type Problem struct {
-	// Policy is "namespace/name".
+	// Cluster is true for a ClusterNetworkPolicy's problem.
+	Cluster bool
+	// Policy is "namespace/name" (a ClusterNetworkPolicy: its name).
 	Policy string
 	// Field is the path of the offending field, e.g. "spec.ingress[0].from[1].ipBlock.except[0]".
 	Field   string
@@ -316,7 +329,11 @@ type Problem struct {
 
 // Error formats the problem for logs and events.
 func (p Problem) Error() string {
-	return fmt.Sprintf("networkpolicy %s: %s: %s", p.Policy, p.Field, p.Message)
+	kind := "networkpolicy"
+	if p.Cluster {
+		kind = "clusternetworkpolicy"
+	}
+	return fmt.Sprintf("%s %s: %s: %s", kind, p.Policy, p.Field, p.Message)
 }
 
 // Program is the compiled, immutable form of every NetworkPolicy as seen by
@@ -473,31 +490,20 @@ type ClusterRule struct {
 	Direction Direction
 	// Index is the rule's position in spec.ingress or spec.egress.
 	Index int
-	// Name is the rule's name, or "[i]" when it has none.
+	// Name is the rule's name, or "#i" (its index) when it has none.
 	Name   string
 	Action Action
 	// Reason reads e.g. "denied by ClusterNetworkPolicy no-y (Admin,
 	// priority 10) egress rule no-y".
 	Reason string
 
-	// AllPeers: a peer with no field set in a Deny or Pass rule fails closed
-	// and matches every remote end, as the API says.
-	AllPeers bool
-	// Selectors are the namespaces and pods peers, as shared peer sets.
-	Selectors []SelectorID
-	// Nodes are the nodes peers (egress), as node address sets.
-	Nodes []NodeSetID
-	// IPBlocks is the union of the networks peers (egress), as sorted
-	// disjoint ranges.
-	IPBlocks []IPRange
-
-	// AllPorts is true when protocols was absent: every protocol and port.
-	AllPorts bool
-	// Ports are protocol entries with a port, a range, or no port (0-65535).
-	Ports []PortRange
-	// NamedPorts are destinationNamedPort entries (Protocol 0: the name
-	// resolves on the destination pod whatever the container port's protocol).
-	NamedPorts []NamedPortRef
+	// Match holds the peers (namespaces and pods peers as shared peer sets,
+	// nodes, networks) and protocols (AllPorts when protocols was absent).
+	// destinationNamedPort entries have Protocol 0: the name resolves on
+	// the destination pod whatever its container port's protocol. A Deny or
+	// Pass rule that cannot be used as written fails closed: AllPeers and
+	// AllPorts, action Deny.
+	Match
 
 	// Disabled rules match nothing (an Accept rule that could not be used
 	// as written).
@@ -505,14 +511,7 @@ type ClusterRule struct {
 }
 
 // MatchesNothing reports whether the rule can never match a connection.
-func (r *ClusterRule) MatchesNothing() bool {
-	if r.Disabled {
-		return true
-	}
-	noPeers := !r.AllPeers && len(r.Selectors) == 0 && len(r.Nodes) == 0 && len(r.IPBlocks) == 0
-	noPorts := !r.AllPorts && len(r.Ports) == 0 && len(r.NamedPorts) == 0
-	return noPeers || noPorts
-}
+func (r *ClusterRule) MatchesNothing() bool { return r.Disabled || r.Match.empty() }
 
 // NodeSet is the addresses of the nodes a `nodes` peer selects. Identical
 // selectors share one NodeSet.

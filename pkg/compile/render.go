@@ -74,10 +74,10 @@ func addrType(v4 bool) string {
 }
 
 type renderer struct {
-	prog    *Program
-	cfg     RenderConfig
-	rs      *Ruleset
-	forward *Chain
+	prog           *Program
+	cfg            RenderConfig
+	rs             *Ruleset
+	forward, input *Chain
 }
 
 // Render turns a program into the desired ruleset of the nftpolicy table.
@@ -88,7 +88,7 @@ func Render(prog *Program, cfg RenderConfig) (*Ruleset, error) {
 		return nil, err
 	}
 	r := &renderer{prog: prog, cfg: cfg, rs: &Ruleset{
-		Table:  knftables.Table{Comment: ptr(fmt.Sprintf("nftpolicy: NetworkPolicy enforcement (mode %s)", cfg.Mode))},
+		Table:  knftables.Table{Comment: ptr(fmt.Sprintf("nftpolicy: network policy enforcement, NetworkPolicy and ClusterNetworkPolicy (mode %s)", cfg.Mode))},
 		Chains: map[string]*Chain{},
 		Sets:   map[string]*Set{},
 	}}
@@ -99,6 +99,7 @@ func Render(prog *Program, cfg RenderConfig) (*Ruleset, error) {
 		r.kernelDispatch()
 	}
 	// Base chains last: everything they reference exists by then.
+	r.addChain(r.input)
 	r.addChain(r.forward)
 	for _, s := range r.rs.Sets {
 		s.Elements = sortElements(s.Elements)
@@ -130,47 +131,138 @@ func rule(text, comment string) knftables.Rule {
 	return kr
 }
 
+// tierChains names, per direction, the chains that dispatch new connections
+// to each tier, in evaluation order, and where a connection goes when every
+// tier let it through.
+type tierChains struct {
+	entry, admin, networkPolicy, baseline, allowed string
+	// addr is the address the direction dispatches on: the local pod's.
+	addr string
+}
+
+func tiers(d Direction) tierChains {
+	if d == Egress {
+		return tierChains{entry: ChainEgress, networkPolicy: "egress-networkpolicy", baseline: "egress-baseline",
+			allowed: "goto " + ChainEgressAllow, addr: "saddr"}
+	}
+	return tierChains{entry: ChainIngress, networkPolicy: "ingress-networkpolicy", baseline: "ingress-baseline",
+		allowed: "accept", addr: "daddr"}
+}
+
+// Map names of one direction's dispatch: pod IP -> the chain deciding its
+// new connections in a tier. The NetworkPolicy maps keep their names.
+func tierMap(t Tier, d Direction, v4 bool) string { return tierMapPrefix(t, d) + famSuffix(v4) }
+
+func tierMapPrefix(t Tier, d Direction) string {
+	switch t {
+	case TierAdmin:
+		return d.String() + "-admin-pods"
+	case TierBaseline:
+		return d.String() + "-baseline-pods"
+	}
+	return d.String() + "-pods"
+}
+
+// clusterEgressSet holds the local pods with ClusterNetworkPolicy egress
+// rules: only their traffic to the node itself is filtered (input hook).
+func clusterEgressSet(v4 bool) string { return "cluster-egress-pods" + famSuffix(v4) }
+
 func (r *renderer) static() {
-	// Pod IP -> what decides its new connections.
+	kernel := r.cfg.Mode != ModeQueue
 	for _, v4 := range []bool{true, false} {
-		r.addSet(&Set{Map: &knftables.Map{Name: "egress-pods" + famSuffix(v4), Type: addrType(v4) + " : verdict",
-			Comment: ptr("local pods isolated for egress -> the chain that decides their new connections")}})
-		r.addSet(&Set{Map: &knftables.Map{Name: "ingress-pods" + famSuffix(v4), Type: addrType(v4) + " : verdict",
-			Comment: ptr("local pods isolated for ingress -> the chain that decides their new connections")}})
+		for _, d := range []Direction{Egress, Ingress} {
+			r.addSet(&Set{Map: &knftables.Map{Name: tierMap(0, d, v4), Type: addrType(v4) + " : verdict",
+				Comment: ptr("local pods isolated for " + d.String() + " by NetworkPolicies -> the chain that decides their new connections")}})
+			if kernel {
+				for _, t := range []Tier{TierAdmin, TierBaseline} {
+					r.addSet(&Set{Map: &knftables.Map{Name: tierMap(t, d, v4), Type: addrType(v4) + " : verdict",
+						Comment: ptr("local pods with " + t.String() + " ClusterNetworkPolicy " + d.String() + " rules -> their policies, in precedence order")}})
+				}
+			}
+		}
 		r.addSet(&Set{Set: &knftables.Set{Name: "self" + famSuffix(v4), Type: addrType(v4) + " . " + addrType(v4),
-			Comment: ptr("isolated local pods, twice: a pod can always reach itself")}})
+			Comment: ptr("local pods that policies select, twice: a pod can always reach itself")}})
+		r.addSet(&Set{Set: &knftables.Set{Name: clusterEgressSet(v4), Type: addrType(v4),
+			Comment: ptr("local pods with ClusterNetworkPolicy egress rules: their traffic to this node is decided too")}})
+		if kernel {
+			r.addSet(&Set{Set: &knftables.Set{Name: "node-ips" + famSuffix(v4), Type: addrType(v4),
+				Comment: ptr("this node's addresses: NetworkPolicy never isolates a pod from its own node")}})
+		}
+	}
+	for _, ip := range r.prog.NodeIPs {
+		if kernel {
+			s := r.rs.Sets["node-ips"+famSuffix(ip.Is4())]
+			s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String()}})
+		}
 	}
 	m := r.cfg.AllowMark
-	var fwd []knftables.Rule
+	// head is the start of both base chains: connections already decided.
+	var head []knftables.Rule
 	if r.cfg.UsesQueue() {
-		fwd = append(fwd, rule(fmt.Sprintf("meta mark & %#08x == %#08x ct mark set ct mark | %#08x meta mark set meta mark & %#08x counter accept",
+		head = append(head, rule(fmt.Sprintf("meta mark & %#08x == %#08x ct mark set ct mark | %#08x meta mark set meta mark & %#08x counter accept",
 			m, m, m, ^m), "allowed by the userspace evaluator: remember it in the connection's mark"))
 	}
-	fwd = append(fwd, rule("ct state established,related accept", ""))
+	head = append(head, rule("ct state established,related accept", ""))
 	if r.cfg.UsesQueue() {
-		fwd = append(fwd, rule(fmt.Sprintf("ct mark & %#08x == %#08x accept", m, m), "connection allowed earlier by the userspace evaluator"))
+		head = append(head, rule(fmt.Sprintf("ct mark & %#08x == %#08x accept", m, m), "connection allowed earlier by the userspace evaluator"))
 	}
-	fwd = append(fwd,
-		rule("meta l4proto ipv6-icmp icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert } accept", "IPv6 neighbour discovery"),
+	nd := rule("meta l4proto ipv6-icmp icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert } accept", "IPv6 neighbour discovery")
+	fwd := append(append([]knftables.Rule(nil), head...), nd,
 		rule("ip saddr . ip daddr @self-v4 accept", "a pod can always reach itself"),
 		rule("ip6 saddr . ip6 daddr @self-v6 accept", "a pod can always reach itself"),
-		rule("ip saddr vmap @egress-pods-v4", ""),
-		rule("ip6 saddr vmap @egress-pods-v6", ""),
-		rule("jump "+ChainIngress, ""),
 	)
-	r.addChain(&Chain{Chain: knftables.Chain{Name: ChainIngress, Comment: ptr("new connections to local pods: dispatch by destination")},
-		Rules: []knftables.Rule{rule("ip daddr vmap @ingress-pods-v4", ""), rule("ip6 daddr vmap @ingress-pods-v6", "")}})
-	if r.cfg.Mode != ModeQueue {
-		r.addChain(&Chain{Chain: knftables.Chain{Name: ChainEgressAllow, Comment: ptr("egress allowed: the destination's ingress decides next")},
-			Rules: []knftables.Rule{rule("jump "+ChainIngress, ""), rule("accept", "")}})
-	}
-	if r.cfg.UsesQueue() {
+	input := append(append([]knftables.Rule(nil), head...), nd)
+	if kernel {
+		fwd = append(fwd, rule("goto "+ChainEgress, ""))
+		input = append(input,
+			rule("ip saddr @"+clusterEgressSet(true)+" goto "+ChainEgress, ""),
+			rule("ip6 saddr @"+clusterEgressSet(false)+" goto "+ChainEgress, ""))
+		r.tierDispatch()
+	} else {
+		fwd = append(fwd,
+			rule("ip saddr vmap @egress-pods-v4", ""),
+			rule("ip6 saddr vmap @egress-pods-v6", ""),
+			rule("ip daddr vmap @ingress-pods-v4", ""),
+			rule("ip6 daddr vmap @ingress-pods-v6", ""))
+		input = append(input,
+			rule("ip saddr @"+clusterEgressSet(true)+" goto "+ChainQueue, ""),
+			rule("ip6 saddr @"+clusterEgressSet(false)+" goto "+ChainQueue, ""))
 		r.queueChain()
 	}
 	r.forward = &Chain{Chain: knftables.Chain{Name: ChainForward,
-		Type: ptr(knftables.FilterType), Hook: ptr(knftables.ForwardHook), Priority: ptr(knftables.BaseChainPriority(forwardPriority)),
+		Type: ptr(knftables.FilterType), Hook: ptr(knftables.ForwardHook), Priority: ptr(knftables.BaseChainPriority(filterPriority)),
 		Policy:  ptr(knftables.AcceptPolicy),
-		Comment: ptr("pod traffic after Service DNAT, before SNAT: new connections of isolated local pods")}, Rules: fwd}
+		Comment: ptr("pod traffic after Service DNAT, before SNAT: new connections of local pods that policies select")}, Rules: fwd}
+	r.input = &Chain{Chain: knftables.Chain{Name: ChainInput,
+		Type: ptr(knftables.FilterType), Hook: ptr(knftables.InputHook), Priority: ptr(knftables.BaseChainPriority(filterPriority)),
+		Policy:  ptr(knftables.AcceptPolicy),
+		Comment: ptr("traffic to this node: only new connections of ClusterNetworkPolicy egress subjects")}, Rules: input}
+}
+
+// tierDispatch renders the static chains that run the tiers in order, per
+// direction: Admin, NetworkPolicy, Baseline, then allowed. Every chain ends
+// in a verdict or a goto, so a Pass can goto the next tier's chain from any
+// depth.
+func (r *renderer) tierDispatch() {
+	for _, d := range []Direction{Egress, Ingress} {
+		tc := tiers(d)
+		chain := func(name, comment string, next string, maps ...string) {
+			c := &Chain{Chain: knftables.Chain{Name: name, Comment: ptr(comment)}}
+			for _, v4 := range []bool{true, false} {
+				for _, m := range maps {
+					c.Rules = append(c.Rules, rule(fmt.Sprintf("%s %s vmap @%s%s", famWord(v4), tc.addr, m, famSuffix(v4)), ""))
+				}
+			}
+			c.Rules = append(c.Rules, rule(next, ""))
+			r.addChain(c)
+		}
+		chain(tc.baseline, d.String()+" of local pods, tier 3: Baseline ClusterNetworkPolicies", tc.allowed, tierMapPrefix(TierBaseline, d))
+		chain(tc.networkPolicy, d.String()+" of local pods, tier 2: NetworkPolicies (they decide for the pods they isolate)", "goto "+tc.baseline, tierMapPrefix(0, d))
+		chain(tc.entry, "new connections "+map[Direction]string{Egress: "from", Ingress: "to"}[d]+" local pods, tier 1: Admin ClusterNetworkPolicies",
+			"goto "+tc.networkPolicy, tierMapPrefix(TierAdmin, d))
+	}
+	r.addChain(&Chain{Chain: knftables.Chain{Name: ChainEgressAllow, Comment: ptr("egress allowed: the destination's ingress decides next")},
+		Rules: []knftables.Rule{rule("goto "+ChainIngress, "")}})
 }
 
 func (r *renderer) queueChain() {
@@ -191,21 +283,35 @@ func (r *renderer) queueRange() string {
 	return fmt.Sprintf("%d-%d", r.cfg.QueueNum, uint32(r.cfg.QueueNum)+uint32(r.cfg.Queues)-1)
 }
 
-// selfElements lists every isolated local pod in the self sets, so that the
-// forward chain lets a pod reach itself before any policy is consulted.
+// selfElements lists every local pod that a policy selects in the self
+// sets, so that the forward chain lets a pod reach itself before any policy
+// is consulted, and the ClusterNetworkPolicy egress subjects in the sets the
+// input chain dispatches on.
 func (r *renderer) selfElements() {
 	for i := range r.prog.Pods {
 		pod := &r.prog.Pods[i]
-		if !pod.Local || (len(pod.IngressPolicies) == 0 && len(pod.EgressPolicies) == 0) {
+		if !pod.Local {
+			continue
+		}
+		cnpEgress := len(pod.AdminEgress) > 0 || len(pod.BaselineEgress) > 0
+		selected := len(pod.IngressPolicies) > 0 || len(pod.EgressPolicies) > 0 || cnpEgress ||
+			len(pod.AdminIngress) > 0 || len(pod.BaselineIngress) > 0
+		if !selected {
 			continue
 		}
 		for _, ip := range pod.IPs {
 			s := r.rs.Sets["self"+famSuffix(ip.Is4())]
 			s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String(), ip.String()}, Comment: ptr(pod.Key)})
+			if cnpEgress {
+				s := r.rs.Sets[clusterEgressSet(ip.Is4())]
+				s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String()}, Comment: ptr(pod.Key)})
+			}
 		}
 	}
 }
 
+// queueDispatch sends every new connection of a local pod that any policy
+// selects in a direction to the userspace evaluator.
 func (r *renderer) queueDispatch() {
 	r.selfElements()
 	for i := range r.prog.Pods {
@@ -213,11 +319,13 @@ func (r *renderer) queueDispatch() {
 		if !pod.Local {
 			continue
 		}
+		egress := len(pod.EgressPolicies) > 0 || len(pod.AdminEgress) > 0 || len(pod.BaselineEgress) > 0
+		ingress := len(pod.IngressPolicies) > 0 || len(pod.AdminIngress) > 0 || len(pod.BaselineIngress) > 0
 		for _, ip := range pod.IPs {
-			if len(pod.EgressPolicies) > 0 {
+			if egress {
 				r.vmapElement("egress-pods", ip, "goto "+ChainQueue, pod.Key)
 			}
-			if len(pod.IngressPolicies) > 0 {
+			if ingress {
 				r.vmapElement("ingress-pods", ip, "goto "+ChainQueue, pod.Key)
 			}
 		}
@@ -229,25 +337,37 @@ func (r *renderer) vmapElement(prefix string, ip netip.Addr, verdict, comment st
 	s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String()}, Value: []string{verdict}, Comment: truncComment(comment)})
 }
 
+// kernelDispatch renders what decides each local pod's new connections in
+// each tier: per-policy chains, one chain per distinct combination of
+// policies, and the pod's elements in the tier maps.
 func (r *renderer) kernelDispatch() {
 	r.selfElements()
 	// Policy chains first, in policy order, then one chain per distinct
 	// combination of isolating policies.
 	used := map[PolicyID][2]bool{}
+	cused := map[ClusterPolicyID][2]bool{}
 	for i := range r.prog.Pods {
 		pod := &r.prog.Pods[i]
 		if !pod.Local {
 			continue
 		}
-		for _, id := range pod.IngressPolicies {
-			u := used[id]
-			u[Ingress] = true
-			used[id] = u
-		}
-		for _, id := range pod.EgressPolicies {
-			u := used[id]
-			u[Egress] = true
-			used[id] = u
+		for _, d := range []Direction{Ingress, Egress} {
+			ids := pod.IngressPolicies
+			if d == Egress {
+				ids = pod.EgressPolicies
+			}
+			for _, id := range ids {
+				u := used[id]
+				u[d] = true
+				used[id] = u
+			}
+			for _, t := range []Tier{TierAdmin, TierBaseline} {
+				for _, id := range pod.ClusterPolicies(t, d) {
+					u := cused[id]
+					u[d] = true
+					cused[id] = u
+				}
+			}
 		}
 	}
 	hasRules := map[PolicyID][2]bool{}
@@ -261,6 +381,17 @@ func (r *renderer) kernelDispatch() {
 		}
 		hasRules[PolicyID(id)] = h
 	}
+	chasRules := map[ClusterPolicyID][2]bool{}
+	for id := range r.prog.ClusterPolicies {
+		u := cused[ClusterPolicyID(id)]
+		var h [2]bool
+		for _, d := range []Direction{Ingress, Egress} {
+			if u[d] {
+				h[d] = r.clusterPolicyChain(ClusterPolicyID(id), d)
+			}
+		}
+		chasRules[ClusterPolicyID(id)] = h
+	}
 	for i := range r.prog.Pods {
 		pod := &r.prog.Pods[i]
 		if !pod.Local {
@@ -271,12 +402,21 @@ func (r *renderer) kernelDispatch() {
 			if d == Egress {
 				ids = pod.EgressPolicies
 			}
-			if len(ids) == 0 {
-				continue
+			if len(ids) > 0 {
+				name := r.isolationChain(d, ids, hasRules)
+				for _, ip := range pod.IPs {
+					r.vmapElement(d.String()+"-pods", ip, "goto "+name, pod.Key)
+				}
 			}
-			name := r.isolationChain(d, ids, hasRules)
-			for _, ip := range pod.IPs {
-				r.vmapElement(d.String()+"-pods", ip, "jump "+name, pod.Key)
+			for _, t := range []Tier{TierAdmin, TierBaseline} {
+				cids := pod.ClusterPolicies(t, d)
+				if len(cids) == 0 {
+					continue
+				}
+				name := r.clusterComboChain(t, d, cids, chasRules)
+				for _, ip := range pod.IPs {
+					r.vmapElement(tierMapPrefix(t, d), ip, "goto "+name, pod.Key)
+				}
 			}
 		}
 	}
@@ -289,6 +429,12 @@ func (r *renderer) isolationChain(d Direction, ids []PolicyID, hasRules map[Poli
 	}
 	keys := comboKey(r.prog, ids)
 	c := &Chain{Chain: knftables.Chain{Name: name, Comment: truncComment("isolated for " + d.String() + " by " + strings.ReplaceAll(keys, ",", ", "))}}
+	if d == Egress {
+		// Only the input chain sends a pod's traffic to its own node here.
+		c.Rules = append(c.Rules,
+			rule("ip daddr @node-ips-v4 accept", "to this node: NetworkPolicy never isolates a pod from its node"),
+			rule("ip6 daddr @node-ips-v6 accept", "to this node: NetworkPolicy never isolates a pod from its node"))
+	}
 	for _, id := range ids {
 		if hasRules[id][d] {
 			c.Rules = append(c.Rules, rule("jump "+PolicyChainName(&r.prog.Policies[id], d), ""))
@@ -310,72 +456,84 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 	if d == Egress {
 		verdict = "jump " + ChainEgressAllow
 	}
-	peerDir := "saddr"
-	if d == Egress {
-		peerDir = "daddr"
-	}
-	for ri, rl := range pol.Rules(d) {
+	for ri := range pol.Rules(d) {
+		rl := &pol.Rules(d)[ri]
 		if rl.MatchesNothing() {
 			continue
 		}
 		base := PolicyChainName(pol, d) + "-" + itoa(ri)
-		for _, v4 := range []bool{true, false} {
-			// Peers: each alternative is one nft rule.
-			var peers []string
-			if rl.AllPeers {
-				peers = []string{""}
-			} else {
-				for _, sid := range rl.Selectors {
-					set := r.peerSet(sid, v4)
-					peers = append(peers, fmt.Sprintf("%s %s @%s ", famWord(v4), peerDir, set))
-				}
-				if blocks := familyRanges(rl.IPBlocks, v4); len(blocks) > 0 {
-					name := base + "-cidrs" + famSuffix(v4)
-					s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
-						Comment: truncComment(rl.Name + " ipBlock peers")}})
-					for _, b := range blocks {
-						s.Elements = append(s.Elements, knftables.Element{Key: []string{b.String()}})
-					}
-					peers = append(peers, fmt.Sprintf("%s %s @%s ", famWord(v4), peerDir, name))
-				}
-			}
-			// Ports: each alternative is one nft rule.
-			var ports []string
-			if rl.AllPorts {
-				ports = []string{""}
-			} else {
-				if len(rl.Ports) > 0 {
-					name := base + "-ports"
-					s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: "inet_proto . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag},
-						Comment: truncComment(rl.Name + " ports")}})
-					if len(s.Elements) == 0 {
-						for _, p := range rl.Ports {
-							s.Elements = append(s.Elements, knftables.Element{Key: []string{p.Protocol.nftName(), portText(p)}})
-						}
-					}
-					ports = append(ports, "meta l4proto . th dport @"+name+" ")
-				}
-				if len(rl.NamedPorts) > 0 {
-					name := base + "-named" + famSuffix(v4)
-					r.namedPortSet(name, &rl, pol, d, v4)
-					ports = append(ports, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s ", famWord(v4), name))
-				}
-			}
-			for _, pe := range peers {
-				for _, po := range ports {
-					text := pe + po + "counter " + verdict
-					if !hasRule(c.Rules, text) { // family-independent rules come once
-						c.Rules = append(c.Rules, rule(text, rl.Name))
-					}
-				}
-			}
-		}
+		c.Rules = r.matchRules(c.Rules, &rl.Match, base, rl.Name, d, pol.Selected, "counter "+verdict)
 	}
 	if len(c.Rules) == 0 {
 		return false
 	}
 	r.addChain(c)
 	return true
+}
+
+// matchRules appends one nft rule per peer and port alternative of a match,
+// both families, each ending in verdict. Sets the rules use are named after
+// base. Named ports resolve on the subjects for ingress, on the peers for
+// egress.
+func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment string, d Direction, subjects []PodID, verdict string) []knftables.Rule {
+	peerDir := peerAddr(d)
+	for _, v4 := range []bool{true, false} {
+		// Peers: each alternative is one nft rule.
+		var peers []string
+		if m.AllPeers {
+			peers = []string{""}
+		} else {
+			for _, sid := range m.Selectors {
+				set := r.peerSet(sid, v4)
+				peers = append(peers, fmt.Sprintf("%s %s @%s ", famWord(v4), peerDir, set))
+			}
+			for _, nid := range m.Nodes {
+				if set := r.nodeSet(nid, v4); set != "" {
+					peers = append(peers, fmt.Sprintf("%s %s @%s ", famWord(v4), peerDir, set))
+				}
+			}
+			if blocks := familyRanges(m.IPBlocks, v4); len(blocks) > 0 {
+				name := base + "-cidrs" + famSuffix(v4)
+				s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+					Comment: truncComment(comment + " address peers")}})
+				for _, b := range blocks {
+					s.Elements = append(s.Elements, knftables.Element{Key: []string{b.String()}})
+				}
+				peers = append(peers, fmt.Sprintf("%s %s @%s ", famWord(v4), peerDir, name))
+			}
+		}
+		// Ports: each alternative is one nft rule.
+		var ports []string
+		if m.AllPorts {
+			ports = []string{""}
+		} else {
+			if len(m.Ports) > 0 {
+				name := base + "-ports"
+				s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: "inet_proto . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag},
+					Comment: truncComment(comment + " ports")}})
+				if len(s.Elements) == 0 {
+					for _, p := range m.Ports {
+						s.Elements = append(s.Elements, knftables.Element{Key: []string{p.Protocol.nftName(), portText(p)}})
+					}
+				}
+				ports = append(ports, "meta l4proto . th dport @"+name+" ")
+			}
+			if len(m.NamedPorts) > 0 {
+				name := base + "-named" + famSuffix(v4)
+				r.namedPortSet(name, m, comment, d, subjects, v4)
+				ports = append(ports, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s ", famWord(v4), name))
+			}
+		}
+		for _, pe := range peers {
+			for _, po := range ports {
+				text := pe + po + verdict
+				if !hasRule(out, text) { // family-independent rules come once
+					out = append(out, rule(text, comment))
+				}
+			}
+		}
+	}
+	return out
 }
 
 func portText(p PortRange) string {
@@ -418,50 +576,54 @@ func (r *renderer) peerSet(id SelectorID, v4 bool) string {
 }
 
 // namedPortSet holds (destination IP, protocol, port) for every pod a named
-// port of the rule can resolve on: the local selected pods for ingress; for
-// egress the pods among the rule's peers.
-func (r *renderer) namedPortSet(name string, rl *Rule, pol *Policy, d Direction, v4 bool) {
+// port of the match can resolve on: the subjects for ingress; for egress
+// the pods among the match's peers.
+func (r *renderer) namedPortSet(name string, m *Match, comment string, d Direction, subjects []PodID, v4 bool) {
 	s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4) + " . inet_proto . inet_service",
-		Comment: truncComment(rl.Name + " named ports, resolved per destination pod")}})
+		Comment: truncComment(comment + " named ports, resolved per destination pod")}})
 	add := func(pid PodID) {
 		pod := &r.prog.Pods[pid]
-		for _, np := range rl.NamedPorts {
-			n, ok := pod.NamedPort(np.Name, np.Protocol)
-			if !ok {
-				continue
-			}
-			for _, ip := range pod.IPs {
-				if ip.Is4() == v4 {
-					s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String(), np.Protocol.nftName(), itoa(int(n))},
-						Comment: truncComment(pod.Key + " " + np.Name)})
+		for _, np := range m.NamedPorts {
+			for _, cp := range pod.Ports {
+				if cp.Name != np.Name || (np.Protocol != 0 && cp.Protocol != np.Protocol) {
+					continue
+				}
+				if n, ok := pod.NamedPort(np.Name, cp.Protocol); !ok || n != cp.Port {
+					continue // an earlier container port of that name and protocol wins
+				}
+				for _, ip := range pod.IPs {
+					if ip.Is4() == v4 {
+						s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String(), cp.Protocol.nftName(), itoa(int(cp.Port))},
+							Comment: truncComment(pod.Key + " " + np.Name)})
+					}
 				}
 			}
 		}
 	}
 	if d == Ingress {
-		for _, pid := range pol.Selected {
+		for _, pid := range subjects {
 			add(pid)
 		}
 		return
 	}
 	for pid := range r.prog.Pods {
-		if r.ruleCoversPod(rl, PodID(pid)) {
+		if r.matchCoversPod(m, PodID(pid)) {
 			add(PodID(pid))
 		}
 	}
 }
 
-func (r *renderer) ruleCoversPod(rl *Rule, pid PodID) bool {
-	if rl.AllPeers {
+func (r *renderer) matchCoversPod(m *Match, pid PodID) bool {
+	if m.AllPeers {
 		return true
 	}
-	for _, sid := range rl.Selectors {
+	for _, sid := range m.Selectors {
 		if r.prog.Selectors[sid].Contains(pid) {
 			return true
 		}
 	}
 	for _, ip := range r.prog.Pods[pid].IPs {
-		if rangesContain(rl.IPBlocks, ip) {
+		if rangesContain(m.IPBlocks, ip) {
 			return true
 		}
 	}

@@ -28,7 +28,7 @@ func renderScenario(t *testing.T, path string, cfg RenderConfig) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog := Build(s.Input("node-1", s.Nodes([]string{"node-1", "node-2"}), nil))
+	prog := Build(s.Input("node-1", s.NodeNames([]string{"node-1", "node-2"}), nil))
 	rs, err := Render(prog, cfg)
 	if err != nil {
 		t.Fatal(err)

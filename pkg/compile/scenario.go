@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -14,15 +15,55 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	kjson "sigs.k8s.io/json"
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
-// Scenario is a small cluster, its NetworkPolicies and connections to try,
-// in the format of docs/scenario-format.md (shared with the e2e runner).
+// Scenario is a small cluster, its NetworkPolicies and
+// ClusterNetworkPolicies and connections to try, in the format of
+// docs/scenario-format.md (shared with the e2e runner).
 type Scenario struct {
-	Namespaces []ScenarioNamespace          `json:"namespaces,omitempty"`
-	Pods       []ScenarioPod                `json:"pods,omitempty"`
-	Policies   []networkingv1.NetworkPolicy `json:"policies,omitempty"`
-	Probes     []Probe                      `json:"probes,omitempty"`
+	Namespaces []ScenarioNamespace `json:"namespaces,omitempty"`
+	// Nodes are the cluster's nodes as policies see them: `nodes` peers
+	// select them by label and match their IPs. Optional.
+	Nodes    []ScenarioNode               `json:"nodes,omitempty"`
+	Pods     []ScenarioPod                `json:"pods,omitempty"`
+	Policies []networkingv1.NetworkPolicy `json:"policies,omitempty"`
+	// ClusterNetworkPolicies are decoded into the v1beta1 type whether
+	// written as v1beta1 or v1alpha2 (the same schema).
+	ClusterNetworkPolicies []npav1beta1.ClusterNetworkPolicy `json:"clusterNetworkPolicies,omitempty"`
+	// DNSAnswers record what pods resolved, for domainNames peers; they do
+	// not change verdicts while domainNames is unsupported.
+	DNSAnswers []DNSAnswer `json:"dnsAnswers,omitempty"`
+	Probes     []Probe     `json:"probes,omitempty"`
+}
+
+// ScenarioNode is a node: its name, labels and addresses (the InternalIP
+// entries of its status.addresses).
+type ScenarioNode struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
+	IPs    []string          `json:"ips,omitempty"`
+}
+
+// Addrs returns the node's addresses in the order written.
+func (n *ScenarioNode) Addrs() []netip.Addr {
+	var out []netip.Addr
+	for _, s := range n.IPs {
+		if a, err := netip.ParseAddr(s); err == nil && !slices.Contains(out, a.Unmap()) {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
+// DNSAnswer is a name a pod resolved and the addresses it got.
+type DNSAnswer struct {
+	// Pod is "namespace/name".
+	Pod  string   `json:"pod"`
+	Name string   `json:"name"`
+	IPs  []string `json:"ips"`
+	// TTL is in seconds.
+	TTL int32 `json:"ttl"`
 }
 
 // ScenarioNamespace is a namespace and its labels.
@@ -80,16 +121,21 @@ type Probe struct {
 	Protocol string   `json:"protocol,omitempty"`
 }
 
-// Endpoint is a pod ("namespace/name") or an address.
+// Endpoint is a pod ("namespace/name"), a listed node (its first address
+// of the family the probe uses) or an address.
 type Endpoint struct {
-	Pod string `json:"pod,omitempty"`
-	IP  string `json:"ip,omitempty"`
+	Pod  string `json:"pod,omitempty"`
+	Node string `json:"node,omitempty"`
+	IP   string `json:"ip,omitempty"`
 }
 
-// String names the endpoint as written in the scenario.
+// String names the endpoint as written in the scenario ("node:NAME" for a node).
 func (e Endpoint) String() string {
-	if e.Pod != "" {
+	switch {
+	case e.Pod != "":
 		return e.Pod
+	case e.Node != "":
+		return "node:" + e.Node
 	}
 	return e.IP
 }
@@ -130,6 +176,38 @@ func ParseScenario(data []byte) (*Scenario, error) {
 
 func (s *Scenario) validate() error {
 	var errs []error
+	nodeIPs := map[netip.Addr]string{}
+	nodes := map[string]*ScenarioNode{}
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		where := fmt.Sprintf("nodes[%d] (%s)", i, n.Name)
+		if msgs := validation.IsDNS1123Subdomain(n.Name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s: name: %s", where, strings.Join(msgs, "; ")))
+		}
+		if nodes[n.Name] != nil {
+			errs = append(errs, fmt.Errorf("%s: duplicate node", where))
+		}
+		nodes[n.Name] = n
+		errs = append(errs, validateLabels(where+".labels", n.Labels)...)
+		fams := map[bool]bool{}
+		for _, a := range n.IPs {
+			addr, err := netip.ParseAddr(a)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: bad IP %q", where, a))
+				continue
+			}
+			addr = addr.Unmap()
+			if other, ok := nodeIPs[addr]; ok {
+				errs = append(errs, fmt.Errorf("%s: IP %s already belongs to node %s", where, addr, other))
+			}
+			nodeIPs[addr] = n.Name
+			// Runners give each node one address per family.
+			if fams[addr.Is4()] {
+				errs = append(errs, fmt.Errorf("%s: at most one IP per family", where))
+			}
+			fams[addr.Is4()] = true
+		}
+	}
 	nss := map[string]bool{}
 	for i, ns := range s.Namespaces {
 		if msgs := validation.IsDNS1123Label(ns.Name); len(msgs) > 0 {
@@ -163,7 +241,10 @@ func (s *Scenario) validate() error {
 		if p.IP != "" {
 			all = append(all, p.IP)
 		}
-		if len(all) == 0 {
+		// A host-network pod on a listed node has the node's addresses.
+		onNode := nodes[p.Node]
+		nodeAddrs := p.HostNetwork && onNode != nil && len(onNode.IPs) > 0
+		if len(all) == 0 && !nodeAddrs {
 			errs = append(errs, fmt.Errorf("%s: needs ip or ips", where))
 		}
 		fams := map[bool]netip.Addr{}
@@ -174,8 +255,14 @@ func (s *Scenario) validate() error {
 				continue
 			}
 			addr = addr.Unmap()
+			if nodeAddrs && !slices.Contains(onNode.Addrs(), addr) {
+				errs = append(errs, fmt.Errorf("%s: host-network pod has IP %s, which is not an IP of its node %s (omit ip to use the node's)", where, addr, p.Node))
+			}
 			if other, ok := ips[addr]; ok && other != p.Key() && !p.HostNetwork {
 				errs = append(errs, fmt.Errorf("%s: IP %s already belongs to %s", where, addr, other))
+			}
+			if n, ok := nodeIPs[addr]; ok && !p.HostNetwork {
+				errs = append(errs, fmt.Errorf("%s: IP %s belongs to node %s", where, addr, n))
 			}
 			if !p.HostNetwork {
 				ips[addr] = p.Key()
@@ -229,25 +316,61 @@ func (s *Scenario) validate() error {
 			errs = append(errs, fmt.Errorf("%s: %s: %s", where, pr.Field, pr.Message))
 		}
 	}
+	cnps := map[string]bool{}
+	for i := range s.ClusterNetworkPolicies {
+		errs = append(errs, validateScenarioCNP(i, &s.ClusterNetworkPolicies[i], cnps)...)
+	}
+	for i, a := range s.DNSAnswers {
+		where := fmt.Sprintf("dnsAnswers[%d]", i)
+		if !pods[a.Pod] {
+			errs = append(errs, fmt.Errorf("%s: unknown pod %q (write namespace/name)", where, a.Pod))
+		}
+		if msgs := validation.IsDNS1123Subdomain(strings.TrimSuffix(a.Name, ".")); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s: name %q is not a DNS name: %s", where, a.Name, strings.Join(msgs, "; ")))
+		}
+		if len(a.IPs) == 0 {
+			errs = append(errs, fmt.Errorf("%s: needs at least one IP", where))
+		}
+		for _, ip := range a.IPs {
+			if _, err := netip.ParseAddr(ip); err != nil {
+				errs = append(errs, fmt.Errorf("%s: bad IP %q", where, ip))
+			}
+		}
+		if a.TTL < 0 {
+			errs = append(errs, fmt.Errorf("%s: ttl %d is negative", where, a.TTL))
+		}
+	}
 	for i, pr := range s.Probes {
 		where := fmt.Sprintf("probes[%d]", i)
 		for _, e := range []struct {
 			name string
 			ep   Endpoint
 		}{{"from", pr.From}, {"to", pr.To}} {
+			set := 0
+			for _, f := range []string{e.ep.Pod, e.ep.Node, e.ep.IP} {
+				if f != "" {
+					set++
+				}
+			}
 			switch {
-			case e.ep.Pod != "" && e.ep.IP != "":
-				errs = append(errs, fmt.Errorf("%s.%s: give pod or ip, not both", where, e.name))
+			case set > 1:
+				errs = append(errs, fmt.Errorf("%s.%s: give one of pod, node and ip", where, e.name))
 			case e.ep.Pod != "":
 				if !pods[e.ep.Pod] {
 					errs = append(errs, fmt.Errorf("%s.%s: unknown pod %q (write namespace/name)", where, e.name, e.ep.Pod))
+				}
+			case e.ep.Node != "":
+				if n := nodes[e.ep.Node]; n == nil {
+					errs = append(errs, fmt.Errorf("%s.%s: unknown node %q (list it under nodes)", where, e.name, e.ep.Node))
+				} else if len(n.IPs) == 0 {
+					errs = append(errs, fmt.Errorf("%s.%s: node %q has no ips", where, e.name, e.ep.Node))
 				}
 			case e.ep.IP != "":
 				if _, err := netip.ParseAddr(e.ep.IP); err != nil {
 					errs = append(errs, fmt.Errorf("%s.%s: bad IP %q", where, e.name, e.ep.IP))
 				}
 			default:
-				errs = append(errs, fmt.Errorf("%s.%s: needs pod or ip", where, e.name))
+				errs = append(errs, fmt.Errorf("%s.%s: needs pod, node or ip", where, e.name))
 			}
 		}
 		if pr.Port < 1 || pr.Port > 65535 {
@@ -265,6 +388,35 @@ func (s *Scenario) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// The API versions a scenario's ClusterNetworkPolicies may be written in;
+// both have the v1beta1 schema.
+var cnpAPIVersions = []string{npav1beta1.GroupName + "/v1beta1", npav1beta1.GroupName + "/v1alpha2"}
+
+// validateScenarioCNP checks one ClusterNetworkPolicy as the API server
+// would (its CRD's schema and rules, plus what nftpolicy cannot enforce as
+// written), and that its name is unique among seen.
+func validateScenarioCNP(i int, cnp *npav1beta1.ClusterNetworkPolicy, seen map[string]bool) []error {
+	var errs []error
+	where := fmt.Sprintf("clusterNetworkPolicies[%d] (%s)", i, cnp.Name)
+	if !slices.Contains(cnpAPIVersions, cnp.APIVersion) || cnp.Kind != "ClusterNetworkPolicy" {
+		errs = append(errs, fmt.Errorf("%s: must be apiVersion %s, kind ClusterNetworkPolicy (got %q, %q)", where, strings.Join(cnpAPIVersions, " or "), cnp.APIVersion, cnp.Kind))
+	}
+	if cnp.Namespace != "" {
+		errs = append(errs, fmt.Errorf("%s: metadata.namespace must be empty: ClusterNetworkPolicies are cluster-scoped", where))
+	}
+	if msgs := validation.IsDNS1123Subdomain(cnp.Name); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("%s: metadata.name: %s", where, strings.Join(msgs, "; ")))
+	}
+	if seen[cnp.Name] {
+		errs = append(errs, fmt.Errorf("%s: duplicate ClusterNetworkPolicy", where))
+	}
+	seen[cnp.Name] = true
+	for _, pr := range ValidateClusterPolicy(cnp) {
+		errs = append(errs, fmt.Errorf("%s: %s: %s", where, pr.Field, pr.Message))
+	}
+	return errs
 }
 
 func validateLabels(where string, l map[string]string) []error {
@@ -299,7 +451,8 @@ func (p Probe) ProbeProtocol() Protocol {
 }
 
 // ProbeAddrs picks the addresses a probe uses: an ip endpoint fixes the
-// family; between two pods IPv4 is used when both have it, else IPv6.
+// family; between two pods IPv4 is used when both have it, else IPv6; a
+// node endpoint is the node's first address of the family chosen.
 func (s *Scenario) ProbeAddrs(i int) (src, dst netip.Addr, err error) {
 	pr := s.Probes[i]
 	cands := func(e Endpoint) []netip.Addr {
@@ -307,8 +460,11 @@ func (s *Scenario) ProbeAddrs(i int) (src, dst netip.Addr, err error) {
 			a, _ := netip.ParseAddr(e.IP)
 			return []netip.Addr{a.Unmap()}
 		}
+		if n := s.Node(e.Node); e.Node != "" && n != nil {
+			return n.Addrs()
+		}
 		if p := s.Pod(e.Pod); p != nil {
-			return p.Addrs()
+			return s.PodAddrs(p)
 		}
 		return nil
 	}
@@ -322,11 +478,38 @@ func (s *Scenario) ProbeAddrs(i int) (src, dst netip.Addr, err error) {
 	return netip.Addr{}, netip.Addr{}, fmt.Errorf("%s and %s share no address family", pr.From, pr.To)
 }
 
-// Nodes returns the node names the scenario's pods name, sorted; when none
-// names a node, the given defaults.
-func (s *Scenario) Nodes(defaults []string) []string {
+// Node returns the listed node with the given name.
+func (s *Scenario) Node(name string) *ScenarioNode {
+	for i := range s.Nodes {
+		if s.Nodes[i].Name == name {
+			return &s.Nodes[i]
+		}
+	}
+	return nil
+}
+
+// PodAddrs returns a pod's addresses, IPv4 first: for a host-network pod
+// on a listed node with addresses, the node's.
+func (s *Scenario) PodAddrs(p *ScenarioPod) []netip.Addr {
+	if n := s.Node(p.Node); p.HostNetwork && n != nil && len(n.IPs) > 0 {
+		out := n.Addrs()
+		sort.SliceStable(out, func(i, j int) bool { return out[i].Is4() && !out[j].Is4() })
+		return out
+	}
+	return p.Addrs()
+}
+
+// NodeNames returns the names of the listed nodes and of the nodes pods
+// name, sorted; when there are none, the given defaults.
+func (s *Scenario) NodeNames(defaults []string) []string {
 	seen := map[string]bool{}
 	var out []string
+	for _, n := range s.Nodes {
+		if !seen[n.Name] {
+			seen[n.Name] = true
+			out = append(out, n.Name)
+		}
+	}
 	for _, p := range s.Pods {
 		if p.Node != "" && !seen[p.Node] {
 			seen[p.Node] = true
@@ -378,7 +561,23 @@ func (s *Scenario) Input(node string, nodes []string, nodeIPs []netip.Addr) Inpu
 	for i := range s.Policies {
 		in.Policies = append(in.Policies, &s.Policies[i])
 	}
+	for i := range s.ClusterNetworkPolicies {
+		in.ClusterPolicies = append(in.ClusterPolicies, &s.ClusterNetworkPolicies[i])
+	}
+	// Only listed nodes become Node objects: a node that only pods name has
+	// no labels and no addresses policies could match.
+	for i := range s.Nodes {
+		in.Nodes = append(in.Nodes, s.nodeObject(&s.Nodes[i]))
+	}
 	return in
+}
+
+func (s *Scenario) nodeObject(n *ScenarioNode) *corev1.Node {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels}}
+	for _, a := range n.Addrs() {
+		node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a.String()})
+	}
+	return node
 }
 
 func withNameLabel(l map[string]string, name string) map[string]string {
@@ -403,7 +602,7 @@ func (s *Scenario) podObject(p *ScenarioPod, node string) *corev1.Pod {
 		Spec:       corev1.PodSpec{NodeName: node, HostNetwork: p.HostNetwork, Containers: []corev1.Container{c}},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}
-	for _, a := range p.Addrs() {
+	for _, a := range s.PodAddrs(p) {
 		pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: a.String()})
 	}
 	if len(pod.Status.PodIPs) > 0 {

@@ -15,12 +15,13 @@ import (
 
 // problems collects Problems for one policy.
 type problems struct {
-	policy string
-	list   []Problem
+	policy  string
+	cluster bool
+	list    []Problem
 }
 
 func (p *problems) add(path *field.Path, format string, args ...any) {
-	p.list = append(p.list, Problem{Policy: p.policy, Field: path.String(), Message: fmt.Sprintf(format, args...)})
+	p.list = append(p.list, Problem{Cluster: p.cluster, Policy: p.policy, Field: path.String(), Message: fmt.Sprintf(format, args...)})
 }
 
 // parseSelector converts a label selector, reporting why it is unusable.
@@ -33,7 +34,7 @@ func (p *problems) parseSelector(path *field.Path, sel *metav1.LabelSelector) (l
 	errs := metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, path)
 	if len(errs) > 0 {
 		for _, e := range errs {
-			p.list = append(p.list, Problem{Policy: p.policy, Field: e.Field, Message: e.ErrorBody()})
+			p.list = append(p.list, Problem{Cluster: p.cluster, Policy: p.policy, Field: e.Field, Message: e.ErrorBody()})
 		}
 		return nil, false
 	}

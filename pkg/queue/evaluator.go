@@ -73,26 +73,114 @@ func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, p
 	case srcPod == nil:
 	case !srcPod.Local:
 		v.EgressReason = ReasonNotEnforcedHere
-	case len(srcPod.EgressPolicies) == 0:
-	case dstPod == nil && p.IsNodeIP(dst):
-		v.EgressReason = ReasonNodeTraffic
 	default:
-		v.Egress, v.EgressReason = decide(p, srcPod, compile.Egress, dstPod, dst, dstPod, proto, port)
+		v.Egress, v.EgressReason = decideDirection(p, srcPod, compile.Egress, dstPod, dst, dstPod, proto, port)
 	}
 
-	// Ingress of the destination pod.
+	// Ingress of the destination pod. Traffic from the pod's own node (kubelet
+	// probes among it) is never filtered: no ingress peer of either API can
+	// name a node, and the kernel does not filter the node's output.
 	switch {
 	case dstPod == nil:
 	case !dstPod.Local:
 		v.IngressReason = ReasonNotEnforcedHere
-	case len(dstPod.IngressPolicies) == 0:
-	case srcPod == nil && p.IsNodeIP(src):
-		v.IngressReason = ReasonNodeTraffic
+	case srcPod == nil && p.IsOwnNode(dstPod, src):
+		if dstPod.IngressTable >= 0 || len(dstPod.AdminIngress) > 0 || len(dstPod.BaselineIngress) > 0 {
+			v.IngressReason = ReasonNodeTraffic
+		}
 	default:
-		v.Ingress, v.IngressReason = decide(p, dstPod, compile.Ingress, srcPod, src, dstPod, proto, port)
+		v.Ingress, v.IngressReason = decideDirection(p, dstPod, compile.Ingress, srcPod, src, dstPod, proto, port)
 	}
 	v.Allowed = v.Egress && v.Ingress
 	return v
+}
+
+// decideDirection decides one side of a connection for a local pod: the
+// Admin tier, then the NetworkPolicies isolating the pod, then the Baseline
+// tier, then allow. The remote end is the destination for egress, the
+// source for ingress.
+func decideDirection(p *compile.Program, pod *compile.Pod, d compile.Direction,
+	remotePod *compile.Pod, remote netip.Addr, dstPod *compile.Pod,
+	proto compile.Protocol, port uint16) (bool, string) {
+	passed := ""
+	if ids := pod.ClusterPolicies(compile.TierAdmin, d); len(ids) > 0 {
+		switch a, reason := decideTier(p, ids, d, remotePod, remote, dstPod, proto, port); a {
+		case compile.ActionAccept:
+			return true, reason
+		case compile.ActionDeny:
+			return false, reason
+		case compile.ActionPass:
+			passed = reason
+		}
+	}
+	table := pod.IngressTable
+	if d == compile.Egress {
+		table = pod.EgressTable
+	}
+	if table >= 0 {
+		if remotePod == nil && p.IsOwnNode(pod, remote) {
+			return true, ReasonNodeTraffic
+		}
+		return decide(p, pod, d, remotePod, remote, dstPod, proto, port)
+	}
+	if ids := pod.ClusterPolicies(compile.TierBaseline, d); len(ids) > 0 {
+		switch a, reason := decideTier(p, ids, d, remotePod, remote, dstPod, proto, port); a {
+		case compile.ActionAccept:
+			return true, reason
+		case compile.ActionDeny:
+			return false, reason
+		case compile.ActionPass:
+			passed = reason
+		}
+	}
+	if passed != "" {
+		return true, passed
+	}
+	if d == compile.Egress {
+		return true, ReasonEgressNotIsolated
+	}
+	return true, ReasonIngressNotIsolated
+}
+
+// decideTier walks one tier's ClusterNetworkPolicies in precedence order and
+// their rules in written order; the first rule that matches decides (0 when
+// none does).
+func decideTier(p *compile.Program, ids []compile.ClusterPolicyID, d compile.Direction,
+	remotePod *compile.Pod, remote netip.Addr, dstPod *compile.Pod,
+	proto compile.Protocol, port uint16) (compile.Action, string) {
+	for _, id := range ids {
+		rules := p.ClusterPolicies[id].Rules(d)
+		for i := range rules {
+			r := &rules[i]
+			if r.Disabled {
+				continue
+			}
+			if peerMatches(p, &r.Match, remotePod, remote) && portMatches(&r.Match, dstPod, proto, port) {
+				return r.Action, r.Reason
+			}
+		}
+	}
+	return 0, ""
+}
+
+// peerMatches checks the remote end against a ClusterNetworkPolicy rule's peers.
+func peerMatches(p *compile.Program, m *compile.Match, remotePod *compile.Pod, remote netip.Addr) bool {
+	if m.AllPeers {
+		return true
+	}
+	if remotePod != nil {
+		for _, s := range m.Selectors {
+			if remotePod.InSelector(s) {
+				return true
+			}
+		}
+	}
+	for _, n := range m.Nodes {
+		if p.NodeSets[n].Contains(remote) {
+			return true
+		}
+	}
+	return compile.RangesContain(m.IPBlocks, remote)
 }
 
 // decide looks the connection up in the decision table of the policies
@@ -109,7 +197,7 @@ func decide(p *compile.Program, pod *compile.Pod, d compile.Direction,
 	t := &p.Tables[ti]
 	var best *compile.Rule
 	for _, r := range t.AnyPeer {
-		if portMatches(r, dstPod, proto, port) {
+		if portMatches(&r.Match, dstPod, proto, port) {
 			best = r
 			break
 		}
@@ -125,7 +213,7 @@ func decide(p *compile.Program, pod *compile.Pod, d compile.Direction,
 				j++
 			default:
 				r := bs[j].Rule
-				if (best == nil || r.Order < best.Order) && portMatches(r, dstPod, proto, port) {
+				if (best == nil || r.Order < best.Order) && portMatches(&r.Match, dstPod, proto, port) {
 					best = r
 				}
 				j++
@@ -136,7 +224,7 @@ func decide(p *compile.Program, pod *compile.Pod, d compile.Direction,
 		if best != nil && r.Order > best.Order {
 			break
 		}
-		if compile.RangesContain(r.IPBlocks, remote) && portMatches(r, dstPod, proto, port) {
+		if compile.RangesContain(r.IPBlocks, remote) && portMatches(&r.Match, dstPod, proto, port) {
 			best = r
 			break
 		}
@@ -149,7 +237,7 @@ func decide(p *compile.Program, pod *compile.Pod, d compile.Direction,
 
 // portMatches checks the destination port; named ports resolve on the
 // destination pod and match nothing when the destination is not a pod.
-func portMatches(r *compile.Rule, dstPod *compile.Pod, proto compile.Protocol, port uint16) bool {
+func portMatches(r *compile.Match, dstPod *compile.Pod, proto compile.Protocol, port uint16) bool {
 	if r.AllPorts {
 		return true
 	}
@@ -160,7 +248,7 @@ func portMatches(r *compile.Rule, dstPod *compile.Pod, proto compile.Protocol, p
 	}
 	if dstPod != nil {
 		for _, np := range r.NamedPorts {
-			if np.Protocol != proto {
+			if np.Protocol != 0 && np.Protocol != proto {
 				continue
 			}
 			if n, ok := dstPod.NamedPort(np.Name, proto); ok && n == port {

@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
@@ -126,6 +127,8 @@ type semCase struct {
 	nsLabels map[string]map[string]string
 	pods     []*corev1.Pod
 	policies []*networkingv1.NetworkPolicy
+	cnps     []*npav1beta1.ClusterNetworkPolicy
+	nodes    []*corev1.Node
 	conns    []semConn
 	// problems lists the problems an invalid policy must produce; a case
 	// without problems must produce none.
@@ -135,7 +138,7 @@ type semCase struct {
 }
 
 func (c *semCase) input() compile.Input {
-	in := compile.Input{NodeName: c.node, Pods: c.pods, Policies: c.policies}
+	in := compile.Input{NodeName: c.node, Pods: c.pods, Policies: c.policies, ClusterPolicies: c.cnps, Nodes: c.nodes}
 	for _, ip := range c.nodeIPs {
 		in.NodeIPs = append(in.NodeIPs, netip.MustParseAddr(ip))
 	}
@@ -216,6 +219,11 @@ func checkProblems(t *testing.T, c *semCase, prog *compile.Program) {
 		for _, np := range c.policies {
 			if np.Namespace+"/"+np.Name == want.policy && !hasProblem(compile.ValidatePolicy(np), want) {
 				t.Errorf("ValidatePolicy(%s) does not report %s", want.policy, want.field)
+			}
+		}
+		for _, cnp := range c.cnps {
+			if cnp.Name == want.policy && !hasProblem(compile.ValidateClusterPolicy(cnp), want) {
+				t.Errorf("ValidateClusterPolicy(%s) does not report %s", want.policy, want.field)
 			}
 		}
 	}

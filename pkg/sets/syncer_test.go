@@ -129,7 +129,7 @@ func TestIncrementalTransactions(t *testing.T) {
 			w.pods = append(w.pods, pod("x", "a2", "n1", "10.0.1.3", map[string]string{"app": "web"}))
 		},
 		want: []string{
-			`add element inet nftpolicy ingress-pods-v4 { 10.0.1.3 comment "x/a2" : jump ingress-isolated-2f7e2rg4 }`,
+			`add element inet nftpolicy ingress-pods-v4 { 10.0.1.3 comment "x/a2" : goto ingress-isolated-2f7e2rg4 }`,
 			`add element inet nftpolicy self-v4 { 10.0.1.3 . 10.0.1.3 comment "x/a2" }`,
 		},
 	}, {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
@@ -35,6 +37,11 @@ const (
 	// established connections: the cost of connection tracking alone,
 	// which hybrid mode needs and the control lacks.
 	ModeConntrack = "conntrack"
+	// ModeHybridCNP is hybrid mode with ClusterNetworkPolicies in force
+	// (cnpInput): 50 Admin and 50 Baseline policies whose subjects include
+	// the bench pods, none of whose rules match the bench traffic, so every
+	// connection walks the whole Admin tier before NetworkPolicy decides.
+	ModeHybridCNP = "hybrid_cnp"
 
 	PathSame  = "same" // client and server on node-1
 	PathCross = "cross"
@@ -42,7 +49,7 @@ const (
 
 // ConnModes and ConnPaths list them in report order.
 var (
-	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeQueue}
+	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridCNP, ModeQueue}
 	ConnPaths = []string{PathSame, PathCross}
 )
 
@@ -249,6 +256,12 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 				res.Set(m+"_conn_ratio_vs_conntrack", round(Median(roundRatios(by, m, ModeConntrack, rounds)), 3))
 			}
 		}
+		if m == ModeHybridCNP {
+			res.Set("hybrid_conn_ratio_cnp", res.Float(m+"_conn_ratio"))
+			if slices.Contains(modes, ModeHybrid) {
+				res.Set("hybrid_cnp_vs_hybrid", round(Median(roundRatios(by, m, ModeHybrid, rounds)), 3))
+			}
+		}
 		res.Set(m+"_p50_us", micros(Percentile(all, 50)))
 		res.Set(m+"_p99_us", micros(Percentile(all, 99)))
 		res.Set(m+"_failed", failed)
@@ -389,12 +402,16 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 		return l, nil
 	}
 	rcfg := compile.RenderConfig{Mode: compile.Mode(mode), QueueVariant: variant}
+	input := connInput
+	if mode == ModeHybridCNP {
+		rcfg.Mode, input = compile.ModeHybrid, cnpInput
+	}
 	rcfg.Defaults()
 	if err := rcfg.Validate(); err != nil {
 		return nil, err
 	}
 	for _, n := range benchNodes {
-		a, err := newConnAgent(ctx, l.lab, n, rcfg)
+		a, err := newConnAgent(ctx, l.lab, n, rcfg, input)
 		if err != nil {
 			return nil, err
 		}
@@ -636,7 +653,8 @@ type connAgent struct {
 	done   chan error
 }
 
-func newConnAgent(ctx context.Context, lab *netlab.Lab, node string, rcfg compile.RenderConfig) (_ *connAgent, err error) {
+func newConnAgent(ctx context.Context, lab *netlab.Lab, node string, rcfg compile.RenderConfig,
+	input func(node string, nodeIPs []netip.Addr) compile.Input) (_ *connAgent, err error) {
 	a := &connAgent{node: node}
 	nft, err := netlab.NewNodeNFT(lab, node)
 	if err != nil {
@@ -692,7 +710,7 @@ func newConnAgent(ctx context.Context, lab *netlab.Lab, node string, rcfg compil
 		return nil, err
 	}
 	// The agent's order: render, commit, then publish to the evaluator.
-	prog := compile.Build(connInput(node, ips))
+	prog := compile.Build(input(node, ips))
 	rs, err := compile.Render(prog, rcfg)
 	if err != nil {
 		return nil, err
@@ -714,4 +732,36 @@ func (a *connAgent) close() {
 		a.netns.Close()
 		a.netns = nil
 	}
+}
+
+// cnpInput is connInput with ClusterNetworkPolicies in force: 50 Admin and
+// 50 Baseline policies, each applying to the bench pods and to pods of its
+// own namespace, with an egress and an ingress rule about that namespace
+// and a port the bench does not use. None matches the bench traffic: each
+// connection walks all 50 Admin policies on both sides before the
+// NetworkPolicies decide, the case kube-network-policies sends to
+// userspace.
+func cnpInput(node string, nodeIPs []netip.Addr) compile.Input {
+	in := connInput(node, nodeIPs)
+	for i := range 50 {
+		ns := fmt.Sprintf("team-%02d", i)
+		in.Namespaces = append(in.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+			Labels: map[string]string{compile.NamespaceNameLabel: ns, "team": ns}}})
+		in.Pods = append(in.Pods, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app", Labels: map[string]string{"app": "team"}},
+			Spec:       corev1.PodSpec{NodeName: "node-2"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning,
+				PodIPs: []corev1.PodIP{{IP: fmt.Sprintf("10.244.9.%d", i+1)}}},
+		})
+		for _, tier := range []string{"Admin", "Baseline"} {
+			subject := compiletest.PodsSubject(metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: compile.NamespaceNameLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{benchNSName, ns}}}}, compiletest.Sel())
+			team := compiletest.ToNamespaces(compiletest.Sel("team", ns))
+			port := compiletest.Proto("TCP", int32(9000+i))
+			in.ClusterPolicies = append(in.ClusterPolicies, compiletest.CNP(fmt.Sprintf("%s-%s", strings.ToLower(tier), ns), tier, int32(i), subject,
+				compiletest.Egress(compiletest.Rule("no-"+ns, "Deny", team).On(port)),
+				compiletest.Ingress(compiletest.Rule("from-"+ns, "Deny", team).On(port))))
+		}
+	}
+	return in
 }

@@ -33,6 +33,7 @@ func (t target) met(v float64) bool {
 // assert.
 var Targets = []target{
 	{"hybrid_conn_ratio", ">=", 0.95},
+	{"hybrid_cnp_vs_hybrid", ">=", 0.95},
 	{"queue_conn_ratio", ">=", 0.5},
 	{"queued_packets_per_conn", "==", 1},
 	{"program_delay_p99_ms", "<=", 50},
@@ -46,7 +47,7 @@ var Targets = []target{
 
 // Headline are the name=value lines printed last, in this order.
 var Headline = []string{
-	"hybrid_conn_ratio", "queue_conn_ratio", "hybrid_p50_us", "queue_p50_us", "control_p50_us", "queued_packets_per_conn",
+	"hybrid_conn_ratio", "hybrid_conn_ratio_cnp", "hybrid_cnp_vs_hybrid", "queue_conn_ratio", "hybrid_p50_us", "queue_p50_us", "control_p50_us", "queued_packets_per_conn",
 	"program_delay_p50_ms", "program_delay_p99_ms",
 	"rss_mb_10k", "rss_mb_50k", "full_sync_ms_10k", "full_sync_ms_50k", "incr_sync_ms_10k", "incr_sync_ms_50k",
 	"eval_ns",
@@ -122,6 +123,8 @@ func Report(r *Result, quick bool) string {
 	row("connections", "hybrid: rate vs control, same node", "hybrid_conn_ratio_same", "")
 	row("connections", "hybrid: rate vs control, across nodes", "hybrid_conn_ratio_cross", "")
 	triple("connections", "hybrid: lowest / highest per-round ratio, and rounds", [3]string{"hybrid_conn_ratio_min", "hybrid_conn_ratio_max", "conn_rounds"}, "")
+	row("connections", "hybrid with 50 Admin + 50 Baseline ClusterNetworkPolicies: rate vs control", "hybrid_conn_ratio_cnp", "")
+	row("connections", "hybrid with ClusterNetworkPolicies: rate vs hybrid without (per-round ratios)", "hybrid_cnp_vs_hybrid", "")
 	row("connections", "conntrack only, no nftpolicy: rate vs control, both paths", "conntrack_conn_ratio", "")
 	row("connections", "hybrid: rate vs conntrack only (nftpolicy's rules alone)", "hybrid_conn_ratio_vs_conntrack", "")
 	row("connections", "queue: rate vs control, both paths", "queue_conn_ratio", "")

@@ -87,7 +87,7 @@ func RunScenario(ctx context.Context, tb testing.TB, s *compile.Scenario, cfg Ru
 		cfg.Logf = tb.Logf
 	}
 	began := time.Now()
-	nodes := s.Nodes(cluster.DefaultNodes)
+	nodes := s.NodeNames(cluster.DefaultNodes)
 	c := cluster.Start(tb, cluster.Config{Mode: cfg.Mode, Nodes: nodes, Logf: cfg.Logf})
 	p := NewProber(c.Lab)
 	p.Timeout, p.RetryTimeout = cfg.Timeout, cfg.RetryTimeout

@@ -60,7 +60,11 @@ type Cluster struct {
 
 	pods map[string]*labPod          // by scenario key
 	exts map[netip.Addr]*labExternal // by address
-	next int
+	// nodeIPs are the lab nodes' addresses, fixed when the lab is created;
+	// nodePorts the ports their host-network servers serve.
+	nodeIPs   map[string][]netip.Addr
+	nodePorts map[string][2][]uint16
+	next      int
 }
 
 type labPod struct {
@@ -76,8 +80,10 @@ type labExternal struct {
 }
 
 // NewCluster creates a lab fitting s: the default nodes plus any node s
-// names, s's pods and external hosts. Nothing is enforced until Apply or
-// Check. Close it.
+// names or lists, s's pods and external hosts. A node s lists with
+// addresses gets them on its underlay (the others, and the family s does
+// not give, get netlab's defaults); they stay for the cluster's lifetime.
+// Nothing is enforced until Apply or Check. Close it.
 func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluster, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("kernel: needs root to create network namespaces and nftables rulesets")
@@ -106,7 +112,7 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 	cfg.QueueVariant = rcfg.QueueVariant
 
 	nodes := append([]string(nil), DefaultNodes...)
-	for _, n := range s.Nodes(nil) {
+	for _, n := range s.NodeNames(nil) {
 		if !slices.Contains(nodes, n) {
 			nodes = append(nodes, n)
 		}
@@ -114,19 +120,35 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 	sort.Strings(nodes)
 	var specs []netlab.NodeSpec
 	for _, n := range nodes {
-		specs = append(specs, netlab.NodeSpec{Name: n})
+		spec := netlab.NodeSpec{Name: n}
+		if sn := s.Node(n); sn != nil {
+			for _, a := range sn.Addrs() {
+				if a.Is4() {
+					spec.IPv4 = a
+				} else {
+					spec.IPv6 = a
+				}
+			}
+		}
+		specs = append(specs, spec)
 	}
 	lab, err := netlab.New(netlab.Config{Prefix: cfg.Prefix, Nodes: specs})
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, rcfg: rcfg, lab: lab, nodes: nodes, agents: map[string]*agent{},
-		pods: map[string]*labPod{}, exts: map[netip.Addr]*labExternal{}}
+		pods: map[string]*labPod{}, exts: map[netip.Addr]*labExternal{},
+		nodeIPs: map[string][]netip.Addr{}, nodePorts: map[string][2][]uint16{}}
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
+	for _, n := range nodes {
+		if c.nodeIPs[n], err = lab.IPs(netlab.Node(n)); err != nil {
+			return nil, err
+		}
+	}
 	for _, n := range nodes {
 		a, err := newAgent(lab, n, rcfg)
 		if err != nil {
@@ -195,7 +217,7 @@ func (c *Cluster) Close() error {
 // placement returns the node list pods are spread over and each pod's node,
 // exactly as the compiler input places them.
 func placement(s *compile.Scenario) ([]string, map[string]string) {
-	nodes := s.Nodes(DefaultNodes)
+	nodes := s.NodeNames(DefaultNodes)
 	out := map[string]string{}
 	for i := range s.Pods {
 		k := s.Pods[i].Key()
@@ -215,10 +237,21 @@ func podForIP(s *compile.Scenario, ip netip.Addr) string {
 	return ""
 }
 
-// served lists, per pod key or external address, the TCP and UDP ports s
-// needs served: probed ports plus the pods' container ports.
-func served(s *compile.Scenario) (pods map[string][2][]uint16, exts map[netip.Addr][2][]uint16, err error) {
-	pods, exts = map[string][2][]uint16{}, map[netip.Addr][2][]uint16{}
+// nodeForIP returns the name of the listed node owning ip, or "": an ip
+// endpoint equal to a node's address is that node.
+func nodeForIP(s *compile.Scenario, ip netip.Addr) string {
+	for i := range s.Nodes {
+		if slices.Contains(s.Nodes[i].Addrs(), ip) {
+			return s.Nodes[i].Name
+		}
+	}
+	return ""
+}
+
+// served lists, per pod key, node name or external address, the TCP and
+// UDP ports s needs served: probed ports plus the pods' container ports.
+func served(s *compile.Scenario) (pods, nodes map[string][2][]uint16, exts map[netip.Addr][2][]uint16, err error) {
+	pods, nodes, exts = map[string][2][]uint16{}, map[string][2][]uint16{}, map[netip.Addr][2][]uint16{}
 	add := func(l [2][]uint16, proto compile.Protocol, port uint16) [2][]uint16 {
 		i := 0
 		switch proto {
@@ -236,7 +269,7 @@ func served(s *compile.Scenario) (pods map[string][2][]uint16, exts map[netip.Ad
 	for i := range s.Pods {
 		p := &s.Pods[i]
 		if p.HostNetwork {
-			return nil, nil, fmt.Errorf("pod %s: hostNetwork pods are not supported by the kernel harness", p.Key())
+			return nil, nil, nil, fmt.Errorf("pod %s: hostNetwork pods are not supported by the kernel harness", p.Key())
 		}
 		l := pods[p.Key()]
 		for _, cp := range p.Ports {
@@ -251,24 +284,26 @@ func served(s *compile.Scenario) (pods map[string][2][]uint16, exts map[netip.Ad
 	for i, pr := range s.Probes {
 		src, dst, err := s.ProbeAddrs(i)
 		if err != nil {
-			return nil, nil, fmt.Errorf("probes[%d]: %w", i, err)
+			return nil, nil, nil, fmt.Errorf("probes[%d]: %w", i, err)
 		}
 		proto := pr.ProbeProtocol()
 		if proto != compile.ProtoTCP && proto != compile.ProtoUDP {
-			return nil, nil, fmt.Errorf("probes[%d]: only TCP and UDP can be probed", i)
+			return nil, nil, nil, fmt.Errorf("probes[%d]: only TCP and UDP can be probed", i)
 		}
 		if k := podForIP(s, dst); k != "" {
 			pods[k] = add(pods[k], proto, uint16(pr.Port))
+		} else if n := nodeForIP(s, dst); n != "" {
+			nodes[n] = add(nodes[n], proto, uint16(pr.Port))
 		} else {
 			exts[dst] = add(exts[dst], proto, uint16(pr.Port))
 		}
-		if podForIP(s, src) == "" {
+		if podForIP(s, src) == "" && nodeForIP(s, src) == "" {
 			if _, ok := exts[src]; !ok {
 				exts[src] = [2][]uint16{}
 			}
 		}
 	}
-	return pods, exts, nil
+	return pods, nodes, exts, nil
 }
 
 func covers(have, want []uint16) bool {
@@ -301,9 +336,32 @@ func (c *Cluster) fit(s *compile.Scenario) error {
 			return fmt.Errorf("scenario names node %q, which the lab lacks (it has %s)", n, strings.Join(c.nodes, ", "))
 		}
 	}
-	podPorts, extPorts, err := served(s)
+	podPorts, nodePorts, extPorts, err := served(s)
 	if err != nil {
 		return err
+	}
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		have, ok := c.nodeIPs[n.Name]
+		if !ok {
+			return fmt.Errorf("scenario lists node %q, which the lab lacks (it has %s)", n.Name, strings.Join(c.nodes, ", "))
+		}
+		for _, a := range n.Addrs() {
+			if !slices.Contains(have, a) {
+				return fmt.Errorf("node %s: the scenario gives it %s, the lab %v (node addresses are fixed when the cluster is created)", n.Name, a, have)
+			}
+		}
+	}
+	for _, n := range c.nodes {
+		want, have := nodePorts[n], c.nodePorts[n]
+		if covers(have[0], want[0]) && covers(have[1], want[1]) {
+			continue
+		}
+		ports := [2][]uint16{union(have[0], want[0]), union(have[1], want[1])}
+		if err := c.lab.ServeNode(n, ports[0], ports[1]); err != nil {
+			return err
+		}
+		c.nodePorts[n] = ports
 	}
 	for i := range s.Pods {
 		p := &s.Pods[i]
@@ -531,11 +589,15 @@ func (c *Cluster) Probe(ctx context.Context, s *compile.Scenario, only []int) (*
 		var from netlab.Endpoint
 		if k := podForIP(s, src); k != "" {
 			from, o.SrcNode = netlab.Pod(c.pods[k].name), where[k]
+		} else if n := nodeForIP(s, src); n != "" {
+			from, o.SrcNode = netlab.Node(n), n
 		} else {
 			from, o.SrcNode = netlab.Ext(c.exts[src].name), ExternalNode
 		}
 		if k := podForIP(s, dst); k != "" {
 			expect[j], o.DstNode = c.pods[k].name, where[k]
+		} else if n := nodeForIP(s, dst); n != "" {
+			expect[j], o.DstNode = n, n // a node's servers answer with its name
 		} else {
 			expect[j], o.DstNode = c.exts[dst].name, ExternalNode
 		}

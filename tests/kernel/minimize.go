@@ -38,9 +38,9 @@ type MinimizeResult struct {
 
 // Minimize shrinks s while the kernel and the evaluator still disagree on
 // one of the probes given (indices into s.Probes, normally the disagreeing
-// ones of a Check): greedily it drops policies, then rules, peers and
-// ports, then probes, then pods, container ports and namespaces nothing
-// refers to, keeping each removal after which a disagreement persists. Every
+// ones of a Check): greedily it drops policies and ClusterNetworkPolicies,
+// then rules, peers and ports (protocols), then probes, then pods,
+// container ports, namespaces and listed nodes nothing refers to, keeping each removal after which a disagreement persists. Every
 // candidate is a valid scenario (compile.ParseScenario), fully synced on
 // the real kernel (or incrementally after opts.Before) and probed again;
 // only the probes of interest run until the probe stage.
@@ -62,7 +62,8 @@ func (c *Cluster) Minimize(ctx context.Context, s *compile.Scenario, probes []in
 	} else if !ok {
 		return nil, fmt.Errorf("minimize: the scenario does not disagree (with the shorter probe timeout %v)", c.cfg.ProbeTimeout)
 	}
-	stages := []func() error{m.policies, m.rules, m.peers, m.ports, m.probes, m.pods, m.containerPorts, m.namespaces}
+	stages := []func() error{m.policies, m.clusterPolicies, m.rules, m.clusterRules, m.peers, m.ports, m.clusterItems,
+		m.probes, m.pods, m.containerPorts, m.namespaces, m.nodes}
 	for _, stage := range stages {
 		if err := stage(); err != nil {
 			return nil, err
@@ -331,6 +332,107 @@ func (m *minimizer) namespaces() error {
 	return m.each("namespace", func() int { return len(m.cur.Namespaces) }, func(i int) *compile.Scenario {
 		cand := CloneScenario(m.cur)
 		cand.Namespaces = slices.Delete(cand.Namespaces, i, i+1)
+		return cand
+	})
+}
+
+func (m *minimizer) clusterPolicies() error {
+	return m.each("cluster policy", func() int { return len(m.cur.ClusterNetworkPolicies) }, func(i int) *compile.Scenario {
+		cand := CloneScenario(m.cur)
+		cand.ClusterNetworkPolicies = slices.Delete(cand.ClusterNetworkPolicies, i, i+1)
+		return cand
+	})
+}
+
+// clusterRuleCount returns how many ingress or egress rules ClusterNetworkPolicy p of s has.
+func clusterRuleCount(s *compile.Scenario, p int, egress bool) int {
+	spec := &s.ClusterNetworkPolicies[p].Spec
+	if egress {
+		return len(spec.Egress)
+	}
+	return len(spec.Ingress)
+}
+
+func (m *minimizer) clusterRules() error {
+	for p := len(m.cur.ClusterNetworkPolicies) - 1; p >= 0; p-- {
+		for _, egress := range []bool{true, false} {
+			err := m.each("cluster rule", func() int { return clusterRuleCount(m.cur, p, egress) }, func(i int) *compile.Scenario {
+				cand := CloneScenario(m.cur)
+				spec := &cand.ClusterNetworkPolicies[p].Spec
+				if egress {
+					spec.Egress = slices.Delete(spec.Egress, i, i+1)
+				} else {
+					spec.Ingress = slices.Delete(spec.Ingress, i, i+1)
+				}
+				return cand
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// clusterItems drops the peers and protocol entries of ClusterNetworkPolicy
+// rules (a rule left without peers is invalid and is not tried).
+func (m *minimizer) clusterItems() error {
+	for p := len(m.cur.ClusterNetworkPolicies) - 1; p >= 0; p-- {
+		for _, egress := range []bool{true, false} {
+			for r := clusterRuleCount(m.cur, p, egress) - 1; r >= 0; r-- {
+				for _, peers := range []bool{true, false} {
+					count := func() int {
+						if r >= clusterRuleCount(m.cur, p, egress) {
+							return 0
+						}
+						spec := &m.cur.ClusterNetworkPolicies[p].Spec
+						switch {
+						case egress && peers:
+							return len(spec.Egress[r].To)
+						case egress:
+							return len(spec.Egress[r].Protocols)
+						case peers:
+							return len(spec.Ingress[r].From)
+						}
+						return len(spec.Ingress[r].Protocols)
+					}
+					err := m.each("cluster rule item", count, func(i int) *compile.Scenario {
+						cand := CloneScenario(m.cur)
+						spec := &cand.ClusterNetworkPolicies[p].Spec
+						switch {
+						case egress && peers:
+							spec.Egress[r].To = slices.Delete(spec.Egress[r].To, i, i+1)
+						case egress:
+							spec.Egress[r].Protocols = slices.Delete(spec.Egress[r].Protocols, i, i+1)
+						case peers:
+							spec.Ingress[r].From = slices.Delete(spec.Ingress[r].From, i, i+1)
+						default:
+							spec.Ingress[r].Protocols = slices.Delete(spec.Ingress[r].Protocols, i, i+1)
+						}
+						return cand
+					})
+					if err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// nodes drops listed nodes that no probe names and no host-network pod
+// takes its addresses from; the lab keeps the node and its addresses.
+func (m *minimizer) nodes() error {
+	return m.each("node", func() int { return len(m.cur.Nodes) }, func(i int) *compile.Scenario {
+		name := m.cur.Nodes[i].Name
+		for _, pr := range m.cur.Probes {
+			if pr.From.Node == name || pr.To.Node == name {
+				return nil
+			}
+		}
+		cand := CloneScenario(m.cur)
+		cand.Nodes = slices.Delete(cand.Nodes, i, i+1)
 		return cand
 	})
 }

@@ -317,3 +317,31 @@ func (l *Lab) removeMember(ep Endpoint) error {
 	l.mu.Unlock()
 	return errors.Join(errs...)
 }
+
+// ServeNode replaces the host-network servers of a node (see
+// NodeSpec.TCPPorts) with servers on the given ports; no ports stops them.
+// Connections being served are cut.
+func (l *Lab) ServeNode(node string, tcpPorts, udpPorts []uint16) error {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.RLock()
+	n, closed := l.nodes[node], l.closed
+	l.mu.RUnlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case n == nil:
+		return fmt.Errorf("netlab: unknown node %q", node)
+	}
+	n.srv.stop()
+	n.srv = nil
+	if len(tcpPorts)+len(udpPorts) == 0 {
+		return nil
+	}
+	srv, err := startServers(n.h, n.name, []netip.Addr{n.ipv4, n.ipv6}, tcpPorts, udpPorts)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.name, err)
+	}
+	n.srv = srv
+	return nil
+}

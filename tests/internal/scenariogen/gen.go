@@ -20,6 +20,19 @@
 // dual-stack pods. Probes use only TCP and UDP: the test kernels lack SCTP
 // sockets.
 //
+// Half of the seeds (ClusterFraction) also get one to four
+// ClusterNetworkPolicies, drawn from a separate random stream so that the
+// rest of the scenario, and every scenario of a seed that draws none, is
+// byte for byte what the seed gave before they existed: both tiers,
+// priorities with ties, every action, namespaces and pods subjects and peers,
+// nodes peers, networks peers (0.0.0.0/0 and ::/0 among them), tcp, udp and
+// sctp entries with a port, a range or no port, destinationNamedPort (never
+// next to networks or nodes peers, which the API forbids), absent protocols,
+// named and unnamed rules, v1beta1 and v1alpha2. Most of those seeds
+// (NodeFraction) list both nodes with labels and addresses (192.168.1.i,
+// fd00:192:168:1::i when dual-stack) and add probes from pods to their own
+// and the other node and from nodes to pods.
+//
 // Every scenario passes compile.ParseScenario (tested over many seeds).
 package scenariogen
 
@@ -48,7 +61,9 @@ const MaxPods = 8
 // Generate returns the scenario of a seed.
 func Generate(seed uint64) *compile.Scenario {
 	g := &gen{r: rand.New(rand.NewPCG(seed, 0x6e667470_6f6c6963))}
-	return g.scenario()
+	s := g.scenario()
+	g.clusterPart(seed)
+	return s
 }
 
 // YAML marshals a scenario in the scenario format.
@@ -506,6 +521,7 @@ func Predecessor(seed uint64) *compile.Scenario {
 	g := &gen{r: rand.New(rand.NewPCG(seed, 0x70726564_65636573))}
 	g.s = s
 	s.Policies = other.Policies
+	s.ClusterNetworkPolicies = other.ClusterNetworkPolicies
 	for i := range s.Namespaces {
 		if g.chance(0.3) {
 			s.Namespaces[i].Labels = pick(g, other.Namespaces).Labels

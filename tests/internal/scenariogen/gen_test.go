@@ -43,7 +43,7 @@ func TestValid(t *testing.T) {
 		if n := len(s.Policies); n < 1 || n > 5 {
 			t.Errorf("seed %d: %d policies", seed, n)
 		}
-		if got := s.Nodes(nil); !cmp.Equal(got, Nodes) {
+		if got := s.NodeNames(nil); !cmp.Equal(got, Nodes) {
 			t.Errorf("seed %d: nodes %v", seed, got)
 		}
 		pairs := map[[2]string]bool{}
