@@ -720,7 +720,7 @@ run_npa() {
 	# KUBECONFIG too: the suite builds its clientset from the default loading
 	# rules, which do not read --kubeconfig.
 	(cd "$OUT" && innode 1 env KUBECONFIG="$KCFG" "$BIN/npa-conformance.test" "${args[@]}") 2>&1 | tee "$OUT/npa.log" | grep -E --line-buffered \
-		'^ {4}--- (PASS|FAIL|SKIP): |^(--- FAIL|PASS$|FAIL$|ok |panic:)' >&2
+		'^=== RUN +TestConformanceProfiles/[^/]+$|^ {4}--- (PASS|FAIL|SKIP): |^(--- FAIL|PASS$|FAIL$|panic:)' >&2
 	SUITE_RC=${PIPESTATUS[0]}
 	set -e
 }
