@@ -11,6 +11,8 @@ all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/nftpolicy
+	# The kubectl plugin: kubectl runs kubectl-nftpolicy with the same arguments.
+	ln -sf nftpolicy $(dir $(BIN))kubectl-nftpolicy
 
 deps:
 	bash hack/deps.sh

@@ -8,7 +8,8 @@
 #
 # Sections (each can be skipped: NFTPOLICY_BENCH_SKIP="scale delay"):
 #   conn   real TCP connections between network namespaces: no agent
-#          (control), hybrid mode, queue mode, interleaved round by round
+#          (control), hybrid mode (without and with the deny log: the
+#          hybrid_conn_ratio_denylog line), queue mode, interleaved round by round
 #          (tests/bench, in process: compile + sets.Syncer + queue.Runtime)
 #   sync   BenchmarkSync of pkg/sets: Build, Render and the transaction, full
 #          and one-pod incremental, against knftables.Fake and the kernel
@@ -99,7 +100,7 @@ contention() { "$NFTBENCH" contention --name "contention_$1" --duration 500ms >>
 section() { [[ $SKIP != *" $1 "* ]]; }
 
 if section conn; then
-	log "conn: connections between namespaces, control / hybrid / queue interleaved (${CONN_ARGS[*]})"
+	log "conn: connections between namespaces, control / hybrid / hybrid with the deny log / queue interleaved (${CONN_ARGS[*]})"
 	"$NFTBENCH" conn "${CONN_ARGS[@]}" >"$OUT/conn.txt"
 fi
 

@@ -9,8 +9,8 @@
 # proxy and Debian's packages; no Docker, no registry) and lives entirely in
 # network namespaces ("nodes") of this machine: nothing touches the machine's
 # own firewall, routes or global sysctls, and everything is torn down at the
-# end (processes, mounts, cgroups, namespaces, state). See
-# /work/shared/real-cluster.md and hack/conformance/README.md.
+# end (processes, mounts, cgroups, namespaces, state). hack/conformance/README.md
+# lists what it relies on from the kernel and the machine.
 #
 # With --suite npa (make conformance-npa) it runs SIG Network's
 # ClusterNetworkPolicy conformance suite instead (sigs.k8s.io/network-policy-api

@@ -30,6 +30,7 @@ import (
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
+	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
@@ -51,8 +52,14 @@ type agentOptions struct {
 	metricsAddr    string
 	healthAddr     string
 	fullSyncPeriod time.Duration
+	cnpCheck       time.Duration
+	livenessBudget time.Duration
 	maxQueueLen    uint32
 	logs           *logsapi.LoggingConfiguration
+	// queueProber answers --queue-variant auto; the kernel's, in the
+	// agent's own network namespace, unless a test sets another.
+	queueProber sets.QueueProber
+	denyLog     denyLogOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -69,16 +76,20 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9402", "address of the Prometheus /metrics endpoint; empty to disable")
 	fs.StringVar(&o.healthAddr, "health-bind-address", ":9403", "address of /healthz and /readyz; empty to disable")
 	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
+	fs.DurationVar(&o.cnpCheck, "cluster-policy-check-period", controller.DefaultClusterPolicyCheckPeriod,
+		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
+	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
+	o.denyLog.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
-	o := &agentOptions{}
+	o := &agentOptions{queueProber: sets.KernelQueueProber{}}
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.addFlags(fs)
-	if code, ok := parseFlags(fs, args, stderr, "usage: nftpolicy agent [flags]\n\nEnforces NetworkPolicies for the pods of this node."); !ok {
+	if code, ok := parseFlags(fs, args, stderr, "usage: nftpolicy agent [flags]\n\nEnforces NetworkPolicies and ClusterNetworkPolicies for the pods of this node."); !ok {
 		return code
 	}
 	if err := logsapi.ValidateAndApply(o.logs, nil); err != nil {
@@ -118,8 +129,10 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", kubeconfig)
 }
 
-// chooseQueueVariant probes the kernel unless told which to use.
-func chooseQueueVariant(ctx context.Context, flag string) (compile.QueueVariant, error) {
+// chooseQueueVariant returns the variant the flag names, or, for auto, the
+// one the kernel supports. A kernel with neither is an error: every sync
+// in queue mode would fail.
+func chooseQueueVariant(ctx context.Context, flag string, prober sets.QueueProber) (compile.QueueVariant, error) {
 	switch flag {
 	case string(compile.QueueNative):
 		return compile.QueueNative, nil
@@ -129,14 +142,18 @@ func chooseQueueVariant(ctx context.Context, flag string) (compile.QueueVariant,
 	default:
 		return "", fmt.Errorf("--queue-variant %q: must be auto, native or xt-compat", flag)
 	}
-	native, err := sets.ProbeNativeQueue(ctx)
-	if err != nil {
-		return "", fmt.Errorf("probing the kernel for the nft queue statement: %w", err)
-	}
-	if native {
+	v, err := sets.ChooseQueueVariant(ctx, prober)
+	switch {
+	case errors.Is(err, sets.ErrNoQueueSupport):
+		return "", fmt.Errorf("--queue-variant auto: %w; queue mode cannot work on this node (use --mode hybrid or kernel, or a kernel with either)", err)
+	case err != nil:
+		return "", fmt.Errorf("--queue-variant auto: %w", err)
+	case v == sets.QueueVariantNative:
 		return compile.QueueNative, nil
+	case v == sets.QueueVariantXTCompat:
+		return compile.QueueXTCompat, nil
 	}
-	return compile.QueueXTCompat, nil
+	return "", fmt.Errorf("--queue-variant auto: the probe returned %s", v)
 }
 
 func agent(ctx context.Context, o *agentOptions) error {
@@ -148,6 +165,9 @@ func agent(ctx context.Context, o *agentOptions) error {
 	node, err := o.nodeName()
 	if err != nil {
 		return err
+	}
+	if o.livenessBudget < controller.MinHealthBudget {
+		return fmt.Errorf("--liveness-timeout %v: must be at least %v (the agent's heartbeat is every second)", o.livenessBudget, controller.MinHealthBudget)
 	}
 	var nodeIPs []netip.Addr
 	for _, s := range o.nodeIPs {
@@ -166,6 +186,10 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
+	policyClient, err := npaclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the ClusterNetworkPolicy client: %w", err)
+	}
 
 	metrics := controller.NewMetrics()
 	reg := prometheus.NewRegistry()
@@ -176,7 +200,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 
 	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark}
 	if render.UsesQueue() {
-		v, err := chooseQueueVariant(ctx, o.queueVariant)
+		v, err := chooseQueueVariant(ctx, o.queueVariant, o.queueProber)
 		if err != nil {
 			return err
 		}
@@ -184,6 +208,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 		metrics.QueueRuleVariant.WithLabelValues(string(v)).Set(1)
 		log.Info("Queue rule variant chosen", "variant", v, "queues", fmt.Sprintf("%d+%d", o.queueNum, o.queues), "failOpen", o.failOpen)
 	}
+	o.denyLog.configureDenyLog(&render)
 	render.Defaults()
 	if err := render.Validate(); err != nil {
 		return err
@@ -193,25 +218,35 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	syncer, err := sets.New(sets.Config{NFT: nft, Logger: log.WithName("sets"), External: compatInstaller(render)})
+	// Pod churn goes to the kernel over netlink, in one batch per sync.
+	elements := sets.NewNetlinkElements(compile.TableName, 0)
+	defer elements.Close()
+	syncer, err := sets.New(sets.Config{NFT: nft, Logger: log.WithName("sets"), External: compatInstaller(render),
+		Netlink: elements, OneCommandPerSet: true})
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nftpolicy_netlink_batch_fallbacks_total",
+		Help: "Netlink element batches the kernel refused (nothing applied; a full sync followed).",
+	}, func() float64 { return float64(syncer.NetlinkFallbacks()) }))
 	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(controller.EventSink{
+		Sink: &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, Logger: log.WithName("events"),
+	})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nftpolicy", Host: node})
 
 	ctrl, err := controller.New(controller.Config{
-		Client: client, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
+		Client: client, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(controller.NewCounterCollector(10 * time.Second))
+	reg.MustRegister(controller.NewCounterCollector(10*time.Second, metrics, log.WithName("metrics")))
 
 	errs := make(chan error, 4)
 	ctx, cancel := context.WithCancel(ctx)
@@ -225,7 +260,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 		if err != nil {
 			return err
 		}
-		reg.MustRegister(controller.QueueStatsCollector{})
+		reg.MustRegister(controller.NewQueueStatsCollector(metrics, log.WithName("metrics")))
 		go func() { errs <- wrapErr("queue runtime", rt.Run(ctx)) }()
 		select {
 		case <-rt.Ready():
@@ -244,8 +279,8 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if o.healthAddr != "" {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			if !ctrl.Healthy(30 * time.Second) {
-				http.Error(w, "sync loop stalled", http.StatusServiceUnavailable)
+			if !ctrl.Healthy(o.livenessBudget) {
+				http.Error(w, fmt.Sprintf("no progress within %v: the sync loop is stuck", o.livenessBudget), http.StatusServiceUnavailable)
 				return
 			}
 			fmt.Fprintln(w, "ok")
@@ -258,6 +293,9 @@ func agent(ctx context.Context, o *agentOptions) error {
 			fmt.Fprintln(w, "ok")
 		})
 		go func() { errs <- wrapErr("health server", serve(ctx, o.healthAddr, mux)) }()
+	}
+	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
+		return err
 	}
 	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
 	log.Info("nftpolicy agent started", "node", node, "mode", mode, "failOpen", o.failOpen)

@@ -4,6 +4,10 @@
 //	nftpolicy agent    run the node agent (DaemonSet)
 //	nftpolicy eval     decide a scenario's probes with the userspace evaluator
 //	nftpolicy compile  print the ruleset the agent would install on a node
+//	nftpolicy explain  say why a connection is allowed or denied (live, offline, or from the kernel ruleset)
+//
+// Installed as kubectl-nftpolicy on PATH, it is also a kubectl plugin:
+// `kubectl nftpolicy explain NS/POD NS/POD`.
 package main
 
 import (
@@ -23,6 +27,7 @@ commands:
   agent     run the node agent: watch the API, program nftables, serve the NFQUEUE fallback
   eval      decide every probe of a scenario with the userspace evaluator (offline)
   compile   print the nftables ruleset the agent would install on one node (offline)
+  explain   say why a connection is allowed or denied, and what rule almost allowed it
 
 Run 'nftpolicy <command> --help' for the flags of a command.
 `
@@ -44,6 +49,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runEval(args[1:], stdout, stderr)
 	case "compile":
 		return runCompile(args[1:], stdout, stderr)
+	case "explain":
+		return runExplain(args[1:], stdout, stderr)
 	case "agent":
 		return runAgent(args[1:], stdout, stderr)
 	case "-h", "--help", "help":

@@ -138,6 +138,8 @@ func newBuilder(in Input) *builder {
 		l[NamespaceNameLabel] = ns.Name
 		b.nsLabels[ns.Name] = l
 	}
+	// Shared: namespaces only pods name are added as the build finds them.
+	b.prog.NamespaceLabels = b.nsLabels
 	return b
 }
 
@@ -538,7 +540,13 @@ func (b *builder) internSelector(ns string, nsSel, podSel labels.Selector) Selec
 		// Selector IDs grow as selectors are created: each list stays sorted.
 		b.prog.Pods[pid].MemberOf = append(b.prog.Pods[pid].MemberOf, id)
 	}
-	b.prog.Selectors = append(b.prog.Selectors, Selector{Key: key, Description: desc, Members: members})
+	sel := Selector{Key: key, Description: desc, Members: members, PodSelector: podSel.String()}
+	if nsSel == nil {
+		sel.Namespace = ns
+	} else {
+		sel.NamespaceSelector = nsSel.String()
+	}
+	b.prog.Selectors = append(b.prog.Selectors, sel)
 	return id
 }
 

@@ -80,6 +80,11 @@ type RenderConfig struct {
 	// evaluator sets it in the verdict, the ruleset moves it to the
 	// connection so later packets are not queued again.
 	AllowMark uint32
+	// DenyLogGroup is the NFLOG group the kernel path's drops log the
+	// denied connection's packet to (0: no deny log). DenyLogRate and
+	// DenyLogBurst limit those messages per denial, in packets per second.
+	DenyLogGroup              uint16
+	DenyLogRate, DenyLogBurst uint32
 }
 
 // Defaults fills unset fields.
@@ -98,6 +103,12 @@ func (c *RenderConfig) Defaults() {
 	}
 	if c.AllowMark == 0 {
 		c.AllowMark = defaultAllowMark
+	}
+	if c.DenyLogGroup != 0 && c.DenyLogRate == 0 {
+		c.DenyLogRate = DefaultDenyLogRate
+	}
+	if c.DenyLogGroup != 0 && c.DenyLogBurst == 0 {
+		c.DenyLogBurst = DefaultDenyLogBurst
 	}
 }
 
@@ -118,7 +129,7 @@ func (c *RenderConfig) Validate() error {
 	if uint32(c.QueueNum)+uint32(c.Queues) > 65536 {
 		return fmt.Errorf("queues %d-%d out of range", c.QueueNum, uint32(c.QueueNum)+uint32(c.Queues)-1)
 	}
-	return nil
+	return c.validateDenyLog()
 }
 
 // UsesQueue reports whether the ruleset sends packets to NFQUEUE.

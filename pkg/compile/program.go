@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Protocol is an IP protocol number as it appears in the IP header.
@@ -128,6 +130,14 @@ type Pod struct {
 	BaselineIngress, BaselineEgress []ClusterPolicyID
 }
 
+// Policies returns the NetworkPolicies isolating the pod in one direction.
+func (p *Pod) Policies(d Direction) []PolicyID {
+	if d == Egress {
+		return p.EgressPolicies
+	}
+	return p.IngressPolicies
+}
+
 // ClusterPolicies returns the pod's ClusterNetworkPolicies of one tier and
 // direction, in precedence order.
 func (p *Pod) ClusterPolicies(t Tier, d Direction) []ClusterPolicyID {
@@ -185,7 +195,10 @@ type Policy struct {
 	// IsolatesIngress and IsolatesEgress come from policyTypes after defaulting.
 	IsolatesIngress bool
 	IsolatesEgress  bool
-	// Selected lists the pods the policy selects (all nodes), in pod order.
+	// Selected lists the local pods the policy selects (Pod.Local: those on
+	// the program's node, every pod when it was built for no node), in pod
+	// order: remote pods are never enforced here, so they are not listed.
+	// It is empty for a policy compiled only for its shape (validation).
 	Selected []PodID
 	Ingress  []Rule
 	Egress   []Rule
@@ -286,6 +299,12 @@ type Selector struct {
 	Members []PodID
 	// Users names the rules that use this peer set ("x/p ingress[0]").
 	Users []string
+	// Namespace is the policy's namespace when the peer has no namespace
+	// selector; otherwise NamespaceSelector is that selector, in label
+	// selector syntax (labels.Parse reads it back), as PodSelector always is.
+	// Explanations read them to say which label a pod or namespace lacks.
+	Namespace                      string
+	NamespaceSelector, PodSelector string
 }
 
 // Contains reports whether the pod belongs to the set.
@@ -359,6 +378,9 @@ type Program struct {
 	// NodeAddrs maps each known node's name to its addresses (the scenario's
 	// nodes, or Node objects' status.addresses).
 	NodeAddrs map[string][]netip.Addr
+	// NamespaceLabels holds each namespace's labels as selectors saw them
+	// (with kubernetes.io/metadata.name); explanations read it.
+	NamespaceLabels map[string]labels.Set
 
 	podByIP map[netip.Addr]PodID
 }

@@ -440,7 +440,7 @@ func (r *renderer) isolationChain(d Direction, ids []PolicyID, hasRules map[Poli
 			c.Rules = append(c.Rules, rule("jump "+PolicyChainName(&r.prog.Policies[id], d), ""))
 		}
 	}
-	c.Rules = append(c.Rules, rule("counter drop", "default deny "+d.String()+": "+strings.ReplaceAll(keys, ",", ", ")))
+	c.Rules = append(c.Rules, rule("counter "+r.dropVerdict(networkPolicyDeny(r.prog, d, ids)), "default deny "+d.String()+": "+strings.ReplaceAll(keys, ",", ", ")))
 	r.addChain(c)
 	return name
 }

@@ -69,8 +69,11 @@ func (r *renderer) clusterPolicyChain(id ClusterPolicyID, d Direction) bool {
 			continue
 		}
 		comment := fmt.Sprintf("%s %s rule %s (%s)", cp.Name, d, rl.Name, rl.Action)
-		c.Rules = r.matchRules(c.Rules, &rl.Match, name+"-"+itoa(ri), comment, d, cp.Subjects,
-			"counter "+clusterVerdict(cp.Tier, d, rl.Action))
+		verdict := clusterVerdict(cp.Tier, d, rl.Action)
+		if rl.Action == ActionDeny {
+			verdict = r.dropVerdict(clusterPolicyDeny(cp, rl))
+		}
+		c.Rules = r.matchRules(c.Rules, &rl.Match, name+"-"+itoa(ri), comment, d, cp.Subjects, "counter "+verdict)
 	}
 	if len(c.Rules) == 0 {
 		return false

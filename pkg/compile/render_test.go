@@ -54,6 +54,7 @@ func TestGolden(t *testing.T) {
 		{"hybrid", RenderConfig{Mode: ModeHybrid}},
 		{"queue", RenderConfig{Mode: ModeQueue, QueueVariant: QueueNative, FailOpen: true, Queues: 2}},
 		{"queue-xt", RenderConfig{Mode: ModeQueue, QueueVariant: QueueXTCompat}},
+		{"hybrid-denylog", RenderConfig{Mode: ModeHybrid, DenyLogGroup: 7}},
 	}
 	for _, sc := range scenarios {
 		for _, m := range modes {

@@ -42,6 +42,9 @@ type Ruleset struct {
 	// ChainOrder lists chain names in the order they are created: base
 	// chains last, so that a transaction never jumps to a missing chain.
 	ChainOrder []string
+	// DenyIDs maps the log prefix of each logged drop to the policy and
+	// rule it belongs to (empty without RenderConfig.DenyLogGroup).
+	DenyIDs map[string]DenyInfo
 }
 
 // SortedSetNames returns the set and map names, sorted.

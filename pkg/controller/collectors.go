@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
@@ -29,18 +31,24 @@ var (
 )
 
 // CounterCollector reads the rule counters of the nftpolicy table when
-// scraped (at most once per interval, without set elements: `nft -t`).
+// scraped (at most once per interval, without set elements: `nft -t`). When
+// a read fails, it serves no per-policy counters until a read succeeds
+// again, rather than old values that look current; each failure is counted
+// in nftpolicy_collector_errors_total{collector="nft_counters"} and logged
+// (each cause at most once per minute).
 type CounterCollector struct {
 	nftPath  string
 	interval time.Duration
+	errs     *errorReporter
 	mu       sync.Mutex
 	last     time.Time
 	cached   []prometheus.Metric
 }
 
-// NewCounterCollector returns the per-policy packet counter collector.
-func NewCounterCollector(interval time.Duration) *CounterCollector {
-	return &CounterCollector{nftPath: "nft", interval: interval}
+// NewCounterCollector returns the per-policy packet counter collector;
+// its failures are counted in m.CollectorErrors.
+func NewCounterCollector(interval time.Duration, m *Metrics, log klog.Logger) *CounterCollector {
+	return &CounterCollector{nftPath: "nft", interval: interval, errs: newErrorReporter("nft_counters", m, log)}
 }
 
 // Describe implements prometheus.Collector.
@@ -51,22 +59,46 @@ func (c *CounterCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if time.Since(c.last) >= c.interval {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		out, err := exec.CommandContext(ctx, c.nftPath, "-t", "-j", "list", "table", "inet", compile.TableName).Output()
-		cancel()
-		if err == nil {
-			if counts, err := ParsePolicyCounters(out); err == nil {
-				c.cached = c.cached[:0]
-				for k, v := range counts {
-					c.cached = append(c.cached, prometheus.MustNewConstMetric(policyPacketsDesc, prometheus.CounterValue, float64(v), k.Policy, k.Direction, k.Verdict))
-				}
-			}
-		}
 		c.last = time.Now()
+		c.cached = c.cached[:0]
+		counts, cause, err := c.read()
+		if err != nil {
+			c.errs.report(cause, err)
+		}
+		for k, v := range counts {
+			c.cached = append(c.cached, prometheus.MustNewConstMetric(policyPacketsDesc, prometheus.CounterValue, float64(v), k.Policy, k.Direction, k.Verdict))
+		}
 	}
 	for _, m := range c.cached {
 		ch <- m
 	}
+}
+
+// read lists the table's counters; on failure it names the cause.
+func (c *CounterCollector) read() (map[PolicyCounterKey]uint64, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, c.nftPath, "-t", "-j", "list", "table", "inet", compile.TableName).Output()
+	if err != nil {
+		var stderr string
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			stderr = strings.TrimSpace(string(ee.Stderr))
+		}
+		// Before the first sync there is no table, hence no counters; the
+		// sync loop, not this collector, reports a table that went away.
+		if strings.Contains(stderr, "No such file or directory") {
+			return nil, "", nil
+		}
+		if stderr != "" {
+			err = fmt.Errorf("%w: %s", err, stderr)
+		}
+		return nil, "nft", fmt.Errorf("nft list table inet %s: %w", compile.TableName, err)
+	}
+	counts, err := ParsePolicyCounters(out)
+	if err != nil {
+		return nil, "parse", err
+	}
+	return counts, "", nil
 }
 
 // PolicyCounterKey labels one per-policy counter.
@@ -137,19 +169,32 @@ func ParsePolicyCounters(data []byte) (map[PolicyCounterKey]uint64, error) {
 	return out, nil
 }
 
-// QueueStatsCollector exposes the kernel's nfnetlink_queue counters.
-type QueueStatsCollector struct{}
+// QueueStatsCollector exposes the kernel's nfnetlink_queue counters. When
+// they cannot be read it serves none; each failure is counted in
+// nftpolicy_collector_errors_total{collector="nfqueue_stats"} and logged
+// (each cause at most once per minute).
+type QueueStatsCollector struct {
+	read func() ([]queue.QueueStats, error)
+	errs *errorReporter
+}
+
+// NewQueueStatsCollector returns the collector of the kernel's queue
+// counters; its failures are counted in m.CollectorErrors.
+func NewQueueStatsCollector(m *Metrics, log klog.Logger) *QueueStatsCollector {
+	return &QueueStatsCollector{read: queue.ReadKernelQueueStats, errs: newErrorReporter("nfqueue_stats", m, log)}
+}
 
 // Describe implements prometheus.Collector.
-func (QueueStatsCollector) Describe(ch chan<- *prometheus.Desc) {
+func (*QueueStatsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- nfqueueDroppedDesc
 	ch <- nfqueueWaitingDesc
 }
 
 // Collect implements prometheus.Collector.
-func (QueueStatsCollector) Collect(ch chan<- prometheus.Metric) {
-	stats, err := queue.ReadKernelQueueStats()
+func (c *QueueStatsCollector) Collect(ch chan<- prometheus.Metric) {
+	stats, err := c.read()
 	if err != nil {
+		c.errs.report("read", fmt.Errorf("reading %s: %w", queue.KernelQueueStatsPath, err))
 		return
 	}
 	for _, s := range stats {
@@ -158,4 +203,43 @@ func (QueueStatsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(nfqueueDroppedDesc, prometheus.CounterValue, float64(s.UserDropped), q, "user_dropped")
 		ch <- prometheus.MustNewConstMetric(nfqueueWaitingDesc, prometheus.GaugeValue, float64(s.QueueTotal), q)
 	}
+}
+
+// collectorLogEvery is how often one collector logs one cause of failure;
+// a scrape every few seconds must not flood the log.
+const collectorLogEvery = time.Minute
+
+// errorReporter counts a collector's failures and logs them, each cause
+// at most once per collectorLogEvery, with how many were not logged since.
+type errorReporter struct {
+	collector string
+	counter   prometheus.Counter
+	log       klog.Logger
+	now       func() time.Time
+
+	mu         sync.Mutex
+	logged     map[string]time.Time
+	suppressed map[string]int
+}
+
+func newErrorReporter(collector string, m *Metrics, log klog.Logger) *errorReporter {
+	return &errorReporter{
+		collector: collector, counter: m.CollectorErrors.WithLabelValues(collector), log: log, now: time.Now,
+		logged: map[string]time.Time{}, suppressed: map[string]int{},
+	}
+}
+
+func (r *errorReporter) report(cause string, err error) {
+	r.counter.Inc()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	if last, ok := r.logged[cause]; ok && now.Sub(last) < collectorLogEvery {
+		r.suppressed[cause]++
+		return
+	}
+	r.log.Error(err, "Metrics collector failed; its metrics are left out until a read succeeds", "collector", r.collector, "cause", cause,
+		"suppressedSinceLastLog", r.suppressed[cause])
+	r.logged[cause] = now
+	r.suppressed[cause] = 0
 }

@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -23,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
@@ -30,8 +29,14 @@ import (
 
 // Config configures the Controller.
 type Config struct {
-	Client   kubernetes.Interface
-	NodeName string
+	Client kubernetes.Interface
+	// PolicyClient reads ClusterNetworkPolicies; nil enforces NetworkPolicy
+	// v1 only.
+	PolicyClient npaclient.Interface
+	// ClusterPolicyCheckPeriod is how often discovery is asked whether the
+	// ClusterNetworkPolicy API is served (its CRD may come and go).
+	ClusterPolicyCheckPeriod time.Duration
+	NodeName                 string
 	// NodeIPs are the node's own addresses; looked up from the Node object
 	// when empty.
 	NodeIPs []netip.Addr
@@ -63,6 +68,9 @@ func (c *Config) Defaults() {
 	if c.MaxRetryDelay == 0 {
 		c.MaxRetryDelay = 30 * time.Second
 	}
+	if c.ClusterPolicyCheckPeriod == 0 {
+		c.ClusterPolicyCheckPeriod = DefaultClusterPolicyCheckPeriod
+	}
 	if c.Evaluator == nil {
 		c.Evaluator = &queue.Evaluator{}
 	}
@@ -87,13 +95,17 @@ func (c *Config) Validate() error {
 	if c.Syncer == nil {
 		errs = append(errs, errors.New("syncer is required"))
 	}
+	if c.ClusterPolicyCheckPeriod < 0 {
+		errs = append(errs, fmt.Errorf("cluster policy check period %v: must not be negative", c.ClusterPolicyCheckPeriod))
+	}
 	if err := c.Render.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// Controller watches NetworkPolicies, Namespaces and Pods and keeps the
+// Controller watches NetworkPolicies, ClusterNetworkPolicies, Namespaces,
+// Pods and Nodes and keeps the
 // kernel and the evaluator programmed. Event handlers only mark the state
 // dirty; one loop compiles and applies.
 type Controller struct {
@@ -102,6 +114,8 @@ type Controller struct {
 	pods    corelisters.PodLister
 	nss     corelisters.NamespaceLister
 	pols    networkinglisters.NetworkPolicyLister
+	nodes   corelisters.NodeLister
+	cnps    *clusterPolicies
 	synced  []cache.InformerSynced
 
 	dirty chan struct{}
@@ -132,10 +146,15 @@ func New(cfg Config) (*Controller, error) {
 		reported: map[string]string{},
 		cache:    compile.NewCache(),
 	}
+	// Healthy from the start: the health server may be asked before Run.
+	c.lastLoop.Store(time.Now().UnixNano())
 	podInf := f.Core().V1().Pods()
 	nsInf := f.Core().V1().Namespaces()
 	polInf := f.Networking().V1().NetworkPolicies()
-	c.pods, c.nss, c.pols = podInf.Lister(), nsInf.Lister(), polInf.Lister()
+	nodeInf := f.Core().V1().Nodes()
+	c.pods, c.nss, c.pols, c.nodes = podInf.Lister(), nsInf.Lister(), polInf.Lister(), nodeInf.Lister()
+	c.cnps = newClusterPolicies(cfg.PolicyClient, cfg.ClusterPolicyCheckPeriod, cfg.ResyncPeriod,
+		cfg.Logger.WithName("clusterpolicies"), cfg.Metrics, c.markDirty)
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.markDirty() },
 		UpdateFunc: func(old, cur any) { c.markDirtyIfChanged(old, cur) },
@@ -147,18 +166,18 @@ func New(cfg Config) (*Controller, error) {
 		}
 		c.synced = append(c.synced, inf.HasSynced)
 	}
+	if err := c.watchNodes(nodeInf.Informer()); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
 // markDirtyIfChanged ignores resyncs and updates that change nothing the
 // compiler reads (the transform already dropped most fields).
 func (c *Controller) markDirtyIfChanged(old, cur any) {
-	if o, ok := old.(interface{ GetResourceVersion() string }); ok {
-		if n, ok := cur.(interface{ GetResourceVersion() string }); ok && o.GetResourceVersion() == n.GetResourceVersion() {
-			return
-		}
+	if !sameResourceVersion(old, cur) {
+		c.markDirty()
 	}
-	c.markDirty()
 }
 
 func (c *Controller) markDirty() {
@@ -173,11 +192,13 @@ func (c *Controller) markDirty() {
 	}
 }
 
-// Ready reports whether a first sync has committed.
+// Ready reports whether a first sync has committed. It turns true before
+// the evaluator receives the first program.
 func (c *Controller) Ready() bool { return c.ready.Load() }
 
-// Healthy reports whether the sync loop is alive: it ran or waited within
-// the given time.
+// Healthy reports whether the agent is making progress: the sync loop ran
+// or waited, or the informers were still waiting for their first lists,
+// within the given time. It says nothing about readiness.
 func (c *Controller) Healthy(within time.Duration) bool {
 	return time.Since(time.Unix(0, c.lastLoop.Load())) < within
 }
@@ -199,18 +220,26 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.lastLoop.Store(time.Now().UnixNano())
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
+	go c.cnps.run(ctx)
 	log.Info("Waiting for informer caches", "node", c.cfg.NodeName)
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+	// The first lists of a large cluster can take longer than the liveness
+	// probe's budget. The agent is making progress while it waits (the
+	// reflectors retry on their own), so the heartbeat goes on; readiness
+	// stays false until the first commit.
+	var synced bool
+	c.beatWhile(func() { synced = cache.WaitForCacheSync(ctx.Done(), c.synced...) })
+	if !synced {
 		return fmt.Errorf("waiting for informer caches: %w", context.Cause(ctx))
 	}
+	c.beatWhile(func() { c.cnps.waitFirst(ctx) })
 	if len(c.cfg.NodeIPs) == 0 {
-		c.cfg.NodeIPs = c.lookupNodeIPs(ctx)
+		c.cfg.NodeIPs = c.lookupNodeIPs()
 	}
 	log.Info("Caches synced; programming", "node", c.cfg.NodeName, "nodeIPs", c.cfg.NodeIPs, "mode", c.cfg.Render.Mode)
 	c.markDirty()
 	fullTicker := time.NewTicker(c.cfg.FullSyncPeriod)
 	defer fullTicker.Stop()
-	heartbeat := time.NewTicker(5 * time.Second)
+	heartbeat := time.NewTicker(heartbeatInterval)
 	defer heartbeat.Stop()
 	retry := c.cfg.MinRetryDelay
 	var retryTimer <-chan time.Time
@@ -241,8 +270,37 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
-func (c *Controller) lookupNodeIPs(ctx context.Context) []netip.Addr {
-	node, err := c.cfg.Client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
+// heartbeatInterval is how often the loop (or a wait on the API server in
+// its place) marks itself alive.
+const heartbeatInterval = time.Second
+
+// MinHealthBudget is the smallest sensible budget for Healthy: a few
+// heartbeats, so that a busy machine does not fail it.
+const MinHealthBudget = 3 * heartbeatInterval
+
+// beatWhile runs f, which waits on the API server, and keeps the heartbeat
+// going until it returns.
+func (c *Controller) beatWhile(f func()) {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(heartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				c.lastLoop.Store(time.Now().UnixNano())
+			}
+		}
+	}()
+	f()
+	c.lastLoop.Store(time.Now().UnixNano())
+}
+
+func (c *Controller) lookupNodeIPs() []netip.Addr {
+	node, err := c.nodes.Get(c.cfg.NodeName)
 	if err != nil {
 		c.cfg.Logger.Info("Could not read the Node object; node-to-pod exemptions apply only to traffic the kernel never filters", "node", c.cfg.NodeName, "err", err)
 		return nil
@@ -299,8 +357,12 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	}
 	// Publish only after the matching transaction committed: the evaluator
 	// and the kernel never disagree about which program is in force.
-	c.cfg.Evaluator.Swap(prog)
+	// Readiness and the controller's program are stored before the
+	// evaluator's, so whoever sees the evaluator's program also sees the
+	// controller ready.
 	c.lastProgram.Store(prog)
+	first := !c.ready.Swap(true)
+	c.cfg.Evaluator.Swap(prog)
 	now := time.Now()
 	c.cfg.Metrics.SyncDuration.WithLabelValues(kind).Observe(now.Sub(start).Seconds())
 	c.cfg.Metrics.LastSuccessfulSync.Set(float64(now.Unix()))
@@ -312,7 +374,7 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	c.recordGauges(prog, rs)
 	c.reportProblems(ctx, prog)
 	c.lastSync.Store(now.UnixNano())
-	if !c.ready.Swap(true) {
+	if first {
 		log.Info("First sync committed", "policies", len(prog.Policies), "pods", len(prog.Pods), "operations", res.Operations, "duration", now.Sub(start))
 	}
 	log.V(2).Info("Synced", "kind", kind, "operations", res.Operations, "elementsAdded", res.ElementsAdded,
@@ -333,12 +395,19 @@ func (c *Controller) snapshot() (compile.Input, error) {
 	if in.Policies, err = c.pols.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("listing network policies: %w", err)
 	}
+	if in.Nodes, err = c.nodes.List(labels.Everything()); err != nil {
+		return in, fmt.Errorf("listing nodes: %w", err)
+	}
+	if in.ClusterPolicies, err = c.cnps.list(); err != nil {
+		return in, err
+	}
 	return in, nil
 }
 
 func (c *Controller) recordGauges(prog *compile.Program, rs *compile.Ruleset) {
 	m := c.cfg.Metrics
 	m.ProgrammedPolicies.Set(float64(len(prog.Policies)))
+	m.ProgrammedClusterPolicies.Set(float64(len(prog.ClusterPolicies)))
 	n := 0
 	for i := range prog.Pods {
 		p := &prog.Pods[i]
@@ -358,36 +427,28 @@ func (c *Controller) recordGauges(prog *compile.Program, rs *compile.Ruleset) {
 // problems changed since they were last reported.
 func (c *Controller) reportProblems(ctx context.Context, prog *compile.Program) {
 	log := c.cfg.Logger.WithName("policy")
-	current := map[string]string{}
-	invalid := 0
-	for i := range prog.Policies {
+	c.reported = changedProblems(c.reported, len(prog.Policies), func(i int) (string, []compile.Problem) {
+		return prog.Policies[i].Key, prog.Policies[i].Problems
+	}, func(i int, text string) {
 		pol := &prog.Policies[i]
-		if len(pol.Problems) == 0 {
-			continue
-		}
-		invalid++
-		msgs := make([]string, len(pol.Problems))
-		for j, p := range pol.Problems {
-			msgs[j] = p.Field + ": " + p.Message
-		}
-		sort.Strings(msgs)
-		text := strings.Join(msgs, "; ")
-		current[pol.Key] = text
-		if c.reported[pol.Key] == text {
-			continue
-		}
 		c.cfg.Metrics.PolicyProblems.Add(float64(len(pol.Problems)))
 		log.Info("Invalid NetworkPolicy: the invalid parts allow nothing; the policy still isolates the pods it selects",
 			"policy", klog.KRef(pol.Namespace, pol.Name), "problems", text)
 		if c.cfg.Recorder != nil {
-			if np, err := c.pols.NetworkPolicies(pol.Namespace).Get(pol.Name); err == nil {
-				c.cfg.Recorder.Eventf(np, corev1.EventTypeWarning, "InvalidNetworkPolicy",
-					"nftpolicy on %s enforces this policy safely: invalid parts allow nothing: %s", c.cfg.NodeName, truncate(text, 900))
+			np, err := c.pols.NetworkPolicies(pol.Namespace).Get(pol.Name)
+			if err != nil {
+				// Deleted since the snapshot: the log line above stays the
+				// only report. Writing the Event itself is asynchronous;
+				// the broadcaster logs its failures.
+				log.V(2).Info("No Event for the invalid NetworkPolicy: not in the cache any more", "policy", klog.KRef(pol.Namespace, pol.Name), "err", err)
+				return
 			}
+			c.cfg.Recorder.Eventf(np, corev1.EventTypeWarning, "InvalidNetworkPolicy",
+				"nftpolicy on %s enforces this policy safely: invalid parts allow nothing: %s", c.cfg.NodeName, truncate(text, 900))
 		}
-	}
-	c.reported = current
-	c.cfg.Metrics.InvalidPolicies.Set(float64(invalid))
+	})
+	c.cfg.Metrics.InvalidPolicies.Set(float64(len(c.reported)))
+	c.cnps.report(prog, c.cfg.Recorder, c.cfg.NodeName)
 }
 
 func truncate(s string, n int) string {

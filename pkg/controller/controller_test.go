@@ -3,17 +3,21 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/knftables"
 
@@ -29,9 +33,12 @@ import (
 // flakyNFT is a knftables Fake that can be told to fail transactions.
 type flakyNFT struct {
 	*knftables.Fake
-	mu   sync.Mutex
-	fail int
-	runs int
+	mu     sync.Mutex
+	fail   int
+	runs   int
+	failed int
+	// onFail, when set, runs (under mu) at each injected failure.
+	onFail func()
 }
 
 func (f *flakyNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
@@ -40,9 +47,19 @@ func (f *flakyNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 	f.runs++
 	if f.fail > 0 {
 		f.fail--
+		f.failed++
+		if f.onFail != nil {
+			f.onFail()
+		}
 		return errors.New("injected transaction failure")
 	}
 	return f.Fake.Run(ctx, tx)
+}
+
+func (f *flakyNFT) failures() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failed
 }
 
 func (f *flakyNFT) failNext(n int) {
@@ -108,6 +125,19 @@ func start(t *testing.T, objs ...runtime.Object) *harness {
 	return h
 }
 
+// counterValue reads a counter (or a gauge) without a registry.
+func counterValue(t *testing.T, c prometheus.Metric) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
+}
+
 func eventually(t *testing.T, what string, f func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -122,13 +152,21 @@ func eventually(t *testing.T, what string, f func() bool) {
 
 func TestSyncsAfterCachesAndFollowsChanges(t *testing.T) {
 	h := start(t, testPod("x", "a", "n1", "10.0.1.1", nil), testPod("y", "b", "n2", "10.0.2.1", nil))
-	if h.eval.Program() != nil {
-		// Nothing may be published before the first commit.
-		if !h.ctrl.Ready() {
+	// Nothing may be published before the first commit. The controller
+	// turns ready before it hands the program to the evaluator, so reading
+	// the evaluator first and readiness second never sees a program without
+	// readiness; and a program is only ever seen with the table committed.
+	eventually(t, "first sync", func() bool {
+		published := h.eval.Program() != nil
+		ready := h.ctrl.Ready()
+		if published && !ready {
 			t.Fatal("program published before the controller was ready")
 		}
-	}
-	eventually(t, "first sync", h.ctrl.Ready)
+		if published && !strings.Contains(h.nft.dump(), "table inet "+compile.TableName) {
+			t.Fatal("program published before the table was committed")
+		}
+		return published
+	})
 	if v := h.eval.Evaluate(netip.MustParseAddr("10.0.2.1"), netip.MustParseAddr("10.0.1.1"), compile.ProtoTCP, 80); !v.Allowed {
 		t.Fatalf("no policy yet, but denied: %s", v.Reason())
 	}
@@ -152,22 +190,59 @@ func TestSyncsAfterCachesAndFollowsChanges(t *testing.T) {
 
 func TestFailedTransactionIsNotPublishedAndIsRetried(t *testing.T) {
 	h := start(t, testPod("x", "a", "n1", "10.0.1.1", nil))
-	eventually(t, "first sync", h.ctrl.Ready)
+	eventually(t, "first sync", func() bool { return h.eval.Program() != nil })
 	before := h.eval.Program()
-	h.nft.failNext(2)
+	if got := h.ctrl.Program(); got != before {
+		t.Fatalf("controller's program %p, evaluator's %p: want the same committed program", got, before)
+	}
+	failuresBefore := counterValue(t, h.ctrl.cfg.Metrics.SyncFailures)
+	// At each failed transaction (the fake's lock held, so the loop is inside
+	// the sync), the published program must still be the committed one.
+	var changed []string
+	h.nft.mu.Lock()
+	h.nft.onFail = func() {
+		if p := h.eval.Program(); p != before {
+			changed = append(changed, fmt.Sprintf("evaluator has %p, want %p", p, before))
+		}
+		if p := h.ctrl.Program(); p != before {
+			changed = append(changed, fmt.Sprintf("controller has %p, want %p", p, before))
+		}
+	}
+	h.nft.mu.Unlock()
+	h.nft.failNext(1 << 30) // until told otherwise
 	if _, err := h.client.NetworkingV1().NetworkPolicies("x").Create(context.Background(), denyAll("x"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// While transactions fail, the evaluator keeps the program the kernel has.
-	eventually(t, "failures consumed", func() bool {
-		h.nft.mu.Lock()
-		defer h.nft.mu.Unlock()
-		return h.nft.fail == 0
-	})
+	// Several retries fail; meanwhile the evaluator keeps the program the
+	// kernel has, which does not isolate x/a.
+	eventually(t, "three failed transactions", func() bool { return h.nft.failures() >= 3 })
+	for _, p := range []*compile.Program{h.eval.Program(), h.ctrl.Program()} {
+		if p != before || len(p.Policies) != 0 {
+			t.Fatalf("while transactions fail, the published program changed (%d policies)", len(p.Policies))
+		}
+	}
+	if v := h.eval.Evaluate(netip.MustParseAddr("10.0.2.1"), netip.MustParseAddr("10.0.1.1"), compile.ProtoTCP, 80); !v.Allowed {
+		t.Fatalf("the uncommitted deny-all decides already: %s", v.Reason())
+	}
+	if strings.Contains(h.nft.dump(), "ingress-isolated-") {
+		t.Fatal("a failed transaction changed the table")
+	}
+	if got := counterValue(t, h.ctrl.cfg.Metrics.SyncFailures) - failuresBefore; got < 3 {
+		t.Errorf("nftpolicy_sync_failures_total grew by %v, want at least 3", got)
+	}
+	h.nft.failNext(0)
 	eventually(t, "retry commits the policy", func() bool {
 		p := h.eval.Program()
 		return p != before && len(p.Policies) == 1 && strings.Contains(h.nft.dump(), "ingress-isolated-")
 	})
+	if v := h.eval.Evaluate(netip.MustParseAddr("10.0.2.1"), netip.MustParseAddr("10.0.1.1"), compile.ProtoTCP, 80); v.Allowed {
+		t.Fatalf("deny-all committed, but allowed: %s", v.Reason())
+	}
+	h.nft.mu.Lock()
+	defer h.nft.mu.Unlock()
+	if len(changed) > 0 {
+		t.Errorf("published program changed during failed transactions: %s", strings.Join(changed, "; "))
+	}
 }
 
 func TestInvalidPolicyIsReportedOnce(t *testing.T) {
@@ -193,5 +268,50 @@ func TestInvalidPolicyIsReportedOnce(t *testing.T) {
 	case e := <-h.events.Events:
 		t.Errorf("event repeated: %s", e)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestHealthyWhileCachesSync holds the first list of pods, as a large
+// cluster's API server would be slow to answer it: the controller is not
+// ready, but it stays healthy for longer than a liveness budget of a few
+// heartbeats; once the list is answered it commits and becomes ready.
+func TestHealthyWhileCachesSync(t *testing.T) {
+	release := make(chan struct{})
+	client := fake.NewClientset(testPod("x", "a", "n1", "10.0.1.1", nil))
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		<-release
+		return false, nil, nil // on to the tracker
+	})
+	nft := &flakyNFT{Fake: knftables.NewFake(knftables.InetFamily, compile.TableName)}
+	syncer, err := sets.New(sets.Config{NFT: nft})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl, err := New(Config{Client: client, NodeName: "n1", NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.1")}, Syncer: syncer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	budget := MinHealthBudget
+	for end := time.Now().Add(3 * budget); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if !ctrl.Healthy(budget) {
+			t.Fatalf("unhealthy while the informers wait for their first list (budget %v)", budget)
+		}
+		if ctrl.Ready() || nft.dump() != "" {
+			t.Fatal("ready, or the kernel was written, before the caches synced")
+		}
+	}
+	close(release)
+	eventually(t, "first sync after the list", ctrl.Ready)
+	if !ctrl.Healthy(budget) {
+		t.Error("unhealthy after the first sync")
 	}
 }

@@ -6,8 +6,11 @@ import "github.com/nftpolicy/nftpolicy/pkg/compile"
 const fingerprintBits = 48
 
 // InputsFingerprint identifies the objects a sync was compiled from: the
-// kind, namespace, name and resourceVersion of every Pod, Namespace and
-// NetworkPolicy of in, whatever their order. The agent exports the
+// kind, namespace, name and resourceVersion of every Pod, Namespace,
+// NetworkPolicy and ClusterNetworkPolicy of in, and the name, labels and
+// addresses of every Node, whatever their order. Nodes count by content, not
+// resourceVersion: their status heartbeats change the latter every few
+// seconds and the agent deliberately does not sync on them. The agent exports the
 // fingerprint of its last committed sync (nftpolicy_last_synced_inputs_fingerprint);
 // computed over the API's current objects, it tells a client that every
 // change it made is in force, without sleeping or comparing clocks. It is
@@ -30,6 +33,21 @@ func InputsFingerprint(in compile.Input) uint64 {
 	}
 	for _, np := range in.Policies {
 		add('P', np.Namespace, np.Name, np.ResourceVersion)
+	}
+	for _, cnp := range in.ClusterPolicies {
+		add('C', "", cnp.Name, cnp.ResourceVersion)
+	}
+	for _, n := range in.Nodes {
+		// Labels and addresses hash as sums too: map order is random.
+		var ls, as uint64
+		for k, v := range n.Labels {
+			ls += mix64(fnvString(fnvByte(fnvString(fnvOffset64, k), 0), v))
+		}
+		for _, a := range n.Status.Addresses {
+			as += mix64(fnvString(fnvByte(fnvString(fnvOffset64, string(a.Type)), 0), a.Address))
+		}
+		h := fnvByte(fnvString(fnvByte(fnvOffset64, 'N'), n.Name), 0)
+		sum += mix64(mix64(h^ls) ^ as)
 	}
 	return mix64(sum) >> (64 - fingerprintBits)
 }

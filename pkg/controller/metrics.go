@@ -20,9 +20,18 @@ type Metrics struct {
 	InvalidPolicies    prometheus.Gauge
 	PolicyProblems     prometheus.Counter
 
+	ClusterPolicyAPI          prometheus.Gauge
+	ProgrammedClusterPolicies prometheus.Gauge
+	InvalidClusterPolicies    prometheus.Gauge
+	ClusterPolicyProblems     prometheus.Counter
+
 	QueueVerdicts    *prometheus.CounterVec
 	QueueDecision    prometheus.Histogram
 	QueueRuleVariant *prometheus.GaugeVec
+
+	// CollectorErrors counts failed reads of the collectors that ask the
+	// kernel when scraped (NewCounterCollector, NewQueueStatsCollector).
+	CollectorErrors *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics, unregistered.
@@ -61,16 +70,34 @@ func NewMetrics() *Metrics {
 		PolicyProblems: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nftpolicy_policy_problems_total", Help: "Problems found in policies, counted once per policy version.",
 		}),
+		ClusterPolicyAPI: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nftpolicy_cluster_network_policy_api_enabled",
+			Help: "1 while the ClusterNetworkPolicy API (policy.networking.k8s.io/v1beta1) is served and its informer synced, so ClusterNetworkPolicies are enforced; 0 otherwise.",
+		}),
+		ProgrammedClusterPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nftpolicy_programmed_cluster_network_policies", Help: "ClusterNetworkPolicies in the applied program.",
+		}),
+		InvalidClusterPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nftpolicy_invalid_cluster_network_policies",
+			Help: "ClusterNetworkPolicies with parts that could not be used as written (Accept parts allow nothing, Deny and Pass parts deny).",
+		}),
+		ClusterPolicyProblems: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nftpolicy_cluster_network_policy_problems_total", Help: "Problems found in ClusterNetworkPolicies, counted once per policy version.",
+		}),
 		QueueVerdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nftpolicy_queue_verdicts_total", Help: "Verdicts given to queued packets.",
 		}, []string{"verdict", "protocol", "family"}),
 		QueueDecision: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "nftpolicy_queue_decision_seconds", Help: "Time from reading a queued packet to sending its verdict.",
+			Name: "nftpolicy_queue_decision_seconds", Help: "Time the evaluator took to decide a parsed queued packet (parsing the headers and sending the verdict are not included).",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 20),
 		}),
 		QueueRuleVariant: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "nftpolicy_queue_rule_variant", Help: "1 for the queue rule variant in use (native or xt-compat).",
 		}, []string{"variant"}),
+		CollectorErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nftpolicy_collector_errors_total",
+			Help: "Scrapes in which a collector could not read the kernel (collector=nft_counters: the nft rule counters; collector=nfqueue_stats: the kernel's queue counters); its metrics are left out of that scrape.",
+		}, []string{"collector"}),
 	}
 }
 
@@ -78,7 +105,8 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.SyncDuration, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency,
 		m.ProgrammedPolicies, m.ProgrammedPods, m.SetElements, m.InvalidPolicies, m.PolicyProblems,
-		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant} {
+		m.ClusterPolicyAPI, m.ProgrammedClusterPolicies, m.InvalidClusterPolicies, m.ClusterPolicyProblems,
+		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant, m.CollectorErrors} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

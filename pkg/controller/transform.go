@@ -69,6 +69,21 @@ func slimPolicy(np *networkingv1.NetworkPolicy) *networkingv1.NetworkPolicy {
 	return np
 }
 
+// slimNode keeps what ClusterNetworkPolicy nodes peers read: labels and
+// addresses. Everything else of a Node changes with every status heartbeat.
+func slimNode(n *corev1.Node) *corev1.Node {
+	return &corev1.Node{
+		TypeMeta: n.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            n.Name,
+			UID:             n.UID,
+			ResourceVersion: n.ResourceVersion,
+			Labels:          n.Labels,
+		},
+		Status: corev1.NodeStatus{Addresses: n.Status.Addresses},
+	}
+}
+
 // transform is the informers' transform: it runs before objects are stored.
 func transform(obj any) (any, error) {
 	switch o := obj.(type) {
@@ -78,6 +93,8 @@ func transform(obj any) (any, error) {
 		return slimNamespace(o), nil
 	case *networkingv1.NetworkPolicy:
 		return slimPolicy(o), nil
+	case *corev1.Node:
+		return slimNode(o), nil
 	}
 	return obj, nil
 }

@@ -14,6 +14,7 @@ import (
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	. "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 )
@@ -45,105 +46,105 @@ func cnpCase(c semCase) semCase {
 
 func TestClusterNetworkPolicySemantics(t *testing.T) {
 	adminDenyY := ct.CNP("no-y", "Admin", 10, ct.NamespacesSubject(ct.Sel("ns", "x")),
-		ct.Egress(ct.Rule("no-y", "Deny", ct.ToNamespaces(ct.Sel("ns", "y")))))
-	v1AllowAllEgress := netpol("x", "allow-all-egress", sel(), types(pEg), eg(peers()))
-	v1DenyIngress := netpol("x", "deny-ingress", sel(), types(pIn))
+		ct.CNPEgress(ct.CNPRule("no-y", "Deny", ct.ToNamespaces(ct.Sel("ns", "y")))))
+	v1AllowAllEgress := NetPol("x", "allow-all-egress", Sel(), Types(PEg), Egress(Peers()))
+	v1DenyIngress := NetPol("x", "deny-ingress", Sel(), Types(PIn))
 
 	cases := []semCase{
 		{
 			name:     "Admin Deny overrides a NetworkPolicy that allows",
-			policies: policies(v1AllowAllEgress),
+			policies: List(v1AllowAllEgress),
 			cnps:     cnps(adminDenyY),
 			conns: []semConn{
-				denied("x/a", "y/b", tcp, 80).why("denied by ClusterNetworkPolicy no-y (Admin, priority 10) egress rule no-y"),
-				allowed("x/a", "z/a", tcp, 80).why("allowed by x/allow-all-egress egress[0]"),
-				allowed("y/a", "y/b", tcp, 80), // y is not a subject
+				denied("x/a", "y/b", TCP, 80).why("denied by ClusterNetworkPolicy no-y (Admin, priority 10) egress rule no-y"),
+				allowed("x/a", "z/a", TCP, 80).why("allowed by x/allow-all-egress egress[0]"),
+				allowed("y/a", "y/b", TCP, 80), // y is not a subject
 			},
 		},
 		{
 			name:     "Admin Accept overrides a NetworkPolicy that denies",
-			policies: policies(v1DenyIngress),
+			policies: List(v1DenyIngress),
 			cnps: cnps(ct.CNP("from-y", "Admin", 5, ct.NamespacesSubject(ct.Sel("ns", "x")),
-				ct.Ingress(ct.Rule("from-y", "Accept", ct.ToNamespaces(ct.Sel("ns", "y")))))),
+				ct.CNPIngress(ct.CNPRule("from-y", "Accept", ct.ToNamespaces(ct.Sel("ns", "y")))))),
 			conns: []semConn{
-				allowed("y/a", "x/a", tcp, 80).why("allowed by ClusterNetworkPolicy from-y (Admin, priority 5) ingress rule from-y"),
-				denied("z/a", "x/a", tcp, 80).why("x/deny-ingress isolates x/a for ingress"),
+				allowed("y/a", "x/a", TCP, 80).why("allowed by ClusterNetworkPolicy from-y (Admin, priority 5) ingress rule from-y"),
+				denied("z/a", "x/a", TCP, 80).why("x/deny-ingress isolates x/a for ingress"),
 			},
 		},
 		{
 			name: "egress Accept still needs the destination's ingress",
 			cnps: cnps(ct.CNP("x-out", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")),
-				ct.Egress(ct.Rule("all", "Accept", ct.ToNamespaces(ct.Sel()))))),
-			policies: policies(netpol("y", "deny-ingress", sel(), types(pIn))),
+				ct.CNPEgress(ct.CNPRule("all", "Accept", ct.ToNamespaces(ct.Sel()))))),
+			policies: List(NetPol("y", "deny-ingress", Sel(), Types(PIn))),
 			conns: []semConn{
-				denied("x/a", "y/a", tcp, 80).why("y/deny-ingress isolates y/a for ingress"),
-				allowed("x/a", "z/a", tcp, 80).why("allowed by ClusterNetworkPolicy x-out"),
+				denied("x/a", "y/a", TCP, 80).why("y/deny-ingress isolates y/a for ingress"),
+				allowed("x/a", "z/a", TCP, 80).why("allowed by ClusterNetworkPolicy x-out"),
 			},
 		},
 		{
 			name: "priority: lower number first; equal priority: by name",
 			cnps: cnps(
-				ct.CNP("b-deny", "Admin", 20, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(ct.Rule("d", "Deny", ct.ToNamespaces(ct.Sel("ns", "y"))))),
-				ct.CNP("a-accept", "Admin", 10, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(ct.Rule("a", "Accept", ct.ToPods(ct.Sel("ns", "y"), ct.Sel("pod", "a"))))),
-				ct.CNP("c-deny", "Admin", 30, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(ct.Rule("d", "Deny", ct.ToNamespaces(ct.Sel("ns", "z"))))),
-				ct.CNP("b-accept", "Admin", 30, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(ct.Rule("a", "Accept", ct.ToNamespaces(ct.Sel("ns", "z"))))),
+				ct.CNP("b-deny", "Admin", 20, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("d", "Deny", ct.ToNamespaces(ct.Sel("ns", "y"))))),
+				ct.CNP("a-accept", "Admin", 10, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("a", "Accept", ct.ToPods(ct.Sel("ns", "y"), ct.Sel("pod", "a"))))),
+				ct.CNP("c-deny", "Admin", 30, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("d", "Deny", ct.ToNamespaces(ct.Sel("ns", "z"))))),
+				ct.CNP("b-accept", "Admin", 30, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("a", "Accept", ct.ToNamespaces(ct.Sel("ns", "z"))))),
 			),
 			conns: []semConn{
-				allowed("x/a", "y/a", tcp, 80).why("a-accept (Admin, priority 10)"),
-				denied("x/a", "y/b", tcp, 80).why("b-deny (Admin, priority 20)"),
-				allowed("x/a", "z/a", tcp, 80).why("b-accept (Admin, priority 30)"),
+				allowed("x/a", "y/a", TCP, 80).why("a-accept (Admin, priority 10)"),
+				denied("x/a", "y/b", TCP, 80).why("b-deny (Admin, priority 20)"),
+				allowed("x/a", "z/a", TCP, 80).why("b-accept (Admin, priority 30)"),
 			},
 		},
 		{
 			name: "rules in written order: the first that matches decides",
-			cnps: cnps(ct.CNP("order", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(
-				ct.Rule("accept-80", "Accept", ct.ToNamespaces(ct.Sel("ns", "y"))).On(ct.Proto("TCP", 80)),
-				ct.Rule("deny-y", "Deny", ct.ToNamespaces(ct.Sel("ns", "y"))),
-				ct.Rule("accept-81", "Accept", ct.ToNamespaces(ct.Sel("ns", "y"))).On(ct.Proto("TCP", 81)),
+			cnps: cnps(ct.CNP("order", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
+				ct.CNPRule("accept-80", "Accept", ct.ToNamespaces(ct.Sel("ns", "y"))).On(ct.Proto("TCP", 80)),
+				ct.CNPRule("deny-y", "Deny", ct.ToNamespaces(ct.Sel("ns", "y"))),
+				ct.CNPRule("accept-81", "Accept", ct.ToNamespaces(ct.Sel("ns", "y"))).On(ct.Proto("TCP", 81)),
 			))),
 			conns: []semConn{
-				allowed("x/a", "y/a", tcp, 80).why("egress rule accept-80"),
-				denied("x/a", "y/a", tcp, 81).why("egress rule deny-y"),
-				denied("x/a", "y/a", udp, 80).why("egress rule deny-y"),
+				allowed("x/a", "y/a", TCP, 80).why("egress rule accept-80"),
+				denied("x/a", "y/a", TCP, 81).why("egress rule deny-y"),
+				denied("x/a", "y/a", UDP, 80).why("egress rule deny-y"),
 			},
 		},
 		{
 			name: "Pass skips the rest of the Admin tier; NetworkPolicy decides next",
 			cnps: cnps(
-				ct.CNP("pass-y", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(ct.Rule("pass", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))))),
-				ct.CNP("deny-all", "Admin", 2, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(ct.Rule("deny", "Deny", ct.ToNamespaces(ct.Sel())))),
+				ct.CNP("pass-y", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("pass", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))))),
+				ct.CNP("deny-all", "Admin", 2, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("deny", "Deny", ct.ToNamespaces(ct.Sel())))),
 			),
-			policies: policies(netpol("x", "only-b", sel("pod", "a"), types(pEg), eg(peers(podNsPeer(sel("pod", "b"), sel("ns", "y")))))),
+			policies: List(NetPol("x", "only-b", Sel("pod", "a"), Types(PEg), Egress(Peers(PodNSPeer(Sel("pod", "b"), Sel("ns", "y")))))),
 			conns: []semConn{
-				allowed("x/a", "y/b", tcp, 80).why("allowed by x/only-b egress[0]"),
-				denied("x/a", "y/a", tcp, 80).why("x/only-b isolates x/a for egress"),
-				allowed("x/b", "y/a", tcp, 80).why("passed by ClusterNetworkPolicy pass-y"), // not isolated by v1: default
-				denied("x/a", "z/a", tcp, 80).why("deny-all (Admin, priority 2) egress rule deny"),
+				allowed("x/a", "y/b", TCP, 80).why("allowed by x/only-b egress[0]"),
+				denied("x/a", "y/a", TCP, 80).why("x/only-b isolates x/a for egress"),
+				allowed("x/b", "y/a", TCP, 80).why("passed by ClusterNetworkPolicy pass-y"), // not isolated by v1: default
+				denied("x/a", "z/a", TCP, 80).why("deny-all (Admin, priority 2) egress rule deny"),
 			},
 		},
 		{
 			name: "Baseline applies only where no NetworkPolicy isolates the pod",
 			cnps: cnps(
-				ct.CNP("baseline-deny", "Baseline", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Ingress(ct.Rule("deny-all", "Deny", ct.ToNamespaces(ct.Sel())))),
-				ct.CNP("baseline-accept-z", "Baseline", 0, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Ingress(ct.Rule("z", "Accept", ct.ToNamespaces(ct.Sel("ns", "z"))))),
+				ct.CNP("baseline-deny", "Baseline", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPIngress(ct.CNPRule("deny-all", "Deny", ct.ToNamespaces(ct.Sel())))),
+				ct.CNP("baseline-accept-z", "Baseline", 0, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPIngress(ct.CNPRule("z", "Accept", ct.ToNamespaces(ct.Sel("ns", "z"))))),
 			),
-			policies: policies(netpol("x", "a-from-y", sel("pod", "a"), in(peers(nsPeer(sel("ns", "y")))))),
+			policies: List(NetPol("x", "a-from-y", Sel("pod", "a"), Ingress(Peers(NSPeer(Sel("ns", "y")))))),
 			conns: []semConn{
-				allowed("y/a", "x/a", tcp, 80).why("allowed by x/a-from-y ingress[0]"),    // v1 allows: Baseline never consulted
-				denied("z/a", "x/a", tcp, 80).why("x/a-from-y isolates x/a for ingress"),  // v1 isolates: Baseline Accept unused
-				denied("y/a", "x/b", tcp, 80).why("baseline-deny (Baseline, priority 1)"), // no v1 on x/b
-				allowed("z/a", "x/b", tcp, 80).why("baseline-accept-z (Baseline, priority 0)"),
+				allowed("y/a", "x/a", TCP, 80).why("allowed by x/a-from-y ingress[0]"),    // v1 allows: Baseline never consulted
+				denied("z/a", "x/a", TCP, 80).why("x/a-from-y isolates x/a for ingress"),  // v1 isolates: Baseline Accept unused
+				denied("y/a", "x/b", TCP, 80).why("baseline-deny (Baseline, priority 1)"), // no v1 on x/b
+				allowed("z/a", "x/b", TCP, 80).why("baseline-accept-z (Baseline, priority 0)"),
 			},
 		},
 		{
 			name: "Baseline Pass falls through to the default: allow",
 			cnps: cnps(
-				ct.CNP("bp", "Baseline", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(ct.Rule("pass-y", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))))),
-				ct.CNP("bd", "Baseline", 2, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(ct.Rule("deny", "Deny", ct.ToNamespaces(ct.Sel())))),
+				ct.CNP("bp", "Baseline", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("pass-y", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))))),
+				ct.CNP("bd", "Baseline", 2, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("deny", "Deny", ct.ToNamespaces(ct.Sel())))),
 			),
 			conns: []semConn{
-				allowed("x/a", "y/a", tcp, 80).why("passed by ClusterNetworkPolicy bp (Baseline, priority 1) egress rule pass-y"),
-				denied("x/a", "z/a", tcp, 80).why("bd"),
+				allowed("x/a", "y/a", TCP, 80).why("passed by ClusterNetworkPolicy bp (Baseline, priority 1) egress rule pass-y"),
+				denied("x/a", "z/a", TCP, 80).why("bd"),
 			},
 		},
 		{
@@ -151,11 +152,11 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 			pods: append(gridPods("x/a", "y/a", "y/b", "z/a"),
 				mkPod("x/host", []string{"172.18.0.1"}, hostNetwork())),
 			cnps: cnps(ct.CNP("pods-subject", "Admin", 1, ct.PodsSubject(ct.Sel("ns", "y"), ct.Sel("pod", "b")),
-				ct.Ingress(ct.Rule("deny", "Deny", ct.ToNamespaces(ct.Sel()))))),
+				ct.CNPIngress(ct.CNPRule("deny", "Deny", ct.ToNamespaces(ct.Sel()))))),
 			conns: []semConn{
-				denied("x/a", "y/b", tcp, 80).why("pods-subject"),
-				allowed("x/a", "y/a", tcp, 80),
-				allowed("x/a", "z/a", tcp, 80),
+				denied("x/a", "y/b", TCP, 80).why("pods-subject"),
+				allowed("x/a", "y/a", TCP, 80),
+				allowed("x/a", "z/a", TCP, 80),
 			},
 			check: func(t *testing.T, prog *compile.Program) {
 				if got := len(prog.ClusterPolicies[0].Subjects); got != 1 {
@@ -166,11 +167,11 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		{
 			name: "a policy without rules in a direction does not affect it",
 			cnps: cnps(ct.CNP("egress-only", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")),
-				ct.Egress(ct.Rule("deny-y", "Deny", ct.ToNamespaces(ct.Sel("ns", "y")))))),
-			policies: policies(v1DenyIngress),
+				ct.CNPEgress(ct.CNPRule("deny-y", "Deny", ct.ToNamespaces(ct.Sel("ns", "y")))))),
+			policies: List(v1DenyIngress),
 			conns: []semConn{
-				denied("y/a", "x/a", tcp, 80).why("x/deny-ingress isolates"),
-				allowed("x/a", "z/a", tcp, 80).why("source not isolated for egress"),
+				denied("y/a", "x/a", TCP, 80).why("x/deny-ingress isolates"),
+				allowed("x/a", "z/a", TCP, 80).why("source not isolated for egress"),
 			},
 		},
 		{
@@ -180,103 +181,103 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 				mkPod("y/a", []string{"10.244.2.1", "fd00:10:244:2::1"}),
 			},
 			cnps: cnps(ct.CNP("no-internet", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")),
-				ct.Egress(
-					ct.Rule("keep-10.244.2", "Accept", ct.ToNetworks("10.244.2.0/24")),
-					ct.Rule("deny-v4", "Deny", ct.ToNetworks("0.0.0.0/0")),
+				ct.CNPEgress(
+					ct.CNPRule("keep-10.244.2", "Accept", ct.ToNetworks("10.244.2.0/24")),
+					ct.CNPRule("deny-v4", "Deny", ct.ToNetworks("0.0.0.0/0")),
 				))),
 			conns: []semConn{
-				allowed("x/a", "y/a", tcp, 80).why("keep-10.244.2"),
-				denied("x/a", "192.0.2.1", tcp, 443).why("deny-v4"),
-				allowed("x/a@6", "y/a@6", tcp, 80).why("source not isolated for egress"),
-				allowed("x/a@6", "2001:db8::1", tcp, 443),
+				allowed("x/a", "y/a", TCP, 80).why("keep-10.244.2"),
+				denied("x/a", "192.0.2.1", TCP, 443).why("deny-v4"),
+				allowed("x/a@6", "y/a@6", TCP, 80).why("source not isolated for egress"),
+				allowed("x/a@6", "2001:db8::1", TCP, 443),
 			},
 		},
 		{
 			name: "nodes peers: node addresses by label; a pod's own node too",
 			pods: append(gridPods("x/a", "y/a"), gridPod("x/b", onNode("n2"))),
-			cnps: cnps(ct.CNP("nodes", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(
-				ct.Rule("kubelet-zone-a", "Accept", ct.ToNodes(ct.Sel("zone", "a"))).On(ct.Proto("TCP", 10250)),
-				ct.Rule("no-nodes", "Deny", ct.ToNodes(ct.Sel())),
+			cnps: cnps(ct.CNP("nodes", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
+				ct.CNPRule("kubelet-zone-a", "Accept", ct.ToNodes(ct.Sel("zone", "a"))).On(ct.Proto("TCP", 10250)),
+				ct.CNPRule("no-nodes", "Deny", ct.ToNodes(ct.Sel())),
 			))),
 			conns: []semConn{
-				allowed("x/a", "172.18.0.1", tcp, 10250).why("kubelet-zone-a"), // own node
-				denied("x/a", "172.18.0.1", tcp, 22).why("no-nodes"),
-				denied("x/a", "172.18.0.2", tcp, 10250).why("no-nodes"), // zone b
-				allowed("x/b", "172.18.0.1", tcp, 10250).why("kubelet-zone-a"),
-				allowed("x/a", "192.0.2.1", tcp, 22),
-				allowed("y/a", "172.18.0.2", tcp, 22),
+				allowed("x/a", "172.18.0.1", TCP, 10250).why("kubelet-zone-a"), // own node
+				denied("x/a", "172.18.0.1", TCP, 22).why("no-nodes"),
+				denied("x/a", "172.18.0.2", TCP, 10250).why("no-nodes"), // zone b
+				allowed("x/b", "172.18.0.1", TCP, 10250).why("kubelet-zone-a"),
+				allowed("x/a", "192.0.2.1", TCP, 22),
+				allowed("y/a", "172.18.0.2", TCP, 22),
 			},
 		},
 		{
 			name:     "NetworkPolicy allows a pod's own node; Baseline is not consulted for isolated pods",
-			policies: policies(netpol("x", "deny-egress", sel(), types(pEg))),
+			policies: List(NetPol("x", "deny-egress", Sel(), Types(PEg))),
 			cnps: cnps(ct.CNP("b-no-nodes", "Baseline", 1, ct.NamespacesSubject(ct.Sel()),
-				ct.Egress(ct.Rule("no-nodes", "Deny", ct.ToNodes(ct.Sel()))))),
+				ct.CNPEgress(ct.CNPRule("no-nodes", "Deny", ct.ToNodes(ct.Sel()))))),
 			conns: []semConn{
-				allowed("x/a", "172.18.0.1", tcp, 10250).why(queue.ReasonNodeTraffic),
-				denied("x/a", "172.18.0.2", tcp, 10250).why("x/deny-egress isolates"),
-				denied("y/a", "172.18.0.1", tcp, 10250).why("b-no-nodes"),
+				allowed("x/a", "172.18.0.1", TCP, 10250).why(queue.ReasonNodeTraffic),
+				denied("x/a", "172.18.0.2", TCP, 10250).why("x/deny-egress isolates"),
+				denied("y/a", "172.18.0.1", TCP, 10250).why("b-no-nodes"),
 			},
 		},
 		{
 			name: "ingress from the pod's own node is never filtered",
 			cnps: cnps(ct.CNP("deny-in", "Admin", 1, ct.NamespacesSubject(ct.Sel()),
-				ct.Ingress(ct.Rule("broken", "Deny", ct.NoPeerField())))),
+				ct.CNPIngress(ct.CNPRule("broken", "Deny", ct.NoPeerField())))),
 			conns: []semConn{
-				allowed("172.18.0.1", "x/a", tcp, 8080).why(queue.ReasonNodeTraffic),
-				denied("172.18.0.2", "x/a", tcp, 8080).why("deny-in"),
-				denied("y/a", "x/a", tcp, 80).why("deny-in"),
+				allowed("172.18.0.1", "x/a", TCP, 8080).why(queue.ReasonNodeTraffic),
+				denied("172.18.0.2", "x/a", TCP, 8080).why("deny-in"),
+				denied("y/a", "x/a", TCP, 80).why("deny-in"),
 			},
 			problems: []semProblem{{"deny-in", "spec.ingress[0].from[0]", "fail closed"}},
 		},
 		{
 			name: "protocols: number, range, protocol-wide, named port on the destination, absent: everything",
-			cnps: cnps(ct.CNP("ports", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(
-				ct.Rule("tcp-80", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.Proto("TCP", 80)),
-				ct.Rule("udp-range", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.ProtoRange("UDP", 1000, 2000)),
-				ct.Rule("sctp-81", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.Proto("SCTP", 81)),
-				ct.Rule("named", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.NamedPort("serve-81-udp")),
-				ct.Rule("deny-y", "Deny", ct.ToNamespaces(ct.Sel("ns", "y"))),
+			cnps: cnps(ct.CNP("ports", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
+				ct.CNPRule("tcp-80", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.Proto("TCP", 80)),
+				ct.CNPRule("udp-range", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.ProtoRange("UDP", 1000, 2000)),
+				ct.CNPRule("sctp-81", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.Proto("SCTP", 81)),
+				ct.CNPRule("named", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.DestinationNamedPort("serve-81-udp")),
+				ct.CNPRule("deny-y", "Deny", ct.ToNamespaces(ct.Sel("ns", "y"))),
 			))),
 			conns: []semConn{
-				allowed("x/a", "y/a", tcp, 80).why("tcp-80"),
-				denied("x/a", "y/a", tcp, 81).why("deny-y"),
-				allowed("x/a", "y/a", udp, 1000).why("udp-range"),
-				allowed("x/a", "y/a", udp, 2000).why("udp-range"),
-				denied("x/a", "y/a", udp, 2001).why("deny-y"),
-				allowed("x/a", "y/a", sctp, 81).why("sctp-81"),
-				allowed("x/a", "y/a", udp, 81).why("named"),
-				denied("x/a", "y/a", tcp, 81).why("deny-y"), // serve-81-udp is UDP
+				allowed("x/a", "y/a", TCP, 80).why("tcp-80"),
+				denied("x/a", "y/a", TCP, 81).why("deny-y"),
+				allowed("x/a", "y/a", UDP, 1000).why("udp-range"),
+				allowed("x/a", "y/a", UDP, 2000).why("udp-range"),
+				denied("x/a", "y/a", UDP, 2001).why("deny-y"),
+				allowed("x/a", "y/a", SCTP, 81).why("sctp-81"),
+				allowed("x/a", "y/a", UDP, 81).why("named"),
+				denied("x/a", "y/a", TCP, 81).why("deny-y"), // serve-81-udp is UDP
 				denied("x/a", "y/a", icmp, 0).why("deny-y"), // no protocols: every protocol
 			},
 		},
 		{
 			name: "a named port resolves only on pods, never on nodes or networks",
 			pods: append(gridPods("x/a", "y/a"), gridPod("y/b", containerPorts(cport("web", 8080, corev1.ProtocolTCP)))),
-			cnps: cnps(ct.CNP("named", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(
-				ct.Rule("web", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.NamedPort("web")),
-				ct.Rule("deny", "Deny", ct.ToNetworks("0.0.0.0/0")),
+			cnps: cnps(ct.CNP("named", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
+				ct.CNPRule("web", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.DestinationNamedPort("web")),
+				ct.CNPRule("deny", "Deny", ct.ToNetworks("0.0.0.0/0")),
 			))),
 			conns: []semConn{
-				allowed("x/a", "y/b", tcp, 8080).why("named"),
-				denied("x/a", "y/a", tcp, 8080).why("deny"),
-				denied("x/a", "192.0.2.1", tcp, 8080).why("deny"),
+				allowed("x/a", "y/b", TCP, 8080).why("named"),
+				denied("x/a", "y/a", TCP, 8080).why("deny"),
+				denied("x/a", "192.0.2.1", TCP, 8080).why("deny"),
 			},
 		},
 		{
 			name: "fail closed: a peer with no field matches nothing in Accept, everything in Deny and Pass",
 			cnps: cnps(
 				ct.CNP("accept-broken", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")),
-					ct.Egress(ct.Rule("broken", "Accept", ct.NoPeerField(), ct.ToNamespaces(ct.Sel("ns", "z"))))),
+					ct.CNPEgress(ct.CNPRule("broken", "Accept", ct.NoPeerField(), ct.ToNamespaces(ct.Sel("ns", "z"))))),
 				ct.CNP("pass-broken", "Admin", 2, ct.NamespacesSubject(ct.Sel("ns", "y")),
-					ct.Egress(ct.Rule("broken", "Pass", ct.NoPeerField()))),
+					ct.CNPEgress(ct.CNPRule("broken", "Pass", ct.NoPeerField()))),
 				ct.CNP("deny-x", "Baseline", 1, ct.NamespacesSubject(ct.Sel("ns", "x")),
-					ct.Egress(ct.Rule("deny", "Deny", ct.ToNamespaces(ct.Sel())))),
+					ct.CNPEgress(ct.CNPRule("deny", "Deny", ct.ToNamespaces(ct.Sel())))),
 			),
 			conns: []semConn{
-				allowed("x/a", "z/a", tcp, 80).why("accept-broken"), // the valid peer still works
-				denied("x/a", "y/a", tcp, 80).why("deny-x"),         // the broken peer matches nothing
-				denied("y/a", "z/a", tcp, 80).why("denied by ClusterNetworkPolicy pass-broken (Admin, priority 2) egress rule broken"),
+				allowed("x/a", "z/a", TCP, 80).why("accept-broken"), // the valid peer still works
+				denied("x/a", "y/a", TCP, 80).why("deny-x"),         // the broken peer matches nothing
+				denied("y/a", "z/a", TCP, 80).why("denied by ClusterNetworkPolicy pass-broken (Admin, priority 2) egress rule broken"),
 			},
 			problems: []semProblem{
 				{"accept-broken", "spec.egress[0].to[0]", "matches nothing"},
@@ -285,37 +286,37 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		},
 		{
 			name: "domainNames are not supported yet: an Accept rule with them matches nothing",
-			cnps: cnps(ct.CNP("fqdn", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(
-				ct.Rule("example", "Accept", ct.ToDomains("www.example.com")),
-				ct.Rule("deny", "Deny", ct.ToNetworks("0.0.0.0/0")),
+			cnps: cnps(ct.CNP("fqdn", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
+				ct.CNPRule("example", "Accept", ct.ToDomains("www.example.com")),
+				ct.CNPRule("deny", "Deny", ct.ToNetworks("0.0.0.0/0")),
 			))),
 			conns: []semConn{
-				denied("x/a", "192.0.2.1", tcp, 443).why("fqdn (Admin, priority 1) egress rule deny"),
+				denied("x/a", "192.0.2.1", TCP, 443).why("fqdn (Admin, priority 1) egress rule deny"),
 			},
 			problems: []semProblem{{"fqdn", "spec.egress[0].to[0].domainNames", "not supported"}},
 		},
 		{
 			name: "invalid subject: every pod, Accept rules off, Pass rules deny",
 			cnps: cnps(ct.CNP("bad-subject", "Admin", 1,
-				npav1beta1.ClusterNetworkPolicySubject{Namespaces: ptrTo(expr("ns", "Bogus", "x"))},
-				ct.Egress(
-					ct.Rule("accept-z", "Accept", ct.ToNamespaces(ct.Sel("ns", "z"))),
-					ct.Rule("pass-y", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))),
+				npav1beta1.ClusterNetworkPolicySubject{Namespaces: ptrTo(Expr("ns", "Bogus", "x"))},
+				ct.CNPEgress(
+					ct.CNPRule("accept-z", "Accept", ct.ToNamespaces(ct.Sel("ns", "z"))),
+					ct.CNPRule("pass-y", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))),
 				))),
 			conns: []semConn{
-				allowed("x/a", "z/a", tcp, 80),                   // the Accept rule is off: nothing decides
-				denied("z/a", "y/a", tcp, 80).why("bad-subject"), // every pod is a subject; Pass denies
+				allowed("x/a", "z/a", TCP, 80),                   // the Accept rule is off: nothing decides
+				denied("z/a", "y/a", TCP, 80).why("bad-subject"), // every pod is a subject; Pass denies
 			},
 			problems: []semProblem{{"bad-subject", "spec.subject.namespaces.matchExpressions[0].operator", ""}},
 		},
 		{
 			name: "invalid ports and ranges fail closed in Deny rules",
-			cnps: cnps(ct.CNP("bad-range", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.Egress(
-				ct.Rule("accept-bad", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.ProtoRange("TCP", 90, 80)),
-				ct.Rule("deny-bad", "Deny", ct.ToNamespaces(ct.Sel("ns", "y"))).On(ct.Proto("UDP", 70000)),
+			cnps: cnps(ct.CNP("bad-range", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
+				ct.CNPRule("accept-bad", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.ProtoRange("TCP", 90, 80)),
+				ct.CNPRule("deny-bad", "Deny", ct.ToNamespaces(ct.Sel("ns", "y"))).On(ct.Proto("UDP", 70000)),
 			))),
 			conns: []semConn{
-				denied("x/a", "z/a", tcp, 85).why("deny-bad"), // the broken Deny denies everything
+				denied("x/a", "z/a", TCP, 85).why("deny-bad"), // the broken Deny denies everything
 			},
 			problems: []semProblem{
 				{"bad-range", "spec.egress[0].protocols[0].tcp.destinationPort.range", "start 90 must be less than end 80"},
@@ -328,8 +329,8 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 			pods: append(gridPods("x/a", "y/a"), gridPod("x/b", onNode("n2"))),
 			cnps: cnps(adminDenyY),
 			conns: []semConn{
-				denied("x/a", "y/a", tcp, 80).why("no-y"),
-				allowed("x/b", "y/a", tcp, 80).why(queue.ReasonNotEnforcedHere),
+				denied("x/a", "y/a", TCP, 80).why("no-y"),
+				allowed("x/b", "y/a", TCP, 80).why(queue.ReasonNotEnforcedHere),
 			},
 		},
 	}
@@ -345,25 +346,25 @@ func ptrTo[T any](v T) *T { return &v }
 // Admin Deny, Pass into NetworkPolicy, Baseline Accept, nodes and networks.
 func TestClusterEvaluateAllocs(t *testing.T) {
 	c := cnpCase(semCase{
-		policies: policies(netpol("y", "deny-in", sel(), types(pIn))),
+		policies: List(NetPol("y", "deny-in", Sel(), Types(PIn))),
 		cnps: cnps(
-			ct.CNP("admin", "Admin", 1, ct.NamespacesSubject(ct.Sel()), ct.Egress(
-				ct.Rule("pass-y", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))),
-				ct.Rule("no-nodes", "Deny", ct.ToNodes(ct.Sel("zone", "b"))),
-				ct.Rule("no-net", "Deny", ct.ToNetworks("192.0.2.0/24")).On(ct.NamedPort("serve-80-tcp"), ct.ProtoRange("TCP", 1000, 2000)),
+			ct.CNP("admin", "Admin", 1, ct.NamespacesSubject(ct.Sel()), ct.CNPEgress(
+				ct.CNPRule("pass-y", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))),
+				ct.CNPRule("no-nodes", "Deny", ct.ToNodes(ct.Sel("zone", "b"))),
+				ct.CNPRule("no-net", "Deny", ct.ToNetworks("192.0.2.0/24")).On(ct.DestinationNamedPort("serve-80-tcp"), ct.ProtoRange("TCP", 1000, 2000)),
 			)),
 			ct.CNP("baseline", "Baseline", 1, ct.NamespacesSubject(ct.Sel("ns", "z")),
-				ct.Ingress(ct.Rule("x", "Accept", ct.ToPods(ct.Sel("ns", "x"), ct.Sel("pod", "a"))))),
+				ct.CNPIngress(ct.CNPRule("x", "Accept", ct.ToPods(ct.Sel("ns", "x"), ct.Sel("pod", "a"))))),
 		),
 	})
 	prog := compile.Build(c.input())
 	for _, cn := range []semConn{
-		denied("x/a", "y/a", tcp, 80),           // Pass, then y's NetworkPolicy denies
-		denied("x/a", "172.18.0.2", tcp, 22),    // nodes peer
-		denied("x/a", "192.0.2.9", tcp, 1500),   // networks, port range
-		allowed("x/a", "z/a", tcp, 80),          // Baseline Accept
-		allowed("x/b", "z/a", udp, 53),          // no rule matches: default
-		allowed("172.18.0.1", "z/a", tcp, 8080), // own node
+		denied("x/a", "y/a", TCP, 80),           // Pass, then y's NetworkPolicy denies
+		denied("x/a", "172.18.0.2", TCP, 22),    // nodes peer
+		denied("x/a", "192.0.2.9", TCP, 1500),   // networks, port range
+		allowed("x/a", "z/a", TCP, 80),          // Baseline Accept
+		allowed("x/b", "z/a", UDP, 53),          // no rule matches: default
+		allowed("172.18.0.1", "z/a", TCP, 8080), // own node
 	} {
 		src, dst := c.addr(t, cn.from), c.addr(t, cn.to)
 		var v queue.Verdict

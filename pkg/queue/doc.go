@@ -1,14 +1,26 @@
 // Package queue is nftpolicy's userspace executor: the evaluator that
 // decides a connection from the policy program, and the NFQUEUE runtime
-// that feeds it the first packet of each queued connection.
+// that hands it the packets the ruleset queues.
 //
-// The evaluator reads only an immutable *compile.Program published through
-// an atomic pointer (after the kernel transaction rendered from the same
-// program committed); it never reads listers or parses selectors, and it
-// allocates nothing per verdict. The runtime parses headers without
-// allocation, asks the evaluator, and answers with one verdict: an allowed
-// packet is repeated through the chain with nftpolicy's mark bit (kept
-// together with every mark bit it does not own), which the ruleset moves
-// into the connection's mark so later packets of the connection are never
-// queued again; a denied packet is dropped.
+// Which packets are queued is the ruleset's choice (pkg/compile): in
+// `--mode queue`, the first packet of every new connection that a local
+// pod's isolation concerns, in the chains that would otherwise decide it in
+// the kernel; in hybrid and kernel mode nothing, because every
+// NetworkPolicy v1 verdict is decided by the kernel's sets and chains.
+//
+// The evaluator (Evaluate, Evaluator) reads only an immutable
+// *compile.Program, published through an atomic pointer by Swap after the
+// kernel transaction rendered from the same program committed; it never
+// reads listers or parses selectors, and deciding allocates nothing.
+//
+// The runtime (runtime.go) binds the queues, parses each packet's headers
+// without allocating (packet.go), asks its Decider, and answers with one
+// verdict: an allowed packet is repeated through the base chain with
+// nftpolicy's mark bit added to the marks it already carries, which the
+// ruleset's first rule moves into the connection's mark so that the
+// connection's later packets are accepted without being queued; a denied
+// packet is dropped; a packet that cannot be decided (unparsable, or the
+// Decider panicked) is accepted without being remembered under --fail-open,
+// and dropped otherwise. It counts its verdicts (counters.go) and reads the
+// kernel's per-queue statistics (kernelstats.go).
 package queue

@@ -1,64 +1,10 @@
-// Package queue is the userspace half of nftpolicy's connection admission.
-//
-// The kernel decides most connections itself, with the sets and chains of the
-// private "inet nftpolicy" table. Only the first packet of a new connection
-// that the kernel cannot decide is sent with NFQUEUE to this package's
-// Runtime, which parses the packet headers, asks a Decider, and answers the
-// kernel with exactly one verdict:
-//
-//   - allow: NF_REPEAT with packet mark = (original mark | AllowMark);
-//   - deny: NF_DROP;
-//   - unparsable packet (or a panicking Decider): NF_ACCEPT when FailOpen,
-//     else NF_DROP, counted in Stats. NF_ACCEPT, not NF_REPEAT, so that such
-//     a connection is not remembered as allowed.
-//
-// With NF_REPEAT the packet re-enters the same nftables base chain from its
-// first rule, which must be (M = AllowMark, ^M its complement):
-//
-//	meta mark & M == M ct mark set ct mark | M meta mark set meta mark & ^M accept
-//	ct state established,related accept
-//	ct mark & M == M accept
-//	... the queue rule (jump to the chain of pkg/sets.InstallCompatQueueRule)
-//
-// The first rule copies the decision into the conntrack mark, removes the bit
-// from the packet mark again and accepts. The other mark bits (e.g.
-// kube-proxy's 0x4000) survive: a verdict mark replaces the whole skb mark, so
-// the Runtime sends the original mark back with M or-ed in. Later packets of
-// the connection, even while conntrack still calls it "new" (UDP before any
-// reply, TCP SYN retransmits), match "ct mark & M == M accept" and are never
-// queued again: one queued packet per connection. Verified on Linux 6.18:
-// nf_reinject() calls the hook function of the queueing base chain again for
-// NF_REPEAT, with the verdict's mark already on the skb (see
-// runtime_linux_test.go).
-//
-// If that first rule is missing (or uses another mark), the repeated packet
-// would be queued again, forever. The Runtime therefore answers NF_ACCEPT,
-// without asking the Decider, to a packet that arrives already carrying
-// AllowMark, logs the misconfiguration once and counts it (Stats.MarkLoops).
-//
-// The conntrack mark cannot be set directly with the verdict: that needs
-// CONFIG_NETFILTER_NETLINK_GLUE_CT, which some kernels lack and which then
-// silently ignores the attribute. The packet mark always works.
-//
-// Copy mode is "packet" with a small copy range (the headers only) and the
-// GSO flag, so that big GSO packets are neither segmented nor copied. With
-// FailOpen the kernel's NFQA_CFG_F_FAIL_OPEN flag is set too: packets that
-// do not fit in a full queue (or a full socket buffer) are accepted instead of
-// dropped. That is independent from the rule's "bypass" flag, which decides
-// what happens when no process is bound to the queue at all (see
-// pkg/sets.QueueRuleConfig).
 package queue
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -69,20 +15,6 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/klog/v2"
 )
-
-// Packet is what the Runtime knows about a queued packet: the addresses, the
-// transport protocol and, for TCP, UDP, UDP-Lite, SCTP and DCCP, the ports.
-// Ports are 0 for other protocols and for non-first fragments.
-type Packet struct {
-	// Family is 4 or 6.
-	Family uint8
-	Src    netip.Addr
-	Dst    netip.Addr
-	// Proto is the IP protocol number (after IPv6 extension headers).
-	Proto   uint8
-	SrcPort uint16
-	DstPort uint16
-}
 
 // Decider decides whether a new connection is allowed. It is called once per
 // queued packet, concurrently from several goroutines when more than one queue
@@ -209,6 +141,52 @@ func (c RuntimeConfig) Validate() error {
 
 // Runtime is the NFQUEUE loop. Create it with NewRuntime and start it once with
 // Run.
+//
+// For each queued packet it answers the kernel with exactly one verdict:
+//
+//   - allow: NF_REPEAT with packet mark = (original mark | AllowMark);
+//   - deny: NF_DROP;
+//   - unparsable packet (or a panicking Decider): NF_ACCEPT when FailOpen,
+//     else NF_DROP, counted in Stats. NF_ACCEPT, not NF_REPEAT, so that such
+//     a connection is not remembered as allowed.
+//
+// With NF_REPEAT the packet re-enters the base chain that queued it from its
+// first rule, and the ruleset (pkg/compile, in queue mode) starts that chain
+// with (M = AllowMark, ^M its complement):
+//
+//	meta mark & M == M ct mark set ct mark | M meta mark set meta mark & ^M accept
+//	ct state established,related accept
+//	ct mark & M == M accept
+//
+// before any rule that can lead to the queue (the native queue statement, or
+// with --queue-variant xt-compat the chain pkg/sets.InstallCompatQueueRule
+// writes). The first rule copies the decision into the conntrack mark,
+// removes the bit from the packet mark again and accepts. The other mark
+// bits (e.g. kube-proxy's 0x4000) survive: a verdict mark replaces the whole
+// skb mark, so the Runtime sends the original mark back with M or-ed in.
+// Later packets of the connection, even while conntrack still calls it "new"
+// (UDP before any reply, TCP SYN retransmits), match "ct mark & M == M
+// accept" and are never queued again: one queued packet per connection.
+// runtime_linux_test.go checks on the running kernel that nf_reinject()
+// calls the queueing base chain's hook again for NF_REPEAT, with the
+// verdict's mark already on the skb.
+//
+// If that first rule is missing (or uses another mark), the repeated packet
+// would be queued again, forever. The Runtime therefore answers NF_ACCEPT,
+// without asking the Decider, to a packet that arrives already carrying
+// AllowMark, logs the misconfiguration once and counts it (Stats.MarkLoops).
+//
+// The conntrack mark cannot be set directly with the verdict: that needs
+// CONFIG_NETFILTER_NETLINK_GLUE_CT, which some kernels lack and which then
+// silently ignores the attribute. The packet mark always works.
+//
+// Copy mode is "packet" with a small copy range (the headers only) and the
+// GSO flag, so that big GSO packets are neither segmented nor copied. With
+// FailOpen the kernel's NFQA_CFG_F_FAIL_OPEN flag is set too: packets that
+// do not fit in a full queue (or a full socket buffer) are accepted instead of
+// dropped. That is independent from the rule's "bypass" flag, which decides
+// what happens when no process is bound to the queue at all (see
+// pkg/sets.QueueRuleConfig).
 type Runtime struct {
 	cfg     RuntimeConfig
 	decider Decider
@@ -468,341 +446,4 @@ func (n nfqLogger) Errorf(format string, args ...interface{}) {
 	if v.Enabled() {
 		v.Info(fmt.Sprintf(format, args...))
 	}
-}
-
-// ----------------------------------------------------------------------------
-// Counters
-
-// Protocol buckets of the verdict counters.
-const (
-	protoTCP = iota
-	protoUDP
-	protoSCTP
-	protoICMP
-	protoOther
-	numProtoBuckets
-)
-
-var protoBucketNames = [numProtoBuckets]string{"tcp", "udp", "sctp", "icmp", "other"}
-
-func protoBucket(p uint8) int {
-	switch p {
-	case unix.IPPROTO_TCP:
-		return protoTCP
-	case unix.IPPROTO_UDP, unix.IPPROTO_UDPLITE:
-		return protoUDP
-	case unix.IPPROTO_SCTP:
-		return protoSCTP
-	case unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6:
-		return protoICMP
-	}
-	return protoOther
-}
-
-// ProtoName returns a short name of an IP protocol number.
-func ProtoName(p uint8) string {
-	switch p {
-	case unix.IPPROTO_TCP:
-		return "tcp"
-	case unix.IPPROTO_UDP:
-		return "udp"
-	case unix.IPPROTO_UDPLITE:
-		return "udplite"
-	case unix.IPPROTO_SCTP:
-		return "sctp"
-	case unix.IPPROTO_DCCP:
-		return "dccp"
-	case unix.IPPROTO_ICMP:
-		return "icmp"
-	case unix.IPPROTO_ICMPV6:
-		return "icmpv6"
-	}
-	return strconv.Itoa(int(p))
-}
-
-type counters struct {
-	// [0 deny, 1 allow][0 IPv4, 1 IPv6][protocol bucket]
-	verdicts           [2][2][numProtoBuckets]atomic.Uint64
-	received           atomic.Uint64
-	malformed          atomic.Uint64
-	unparsableAccepted atomic.Uint64
-	unparsableDropped  atomic.Uint64
-	panicsAccepted     atomic.Uint64
-	panicsDropped      atomic.Uint64
-	verdictErrors      atomic.Uint64
-	receiveErrors      atomic.Uint64
-	denyLogsSuppressed atomic.Uint64
-	markLoops          atomic.Uint64
-}
-
-func (c *counters) count(allow bool, family, proto uint8) {
-	a, f := 0, 0
-	if allow {
-		a = 1
-	}
-	if family == 6 {
-		f = 1
-	}
-	c.verdicts[a][f][protoBucket(proto)].Add(1)
-}
-
-// VerdictCount is one verdict counter of a Stats snapshot.
-type VerdictCount struct {
-	Allow  bool
-	Family uint8  // 4 or 6
-	Proto  string // "tcp" (TCP), "udp" (UDP, UDP-Lite), "sctp", "icmp" (ICMP, ICMPv6), "other"
-	Count  uint64
-}
-
-// Stats is a snapshot of a Runtime's counters, all monotonic.
-type Stats struct {
-	// Received counts the packets read from the queues.
-	Received uint64
-	// Verdicts has the non-zero verdict counters of parsed packets.
-	Verdicts []VerdictCount
-	// Malformed counts queue messages without a packet id (no verdict possible).
-	Malformed uint64
-	// UnparsableAccepted/Dropped count packets that could not be parsed,
-	// answered by FailOpen.
-	UnparsableAccepted uint64
-	UnparsableDropped  uint64
-	// DeciderPanicsAccepted/Dropped count packets whose Decider panicked.
-	DeciderPanicsAccepted uint64
-	DeciderPanicsDropped  uint64
-	// VerdictErrors counts verdicts that could not be sent (the packet then
-	// stays queued until the socket closes).
-	VerdictErrors uint64
-	// ReceiveErrors counts socket read errors.
-	ReceiveErrors uint64
-	// DenyLogsSuppressed counts denials not logged because of the rate limit.
-	DenyLogsSuppressed uint64
-	// MarkLoops counts packets queued while already carrying AllowMark,
-	// accepted without a decision: the ruleset's first rule is missing or
-	// uses another mark (must stay 0).
-	MarkLoops uint64
-}
-
-// Allowed returns the number of allow verdicts.
-func (s Stats) Allowed() uint64 { return s.sum(true) }
-
-// Denied returns the number of deny verdicts.
-func (s Stats) Denied() uint64 { return s.sum(false) }
-
-func (s Stats) sum(allow bool) uint64 {
-	var n uint64
-	for _, v := range s.Verdicts {
-		if v.Allow == allow {
-			n += v.Count
-		}
-	}
-	return n
-}
-
-// Stats returns a snapshot of the counters.
-func (r *Runtime) Stats() Stats {
-	c := &r.c
-	s := Stats{
-		Received:              c.received.Load(),
-		Malformed:             c.malformed.Load(),
-		UnparsableAccepted:    c.unparsableAccepted.Load(),
-		UnparsableDropped:     c.unparsableDropped.Load(),
-		DeciderPanicsAccepted: c.panicsAccepted.Load(),
-		DeciderPanicsDropped:  c.panicsDropped.Load(),
-		VerdictErrors:         c.verdictErrors.Load(),
-		ReceiveErrors:         c.receiveErrors.Load(),
-		DenyLogsSuppressed:    c.denyLogsSuppressed.Load(),
-		MarkLoops:             c.markLoops.Load(),
-	}
-	for a := 0; a < 2; a++ {
-		for f := 0; f < 2; f++ {
-			for p := 0; p < numProtoBuckets; p++ {
-				if n := c.verdicts[a][f][p].Load(); n != 0 {
-					s.Verdicts = append(s.Verdicts, VerdictCount{Allow: a == 1, Family: uint8(4 + 2*f), Proto: protoBucketNames[p], Count: n})
-				}
-			}
-		}
-	}
-	return s
-}
-
-// ----------------------------------------------------------------------------
-// Kernel queue statistics
-
-// QueueStats is one line of /proc/net/netfilter/nfnetlink_queue: a queue
-// bound in the reading thread's network namespace.
-type QueueStats struct {
-	QueueNum uint16
-	// PeerPortID is the netlink port id of the bound socket.
-	PeerPortID uint32
-	// QueueTotal is the number of packets waiting for a verdict now.
-	QueueTotal uint32
-	CopyMode   uint8
-	CopyRange  uint32
-	// QueueDropped counts packets dropped because the queue was full.
-	QueueDropped uint32
-	// UserDropped counts packets dropped because the netlink socket buffer was
-	// full (the packet could not be sent to userspace).
-	UserDropped uint32
-	// IDSequence is the last packet id.
-	IDSequence uint32
-}
-
-// KernelQueueStatsPath is read by ReadKernelQueueStats. thread-self is used
-// because /proc/net follows the namespace of the main thread only.
-var KernelQueueStatsPath = "/proc/thread-self/net/netfilter/nfnetlink_queue"
-
-// ReadKernelQueueStats reads the kernel's statistics of the queues bound in
-// the network namespace of the calling thread. It returns an empty slice when
-// no queue is bound.
-func ReadKernelQueueStats() ([]QueueStats, error) {
-	f, err := os.Open(KernelQueueStatsPath)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return ParseKernelQueueStats(f)
-}
-
-// ParseKernelQueueStats parses the format of /proc/net/netfilter/nfnetlink_queue:
-// "queue_number peer_portid queue_total copy_mode copy_range queue_dropped
-// user_dropped id_sequence 1".
-func ParseKernelQueueStats(rd io.Reader) ([]QueueStats, error) {
-	out := []QueueStats{}
-	sc := bufio.NewScanner(rd)
-	line := 0
-	for sc.Scan() {
-		line++
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
-		}
-		if len(f) < 8 {
-			return nil, fmt.Errorf("nfnetlink_queue line %d: %d fields, want at least 8", line, len(f))
-		}
-		var v [8]uint64
-		for i := range v {
-			bits := 32
-			if i == 0 {
-				bits = 16
-			} else if i == 3 {
-				bits = 8
-			}
-			n, err := strconv.ParseUint(f[i], 10, bits)
-			if err != nil {
-				return nil, fmt.Errorf("nfnetlink_queue line %d field %d: %w", line, i+1, err)
-			}
-			v[i] = n
-		}
-		out = append(out, QueueStats{
-			QueueNum: uint16(v[0]), PeerPortID: uint32(v[1]), QueueTotal: uint32(v[2]),
-			CopyMode: uint8(v[3]), CopyRange: uint32(v[4]), QueueDropped: uint32(v[5]),
-			UserDropped: uint32(v[6]), IDSequence: uint32(v[7]),
-		})
-	}
-	return out, sc.Err()
-}
-
-// ----------------------------------------------------------------------------
-// Packet parsing
-
-// Errors of ParsePacket.
-var (
-	ErrTruncated = errors.New("truncated packet")
-	ErrVersion   = errors.New("not an IPv4 or IPv6 packet")
-	ErrHeader    = errors.New("malformed IP header")
-	ErrExtHeader = errors.New("too many IPv6 extension headers")
-)
-
-// maxIPv6ExtHeaders bounds the extension header walk.
-const maxIPv6ExtHeaders = 8
-
-// ParsePacket parses the IPv4 or IPv6 header at the start of b, skips IPv6
-// extension headers (hop-by-hop, routing, fragment, destination options, AH)
-// and reads the ports of TCP, UDP, UDP-Lite, SCTP and DCCP. It does not
-// allocate. A non-first fragment has no transport header: it is returned with
-// the fragment's protocol and ports 0. Lengths are checked against len(b) only
-// (b is usually cut at the copy range), not against the IP total length.
-func ParsePacket(b []byte) (Packet, error) {
-	var p Packet
-	if len(b) < 1 {
-		return p, ErrTruncated
-	}
-	var off int
-	switch b[0] >> 4 {
-	case 4:
-		if len(b) < 20 {
-			return p, ErrTruncated
-		}
-		ihl := int(b[0]&0x0f) * 4
-		if ihl < 20 {
-			return p, ErrHeader
-		}
-		if len(b) < ihl {
-			return p, ErrTruncated
-		}
-		p.Family = 4
-		p.Proto = b[9]
-		p.Src = netip.AddrFrom4([4]byte(b[12:16]))
-		p.Dst = netip.AddrFrom4([4]byte(b[16:20]))
-		if binary.BigEndian.Uint16(b[6:8])&0x1fff != 0 {
-			return p, nil // non-first fragment
-		}
-		off = ihl
-	case 6:
-		if len(b) < 40 {
-			return p, ErrTruncated
-		}
-		p.Family = 6
-		p.Src = netip.AddrFrom16([16]byte(b[8:24]))
-		p.Dst = netip.AddrFrom16([16]byte(b[24:40]))
-		next := b[6]
-		off = 40
-		for i := 0; ; i++ {
-			var hlen int
-			switch next {
-			case unix.IPPROTO_HOPOPTS, unix.IPPROTO_ROUTING, unix.IPPROTO_DSTOPTS:
-				if len(b) < off+2 {
-					return p, ErrTruncated
-				}
-				hlen = (int(b[off+1]) + 1) * 8
-			case unix.IPPROTO_AH:
-				if len(b) < off+2 {
-					return p, ErrTruncated
-				}
-				hlen = (int(b[off+1]) + 2) * 4
-			case unix.IPPROTO_FRAGMENT:
-				if len(b) < off+8 {
-					return p, ErrTruncated
-				}
-				if binary.BigEndian.Uint16(b[off+2:off+4])&^7 != 0 {
-					p.Proto = b[off] // non-first fragment
-					return p, nil
-				}
-				hlen = 8
-			default:
-				p.Proto = next
-				goto l4
-			}
-			if i == maxIPv6ExtHeaders {
-				return p, ErrExtHeader
-			}
-			if len(b) < off+hlen {
-				return p, ErrTruncated
-			}
-			next = b[off]
-			off += hlen
-		}
-	default:
-		return p, ErrVersion
-	}
-l4:
-	switch p.Proto {
-	case unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_UDPLITE, unix.IPPROTO_SCTP, unix.IPPROTO_DCCP:
-		if len(b) < off+4 {
-			return p, ErrTruncated
-		}
-		p.SrcPort = binary.BigEndian.Uint16(b[off : off+2])
-		p.DstPort = binary.BigEndian.Uint16(b[off+2 : off+4])
-	}
-	return p, nil
 }

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 const (
@@ -39,14 +40,7 @@ const (
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, veth links and nftables rulesets")
-	}
-	for _, bin := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("needs the %s binary: %v", bin, err)
-		}
-	}
+	testenv.Require(t, "queue runtime tests", testenv.Root("create network namespaces, veth links and nftables rulesets"), testenv.Binaries("ip", "nft"))
 }
 
 func run(t testing.TB, stdin string, args ...string) string {

@@ -3,9 +3,10 @@ package queue_test
 // Semantics tables beyond the upstream e2e cases: {policies, pods,
 // connection, want verdict}.
 //
-// Conventions (besides those of netpol_cases_test.go, whose builders these
-// tables use): namespaces x, y, z carry only kubernetes.io/metadata.name
-// unless a case adds labels; gridPod("y/b") is pod b of y at 10.244.2.2 with
+// The policies are written in compiletest's builders (NetPol, Sel, Peers,
+// ...), dot-imported in this package's tests so that a table reads like the
+// policy it holds. Conventions: namespaces x, y, z carry only
+// kubernetes.io/metadata.name unless a case adds labels; gridPod("y/b") is pod b of y at 10.244.2.2 with
 // label pod=b, on node n1, serving serve-{80,81}-{tcp,udp,sctp}. Node IPs are
 // 172.18.0.<n> for node n<n>. External hosts are in 192.0.2.0/24,
 // 198.51.100.0/24 and 2001:db8::/32. An endpoint is a pod key (its first
@@ -25,6 +26,7 @@ import (
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	. "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 )
 
@@ -37,7 +39,7 @@ func mkPod(key string, ips []string, opts ...podOpt) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"pod": name},
 			CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))},
-		Spec:   corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "server", Ports: gridPorts()}}},
+		Spec:   corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "server", Ports: GridPorts()}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 	for _, ip := range ips {
@@ -53,7 +55,7 @@ func mkPod(key string, ips []string, opts ...podOpt) *corev1.Pod {
 }
 
 func gridPod(key string, opts ...podOpt) *corev1.Pod {
-	return mkPod(key, []string{gridIP(key).String()}, opts...)
+	return mkPod(key, []string{GridIP(key).String()}, opts...)
 }
 
 func onNode(n string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
@@ -186,10 +188,10 @@ func runSemCases(t *testing.T, cases []semCase) {
 				v := queue.Evaluate(prog, src, dst, cn.proto, cn.port)
 				if v.Allowed != cn.allowed {
 					t.Errorf("%s (%s) -> %s (%s) %s/%d: want %s, got %s (ingress=%v egress=%v): %s",
-						cn.from, src, cn.to, dst, cn.proto, cn.port, verdictWord(cn.allowed), verdictWord(v.Allowed), v.Ingress, v.Egress, v.Reason())
+						cn.from, src, cn.to, dst, cn.proto, cn.port, VerdictWord(cn.allowed), VerdictWord(v.Allowed), v.Ingress, v.Egress, v.Reason())
 				} else if cn.reason != "" && !strings.Contains(v.Reason(), cn.reason) {
 					t.Errorf("%s -> %s %s/%d: %s as wanted, but the reason %q does not mention %q",
-						cn.from, cn.to, cn.proto, cn.port, verdictWord(v.Allowed), v.Reason(), cn.reason)
+						cn.from, cn.to, cn.proto, cn.port, VerdictWord(v.Allowed), v.Reason(), cn.reason)
 				}
 			}
 			if c.check != nil {
@@ -257,17 +259,17 @@ func TestSemantics(t *testing.T) {
 				mkPod("y/b", []string{"10.244.2.2", "fd00:10:244:2::2"}),
 				mkPod("y/c", []string{"fd00:10:244:2::3"}),
 			},
-			policies: policies(netpol("x", "a-ingress", sel("pod", "a"), in(
-				peers(podNsPeer(sel("pod", "b"), sel(nsName, "y"))),
-				peers(ipPeer("0.0.0.0/0")),
+			policies: List(NetPol("x", "a-ingress", Sel("pod", "a"), Ingress(
+				Peers(PodNSPeer(Sel("pod", "b"), Sel(NSName, "y"))),
+				Peers(IPPeer("0.0.0.0/0")),
 			))),
 			conns: []semConn{
-				allowed("y/b", "x/a", tcp, 80).why("allowed by x/a-ingress ingress[0]"),
-				allowed("y/b@6", "x/a@6", tcp, 80).why("allowed by x/a-ingress ingress[0]"),
-				allowed("192.0.2.7", "x/a", tcp, 80).why("allowed by x/a-ingress ingress[1]"),
-				allowed("::ffff:192.0.2.7", "x/a", tcp, 80), // IPv4-mapped is IPv4
-				denied("2001:db8::7", "x/a@6", tcp, 80),     // 0.0.0.0/0 is not ::/0
-				denied("y/c@6", "x/a@6", tcp, 80),
+				allowed("y/b", "x/a", TCP, 80).why("allowed by x/a-ingress ingress[0]"),
+				allowed("y/b@6", "x/a@6", TCP, 80).why("allowed by x/a-ingress ingress[0]"),
+				allowed("192.0.2.7", "x/a", TCP, 80).why("allowed by x/a-ingress ingress[1]"),
+				allowed("::ffff:192.0.2.7", "x/a", TCP, 80), // IPv4-mapped is IPv4
+				denied("2001:db8::7", "x/a@6", TCP, 80),     // 0.0.0.0/0 is not ::/0
+				denied("y/c@6", "x/a@6", TCP, 80),
 			},
 		},
 		{
@@ -276,13 +278,13 @@ func TestSemantics(t *testing.T) {
 				mkPod("x/a", []string{"10.244.1.1", "fd00:10:244:1::1"}),
 				mkPod("y/b", []string{"10.244.2.2", "fd00:10:244:2::2"}),
 			},
-			policies: policies(netpol("x", "a-egress-v6", sel("pod", "a"), types(pEg), eg(peers(ipPeer("::/0"))))),
+			policies: List(NetPol("x", "a-egress-v6", Sel("pod", "a"), Types(PEg), Egress(Peers(IPPeer("::/0"))))),
 			conns: []semConn{
-				allowed("x/a@6", "y/b@6", tcp, 80),
-				allowed("x/a@6", "2001:db8::1", udp, 53),
-				denied("x/a", "y/b", tcp, 80),
-				denied("x/a", "192.0.2.1", udp, 53),
-				allowed("y/b@6", "x/a@6", tcp, 80).why(queue.ReasonIngressNotIsolated),
+				allowed("x/a@6", "y/b@6", TCP, 80),
+				allowed("x/a@6", "2001:db8::1", UDP, 53),
+				denied("x/a", "y/b", TCP, 80),
+				denied("x/a", "192.0.2.1", UDP, 53),
+				allowed("y/b@6", "x/a@6", TCP, 80).why(queue.ReasonIngressNotIsolated),
 			},
 		},
 
@@ -295,17 +297,17 @@ func TestSemantics(t *testing.T) {
 				gridPod("x/c", containerPorts(cport("web", 8080, corev1.ProtocolTCP))),
 				gridPod("y/a"),
 			},
-			policies: policies(netpol("x", "allow-http", sel(), in(peers().on(namedPort("http", ""), namedPort("dns", "UDP"))))),
+			policies: List(NetPol("x", "allow-http", Sel(), Ingress(Peers().On(NamedPort("http", ""), NamedPort("dns", "UDP"))))),
 			conns: []semConn{
-				allowed("y/a", "x/a", tcp, 8080),
-				denied("y/a", "x/a", tcp, 9090),
-				allowed("y/a", "x/b", tcp, 9090),
-				denied("y/a", "x/b", tcp, 8080),
-				denied("y/a", "x/c", tcp, 8080), // x/c has no port named http
-				denied("y/a", "x/a", udp, 8080), // http is TCP
-				allowed("y/a", "x/a", udp, 53),
-				denied("y/a", "x/a", tcp, 53),
-				denied("y/a", "x/b", udp, 53),
+				allowed("y/a", "x/a", TCP, 8080),
+				denied("y/a", "x/a", TCP, 9090),
+				allowed("y/a", "x/b", TCP, 9090),
+				denied("y/a", "x/b", TCP, 8080),
+				denied("y/a", "x/c", TCP, 8080), // x/c has no port named http
+				denied("y/a", "x/a", UDP, 8080), // http is TCP
+				allowed("y/a", "x/a", UDP, 53),
+				denied("y/a", "x/a", TCP, 53),
+				denied("y/a", "x/b", UDP, 53),
 			},
 		},
 		{
@@ -316,15 +318,15 @@ func TestSemantics(t *testing.T) {
 				// The source serves http on 7070: that number must not be used.
 				gridPod("y/a", containerPorts(cport("http", 7070, corev1.ProtocolTCP))),
 			},
-			policies: policies(netpol("y", "egress-http", sel("pod", "a"), types(pEg), eg(peers().on(namedPort("http", "TCP"))))),
+			policies: List(NetPol("y", "egress-http", Sel("pod", "a"), Types(PEg), Egress(Peers().On(NamedPort("http", "TCP"))))),
 			conns: []semConn{
-				allowed("y/a", "x/a", tcp, 8080),
-				denied("y/a", "x/a", tcp, 9090),
-				denied("y/a", "x/a", tcp, 7070),
-				allowed("y/a", "x/b", tcp, 9090),
-				denied("y/a", "x/b", tcp, 8080),
-				denied("y/a", "192.0.2.1", tcp, 8080), // not a pod: a named port matches nothing
-				denied("y/a", "192.0.2.1", tcp, 7070),
+				allowed("y/a", "x/a", TCP, 8080),
+				denied("y/a", "x/a", TCP, 9090),
+				denied("y/a", "x/a", TCP, 7070),
+				allowed("y/a", "x/b", TCP, 9090),
+				denied("y/a", "x/b", TCP, 8080),
+				denied("y/a", "192.0.2.1", TCP, 8080), // not a pod: a named port matches nothing
+				denied("y/a", "192.0.2.1", TCP, 7070),
 			},
 		},
 
@@ -332,24 +334,24 @@ func TestSemantics(t *testing.T) {
 		{
 			name: "endPort ranges",
 			pods: gridPods("x/a", "y/a"),
-			policies: policies(netpol("x", "ranges", sel("pod", "a"), in(peers().on(
-				portRange(1000, 2000, ""), portRange(3000, 3000, "TCP"), portRange(65000, 65535, "UDP"), port(5000, "UDP"))))),
+			policies: List(NetPol("x", "ranges", Sel("pod", "a"), Ingress(Peers().On(
+				PortRange(1000, 2000, ""), PortRange(3000, 3000, "TCP"), PortRange(65000, 65535, "UDP"), Port(5000, "UDP"))))),
 			conns: []semConn{
-				denied("y/a", "x/a", tcp, 999),
-				allowed("y/a", "x/a", tcp, 1000),
-				allowed("y/a", "x/a", tcp, 1500),
-				allowed("y/a", "x/a", tcp, 2000),
-				denied("y/a", "x/a", tcp, 2001),
-				denied("y/a", "x/a", tcp, 2999),
-				allowed("y/a", "x/a", tcp, 3000),
-				denied("y/a", "x/a", tcp, 3001),
-				denied("y/a", "x/a", udp, 1500),
-				denied("y/a", "x/a", udp, 64999),
-				allowed("y/a", "x/a", udp, 65000),
-				allowed("y/a", "x/a", udp, 65535),
-				denied("y/a", "x/a", tcp, 65535),
-				allowed("y/a", "x/a", udp, 5000),
-				denied("y/a", "x/a", sctp, 1000),
+				denied("y/a", "x/a", TCP, 999),
+				allowed("y/a", "x/a", TCP, 1000),
+				allowed("y/a", "x/a", TCP, 1500),
+				allowed("y/a", "x/a", TCP, 2000),
+				denied("y/a", "x/a", TCP, 2001),
+				denied("y/a", "x/a", TCP, 2999),
+				allowed("y/a", "x/a", TCP, 3000),
+				denied("y/a", "x/a", TCP, 3001),
+				denied("y/a", "x/a", UDP, 1500),
+				denied("y/a", "x/a", UDP, 64999),
+				allowed("y/a", "x/a", UDP, 65000),
+				allowed("y/a", "x/a", UDP, 65535),
+				denied("y/a", "x/a", TCP, 65535),
+				allowed("y/a", "x/a", UDP, 5000),
+				denied("y/a", "x/a", SCTP, 1000),
 			},
 		},
 
@@ -357,20 +359,20 @@ func TestSemantics(t *testing.T) {
 		{
 			name: "ipBlock except excludes pods",
 			pods: gridPods("x/a", "x/b", "x/c", "y/a", "y/b", "z/a"),
-			policies: policies(
-				netpol("x", "a-egress-cidr", sel("pod", "a"), types(pEg),
-					eg(peers(ipPeer("10.244.0.0/16", "10.244.2.2/32", "10.244.3.0/24")))),
-				netpol("x", "b-ingress-cidr", sel("pod", "b"), in(peers(ipPeer("10.244.0.0/16", "10.244.1.0/24"))))),
+			policies: List(
+				NetPol("x", "a-egress-cidr", Sel("pod", "a"), Types(PEg),
+					Egress(Peers(IPPeer("10.244.0.0/16", "10.244.2.2/32", "10.244.3.0/24")))),
+				NetPol("x", "b-ingress-cidr", Sel("pod", "b"), Ingress(Peers(IPPeer("10.244.0.0/16", "10.244.1.0/24"))))),
 			conns: []semConn{
-				allowed("x/a", "y/a", tcp, 80),
-				denied("x/a", "y/b", tcp, 80),
-				denied("x/a", "z/a", tcp, 80),
-				allowed("x/a", "x/c", tcp, 80),
-				denied("x/a", "192.0.2.1", tcp, 80),
-				allowed("y/a", "x/b", tcp, 80),
-				allowed("10.244.200.1", "x/b", tcp, 80),
-				denied("x/c", "x/b", tcp, 80),
-				denied("x/a", "x/b", tcp, 80), // excluded on both sides
+				allowed("x/a", "y/a", TCP, 80),
+				denied("x/a", "y/b", TCP, 80),
+				denied("x/a", "z/a", TCP, 80),
+				allowed("x/a", "x/c", TCP, 80),
+				denied("x/a", "192.0.2.1", TCP, 80),
+				allowed("y/a", "x/b", TCP, 80),
+				allowed("10.244.200.1", "x/b", TCP, 80),
+				denied("x/c", "x/b", TCP, 80),
+				denied("x/a", "x/b", TCP, 80), // excluded on both sides
 			},
 		},
 
@@ -378,20 +380,20 @@ func TestSemantics(t *testing.T) {
 		{
 			name: "protocol isolation",
 			pods: gridPods("x/a", "x/b", "x/c", "y/a"),
-			policies: policies(
-				netpol("x", "a-udp-only", sel("pod", "a"), in(peers().on(port(80, "UDP")))),
-				netpol("x", "b-sctp-only", sel("pod", "b"), in(peers().on(port(80, "SCTP")))),
-				netpol("x", "c-egress-udp-only", sel("pod", "c"), types(pEg), eg(peers().on(port(53, "UDP"))))),
+			policies: List(
+				NetPol("x", "a-udp-only", Sel("pod", "a"), Ingress(Peers().On(Port(80, "UDP")))),
+				NetPol("x", "b-sctp-only", Sel("pod", "b"), Ingress(Peers().On(Port(80, "SCTP")))),
+				NetPol("x", "c-egress-udp-only", Sel("pod", "c"), Types(PEg), Egress(Peers().On(Port(53, "UDP"))))),
 			conns: []semConn{
-				allowed("y/a", "x/a", udp, 80),
-				denied("y/a", "x/a", tcp, 80).why("x/a-udp-only isolates x/a for ingress"),
-				denied("y/a", "x/a", sctp, 80),
-				allowed("y/a", "x/b", sctp, 80),
-				denied("y/a", "x/b", tcp, 80),
-				denied("y/a", "x/b", udp, 80),
-				allowed("x/c", "192.0.2.53", udp, 53),
-				denied("x/c", "192.0.2.53", tcp, 53),
-				denied("x/c", "y/a", sctp, 53),
+				allowed("y/a", "x/a", UDP, 80),
+				denied("y/a", "x/a", TCP, 80).why("x/a-udp-only isolates x/a for ingress"),
+				denied("y/a", "x/a", SCTP, 80),
+				allowed("y/a", "x/b", SCTP, 80),
+				denied("y/a", "x/b", TCP, 80),
+				denied("y/a", "x/b", UDP, 80),
+				allowed("x/c", "192.0.2.53", UDP, 53),
+				denied("x/c", "192.0.2.53", TCP, 53),
+				denied("x/c", "y/a", SCTP, 53),
 			},
 		},
 
@@ -399,16 +401,16 @@ func TestSemantics(t *testing.T) {
 		{
 			name: "ports with a protocol and no port",
 			pods: gridPods("x/a", "x/b", "y/a"),
-			policies: policies(
-				netpol("x", "a-any-udp", sel("pod", "a"), in(peers().on(protoOnly("UDP")))),
-				netpol("x", "b-any-sctp", sel("pod", "b"), in(peers().on(protoOnly("SCTP"))))),
+			policies: List(
+				NetPol("x", "a-any-udp", Sel("pod", "a"), Ingress(Peers().On(ProtoOnly("UDP")))),
+				NetPol("x", "b-any-sctp", Sel("pod", "b"), Ingress(Peers().On(ProtoOnly("SCTP"))))),
 			conns: []semConn{
-				allowed("y/a", "x/a", udp, 1),
-				allowed("y/a", "x/a", udp, 80),
-				allowed("y/a", "x/a", udp, 65535),
-				denied("y/a", "x/a", tcp, 80),
-				allowed("y/a", "x/b", sctp, 9),
-				denied("y/a", "x/b", udp, 9),
+				allowed("y/a", "x/a", UDP, 1),
+				allowed("y/a", "x/a", UDP, 80),
+				allowed("y/a", "x/a", UDP, 65535),
+				denied("y/a", "x/a", TCP, 80),
+				allowed("y/a", "x/b", SCTP, 9),
+				denied("y/a", "x/b", UDP, 9),
 			},
 		},
 
@@ -420,16 +422,16 @@ func TestSemantics(t *testing.T) {
 				gridPod("x/a"), gridPod("x/b"),
 				mkPod("x/h", []string{"172.18.0.10"}, hostNetwork(), withLabels("pod", "h")),
 			},
-			policies: policies(
-				netpol("x", "deny-all", sel(), types(pIn, pEg), in(), eg()),
-				netpol("x", "a-from-h", sel("pod", "a"), in(peers(podPeer(sel("pod", "h")), nsPeer(sel())))),
-				netpol("x", "b-from-node-range", sel("pod", "b"), in(peers(ipPeer("172.18.0.0/24"))))),
+			policies: List(
+				NetPol("x", "deny-all", Sel(), Types(PIn, PEg), Ingress(), Egress()),
+				NetPol("x", "a-from-h", Sel("pod", "a"), Ingress(Peers(PodPeer(Sel("pod", "h")), NSPeer(Sel())))),
+				NetPol("x", "b-from-node-range", Sel("pod", "b"), Ingress(Peers(IPPeer("172.18.0.0/24"))))),
 			conns: []semConn{
-				denied("x/h", "x/a", tcp, 80),
-				allowed("x/h", "x/b", tcp, 80).why("allowed by x/b-from-node-range ingress[0]"),
-				allowed("192.0.2.1", "x/h", tcp, 80).why(queue.ReasonIngressNotIsolated),
-				allowed("x/h", "192.0.2.1", tcp, 80).why(queue.ReasonEgressNotIsolated),
-				denied("x/a", "x/h", tcp, 80).why("x/deny-all isolates x/a for egress"),
+				denied("x/h", "x/a", TCP, 80),
+				allowed("x/h", "x/b", TCP, 80).why("allowed by x/b-from-node-range ingress[0]"),
+				allowed("192.0.2.1", "x/h", TCP, 80).why(queue.ReasonIngressNotIsolated),
+				allowed("x/h", "192.0.2.1", TCP, 80).why(queue.ReasonEgressNotIsolated),
+				denied("x/a", "x/h", TCP, 80).why("x/deny-all isolates x/a for egress"),
 			},
 			check: func(t *testing.T, prog *compile.Program) {
 				if id, ok := prog.PodByIP(netip.MustParseAddr("172.18.0.10")); ok {
@@ -445,15 +447,15 @@ func TestSemantics(t *testing.T) {
 			node:    "n1",
 			nodeIPs: []string{"172.18.0.1", "fd00:18::1"},
 			pods:    []*corev1.Pod{gridPod("x/a"), gridPod("x/b", onNode("n2"))},
-			policies: policies(
-				netpol("x", "deny-all", sel(), types(pIn, pEg), in(), eg())),
+			policies: List(
+				NetPol("x", "deny-all", Sel(), Types(PIn, PEg), Ingress(), Egress())),
 			conns: []semConn{
-				allowed("172.18.0.1", "x/a", tcp, 10250).why(queue.ReasonNodeTraffic),
-				allowed("x/a", "172.18.0.1", udp, 53).why(queue.ReasonNodeTraffic),
-				denied("172.18.0.2", "x/a", tcp, 10250).why("x/deny-all isolates x/a for ingress"),
-				denied("x/a", "172.18.0.2", tcp, 80).why("x/deny-all isolates x/a for egress"),
-				denied("x/a", "x/b", tcp, 80), // x/a's egress is enforced here
-				allowed("172.18.0.1", "x/b", tcp, 80).why(queue.ReasonNotEnforcedHere),
+				allowed("172.18.0.1", "x/a", TCP, 10250).why(queue.ReasonNodeTraffic),
+				allowed("x/a", "172.18.0.1", UDP, 53).why(queue.ReasonNodeTraffic),
+				denied("172.18.0.2", "x/a", TCP, 10250).why("x/deny-all isolates x/a for ingress"),
+				denied("x/a", "172.18.0.2", TCP, 80).why("x/deny-all isolates x/a for egress"),
+				denied("x/a", "x/b", TCP, 80), // x/a's egress is enforced here
+				allowed("172.18.0.1", "x/b", TCP, 80).why(queue.ReasonNotEnforcedHere),
 			},
 		},
 
@@ -462,18 +464,18 @@ func TestSemantics(t *testing.T) {
 			name: "per-node locality",
 			node: "n1",
 			pods: []*corev1.Pod{gridPod("x/a"), gridPod("x/b"), gridPod("x/c", onNode("n2")), gridPod("y/b", onNode("n2"))},
-			policies: policies(
-				netpol("y", "deny-all", sel(), types(pIn, pEg), in(), eg()),
-				netpol("x", "a-from-c", sel("pod", "a"), in(peers(podPeer(sel("pod", "c")))))),
+			policies: List(
+				NetPol("y", "deny-all", Sel(), Types(PIn, PEg), Ingress(), Egress()),
+				NetPol("x", "a-from-c", Sel("pod", "a"), Ingress(Peers(PodPeer(Sel("pod", "c")))))),
 			conns: []semConn{
-				allowed("y/b", "x/b", tcp, 80).why(queue.ReasonNotEnforcedHere),
-				allowed("x/b", "y/b", tcp, 80).why(queue.ReasonNotEnforcedHere),
-				allowed("x/c", "x/a", tcp, 80).why("allowed by x/a-from-c ingress[0]"),
-				denied("x/b", "x/a", tcp, 80),
-				denied("y/b", "x/a", tcp, 80).why("x/a-from-c isolates x/a for ingress"),
+				allowed("y/b", "x/b", TCP, 80).why(queue.ReasonNotEnforcedHere),
+				allowed("x/b", "y/b", TCP, 80).why(queue.ReasonNotEnforcedHere),
+				allowed("x/c", "x/a", TCP, 80).why("allowed by x/a-from-c ingress[0]"),
+				denied("x/b", "x/a", TCP, 80),
+				denied("y/b", "x/a", TCP, 80).why("x/a-from-c isolates x/a for ingress"),
 			},
 			check: func(t *testing.T, prog *compile.Program) {
-				v := queue.Evaluate(prog, gridIP("y/b"), gridIP("x/b"), tcp, 80)
+				v := queue.Evaluate(prog, GridIP("y/b"), GridIP("x/b"), TCP, 80)
 				if v.EgressReason != queue.ReasonNotEnforcedHere {
 					t.Errorf("egress reason of a pod on n2: got %q, want %q", v.EgressReason, queue.ReasonNotEnforcedHere)
 				}
@@ -493,19 +495,19 @@ func TestSemantics(t *testing.T) {
 				mkPod("x/going", []string{"10.244.1.60"}, withLabels("pod", "b"), terminating(), createdAt(40)),
 				mkPod("x/replacement", []string{"10.244.1.60"}, withLabels("pod", "d"), createdAt(5)),
 			},
-			policies: policies(
-				netpol("x", "a-from-b", sel("pod", "a"), in(peers(podPeer(sel("pod", "b"))))),
-				netpol("x", "c-no-egress", sel("pod", "c"), types(pEg), eg())),
+			policies: List(
+				NetPol("x", "a-from-b", Sel("pod", "a"), Ingress(Peers(PodPeer(Sel("pod", "b"))))),
+				NetPol("x", "c-no-egress", Sel("pod", "c"), Types(PEg), Egress())),
 			conns: []semConn{
-				denied("10.244.1.50", "x/a", tcp, 80),
-				denied("10.244.1.50", "y/a", tcp, 80).why("x/c-no-egress isolates x/new for egress"),
-				denied("10.244.1.51", "x/a", tcp, 80),
-				denied("10.244.1.60", "x/a", tcp, 80),
-				allowed("x/a", "10.244.1.51", tcp, 80).why(queue.ReasonIngressNotIsolated),
+				denied("10.244.1.50", "x/a", TCP, 80),
+				denied("10.244.1.50", "y/a", TCP, 80).why("x/c-no-egress isolates x/new for egress"),
+				denied("10.244.1.51", "x/a", TCP, 80),
+				denied("10.244.1.60", "x/a", TCP, 80),
+				allowed("x/a", "10.244.1.51", TCP, 80).why(queue.ReasonIngressNotIsolated),
 			},
 			check: func(t *testing.T, prog *compile.Program) {
 				// x/new's labels (pod=c), not x/old's (pod=b), decide.
-				v := queue.Evaluate(prog, netip.MustParseAddr("10.244.1.50"), gridIP("x/a"), tcp, 80)
+				v := queue.Evaluate(prog, netip.MustParseAddr("10.244.1.50"), GridIP("x/a"), TCP, 80)
 				if v.Ingress || !strings.Contains(v.IngressReason, "x/a-from-b isolates x/a for ingress") {
 					t.Errorf("10.244.1.50 -> x/a: ingress %v (%s), want denied by x/a-from-b", v.Ingress, v.IngressReason)
 				}
@@ -527,28 +529,28 @@ func TestSemantics(t *testing.T) {
 		{
 			name: "empty vs absent from, to and ports",
 			pods: gridPods("x/a", "x/b", "x/c", "y/a", "y/b", "y/c", "z/a"),
-			policies: policies(
-				netpol("x", "a-absent", sel("pod", "a"), in(peers())),
-				netpol("x", "b-empty", sel("pod", "b"), in(rule{peers: []networkingv1.NetworkPolicyPeer{}, ports: []networkingv1.NetworkPolicyPort{}})),
-				netpol("x", "c-pods-of-x", sel("pod", "c"), in(peers(podPeer(sel())))),
-				netpol("y", "a-all-pods", sel("pod", "a"), in(peers(nsPeer(sel())))),
-				netpol("y", "b-no-rules", sel("pod", "b"), types(pIn), in()),
-				netpol("y", "c-empty-port", sel("pod", "c"), in(peers().on(networkingv1.NetworkPolicyPort{})))),
+			policies: List(
+				NetPol("x", "a-absent", Sel("pod", "a"), Ingress(Peers())),
+				NetPol("x", "b-empty", Sel("pod", "b"), Ingress(Rule{Peers: []networkingv1.NetworkPolicyPeer{}, Ports: []networkingv1.NetworkPolicyPort{}})),
+				NetPol("x", "c-pods-of-x", Sel("pod", "c"), Ingress(Peers(PodPeer(Sel())))),
+				NetPol("y", "a-all-pods", Sel("pod", "a"), Ingress(Peers(NSPeer(Sel())))),
+				NetPol("y", "b-no-rules", Sel("pod", "b"), Types(PIn), Ingress()),
+				NetPol("y", "c-empty-port", Sel("pod", "c"), Ingress(Peers().On(networkingv1.NetworkPolicyPort{})))),
 			conns: []semConn{
-				allowed("192.0.2.1", "x/a", udp, 9),
-				allowed("192.0.2.1", "x/b", sctp, 9),
-				allowed("y/a", "x/b", tcp, 80),
-				allowed("x/a", "x/c", tcp, 80),
-				denied("y/a", "x/c", tcp, 80),
-				denied("192.0.2.1", "x/c", tcp, 80),
-				allowed("x/a", "y/a", tcp, 80),
-				allowed("z/a", "y/a", tcp, 80),
-				denied("192.0.2.1", "y/a", tcp, 80),
-				denied("y/a", "y/b", tcp, 80),
-				denied("192.0.2.1", "y/b", udp, 80),
-				allowed("x/a", "y/c", tcp, 1),
-				allowed("x/a", "y/c", tcp, 65535),
-				denied("x/a", "y/c", udp, 80),
+				allowed("192.0.2.1", "x/a", UDP, 9),
+				allowed("192.0.2.1", "x/b", SCTP, 9),
+				allowed("y/a", "x/b", TCP, 80),
+				allowed("x/a", "x/c", TCP, 80),
+				denied("y/a", "x/c", TCP, 80),
+				denied("192.0.2.1", "x/c", TCP, 80),
+				allowed("x/a", "y/a", TCP, 80),
+				allowed("z/a", "y/a", TCP, 80),
+				denied("192.0.2.1", "y/a", TCP, 80),
+				denied("y/a", "y/b", TCP, 80),
+				denied("192.0.2.1", "y/b", UDP, 80),
+				allowed("x/a", "y/c", TCP, 1),
+				allowed("x/a", "y/c", TCP, 65535),
+				denied("x/a", "y/c", UDP, 80),
 			},
 		},
 
@@ -557,26 +559,26 @@ func TestSemantics(t *testing.T) {
 		{
 			name: "policyTypes defaulting",
 			pods: gridPods("x/a", "x/b", "x/c", "y/a"),
-			policies: policies(
-				netpol("x", "a-egress-rules", sel("pod", "a"), eg(peers(ipPeer("192.0.2.0/24")))),
-				netpol("x", "b-ingress-rules", sel("pod", "b"), in(peers(podPeer(sel("pod", "c"))))),
-				netpol("x", "c-ingress-type", sel("pod", "c"), types(pIn), in(peers()), eg(peers(ipPeer("192.0.2.0/24"))))),
+			policies: List(
+				NetPol("x", "a-egress-rules", Sel("pod", "a"), Egress(Peers(IPPeer("192.0.2.0/24")))),
+				NetPol("x", "b-ingress-rules", Sel("pod", "b"), Ingress(Peers(PodPeer(Sel("pod", "c"))))),
+				NetPol("x", "c-ingress-type", Sel("pod", "c"), Types(PIn), Ingress(Peers()), Egress(Peers(IPPeer("192.0.2.0/24"))))),
 			conns: []semConn{
-				denied("y/a", "x/a", tcp, 80).why("x/a-egress-rules isolates x/a for ingress"),
-				allowed("x/a", "192.0.2.1", tcp, 80),
-				denied("x/a", "y/a", tcp, 80).why("x/a-egress-rules isolates x/a for egress"),
-				allowed("x/b", "y/a", tcp, 80).why(queue.ReasonEgressNotIsolated),
-				allowed("x/c", "x/b", tcp, 80),
-				allowed("x/c", "y/a", tcp, 80).why(queue.ReasonEgressNotIsolated),
+				denied("y/a", "x/a", TCP, 80).why("x/a-egress-rules isolates x/a for ingress"),
+				allowed("x/a", "192.0.2.1", TCP, 80),
+				denied("x/a", "y/a", TCP, 80).why("x/a-egress-rules isolates x/a for egress"),
+				allowed("x/b", "y/a", TCP, 80).why(queue.ReasonEgressNotIsolated),
+				allowed("x/c", "x/b", TCP, 80),
+				allowed("x/c", "y/a", TCP, 80).why(queue.ReasonEgressNotIsolated),
 			},
 		},
 		{
 			name:     "an egress-only policy does not isolate ingress",
 			pods:     gridPods("x/a", "y/a"),
-			policies: policies(netpol("x", "a-no-egress", sel("pod", "a"), types(pEg), eg())),
+			policies: List(NetPol("x", "a-no-egress", Sel("pod", "a"), Types(PEg), Egress())),
 			conns: []semConn{
-				allowed("y/a", "x/a", tcp, 80).why(queue.ReasonIngressNotIsolated),
-				denied("x/a", "y/a", tcp, 80).why("x/a-no-egress isolates x/a for egress"),
+				allowed("y/a", "x/a", TCP, 80).why(queue.ReasonIngressNotIsolated),
+				denied("x/a", "y/a", TCP, 80).why("x/a-no-egress isolates x/a for egress"),
 			},
 		},
 
@@ -585,20 +587,20 @@ func TestSemantics(t *testing.T) {
 		{
 			name: "additive union of policies",
 			pods: gridPods("x/a", "x/b", "y/a", "z/a"),
-			policies: policies(
-				netpol("x", "deny-all", sel(), types(pIn, pEg), in(), eg()),
-				netpol("x", "a-from-y-80", sel("pod", "a"), in(peers(nsPeer(sel(nsName, "y"))).on(port(80, "")))),
-				netpol("x", "a-from-b-81", sel("pod", "a"), in(peers(podPeer(sel("pod", "b"))).on(port(81, "")))),
-				netpol("x", "b-to-a", sel("pod", "b"), types(pEg), eg(peers(podPeer(sel("pod", "a"))))),
-				netpol("x", "b-to-z", sel("pod", "b"), types(pEg), eg(peers(nsPeer(sel(nsName, "z")))))),
+			policies: List(
+				NetPol("x", "deny-all", Sel(), Types(PIn, PEg), Ingress(), Egress()),
+				NetPol("x", "a-from-y-80", Sel("pod", "a"), Ingress(Peers(NSPeer(Sel(NSName, "y"))).On(Port(80, "")))),
+				NetPol("x", "a-from-b-81", Sel("pod", "a"), Ingress(Peers(PodPeer(Sel("pod", "b"))).On(Port(81, "")))),
+				NetPol("x", "b-to-a", Sel("pod", "b"), Types(PEg), Egress(Peers(PodPeer(Sel("pod", "a"))))),
+				NetPol("x", "b-to-z", Sel("pod", "b"), Types(PEg), Egress(Peers(NSPeer(Sel(NSName, "z")))))),
 			conns: []semConn{
-				allowed("y/a", "x/a", tcp, 80).why("allowed by x/a-from-y-80 ingress[0]"),
-				denied("y/a", "x/a", tcp, 81).why("x/a-from-b-81, x/a-from-y-80, x/deny-all isolate x/a for ingress"),
-				allowed("x/b", "x/a", tcp, 81).why("allowed by x/b-to-a egress[0]; allowed by x/a-from-b-81 ingress[0]"),
-				denied("x/b", "x/a", tcp, 80),
-				denied("z/a", "x/a", tcp, 80),
-				allowed("x/b", "z/a", tcp, 80),
-				denied("x/b", "y/a", tcp, 80),
+				allowed("y/a", "x/a", TCP, 80).why("allowed by x/a-from-y-80 ingress[0]"),
+				denied("y/a", "x/a", TCP, 81).why("x/a-from-b-81, x/a-from-y-80, x/deny-all isolate x/a for ingress"),
+				allowed("x/b", "x/a", TCP, 81).why("allowed by x/b-to-a egress[0]; allowed by x/a-from-b-81 ingress[0]"),
+				denied("x/b", "x/a", TCP, 80),
+				denied("z/a", "x/a", TCP, 80),
+				allowed("x/b", "z/a", TCP, 80),
+				denied("x/b", "y/a", TCP, 80),
 			},
 		},
 
@@ -607,19 +609,19 @@ func TestSemantics(t *testing.T) {
 		{
 			name: "namespaceSelector and podSelector: one peer vs two peers",
 			pods: gridPods("x/a", "x/b", "x/c", "y/a", "y/b", "z/b"),
-			policies: policies(
-				netpol("x", "a-one-peer", sel("pod", "a"), in(peers(podNsPeer(sel("pod", "b"), sel(nsName, "y"))))),
-				netpol("x", "c-two-peers", sel("pod", "c"), in(peers(nsPeer(sel(nsName, "y")), podPeer(sel("pod", "b")))))),
+			policies: List(
+				NetPol("x", "a-one-peer", Sel("pod", "a"), Ingress(Peers(PodNSPeer(Sel("pod", "b"), Sel(NSName, "y"))))),
+				NetPol("x", "c-two-peers", Sel("pod", "c"), Ingress(Peers(NSPeer(Sel(NSName, "y")), PodPeer(Sel("pod", "b")))))),
 			conns: []semConn{
-				allowed("y/b", "x/a", tcp, 80),
-				denied("y/a", "x/a", tcp, 80),
-				denied("x/b", "x/a", tcp, 80),
-				denied("z/b", "x/a", tcp, 80),
-				allowed("y/a", "x/c", tcp, 80),
-				allowed("y/b", "x/c", tcp, 80),
-				allowed("x/b", "x/c", tcp, 80),
-				denied("z/b", "x/c", tcp, 80),
-				denied("x/a", "x/c", tcp, 80),
+				allowed("y/b", "x/a", TCP, 80),
+				denied("y/a", "x/a", TCP, 80),
+				denied("x/b", "x/a", TCP, 80),
+				denied("z/b", "x/a", TCP, 80),
+				allowed("y/a", "x/c", TCP, 80),
+				allowed("y/b", "x/c", TCP, 80),
+				allowed("x/b", "x/c", TCP, 80),
+				denied("z/b", "x/c", TCP, 80),
+				denied("x/a", "x/c", TCP, 80),
 			},
 		},
 	})
@@ -630,121 +632,121 @@ func TestSemantics(t *testing.T) {
 // reported with its field path and allow nothing; the valid parts still work.
 func TestInvalidPolicies(t *testing.T) {
 	pods := gridPods("x/a", "x/b", "x/c", "y/a", "y/b", "z/a")
-	badSel := expr("pod", metav1.LabelSelectorOperator("Equals"), "b")
+	badSel := Expr("pod", metav1.LabelSelectorOperator("Equals"), "b")
 	runSemCases(t, []semCase{
 		{
 			name: "bad podSelector operator isolates the whole namespace",
 			pods: pods,
-			policies: policies(
-				netpol("x", "bad-target", badSel, types(pIn), in(peers())),
-				netpol("x", "a-from-y", sel("pod", "a"), in(peers(nsPeer(sel(nsName, "y")))))),
+			policies: List(
+				NetPol("x", "bad-target", badSel, Types(PIn), Ingress(Peers())),
+				NetPol("x", "a-from-y", Sel("pod", "a"), Ingress(Peers(NSPeer(Sel(NSName, "y")))))),
 			problems: []semProblem{{"x/bad-target", "spec.podSelector.matchExpressions[0].operator", "Equals"}},
 			conns: []semConn{
-				allowed("y/a", "x/a", tcp, 80).why("allowed by x/a-from-y ingress[0]"),
-				denied("z/a", "x/a", tcp, 80),
-				denied("y/a", "x/b", tcp, 80).why("x/bad-target isolates x/b for ingress"),
-				denied("x/a", "x/c", tcp, 80),
-				denied("192.0.2.1", "x/c", udp, 53),
-				allowed("x/b", "y/a", tcp, 80), // ingress only
+				allowed("y/a", "x/a", TCP, 80).why("allowed by x/a-from-y ingress[0]"),
+				denied("z/a", "x/a", TCP, 80),
+				denied("y/a", "x/b", TCP, 80).why("x/bad-target isolates x/b for ingress"),
+				denied("x/a", "x/c", TCP, 80),
+				denied("192.0.2.1", "x/c", UDP, 53),
+				allowed("x/b", "y/a", TCP, 80), // ingress only
 			},
 		},
 		{
 			name: "bad selector in a peer: that peer matches nothing",
 			pods: pods,
-			policies: policies(
-				netpol("x", "bad-peer", sel("pod", "a"), in(peers(podPeer(badSel), nsPeer(sel(nsName, "y"))))),
-				netpol("x", "bad-ns-part", sel("pod", "c"), in(peers(podNsPeer(sel("pod", "b"), badSel))))),
+			policies: List(
+				NetPol("x", "bad-peer", Sel("pod", "a"), Ingress(Peers(PodPeer(badSel), NSPeer(Sel(NSName, "y"))))),
+				NetPol("x", "bad-ns-part", Sel("pod", "c"), Ingress(Peers(PodNSPeer(Sel("pod", "b"), badSel))))),
 			problems: []semProblem{
 				{"x/bad-peer", "spec.ingress[0].from[0].podSelector.matchExpressions[0].operator", "Equals"},
 				{"x/bad-ns-part", "spec.ingress[0].from[0].namespaceSelector.matchExpressions[0].operator", "Equals"},
 			},
 			conns: []semConn{
-				allowed("y/a", "x/a", tcp, 80),
-				allowed("y/b", "x/a", tcp, 80),
-				denied("x/b", "x/a", tcp, 80),
-				denied("x/b", "x/c", tcp, 80), // the pod part alone would match
-				denied("y/b", "x/c", tcp, 80),
+				allowed("y/a", "x/a", TCP, 80),
+				allowed("y/b", "x/a", TCP, 80),
+				denied("x/b", "x/a", TCP, 80),
+				denied("x/b", "x/c", TCP, 80), // the pod part alone would match
+				denied("y/b", "x/c", TCP, 80),
 			},
 		},
 		{
 			name: "bad CIDR",
 			pods: pods,
-			policies: policies(
-				netpol("x", "bad-cidr", sel("pod", "a"), in(peers(ipPeer("10.244.0.0/33"), podPeer(sel("pod", "b"))))),
-				netpol("x", "mapped-cidr", sel("pod", "c"), in(peers(ipPeer("::ffff:10.244.0.0/112"))))),
+			policies: List(
+				NetPol("x", "bad-cidr", Sel("pod", "a"), Ingress(Peers(IPPeer("10.244.0.0/33"), PodPeer(Sel("pod", "b"))))),
+				NetPol("x", "mapped-cidr", Sel("pod", "c"), Ingress(Peers(IPPeer("::ffff:10.244.0.0/112"))))),
 			problems: []semProblem{
 				{"x/bad-cidr", "spec.ingress[0].from[0].ipBlock.cidr", "10.244.0.0/33"},
 				{"x/mapped-cidr", "spec.ingress[0].from[0].ipBlock.cidr", "IPv4-mapped"},
 			},
 			conns: []semConn{
-				allowed("x/b", "x/a", tcp, 80),
-				denied("y/a", "x/a", tcp, 80),
-				denied("10.244.2.1", "x/a", tcp, 80),
-				denied("y/a", "x/c", tcp, 80),
-				denied("::ffff:10.244.2.1", "x/c", tcp, 80),
+				allowed("x/b", "x/a", TCP, 80),
+				denied("y/a", "x/a", TCP, 80),
+				denied("10.244.2.1", "x/a", TCP, 80),
+				denied("y/a", "x/c", TCP, 80),
+				denied("::ffff:10.244.2.1", "x/c", TCP, 80),
 			},
 		},
 		{
 			name: "except outside cidr",
 			pods: pods,
-			policies: policies(
-				netpol("x", "bad-except", sel("pod", "a"), types(pEg), eg(peers(ipPeer("10.244.2.0/24", "10.244.3.0/24"), ipPeer("192.0.2.0/24")))),
-				netpol("x", "except-is-cidr", sel("pod", "b"), types(pEg), eg(peers(ipPeer("10.244.2.0/24", "10.244.2.0/24")))),
-				netpol("x", "except-other-family", sel("pod", "c"), types(pEg), eg(peers(ipPeer("10.244.2.0/24", "fd00::/64"))))),
+			policies: List(
+				NetPol("x", "bad-except", Sel("pod", "a"), Types(PEg), Egress(Peers(IPPeer("10.244.2.0/24", "10.244.3.0/24"), IPPeer("192.0.2.0/24")))),
+				NetPol("x", "except-is-cidr", Sel("pod", "b"), Types(PEg), Egress(Peers(IPPeer("10.244.2.0/24", "10.244.2.0/24")))),
+				NetPol("x", "except-other-family", Sel("pod", "c"), Types(PEg), Egress(Peers(IPPeer("10.244.2.0/24", "fd00::/64"))))),
 			problems: []semProblem{
 				{"x/bad-except", "spec.egress[0].to[0].ipBlock.except[0]", "strict subset"},
 				{"x/except-is-cidr", "spec.egress[0].to[0].ipBlock.except[0]", "strict subset"},
 				{"x/except-other-family", "spec.egress[0].to[0].ipBlock.except[0]", "strict subset"},
 			},
 			conns: []semConn{
-				denied("x/a", "y/a", tcp, 80), // inside cidr: the whole peer is void
-				denied("x/a", "z/a", tcp, 80),
-				allowed("x/a", "192.0.2.1", tcp, 80),
-				denied("x/b", "y/a", tcp, 80),
-				denied("x/c", "y/b", tcp, 80),
+				denied("x/a", "y/a", TCP, 80), // inside cidr: the whole peer is void
+				denied("x/a", "z/a", TCP, 80),
+				allowed("x/a", "192.0.2.1", TCP, 80),
+				denied("x/b", "y/a", TCP, 80),
+				denied("x/c", "y/b", TCP, 80),
 			},
 		},
 		{
 			name: "invalid port entries allow nothing, valid ones still do",
 			pods: []*corev1.Pod{gridPod("x/a", containerPorts(cport("http", 8080, corev1.ProtocolTCP))), gridPod("x/b"), gridPod("x/c"), gridPod("y/a")},
-			policies: policies(
-				netpol("x", "named-with-endport", sel("pod", "a"), in(peers().on(func() networkingv1.NetworkPolicyPort {
-					p := namedPort("http", "TCP")
+			policies: List(
+				NetPol("x", "named-with-endport", Sel("pod", "a"), Ingress(Peers().On(func() networkingv1.NetworkPolicyPort {
+					p := NamedPort("http", "TCP")
 					end := int32(9000)
 					p.EndPort = &end
 					return p
-				}(), port(81, "")))),
-				netpol("x", "endport-below-port", sel("pod", "b"), in(peers().on(portRange(90, 80, "TCP")))),
-				netpol("x", "unknown-protocol", sel("pod", "c"), in(peers().on(port(80, "ICMP"))))),
+				}(), Port(81, "")))),
+				NetPol("x", "endport-below-port", Sel("pod", "b"), Ingress(Peers().On(PortRange(90, 80, "TCP")))),
+				NetPol("x", "unknown-protocol", Sel("pod", "c"), Ingress(Peers().On(Port(80, "ICMP"))))),
 			problems: []semProblem{
 				{"x/named-with-endport", "spec.ingress[0].ports[0].endPort", "named port"},
 				{"x/endport-below-port", "spec.ingress[0].ports[0].endPort", "80"},
 				{"x/unknown-protocol", "spec.ingress[0].ports[0].protocol", "ICMP"},
 			},
 			conns: []semConn{
-				allowed("y/a", "x/a", tcp, 81),
-				denied("y/a", "x/a", tcp, 8080),
-				denied("y/a", "x/a", tcp, 8500),
-				denied("y/a", "x/b", tcp, 80),
-				denied("y/a", "x/b", tcp, 85),
-				denied("y/a", "x/b", tcp, 90),
-				denied("y/a", "x/c", tcp, 80).why("x/unknown-protocol isolates x/c for ingress"),
-				denied("y/a", "x/c", udp, 80),
-				denied("y/a", "x/c", sctp, 80),
+				allowed("y/a", "x/a", TCP, 81),
+				denied("y/a", "x/a", TCP, 8080),
+				denied("y/a", "x/a", TCP, 8500),
+				denied("y/a", "x/b", TCP, 80),
+				denied("y/a", "x/b", TCP, 85),
+				denied("y/a", "x/b", TCP, 90),
+				denied("y/a", "x/c", TCP, 80).why("x/unknown-protocol isolates x/c for ingress"),
+				denied("y/a", "x/c", UDP, 80),
+				denied("y/a", "x/c", SCTP, 80),
 			},
 		},
 		{
 			name: "endPort without port, port out of range, bad port name",
 			pods: pods,
-			policies: policies(
-				netpol("x", "endport-alone", sel("pod", "a"), in(peers().on(func() networkingv1.NetworkPolicyPort {
-					p := protoOnly("TCP")
+			policies: List(
+				NetPol("x", "endport-alone", Sel("pod", "a"), Ingress(Peers().On(func() networkingv1.NetworkPolicyPort {
+					p := ProtoOnly("TCP")
 					end := int32(90)
 					p.EndPort = &end
 					return p
 				}()))),
-				netpol("x", "port-zero", sel("pod", "b"), in(peers().on(port(0, "TCP"), port(70000, "UDP")))),
-				netpol("x", "bad-name", sel("pod", "c"), in(peers().on(namedPort("Serve_80", ""))))),
+				NetPol("x", "port-zero", Sel("pod", "b"), Ingress(Peers().On(Port(0, "TCP"), Port(70000, "UDP")))),
+				NetPol("x", "bad-name", Sel("pod", "c"), Ingress(Peers().On(NamedPort("Serve_80", ""))))),
 			problems: []semProblem{
 				{"x/endport-alone", "spec.ingress[0].ports[0].endPort", "without port"},
 				{"x/port-zero", "spec.ingress[0].ports[0].port", "out of range"},
@@ -752,42 +754,42 @@ func TestInvalidPolicies(t *testing.T) {
 				{"x/bad-name", "spec.ingress[0].ports[0].port", "Serve_80"},
 			},
 			conns: []semConn{
-				denied("y/a", "x/a", tcp, 80), // not "every TCP port"
-				denied("y/a", "x/a", tcp, 90),
-				denied("y/a", "x/b", tcp, 80),
-				denied("y/a", "x/b", udp, 4464), // 70000 mod 65536
-				denied("y/a", "x/c", tcp, 80),
+				denied("y/a", "x/a", TCP, 80), // not "every TCP port"
+				denied("y/a", "x/a", TCP, 90),
+				denied("y/a", "x/b", TCP, 80),
+				denied("y/a", "x/b", UDP, 4464), // 70000 mod 65536
+				denied("y/a", "x/c", TCP, 80),
 			},
 		},
 		{
 			name: "unknown policyType isolates both directions",
 			pods: pods,
-			policies: policies(
-				netpol("x", "bad-type", sel("pod", "a"), types("Both"), in(peers(podPeer(sel("pod", "b")))))),
+			policies: List(
+				NetPol("x", "bad-type", Sel("pod", "a"), Types("Both"), Ingress(Peers(PodPeer(Sel("pod", "b")))))),
 			problems: []semProblem{{"x/bad-type", "spec.policyTypes[0]", "Both"}},
 			conns: []semConn{
-				allowed("x/b", "x/a", tcp, 80),
-				denied("y/a", "x/a", tcp, 80),
-				denied("x/a", "y/a", tcp, 80).why("x/bad-type isolates x/a for egress"),
-				denied("x/a", "x/b", tcp, 80),
+				allowed("x/b", "x/a", TCP, 80),
+				denied("y/a", "x/a", TCP, 80),
+				denied("x/a", "y/a", TCP, 80).why("x/bad-type isolates x/a for egress"),
+				denied("x/a", "x/b", TCP, 80),
 			},
 		},
 		{
 			name: "peer with nothing or with both ipBlock and a selector",
 			pods: pods,
-			policies: policies(
-				netpol("x", "empty-peer", sel("pod", "a"), in(peers(networkingv1.NetworkPolicyPeer{}, podPeer(sel("pod", "b"))))),
-				netpol("x", "ipblock-and-selector", sel("pod", "c"), in(peers(networkingv1.NetworkPolicyPeer{
+			policies: List(
+				NetPol("x", "empty-peer", Sel("pod", "a"), Ingress(Peers(networkingv1.NetworkPolicyPeer{}, PodPeer(Sel("pod", "b"))))),
+				NetPol("x", "ipblock-and-selector", Sel("pod", "c"), Ingress(Peers(networkingv1.NetworkPolicyPeer{
 					IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}, PodSelector: &metav1.LabelSelector{}})))),
 			problems: []semProblem{
 				{"x/empty-peer", "spec.ingress[0].from[0]", "must specify a peer"},
 				{"x/ipblock-and-selector", "spec.ingress[0].from[0]", "ipBlock"},
 			},
 			conns: []semConn{
-				allowed("x/b", "x/a", tcp, 80),
-				denied("y/a", "x/a", tcp, 80),
-				denied("x/b", "x/c", tcp, 80),
-				denied("192.0.2.1", "x/c", tcp, 80),
+				allowed("x/b", "x/a", TCP, 80),
+				denied("y/a", "x/a", TCP, 80),
+				denied("x/b", "x/c", TCP, 80),
+				denied("192.0.2.1", "x/c", TCP, 80),
 			},
 		},
 	})

@@ -1,13 +1,24 @@
 // Package sets owns what the kernel has: it applies desired rulesets of the
 // nftpolicy table with knftables, one transaction per sync.
 //
-// The first sync (and any sync after a failure) is full: every chain and
-// set of the table is flushed and refilled, stale ones deleted, in one
-// transaction; the table itself is never deleted, so enforcement has no
-// gap and packets waiting in NFQUEUE are not dropped. Later syncs diff the
+// The first sync (and any sync after a failure) is full: every chain of
+// the table is flushed and refilled, every set and map deleted and added
+// again (so one whose type or flags changed between versions is replaced),
+// stale objects deleted, in one transaction; the table itself is never
+// deleted, so enforcement has no gap and packets waiting in NFQUEUE are not
+// dropped. Later syncs diff the
 // desired ruleset against the one last applied and write only the changes:
 // pod churn becomes set and map element changes, an edited policy refills
 // its own chains. Big sets are never listed from the kernel on this path.
+//
+// With Config.Netlink, a sync that changes nothing but set and map elements
+// (pod churn, the common case) skips nft: NetlinkElements writes the
+// deletions and additions, converted from their text form to the bytes nft
+// would write, as one nfnetlink batch, which the kernel commits whole or
+// not at all. A batch the kernel refuses (the table drifted from what the
+// syncer believes) changed nothing; it is counted and the same Sync falls
+// back to a full sync. With Config.OneCommandPerSet, full syncs hand nft
+// each set's elements as one command instead of one per element.
 //
 // It also holds the queue rule variants: the native nft queue statement and,
 // for kernels without CONFIG_NFT_QUEUE, the xtables NFQUEUE target installed

@@ -235,20 +235,72 @@ func CheckCompatQueueRule(conn *nftables.Conn, table, chain string, cfg QueueRul
 	return false, nil
 }
 
-// ErrNoQueueSupport is returned by ProbeQueueVariant when neither variant
-// works.
-var ErrNoQueueSupport = errors.New("kernel supports neither the nft queue expression nor the xt NFQUEUE target")
+// ErrNoQueueSupport is returned by ProbeQueueVariant and ChooseQueueVariant
+// when neither variant works.
+var ErrNoQueueSupport = errors.New("kernel supports neither the nft queue expression (CONFIG_NFT_QUEUE) nor the xt NFQUEUE target through nft_compat (CONFIG_NFT_COMPAT, CONFIG_NETFILTER_XT_TARGET_NFQUEUE)")
 
 // NFTBinary is the nft command used by ProbeQueueVariant.
 var NFTBinary = "nft"
 
-// ProbeQueueVariant finds out how this kernel can queue packets. It first
-// checks ("nft -c", which talks to the kernel but commits nothing) a native
-// "queue" rule in a throwaway inet table definition; if the kernel lacks the
-// expression, it creates an inet table with an xt NFQUEUE rule. Both probes
-// run in a private network namespace created for the probe (so it needs
-// CAP_SYS_ADMIN besides CAP_NET_ADMIN) and never touch the caller's ruleset.
-// A syntax error of nft (too old a binary) is an error, not a missing feature.
+// QueueProber checks a kernel for each way of queueing packets. Each
+// method reports false, nil when the kernel lacks the feature, and an error
+// when it could not tell.
+type QueueProber interface {
+	NativeQueue(ctx context.Context) (bool, error)
+	CompatQueue(ctx context.Context) (bool, error)
+}
+
+// KernelQueueProber probes the kernel without changing its ruleset: the
+// native statement with "nft -c" in the calling thread's network
+// namespace, the xt target in NetNS. Besides CAP_NET_ADMIN it needs
+// nothing, so the agent can probe its own namespace.
+type KernelQueueProber struct {
+	// NetNS is the network namespace of the xt probe's netlink socket;
+	// nil means the calling thread's.
+	NetNS *os.File
+}
+
+// NativeQueue implements QueueProber with ProbeNativeQueue.
+func (KernelQueueProber) NativeQueue(ctx context.Context) (bool, error) { return ProbeNativeQueue(ctx) }
+
+// CompatQueue implements QueueProber with ProbeCompatQueue.
+func (p KernelQueueProber) CompatQueue(context.Context) (bool, error) {
+	var opts []nftables.ConnOption
+	if p.NetNS != nil {
+		opts = append(opts, nftables.WithNetNSFd(int(p.NetNS.Fd())))
+	}
+	conn, err := nftables.New(opts...)
+	if err != nil {
+		return false, fmt.Errorf("netlink: %w", err)
+	}
+	return ProbeCompatQueue(conn)
+}
+
+// ChooseQueueVariant picks the native variant when the kernel has it, else
+// xt-compat when the kernel has that; ErrNoQueueSupport when it has neither.
+func ChooseQueueVariant(ctx context.Context, p QueueProber) (QueueVariant, error) {
+	native, err := p.NativeQueue(ctx)
+	if err != nil {
+		return QueueVariantUnknown, fmt.Errorf("probing the nft queue expression: %w", err)
+	}
+	if native {
+		return QueueVariantNative, nil
+	}
+	compat, err := p.CompatQueue(ctx)
+	if err != nil {
+		return QueueVariantUnknown, fmt.Errorf("probing the xt NFQUEUE target: %w", err)
+	}
+	if compat {
+		return QueueVariantXTCompat, nil
+	}
+	return QueueVariantUnknown, ErrNoQueueSupport
+}
+
+// ProbeQueueVariant is ChooseQueueVariant with a KernelQueueProber run in a
+// private network namespace created for the probe (so it needs
+// CAP_SYS_ADMIN besides CAP_NET_ADMIN); it never touches the caller's
+// ruleset. A syntax error of nft (too old a binary) is an error, not a
+// missing feature.
 func ProbeQueueVariant(ctx context.Context) (QueueVariant, error) {
 	type result struct {
 		v   QueueVariant
@@ -263,7 +315,15 @@ func ProbeQueueVariant(ctx context.Context) (QueueVariant, error) {
 			ch <- result{err: fmt.Errorf("creating a network namespace for the queue probe: %w", err)}
 			return
 		}
-		v, err := probeInThreadNetNS(ctx)
+		// exec'd children (nft -c) inherit the thread's namespace; the
+		// netlink socket is opened through the namespace's fd.
+		ns, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		defer ns.Close()
+		v, err := ChooseQueueVariant(ctx, KernelQueueProber{NetNS: ns})
 		ch <- result{v, err}
 	}()
 	select {
@@ -274,39 +334,31 @@ func ProbeQueueVariant(ctx context.Context) (QueueVariant, error) {
 	}
 }
 
-// probeInThreadNetNS runs on a locked thread: exec'd children and the netlink
-// socket (opened through the thread's namespace fd) use its namespace.
-func probeInThreadNetNS(ctx context.Context) (QueueVariant, error) {
-	native, err := ProbeNativeQueue(ctx)
-	if err != nil {
-		return QueueVariantUnknown, err
-	}
-	if native {
-		return QueueVariantNative, nil
-	}
-	ns, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		return QueueVariantUnknown, err
-	}
-	defer ns.Close()
-	conn, err := nftables.New(nftables.WithNetNSFd(int(ns.Fd())))
-	if err != nil {
-		return QueueVariantUnknown, err
-	}
-	t := conn.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "nftpolicy-probe"})
-	conn.AddChain(&nftables.Chain{
-		Table: t, Name: "probe", Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
-	})
-	if err := conn.Flush(); err != nil {
-		return QueueVariantUnknown, fmt.Errorf("creating the probe table: %w", err)
-	}
-	if err := InstallCompatQueueRule(conn, "nftpolicy-probe", "queue", QueueRuleConfig{QueueNum: 0, Queues: 2, Bypass: true, Fanout: true}); err != nil {
-		return QueueVariantUnknown, fmt.Errorf("%w: %v", ErrNoQueueSupport, err)
-	}
+// probeTable is the name of the table ProbeCompatQueue adds and deletes.
+const probeTable = "nftpolicy-probe"
+
+// ProbeCompatQueue reports whether the kernel of conn's network namespace
+// accepts an xt NFQUEUE rule. It sends one batch that adds a table with a
+// regular chain holding the rule and deletes the table again: the kernel
+// checks the rule (loading nft_compat and xt_NFQUEUE as needed) and commits
+// nothing that outlives the batch, so no packet ever meets the rule and no
+// other ruleset change sees the table. A kernel without the target answers
+// ENOENT (or EOPNOTSUPP): false, nil; any other error (no permission) is
+// returned.
+func ProbeCompatQueue(conn *nftables.Conn) (bool, error) {
+	cfg := QueueRuleConfig{QueueNum: 0, Queues: 2, Bypass: true, Fanout: true}
+	t := conn.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: probeTable})
+	c := conn.AddChain(&nftables.Chain{Table: t, Name: "queue"})
+	conn.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: CompatQueueExprs(cfg)})
 	conn.DelTable(t)
-	_ = conn.Flush()
-	return QueueVariantXTCompat, nil
+	err := conn.Flush()
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EOPNOTSUPP):
+		return false, nil
+	}
+	return false, fmt.Errorf("adding an xt NFQUEUE rule to a throwaway table: %w", err)
 }
 
 // ProbeNativeQueue checks with "nft -c" whether the kernel has the native

@@ -2,13 +2,16 @@ package sets_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
@@ -26,6 +29,11 @@ import (
 // otherwise an app selector with 1-3 ingress rules mixing podSelector,
 // namespaceSelector alone and ANDed with a podSelector, ipBlock with except,
 // numbered, named and ranged ports).
+var (
+	syncBenchPods     = flag.String("sync-bench-pods", "1000,10000,100000", "BenchmarkSync: comma-separated cluster sizes")
+	syncBenchBackends = flag.String("sync-bench-backends", "fake,kernel", "BenchmarkSync: comma-separated backends (fake, kernel, kernel-exec)")
+)
+
 const (
 	syncBenchNodes    = 50
 	syncBenchPolicies = 1000
@@ -125,6 +133,23 @@ func (r *nsRunner) do(fn func() error) error {
 
 func (r *nsRunner) stop() { close(r.fns); <-r.done }
 
+// nsFile opens the runner's network namespace, until the end of the test.
+func nsFile(tb testing.TB, r *nsRunner) *os.File {
+	var f *os.File
+	if err := r.do(func() (err error) { f, err = os.Open("/proc/thread-self/ns/net"); return err }); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { f.Close() })
+	return f
+}
+
+// nsElementWriter is a netlink element writer for the runner's namespace.
+func nsElementWriter(tb testing.TB, r *nsRunner) *sets.NetlinkElements {
+	w := sets.NewNetlinkElements(compile.TableName, int(nsFile(tb, r).Fd()))
+	tb.Cleanup(func() { w.Close() })
+	return w
+}
+
 // nsNFT is a knftables.Interface inside an nsRunner's namespace.
 type nsNFT struct {
 	r   *nsRunner
@@ -189,6 +214,7 @@ func (f *serializingFake) Run(ctx context.Context, tx *knftables.Transaction) er
 type syncTimes struct {
 	build, render, tx time.Duration
 	txCPU             time.Duration // nft's CPU time (kernel backend)
+	txSelfCPU         time.Duration // this process's CPU time in Sync
 	ops, elems        int
 	n                 int
 }
@@ -202,6 +228,7 @@ func (t *syncTimes) report(b *testing.B) {
 	if t.txCPU > 0 {
 		b.ReportMetric(ms(t.txCPU), "tx-cpu-ms")
 	}
+	b.ReportMetric(ms(t.txSelfCPU), "tx-self-cpu-ms")
 	b.ReportMetric(float64(t.ops)/float64(t.n), "tx-ops")
 	b.ReportMetric(float64(t.elems), "set-elements")
 }
@@ -209,9 +236,16 @@ func (t *syncTimes) report(b *testing.B) {
 // childrenCPU is the CPU time of the process's waited-for children: the nft
 // processes knftables ran. On a shared machine it is steadier than their
 // wall time.
-func childrenCPU() time.Duration {
+func childrenCPU() time.Duration { return rusageCPU(unix.RUSAGE_CHILDREN) }
+
+// selfCPU is the CPU time of this process (user and system: the netlink
+// path's kernel work runs in its system calls). Sync runs alone, so the
+// difference over a Sync is Sync's, give or take the garbage collector.
+func selfCPU() time.Duration { return rusageCPU(unix.RUSAGE_SELF) }
+
+func rusageCPU(who int) time.Duration {
 	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_CHILDREN, &ru); err != nil {
+	if err := unix.Getrusage(who, &ru); err != nil {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -227,13 +261,14 @@ func (t *syncTimes) step(b *testing.B, s *sets.Syncer, cache *compile.Cache, in 
 	if err != nil {
 		b.Fatal(err)
 	}
-	cpu0 := childrenCPU()
+	cpu0, self0 := childrenCPU(), selfCPU()
 	t2 := time.Now()
 	res, err := s.Sync(context.Background(), rs)
 	if err != nil {
 		b.Fatal(err)
 	}
 	t3 := time.Now()
+	t.txSelfCPU += selfCPU() - self0
 	t.txCPU += childrenCPU() - cpu0
 	t.build += t1.Sub(t0)
 	t.render += t2.Sub(t1)
@@ -257,19 +292,35 @@ func (t *syncTimes) step(b *testing.B, s *sets.Syncer, cache *compile.Cache, in 
 // of 100k pods under 3 s.
 //
 // "fake" stops at the transaction's text (serializingFake: no nft, no
-// kernel), so tx-ms is the syncer's own diff and serialization; "kernel" runs the real nft
-// binary against the kernel, in a private network namespace created for
-// the benchmark (root only; skipped otherwise).
+// kernel), so tx-ms is the syncer's own diff and serialization; "kernel" is
+// the agent's syncer against the kernel, in a private network namespace
+// created for the benchmark (root only; skipped otherwise): element-only
+// syncs over netlink, full syncs through nft with one command per set;
+// "kernel-exec" (not run unless named in -sync-bench-backends) is the
+// syncer without those two: every sync through nft, one command per
+// element. -sync-bench-pods chooses the cluster sizes.
 func BenchmarkSync(b *testing.B) {
 	cfg := compile.RenderConfig{Mode: compile.ModeHybrid}
 	cfg.Defaults()
-	for _, backend := range []string{"fake", "kernel"} {
+	var sizes []int
+	for _, f := range strings.Split(*syncBenchPods, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("-sync-bench-pods: %q is not a pod count", f)
+		}
+		sizes = append(sizes, n)
+	}
+	for _, backend := range strings.Split(*syncBenchBackends, ",") {
+		if backend != "fake" && backend != "kernel" && backend != "kernel-exec" {
+			b.Fatalf("-sync-bench-backends: unknown backend %q", backend)
+		}
 		b.Run(backend, func(b *testing.B) {
-			for _, n := range []int{1000, 10000, 100000} {
+			for _, n := range sizes {
 				b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 					in := syncBenchInput(n, syncBenchPolicies)
 					newSyncer := func(b *testing.B) *sets.Syncer {
 						var nft knftables.Interface
+						var scfg sets.Config
 						if backend == "fake" {
 							nft = &serializingFake{Fake: knftables.NewFake(knftables.InetFamily, compile.TableName)}
 						} else {
@@ -284,8 +335,12 @@ func BenchmarkSync(b *testing.B) {
 							if nft, err = newNSNFT(r); err != nil {
 								b.Fatal(err)
 							}
+							if backend == "kernel" {
+								scfg.Netlink, scfg.OneCommandPerSet = nsElementWriter(b, r), true
+							}
 						}
-						s, err := sets.New(sets.Config{NFT: nft})
+						scfg.NFT = nft
+						s, err := sets.New(scfg)
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -323,3 +378,82 @@ func BenchmarkSync(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOnePodBatch isolates the cost of writing one pod's element change
+// (alternately added to and deleted from a set of 1000 addresses, with its
+// comment) to the kernel, in a private network namespace (root only):
+// "netlink" and "nft-exec" are a Syncer with and without the netlink
+// element writer on a table of that one set, so the diff costs next to
+// nothing; "google-nftables" writes the same change with
+// github.com/google/nftables (a lasting connection, SetAddElements or
+// SetDeleteElements, Flush), the library the writer could have used.
+func BenchmarkOnePodBatch(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root: a private network namespace")
+	}
+	base := &compile.Ruleset{Table: knftables.Table{Comment: ptrString("bench")}, Chains: map[string]*compile.Chain{},
+		Sets: map[string]*compile.Set{"peers-v4": {Set: &knftables.Set{Name: "peers-v4", Type: "ipv4_addr"}}}}
+	for i := 0; i < 1000; i++ {
+		base.Sets["peers-v4"].Elements = append(base.Sets["peers-v4"].Elements,
+			knftables.Element{Key: []string{fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)}, Comment: ptrString(fmt.Sprintf("ns/pod-%d", i))})
+	}
+	with := *base
+	set := *base.Sets["peers-v4"]
+	set.Elements = append(append([]knftables.Element(nil), set.Elements...), knftables.Element{Key: []string{"10.2.0.1"}, Comment: ptrString("ns/new-pod")})
+	with.Sets = map[string]*compile.Set{"peers-v4": &set}
+	setup := func(b *testing.B, netlink bool) (*sets.Syncer, *os.File) {
+		k := newKernelNode(b, netlink)
+		s, f := k.syncer, nsFile(b, k.r)
+		if _, err := s.Sync(context.Background(), base); err != nil {
+			b.Fatal(err)
+		}
+		return s, f
+	}
+	for _, variant := range []string{"netlink", "nft-exec"} {
+		b.Run(variant, func(b *testing.B) {
+			s, _ := setup(b, variant == "netlink")
+			i := 0
+			for b.Loop() {
+				rs := base
+				if i%2 == 0 {
+					rs = &with
+				}
+				i++
+				res, err := s.Sync(context.Background(), rs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res.Full || res.Netlink != (variant == "netlink") || res.Operations != 1 {
+					b.Fatalf("unexpected sync: %+v", res)
+				}
+			}
+		})
+	}
+	b.Run("google-nftables", func(b *testing.B) {
+		_, f := setup(b, false)
+		conn, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())), nftables.AsLasting())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.CloseLasting()
+		s := &nftables.Set{Table: &nftables.Table{Family: nftables.TableFamilyINet, Name: compile.TableName}, Name: "peers-v4", KeyType: nftables.TypeIPAddr}
+		el := []nftables.SetElement{{Key: []byte{10, 2, 0, 1}, Comment: "ns/new-pod"}}
+		i := 0
+		for b.Loop() {
+			if i%2 == 0 {
+				err = conn.SetAddElements(s, el)
+			} else {
+				err = conn.SetDeleteElements(s, el)
+			}
+			i++
+			if err == nil {
+				err = conn.Flush()
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func ptrString(s string) *string { return &s }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -96,6 +97,18 @@ func sync(t *testing.T, s *Syncer, rs *compile.Ruleset) Result {
 		t.Fatalf("sync: %v", err)
 	}
 	return res
+}
+
+// matchesFreshLoad fails the test unless rec holds what a full load of
+// desired into an empty table gives.
+func matchesFreshLoad(t *testing.T, rec *recorder, desired *compile.Ruleset, what string) {
+	t.Helper()
+	fresh := newRecorder()
+	fs, _ := New(Config{NFT: fresh})
+	sync(t, fs, desired)
+	if diff := cmp.Diff(fresh.Dump(), rec.Dump()); diff != "" {
+		t.Errorf("%s (-fresh load +got):\n%s", what, diff)
+	}
 }
 
 // lines returns the transaction's commands, sorted, without the table line.
@@ -203,12 +216,7 @@ func TestIncrementalTransactions(t *testing.T) {
 				}
 			}
 			// The result must equal a fresh full load of the same ruleset.
-			fresh := newRecorder()
-			fs, _ := New(Config{NFT: fresh})
-			sync(t, fs, desired)
-			if diff := cmp.Diff(fresh.Dump(), rec.Dump()); diff != "" {
-				t.Errorf("incremental result differs from a full load (-full +incremental):\n%s", diff)
-			}
+			matchesFreshLoad(t, rec, desired, "incremental result differs from a full load")
 		})
 	}
 }
@@ -229,12 +237,7 @@ func TestFailureForcesFullResync(t *testing.T) {
 	if !res.Full {
 		t.Fatal("sync after a failure was not full")
 	}
-	fresh := newRecorder()
-	fs, _ := New(Config{NFT: fresh})
-	sync(t, fs, w.ruleset(t))
-	if diff := cmp.Diff(fresh.Dump(), rec.Dump()); diff != "" {
-		t.Errorf("after resync (-want +got):\n%s", diff)
-	}
+	matchesFreshLoad(t, rec, w.ruleset(t), "after resync")
 }
 
 func TestFullSyncRemovesStaleObjectsWithoutDeletingTable(t *testing.T) {
@@ -301,4 +304,57 @@ func TestExternalChainInstalledBeforeUse(t *testing.T) {
 	if strings.Contains(rec.txs[len(rec.txs)-1], "flush chain inet nftpolicy "+compile.ChainQueue) {
 		t.Errorf("full sync flushed the external chain")
 	}
+}
+
+// oldDefinitions names a set and a map that baseWorld renders and returns
+// a transaction filler that declares them the way an older version might
+// have: same names, other types, flags and timeout, with an element and a
+// rule that uses the set.
+func oldDefinitions(t *testing.T, rs *compile.Ruleset) (set, vmap string, tx func(*knftables.Transaction)) {
+	t.Helper()
+	set, vmap = "peers-qeylrstm-v4", "ingress-pods-v4"
+	if rs.Sets[set] == nil || rs.Sets[set].Set == nil || rs.Sets[vmap] == nil || rs.Sets[vmap].Map == nil {
+		t.Fatalf("baseWorld no longer renders set %s and map %s; pick others", set, vmap)
+	}
+	timeout := time.Minute
+	return set, vmap, func(tx *knftables.Transaction) {
+		tx.Add(&knftables.Table{Comment: rs.Table.Comment})
+		tx.Add(&knftables.Set{Name: set, Type: "ipv4_addr . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag}, Timeout: &timeout})
+		tx.Add(&knftables.Element{Set: set, Key: []string{"10.9.0.0/16", "80"}})
+		tx.Add(&knftables.Map{Name: vmap, Type: "ipv4_addr . inet_proto : verdict"})
+		tx.Add(&knftables.Chain{Name: "ingress-old"})
+		tx.Add(&knftables.Rule{Chain: "ingress-old", Rule: "ip saddr . tcp dport @" + set + " accept"})
+	}
+}
+
+func TestFullSyncReplacesSetsWhoseDefinitionChanged(t *testing.T) {
+	rs := baseWorld().ruleset(t)
+	rec := newRecorder()
+	set, vmap, old := oldDefinitions(t, rs)
+	tx := rec.NewTransaction()
+	old(tx)
+	if err := rec.Fake.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := New(Config{NFT: rec})
+	if res := sync(t, s, rs); !res.Full {
+		t.Fatal("first sync not full")
+	}
+	matchesFreshLoad(t, rec, rs, "after a full sync over old definitions of "+set+" and "+vmap)
+}
+
+func TestIncrementalSyncReplacesSetWhoseDefinitionChanged(t *testing.T) {
+	w := baseWorld()
+	rec := newRecorder()
+	s, _ := New(Config{NFT: rec})
+	sync(t, s, w.ruleset(t))
+	desired := w.ruleset(t)
+	set, _, _ := oldDefinitions(t, desired)
+	def := *desired.Sets[set].Set
+	def.Flags = append(def.Flags, knftables.IntervalFlag)
+	desired.Sets[set] = &compile.Set{Set: &def, Elements: desired.Sets[set].Elements}
+	if res := sync(t, s, desired); !res.Full {
+		t.Error("a set whose flags changed was synced incrementally, over its old definition")
+	}
+	matchesFreshLoad(t, rec, desired, "after the set's flags changed")
 }

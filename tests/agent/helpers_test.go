@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -20,14 +21,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// requireRoot skips tests that create network namespaces and run agents.
-// Missing tools are handled by kubeenv.Start (skip, or fail with
-// NFTPOLICY_REQUIRE_TOOLS set).
+// requireRoot stops tests that create network namespaces and run agents
+// when not root (skip, or fail with NFTPOLICY_REQUIRE_TOOLS set). Missing
+// tools are handled the same way by kubeenv.Start.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("agent tests need root: they create network namespaces and run nftpolicy agents that program nftables and NFQUEUE in them")
-	}
+	testenv.Require(t, "agent tests", testenv.Root("create network namespaces and run nftpolicy agents that program nftables and NFQUEUE in them"))
 }
 
 func testContext(t *testing.T, d time.Duration) context.Context {

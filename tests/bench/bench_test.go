@@ -2,13 +2,13 @@ package bench
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 func TestParseGoBenchAndReport(t *testing.T) {
@@ -66,9 +66,7 @@ func TestPercentileAndMedian(t *testing.T) {
 // connect, and queue mode must queue exactly one packet per connection on
 // each node it crosses.
 func TestConnSmoke(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	requireLab(t)
 	if testing.Short() {
 		t.Skip("-short")
 	}
@@ -99,9 +97,7 @@ func TestConnSmoke(t *testing.T) {
 // interleaved rounds (nftbench conn) are the numbers to compare modes with
 // on a shared machine.
 func BenchmarkConnect(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	requireLab(b)
 	for _, m := range ConnModes {
 		b.Run(m, func(b *testing.B) {
 			l, err := newConnLab(context.Background(), m, queueVariant(b), 1)
@@ -140,4 +136,12 @@ func queueVariant(b testing.TB) compile.QueueVariant {
 		b.Fatal(err)
 	}
 	return compile.QueueVariant(v.String())
+}
+
+// requireLab stops a test or benchmark that builds network namespaces and
+// runs agents when root, ip or nft is missing (skip, or fail with
+// NFTPOLICY_REQUIRE_TOOLS set).
+func requireLab(tb testing.TB) {
+	tb.Helper()
+	testenv.Require(tb, "bench", testenv.Root("create network namespaces and program nftables and NFQUEUE in them"), testenv.Binaries("ip", "nft"))
 }

@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -23,8 +22,8 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
@@ -37,6 +36,10 @@ const (
 	// established connections: the cost of connection tracking alone,
 	// which hybrid mode needs and the control lacks.
 	ModeConntrack = "conntrack"
+	// ModeHybridDenyLog is hybrid mode with the deny log on (the agent's
+	// default): only drop rules change, so allowed connections must run
+	// at hybrid's speed.
+	ModeHybridDenyLog = "hybrid_denylog"
 	// ModeHybridCNP is hybrid mode with ClusterNetworkPolicies in force
 	// (cnpInput): 50 Admin and 50 Baseline policies whose subjects include
 	// the bench pods, none of whose rules match the bench traffic, so every
@@ -49,7 +52,7 @@ const (
 
 // ConnModes and ConnPaths list them in report order.
 var (
-	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridCNP, ModeQueue}
+	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridDenyLog, ModeHybridCNP, ModeQueue}
 	ConnPaths = []string{PathSame, PathCross}
 )
 
@@ -266,6 +269,14 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 		res.Set(m+"_p99_us", micros(Percentile(all, 99)))
 		res.Set(m+"_failed", failed)
 	}
+	if slices.Contains(modes, ModeHybridDenyLog) {
+		// The headline names: hybrid with the deny log against the control,
+		// next to hybrid_conn_ratio, and against hybrid round by round.
+		res.Set("hybrid_conn_ratio_denylog", res.Float(ModeHybridDenyLog+"_conn_ratio"))
+		if slices.Contains(modes, ModeHybrid) {
+			res.Set("hybrid_denylog_vs_hybrid", round(Median(roundRatios(by, ModeHybridDenyLog, ModeHybrid, rounds)), 3))
+		}
+	}
 	if slices.Contains(modes, ModeQueue) {
 		q := math.Max(res.Float("queued_packets_per_conn_"+PathSame), res.Float("queued_packets_per_conn_"+PathCross))
 		res.Set("queued_packets_per_conn", q)
@@ -297,7 +308,7 @@ func roundRatios(by map[[3]any]*sample, mode, base string, rounds int) []float64
 type connLab struct {
 	mode    string
 	lab     *netlab.Lab
-	agents  []*connAgent
+	agents  []*inproc.Agent
 	client  string // client pod's namespace path
 	servers []*server
 	dst     map[string]netip.AddrPort
@@ -406,6 +417,10 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 	if mode == ModeHybridCNP {
 		rcfg.Mode, input = compile.ModeHybrid, cnpInput
 	}
+	if mode == ModeHybridDenyLog {
+		// The agent's defaults (--deny-log-group, --deny-log-kernel-rate).
+		rcfg.Mode, rcfg.DenyLogGroup = compile.ModeHybrid, 100
+	}
 	rcfg.Defaults()
 	if err := rcfg.Validate(); err != nil {
 		return nil, err
@@ -425,7 +440,7 @@ func (l *connLab) close() {
 		s.stop()
 	}
 	for _, a := range l.agents {
-		a.close()
+		_ = a.Close()
 	}
 	if l.lab != nil {
 		_ = l.lab.Close()
@@ -475,8 +490,8 @@ func (l *connLab) measure(path string, round int, cfg ConnConfig) *sample {
 func (l *connLab) queued() []uint64 {
 	out := make([]uint64, len(l.agents))
 	for i, a := range l.agents {
-		if a.rt != nil {
-			out[i] = a.rt.Stats().Received
+		if a.Runtime != nil {
+			out[i] = a.Runtime.Stats().Received
 		}
 	}
 	return out
@@ -640,98 +655,27 @@ func (s *server) stop() {
 	unix.Close(s.fd)
 }
 
-// connAgent is what the agent runs on one node, in process: the syncer and,
-// in queue mode, the evaluator and the NFQUEUE runtime (as tests/kernel).
-type connAgent struct {
-	node   string
-	netns  *os.File
-	syncer *sets.Syncer
-	qcfg   sets.QueueRuleConfig
-	eval   queue.Evaluator
-	rt     *queue.Runtime
-	cancel context.CancelFunc
-	done   chan error
-}
-
+// newConnAgent starts the in-process agent of node and commits the
+// benchmark's policies (connInput) there.
 func newConnAgent(ctx context.Context, lab *netlab.Lab, node string, rcfg compile.RenderConfig,
-	input func(node string, nodeIPs []netip.Addr) compile.Input) (_ *connAgent, err error) {
-	a := &connAgent{node: node}
-	nft, err := netlab.NewNodeNFT(lab, node)
+	input func(node string, nodeIPs []netip.Addr) compile.Input) (_ *inproc.Agent, err error) {
+	a, err := inproc.New(lab, node, rcfg, quiet)
 	if err != nil {
-		return nil, err
-	}
-	path, err := lab.NodeNetnsPath(node)
-	if err != nil {
-		return nil, err
-	}
-	if a.netns, err = os.Open(path); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			a.close()
+			_ = a.Close()
 		}
 	}()
-	a.qcfg = sets.QueueRuleConfig{QueueNum: rcfg.QueueNum, Queues: rcfg.Queues, Bypass: rcfg.FailOpen, Fanout: rcfg.Queues > 1, Counter: true}
-	scfg := sets.Config{NFT: nft, Logger: quiet}
-	if rcfg.UsesQueue() && rcfg.QueueVariant == compile.QueueXTCompat {
-		scfg.External = func(ctx context.Context, chain string) error {
-			conn, err := nftables.New(nftables.WithNetNSFd(int(a.netns.Fd())))
-			if err != nil {
-				return err
-			}
-			defer conn.CloseLasting()
-			return sets.InstallCompatQueueRule(conn, compile.TableName, chain, a.qcfg)
-		}
-	}
-	if a.syncer, err = sets.New(scfg); err != nil {
-		return nil, err
-	}
-	if rcfg.UsesQueue() {
-		a.rt, err = queue.NewRuntime(queue.RuntimeConfig{QueueNum: rcfg.QueueNum, Queues: rcfg.Queues, FailOpen: rcfg.FailOpen,
-			AllowMark: rcfg.AllowMark, NetNS: int(a.netns.Fd()), Logger: quiet}, &a.eval)
-		if err != nil {
-			return nil, err
-		}
-		rctx, cancel := context.WithCancel(context.Background())
-		a.cancel, a.done = cancel, make(chan error, 1)
-		go func() { a.done <- a.rt.Run(rctx) }()
-		select {
-		case <-a.rt.Ready():
-		case err := <-a.done:
-			a.done <- err
-			return nil, fmt.Errorf("nfqueue runtime on %s: %w", node, err)
-		case <-time.After(10 * time.Second):
-			return nil, fmt.Errorf("nfqueue runtime on %s: not ready after 10s", node)
-		}
-	}
 	ips, err := lab.IPs(netlab.Node(node))
 	if err != nil {
 		return nil, err
 	}
-	// The agent's order: render, commit, then publish to the evaluator.
-	prog := compile.Build(input(node, ips))
-	rs, err := compile.Render(prog, rcfg)
-	if err != nil {
+	if _, err := a.Apply(ctx, compile.Build(input(node, ips)), nil, false); err != nil {
 		return nil, err
 	}
-	if _, err := a.syncer.Sync(ctx, rs); err != nil {
-		return nil, fmt.Errorf("syncing %s: %w", node, err)
-	}
-	a.eval.Swap(prog)
 	return a, nil
-}
-
-func (a *connAgent) close() {
-	if a.cancel != nil {
-		a.cancel()
-		<-a.done
-		a.cancel = nil
-	}
-	if a.netns != nil {
-		a.netns.Close()
-		a.netns = nil
-	}
 }
 
 // cnpInput is connInput with ClusterNetworkPolicies in force: 50 Admin and
@@ -759,8 +703,8 @@ func cnpInput(node string, nodeIPs []netip.Addr) compile.Input {
 			team := compiletest.ToNamespaces(compiletest.Sel("team", ns))
 			port := compiletest.Proto("TCP", int32(9000+i))
 			in.ClusterPolicies = append(in.ClusterPolicies, compiletest.CNP(fmt.Sprintf("%s-%s", strings.ToLower(tier), ns), tier, int32(i), subject,
-				compiletest.Egress(compiletest.Rule("no-"+ns, "Deny", team).On(port)),
-				compiletest.Ingress(compiletest.Rule("from-"+ns, "Deny", team).On(port))))
+				compiletest.CNPEgress(compiletest.CNPRule("no-"+ns, "Deny", team).On(port)),
+				compiletest.CNPIngress(compiletest.CNPRule("from-"+ns, "Deny", team).On(port))))
 		}
 	}
 	return in

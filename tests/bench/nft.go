@@ -1,7 +1,6 @@
 package bench
 
-import "github.com/go-logr/logr/funcr"
+import "github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 
-// quiet discards logs (logr.Discard has a nil sink, which the product
-// replaces with klog).
-var quiet = funcr.New(func(prefix, args string) {}, funcr.Options{})
+// quiet discards logs: the in-process agent's logger.
+var quiet = inproc.Quiet

@@ -47,7 +47,7 @@ var Targets = []target{
 
 // Headline are the name=value lines printed last, in this order.
 var Headline = []string{
-	"hybrid_conn_ratio", "hybrid_conn_ratio_cnp", "hybrid_cnp_vs_hybrid", "queue_conn_ratio", "hybrid_p50_us", "queue_p50_us", "control_p50_us", "queued_packets_per_conn",
+	"hybrid_conn_ratio", "hybrid_conn_ratio_denylog", "hybrid_conn_ratio_cnp", "hybrid_cnp_vs_hybrid", "queue_conn_ratio", "hybrid_p50_us", "queue_p50_us", "control_p50_us", "queued_packets_per_conn",
 	"program_delay_p50_ms", "program_delay_p99_ms",
 	"rss_mb_10k", "rss_mb_50k", "full_sync_ms_10k", "full_sync_ms_50k", "incr_sync_ms_10k", "incr_sync_ms_50k",
 	"eval_ns",
@@ -127,6 +127,8 @@ func Report(r *Result, quick bool) string {
 	row("connections", "hybrid with ClusterNetworkPolicies: rate vs hybrid without (per-round ratios)", "hybrid_cnp_vs_hybrid", "")
 	row("connections", "conntrack only, no nftpolicy: rate vs control, both paths", "conntrack_conn_ratio", "")
 	row("connections", "hybrid: rate vs conntrack only (nftpolicy's rules alone)", "hybrid_conn_ratio_vs_conntrack", "")
+	row("connections", "hybrid with the deny log on: rate vs control, both paths", "hybrid_conn_ratio_denylog", "")
+	row("connections", "hybrid with the deny log on: rate vs hybrid without it (allowed connections)", "hybrid_denylog_vs_hybrid", "")
 	row("connections", "queue: rate vs control, both paths", "queue_conn_ratio", "")
 	row("connections", "queue: rate vs control, same node", "queue_conn_ratio_same", "")
 	row("connections", "queue: rate vs control, across nodes", "queue_conn_ratio_cross", "")

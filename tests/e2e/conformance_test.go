@@ -13,17 +13,18 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/tests/e2e"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/kubeenv"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -32,35 +33,28 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// requireTools skips (or fails, with NFTPOLICY_REQUIRE_TOOLS set) when
-// hack/tools.sh's binaries are missing, as kubeenv.Start does, before
-// anything is built.
-func requireTools(t *testing.T) {
+// requireLab stops the test, before anything is built, when root, ip, nft
+// or hack/tools.sh's binaries are missing (skip, or fail with
+// NFTPOLICY_REQUIRE_TOOLS set).
+func requireLab(t *testing.T) {
 	t.Helper()
-	for _, name := range []string{"etcd", "kube-apiserver", "kubectl"} {
-		if _, err := kubeenv.Binary(name); err != nil {
-			if os.Getenv(kubeenv.RequireToolsEnv) == "" {
-				t.Skipf("%v; run `bash hack/tools.sh` (set %s=1 to fail instead of skip)", err, kubeenv.RequireToolsEnv)
-			}
-			t.Fatalf("%v (%s is set)", err, kubeenv.RequireToolsEnv)
-		}
-	}
+	testenv.Require(t, "e2e tests", testenv.Root("create network namespaces and run nftpolicy agents that program nftables and NFQUEUE in them"),
+		testenv.Binaries("ip", "nft"), kubeenv.Tools())
 }
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("e2e tests need root: they create network namespaces and run nftpolicy agents that program nftables and NFQUEUE in them")
-	}
-}
+const (
+	tcp  = compile.ProtoTCP
+	udp  = compile.ProtoUDP
+	sctp = compile.ProtoSCTP
+)
 
-// fullGridExtra are the deltas a case needs because all nine pods exist
-// (netpol-cases.md lists only the pods each case creates): in case 4
-// x/deny-all also isolates x/c, in case 11 z/a -> x/a is denied (z/a is not
-// pod b or c). pkg/queue's TestNetpolCasesFullGrid has the same two.
-var fullGridExtra = map[int][]delta{
-	4:  {deny("*", "x/c")},
-	11: {deny("z/a", "x/a")},
+// gridNode spreads the grid over the nodes, alternating in key order, so
+// that every namespace has pods on two nodes and every case has same-node
+// and cross-node pairs: with two nodes x/a, x/c, y/b, z/a, z/c are on the
+// first, the others on the second.
+func gridNode(key string, nodes []string) string {
+	i := slices.Index(ct.GridPods(), key)
+	return nodes[max(i, 0)%len(nodes)]
 }
 
 // pp is a port and protocol.
@@ -71,74 +65,19 @@ type pp struct {
 
 func (k pp) String() string { return fmt.Sprintf("%d/%v", k.port, k.proto) }
 
-// tables returns the full-grid truth table of every expectation of a step.
-func (st netpolStep) tables(num int) map[pp]truthTable {
-	out := map[pp]truthTable{}
-	for _, e := range st.expect {
-		out[pp{e.port, e.proto}] = newTruthTable(gridPods(), append(slices.Clone(e.deltas), fullGridExtra[num]...))
+// stepTables returns the full-grid truth table of every expectation of a
+// step of nc: all nine pods exist, so the case's GridExtra deltas apply.
+func stepTables(nc ct.NetpolCase, st ct.NetpolStep) map[pp]ct.TruthTable {
+	out := map[pp]ct.TruthTable{}
+	for _, e := range st.Expect {
+		out[pp{e.Port, e.Proto}] = e.Table(ct.GridPods(), nc.GridExtra...)
 	}
 	return out
 }
 
-// labels returns the labels of the grid's namespaces and pods in a step.
-func (st netpolStep) labels() (nss, pods map[string]map[string]string) {
-	nss, pods = map[string]map[string]string{}, map[string]map[string]string{}
-	for _, ns := range gridNamespaces {
-		nss[ns] = map[string]string{compile.NamespaceNameLabel: ns}
-		maps.Copy(nss[ns], st.nsLabels[ns])
-	}
-	for _, k := range gridPods() {
-		_, name, _ := strings.Cut(k, "/")
-		pods[k] = map[string]string{"pod": name}
-		if l, ok := st.podLabels[k]; ok {
-			pods[k] = maps.Clone(l)
-		}
-	}
-	return nss, pods
-}
-
-// TestCasesAgreeWithEvaluator checks this package's copy of the cases on
-// the full grid against the evaluator, without root: a copy mistake shows
-// here rather than as a kernel disagreement.
-func TestCasesAgreeWithEvaluator(t *testing.T) {
-	if len(netpolCases) != 48 {
-		t.Fatalf("have %d cases, netpol-cases.md has 48", len(netpolCases))
-	}
-	for i, c := range netpolCases {
-		if c.num != i+1 {
-			t.Fatalf("case %d is numbered %d", i+1, c.num)
-		}
-		for si, st := range c.steps {
-			nss, podLabels := st.labels()
-			in := compile.Input{Policies: st.policies}
-			for _, ns := range gridNamespaces {
-				in.Namespaces = append(in.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: nss[ns]}})
-			}
-			for _, k := range gridPods() {
-				ns, name, _ := strings.Cut(k, "/")
-				ip := gridIP(k).String()
-				in.Pods = append(in.Pods, &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: podLabels[k]},
-					Spec:       corev1.PodSpec{NodeName: gridNode(k, cluster.DefaultNodes), Containers: []corev1.Container{{Name: "main", Ports: gridPorts()}}},
-					Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}},
-				})
-			}
-			prog := compile.Build(in)
-			for k, want := range st.tables(c.num) {
-				for _, f := range gridPods() {
-					for _, to := range gridPods() {
-						if f == to {
-							continue
-						}
-						v := queue.Evaluate(prog, gridIP(f), gridIP(to), k.proto, k.port)
-						if w := want.v[[2]string{f, to}]; v.Allowed != w {
-							t.Errorf("case %d step %d %v: %s -> %s: table says %s, evaluator %s: %s", c.num, si+1, k, f, to, verdictWord(w), verdictWord(v.Allowed), v.Reason())
-						}
-					}
-				}
-			}
-		}
-	}
+// stepLabels returns the labels of the grid's namespaces and pods in a step.
+func stepLabels(st ct.NetpolStep) (nss, pods map[string]map[string]string) {
+	return st.Grid(ct.GridPods()).Labels()
 }
 
 // Timing of the suite's probes.
@@ -153,8 +92,7 @@ const (
 // TestConformance runs every upstream case in hybrid and in queue mode, on
 // one cluster per mode, and reports the enforcement delay.
 func TestConformance(t *testing.T) {
-	requireRoot(t)
-	requireTools(t)
+	requireLab(t)
 	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
 		t.Run(string(mode), func(t *testing.T) { runConformance(t, mode) })
 	}
@@ -195,17 +133,17 @@ func runConformance(t *testing.T, mode compile.Mode) {
 	s.p = e2e.NewProber(s.c.Lab)
 	s.p.Timeout, s.p.RetryTimeout = matrixTimeout, -1 // retried per cell by checkStep
 	t.Cleanup(s.p.Close)
-	for _, ns := range gridNamespaces {
+	for _, ns := range ct.GridNamespaces() {
 		if err := s.c.EnsureNamespace(ctx, ns, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	placed := map[string][]string{}
-	for _, k := range gridPods() {
+	for _, k := range ct.GridPods() {
 		ns, name, _ := strings.Cut(k, "/")
 		node := gridNode(k, s.nodes)
 		if _, err := s.c.CreatePod(ctx, cluster.Pod{Namespace: ns, Name: name, Labels: map[string]string{"pod": name},
-			Node: node, IPs: []netip.Addr{gridIP(k)}, Ports: gridPorts()}); err != nil {
+			Node: node, IPs: []netip.Addr{ct.GridIP(k)}, Ports: ct.GridPorts()}); err != nil {
 			t.Fatal(err)
 		}
 		ep, err := s.c.PodEndpoint(k)
@@ -224,11 +162,11 @@ func runConformance(t *testing.T, mode compile.Mode) {
 	s.baseline(t, ctx)
 	setup := time.Since(began)
 
-	for _, nc := range netpolCases {
-		ok := t.Run(fmt.Sprintf("%02d-%s", nc.num, slug(nc.name)), func(t *testing.T) { s.runCase(t, ctx, nc) })
+	for _, nc := range ct.NetpolCases() {
+		ok := t.Run(fmt.Sprintf("%02d-%s", nc.Num, slug(nc.Name)), func(t *testing.T) { s.runCase(t, ctx, nc) })
 		s.mu.Lock()
-		switch _, skipped := s.skipped[nc.num]; {
-		case skipped, !s.ran[nc.num]:
+		switch _, skipped := s.skipped[nc.Num]; {
+		case skipped, !s.ran[nc.Num]:
 		case ok:
 			s.passed++
 		default:
@@ -255,11 +193,11 @@ func (s *suite) baseline(t *testing.T, ctx context.Context) {
 	if _, err := s.c.WaitProgrammed(ctx); err != nil {
 		t.Fatal(err)
 	}
-	allowed := newTruthTable(gridPods(), nil)
-	want := map[pp]truthTable{{80, tcp}: allowed, {81, tcp}: allowed, {80, udp}: allowed, {81, udp}: allowed}
+	allowed := ct.NewTruthTable(ct.GridPods(), nil)
+	want := map[pp]ct.TruthTable{{80, tcp}: allowed, {81, tcp}: allowed, {80, udp}: allowed, {81, udp}: allowed}
 	if s.sctpSkip == "" {
 		// SCTP is tried separately: it may be impossible here.
-		cells, err := s.probeCells(ctx, map[pp]truthTable{{80, sctp}: allowed})
+		cells, err := s.probeCells(ctx, map[pp]ct.TruthTable{{80, sctp}: allowed})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,45 +229,45 @@ type state struct {
 }
 
 func initialState() state {
-	nss, pods := netpolStep{}.labels()
+	nss, pods := stepLabels(ct.NetpolStep{})
 	return state{policies: map[string]*networkingv1.NetworkPolicy{}, nss: nss, pods: pods}
 }
 
-func (s *suite) runCase(t *testing.T, ctx context.Context, nc netpolCase) {
+func (s *suite) runCase(t *testing.T, ctx context.Context, nc ct.NetpolCase) {
 	s.mu.Lock()
-	s.ran[nc.num] = true
+	s.ran[nc.Num] = true
 	broken, sctpSkip := s.broken, s.sctpSkip
 	s.mu.Unlock()
 	skip := func(why string) {
 		s.mu.Lock()
-		s.skipped[nc.num] = why
+		s.skipped[nc.Num] = why
 		s.mu.Unlock()
 		t.Skip(why)
 	}
 	if broken != "" {
 		skip("the cluster could not be brought back to its initial state: " + broken)
 	}
-	for _, st := range nc.steps {
-		for _, e := range st.expect {
-			if e.proto == sctp && sctpSkip != "" {
+	for _, st := range nc.Steps {
+		for _, e := range st.Expect {
+			if e.Proto == sctp && sctpSkip != "" {
 				skip("SCTP: this kernel has no SCTP sockets (no CONFIG_IP_SCTP) and the raw-socket probe does not work here: " + sctpSkip)
 			}
 		}
 	}
 	cur := initialState()
-	prev := map[pp]truthTable{} // empty: all allowed
+	prev := map[pp]ct.TruthTable{} // empty: all allowed
 	defer func() { s.cleanup(t, ctx, nc, cur, prev) }()
-	for si, st := range nc.steps {
+	for si, st := range nc.Steps {
 		step := fmt.Sprintf("step %d", si+1)
-		if st.note != "" {
-			step += " (" + st.note + ")"
+		if st.Note != "" {
+			step += " (" + st.Note + ")"
 		}
 		next := state{policies: map[string]*networkingv1.NetworkPolicy{}}
-		for _, np := range st.policies {
+		for _, np := range st.Policies {
 			next.policies[np.Namespace+"/"+np.Name] = np
 		}
-		next.nss, next.pods = st.labels()
-		tables := st.tables(nc.num)
+		next.nss, next.pods = stepLabels(st)
+		tables := stepTables(nc, st)
 		kind := transitionKind(cur, next)
 		if err := s.transition(t, ctx, kind, step, cur, next, prev, tables); err != nil {
 			t.Fatalf("%s: %v", step, err)
@@ -370,7 +308,7 @@ func transitionKind(cur, next state) string {
 // is empty), one pair whose verdict flips is probed every few milliseconds
 // from just before the first API request, and the delay until the new
 // verdict shows is recorded. It returns once the agents are programmed.
-func (s *suite) transition(t *testing.T, ctx context.Context, kind, step string, cur, next state, prev, tables map[pp]truthTable) error {
+func (s *suite) transition(t *testing.T, ctx context.Context, kind, step string, cur, next state, prev, tables map[pp]ct.TruthTable) error {
 	flip, want, what := s.pickFlip(prev, tables)
 	start := time.Now()
 	type watched struct {
@@ -415,10 +353,10 @@ func (s *suite) transition(t *testing.T, ctx context.Context, kind, step string,
 // pickFlip chooses the pair to watch: a cell whose verdict differs between
 // prev and next, preferring TCP, then UDP, then SCTP, and pods on different
 // nodes.
-func (s *suite) pickFlip(prev, next map[pp]truthTable) (*e2e.ProbeSpec, bool, string) {
-	allowed := newTruthTable(gridPods(), nil)
+func (s *suite) pickFlip(prev, next map[pp]ct.TruthTable) (*e2e.ProbeSpec, bool, string) {
+	allowed := ct.NewTruthTable(ct.GridPods(), nil)
 	if len(next) == 0 { // back to no policy: all allowed
-		next = map[pp]truthTable{}
+		next = map[pp]ct.TruthTable{}
 		for k := range prev {
 			next[k] = allowed
 		}
@@ -440,10 +378,10 @@ func (s *suite) pickFlip(prev, next map[pp]truthTable) (*e2e.ProbeSpec, bool, st
 			before = allowed
 		}
 		after := next[k]
-		for _, f := range gridPods() {
-			for _, to := range gridPods() {
+		for _, f := range ct.GridPods() {
+			for _, to := range ct.GridPods() {
 				pair := [2]string{f, to}
-				if f == to || before.v[pair] == after.v[pair] {
+				if f == to || before.Allowed[pair] == after.Allowed[pair] {
 					continue
 				}
 				score := 0
@@ -456,9 +394,9 @@ func (s *suite) pickFlip(prev, next map[pp]truthTable) (*e2e.ProbeSpec, bool, st
 					score += 2
 				}
 				if score > bestScore {
-					bestScore, bestWant = score, after.v[pair]
-					best = &e2e.ProbeSpec{From: s.ep[f], To: s.ep[to], Src: gridIP(f), Dst: gridIP(to), Port: k.port, Proto: k.proto}
-					bestWhat = fmt.Sprintf("%s -> %s %v %s", f, to, k, verdictWord(after.v[pair]))
+					bestScore, bestWant = score, after.Allowed[pair]
+					best = &e2e.ProbeSpec{From: s.ep[f], To: s.ep[to], Src: ct.GridIP(f), Dst: ct.GridIP(to), Port: k.port, Proto: k.proto}
+					bestWhat = fmt.Sprintf("%s -> %s %v %s", f, to, k, ct.VerdictWord(after.Allowed[pair]))
 				}
 			}
 		}
@@ -486,14 +424,14 @@ func (s *suite) apply(ctx context.Context, cur, next state) error {
 			return err
 		}
 	}
-	for _, ns := range gridNamespaces {
+	for _, ns := range ct.GridNamespaces() {
 		if set, remove := labelDiff(cur.nss[ns], next.nss[ns]); set != nil || remove != nil {
 			if err := s.c.LabelNamespace(ctx, ns, set, remove...); err != nil {
 				return err
 			}
 		}
 	}
-	for _, k := range gridPods() {
+	for _, k := range ct.GridPods() {
 		if set, remove := labelDiff(cur.pods[k], next.pods[k]); set != nil || remove != nil {
 			ns, name, _ := strings.Cut(k, "/")
 			if err := s.c.LabelPod(ctx, ns, name, set, remove...); err != nil {
@@ -525,11 +463,11 @@ func labelDiff(cur, next map[string]string) (set map[string]string, remove []str
 // API (measuring the delete like any transition), then checks that every
 // pair connects again on the ports the case probed. If the cluster cannot be
 // restored, the remaining cases are skipped.
-func (s *suite) cleanup(t *testing.T, ctx context.Context, nc netpolCase, cur state, prev map[pp]truthTable) {
+func (s *suite) cleanup(t *testing.T, ctx context.Context, nc ct.NetpolCase, cur state, prev map[pp]ct.TruthTable) {
 	init := initialState()
 	// The policies first, measured as a delete; the labels after.
 	noPolicies := state{policies: map[string]*networkingv1.NetworkPolicy{}, nss: cur.nss, pods: cur.pods}
-	err := s.transition(t, ctx, "delete", "cleanup", cur, noPolicies, prev, map[pp]truthTable{})
+	err := s.transition(t, ctx, "delete", "cleanup", cur, noPolicies, prev, map[pp]ct.TruthTable{})
 	if err == nil {
 		err = s.apply(ctx, noPolicies, init)
 	}
@@ -546,19 +484,19 @@ func (s *suite) cleanup(t *testing.T, ctx context.Context, nc netpolCase, cur st
 	}
 	if err != nil {
 		s.mu.Lock()
-		s.broken = fmt.Sprintf("after case %d: %v", nc.num, err)
+		s.broken = fmt.Sprintf("after case %d: %v", nc.Num, err)
 		s.mu.Unlock()
 		t.Errorf("cleanup: %v", err)
 		return
 	}
-	allowed := newTruthTable(gridPods(), nil)
-	want := map[pp]truthTable{}
+	allowed := ct.NewTruthTable(ct.GridPods(), nil)
+	want := map[pp]ct.TruthTable{}
 	for k := range prev {
 		want[k] = allowed
 	}
 	if !s.checkStep(t, ctx, "cleanup: no policies", want) {
 		s.mu.Lock()
-		s.broken = fmt.Sprintf("after case %d: connectivity not restored once its policies were deleted", nc.num)
+		s.broken = fmt.Sprintf("after case %d: connectivity not restored once its policies were deleted", nc.Num)
 		s.mu.Unlock()
 	}
 }
@@ -576,7 +514,7 @@ type cell struct {
 // probeCells probes every ordered pair of distinct pods for each table, all
 // at once (one try), and decides each with the evaluator on the API's
 // current objects.
-func (s *suite) probeCells(ctx context.Context, tables map[pp]truthTable) ([]*cell, error) {
+func (s *suite) probeCells(ctx context.Context, tables map[pp]ct.TruthTable) ([]*cell, error) {
 	prog, err := s.c.Program(ctx)
 	if err != nil {
 		return nil, err
@@ -584,13 +522,13 @@ func (s *suite) probeCells(ctx context.Context, tables map[pp]truthTable) ([]*ce
 	var cells []*cell
 	var specs []e2e.ProbeSpec
 	for _, k := range sortedKeys(tables) {
-		for _, f := range gridPods() {
-			for _, to := range gridPods() {
+		for _, f := range ct.GridPods() {
+			for _, to := range ct.GridPods() {
 				if f == to {
 					continue
 				}
-				cl := &cell{k: k, from: f, to: to, want: tables[k].v[[2]string{f, to}],
-					spec: e2e.ProbeSpec{From: s.ep[f], To: s.ep[to], Src: gridIP(f), Dst: gridIP(to), Port: k.port, Proto: k.proto}}
+				cl := &cell{k: k, from: f, to: to, want: tables[k].Allowed[[2]string{f, to}],
+					spec: e2e.ProbeSpec{From: s.ep[f], To: s.ep[to], Src: ct.GridIP(f), Dst: ct.GridIP(to), Port: k.port, Proto: k.proto}}
 				cl.eval = queue.Evaluate(prog, cl.spec.Src, cl.spec.Dst, k.proto, k.port)
 				cells = append(cells, cl)
 				specs = append(specs, cl.spec)
@@ -606,7 +544,7 @@ func (s *suite) probeCells(ctx context.Context, tables map[pp]truthTable) ([]*ce
 	return cells, ctx.Err()
 }
 
-func sortedKeys(m map[pp]truthTable) []pp {
+func sortedKeys(m map[pp]ct.TruthTable) []pp {
 	keys := slices.Collect(maps.Keys(m))
 	sort.Slice(keys, func(i, j int) bool {
 		if keys[i].proto != keys[j].proto {
@@ -624,7 +562,7 @@ func sortedKeys(m map[pp]truthTable) []pp {
 // mismatch it prints, per port, the expected and observed matrices, the
 // evaluator's reasons, the agents' log tails and the involved nodes'
 // rulesets. It reports whether everything agreed.
-func (s *suite) checkStep(t *testing.T, ctx context.Context, step string, tables map[pp]truthTable) bool {
+func (s *suite) checkStep(t *testing.T, ctx context.Context, step string, tables map[pp]ct.TruthTable) bool {
 	t.Helper()
 	if len(tables) == 0 {
 		return true
@@ -654,14 +592,14 @@ func (s *suite) checkStep(t *testing.T, ctx context.Context, step string, tables
 	involved := map[string]bool{}
 	for _, k := range sortedKeys(tables) {
 		var bad []string
-		observed := truthTable{pods: gridPods(), v: map[[2]string]bool{}}
-		evaluated := truthTable{pods: gridPods(), v: map[[2]string]bool{}}
+		observed := ct.TruthTable{Pods: ct.GridPods(), Allowed: map[[2]string]bool{}}
+		evaluated := ct.TruthTable{Pods: ct.GridPods(), Allowed: map[[2]string]bool{}}
 		for _, cl := range cells {
 			if cl.k != k {
 				continue
 			}
 			pair := [2]string{cl.from, cl.to}
-			observed.v[pair], evaluated.v[pair] = cl.r.Allowed, cl.eval.Allowed
+			observed.Allowed[pair], evaluated.Allowed[pair] = cl.r.Allowed, cl.eval.Allowed
 			if cl.r.Err != nil || cl.r.Allowed != cl.want || cl.eval.Allowed != cl.want {
 				how := cl.r.Detail
 				if cl.r.Tries > 1 {
@@ -671,8 +609,8 @@ func (s *suite) checkStep(t *testing.T, ctx context.Context, step string, tables
 					how = "harness problem: " + cl.r.Err.Error()
 				}
 				bad = append(bad, fmt.Sprintf("  %s -> %s (%s, %s -> %s): want %s, real packets %s (%s), evaluator %s (ingress=%v egress=%v): %s",
-					cl.from, cl.to, nodePair(s, cl.from, cl.to), cl.spec.Src, cl.spec.Dst, verdictWord(cl.want), verdictWord(cl.r.Allowed), how,
-					verdictWord(cl.eval.Allowed), cl.eval.Ingress, cl.eval.Egress, cl.eval.Reason()))
+					cl.from, cl.to, nodePair(s, cl.from, cl.to), cl.spec.Src, cl.spec.Dst, ct.VerdictWord(cl.want), ct.VerdictWord(cl.r.Allowed), how,
+					ct.VerdictWord(cl.eval.Allowed), cl.eval.Ingress, cl.eval.Egress, cl.eval.Reason()))
 				involved[gridNode(cl.from, s.nodes)], involved[gridNode(cl.to, s.nodes)] = true, true
 			}
 		}
@@ -680,7 +618,7 @@ func (s *suite) checkStep(t *testing.T, ctx context.Context, step string, tables
 			ok = false
 			want := tables[k]
 			t.Errorf("%s, %v (%s mode): %d of %d pairs disagree ('.' allowed, 'X' denied, '*' differs from expected)\nexpected:\n%sobserved on real packets:\n%sevaluator:\n%smismatches:\n%s",
-				step, k, s.mode, len(bad), len(want.v), want.render(nil), observed.render(&want), evaluated.render(&want), strings.Join(bad, "\n"))
+				step, k, s.mode, len(bad), len(want.Allowed), want.Render(nil), observed.Render(&want), evaluated.Render(&want), strings.Join(bad, "\n"))
 		}
 	}
 	if !ok {

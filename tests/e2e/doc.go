@@ -6,8 +6,9 @@
 // fail with NFTPOLICY_REQUIRE_TOOLS set):
 //
 //   - TestConformance runs the 48 upstream e2e NetworkPolicy cases
-//     (netpol-cases.md; the same truth tables as pkg/queue's
-//     netpol_cases_test.go, on the full x,y,z x a,b,c grid) in hybrid and in
+//     (compiletest.NetpolCases, listed in docs/netpol-cases.md; the truth
+//     tables pkg/queue's evaluator tests read too, here on the full
+//     x,y,z x a,b,c grid) in hybrid and in
 //     queue mode, on one cluster per mode whose 9 pods are spread over both
 //     nodes. Policies are created, updated and deleted, and namespaces and
 //     pods relabelled, through the API; each state is checked on every

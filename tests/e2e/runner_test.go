@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/tests/e2e"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 )
@@ -93,8 +94,8 @@ func compareRun(t *testing.T, s *compile.Scenario, want []evalLine, got []evalLi
 			bad++
 			pr := s.Probes[i]
 			t.Errorf("probe %d %s -> %s %d/%s: runner %s%s, eval %s (ingress=%v egress=%v): %s",
-				i, pr.From, pr.To, pr.Port, pr.ProbeProtocol(), verdictWord(got[i].Allowed), got[i].Error+detail(i),
-				verdictWord(want[i].Allowed), want[i].Ingress, want[i].Egress, want[i].Reason)
+				i, pr.From, pr.To, pr.Port, pr.ProbeProtocol(), ct.VerdictWord(got[i].Allowed), got[i].Error+detail(i),
+				ct.VerdictWord(want[i].Allowed), want[i].Ingress, want[i].Egress, want[i].Reason)
 		}
 	}
 	t.Logf("%d probes, %d allowed; %d disagree with nftpolicy eval", len(want), allowed, bad)
@@ -104,8 +105,7 @@ func compareRun(t *testing.T, s *compile.Scenario, want []evalLine, got []evalLi
 // the runner's Go entry point in hybrid mode and with hack/run-scenario.sh
 // in queue mode, and compares every probe with `nftpolicy eval`.
 func TestRunScenario(t *testing.T) {
-	requireRoot(t)
-	requireTools(t)
+	requireLab(t)
 	path, err := filepath.Abs("testdata/grid-600.yaml")
 	if err != nil {
 		t.Fatal(err)

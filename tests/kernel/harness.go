@@ -12,9 +12,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
@@ -45,18 +48,30 @@ type Config struct {
 	// MutateRuleset, when set, changes every rendered ruleset before it is
 	// synced. Tests use it to inject compiler bugs; nothing else should.
 	MutateRuleset func(node string, rs *compile.Ruleset)
+	// DenyLogGroup and DenyLogRate turn the kernel path's deny log on
+	// (compile.RenderConfig); the tests read the group themselves.
+	DenyLogGroup uint16
+	DenyLogRate  uint32
 }
 
 // Cluster is a lab whose nodes enforce a scenario's policies. Its topology
 // (pods, their IPs and served ports, external hosts) grows to fit every
 // scenario applied to it, so variants of one scenario (a minimizer's, or an
 // edited policy) reuse the same namespaces. Not safe for concurrent use.
+//
+// It is not tests/internal/cluster.Cluster, on purpose: that one runs the
+// real agent binary against a real API server, so a change takes an API
+// write and a watch, and tests there check the agent as shipped. This one
+// has no API server and runs the agent's parts in process
+// (tests/internal/inproc), so that hack/diff.sh and the minimizer can apply
+// thousands of generated scenarios, and deliberately broken rulesets
+// (Config.MutateRuleset), in seconds.
 type Cluster struct {
 	cfg    Config
 	rcfg   compile.RenderConfig
 	lab    *netlab.Lab
 	nodes  []string // lab nodes, sorted
-	agents map[string]*agent
+	agents map[string]*inproc.Agent
 
 	pods map[string]*labPod          // by scenario key
 	exts map[netip.Addr]*labExternal // by address
@@ -97,7 +112,8 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 	if cfg.Prefix == "" {
 		cfg.Prefix = netlab.RandomPrefix("npk")
 	}
-	rcfg := compile.RenderConfig{Mode: cfg.Mode, QueueVariant: cfg.QueueVariant}
+	rcfg := compile.RenderConfig{Mode: cfg.Mode, QueueVariant: cfg.QueueVariant,
+		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate}
 	if cfg.Mode == compile.ModeQueue && rcfg.QueueVariant == "" {
 		v, err := sets.ProbeQueueVariant(ctx)
 		if err != nil {
@@ -136,7 +152,7 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, rcfg: rcfg, lab: lab, nodes: nodes, agents: map[string]*agent{},
+	c := &Cluster{cfg: cfg, rcfg: rcfg, lab: lab, nodes: nodes, agents: map[string]*inproc.Agent{},
 		pods: map[string]*labPod{}, exts: map[netip.Addr]*labExternal{},
 		nodeIPs: map[string][]netip.Addr{}, nodePorts: map[string][2][]uint16{}}
 	defer func() {
@@ -150,7 +166,7 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 		}
 	}
 	for _, n := range nodes {
-		a, err := newAgent(lab, n, rcfg)
+		a, err := inproc.New(lab, n, rcfg, logr.Logger{})
 		if err != nil {
 			return nil, err
 		}
@@ -186,10 +202,10 @@ func (c *Cluster) RenderConfig() compile.RenderConfig { return c.rcfg }
 // QueueStats returns the NFQUEUE runtime statistics of a node (queue mode).
 func (c *Cluster) QueueStats(node string) (queue.Stats, bool) {
 	a := c.agents[node]
-	if a == nil || a.rt == nil {
+	if a == nil || a.Runtime == nil {
 		return queue.Stats{}, false
 	}
-	return a.rt.Stats(), true
+	return a.Runtime.Stats(), true
 }
 
 // CompatQueueRuleInstalled reports whether the node's queue chain holds the
@@ -199,7 +215,7 @@ func (c *Cluster) CompatQueueRuleInstalled(node string) (bool, error) {
 	if a == nil {
 		return false, fmt.Errorf("unknown node %q", node)
 	}
-	return a.compatQueueRuleInstalled()
+	return a.CompatQueueRuleInstalled()
 }
 
 // Close stops the runtimes and deletes the lab.
@@ -207,7 +223,7 @@ func (c *Cluster) Close() error {
 	var errs []error
 	for _, n := range c.nodes {
 		if a := c.agents[n]; a != nil {
-			errs = append(errs, a.close())
+			errs = append(errs, a.Close())
 		}
 	}
 	errs = append(errs, c.lab.Close())
@@ -442,7 +458,7 @@ func (c *Cluster) Apply(ctx context.Context, s *compile.Scenario, full bool) (Sy
 		go func() {
 			defer wg.Done()
 			prog := compile.Build(s.Input(n, nodes, nil))
-			res, err := c.agents[n].apply(ctx, prog, c.cfg.MutateRuleset, full)
+			res, err := c.agents[n].Apply(ctx, prog, c.cfg.MutateRuleset, full)
 			errs[i] = err
 			mu.Lock()
 			out[n] = res

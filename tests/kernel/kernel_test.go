@@ -9,25 +9,18 @@ package kernel
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("kernel tests need root: they create network namespaces, veths and nftables rulesets")
-	}
-	for _, bin := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("kernel tests need the %s binary: %v", bin, err)
-		}
-	}
+	testenv.Require(t, "kernel tests", testenv.Root("create network namespaces, veths and nftables rulesets"), testenv.Binaries("ip", "nft"))
 }
 
 func loadScenario(t testing.TB, path string) *compile.Scenario {

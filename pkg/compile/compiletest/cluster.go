@@ -1,5 +1,10 @@
-// Package compiletest builds synthetic inputs for benchmarks and tests of
-// the compiler and of what consumes its output.
+// Package compiletest builds inputs for benchmarks and tests of the
+// compiler and of what consumes its output: a synthetic cluster of any size
+// (Cluster), a small language for writing NetworkPolicies (NetPol, Sel,
+// Peers, ...), and the 48 upstream NetworkPolicy e2e cases over their x, y,
+// z grid with truth tables (NetpolCases), which the evaluator tests and the
+// real-packet e2e suite share. It is not internal so that tests/ can import
+// it; the product must not.
 package compiletest
 
 import (

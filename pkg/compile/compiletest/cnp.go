@@ -10,19 +10,7 @@ import (
 // policies they test:
 //
 //	CNP("no-y", "Admin", 10, NamespacesSubject(Sel("ns", "x")),
-//		Egress(Rule("no-y", "Deny", ToNamespaces(Sel("ns", "y")))))
-
-// Sel is a matchLabels selector from key, value pairs; Sel() selects everything.
-func Sel(kv ...string) metav1.LabelSelector {
-	s := metav1.LabelSelector{}
-	if len(kv) > 0 {
-		s.MatchLabels = map[string]string{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			s.MatchLabels[kv[i]] = kv[i+1]
-		}
-	}
-	return s
-}
+//		CNPEgress(CNPRule("no-y", "Deny", ToNamespaces(Sel("ns", "y")))))
 
 // CNPOpt changes a ClusterNetworkPolicy's spec.
 type CNPOpt func(*npav1beta1.ClusterNetworkPolicySpec)
@@ -60,17 +48,17 @@ type CRule struct {
 	Protocols []npav1beta1.ClusterNetworkPolicyProtocol
 }
 
-// Rule makes a rule; its peers are egress peers (ingress keeps namespaces
+// CNPRule makes a rule; its peers are egress peers (ingress keeps namespaces
 // and pods only).
-func Rule(name, action string, peers ...npav1beta1.ClusterNetworkPolicyEgressPeer) CRule {
+func CNPRule(name, action string, peers ...npav1beta1.ClusterNetworkPolicyEgressPeer) CRule {
 	return CRule{Name: name, Action: action, Peers: peers}
 }
 
 // On restricts the rule to protocols.
 func (r CRule) On(p ...npav1beta1.ClusterNetworkPolicyProtocol) CRule { r.Protocols = p; return r }
 
-// Ingress appends ingress rules.
-func Ingress(rules ...CRule) CNPOpt {
+// CNPIngress appends ingress rules.
+func CNPIngress(rules ...CRule) CNPOpt {
 	return func(s *npav1beta1.ClusterNetworkPolicySpec) {
 		for _, r := range rules {
 			ir := npav1beta1.ClusterNetworkPolicyIngressRule{Name: r.Name, Action: npav1beta1.ClusterNetworkPolicyRuleAction(r.Action), Protocols: r.Protocols}
@@ -82,8 +70,8 @@ func Ingress(rules ...CRule) CNPOpt {
 	}
 }
 
-// Egress appends egress rules.
-func Egress(rules ...CRule) CNPOpt {
+// CNPEgress appends egress rules.
+func CNPEgress(rules ...CRule) CNPOpt {
 	return func(s *npav1beta1.ClusterNetworkPolicySpec) {
 		for _, r := range rules {
 			s.Egress = append(s.Egress, npav1beta1.ClusterNetworkPolicyEgressRule{Name: r.Name,
@@ -155,8 +143,8 @@ func protoEntry(proto string, dp *npav1beta1.Port) npav1beta1.ClusterNetworkPoli
 	return npav1beta1.ClusterNetworkPolicyProtocol{TCP: &npav1beta1.ClusterNetworkPolicyProtocolTCP{DestinationPort: dp}}
 }
 
-// NamedPort is a destinationNamedPort entry.
-func NamedPort(name string) npav1beta1.ClusterNetworkPolicyProtocol {
+// DestinationNamedPort is a destinationNamedPort entry.
+func DestinationNamedPort(name string) npav1beta1.ClusterNetworkPolicyProtocol {
 	return npav1beta1.ClusterNetworkPolicyProtocol{DestinationNamedPort: name}
 }
 

@@ -18,10 +18,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/tests/internal/kubeenv"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 // DefaultNodes are the nodes of a cluster unless Config.Nodes says otherwise.
@@ -50,7 +52,8 @@ type Config struct {
 }
 
 // Cluster is a running control plane, lab and agents. Its methods are safe
-// for concurrent use.
+// for concurrent use. tests/kernel.Cluster is the API-less counterpart for
+// generated scenarios (see there why there are two).
 type Cluster struct {
 	// Env is the control plane; Client an admin client of it.
 	Env    *kubeenv.Env
@@ -70,6 +73,8 @@ type Cluster struct {
 	pods   map[string]*labPod // by namespace/name
 	nextIP map[string]int     // per node
 	nextID int
+
+	policyClient npaclient.Interface // guarded by mu; see PolicyClient
 }
 
 // labPod is the netlab side of an API pod.
@@ -86,14 +91,8 @@ type labPod struct {
 // failure the tail of every agent log is printed.
 func Start(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("cluster: needs root (network namespaces, nftables, NFQUEUE)")
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("cluster: needs %q in PATH (bash hack/deps.sh): %v", tool, err)
-		}
-	}
+	testenv.Require(t, "cluster", testenv.Root("create network namespaces and run agents that program nftables and NFQUEUE"),
+		testenv.Binaries("ip", "nft"), kubeenv.Tools())
 	if cfg.Mode == "" {
 		cfg.Mode = compile.ModeHybrid
 	}

@@ -24,15 +24,16 @@
 // WaitProgrammed waits, without sleeping a fixed time, until every running
 // agent has committed a sync compiled from the API's current objects: it
 // compares each agent's nftpolicy_last_synced_inputs_fingerprint with
-// controller.InputsFingerprint of the Pods, Namespaces and NetworkPolicies it
-// lists from the API.
+// controller.InputsFingerprint of the Pods, Namespaces, NetworkPolicies,
+// Nodes and ClusterNetworkPolicies it lists from the API.
 //
 // Verdicts observed on real packets (ProbeAll) are compared with the
 // userspace evaluator's cluster-wide verdicts on the same API objects
 // (compile.Build + queue.Evaluate), the answer `nftpolicy eval` gives.
 //
-// Start needs root and the binaries of hack/tools.sh; it skips (or fails,
-// with NFTPOLICY_REQUIRE_TOOLS set) like kubeenv.Start. The agent binary is
+// Start needs root, ip, nft and the binaries of hack/tools.sh; it skips (or
+// fails, with NFTPOLICY_REQUIRE_TOOLS set) through testenv.Require, as every
+// suite does. The agent binary is
 // $NFTPOLICY_BIN, or built once per process with `go build`. Programs that
 // are not tests (the demo) pass a ProgramTB.
 package cluster

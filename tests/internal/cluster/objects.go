@@ -468,8 +468,9 @@ func (c *Cluster) ApplyScenario(ctx context.Context, s *compile.Scenario) error 
 	return errors.Join(errs...)
 }
 
-// ListInputs lists what the agents compile from: every Pod, Namespace and
-// NetworkPolicy of the API, as compiler input for the cluster-wide view.
+// ListInputs lists what the agents compile from: every Pod, Namespace,
+// NetworkPolicy and Node of the API, and its ClusterNetworkPolicies while
+// their CRD is installed, as compiler input for the cluster-wide view.
 func (c *Cluster) ListInputs(ctx context.Context) (compile.Input, error) {
 	var in compile.Input
 	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
@@ -493,7 +494,7 @@ func (c *Cluster) ListInputs(ctx context.Context) (compile.Input, error) {
 	for i := range pols.Items {
 		in.Policies = append(in.Policies, &pols.Items[i])
 	}
-	return in, nil
+	return in, c.listClusterInputs(ctx, &in)
 }
 
 // Program builds the cluster-wide program (`nftpolicy eval`'s view) from

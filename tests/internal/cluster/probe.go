@@ -23,7 +23,7 @@ const FingerprintMetric = "nftpolicy_last_synced_inputs_fingerprint"
 const DefaultWaitTimeout = time.Minute
 
 // WaitProgrammed waits until every running agent has committed a sync
-// compiled from the API's current Pods, Namespaces and NetworkPolicies: the
+// compiled from the API's current objects (ListInputs): the
 // agent's nftpolicy_last_synced_inputs_fingerprint equals
 // controller.InputsFingerprint of what the API lists now. The API is listed
 // again on every round, so a change made meanwhile is waited for too. It

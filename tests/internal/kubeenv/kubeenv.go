@@ -27,6 +27,8 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 const (
@@ -35,10 +37,6 @@ const (
 	DefaultToolsDir = "/var/cache/nftpolicy/tools"
 	// ToolsEnv overrides DefaultToolsDir.
 	ToolsEnv = "NFTPOLICY_TOOLS"
-	// RequireToolsEnv, when set to a non-empty value, makes Start fail
-	// instead of skip when the binaries are missing.
-	RequireToolsEnv = "NFTPOLICY_REQUIRE_TOOLS"
-
 	// DefaultServiceCIDR is the --service-cluster-ip-range.
 	DefaultServiceCIDR = "10.0.0.0/24"
 	// ServiceAccountIssuer is the --service-account-issuer (and the audience
@@ -71,6 +69,22 @@ func Binary(name string) (string, error) {
 		return "", fmt.Errorf("%s is not an executable file (rebuild with: bash hack/tools.sh)", p)
 	}
 	return p, nil
+}
+
+// toolNames are the binaries hack/tools.sh builds that Start runs.
+var toolNames = []string{"etcd", "kube-apiserver", "kubectl"}
+
+// Tools is the testenv check for hack/tools.sh's binaries, for tests that
+// want to skip (or fail, in strict mode) before building anything else.
+func Tools() testenv.Check {
+	return func() error {
+		for _, name := range toolNames {
+			if _, err := Binary(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // Env is a running etcd + kube-apiserver.
@@ -137,8 +151,8 @@ func WithStopGrace(d time.Duration) Option {
 
 // Start starts etcd and kube-apiserver and waits until the apiserver's
 // /readyz is "ok". Everything is stopped and removed by t.Cleanup. If the
-// binaries are missing it skips the test (or fails it when
-// NFTPOLICY_REQUIRE_TOOLS is set).
+// binaries are missing it skips the test, or fails it when
+// NFTPOLICY_REQUIRE_TOOLS is set (testenv.Require).
 func Start(t testing.TB, opts ...Option) *Env {
 	t.Helper()
 	o := options{serviceCIDR: DefaultServiceCIDR, timeout: 90 * time.Second, stopGrace: DefaultStopGrace}
@@ -146,14 +160,12 @@ func Start(t testing.TB, opts ...Option) *Env {
 		opt(&o)
 	}
 
+	testenv.Require(t, "kubeenv", Tools())
 	bins := map[string]string{}
-	for _, name := range []string{"etcd", "kube-apiserver", "kubectl"} {
+	for _, name := range toolNames {
 		p, err := Binary(name)
 		if err != nil {
-			if os.Getenv(RequireToolsEnv) == "" {
-				t.Skipf("kubeenv: %v; run `bash hack/tools.sh` to build the real kube-apiserver/etcd/kubectl (set %s=1 to fail instead of skip)", err, RequireToolsEnv)
-			}
-			t.Fatalf("kubeenv: %v (%s is set); run `bash hack/tools.sh`", err, RequireToolsEnv)
+			t.Fatalf("kubeenv: %v", err) // Tools found it a moment ago
 		}
 		bins[name] = p
 	}

@@ -13,18 +13,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 func requireRoot(t testing.TB, tools ...string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("netlab tests need root (CAP_SYS_ADMIN/CAP_NET_ADMIN) to create network namespaces, veths and nftables rulesets")
-	}
-	for _, tool := range append([]string{"ip"}, tools...) {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("netlab tests need %q in PATH: %v", tool, err)
-		}
-	}
+	testenv.Require(t, "netlab tests", testenv.Root("create network namespaces, veths and nftables rulesets (CAP_SYS_ADMIN, CAP_NET_ADMIN)"),
+		testenv.Binaries(append([]string{"ip"}, tools...)...))
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

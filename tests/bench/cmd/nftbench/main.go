@@ -81,7 +81,7 @@ func main() {
 		fs.IntVar(&c.MaxConns, "max-conns", 50000, "connection bound of one measurement")
 		fs.IntVar(&c.Workers, "workers", 1, "client threads, one connection in flight each")
 		fs.DurationVar(&c.Timeout, "timeout", time.Second, "bound of one connection")
-		modes := fs.String("modes", "control,conntrack,hybrid,hybrid_cnp,queue", "modes to measure (control is always measured)")
+		modes := fs.String("modes", "control,conntrack,hybrid,hybrid_denylog,hybrid_cnp,queue", "modes to measure (control is always measured)")
 		_ = fs.Parse(args)
 		c.Modes = strings.Split(*modes, ",")
 		c.Logf = logf

@@ -1,0 +1,361 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/controller"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+)
+
+const explainUsage = `usage:
+  nftpolicy explain [--kubeconfig K] FROM TO [--port P] [--protocol TCP]   (live cluster)
+  nftpolicy explain --scenario FILE FROM TO [--port P] [--protocol TCP]    (offline)
+  nftpolicy explain --from-ruleset [--ruleset-file F] FROM TO [--port P]   (this node's kernel ruleset)
+
+FROM and TO are NS/POD, an IP address, or node:NAME. The verdict is given per
+direction with the deciding policy and rule; for a denial, the nearest misses:
+the rules that would have allowed the connection and the one condition each
+failed. As a kubectl plugin (kubectl-nftpolicy on PATH): kubectl nftpolicy explain ...`
+
+// ExplainResult is the output of `nftpolicy explain --output json`.
+type ExplainResult struct {
+	From          string       `json:"from"`
+	To            string       `json:"to"`
+	Source        string       `json:"source"`
+	Destination   string       `json:"destination"`
+	Protocol      string       `json:"protocol"`
+	Port          uint16       `json:"port"`
+	Allowed       bool         `json:"allowed"`
+	Egress        bool         `json:"egress"`
+	Ingress       bool         `json:"ingress"`
+	EgressReason  string       `json:"egressReason"`
+	IngressReason string       `json:"ingressReason"`
+	Reason        string       `json:"reason"`
+	NearestMiss   []queue.Miss `json:"nearestMiss"`
+	// Kernel is the trace through this node's ruleset (--from-ruleset).
+	Kernel *Trace `json:"kernel,omitempty"`
+}
+
+type explainOptions struct {
+	scenario, kubeconfig, protocol, output, rulesetFile string
+	fromRuleset                                         bool
+	port                                                uint16
+	timeout                                             time.Duration
+}
+
+func runExplain(args []string, stdout, stderr io.Writer) int {
+	o := explainOptions{}
+	fs := pflag.NewFlagSet("explain", pflag.ContinueOnError)
+	fs.StringVar(&o.scenario, "scenario", "", "explain over a scenario file instead of a live cluster (docs/scenario-format.md)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	fs.BoolVar(&o.fromRuleset, "from-ruleset", false, "trace the connection through this node's kernel ruleset (nft -j list table inet nftpolicy) too")
+	fs.StringVar(&o.rulesetFile, "ruleset-file", "", "with --from-ruleset: read the nft JSON listing from this file instead of running nft")
+	fs.Uint16Var(&o.port, "port", 80, "destination port")
+	fs.StringVar(&o.protocol, "protocol", "TCP", "TCP, UDP or SCTP")
+	fs.StringVarP(&o.output, "output", "o", "text", "text or json")
+	fs.DurationVar(&o.timeout, "request-timeout", 30*time.Second, "time limit for listing the cluster's objects")
+	if code, ok := parseFlags(fs, args, stderr, explainUsage); !ok {
+		return code
+	}
+	bad := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "nftpolicy explain: "+format+"\n", a...)
+		return exitBadInput
+	}
+	if fs.NArg() != 2 {
+		return bad("want FROM and TO, got %d arguments (see --help)", fs.NArg())
+	}
+	proto, ok := compile.ParseProtocol(strings.ToUpper(o.protocol))
+	if !ok {
+		return bad("--protocol %q: must be TCP, UDP or SCTP", o.protocol)
+	}
+	if o.output != "text" && o.output != "json" {
+		return bad("--output %q: must be text or json", o.output)
+	}
+	from, to := fs.Arg(0), fs.Arg(1)
+
+	var prog *compile.Program
+	modelless := false
+	switch {
+	case o.scenario != "":
+		s, code := loadScenario(o.scenario, stderr)
+		if s == nil {
+			return code
+		}
+		prog = compile.Build(s.Input("", nil, nil))
+	case o.fromRuleset && o.kubeconfig == "" && isAddr(from) && isAddr(to):
+		// Addresses only: the kernel trace needs no cluster, and there is
+		// no policy model to compare it with.
+		prog, modelless = compile.Build(compile.Input{}), true
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+		defer cancel()
+		in, err := liveInput(ctx, o.kubeconfig)
+		if err != nil {
+			fmt.Fprintf(stderr, "nftpolicy explain: %v\n", err)
+			return exitFailure
+		}
+		prog = compile.Build(in)
+	}
+	src, dst, err := resolvePair(prog, from, to)
+	if err != nil {
+		return bad("%v", err)
+	}
+	ex := queue.Explain(prog, src, dst, proto, o.port)
+	res := ExplainResult{From: from, To: to, Source: src.String(), Destination: dst.String(), Protocol: proto.String(), Port: o.port,
+		Allowed: ex.Allowed, Egress: ex.Egress, Ingress: ex.Ingress, EgressReason: ex.EgressReason, IngressReason: ex.IngressReason,
+		Reason: ex.Reason(), NearestMiss: ex.NearestMiss}
+	if o.fromRuleset {
+		data, err := readRuleset(o.rulesetFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "nftpolicy explain: %v\n", err)
+			return exitFailure
+		}
+		tr, err := TraceRuleset(data, src, dst, proto, o.port)
+		if err != nil {
+			fmt.Fprintf(stderr, "nftpolicy explain: %v\n", err)
+			return exitFailure
+		}
+		res.Kernel = &tr
+		if modelless {
+			ok := tr.Verdict == "accept"
+			res.Allowed, res.Egress, res.Ingress = ok, ok, ok
+			res.EgressReason, res.IngressReason, res.Reason = reasonNoModel, reasonNoModel, reasonNoModel
+			res.NearestMiss = []queue.Miss{}
+		}
+	}
+	if o.output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(res); err != nil {
+			fmt.Fprintf(stderr, "nftpolicy explain: writing: %v\n", err)
+			return exitFailure
+		}
+		return exitOK
+	}
+	printExplanation(stdout, &res)
+	return exitOK
+}
+
+// reasonNoModel is the reason of a --from-ruleset answer without a cluster.
+const reasonNoModel = "kernel ruleset only (no policy model: pass --kubeconfig or --scenario to compare)"
+
+func isAddr(s string) bool { _, err := netip.ParseAddr(s); return err == nil }
+
+func verdictText(ok bool) string {
+	if ok {
+		return "allowed"
+	}
+	return "denied"
+}
+
+func printExplanation(w io.Writer, r *ExplainResult) {
+	fmt.Fprintf(w, "%s (%s) -> %s (%s) %s %d: %s\n", r.From, r.Source, r.To, r.Destination, r.Protocol, r.Port, strings.ToUpper(verdictText(r.Allowed)))
+	if r.Reason == reasonNoModel {
+		fmt.Fprintln(w, "  "+reasonNoModel)
+		printTrace(w, r)
+		return
+	}
+	fmt.Fprintf(w, "  egress:  %s: %s\n", verdictText(r.Egress), r.EgressReason)
+	fmt.Fprintf(w, "  ingress: %s: %s\n", verdictText(r.Ingress), r.IngressReason)
+	if !r.Allowed {
+		if len(r.NearestMiss) == 0 {
+			fmt.Fprintln(w, "nearest misses: none (no rule of the deciding policies is one change away)")
+		} else {
+			fmt.Fprintln(w, "nearest misses:")
+		}
+		for _, m := range r.NearestMiss {
+			fmt.Fprintf(w, "  %s %s: %s: %s\n", m.DirectionName, m.Rule, m.Condition, m.Detail)
+			fmt.Fprintf(w, "    would allow: %s\n", changeText(m.Change))
+		}
+	}
+	printTrace(w, r)
+	if r.Kernel != nil && (r.Kernel.Verdict == "accept") != r.Allowed {
+		fmt.Fprintln(w, "WARNING: the kernel ruleset and the policy model disagree")
+	}
+}
+
+func printTrace(w io.Writer, r *ExplainResult) {
+	if r.Kernel != nil {
+		fmt.Fprintf(w, "kernel ruleset: %s\n", verdictText(r.Kernel.Verdict == "accept"))
+		for _, s := range r.Kernel.Steps {
+			fmt.Fprintf(w, "  %s\n", s)
+		}
+		if r.Kernel.Comment != "" {
+			fmt.Fprintf(w, "  deciding rule: chain %s, handle %s: %s\n", r.Kernel.Chain, r.Kernel.Rule, r.Kernel.Comment)
+		}
+	}
+}
+
+func changeText(c queue.Change) string {
+	switch {
+	case c.Port != 0 || c.Protocol != 0:
+		return fmt.Sprintf("connecting to %s %d", c.ProtocolName, c.Port)
+	case c.Pod != "" || c.Namespace != "":
+		what := "pod " + c.Pod
+		if c.Namespace != "" {
+			what = "namespace " + c.Namespace
+		}
+		var parts []string
+		for k, v := range c.SetLabels {
+			parts = append(parts, "label "+k+"="+v)
+		}
+		for _, k := range c.RemoveLabels {
+			parts = append(parts, "no label "+k)
+		}
+		return what + " with " + strings.Join(parts, ", ")
+	case c.Remote.IsValid():
+		return "the remote end at " + c.Remote.String()
+	}
+	return "nothing"
+}
+
+// resolvePair resolves both ends to addresses of one family, IPv4 first.
+func resolvePair(p *compile.Program, from, to string) (netip.Addr, netip.Addr, error) {
+	a, err := resolveEndpoint(p, from)
+	if err != nil {
+		return netip.Addr{}, netip.Addr{}, err
+	}
+	b, err := resolveEndpoint(p, to)
+	if err != nil {
+		return netip.Addr{}, netip.Addr{}, err
+	}
+	for _, x := range a {
+		for _, y := range b {
+			if x.Is4() == y.Is4() {
+				return x, y, nil
+			}
+		}
+	}
+	return netip.Addr{}, netip.Addr{}, fmt.Errorf("%s and %s share no address family", from, to)
+}
+
+// resolveEndpoint reads NS/POD, an IP address, or node:NAME.
+func resolveEndpoint(p *compile.Program, s string) ([]netip.Addr, error) {
+	if name, ok := strings.CutPrefix(s, "node:"); ok {
+		addrs := p.NodeAddrs[name]
+		if len(addrs) == 0 {
+			return nil, fmt.Errorf("%s: no such node, or it has no addresses", s)
+		}
+		return addrs, nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return []netip.Addr{a.Unmap()}, nil
+	}
+	if !strings.Contains(s, "/") {
+		return nil, fmt.Errorf("%q: want NS/POD, an IP address or node:NAME", s)
+	}
+	id, ok := p.PodByKey(s)
+	if !ok {
+		return nil, fmt.Errorf("pod %s: not found, or it has no IP, uses the host network or has finished (policies do not apply to it)", s)
+	}
+	return p.Pods[id].IPs, nil
+}
+
+// liveInput lists what the agent's informers watch, transformed as they
+// transform it, for a cluster-wide program.
+func liveInput(ctx context.Context, kubeconfig string) (compile.Input, error) {
+	cfg, err := clientConfig(kubeconfig)
+	if err != nil {
+		return compile.Input{}, fmt.Errorf("loading client configuration: %w", err)
+	}
+	cfg.UserAgent = "nftpolicy-explain"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return compile.Input{}, err
+	}
+	var in compile.Input
+	opts := metav1.ListOptions{ResourceVersion: "0"}
+	nss, err := client.CoreV1().Namespaces().List(ctx, opts)
+	if err != nil {
+		return in, fmt.Errorf("listing namespaces: %w", err)
+	}
+	for i := range nss.Items {
+		in.Namespaces = append(in.Namespaces, transformed[*corev1.Namespace](&nss.Items[i]))
+	}
+	pods, err := client.CoreV1().Pods("").List(ctx, opts)
+	if err != nil {
+		return in, fmt.Errorf("listing pods: %w", err)
+	}
+	for i := range pods.Items {
+		in.Pods = append(in.Pods, transformed[*corev1.Pod](&pods.Items[i]))
+	}
+	nps, err := client.NetworkingV1().NetworkPolicies("").List(ctx, opts)
+	if err != nil {
+		return in, fmt.Errorf("listing networkpolicies: %w", err)
+	}
+	for i := range nps.Items {
+		in.Policies = append(in.Policies, transformed[*networkingv1.NetworkPolicy](&nps.Items[i]))
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, opts)
+	if err != nil {
+		return in, fmt.Errorf("listing nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		in.Nodes = append(in.Nodes, transformed[*corev1.Node](&nodes.Items[i]))
+	}
+	npa, err := npaclient.NewForConfig(cfg)
+	if err != nil {
+		return in, err
+	}
+	cnps, err := npa.PolicyV1beta1().ClusterNetworkPolicies().List(ctx, opts)
+	switch {
+	case apierrors.IsNotFound(err):
+		// The ClusterNetworkPolicy CRD is not installed: NetworkPolicy only.
+	case err != nil:
+		return in, fmt.Errorf("listing clusternetworkpolicies: %w", err)
+	default:
+		for i := range cnps.Items {
+			in.ClusterPolicies = append(in.ClusterPolicies, transformed[*npav1beta1.ClusterNetworkPolicy](&cnps.Items[i]))
+		}
+	}
+	return in, nil
+}
+
+// transformed applies the agent's informer transform, so that the program
+// is built from exactly what the agent keeps of each object.
+func transformed[T any](obj T) T {
+	out, err := controller.Transform(obj)
+	if err != nil {
+		return obj
+	}
+	if t, ok := out.(T); ok {
+		return t
+	}
+	return obj
+}
+
+// clientConfig loads a kubeconfig the way kubectl does: the flag, else
+// $KUBECONFIG, else ~/.kube/config, else the in-cluster configuration.
+func clientConfig(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil && kubeconfig == "" {
+		if in, ierr := rest.InClusterConfig(); ierr == nil {
+			return in, nil
+		}
+	}
+	if err != nil && errors.Is(err, clientcmd.ErrEmptyConfig) {
+		return nil, fmt.Errorf("no kubeconfig: pass --kubeconfig or set $KUBECONFIG")
+	}
+	return cfg, err
+}

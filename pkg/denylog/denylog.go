@@ -1,0 +1,277 @@
+// Package denylog turns the kernel path's deny log into one structured log
+// line per denied connection. The ruleset (compile.RenderConfig.DenyLogGroup)
+// sends the first packets of denied connections to an NFLOG group, rate
+// limited in the kernel, with a short id as the prefix; the Logger reads the
+// group, maps the id back to the policy and rule through the program in
+// force, resolves the addresses to pods or nodes, and logs, rate limited
+// again per (source, destination, policy) and overall.
+//
+// It imports pkg/compile (the program, the deny ids) and pkg/queue (the
+// packet header parser); nothing imports it but the command.
+package denylog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	nflog "github.com/florianl/go-nflog/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+)
+
+// Defaults of Config.
+const (
+	DefaultGroup        = 100
+	DefaultFlowInterval = 30 * time.Second
+	DefaultLinesPerSec  = 50
+	// copyRange is how much of each packet the kernel copies: enough for
+	// an IPv6 header, a few extension headers and the ports.
+	copyRange = 256
+	// maxFlows bounds the per-flow rate limiter's memory.
+	maxFlows = 16384
+)
+
+// Config configures a Logger.
+type Config struct {
+	// Group is the NFLOG group the ruleset logs to.
+	Group uint16
+	// Node is this node's name, written on every line.
+	Node string
+	// Program returns the program in force (the evaluator's): ids and
+	// addresses are resolved against it.
+	Program func() *compile.Program
+	// FlowInterval is the least time between two lines for one (source,
+	// destination, policy); LinesPerSecond bounds all lines (burst the same).
+	FlowInterval   time.Duration
+	LinesPerSecond int
+	Logger         klog.Logger
+	// NetNS, when not 0, is a network namespace file descriptor to read
+	// the group in (tests); 0 is the caller's.
+	NetNS int
+}
+
+// Defaults fills unset fields.
+func (c Config) Defaults() Config {
+	if c.Group == 0 {
+		c.Group = DefaultGroup
+	}
+	if c.FlowInterval == 0 {
+		c.FlowInterval = DefaultFlowInterval
+	}
+	if c.LinesPerSecond == 0 {
+		c.LinesPerSecond = DefaultLinesPerSec
+	}
+	return c
+}
+
+// Metrics are the deny log's Prometheus metrics.
+type Metrics struct {
+	// Denied counts denied connections the kernel logged, per policy (the
+	// kernel's own limit applies first; nftpolicy_policy_packets_total
+	// counts every dropped packet).
+	Denied *prometheus.CounterVec
+	// Dropped counts log lines not written, by reason: the per-flow or the
+	// overall rate limit, an unknown id, or an unparsable packet.
+	Dropped *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics, unregistered.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		Denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nftpolicy_denied_connections_total",
+			Help: "Denied connections logged by the kernel path (after the kernel's log rate limit), by deciding policy: kind=NetworkPolicy (policy: the isolating policies) or ClusterNetworkPolicy."},
+			[]string{"kind", "policy"}),
+		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nftpolicy_deny_log_lines_dropped_total",
+			Help: "Deny log messages not written as log lines: reason=flow_rate_limit (same source, destination and policy within the interval), rate_limit (lines per second), unknown_id, unparsable."},
+			[]string{"reason"}),
+	}
+}
+
+// Register registers the metrics.
+func (m *Metrics) Register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.Denied, m.Dropped} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type flowKey struct {
+	src, dst netip.Addr
+	id       string
+}
+
+// Logger writes the deny log.
+type Logger struct {
+	cfg     Config
+	metrics *Metrics
+	log     klog.Logger
+	lines   *rate.Limiter
+
+	mu    sync.Mutex
+	flows map[flowKey]time.Time
+	prog  *compile.Program
+	ids   map[string]compile.DenyInfo
+}
+
+// New returns a Logger; Run reads the group.
+func New(cfg Config, m *Metrics) (*Logger, error) {
+	cfg = cfg.Defaults()
+	if cfg.Program == nil {
+		return nil, errors.New("denylog: Config.Program is required")
+	}
+	if m == nil {
+		m = NewMetrics()
+	}
+	return &Logger{cfg: cfg, metrics: m, log: cfg.Logger, lines: rate.NewLimiter(rate.Limit(cfg.LinesPerSecond), cfg.LinesPerSecond),
+		flows: map[flowKey]time.Time{}}, nil
+}
+
+// Run reads the NFLOG group until ctx ends.
+func (l *Logger) Run(ctx context.Context) error {
+	nf, err := nflog.Open(&nflog.Config{Group: l.cfg.Group, Copymode: nflog.CopyPacket, Bufsize: copyRange, NetNS: l.cfg.NetNS,
+		Logger: nflogLogger{l.log}})
+	if err != nil {
+		return fmt.Errorf("opening NFLOG group %d: %w", l.cfg.Group, err)
+	}
+	defer nf.Close()
+	err = nf.RegisterWithErrorFunc(ctx, func(a nflog.Attribute) int {
+		if a.Prefix == nil || a.Payload == nil {
+			return 0
+		}
+		l.Handle(*a.Prefix, *a.Payload, time.Now())
+		return 0
+	}, func(err error) int {
+		if ctx.Err() != nil {
+			return 1
+		}
+		// A full socket buffer loses messages, not the reader: go on.
+		l.log.V(2).Info("Reading the deny log", "err", err)
+		l.metrics.Dropped.WithLabelValues("read_error").Inc()
+		return 0
+	})
+	if err != nil {
+		return fmt.Errorf("binding NFLOG group %d: %w", l.cfg.Group, err)
+	}
+	l.log.Info("Reading the deny log", "group", l.cfg.Group)
+	<-ctx.Done()
+	return nil
+}
+
+// Handle logs one message of the group: its prefix (the deny id) and the
+// start of the packet.
+func (l *Logger) Handle(prefix string, payload []byte, now time.Time) {
+	p, err := queue.ParsePacket(payload)
+	if err != nil {
+		l.metrics.Dropped.WithLabelValues("unparsable").Inc()
+		return
+	}
+	prog := l.cfg.Program()
+	info, ok := l.resolveID(prog, prefix)
+	if !ok {
+		l.metrics.Dropped.WithLabelValues("unknown_id").Inc()
+		l.log.V(2).Info("Deny log message with an unknown id", "denyId", prefix, "src", p.Src, "dst", p.Dst)
+		return
+	}
+	l.metrics.Denied.WithLabelValues(info.Kind, info.Policy).Inc()
+	if !l.allowFlow(flowKey{p.Src, p.Dst, prefix}, now) {
+		l.metrics.Dropped.WithLabelValues("flow_rate_limit").Inc()
+		return
+	}
+	if !l.lines.AllowN(now, 1) {
+		l.metrics.Dropped.WithLabelValues("rate_limit").Inc()
+		return
+	}
+	kv := []any{
+		"src", endpoint(prog, p.Src), "srcIP", p.Src.String(),
+		"dst", endpoint(prog, p.Dst), "dstIP", p.Dst.String(),
+		"protocol", compile.Protocol(p.Proto).String(), "port", p.DstPort,
+		"direction", info.Direction.String(), "policyKind", info.Kind, "policy", info.Policy,
+	}
+	if info.Kind == compile.DenyKindClusterNetworkPolicy {
+		kv = append(kv, "tier", info.Tier.String())
+	}
+	kv = append(kv, "rule", info.Rule, "node", l.cfg.Node, "denyId", prefix)
+	l.log.Info("Denied connection", kv...)
+}
+
+// resolveID maps a deny id through the program's deny table, computed
+// once per program.
+func (l *Logger) resolveID(prog *compile.Program, id string) (compile.DenyInfo, bool) {
+	if prog == nil {
+		return compile.DenyInfo{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if prog != l.prog {
+		l.prog, l.ids = prog, compile.DenyIDs(prog)
+	}
+	info, ok := l.ids[id]
+	return info, ok
+}
+
+// allowFlow lets one line per flow through per FlowInterval.
+func (l *Logger) allowFlow(k flowKey, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if last, ok := l.flows[k]; ok && now.Sub(last) < l.cfg.FlowInterval {
+		return false
+	}
+	if len(l.flows) >= maxFlows {
+		for f, t := range l.flows {
+			if now.Sub(t) >= l.cfg.FlowInterval {
+				delete(l.flows, f)
+			}
+		}
+		if len(l.flows) >= maxFlows {
+			// Under a flood of distinct flows, forget them all rather than
+			// grow: the overall line limit still bounds the output.
+			clear(l.flows)
+		}
+	}
+	l.flows[k] = now
+	return true
+}
+
+// endpoint names an address: "ns/pod", "node:name", or the address.
+func endpoint(p *compile.Program, a netip.Addr) string {
+	if p == nil {
+		return a.String()
+	}
+	if id, ok := p.PodByIP(a); ok {
+		return p.Pods[id].Key
+	}
+	for name, addrs := range p.NodeAddrs {
+		for _, x := range addrs {
+			if x == a {
+				return "node:" + name
+			}
+		}
+	}
+	return a.String()
+}
+
+// nflogLogger adapts klog to go-nflog's logger; it reports its shutdown
+// through Errorf, so everything goes to verbose levels.
+type nflogLogger struct{ l klog.Logger }
+
+func (n nflogLogger) Debugf(format string, args ...any) {
+	if v := n.l.V(5); v.Enabled() {
+		v.Info(fmt.Sprintf(format, args...))
+	}
+}
+
+func (n nflogLogger) Errorf(format string, args ...any) {
+	if v := n.l.V(3); v.Enabled() {
+		v.Info(fmt.Sprintf(format, args...))
+	}
+}

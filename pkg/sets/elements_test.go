@@ -1,0 +1,154 @@
+package sets
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+func set(typ string, flags ...knftables.SetFlag) *compile.Set {
+	return &compile.Set{Set: &knftables.Set{Name: "s", Type: typ, Flags: flags}}
+}
+
+func ptrStr(s string) *string { return &s }
+
+// The byte layouts below are what "nft --debug=netlink add element" prints
+// for the same text with nft 1.0.6.
+func TestElementEncoding(t *testing.T) {
+	interval := knftables.IntervalFlag
+	for _, tc := range []struct {
+		name string
+		set  *compile.Set
+		el   knftables.Element
+		want []nlElement
+	}{{
+		name: "address with comment",
+		set:  set("ipv4_addr"),
+		el:   knftables.Element{Key: []string{"10.1.2.3"}, Comment: ptrStr("x/a")},
+		want: []nlElement{{key: []byte{10, 1, 2, 3}, udata: []byte{0, 4, 'x', '/', 'a', 0}}},
+	}, {
+		name: "concatenation pads every field to 4 bytes",
+		set:  set("ipv4_addr . inet_proto . inet_service"),
+		el:   knftables.Element{Key: []string{"10.1.2.3", "tcp", "80"}},
+		want: []nlElement{{key: []byte{10, 1, 2, 3, 6, 0, 0, 0, 0, 80, 0, 0}}},
+	}, {
+		name: "one-field key is not padded",
+		set:  set("inet_service"),
+		el:   knftables.Element{Key: []string{"8080"}},
+		want: []nlElement{{key: []byte{0x1f, 0x90}}},
+	}, {
+		name: "interval: start and the value after the end",
+		set:  set("ipv4_addr", interval),
+		el:   knftables.Element{Key: []string{"10.0.0.0/8"}, Comment: ptrStr("x")},
+		want: []nlElement{
+			{key: []byte{10, 0, 0, 0}, udata: []byte{0, 2, 'x', 0}},
+			{key: []byte{11, 0, 0, 0}, flags: 1},
+		},
+	}, {
+		name: "interval: a range with a carry",
+		set:  set("ipv4_addr", interval),
+		el:   knftables.Element{Key: []string{"192.168.1.1-192.168.1.255"}},
+		want: []nlElement{
+			{key: []byte{192, 168, 1, 1}},
+			{key: []byte{192, 168, 2, 0}, flags: 1},
+		},
+	}, {
+		name: "interval ending at the largest address is open",
+		set:  set("ipv4_addr", interval),
+		el:   knftables.Element{Key: []string{"255.255.255.0/24"}},
+		want: []nlElement{{key: []byte{255, 255, 255, 0}, udata: []byte{1, 4, 1, 0, 0, 0}}},
+	}, {
+		name: "concatenated interval: key and key end",
+		set:  set("inet_proto . inet_service", interval),
+		el:   knftables.Element{Key: []string{"udp", "53-60"}},
+		want: []nlElement{{key: []byte{17, 0, 0, 0, 0, 53, 0, 0}, keyEnd: []byte{17, 0, 0, 0, 0, 60, 0, 0}}},
+	}, {
+		name: "concatenated interval: a single value has key end = key",
+		set:  set("inet_proto . inet_service", interval),
+		el:   knftables.Element{Key: []string{"tcp", "8080"}},
+		want: []nlElement{{key: []byte{6, 0, 0, 0, 0x1f, 0x90, 0, 0}, keyEnd: []byte{6, 0, 0, 0, 0x1f, 0x90, 0, 0}}},
+	}, {
+		name: "verdict map",
+		set:  &compile.Set{Map: &knftables.Map{Name: "m", Type: "ipv6_addr : verdict"}},
+		el:   knftables.Element{Key: []string{"fd00::1"}, Value: []string{"goto ingress-x"}},
+		want: []nlElement{{key: []byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, hasVerdict: true, verdict: -4, chain: "ingress-x"}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := layoutOf(tc.set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := l.encode(&tc.el, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d elements %+v, want %+v", len(got), got, tc.want)
+			}
+			for i := range got {
+				g, w := got[i], tc.want[i]
+				if !bytes.Equal(g.key, w.key) || !bytes.Equal(g.keyEnd, w.keyEnd) || g.flags != w.flags ||
+					!bytes.Equal(g.udata, w.udata) || g.hasVerdict != w.hasVerdict || g.verdict != w.verdict || g.chain != w.chain {
+					t.Errorf("element %d: got %+v, want %+v", i, g, w)
+				}
+			}
+			// A deletion carries the keys and flags only.
+			del, err := l.encode(&tc.el, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range del {
+				if del[i].udata != nil || del[i].hasVerdict || !bytes.Equal(del[i].key, got[i].key) || del[i].flags != got[i].flags {
+					t.Errorf("deletion element %d: %+v", i, del[i])
+				}
+			}
+		})
+	}
+}
+
+func TestElementEncodingErrors(t *testing.T) {
+	interval := knftables.IntervalFlag
+	vmap := &compile.Set{Map: &knftables.Map{Name: "m", Type: "ipv4_addr : verdict"}}
+	for _, tc := range []struct {
+		set  *compile.Set
+		el   knftables.Element
+		want string
+	}{
+		{set("ipv4_addr"), knftables.Element{Key: []string{"10.0.0.0/8"}}, "without the interval flag"},
+		{set("ipv4_addr"), knftables.Element{Key: []string{"fd00::1"}}, "not of the set's family"},
+		{set("ipv4_addr"), knftables.Element{Key: []string{"10.0.0.1", "10.0.0.2"}}, "key fields"},
+		{set("ipv4_addr", interval), knftables.Element{Key: []string{"10.0.0.1/8"}}, "host bits"},
+		{set("ipv4_addr", interval), knftables.Element{Key: []string{"10.0.0.9-10.0.0.1"}}, "not ascending"},
+		{set("inet_proto . inet_service"), knftables.Element{Key: []string{"tcp", "65536"}}, "not a number"},
+		{set("inet_proto . inet_service"), knftables.Element{Key: []string{"bogus", "80"}}, "known name"},
+		{set("inet_service", interval), knftables.Element{Key: []string{"90-80"}}, "ascending"},
+		{set("ipv4_addr"), knftables.Element{Key: []string{"10.0.0.1"}, Value: []string{"accept"}}, "has a value"},
+		{vmap, knftables.Element{Key: []string{"10.0.0.1"}, Value: []string{"goto"}}, "need a chain"},
+		{vmap, knftables.Element{Key: []string{"10.0.0.1"}, Value: []string{"accept x"}}, "need a chain"},
+		{vmap, knftables.Element{Key: []string{"10.0.0.1"}, Value: []string{"reject"}}, "unknown"},
+		{vmap, knftables.Element{Key: []string{"10.0.0.1"}, Comment: ptrStr(strings.Repeat("c", 200)), Value: []string{"accept"}}, "comment longer"},
+	} {
+		l, err := layoutOf(tc.set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = l.encode(&tc.el, false)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v: error %v, want one containing %q", tc.set.Name(), tc.el.Key, err, tc.want)
+		}
+	}
+	for _, s := range []*compile.Set{
+		set("ether_addr"),
+		{Set: &knftables.Set{Name: "s", TypeOf: "ip saddr"}},
+		set("ipv4_addr", knftables.TimeoutFlag),
+		{Map: &knftables.Map{Name: "m", Type: "ipv4_addr : mark"}},
+	} {
+		if _, err := layoutOf(s); err == nil {
+			t.Errorf("layout of %+v: no error", s)
+		}
+	}
+}

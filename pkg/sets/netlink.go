@@ -1,0 +1,432 @@
+package sets
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	// The package's tests name a helper sync.
+	stdsync "sync"
+	"time"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// Why mdlayher/netlink and not google/nftables' SetAddElements: the
+// messages are few and simple (NEWSETELEM and DELSETELEM between
+// BATCH_BEGIN and BATCH_END), and writing them here keeps what google/nftables
+// does not offer: the bytes nft writes, including the "open interval"
+// element flag (a userdata TLV next to the comment; nft 1.0.6 lists a set
+// the same without it, later versions read it); socket buffers sized for
+// the batch (Conn.Flush uses the default ones, a few hundred kilobytes,
+// and expects one reply per message within them); extended error messages;
+// and a connection dropped after any failure, so that no late reply is
+// read as the next batch's.
+
+// nftaSetElemKeyEnd is NFTA_SET_ELEM_KEY_END (kernel 5.6), missing from
+// x/sys/unix.
+const nftaSetElemKeyEnd = 10
+
+// Socket buffers asked for (SO_SNDBUFFORCE, SO_RCVBUFFORCE need
+// CAP_NET_ADMIN, which the agent has; without it the kernel's maximum
+// applies). A batch must fit in one send buffer: the kernel reads one batch
+// from one message.
+const netlinkBufferBytes = 8 << 20
+
+// elementListBytes bounds one message's element list: a netlink attribute
+// length is 16 bits.
+const elementListBytes = 60 << 10
+
+// NetlinkElements writes set and map element changes of the nftpolicy table
+// over netlink, every change of a sync in one nfnetlink batch, which the
+// kernel commits as one transaction or not at all. It replaces, for syncs
+// that only change elements (pod churn), the nft process knftables starts:
+// no process, no parsing. Safe for concurrent use, though the Syncer does
+// not need it.
+type NetlinkElements struct {
+	netNS   int
+	table   string
+	timeout time.Duration
+
+	mu   stdsync.Mutex
+	conn *netlink.Conn
+	// maxBytes and maxMessages are what the connection's buffers hold: a
+	// bigger batch goes to nft instead.
+	maxBytes, maxMessages int
+}
+
+// NewNetlinkElements returns a writer for the inet table of that name in
+// the network namespace netNSFd refers to (0: the namespace of the calling
+// thread when the connection is opened). The connection opens on first
+// use, and again after any failure.
+func NewNetlinkElements(table string, netNSFd int) *NetlinkElements {
+	return &NetlinkElements{netNS: netNSFd, table: table, timeout: 10 * time.Second}
+}
+
+// Close closes the connection.
+func (w *NetlinkElements) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closeLocked()
+}
+
+func (w *NetlinkElements) closeLocked() error {
+	if w.conn == nil {
+		return nil
+	}
+	err := w.conn.Close()
+	w.conn = nil
+	return err
+}
+
+func (w *NetlinkElements) dial() error {
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: w.netNS})
+	if err != nil {
+		return fmt.Errorf("opening a netfilter netlink socket: %w", err)
+	}
+	// Error replies do not carry a copy of the request (up to 64 KiB
+	// each). Extended acknowledgements are left off: mdlayher/netlink
+	// v1.11 cannot parse an error carrying both.
+	_ = c.SetOption(netlink.CapAcknowledge, true)
+	setBuffer(c, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF)
+	setBuffer(c, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF)
+	wb, err1 := c.WriteBuffer()
+	rb, err2 := c.ReadBuffer()
+	if err := errors.Join(err1, err2); err != nil {
+		c.Close()
+		return fmt.Errorf("reading netlink socket buffer sizes: %w", err)
+	}
+	// The kernel refuses a message longer than the send buffer less 32
+	// bytes; every acknowledgement takes about 1 KiB of receive buffer
+	// (its socket buffer's true size), all of them queued at commit.
+	w.conn, w.maxBytes, w.maxMessages = c, wb-4096, rb/2048
+	return nil
+}
+
+func setBuffer(c *netlink.Conn, force, plain int) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, force, netlinkBufferBytes) != nil {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, plain, netlinkBufferBytes)
+		}
+	})
+}
+
+// setChanges are one set's element changes in kernel form: deletions are
+// written before additions, so that an element whose data changed is
+// replaced within the batch.
+type setChanges struct {
+	set      string
+	del, add []nlElement
+}
+
+// errBatchTooBig sends a batch to nft: it would not fit the socket.
+var errBatchTooBig = errors.New("element batch larger than the netlink socket buffers")
+
+// write sends the changes in one batch and waits for the kernel's verdict.
+func (w *NetlinkElements) write(ctx context.Context, changes []setChanges) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.conn == nil {
+		if err := w.dial(); err != nil {
+			return err
+		}
+	}
+	msgs, size, err := w.messages(changes)
+	if err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	if size > w.maxBytes || len(msgs)-2 > w.maxMessages {
+		return fmt.Errorf("%w: %d messages, %d bytes", errBatchTooBig, len(msgs)-2, size)
+	}
+	if err := w.roundTrip(ctx, msgs); err != nil {
+		// Replies may still be queued: never read them as the next
+		// batch's.
+		_ = w.closeLocked()
+		return err
+	}
+	return nil
+}
+
+func (w *NetlinkElements) roundTrip(ctx context.Context, msgs []netlink.Message) error {
+	deadline := time.Now().Add(w.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := w.conn.SetReadDeadline(deadline); err != nil {
+		return err
+	}
+	sent, err := w.conn.SendMessages(msgs)
+	if err != nil {
+		return fmt.Errorf("sending element batch: %w", err)
+	}
+	// One acknowledgement per element message (not for BATCH_BEGIN and
+	// BATCH_END); a failed batch answers with its errors, or with a single
+	// error when the commit itself fails, and is wholly aborted.
+	pending := make(map[uint32]bool, len(sent)-2)
+	for _, m := range sent[1 : len(sent)-1] {
+		pending[m.Header.Sequence] = true
+	}
+	for len(pending) > 0 {
+		replies, err := w.conn.Receive()
+		if err != nil {
+			return fmt.Errorf("element batch refused: %w", err)
+		}
+		for _, r := range replies {
+			if r.Header.Type == netlink.Error {
+				delete(pending, r.Header.Sequence)
+			}
+		}
+	}
+	return nil
+}
+
+// messages builds the batch: BATCH_BEGIN, the element messages, BATCH_END;
+// and its size on the wire.
+func (w *NetlinkElements) messages(changes []setChanges) ([]netlink.Message, int, error) {
+	batchHeader := func(t uint16) netlink.Message {
+		return netlink.Message{
+			Header: netlink.Header{Type: netlink.HeaderType(t), Flags: netlink.Request},
+			Data:   nfgenmsg(unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES),
+		}
+	}
+	msgs := []netlink.Message{batchHeader(unix.NFNL_MSG_BATCH_BEGIN)}
+	size := 0
+	emit := func(set string, op uint16, flags netlink.HeaderFlags, els []nlElement) error {
+		for len(els) > 0 {
+			n, bytes := 0, 0
+			for n < len(els) && (n == 0 || bytes+els[n].encodedLen() <= elementListBytes) {
+				bytes += els[n].encodedLen()
+				n++
+			}
+			data, err := w.elementMessage(set, els[:n])
+			if err != nil {
+				return fmt.Errorf("set %s: %w", set, err)
+			}
+			msgs = append(msgs, netlink.Message{
+				Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | op), Flags: flags},
+				Data:   data,
+			})
+			size += 16 + len(data)
+			els = els[n:]
+		}
+		return nil
+	}
+	for _, c := range changes {
+		if err := emit(c.set, unix.NFT_MSG_DELSETELEM, netlink.Request|netlink.Acknowledge, c.del); err != nil {
+			return nil, 0, err
+		}
+	}
+	for _, c := range changes {
+		if err := emit(c.set, unix.NFT_MSG_NEWSETELEM, netlink.Request|netlink.Acknowledge|netlink.Create, c.add); err != nil {
+			return nil, 0, err
+		}
+	}
+	if len(msgs) == 1 {
+		return nil, 0, nil
+	}
+	msgs = append(msgs, batchHeader(unix.NFNL_MSG_BATCH_END))
+	return msgs, size + 2*20, nil
+}
+
+// nfgenmsg is struct nfgenmsg: family, version, resource id (big endian).
+func nfgenmsg(family uint8, resID uint16) []byte {
+	return []byte{family, unix.NFNETLINK_V0, byte(resID >> 8), byte(resID)}
+}
+
+func (w *NetlinkElements) elementMessage(set string, els []nlElement) ([]byte, error) {
+	ae := netlink.NewAttributeEncoder()
+	ae.ByteOrder = binary.BigEndian
+	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, w.table)
+	ae.String(unix.NFTA_SET_ELEM_LIST_SET, set)
+	ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(list *netlink.AttributeEncoder) error {
+		for i := range els {
+			e := &els[i]
+			list.Nested(unix.NFTA_LIST_ELEM, func(ne *netlink.AttributeEncoder) error {
+				ne.Nested(unix.NFTA_SET_ELEM_KEY, func(k *netlink.AttributeEncoder) error {
+					k.Bytes(unix.NFTA_DATA_VALUE, e.key)
+					return nil
+				})
+				if e.keyEnd != nil {
+					ne.Nested(nftaSetElemKeyEnd, func(k *netlink.AttributeEncoder) error {
+						k.Bytes(unix.NFTA_DATA_VALUE, e.keyEnd)
+						return nil
+					})
+				}
+				if e.flags != 0 {
+					ne.Uint32(unix.NFTA_SET_ELEM_FLAGS, e.flags)
+				}
+				switch {
+				case e.hasVerdict:
+					ne.Nested(unix.NFTA_SET_ELEM_DATA, func(d *netlink.AttributeEncoder) error {
+						d.Nested(unix.NFTA_DATA_VERDICT, func(v *netlink.AttributeEncoder) error {
+							v.Uint32(unix.NFTA_VERDICT_CODE, uint32(e.verdict))
+							if e.chain != "" {
+								v.String(unix.NFTA_VERDICT_CHAIN, e.chain)
+							}
+							return nil
+						})
+						return nil
+					})
+				case e.data != nil:
+					ne.Nested(unix.NFTA_SET_ELEM_DATA, func(d *netlink.AttributeEncoder) error {
+						d.Bytes(unix.NFTA_DATA_VALUE, e.data)
+						return nil
+					})
+				}
+				if len(e.udata) > 0 {
+					ne.Bytes(unix.NFTA_SET_ELEM_USERDATA, e.udata)
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+	attrs, err := ae.Encode()
+	if err != nil {
+		return nil, err
+	}
+	return append(nfgenmsg(unix.NFPROTO_INET, 0), attrs...), nil
+}
+
+// elementOnlyDiff returns, for each set whose elements differ, the indices
+// of the elements to delete (in old's set) and add (in desired's), when
+// that is all that separates the two rulesets: same table, chains, rules
+// and set declarations. ok is false otherwise.
+func elementOnlyDiff(old, desired *compile.Ruleset) (diffs []setDiff, ok bool) {
+	if !equalStrPtr(old.Table.Comment, desired.Table.Comment) ||
+		len(old.Chains) != len(desired.Chains) || len(old.Sets) != len(desired.Sets) {
+		return nil, false
+	}
+	for n, c := range desired.Chains {
+		prev, ok := old.Chains[n]
+		if !ok || prev.External != c.External || !equalRules(prev.Rules, c.Rules) {
+			return nil, false
+		}
+	}
+	for _, n := range desired.SortedSetNames() {
+		set := desired.Sets[n]
+		prev, ok := old.Sets[n]
+		if !ok || !sameDeclaration(prev, set) {
+			return nil, false
+		}
+		if equalElements(prev.Elements, set.Elements) {
+			continue
+		}
+		add, del := diffElements(prev, set)
+		diffs = append(diffs, setDiff{name: n, prev: prev, set: set, add: add, del: del})
+	}
+	return diffs, true
+}
+
+type setDiff struct {
+	name      string
+	prev, set *compile.Set
+	add, del  []int
+}
+
+func sameDeclaration(a, b *compile.Set) bool {
+	switch {
+	case a.Set != nil && b.Set != nil:
+		x, y := a.Set, b.Set
+		return x.Type == y.Type && x.TypeOf == y.TypeOf && slices.Equal(x.Flags, y.Flags) &&
+			equalPtr(x.Timeout, y.Timeout) && equalPtr(x.GCInterval, y.GCInterval) && equalPtr(x.Size, y.Size) &&
+			equalPtr(x.Policy, y.Policy) && equalPtr(x.AutoMerge, y.AutoMerge) && equalPtr(x.Comment, y.Comment)
+	case a.Map != nil && b.Map != nil:
+		x, y := a.Map, b.Map
+		return x.Type == y.Type && x.TypeOf == y.TypeOf && slices.Equal(x.Flags, y.Flags) &&
+			equalPtr(x.Timeout, y.Timeout) && equalPtr(x.GCInterval, y.GCInterval) && equalPtr(x.Size, y.Size) &&
+			equalPtr(x.Policy, y.Policy) && equalPtr(x.Comment, y.Comment)
+	}
+	return false
+}
+
+func equalPtr[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// encodeDiffs converts element changes to kernel form; an error means the
+// netlink path cannot express them (errUnsupported) or an element is
+// malformed.
+func encodeDiffs(diffs []setDiff) ([]setChanges, int, int, error) {
+	out := make([]setChanges, 0, len(diffs))
+	added, deleted := 0, 0
+	for _, d := range diffs {
+		l, err := layoutOf(d.set)
+		if err != nil {
+			return nil, 0, 0, fmt.Errorf("set %s: %w", d.name, err)
+		}
+		c := setChanges{set: d.name}
+		for _, i := range d.del {
+			els, err := l.encode(&d.prev.Elements[i], true)
+			if err != nil {
+				return nil, 0, 0, fmt.Errorf("set %s: %w", d.name, err)
+			}
+			c.del = append(c.del, els...)
+		}
+		for _, i := range d.add {
+			els, err := l.encode(&d.set.Elements[i], false)
+			if err != nil {
+				return nil, 0, 0, fmt.Errorf("set %s: %w", d.name, err)
+			}
+			c.add = append(c.add, els...)
+		}
+		out = append(out, c)
+		added += len(d.add)
+		deleted += len(d.del)
+	}
+	return out, added, deleted, nil
+}
+
+// netlinkSync handles a sync that only changes elements: one netlink batch.
+// handled is false when the change is more than elements, or when the
+// batch cannot be written over netlink (a type it does not know, a batch
+// bigger than the socket): the caller writes it with nft. A batch the
+// kernel refuses changed nothing; it is counted and followed at once by a
+// full sync.
+func (s *Syncer) netlinkSync(ctx context.Context, desired *compile.Ruleset) (res Result, handled bool, err error) {
+	diffs, ok := elementOnlyDiff(s.applied, desired)
+	if !ok {
+		return res, false, nil
+	}
+	if len(diffs) == 0 {
+		return res, true, nil
+	}
+	changes, added, deleted, err := encodeDiffs(diffs)
+	if err != nil {
+		s.cfg.Logger.V(2).Info("Element changes go through nft", "reason", err)
+		return res, false, nil
+	}
+	err = s.cfg.Netlink.write(ctx, changes)
+	if errors.Is(err, errBatchTooBig) {
+		s.cfg.Logger.V(2).Info("Element changes go through nft", "reason", err)
+		return res, false, nil
+	}
+	if err != nil {
+		n := s.netlinkFallbacks.Add(1)
+		s.cfg.Logger.Error(err, "Netlink element batch failed, the kernel is unchanged; falling back to a full sync",
+			"elementsAdded", added, "elementsDeleted", deleted, "fallbacks", n)
+		res, err := s.full(ctx, desired)
+		res.NetlinkFallback = true
+		return res, true, err
+	}
+	return Result{Netlink: true, Operations: added + deleted, ElementsAdded: added, ElementsDeleted: deleted}, true, nil
+}
+
+// NetlinkFallbacks is the number of netlink element batches the kernel
+// refused since the Syncer was created (each followed by a full sync). Safe
+// to call from any goroutine (a metrics collector).
+func (s *Syncer) NetlinkFallbacks() int64 { return s.netlinkFallbacks.Load() }

@@ -1,0 +1,199 @@
+// Package inproc runs what `nftpolicy agent` runs on one node, inside the
+// test process and without an API server: a pkg/sets syncer writing the
+// node's table over netlink in the node's network namespace, and in queue
+// mode the evaluator and the NFQUEUE runtime bound in that namespace. The
+// caller builds the programs (compile.Build) and hands them to Apply, which
+// keeps the agent's order: render, commit, then publish to the evaluator.
+//
+// The kernel suite (tests/kernel) and the benchmarks (tests/bench) use it;
+// tests that need the real agent binary and an API server use
+// tests/internal/cluster instead.
+package inproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/google/nftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+)
+
+// Quiet discards logs. logr.Discard() has a nil sink, which the product's
+// Defaults replace with klog.
+var Quiet = funcr.New(func(prefix, args string) {}, funcr.Options{})
+
+// runtimeReadyTimeout bounds how long New waits for the NFQUEUE runtime to
+// bind its queues.
+const runtimeReadyTimeout = 10 * time.Second
+
+// Agent is one node's syncer and, in queue mode, evaluator and runtime.
+type Agent struct {
+	Node string
+	// Runtime is the NFQUEUE runtime in queue mode, nil otherwise.
+	Runtime *queue.Runtime
+	// Program is the last program Apply committed.
+	Program *compile.Program
+
+	nft    *netlab.NodeNFT
+	netns  *os.File // the node's namespace, for netlink sockets
+	syncer *sets.Syncer
+	rcfg   compile.RenderConfig
+	qcfg   sets.QueueRuleConfig
+	eval   queue.Evaluator
+	// elements writes element-only changes over netlink, as the agent does.
+	elements *sets.NetlinkElements
+	stopRT   context.CancelFunc
+	rtDone   chan error
+}
+
+// New starts the agent of node in lab with the render configuration rcfg
+// (its mode, queue numbers, queue variant and allow mark); log may be the
+// zero Logger, which means Quiet. Close it.
+func New(lab *netlab.Lab, node string, rcfg compile.RenderConfig, log logr.Logger) (_ *Agent, err error) {
+	if log.GetSink() == nil {
+		log = Quiet
+	}
+	a := &Agent{Node: node, rcfg: rcfg}
+	if a.nft, err = netlab.NewNodeNFT(lab, node); err != nil {
+		return nil, err
+	}
+	path, err := lab.NodeNetnsPath(node)
+	if err != nil {
+		return nil, err
+	}
+	if a.netns, err = os.Open(path); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, a.Close())
+		}
+	}()
+	a.qcfg = sets.QueueRuleConfig{
+		QueueNum: rcfg.QueueNum,
+		Queues:   rcfg.Queues,
+		Bypass:   rcfg.FailOpen,
+		Fanout:   rcfg.Queues > 1,
+		Counter:  true,
+		Comment:  "nftpolicy: new connections to the userspace evaluator",
+	}
+	// As the agent runs it: element changes over netlink, full syncs with
+	// one command per set.
+	a.elements = sets.NewNetlinkElements(compile.TableName, int(a.netns.Fd()))
+	scfg := sets.Config{NFT: a.nft, Logger: log, Netlink: a.elements, OneCommandPerSet: true}
+	if rcfg.UsesQueue() && rcfg.QueueVariant == compile.QueueXTCompat {
+		scfg.External = a.installQueueRule
+	}
+	if a.syncer, err = sets.New(scfg); err != nil {
+		return nil, err
+	}
+	if rcfg.UsesQueue() {
+		if err := a.startRuntime(log); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// installQueueRule is the syncer's External installer: the xt-compat
+// NFQUEUE rule, written over netlink into the node's table.
+func (a *Agent) installQueueRule(ctx context.Context, chain string) error {
+	conn, err := nftables.New(nftables.WithNetNSFd(int(a.netns.Fd())))
+	if err != nil {
+		return err
+	}
+	defer conn.CloseLasting()
+	return sets.InstallCompatQueueRule(conn, compile.TableName, chain, a.qcfg)
+}
+
+// CompatQueueRuleInstalled reports whether the node's queue chain holds the
+// xt-compat rule.
+func (a *Agent) CompatQueueRuleInstalled() (bool, error) {
+	conn, err := nftables.New(nftables.WithNetNSFd(int(a.netns.Fd())))
+	if err != nil {
+		return false, err
+	}
+	defer conn.CloseLasting()
+	return sets.CheckCompatQueueRule(conn, compile.TableName, compile.ChainQueue, a.qcfg)
+}
+
+func (a *Agent) startRuntime(log logr.Logger) error {
+	rt, err := queue.NewRuntime(queue.RuntimeConfig{
+		QueueNum:  a.rcfg.QueueNum,
+		Queues:    a.rcfg.Queues,
+		FailOpen:  a.rcfg.FailOpen,
+		AllowMark: a.rcfg.AllowMark,
+		NetNS:     int(a.netns.Fd()),
+		Logger:    log,
+	}, &a.eval)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.Runtime, a.stopRT, a.rtDone = rt, cancel, make(chan error, 1)
+	go func() { a.rtDone <- rt.Run(ctx) }()
+	select {
+	case <-rt.Ready():
+		return nil
+	case err := <-a.rtDone:
+		a.rtDone <- err
+		return fmt.Errorf("nfqueue runtime on %s: %w", a.Node, err)
+	case <-time.After(runtimeReadyTimeout):
+		return fmt.Errorf("nfqueue runtime on %s: not ready after %v", a.Node, runtimeReadyTimeout)
+	}
+}
+
+// Apply renders prog, lets mutate (when not nil) change the ruleset, syncs
+// it (a full sync when full) and then publishes prog to the evaluator, in
+// the agent's order: the program is published only after the transaction
+// rendered from it committed.
+func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(node string, rs *compile.Ruleset), full bool) (sets.Result, error) {
+	rs, err := compile.Render(prog, a.rcfg)
+	if err != nil {
+		return sets.Result{}, fmt.Errorf("rendering for %s: %w", a.Node, err)
+	}
+	if mutate != nil {
+		mutate(a.Node, rs)
+	}
+	if full {
+		a.syncer.ForceFull()
+	}
+	res, err := a.syncer.Sync(ctx, rs)
+	if err != nil {
+		return res, fmt.Errorf("syncing %s: %w", a.Node, err)
+	}
+	a.eval.Swap(prog)
+	a.Program = prog
+	return res, nil
+}
+
+// Close stops the runtime and releases the namespace handle. The node's
+// table stays (the lab's teardown removes the namespace).
+func (a *Agent) Close() error {
+	var errs []error
+	if a.stopRT != nil {
+		a.stopRT()
+		if err := <-a.rtDone; err != nil {
+			errs = append(errs, err)
+		}
+		a.stopRT = nil
+	}
+	if a.elements != nil {
+		errs = append(errs, a.elements.Close())
+		a.elements = nil
+	}
+	if a.netns != nil {
+		errs = append(errs, a.netns.Close())
+		a.netns = nil
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,211 @@
+package kernel
+
+// The deny log on the real kernel: the ruleset logs drops to an NFLOG group
+// inside node-1's namespace, and a denylog.Logger reading that group writes
+// the lines.
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/denylog"
+)
+
+const denyLogScenario = `
+namespaces:
+  - {name: x}
+  - {name: y, labels: {team: frontend}}
+pods:
+  - {namespace: x, name: web, labels: {app: web}, ip: 10.244.1.10, node: node-1}
+  - {namespace: x, name: db, labels: {app: db}, ip: 10.244.1.11, node: node-1}
+  - {namespace: y, name: client, ip: 10.244.2.10, node: node-2}
+policies:
+  - apiVersion: networking.k8s.io/v1
+    kind: NetworkPolicy
+    metadata: {name: default-deny, namespace: x}
+    spec: {podSelector: {}, policyTypes: [Ingress]}
+  - apiVersion: networking.k8s.io/v1
+    kind: NetworkPolicy
+    metadata: {name: allow-web, namespace: x}
+    spec:
+      podSelector: {matchLabels: {app: web}}
+      ingress:
+        - from: [{namespaceSelector: {matchLabels: {team: frontend}}}]
+          ports: [{port: 80}]
+probes:
+  - {from: {pod: y/client}, to: {pod: x/web}, port: 80}
+  - {from: {pod: x/db}, to: {pod: x/web}, port: 80}
+`
+
+type lines struct {
+	mu sync.Mutex
+	l  []string
+}
+
+// Write keeps the deny lines (klog's text format, as the agent writes
+// them), not the reader's own messages.
+func (ls *lines) Write(b []byte) (int, error) {
+	s := strings.TrimSpace(string(b))
+	if !strings.Contains(s, `"Denied connection"`) {
+		return len(b), nil
+	}
+	ls.mu.Lock()
+	ls.l = append(ls.l, s)
+	ls.mu.Unlock()
+	return len(b), nil
+}
+func (ls *lines) get() []string {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return append([]string(nil), ls.l...)
+}
+
+func TestDenyLog(t *testing.T) {
+	requireRoot(t)
+	s, err := compile.ParseScenario([]byte(denyLogScenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const group, kernelRate = 11, 20
+	c := newCluster(t, s, Config{DenyLogGroup: group, DenyLogRate: kernelRate})
+	ctx := testContext(t)
+	if _, err := c.Apply(ctx, s, false); err != nil {
+		t.Fatal(err)
+	}
+	node := c.agents["node-1"]
+
+	// The reader, bound to node-1's namespace, resolving with node-1's program.
+	got := &lines{}
+	m := denylog.NewMetrics()
+	path, err := c.Lab().NodeNetnsPath("node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsFile, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsFile.Close()
+	l, err := denylog.New(denylog.Config{Group: group, Node: "node-1", Program: func() *compile.Program { return node.Program }, NetNS: int(nsFile.Fd()),
+		FlowInterval: time.Minute, LinesPerSecond: 100,
+		Logger: textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(got)))}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Run(rctx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("deny log reader: %v", err)
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // bound before the first drop
+
+	// One denied connection (its SYN retransmitted within the probe's
+	// timeout): exactly one line, naming both pods and the policies.
+	rep, err := c.Probe(ctx, s, []int{1})
+	if err != nil || rep.Outcomes[0].Err != nil || rep.Outcomes[0].Kernel {
+		t.Fatalf("denied probe: %v %+v", err, rep.Outcomes)
+	}
+	time.Sleep(300 * time.Millisecond)
+	denied := got.get()
+	if len(denied) != 1 {
+		t.Fatalf("one denied connection: %d lines: %v", len(denied), denied)
+	}
+	t.Logf("the line: %s", denied[0])
+	for _, want := range []string{`src="x/db"`, `dst="x/web"`, `protocol="TCP"`, `port=80`,
+		`direction="ingress"`, `policyKind="NetworkPolicy"`, `policy="x/allow-web, x/default-deny"`, `rule="default deny"`, `node="node-1"`} {
+		if !strings.Contains(denied[0], want) {
+			t.Errorf("line lacks %s: %s", want, denied[0])
+		}
+	}
+
+	// An allowed connection logs nothing.
+	rep, err = c.Probe(ctx, s, []int{0})
+	if err != nil || rep.Outcomes[0].Err != nil || !rep.Outcomes[0].Kernel {
+		t.Fatalf("allowed probe: %v %+v", err, rep.Outcomes)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(got.get()); n != 1 {
+		t.Errorf("an allowed connection logged: %v", got.get()[1:])
+	}
+
+	// 10,000 denied connections in one second (UDP datagrams to distinct
+	// ports: each is a new conntrack entry): the kernel logs at most its
+	// burst plus its rate for the time taken, the rest is counted by the
+	// deny chain's counters; userspace writes no more lines for the same
+	// source, destination and policy and counts what it dropped.
+	before := testutil.ToFloat64(m.Denied.WithLabelValues(compile.DenyKindNetworkPolicy, "x/allow-web, x/default-deny"))
+	ep, ok := c.PodEndpoint("x/db")
+	if !ok {
+		t.Fatal("no endpoint for x/db")
+	}
+	web := netip.MustParseAddr("10.244.1.10")
+	const flood = 10000
+	start := time.Now()
+	err = c.Lab().InNetns(ep, func() error {
+		conn, err := net.ListenUDP("udp4", nil)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		for i := 0; i < flood; i++ {
+			if _, err := conn.WriteToUDPAddrPort([]byte("x"), netip.AddrPortFrom(web, uint16(20000+i))); err != nil {
+				return err
+			}
+			if i%1000 == 999 {
+				time.Sleep(time.Until(start.Add(time.Duration(i+1) * time.Second / flood)))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	time.Sleep(500 * time.Millisecond)
+	received := testutil.ToFloat64(m.Denied.WithLabelValues(compile.DenyKindNetworkPolicy, "x/allow-web, x/default-deny")) - before
+	limit := float64(kernelRate) + kernelRate*elapsed.Seconds() + 2
+	if received < 1 || received > limit {
+		t.Errorf("flood of %d in %v: the kernel logged %v messages, want 1..%v", flood, elapsed, received, limit)
+	}
+	if n := len(got.get()); n != 1 {
+		t.Errorf("flood from one source to one destination: %d more lines", n-1)
+	}
+	if dropped := testutil.ToFloat64(m.Dropped.WithLabelValues("flow_rate_limit")); dropped < received {
+		t.Errorf("userspace dropped %v lines, want at least the flood's %v messages", dropped, received)
+	}
+	// The deny chain's counters: every datagram dropped, the suppressed
+	// ones are the dropped minus the logged.
+	info := compile.DenyInfo{Kind: compile.DenyKindNetworkPolicy, Policy: "x/allow-web, x/default-deny", Rule: compile.DenyRuleDefault, Direction: compile.Ingress}
+	out, err := c.Lab().NodeExec("node-1", "nft", "list", "chain", "inet", compile.TableName, compile.DenyChainName(info.ID()))
+	if err != nil {
+		t.Fatalf("listing the deny chain: %v: %s", err, out)
+	}
+	counts := regexp.MustCompile(`counter packets (\d+)`).FindAllStringSubmatch(string(out), -1)
+	if len(counts) != 2 {
+		t.Fatalf("deny chain counters: %s", out)
+	}
+	logged, _ := strconv.Atoi(counts[0][1])
+	dropped, _ := strconv.Atoi(counts[1][1])
+	suppressed := dropped - logged
+	t.Logf("flood: %d datagrams in %v; kernel dropped %d, logged %d, suppressed %d; userspace received %v, wrote %d line(s)",
+		flood, elapsed.Round(time.Millisecond), dropped, logged, suppressed, received, len(got.get()))
+	if dropped < flood || suppressed < flood-int(limit)-5 {
+		t.Errorf("kernel counters: %d dropped, %d logged; want at least %d dropped, nearly all suppressed", dropped, logged, flood)
+	}
+}
