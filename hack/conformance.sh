@@ -647,32 +647,6 @@ if ((!NO_AGENT)); then
 	grep -q -- "--mode=$MODE" "$STATE/install.yaml" || die "could not set --mode in install.yaml"
 	diff -u "$ROOT/install.yaml" "$STATE/install.yaml" >"$OUT/install.diff" || true
 	kc apply -f "$STATE/install.yaml" >/dev/null
-	if [[ $SUITE == npa ]] && ! grep -q clusternetworkpolicies "$STATE/install.yaml"; then
-		# Until install.yaml grants them, the agent gets the reads that
-		# ClusterNetworkPolicy enforcement needs from a role of this run only.
-		log "WARNING: install.yaml does not grant clusternetworkpolicies; granting list/watch on them and on nodes for this run"
-		kc apply -f - >/dev/null <<-'EOF'
-		apiVersion: rbac.authorization.k8s.io/v1
-		kind: ClusterRole
-		metadata:
-		  name: nftpolicy-conformance-cnp
-		rules:
-		- apiGroups: [policy.networking.k8s.io]
-		  resources: [clusternetworkpolicies]
-		  verbs: [list, watch]
-		- apiGroups: [""]
-		  resources: [nodes]
-		  verbs: [list, watch]
-		---
-		apiVersion: rbac.authorization.k8s.io/v1
-		kind: ClusterRoleBinding
-		metadata:
-		  name: nftpolicy-conformance-cnp
-		roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: nftpolicy-conformance-cnp}
-		subjects:
-		- {kind: ServiceAccount, name: nftpolicy, namespace: kube-system}
-		EOF
-	fi
 	if ! kc -n kube-system rollout status ds/nftpolicy --timeout=180s >&2; then
 		kc -n kube-system get pods -o wide >&2 || true
 		kc -n kube-system describe ds/nftpolicy >&2 || true
