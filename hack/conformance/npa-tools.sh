@@ -29,6 +29,8 @@ STAMP=$TOOLS/VERSION.npa
 CRD=$TOOLS/npa/clusternetworkpolicies.yaml
 
 log() { printf '[conformance/npa-tools.sh] %s\n' "$*" >&2; }
+# shellcheck source=toolslib.sh
+source "$HERE/toolslib.sh"
 
 command -v go >/dev/null 2>&1 || { log "go is not on PATH"; exit 1; }
 command -v patch >/dev/null 2>&1 || { log "patch is missing (apt-get install patch)"; exit 1; }
@@ -42,21 +44,7 @@ up_to_date() {
 	[[ -f $STAMP && $(head -n1 "$STAMP") == "$(want_stamp)" && -x $BIN/npa-conformance.test && -s $CRD ]]
 }
 done_() { log "NPA conformance tools up to date ($(head -n1 "$STAMP"))"; printf '%s\n' "$TOOLS"; exit 0; }
-up_to_date && done_
-
-exec 9>"$TOOLS/.lock"
-if ! flock -n 9; then
-	log "another build holds $TOOLS/.lock; waiting for it"
-	flock 9
-fi
-up_to_date && done_
-
-export GOWORK=off
-export GOFLAGS="-mod=mod -buildvcs=false"
-export CGO_ENABLED=0
-export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
-start=$(date +%s)
-rm -f "$STAMP"
+tools_begin
 
 # The module's own directory in the module cache (read-only), copied to the
 # cache's src/npa: go refuses overlays and edits of module-cache files, and the
