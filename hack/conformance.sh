@@ -216,7 +216,6 @@ fi
 
 TOOLSET=conformance SUITE_BINS=(e2e.test ginkgo)
 [[ $SUITE == npa ]] && TOOLSET=npa SUITE_BINS=(npa-conformance.test)
-NPA_CRD=$TOOLS/npa/clusternetworkpolicies.yaml
 if ((BUILD)); then
 	log "building tools (hack/tools.sh $TOOLSET; cached in $TOOLS)"
 	bash "$ROOT/hack/tools.sh" "$TOOLSET" >/dev/null
@@ -225,7 +224,13 @@ for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-prox
 	agnhost pause containerd containerd-shim-runc-v2 ctr; do
 	[[ -x $BIN/$b ]] || die "$BIN/$b is missing: run bash hack/tools.sh $TOOLSET"
 done
-[[ $SUITE != npa || -s $NPA_CRD ]] || die "$NPA_CRD is missing: run bash hack/tools.sh npa"
+if [[ $SUITE == npa ]]; then
+	# The CRD of the module version the agent is built with; the suite reads
+	# its bundle-version annotation and must find the version it tests.
+	NPA_CRD=$(bash "$ROOT/hack/crd.sh" experimental) || die "hack/crd.sh found no CRD"
+	grep -q "policy.networking.k8s.io/bundle-version: $NPA_VERSION\$" "$NPA_CRD" ||
+		die "$NPA_CRD is not bundle version $NPA_VERSION (go.mod and the suite disagree)"
+fi
 for c in runc iptables conntrack nft; do command -v $c >/dev/null || die "$c is missing (apt-get install)"; done
 [[ -x /usr/lib/cni/ptp && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] ||
 	die "CNI plugins missing: apt-get install containernetworking-plugins"

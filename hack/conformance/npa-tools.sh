@@ -8,9 +8,8 @@
 #       v0.3.0 (Go module proxy), built in a copy of the module (src/npa) with
 #       the two small, flag-gated changes of _npa/suite.patch and the added
 #       _npa/nftpolicy_flags.go (the module cache stays untouched)
-#   npa/clusternetworkpolicies.yaml   the module's experimental-channel CRD
-#       (annotated policy.networking.k8s.io/bundle-version: v0.3.0)
 #
+# (The CRD comes from hack/crd.sh: the module version in go.mod.)
 # Idempotent (stamp file VERSION.npa, covering the pin and _npa/*) and
 # serialised with hack/tools.sh's lock. Normally run as
 #   bash hack/tools.sh npa
@@ -26,7 +25,6 @@ TOOLS=${NFTPOLICY_TOOLS:-/var/cache/nftpolicy/tools}
 BIN=$TOOLS/bin
 SRC=$TOOLS/src/npa
 STAMP=$TOOLS/VERSION.npa
-CRD=$TOOLS/npa/clusternetworkpolicies.yaml
 
 log() { printf '[conformance/npa-tools.sh] %s\n' "$*" >&2; }
 # shellcheck source=toolslib.sh
@@ -34,14 +32,14 @@ source "$HERE/toolslib.sh"
 
 command -v go >/dev/null 2>&1 || { log "go is not on PATH"; exit 1; }
 command -v patch >/dev/null 2>&1 || { log "patch is missing (apt-get install patch)"; exit 1; }
-mkdir -p "$BIN" "$SRC" "$(dirname "$CRD")"
+mkdir -p "$BIN" "$SRC"
 
 want_stamp() {
 	printf 'network-policy-api=%s sources=%s\n' "$NPA_VERSION" \
 		"$(cat "$HERE"/_npa/* | sha256sum | cut -c1-16)"
 }
 up_to_date() {
-	[[ -f $STAMP && $(head -n1 "$STAMP") == "$(want_stamp)" && -x $BIN/npa-conformance.test && -s $CRD ]]
+	[[ -f $STAMP && $(head -n1 "$STAMP") == "$(want_stamp)" && -x $BIN/npa-conformance.test ]]
 }
 done_() { log "NPA conformance tools up to date ($(head -n1 "$STAMP"))"; printf '%s\n' "$TOOLS"; exit 0; }
 tools_begin
@@ -60,11 +58,6 @@ cp "$HERE/_npa/nftpolicy_flags.go" "$mod/conformance/utils/flags/nftpolicy_flags
 log "building $NPA_MODULE/conformance $NPA_VERSION (test binary)"
 (cd "$mod" && go test -c -trimpath -o "$BIN/.npa-conformance.test.tmp" ./conformance)
 mv -f "$BIN/.npa-conformance.test.tmp" "$BIN/npa-conformance.test"
-
-src_crd=$dir/config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml
-grep -q "policy.networking.k8s.io/bundle-version: $NPA_VERSION" "$src_crd" ||
-	{ log "$src_crd is not annotated with bundle-version $NPA_VERSION"; exit 1; }
-cp "$src_crd" "$CRD.tmp" && chmod 644 "$CRD.tmp" && mv -f "$CRD.tmp" "$CRD"
 
 {
 	want_stamp
