@@ -5,7 +5,7 @@ BIN := _output/bin/nftpolicy
 SEEDS ?= 1-60
 LONG_SEEDS ?= 1-500
 
-.PHONY: all build test test-unit vet tools deps demo bench bench-quick diff diff-long conformance image clean
+.PHONY: all build test test-unit vet tools deps demo bench bench-quick diff diff-long conformance conformance-npa image clean
 
 all: build
 
@@ -55,6 +55,11 @@ bench-quick: deps tools build
 # CONFORMANCE_FLAGS, e.g. '--mode queue', '--nodes 2', '--no-agent', '--focus RE'.
 conformance: deps build
 	bash hack/conformance.sh $(CONFORMANCE_FLAGS)
+
+# SIG Network's ClusterNetworkPolicy conformance suite (network-policy-api
+# v0.3.0) on two nodes; CONFORMANCE_FLAGS as above, e.g. '--mode queue'.
+conformance-npa: deps build
+	bash hack/conformance.sh --suite npa $(CONFORMANCE_FLAGS)
 
 image: build
 	bash hack/image.sh

@@ -13,6 +13,9 @@
 #
 # Any other root filesystem (hack/conformance.sh uses it for pause and agnhost):
 #   bash hack/image.sh --rootfs DIR --tag IMAGE --out FILE --entrypoint ARG... [--cmd ARG]...
+#     [--host-binary PATH]...
+#   --host-binary copies this machine's PATH (e.g. /bin/bash) into DIR, with
+#   the shared libraries ldd lists, in Debian's usr-merged layout (DIR is changed).
 #
 # Prints FILE. The tarball is reproducible (fixed times and owners).
 set -euo pipefail
@@ -21,7 +24,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log() { printf '[image.sh] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
-TAG= OUT= ROOTFS= ENTRY=() CMD=()
+TAG= OUT= ROOTFS= ENTRY=() CMD=() HOSTBIN=()
 while (($#)); do
 	case $1 in
 	--tag) TAG=$2; shift 2 ;;
@@ -29,7 +32,8 @@ while (($#)); do
 	--rootfs) ROOTFS=$2; shift 2 ;;
 	--entrypoint) ENTRY+=("$2"); shift 2 ;;
 	--cmd) CMD+=("$2"); shift 2 ;;
-	-h | --help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--host-binary) HOSTBIN+=("$2"); shift 2 ;;
+	-h | --help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument $1 (see --help)" ;;
 	esac
 done
@@ -82,9 +86,38 @@ mkimage() {
 	log "$tag -> $out ($(du -h "$out" | cut -f1), layer sha256:${layer_sha:0:12})"
 }
 
+# usr_merge ROOT: Debian's usr-merged layout, /lib, /lib64, /bin and /sbin
+# being links into /usr.
+usr_merge() {
+	local d
+	mkdir -p "$1"/usr/{lib,lib64,bin,sbin}
+	for d in lib lib64 bin sbin; do [[ -e $1/$d ]] || ln -s "usr/$d" "$1/$d"; done
+}
+# copy ROOT PATH: into ROOT's usr-merged tree, the file's content (not links).
+copy() {
+	local root=$1 p=$2 dst
+	dst=$p
+	case $p in /lib/* | /lib64/* | /bin/* | /sbin/*) dst=/usr$p ;; esac
+	mkdir -p "$root$(dirname "$dst")"
+	cp -L "$p" "$root$dst"
+}
+# copy_with_libs ROOT BINARY: the binary and the shared libraries it loads.
+copy_with_libs() {
+	local root=$1 bin=$2 lib
+	[[ -x $bin ]] || die "$bin is not an executable"
+	copy "$root" "$bin"
+	while read -r lib; do
+		copy "$root" "$lib"
+	done < <(ldd "$bin" | sed -n 's/.*=> \(\/[^ ]*\) (.*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) (.*/\1/p' | sort -u)
+}
+
 if [[ -n $ROOTFS ]]; then
 	[[ -d $ROOTFS && -n $TAG && -n $OUT ]] || die "--rootfs needs an existing DIR, --tag and --out"
 	((${#ENTRY[@]})) || die "--rootfs needs --entrypoint"
+	if ((${#HOSTBIN[@]})); then
+		usr_merge "$ROOTFS"
+		for b in "${HOSTBIN[@]}"; do copy_with_libs "$ROOTFS" "$b"; done
+	fi
 	mkimage "$ROOTFS" "$TAG" "$OUT" "${ENTRY[@]}"
 	printf '%s\n' "$OUT"
 	exit 0
@@ -106,25 +139,13 @@ trap 'rm -rf "$rootfs"' EXIT
 log "building a static nftpolicy"
 (cd "$ROOT" && CGO_ENABLED=0 GOWORK=off go build -trimpath -ldflags "-s -w" -o "$rootfs/nftpolicy" ./cmd/nftpolicy)
 
-# Debian's usr-merged layout: /lib, /lib64, /bin and /sbin are links into /usr.
-mkdir -p "$rootfs"/usr/{lib,lib64,bin,sbin} "$rootfs"/{etc,tmp,run,proc,sys,dev,var}
+usr_merge "$rootfs"
+mkdir -p "$rootfs"/{etc,tmp,run,proc,sys,dev,var}
 chmod 1777 "$rootfs/tmp"
-for d in lib lib64 bin sbin; do ln -s "usr/$d" "$rootfs/$d"; done
-# copy PATH: into the usr-merged tree, the file's content (not links).
-copy() {
-	local p=$1 dst
-	dst=$p
-	case $p in /lib/* | /lib64/* | /bin/* | /sbin/*) dst=/usr$p ;; esac
-	mkdir -p "$rootfs$(dirname "$dst")"
-	cp -L "$p" "$rootfs$dst"
-}
-copy "$NFT"
-while read -r lib; do
-	copy "$lib"
-done < <(ldd "$NFT" | sed -n 's/.*=> \(\/[^ ]*\) (.*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) (.*/\1/p' | sort -u)
+copy_with_libs "$rootfs" "$NFT"
 # nft reads these for names of protocols, services and marks; harmless when absent.
 for f in /etc/protocols /etc/services /etc/iproute2/rt_marks /etc/iproute2/rt_realms; do
-	[[ -f $f ]] && copy "$f"
+	[[ -f $f ]] && copy "$rootfs" "$f"
 done
 printf 'root:x:0:0:root:/:/nftpolicy\n' >"$rootfs/etc/passwd"
 printf 'root:x:0:\n' >"$rootfs/etc/group"

@@ -13,6 +13,9 @@
 #        bash hack/tools.sh conformance   # the default set, then what
 #                                         # hack/conformance.sh needs on top
 #                                         # (hack/conformance/tools.sh)
+#        bash hack/tools.sh npa           # conformance, then what
+#                                         # hack/conformance.sh --suite npa
+#                                         # needs (hack/conformance/npa-tools.sh)
 set -euo pipefail
 
 # Optional target sets; without an argument the default set below is built.
@@ -22,7 +25,11 @@ conformance)
 	bash "${BASH_SOURCE[0]}" >&2
 	exec bash "$(dirname "${BASH_SOURCE[0]}")/conformance/tools.sh"
 	;;
-*) printf '[tools.sh] unknown target %q (known: conformance)\n' "$1" >&2; exit 2 ;;
+npa)
+	bash "${BASH_SOURCE[0]}" conformance >&2
+	exec bash "$(dirname "${BASH_SOURCE[0]}")/conformance/npa-tools.sh"
+	;;
+*) printf '[tools.sh] unknown target %q (known: conformance, npa)\n' "$1" >&2; exit 2 ;;
 esac
 
 KUBE_VERSION=v1.37.2     # k8s.io/kubernetes

@@ -30,6 +30,8 @@ BINARIES=(kube-controller-manager kube-scheduler kubelet kube-proxy agnhost e2e.
 APT_PACKAGES=(runc containernetworking-plugins iptables conntrack nftables)
 
 log() { printf '[conformance/tools.sh] %s\n' "$*" >&2; }
+# shellcheck source=toolslib.sh
+source "$HERE/toolslib.sh"
 
 command -v go >/dev/null 2>&1 || { log "go is not on PATH"; exit 1; }
 [[ -x $BIN/kube-apiserver && -f $SRC/kubernetes/go.mod ]] ||
@@ -57,21 +59,7 @@ up_to_date() {
 	for b in "${BINARIES[@]}"; do [[ -x $BIN/$b ]] || return 1; done
 }
 done_() { log "conformance tools up to date ($(head -n1 "$STAMP"))"; printf '%s\n' "$TOOLS"; exit 0; }
-up_to_date && done_
-
-exec 9>"$TOOLS/.lock"
-if ! flock -n 9; then
-	log "another build holds $TOOLS/.lock; waiting for it"
-	flock 9
-fi
-up_to_date && done_
-
-export GOWORK=off
-export GOFLAGS="-mod=mod -buildvcs=false"
-export CGO_ENABLED=0
-export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
-start=$(date +%s)
-rm -f "$STAMP"
+tools_begin
 
 KLD="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
 KLD+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
