@@ -11,10 +11,6 @@ import (
 const clusterScenario = "testdata/cluster.yaml"
 
 func TestEvalClusterNetworkPolicies(t *testing.T) {
-	var out, errb bytes.Buffer
-	if code := run([]string{"eval", "--scenario", clusterScenario}, &out, &errb); code != exitOK {
-		t.Fatalf("exit %d, stderr: %s", code, errb.String())
-	}
 	want := []string{
 		// Admin Deny decides before the NetworkPolicy isolating y/b.
 		`{"probe":0,"allowed":false,"ingress":false,"egress":false,"reason":"denied by ClusterNetworkPolicy admin-deny-y (Admin, priority 10) egress rule no-y"}`,
@@ -32,18 +28,7 @@ func TestEvalClusterNetworkPolicies(t *testing.T) {
 		`{"probe":7,"allowed":false,"ingress":false,"egress":true,"reason":"denied by ClusterNetworkPolicy baseline (Baseline, priority 0) ingress rule not-from-y-to-x"}`,
 		`{"probe":8,"allowed":false,"ingress":false,"egress":true,"reason":"denied by ClusterNetworkPolicy baseline (Baseline, priority 0) ingress rule not-from-y-to-x"}`,
 	}
-	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	if len(got) != len(want) {
-		t.Fatalf("got %d lines, want %d:\n%s", len(got), len(want), out.String())
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("line %d:\n got %s\nwant %s", i, got[i], want[i])
-		}
-	}
-	if errb.Len() > 0 {
-		t.Errorf("stderr: %s", errb.String())
-	}
+	checkEval(t, clusterScenario, want)
 }
 
 // The ruleset of node-1 knows its address from the scenario's nodes, the

@@ -11,15 +11,12 @@ import (
 // exampleScenario is scenario-format.md's example (plus the pod y/b it uses).
 const exampleScenario = "../../pkg/compile/testdata/example.yaml"
 
-func TestEvalExample(t *testing.T) {
+// checkEval runs `nftpolicy eval` on a scenario and compares its lines.
+func checkEval(t *testing.T, scenario string, want []string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	if code := run([]string{"eval", "--scenario", exampleScenario}, &out, &errb); code != exitOK {
+	if code := run([]string{"eval", "--scenario", scenario}, &out, &errb); code != exitOK {
 		t.Fatalf("exit %d, stderr: %s", code, errb.String())
-	}
-	want := []string{
-		`{"probe":0,"allowed":false,"ingress":false,"egress":true,"reason":"x/deny-all isolates x/a for ingress; no rule matched"}`,
-		`{"probe":1,"allowed":false,"ingress":false,"egress":true,"reason":"x/deny-all isolates x/a for ingress; no rule matched"}`,
-		`{"probe":2,"allowed":true,"ingress":true,"egress":true,"reason":"source not isolated for egress; destination not isolated for ingress"}`,
 	}
 	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	if len(got) != len(want) {
@@ -33,6 +30,15 @@ func TestEvalExample(t *testing.T) {
 	if errb.Len() > 0 {
 		t.Errorf("stderr: %s", errb.String())
 	}
+}
+
+func TestEvalExample(t *testing.T) {
+	want := []string{
+		`{"probe":0,"allowed":false,"ingress":false,"egress":true,"reason":"x/deny-all isolates x/a for ingress; no rule matched"}`,
+		`{"probe":1,"allowed":false,"ingress":false,"egress":true,"reason":"x/deny-all isolates x/a for ingress; no rule matched"}`,
+		`{"probe":2,"allowed":true,"ingress":true,"egress":true,"reason":"source not isolated for egress; destination not isolated for ingress"}`,
+	}
+	checkEval(t, exampleScenario, want)
 }
 
 func TestEvalBadScenario(t *testing.T) {
