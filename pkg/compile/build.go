@@ -66,6 +66,16 @@ func (c *Cache) parse(p *corev1.Pod, next map[*corev1.Pod]*parsedPod) *parsedPod
 			return pp
 		}
 	}
+	pp := parsePod(p)
+	if c != nil {
+		next[p] = pp
+	}
+	return pp
+}
+
+// parsePod reads what the program needs of a pod: its key, and when it
+// takes part, its addresses and ports.
+func parsePod(p *corev1.Pod) *parsedPod {
 	pp := &parsedPod{key: p.Namespace + "/" + p.Name}
 	if eligible(p) {
 		pp.ips = podIPs(p)
@@ -73,9 +83,6 @@ func (c *Cache) parse(p *corev1.Pod, next map[*corev1.Pod]*parsedPod) *parsedPod
 		if pp.ok {
 			pp.ports = containerPorts(p)
 		}
-	}
-	if c != nil {
-		next[p] = pp
 	}
 	return pp
 }
@@ -85,6 +92,10 @@ func (c *Cache) parse(p *corev1.Pod, next map[*corev1.Pod]*parsedPod) *parsedPod
 func BuildCached(in Input, cache *Cache) *Program {
 	b := newBuilder(in)
 	b.cache = cache
+	return b.build(in)
+}
+
+func (b *builder) build(in Input) *Program {
 	b.buildNodes(in.Nodes)
 	b.buildPods(in.Pods)
 	pols := append([]*networkingv1.NetworkPolicy(nil), in.Policies...)
@@ -114,6 +125,19 @@ type builder struct {
 	nodeLabels map[string]labels.Set
 	nodeNames  []string
 	nodeSets   map[string]NodeSetID
+
+	// What the program's selections were made with, by ID: a Tracker
+	// places a changed pod with them without building again.
+	targets  []labels.Selector // NetworkPolicy podSelector (Everything when invalid)
+	subjects []clusterSubject
+	selMatch []selMatcher
+}
+
+// selMatcher is a parsed pod-selecting peer: podSel in namespace ns, or in
+// the namespaces nsSel matches when nsSel is set.
+type selMatcher struct {
+	ns            string
+	nsSel, podSel labels.Selector
 }
 
 func newBuilder(in Input) *builder {
@@ -303,6 +327,7 @@ func (b *builder) compile(np *networkingv1.NetworkPolicy, resolve bool) Policy {
 		target = labels.Everything()
 	}
 	if resolve {
+		b.targets = append(b.targets, target)
 		for _, pid := range b.byNS[np.Namespace] {
 			pod := &b.prog.Pods[pid]
 			if pod.Local && target.Matches(labels.Set(pod.Labels)) {
@@ -504,6 +529,7 @@ func (b *builder) internSelector(ns string, nsSel, podSel labels.Selector) Selec
 	}
 	id := SelectorID(len(b.prog.Selectors))
 	b.sels[key] = id
+	b.selMatch = append(b.selMatch, selMatcher{ns: ns, nsSel: nsSel, podSel: podSel})
 	var members []PodID
 	match := func(pids []PodID) {
 		for _, pid := range pids {

@@ -159,6 +159,7 @@ func (b *builder) compileCluster(cnp *npav1beta1.ClusterNetworkPolicy, resolve b
 		strict = true
 	}
 	if resolve {
+		b.subjects = append(b.subjects, subj)
 		for i := range b.prog.Pods {
 			pod := &b.prog.Pods[i]
 			if pod.Local && subj.matches(b, pod) {
@@ -210,13 +211,17 @@ type clusterSubject struct {
 }
 
 func (s clusterSubject) matches(b *builder, pod *Pod) bool {
+	return s.matchesLabels(b.namespaceLabels(pod.Namespace), pod.Labels)
+}
+
+func (s clusterSubject) matchesLabels(ns labels.Set, pod map[string]string) bool {
 	if s.all {
 		return true
 	}
-	if !s.ns.Matches(b.namespaceLabels(pod.Namespace)) {
+	if !s.ns.Matches(ns) {
 		return false
 	}
-	return s.pods == nil || s.pods.Matches(labels.Set(pod.Labels))
+	return s.pods == nil || s.pods.Matches(labels.Set(pod))
 }
 
 func (b *builder) clusterSubject(pr *problems, path *field.Path, s *npav1beta1.ClusterNetworkPolicySubject) (clusterSubject, bool) {

@@ -4,7 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
-	"net/netip"
+	"slices"
+	"sort"
 	"strings"
 
 	"sigs.k8s.io/knftables"
@@ -78,22 +79,47 @@ type renderer struct {
 	cfg            RenderConfig
 	rs             *Ruleset
 	forward, input *Chain
+	// named lists the named-port sets (by base name, in namedBases), whose
+	// elements come from the pods they resolve on.
+	named      []namedPortUser
+	namedBases map[string]bool
+	// combos lists the ClusterNetworkPolicy combination chains with a
+	// tier-skip set, whose elements come from their rules' peers.
+	combos []comboSet
+}
+
+// subjectOfPolicy reports whether a pod is isolated by NetworkPolicy id in
+// direction d: the subjects of the policy's chain in that direction.
+func subjectOfPolicy(id PolicyID, d Direction) func(*Pod) bool {
+	return func(p *Pod) bool { return slices.Contains(p.Policies(d), id) }
 }
 
 // Render turns a program into the desired ruleset of the nftpolicy table.
 // It is pure: the same program and config give the same ruleset.
 func Render(prog *Program, cfg RenderConfig) (*Ruleset, error) {
+	r, err := newRenderer(prog, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.render()
+	return r.rs, nil
+}
+
+func newRenderer(prog *Program, cfg RenderConfig) (*renderer, error) {
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &renderer{prog: prog, cfg: cfg, rs: &Ruleset{
+	return &renderer{prog: prog, cfg: cfg, rs: &Ruleset{
 		Table:  knftables.Table{Comment: ptr(fmt.Sprintf("nftpolicy: network policy enforcement, NetworkPolicy and ClusterNetworkPolicy (mode %s)", cfg.Mode))},
 		Chains: map[string]*Chain{},
 		Sets:   map[string]*Set{},
-	}}
+	}}, nil
+}
+
+func (r *renderer) render() {
 	r.static()
-	if cfg.Mode == ModeQueue {
+	if r.cfg.Mode == ModeQueue {
 		r.queueDispatch()
 	} else {
 		r.kernelDispatch()
@@ -104,7 +130,6 @@ func Render(prog *Program, cfg RenderConfig) (*Ruleset, error) {
 	for _, s := range r.rs.Sets {
 		s.Elements = sortElements(s.Elements)
 	}
-	return r.rs, nil
 }
 
 func (r *renderer) addChain(c *Chain) {
@@ -276,93 +301,55 @@ func (r *renderer) queueChain() {
 	r.addChain(c)
 }
 
-// selfElements lists every local pod that a policy selects in the self
-// sets, so that the forward chain lets a pod reach itself before any policy
-// is consulted, and the ClusterNetworkPolicy egress subjects in the sets the
-// input chain dispatches on.
-func (r *renderer) selfElements() {
-	for i := range r.prog.Pods {
-		pod := &r.prog.Pods[i]
-		if !pod.Local {
-			continue
-		}
-		cnpEgress := len(pod.AdminEgress) > 0 || len(pod.BaselineEgress) > 0
-		selected := len(pod.IngressPolicies) > 0 || len(pod.EgressPolicies) > 0 || cnpEgress ||
-			len(pod.AdminIngress) > 0 || len(pod.BaselineIngress) > 0
-		if !selected {
-			continue
-		}
-		for _, ip := range pod.IPs {
-			s := r.rs.Sets["self"+famSuffix(ip.Is4())]
-			s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String(), ip.String()}, Comment: ptr(pod.Key)})
-			if cnpEgress {
-				s := r.rs.Sets[clusterEgressSet(ip.Is4())]
-				s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String()}, Comment: ptr(pod.Key)})
-			}
-		}
-	}
-}
-
 // queueDispatch sends every new connection of a local pod that any policy
 // selects in a direction to the userspace evaluator.
 func (r *renderer) queueDispatch() {
-	r.selfElements()
-	for i := range r.prog.Pods {
-		pod := &r.prog.Pods[i]
-		if !pod.Local {
-			continue
-		}
-		egress := len(pod.EgressPolicies) > 0 || len(pod.AdminEgress) > 0 || len(pod.BaselineEgress) > 0
-		ingress := len(pod.IngressPolicies) > 0 || len(pod.AdminIngress) > 0 || len(pod.BaselineIngress) > 0
-		for _, ip := range pod.IPs {
-			if egress {
-				r.vmapElement("egress-pods", ip, "goto "+ChainQueue, pod.Key)
-			}
-			if ingress {
-				r.vmapElement("ingress-pods", ip, "goto "+ChainQueue, pod.Key)
-			}
-		}
-	}
-}
-
-func (r *renderer) vmapElement(prefix string, ip netip.Addr, verdict, comment string) {
-	s := r.rs.Sets[prefix+famSuffix(ip.Is4())]
-	s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String()}, Value: []string{verdict}, Comment: truncComment(comment)})
+	r.allPodElements()
 }
 
 // kernelDispatch renders what decides each local pod's new connections in
 // each tier: per-policy chains, one chain per distinct combination of
 // policies, and the pod's elements in the tier maps.
 func (r *renderer) kernelDispatch() {
-	r.selfElements()
-	// Policy chains first, in policy order, then one chain per distinct
-	// combination of isolating policies.
+	// Which policies are used, per direction, and the distinct combinations.
 	used := map[PolicyID][2]bool{}
 	cused := map[ClusterPolicyID][2]bool{}
+	type combo struct {
+		d    Direction
+		t    Tier // 0: NetworkPolicy
+		ids  []PolicyID
+		cids []ClusterPolicyID
+	}
+	combos := map[string]combo{}
 	for i := range r.prog.Pods {
 		pod := &r.prog.Pods[i]
 		if !pod.Local {
 			continue
 		}
 		for _, d := range []Direction{Ingress, Egress} {
-			ids := pod.IngressPolicies
-			if d == Egress {
-				ids = pod.EgressPolicies
-			}
+			ids := pod.Policies(d)
 			for _, id := range ids {
 				u := used[id]
 				u[d] = true
 				used[id] = u
 			}
+			if len(ids) > 0 {
+				combos[IsolationChainName(r.prog, d, ids)] = combo{d: d, ids: ids}
+			}
 			for _, t := range []Tier{TierAdmin, TierBaseline} {
-				for _, id := range pod.ClusterPolicies(t, d) {
+				cids := pod.ClusterPolicies(t, d)
+				for _, id := range cids {
 					u := cused[id]
 					u[d] = true
 					cused[id] = u
 				}
+				if len(cids) > 0 {
+					combos[ClusterComboChainName(r.prog, t, d, cids)] = combo{d: d, t: t, cids: cids}
+				}
 			}
 		}
 	}
+	// Policy chains first, in policy order.
 	hasRules := map[PolicyID][2]bool{}
 	for id := range r.prog.Policies {
 		u := used[PolicyID(id)]
@@ -385,31 +372,106 @@ func (r *renderer) kernelDispatch() {
 		}
 		chasRules[ClusterPolicyID(id)] = h
 	}
-	for i := range r.prog.Pods {
-		pod := &r.prog.Pods[i]
-		if !pod.Local {
-			continue
+	// Then the combination chains, in name order: the ruleset does not
+	// depend on the order of the pods.
+	names := make([]string, 0, len(combos))
+	for n := range combos {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		c := combos[n]
+		if c.t == 0 {
+			r.isolationChain(c.d, c.ids, hasRules)
+		} else {
+			r.clusterComboChain(c.t, c.d, c.cids, chasRules)
 		}
-		for _, d := range []Direction{Ingress, Egress} {
-			ids := pod.IngressPolicies
-			if d == Egress {
-				ids = pod.EgressPolicies
+	}
+	r.allPodElements()
+}
+
+// allPodElements adds every pod's elements to the sets and maps rendered
+// so far.
+func (r *renderer) allPodElements() {
+	emit := func(set string, e knftables.Element) {
+		s := r.rs.Sets[set]
+		s.Elements = append(s.Elements, e)
+	}
+	for i := range r.prog.Pods {
+		r.podElements(&r.prog.Pods[i], emit)
+	}
+}
+
+// podElements emits what one pod contributes to the sets and maps whose
+// elements are pods: the self and ClusterNetworkPolicy egress sets and the
+// tier maps (local pods), the peer sets of the selectors it belongs to and
+// the named-port sets its ports resolve in. Sets and maps the ruleset does
+// not have (a selector no rendered rule uses) get nothing. Nothing else in
+// the ruleset depends on a single pod, except the tier-skip sets of
+// ClusterNetworkPolicy combination chains (comboRanges), which list every
+// address their rules name: pod churn is these elements.
+func (r *renderer) podElements(pod *Pod, emit func(set string, e knftables.Element)) {
+	if pod.Local {
+		r.localPodElements(pod, emit)
+	}
+	for _, sid := range pod.MemberOf {
+		sel := &r.prog.Selectors[sid]
+		for _, v4 := range []bool{true, false} {
+			name := PeerSetName(sel, v4)
+			if _, ok := r.rs.Sets[name]; !ok {
+				continue
 			}
-			if len(ids) > 0 {
-				name := r.isolationChain(d, ids, hasRules)
-				for _, ip := range pod.IPs {
-					r.vmapElement(d.String()+"-pods", ip, "goto "+name, pod.Key)
+			for _, ip := range pod.IPs {
+				if ip.Is4() == v4 {
+					emit(name, knftables.Element{Key: []string{ip.String()}, Comment: truncComment(pod.Key)})
 				}
 			}
-			for _, t := range []Tier{TierAdmin, TierBaseline} {
-				cids := pod.ClusterPolicies(t, d)
-				if len(cids) == 0 {
-					continue
-				}
-				name := r.clusterComboChain(t, d, cids, chasRules)
-				for _, ip := range pod.IPs {
-					r.vmapElement(tierMapPrefix(t, d), ip, "goto "+name, pod.Key)
-				}
+		}
+	}
+	for i := range r.named {
+		if r.named[i].covers(pod) {
+			r.named[i].elements(pod, emit)
+		}
+	}
+}
+
+// localPodElements emits a local pod's self and dispatch elements.
+func (r *renderer) localPodElements(pod *Pod, emit func(set string, e knftables.Element)) {
+	cnpEgress := len(pod.AdminEgress) > 0 || len(pod.BaselineEgress) > 0
+	egress := len(pod.EgressPolicies) > 0 || cnpEgress
+	ingress := len(pod.IngressPolicies) > 0 || len(pod.AdminIngress) > 0 || len(pod.BaselineIngress) > 0
+	if !egress && !ingress {
+		return
+	}
+	vmap := func(prefix string, verdict string) {
+		for _, ip := range pod.IPs {
+			emit(prefix+famSuffix(ip.Is4()), knftables.Element{Key: []string{ip.String()}, Value: []string{verdict}, Comment: truncComment(pod.Key)})
+		}
+	}
+	for _, ip := range pod.IPs {
+		// A pod can always reach itself, before any policy is consulted;
+		// the input chain dispatches ClusterNetworkPolicy egress subjects.
+		emit("self"+famSuffix(ip.Is4()), knftables.Element{Key: []string{ip.String(), ip.String()}, Comment: ptr(pod.Key)})
+		if cnpEgress {
+			emit(clusterEgressSet(ip.Is4()), knftables.Element{Key: []string{ip.String()}, Comment: ptr(pod.Key)})
+		}
+	}
+	if r.cfg.Mode == ModeQueue {
+		if egress {
+			vmap("egress-pods", "goto "+ChainQueue)
+		}
+		if ingress {
+			vmap("ingress-pods", "goto "+ChainQueue)
+		}
+		return
+	}
+	for _, d := range []Direction{Ingress, Egress} {
+		if ids := pod.Policies(d); len(ids) > 0 {
+			vmap(d.String()+"-pods", "goto "+IsolationChainName(r.prog, d, ids))
+		}
+		for _, t := range []Tier{TierAdmin, TierBaseline} {
+			if cids := pod.ClusterPolicies(t, d); len(cids) > 0 {
+				vmap(tierMapPrefix(t, d), "goto "+ClusterComboChainName(r.prog, t, d, cids))
 			}
 		}
 	}
@@ -455,7 +517,7 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 			continue
 		}
 		base := PolicyChainName(pol, d) + "-" + itoa(ri)
-		c.Rules = r.matchRules(c.Rules, &rl.Match, base, rl.Name, d, pol.Selected, "counter "+verdict)
+		c.Rules = r.matchRules(c.Rules, &rl.Match, base, rl.Name, d, subjectOfPolicy(id, d), "counter "+verdict)
 	}
 	if len(c.Rules) == 0 {
 		return false
@@ -466,9 +528,9 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 
 // matchRules appends one nft rule per peer and port alternative of a match,
 // both families, each ending in verdict. Sets the rules use are named after
-// base. Named ports resolve on the subjects for ingress, on the peers for
-// egress.
-func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment string, d Direction, subjects []PodID, verdict string) []knftables.Rule {
+// base. Named ports resolve on the subjects (the local pods subject reports)
+// for ingress, on the peers for egress.
+func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment string, d Direction, subject func(*Pod) bool, verdict string) []knftables.Rule {
 	peerDir := peerAddr(d)
 	for _, v4 := range []bool{true, false} {
 		// Peers: each alternative is one nft rule.
@@ -512,8 +574,7 @@ func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment stri
 				ports = append(ports, "meta l4proto . th dport @"+name+" ")
 			}
 			if len(m.NamedPorts) > 0 {
-				name := base + "-named" + famSuffix(v4)
-				r.namedPortSet(name, m, comment, d, subjects, v4)
+				name := r.namedPortSet(base+"-named", m, comment, d, subject, v4)
 				ports = append(ports, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s ", famWord(v4), name))
 			}
 		}
@@ -553,69 +614,76 @@ func PeerSetName(s *Selector, v4 bool) string { return "peers-" + shortHash(s.Ke
 func (r *renderer) peerSet(id SelectorID, v4 bool) string {
 	sel := &r.prog.Selectors[id]
 	name := PeerSetName(sel, v4)
-	if _, ok := r.rs.Sets[name]; ok {
-		return name
-	}
-	s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(sel.Description)}})
-	for _, pid := range sel.Members {
-		pod := &r.prog.Pods[pid]
-		for _, ip := range pod.IPs {
-			if ip.Is4() == v4 {
-				s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String()}, Comment: truncComment(pod.Key)})
-			}
-		}
-	}
+	// Created empty: podElements fills it with its members.
+	r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(sel.Description)}})
 	return name
 }
 
-// namedPortSet holds (destination IP, protocol, port) for every pod a named
-// port of the match can resolve on: the subjects for ingress; for egress
-// the pods among the match's peers.
-func (r *renderer) namedPortSet(name string, m *Match, comment string, d Direction, subjects []PodID, v4 bool) {
-	s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4) + " . inet_proto . inet_service",
-		Comment: truncComment(comment + " named ports, resolved per destination pod")}})
-	add := func(pid PodID) {
-		pod := &r.prog.Pods[pid]
-		for _, np := range m.NamedPorts {
-			for _, cp := range pod.Ports {
-				if cp.Name != np.Name || (np.Protocol != 0 && cp.Protocol != np.Protocol) {
-					continue
-				}
-				if n, ok := pod.NamedPort(np.Name, cp.Protocol); !ok || n != cp.Port {
-					continue // an earlier container port of that name and protocol wins
-				}
-				for _, ip := range pod.IPs {
-					if ip.Is4() == v4 {
-						s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String(), cp.Protocol.Name(), itoa(int(cp.Port))},
-							Comment: truncComment(pod.Key + " " + np.Name)})
-					}
-				}
+// namedPortUser is a rule's named-port set: (destination IP, protocol,
+// port) for every pod a named port of the match can resolve on: the
+// policy's subjects for ingress; for egress the pods among the match's peers.
+type namedPortUser struct {
+	base string // the set is base-v4 or base-v6
+	m    *Match
+	// subject reports whether a pod is a subject of the rule's policy (ingress).
+	subject func(*Pod) bool
+}
+
+func (u *namedPortUser) covers(pod *Pod) bool {
+	if u.subject != nil {
+		return pod.Local && u.subject(pod)
+	}
+	return matchCoversPod(u.m, pod)
+}
+
+func (u *namedPortUser) elements(pod *Pod, emit func(set string, e knftables.Element)) {
+	for _, np := range u.m.NamedPorts {
+		for _, cp := range pod.Ports {
+			if cp.Name != np.Name || (np.Protocol != 0 && cp.Protocol != np.Protocol) {
+				continue
 			}
-		}
-	}
-	if d == Ingress {
-		for _, pid := range subjects {
-			add(pid)
-		}
-		return
-	}
-	for pid := range r.prog.Pods {
-		if r.matchCoversPod(m, PodID(pid)) {
-			add(PodID(pid))
+			if n, ok := pod.NamedPort(np.Name, cp.Protocol); !ok || n != cp.Port {
+				continue // an earlier container port of that name and protocol wins
+			}
+			for _, ip := range pod.IPs {
+				emit(u.base+famSuffix(ip.Is4()), knftables.Element{Key: []string{ip.String(), cp.Protocol.Name(), itoa(int(cp.Port))},
+					Comment: truncComment(pod.Key + " " + np.Name)})
+			}
 		}
 	}
 }
 
-func (r *renderer) matchCoversPod(m *Match, pid PodID) bool {
+// namedPortSet creates a rule's named-port set of one family (podElements
+// fills it) and registers the rule once for both families.
+func (r *renderer) namedPortSet(base string, m *Match, comment string, d Direction, subject func(*Pod) bool, v4 bool) string {
+	name := base + famSuffix(v4)
+	if _, ok := r.rs.Sets[name]; !ok && !r.namedBases[base] {
+		if r.namedBases == nil {
+			r.namedBases = map[string]bool{}
+		}
+		r.namedBases[base] = true
+		u := namedPortUser{base: base, m: m}
+		if d == Ingress {
+			u.subject = subject
+		}
+		r.named = append(r.named, u)
+	}
+	r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4) + " . inet_proto . inet_service",
+		Comment: truncComment(comment + " named ports, resolved per destination pod")}})
+	return name
+}
+
+// matchCoversPod reports whether a pod is among a match's peers.
+func matchCoversPod(m *Match, pod *Pod) bool {
 	if m.AllPeers {
 		return true
 	}
 	for _, sid := range m.Selectors {
-		if r.prog.Selectors[sid].Contains(pid) {
+		if pod.InSelector(sid) {
 			return true
 		}
 	}
-	for _, ip := range r.prog.Pods[pid].IPs {
+	for _, ip := range pod.IPs {
 		if rangesContain(m.IPBlocks, ip) {
 			return true
 		}

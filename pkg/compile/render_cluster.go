@@ -3,6 +3,7 @@ package compile
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/knftables"
@@ -73,7 +74,7 @@ func (r *renderer) clusterPolicyChain(id ClusterPolicyID, d Direction) bool {
 		if rl.Action == ActionDeny {
 			verdict = r.dropVerdict(clusterPolicyDeny(cp, rl))
 		}
-		c.Rules = r.matchRules(c.Rules, &rl.Match, name+"-"+itoa(ri), comment, d, cp.Subjects, "counter "+verdict)
+		c.Rules = r.matchRules(c.Rules, &rl.Match, name+"-"+itoa(ri), comment, d, subjectOfClusterPolicy(cp.Tier, id, d), "counter "+verdict)
 	}
 	if len(c.Rules) == 0 {
 		return false
@@ -103,14 +104,13 @@ func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID,
 	}
 	// A remote end that no rule of these policies names skips the tier in
 	// one lookup instead of walking every policy chain.
-	if ranges, ok := r.comboPeers(d, ids); ok {
+	if ranges, ok := comboRanges(r.prog, d, ids, r.selectorAddrs); ok {
+		r.combos = append(r.combos, comboSet{chain: name, d: d, ids: ids})
 		for _, v4 := range []bool{true, false} {
 			set := name + famSuffix(v4)
 			s := r.addSet(&Set{Set: &knftables.Set{Name: set, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
 				Comment: truncComment("every address a rule of " + name + " names")}})
-			for _, rg := range familyRanges(ranges, v4) {
-				s.Elements = append(s.Elements, knftables.Element{Key: []string{rg.String()}})
-			}
+			s.Elements = comboElements(ranges, v4)
 			c.Rules = append(c.Rules, rule(fmt.Sprintf("%s %s != @%s %s", famWord(v4), peerAddr(d), set, next), "no rule of these policies names the "+peerWord(d)))
 		}
 	}
@@ -140,13 +140,22 @@ func peerWord(d Direction) string {
 	return "source"
 }
 
-// comboPeers returns the union of the addresses the rules of these policies
-// name in direction d, or false when a rule matches every peer.
-func (r *renderer) comboPeers(d Direction, ids []ClusterPolicyID) ([]IPRange, bool) {
+// comboSet is a ClusterNetworkPolicy combination chain with a tier-skip
+// set: its sets are chain-v4 and chain-v6.
+type comboSet struct {
+	chain string
+	d     Direction
+	ids   []ClusterPolicyID
+}
+
+// comboRanges returns the union of the addresses the rules of these
+// policies name in direction d, or false when a rule matches every peer.
+// addrs lists a selector's member addresses.
+func comboRanges(p *Program, d Direction, ids []ClusterPolicyID, addrs func(SelectorID, func(netip.Addr))) ([]IPRange, bool) {
 	var out []IPRange
 	addr := func(a netip.Addr) { out = append(out, IPRange{From: a, To: a}) }
 	for _, id := range ids {
-		rules := r.prog.ClusterPolicies[id].Rules(d)
+		rules := p.ClusterPolicies[id].Rules(d)
 		for i := range rules {
 			rl := &rules[i]
 			if rl.MatchesNothing() {
@@ -156,14 +165,10 @@ func (r *renderer) comboPeers(d Direction, ids []ClusterPolicyID) ([]IPRange, bo
 				return nil, false
 			}
 			for _, sid := range rl.Selectors {
-				for _, pid := range r.prog.Selectors[sid].Members {
-					for _, a := range r.prog.Pods[pid].IPs {
-						addr(a)
-					}
-				}
+				addrs(sid, addr)
 			}
 			for _, nid := range rl.Nodes {
-				for _, a := range r.prog.NodeSets[nid].Addrs {
+				for _, a := range p.NodeSets[nid].Addrs {
 					addr(a)
 				}
 			}
@@ -171,6 +176,30 @@ func (r *renderer) comboPeers(d Direction, ids []ClusterPolicyID) ([]IPRange, bo
 		}
 	}
 	return normalizeRanges(out), true
+}
+
+// comboElements are the elements of one family of a tier-skip set.
+func comboElements(ranges []IPRange, v4 bool) []knftables.Element {
+	var out []knftables.Element
+	for _, rg := range familyRanges(ranges, v4) {
+		out = append(out, knftables.Element{Key: []string{rg.String()}})
+	}
+	return out
+}
+
+// selectorAddrs lists the addresses of a selector's members.
+func (r *renderer) selectorAddrs(sid SelectorID, f func(netip.Addr)) {
+	for _, pid := range r.prog.Selectors[sid].Members {
+		for _, a := range r.prog.Pods[pid].IPs {
+			f(a)
+		}
+	}
+}
+
+// subjectOfClusterPolicy reports whether a pod is a subject of
+// ClusterNetworkPolicy id with rules in direction d.
+func subjectOfClusterPolicy(t Tier, id ClusterPolicyID, d Direction) func(*Pod) bool {
+	return func(p *Pod) bool { return slices.Contains(p.ClusterPolicies(t, d), id) }
 }
 
 // NodeSetName is the set holding the addresses of one family of a nodes peer.

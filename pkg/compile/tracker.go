@@ -1,0 +1,523 @@
+package compile
+
+import (
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/knftables"
+)
+
+// Tracker keeps one node's desired ruleset current as pods come, go and
+// change, in time proportional to the change: a pod change recomputes only
+// the selections the pod can be in (the selectors of its namespace and the
+// namespace selectors, the policies of its namespace, the
+// ClusterNetworkPolicy subjects) and yields the element additions and
+// deletions of the sets and maps it touches. Everything else (namespaces,
+// policies of either API, nodes, node addresses, configuration) goes
+// through Rebuild, the full Build and Render, which stays the reference: for
+// the same objects, the tracked ruleset equals the rebuilt one.
+//
+// A pod change is tracked in place unless it changes the ruleset's shape:
+// the first local pod of a combination of policies (a chain to create),
+// the last one (a chain to delete), or an address that another pod also
+// claims (ownership is decided over all pods). Then ApplyPod reports false
+// and the caller rebuilds.
+//
+// The Program is not updated by ApplyPod: Program returns the last build's,
+// which lags the tracked ruleset until the next Rebuild (Stale tells).
+// The Ruleset is updated in place: it is owned by the tracker and whoever
+// applies it (a Syncer), both driven from one goroutine. Not safe for
+// concurrent use.
+type Tracker struct {
+	cfg   RenderConfig
+	cache *Cache
+
+	prog *Program
+	b    *builder
+	r    *renderer
+	// views are the pods as tracked now (Program.Pods as of the last build,
+	// then updated), by key: only what the render reads is filled in.
+	views map[string]*Pod
+	// claims counts, per address, the eligible pods that list it; claimed
+	// lists each pod's addresses (owned or not).
+	claims  map[netip.Addr]int
+	claimed map[string][]netip.Addr
+	// comboUse counts the local pods using each combination chain.
+	comboUse map[string]int
+	// Where a pod can be placed: selectors by namespace (no namespace
+	// selector), selectors with a namespace selector, NetworkPolicies by
+	// namespace.
+	selByNS   map[string][]SelectorID
+	nsSels    []SelectorID
+	polsByNS  map[string][]PolicyID
+	comboSels map[SelectorID][]int // selector -> indices in r.combos
+	// selAddrs holds the member addresses of the selectors a tier-skip set
+	// names, by pod key.
+	selAddrs map[SelectorID]map[string][]netip.Addr
+	stale    bool
+}
+
+// NewTracker returns a tracker for the render configuration; call Rebuild
+// before ApplyPod.
+func NewTracker(cfg RenderConfig) (*Tracker, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Tracker{cfg: cfg, cache: NewCache()}, nil
+}
+
+// Program is the program of the last Rebuild.
+func (t *Tracker) Program() *Program { return t.prog }
+
+// Ruleset is the tracked ruleset (nil before the first Rebuild).
+func (t *Tracker) Ruleset() *Ruleset {
+	if t.r == nil {
+		return nil
+	}
+	return t.r.rs
+}
+
+// Stale reports whether pod changes were applied since the last Rebuild:
+// the ruleset is current, Program is not.
+func (t *Tracker) Stale() bool { return t.stale }
+
+// Rebuild builds and renders from scratch and starts tracking from there.
+func (t *Tracker) Rebuild(in Input) (*Program, *Ruleset, error) {
+	b := newBuilder(in)
+	b.cache = t.cache
+	prog := b.build(in)
+	r, err := newRenderer(prog, t.cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.render()
+	t.prog, t.b, t.r, t.stale = prog, b, r, false
+	t.index(in)
+	return prog, r.rs, nil
+}
+
+func (t *Tracker) index(in Input) {
+	p := t.prog
+	t.views = make(map[string]*Pod, len(p.Pods))
+	t.claims = make(map[netip.Addr]int, len(p.Pods))
+	t.claimed = make(map[string][]netip.Addr, len(p.Pods))
+	t.comboUse = map[string]int{}
+	for _, pod := range in.Pods {
+		if pp := t.cache.pods[pod]; pp != nil && pp.ok {
+			if _, dup := t.claimed[pp.key]; dup {
+				continue
+			}
+			t.claimed[pp.key] = pp.ips
+			for _, ip := range pp.ips {
+				t.claims[ip]++
+			}
+		}
+	}
+	for i := range p.Pods {
+		pod := &p.Pods[i]
+		t.views[pod.Key] = pod
+		for _, n := range t.combos(pod) {
+			t.comboUse[n]++
+		}
+	}
+	t.selByNS = map[string][]SelectorID{}
+	t.nsSels = nil
+	for id, m := range t.b.selMatch {
+		if m.nsSel == nil {
+			t.selByNS[m.ns] = append(t.selByNS[m.ns], SelectorID(id))
+		} else {
+			t.nsSels = append(t.nsSels, SelectorID(id))
+		}
+	}
+	t.polsByNS = map[string][]PolicyID{}
+	for id := range p.Policies {
+		ns := p.Policies[id].Namespace
+		t.polsByNS[ns] = append(t.polsByNS[ns], PolicyID(id))
+	}
+	t.comboSels = map[SelectorID][]int{}
+	t.selAddrs = map[SelectorID]map[string][]netip.Addr{}
+	for ci, c := range t.r.combos {
+		for _, id := range c.ids {
+			rules := p.ClusterPolicies[id].Rules(c.d)
+			for i := range rules {
+				for _, sid := range rules[i].Selectors {
+					if !slices.Contains(t.comboSels[sid], ci) {
+						t.comboSels[sid] = append(t.comboSels[sid], ci)
+					}
+					if t.selAddrs[sid] == nil {
+						m := map[string][]netip.Addr{}
+						for _, pid := range p.Selectors[sid].Members {
+							m[p.Pods[pid].Key] = p.Pods[pid].IPs
+						}
+						t.selAddrs[sid] = m
+					}
+				}
+			}
+		}
+	}
+}
+
+// combos names the combination chains a local pod is dispatched to.
+func (t *Tracker) combos(pod *Pod) []string {
+	if !pod.Local || t.cfg.Mode == ModeQueue {
+		return nil
+	}
+	var out []string
+	for _, d := range []Direction{Ingress, Egress} {
+		if ids := pod.Policies(d); len(ids) > 0 {
+			out = append(out, IsolationChainName(t.prog, d, ids))
+		}
+		for _, tier := range []Tier{TierAdmin, TierBaseline} {
+			if ids := pod.ClusterPolicies(tier, d); len(ids) > 0 {
+				out = append(out, ClusterComboChainName(t.prog, tier, d, ids))
+			}
+		}
+	}
+	return out
+}
+
+// SetDelta is the element changes of one set or map.
+type SetDelta struct {
+	Set         string
+	Add, Delete []knftables.Element
+}
+
+// Delta is the element changes of one or more pod changes, by set.
+type Delta []SetDelta
+
+// Elements counts the element additions and deletions.
+func (d Delta) Elements() (added, deleted int) {
+	for i := range d {
+		added += len(d[i].Add)
+		deleted += len(d[i].Delete)
+	}
+	return added, deleted
+}
+
+// ApplyPod tracks a change of the pod with key "namespace/name": its new
+// state, or nil when it was deleted. It updates the ruleset in place and
+// returns the element changes; ok is false when the change needs a
+// Rebuild (nothing was changed then).
+func (t *Tracker) ApplyPod(key string, pod *corev1.Pod) (delta Delta, ok bool) {
+	if t.r == nil {
+		return nil, false
+	}
+	old := t.views[key]
+	var ips []netip.Addr
+	var pp *parsedPod
+	if pod != nil {
+		if pp = t.cache.pods[pod]; pp == nil {
+			pp = parsePod(pod)
+		}
+		if pp.ok {
+			ips = pp.ips
+		}
+	}
+	// Address ownership is decided over all pods: any contest rebuilds.
+	for _, ip := range t.claimed[key] {
+		if t.claims[ip] > 1 {
+			return nil, false
+		}
+	}
+	for _, ip := range ips {
+		if t.claims[ip] > 0 && !slices.Contains(t.claimed[key], ip) {
+			return nil, false
+		}
+	}
+	var cur *Pod
+	if len(ips) > 0 {
+		cur = t.place(pod, pp)
+	}
+	// The shape stays: every combination chain the pod enters exists, and
+	// every one it leaves keeps another pod.
+	var oldCombos, newCombos []string
+	if old != nil {
+		oldCombos = t.combos(old)
+	}
+	if cur != nil {
+		newCombos = t.combos(cur)
+	}
+	for _, n := range newCombos {
+		if !slices.Contains(oldCombos, n) && t.comboUse[n] == 0 {
+			return nil, false
+		}
+	}
+	for _, n := range oldCombos {
+		if !slices.Contains(newCombos, n) && t.comboUse[n] <= 1 {
+			return nil, false
+		}
+	}
+
+	changes := map[string]*SetDelta{}
+	at := func(set string) *SetDelta {
+		d := changes[set]
+		if d == nil {
+			d = &SetDelta{Set: set}
+			changes[set] = d
+		}
+		return d
+	}
+	before := t.elementsOf(old)
+	after := t.elementsOf(cur)
+	for id, e := range before {
+		if _, ok := after[id]; !ok {
+			d := at(e.set)
+			d.Delete = append(d.Delete, e.e)
+		}
+	}
+	for id, e := range after {
+		if _, ok := before[id]; !ok {
+			d := at(e.set)
+			d.Add = append(d.Add, e.e)
+		}
+	}
+
+	// Bookkeeping, then the tier-skip sets that list the pod's selectors.
+	for _, n := range oldCombos {
+		t.comboUse[n]--
+	}
+	for _, n := range newCombos {
+		t.comboUse[n]++
+	}
+	for _, ip := range t.claimed[key] {
+		if t.claims[ip]--; t.claims[ip] == 0 {
+			delete(t.claims, ip)
+		}
+	}
+	delete(t.claimed, key)
+	if len(ips) > 0 {
+		t.claimed[key] = ips
+		for _, ip := range ips {
+			t.claims[ip]++
+		}
+	}
+	if cur != nil {
+		t.views[key] = cur
+	} else {
+		delete(t.views, key)
+	}
+	t.updateCombos(key, old, cur, at)
+
+	names := make([]string, 0, len(changes))
+	for n := range changes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		d := changes[n]
+		if len(d.Add) == 0 && len(d.Delete) == 0 {
+			continue
+		}
+		t.r.rs.Sets[n].apply(d)
+		delta = append(delta, *d)
+	}
+	if len(delta) > 0 || old != nil || cur != nil {
+		t.stale = true
+	}
+	return delta, true
+}
+
+// place computes where a pod stands in the last build's program: the
+// selectors it belongs to and the policies that select it.
+func (t *Tracker) place(pod *corev1.Pod, pp *parsedPod) *Pod {
+	p := t.prog
+	v := &Pod{
+		Namespace: pod.Namespace,
+		Name:      pod.Name,
+		Key:       pp.key,
+		Labels:    pod.Labels,
+		IPs:       pp.ips,
+		Node:      pod.Spec.NodeName,
+		Local:     p.Node == "" || pod.Spec.NodeName == p.Node,
+		Ports:     pp.ports,
+	}
+	nsl, ok := t.b.nsLabels[pod.Namespace]
+	if !ok {
+		nsl = labels.Set{NamespaceNameLabel: pod.Namespace}
+	}
+	pl := labels.Set(pod.Labels)
+	for _, sid := range t.selByNS[pod.Namespace] {
+		if t.b.selMatch[sid].podSel.Matches(pl) {
+			v.MemberOf = append(v.MemberOf, sid)
+		}
+	}
+	for _, sid := range t.nsSels {
+		m := &t.b.selMatch[sid]
+		if m.nsSel.Matches(nsl) && m.podSel.Matches(pl) {
+			v.MemberOf = append(v.MemberOf, sid)
+		}
+	}
+	slices.Sort(v.MemberOf)
+	if !v.Local {
+		return v
+	}
+	for _, id := range t.polsByNS[pod.Namespace] {
+		pol := &p.Policies[id]
+		if !t.b.targets[id].Matches(pl) {
+			continue
+		}
+		if pol.IsolatesIngress {
+			v.IngressPolicies = append(v.IngressPolicies, id)
+		}
+		if pol.IsolatesEgress {
+			v.EgressPolicies = append(v.EgressPolicies, id)
+		}
+	}
+	for i := range p.ClusterPolicies {
+		cp := &p.ClusterPolicies[i]
+		if !t.b.subjects[i].matchesLabels(nsl, pod.Labels) {
+			continue
+		}
+		id := ClusterPolicyID(i)
+		if len(cp.Ingress) > 0 {
+			if cp.Tier == TierAdmin {
+				v.AdminIngress = append(v.AdminIngress, id)
+			} else {
+				v.BaselineIngress = append(v.BaselineIngress, id)
+			}
+		}
+		if len(cp.Egress) > 0 {
+			if cp.Tier == TierAdmin {
+				v.AdminEgress = append(v.AdminEgress, id)
+			} else {
+				v.BaselineEgress = append(v.BaselineEgress, id)
+			}
+		}
+	}
+	byPrio := func(ids []ClusterPolicyID) {
+		sort.SliceStable(ids, func(i, j int) bool {
+			return p.ClusterPolicies[ids[i]].Priority < p.ClusterPolicies[ids[j]].Priority
+		})
+	}
+	byPrio(v.AdminIngress)
+	byPrio(v.AdminEgress)
+	byPrio(v.BaselineIngress)
+	byPrio(v.BaselineEgress)
+	return v
+}
+
+type setElement struct {
+	set string
+	e   knftables.Element
+}
+
+// elementsOf lists what a pod contributes to the ruleset, by set and
+// element identity.
+func (t *Tracker) elementsOf(pod *Pod) map[string]setElement {
+	out := map[string]setElement{}
+	if pod == nil {
+		return out
+	}
+	t.r.podElements(pod, func(set string, e knftables.Element) {
+		out[set+" "+elementText(&e)] = setElement{set, e}
+	})
+	return out
+}
+
+// elementText identifies an element with its value and comment.
+func elementText(e *knftables.Element) string {
+	var b strings.Builder
+	b.WriteString(strings.Join(e.Key, " . "))
+	b.WriteString(" : ")
+	b.WriteString(strings.Join(e.Value, " "))
+	if e.Comment != nil {
+		b.WriteString(" # ")
+		b.WriteString(*e.Comment)
+	}
+	return b.String()
+}
+
+// updateCombos refreshes the tier-skip sets naming a selector whose members
+// or their addresses changed with this pod.
+func (t *Tracker) updateCombos(key string, old, cur *Pod, at func(string) *SetDelta) {
+	var touched []int
+	check := func(p *Pod) {
+		if p == nil {
+			return
+		}
+		for _, sid := range p.MemberOf {
+			m, ok := t.selAddrs[sid]
+			if !ok {
+				continue
+			}
+			in := cur != nil && cur.InSelector(sid)
+			was, had := m[key]
+			if in && had && slices.Equal(was, cur.IPs) {
+				continue
+			}
+			if in {
+				m[key] = cur.IPs
+			} else {
+				delete(m, key)
+			}
+			for _, ci := range t.comboSels[sid] {
+				if !slices.Contains(touched, ci) {
+					touched = append(touched, ci)
+				}
+			}
+		}
+	}
+	check(old)
+	check(cur)
+	for _, ci := range touched {
+		c := t.r.combos[ci]
+		ranges, _ := comboRanges(t.prog, c.d, c.ids, t.selectorAddrs)
+		for _, v4 := range []bool{true, false} {
+			name := c.chain + famSuffix(v4)
+			want := comboElements(ranges, v4)
+			have := t.r.rs.Sets[name].Elements
+			d := at(name)
+			for i := range have {
+				if !slices.ContainsFunc(want, func(e knftables.Element) bool { return slices.Equal(e.Key, have[i].Key) }) {
+					d.Delete = append(d.Delete, have[i])
+				}
+			}
+			for i := range want {
+				if !slices.ContainsFunc(have, func(e knftables.Element) bool { return slices.Equal(e.Key, want[i].Key) }) {
+					d.Add = append(d.Add, want[i])
+				}
+			}
+		}
+	}
+}
+
+func (t *Tracker) selectorAddrs(sid SelectorID, f func(netip.Addr)) {
+	for _, ips := range t.selAddrs[sid] {
+		for _, a := range ips {
+			f(a)
+		}
+	}
+}
+
+// apply removes and inserts elements, keeping the set sorted as Render
+// sorts it.
+func (s *Set) apply(d *SetDelta) {
+	for _, e := range d.Delete {
+		if i, found := slices.BinarySearchFunc(s.Elements, e, compareElements); found {
+			s.Elements = slices.Delete(s.Elements, i, i+1)
+		}
+	}
+	for _, e := range d.Add {
+		i, found := slices.BinarySearchFunc(s.Elements, e, compareElements)
+		if found {
+			s.Elements[i] = e
+			continue
+		}
+		s.Elements = slices.Insert(s.Elements, i, e)
+	}
+}
+
+// compareElements orders elements as sortElements does.
+func compareElements(a, b knftables.Element) int {
+	for x := 0; x < len(a.Key) && x < len(b.Key); x++ {
+		if c := compareField(fieldKey(a.Key[x]), fieldKey(b.Key[x]), a.Key[x], b.Key[x]); c != 0 {
+			return c
+		}
+	}
+	return len(a.Key) - len(b.Key)
+}

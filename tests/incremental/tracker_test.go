@@ -1,0 +1,313 @@
+// Package incremental checks compile.Tracker, the incremental compiler,
+// against the full build: after every change of a long random sequence, the
+// ruleset the tracker keeps must equal Render(Build(the same objects)).
+package incremental
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/tests/internal/scenariogen"
+)
+
+var (
+	seeds = flag.Int("seeds", 40, "scenarios to run event sequences on")
+	steps = flag.Int("steps", 100, "events per scenario")
+)
+
+// world is the objects of one scenario as events change them.
+type world struct {
+	in   compile.Input
+	pods map[string]*corev1.Pod
+	r    *rand.Rand
+	next int
+	// labelSets and ipPool are what new and changed pods draw from: the
+	// scenario's own labels and addresses (so selections change and
+	// addresses are reused) and fresh ones.
+	labelSets []map[string]string
+	ipPool    [][]string
+}
+
+func newWorld(seed uint64, node string) *world {
+	sc := scenariogen.Generate(seed)
+	in := sc.Input(node, sc.NodeNames(scenariogen.Nodes), nil)
+	w := &world{in: in, pods: map[string]*corev1.Pod{}, r: rand.New(rand.NewPCG(seed, 7))}
+	for _, p := range in.Pods {
+		w.pods[p.Namespace+"/"+p.Name] = p
+		w.labelSets = append(w.labelSets, p.Labels)
+		var ips []string
+		for _, ip := range p.Status.PodIPs {
+			ips = append(ips, ip.IP)
+		}
+		w.ipPool = append(w.ipPool, ips)
+	}
+	w.labelSets = append(w.labelSets, nil)
+	return w
+}
+
+func (w *world) input() compile.Input {
+	in := w.in
+	in.Pods = nil
+	keys := make([]string, 0, len(w.pods))
+	for k := range w.pods {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		in.Pods = append(in.Pods, w.pods[k])
+	}
+	return in
+}
+
+func (w *world) anyPod() *corev1.Pod {
+	keys := make([]string, 0, len(w.pods))
+	for k := range w.pods {
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	sort.Strings(keys)
+	return w.pods[keys[w.r.IntN(len(keys))]]
+}
+
+func (w *world) freshIPs() []string {
+	w.next++
+	switch w.r.IntN(3) {
+	case 0:
+		return []string{fmt.Sprintf("10.244.%d.%d", 1+w.r.IntN(2), 100+w.next%150)}
+	case 1:
+		return []string{fmt.Sprintf("fd00:10:244:%d::%x", 1+w.r.IntN(2), 0x100+w.next)}
+	}
+	return []string{fmt.Sprintf("10.244.%d.%d", 1+w.r.IntN(2), 100+w.next%150), fmt.Sprintf("fd00:10:244:%d::%x", 1+w.r.IntN(2), 0x100+w.next)}
+}
+
+func setIPs(p *corev1.Pod, ips []string) {
+	p.Status.PodIPs = nil
+	p.Status.PodIP = ""
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	if len(ips) > 0 {
+		p.Status.PodIP = ips[0]
+	}
+}
+
+// podEvent changes, adds or deletes one pod, as an informer would deliver
+// it (a new object for every change), and returns its key and new state.
+func (w *world) podEvent() (string, *corev1.Pod, string) {
+	base := w.anyPod()
+	if base == nil || w.r.IntN(5) == 0 {
+		// A new pod: a copy of a pod's spec in some namespace.
+		p := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		if base != nil {
+			p = base.DeepCopy()
+		}
+		ns := w.in.Namespaces[w.r.IntN(len(w.in.Namespaces))].Name
+		w.next++
+		p.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("new-%d", w.next),
+			Labels: w.labelSets[w.r.IntN(len(w.labelSets))], CreationTimestamp: metav1.Unix(int64(w.next), 0)}
+		p.Spec.NodeName = scenariogen.Nodes[w.r.IntN(len(scenariogen.Nodes))]
+		if w.r.IntN(4) == 0 {
+			setIPs(p, w.ipPool[w.r.IntN(len(w.ipPool))]) // an address another pod may hold
+		} else {
+			setIPs(p, w.freshIPs())
+		}
+		key := ns + "/" + p.Name
+		w.pods[key] = p
+		return key, p, "add"
+	}
+	key := base.Namespace + "/" + base.Name
+	p := base.DeepCopy()
+	var what string
+	switch w.r.IntN(9) {
+	case 0, 1:
+		delete(w.pods, key)
+		return key, nil, "delete"
+	case 2, 3:
+		p.Labels = w.labelSets[w.r.IntN(len(w.labelSets))]
+		what = "relabel"
+	case 4:
+		setIPs(p, w.freshIPs())
+		what = "new address"
+	case 5:
+		setIPs(p, w.ipPool[w.r.IntN(len(w.ipPool))])
+		what = "reused address"
+	case 6:
+		p.Status.Phase = corev1.PodSucceeded
+		what = "completed"
+	case 7:
+		setIPs(p, nil)
+		what = "address released"
+	default:
+		p.Spec.Containers = []corev1.Container{{Name: "main", Ports: []corev1.ContainerPort{
+			{Name: []string{"http", "dns", "metrics", "serve-80"}[w.r.IntN(4)], ContainerPort: int32(80 + w.r.IntN(3)), Protocol: corev1.ProtocolTCP}}}}
+		what = "ports"
+	}
+	w.pods[key] = p
+	return key, p, what
+}
+
+// otherEvent changes something that is not a pod: those take the full build.
+func (w *world) otherEvent() string {
+	switch w.r.IntN(3) {
+	case 0:
+		if len(w.in.Policies) > 0 {
+			i := w.r.IntN(len(w.in.Policies))
+			w.in.Policies = append(w.in.Policies[:i:i], w.in.Policies[i+1:]...)
+			return "policy deleted"
+		}
+	case 1:
+		i := w.r.IntN(len(w.in.Namespaces))
+		ns := w.in.Namespaces[i].DeepCopy()
+		ns.Labels = map[string]string{compile.NamespaceNameLabel: ns.Name, "team": []string{"a", "b"}[w.r.IntN(2)]}
+		w.in.Namespaces = append(append(w.in.Namespaces[:i:i], ns), w.in.Namespaces[i+1:]...)
+		return "namespace relabelled"
+	}
+	if len(w.in.ClusterPolicies) > 0 {
+		i := w.r.IntN(len(w.in.ClusterPolicies))
+		w.in.ClusterPolicies = append(w.in.ClusterPolicies[:i:i], w.in.ClusterPolicies[i+1:]...)
+		return "cluster policy deleted"
+	}
+	return "nothing"
+}
+
+// TestTrackerEqualsFullBuild applies random event sequences (pods added,
+// deleted, relabelled, readdressed with new and reused addresses,
+// completed, re-ported; policies, cluster policies and namespaces changed)
+// and checks after every step that the tracked ruleset equals the full
+// build's, in hybrid and queue mode, for each node's view.
+func TestTrackerEqualsFullBuild(t *testing.T) {
+	var fast, rebuilt, pod int
+	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
+		cfg := compile.RenderConfig{Mode: mode, QueueVariant: compile.QueueNative}
+		for seed := uint64(1); seed <= uint64(*seeds); seed++ {
+			node := scenariogen.Nodes[int(seed)%len(scenariogen.Nodes)]
+			w := newWorld(seed, node)
+			tr, err := compile.NewTracker(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := tr.Rebuild(w.input()); err != nil {
+				t.Fatal(err)
+			}
+			for step := 0; step < *steps; step++ {
+				var what, key string
+				if w.r.IntN(12) == 0 {
+					what = w.otherEvent()
+					if _, _, err := tr.Rebuild(w.input()); err != nil {
+						t.Fatal(err)
+					}
+					rebuilt++
+				} else {
+					var p *corev1.Pod
+					key, p, what = w.podEvent()
+					pod++
+					if _, ok := tr.ApplyPod(key, p); ok {
+						fast++
+					} else {
+						if _, _, err := tr.Rebuild(w.input()); err != nil {
+							t.Fatal(err)
+						}
+						rebuilt++
+					}
+				}
+				want, err := compile.Render(compile.Build(w.input()), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(want, tr.Ruleset(), cmpopts.EquateEmpty()); diff != "" {
+					t.Fatalf("mode %s seed %d node %s step %d (%s %s): tracked ruleset differs from the full build (-full +tracked):\n%s",
+						mode, seed, node, step, what, key, diff)
+				}
+			}
+		}
+	}
+	t.Logf("%d pod events applied in place, %d changes rebuilt (%d pod events in all)", fast, rebuilt, pod)
+	// The check is only worth something if most pod events take the
+	// incremental path.
+	if fast < pod/2 {
+		t.Errorf("only %d of %d pod events were applied in place", fast, pod)
+	}
+}
+
+// TestTrackerDelta checks that the returned delta is exactly the difference
+// between the rulesets before and after.
+func TestTrackerDelta(t *testing.T) {
+	cfg := compile.RenderConfig{Mode: compile.ModeHybrid}
+	for seed := uint64(1); seed <= 40; seed++ {
+		w := newWorld(seed, scenariogen.Nodes[0])
+		tr, err := compile.NewTracker(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := tr.Rebuild(w.input()); err != nil {
+			t.Fatal(err)
+		}
+		for step := 0; step < 60; step++ {
+			before := elementsBySet(tr.Ruleset())
+			key, p, what := w.podEvent()
+			delta, ok := tr.ApplyPod(key, p)
+			if !ok {
+				if _, _, err := tr.Rebuild(w.input()); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			after := elementsBySet(tr.Ruleset())
+			got := map[string]bool{}
+			for _, d := range delta {
+				for _, e := range d.Add {
+					got["+"+d.Set+" "+text(e)] = true
+				}
+				for _, e := range d.Delete {
+					got["-"+d.Set+" "+text(e)] = true
+				}
+			}
+			want := map[string]bool{}
+			for k := range after {
+				if !before[k] {
+					want["+"+k] = true
+				}
+			}
+			for k := range before {
+				if !after[k] {
+					want["-"+k] = true
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("seed %d step %d (%s %s): delta is not the ruleset's change (-want +got):\n%s", seed, step, what, key, diff)
+			}
+		}
+	}
+}
+
+// text identifies an element with its key, value and comment.
+func text(e knftables.Element) string {
+	s := strings.Join(e.Key, " . ") + " : " + strings.Join(e.Value, " ")
+	if e.Comment != nil {
+		s += " # " + *e.Comment
+	}
+	return s
+}
+
+func elementsBySet(rs *compile.Ruleset) map[string]bool {
+	out := map[string]bool{}
+	for name, s := range rs.Sets {
+		for i := range s.Elements {
+			out[name+" "+text(s.Elements[i])] = true
+		}
+	}
+	return out
+}
