@@ -320,7 +320,7 @@ func elementOnlyDiff(old, desired *compile.Ruleset) (diffs []setDiff, ok bool) {
 		if !ok || !sameDeclaration(prev, set) {
 			return nil, false
 		}
-		if equalElements(prev.Elements, set.Elements) {
+		if prev == set || equalElements(prev.Elements, set.Elements) {
 			continue
 		}
 		add, del := diffElements(prev, set)

@@ -1,0 +1,124 @@
+package sets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// ApplyDelta writes element changes that turned the applied ruleset into
+// desired (a compile.Tracker's pod changes, which update desired in place)
+// without comparing the two rulesets: the cost is the change's, not the
+// table's. It is one netlink batch when Config.Netlink is set, else one nft
+// transaction. When the Syncer does not hold desired as its applied
+// ruleset (first sync, after a failure or ForceFull), it falls back to Sync.
+func (s *Syncer) ApplyDelta(ctx context.Context, desired *compile.Ruleset, delta compile.Delta) (Result, error) {
+	if s.applied != desired {
+		return s.Sync(ctx, desired)
+	}
+	start := time.Now()
+	res, err := s.applyDelta(ctx, desired, delta)
+	res.Duration = time.Since(start)
+	if err != nil {
+		s.applied = nil
+	}
+	return res, err
+}
+
+func (s *Syncer) applyDelta(ctx context.Context, desired *compile.Ruleset, delta compile.Delta) (Result, error) {
+	added, deleted := delta.Elements()
+	res := Result{Operations: added + deleted, ElementsAdded: added, ElementsDeleted: deleted}
+	if res.Operations == 0 {
+		return res, nil
+	}
+	if s.cfg.Netlink != nil {
+		changes, err := encodeDelta(desired, delta)
+		if err == nil {
+			err = s.cfg.Netlink.write(ctx, changes)
+			if err == nil {
+				res.Netlink = true
+				return res, nil
+			}
+			if !errors.Is(err, errBatchTooBig) {
+				n := s.netlinkFallbacks.Add(1)
+				s.cfg.Logger.Error(err, "Netlink element batch failed, the kernel is unchanged; falling back to a full sync",
+					"elementsAdded", added, "elementsDeleted", deleted, "fallbacks", n)
+				full, err := s.full(ctx, desired)
+				full.NetlinkFallback = true
+				return full, err
+			}
+		}
+		s.cfg.Logger.V(2).Info("Element changes go through nft", "reason", err)
+	}
+	tx := s.cfg.NFT.NewTransaction()
+	// Deletions first: an element whose value changed is replaced.
+	for _, d := range delta {
+		set := desired.Sets[d.Set]
+		if set == nil {
+			return res, fmt.Errorf("element changes for %s, which the ruleset does not have", d.Set)
+		}
+		for i := range d.Delete {
+			e := d.Delete[i]
+			addressTo(set, &e)
+			tx.Delete(&e)
+		}
+	}
+	for _, d := range delta {
+		set := desired.Sets[d.Set]
+		for i := range d.Add {
+			e := d.Add[i]
+			addressTo(set, &e)
+			tx.Add(&e)
+		}
+	}
+	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
+		return res, fmt.Errorf("element transaction (%d operations): %w", res.Operations, err)
+	}
+	return res, nil
+}
+
+// encodeDelta converts element changes to kernel form.
+func encodeDelta(desired *compile.Ruleset, delta compile.Delta) ([]setChanges, error) {
+	out := make([]setChanges, 0, len(delta))
+	for _, d := range delta {
+		set := desired.Sets[d.Set]
+		if set == nil {
+			return nil, fmt.Errorf("element changes for %s, which the ruleset does not have", d.Set)
+		}
+		l, err := layoutOf(set)
+		if err != nil {
+			return nil, fmt.Errorf("set %s: %w", d.Set, err)
+		}
+		c := setChanges{set: d.Set}
+		for i := range d.Delete {
+			els, err := l.encode(&d.Delete[i], true)
+			if err != nil {
+				return nil, fmt.Errorf("set %s: %w", d.Set, err)
+			}
+			c.del = append(c.del, els...)
+		}
+		for i := range d.Add {
+			els, err := l.encode(&d.Add[i], false)
+			if err != nil {
+				return nil, fmt.Errorf("set %s: %w", d.Set, err)
+			}
+			c.add = append(c.add, els...)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// addressTo names the set or map an element belongs to.
+func addressTo(s *compile.Set, e *knftables.Element) {
+	if s.Map != nil {
+		e.Map = s.Map.Name
+	} else {
+		e.Set = s.Set.Name
+	}
+}
