@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -54,8 +56,20 @@ type Config struct {
 	MinRetryDelay, MaxRetryDelay time.Duration
 	// ResyncPeriod of the informers (0: none).
 	ResyncPeriod time.Duration
-	Logger       klog.Logger
+	// ProgramRefreshDelay is how long after pod changes applied
+	// incrementally (hybrid mode) the program the evaluator and explain
+	// read is rebuilt, at least: pod churn reaches the kernel at once, the
+	// program within this delay or twice the last build's duration,
+	// whichever is longer.
+	ProgramRefreshDelay time.Duration
+	// OnProgram, when set, is called after each publication of a program
+	// with the one it replaced (nil at first), from the sync loop.
+	OnProgram func(old, cur *compile.Program)
+	Logger    klog.Logger
 }
+
+// DefaultProgramRefreshDelay is Config.ProgramRefreshDelay's default.
+const DefaultProgramRefreshDelay = 100 * time.Millisecond
 
 // Defaults fills unset fields.
 func (c *Config) Defaults() {
@@ -70,6 +84,9 @@ func (c *Config) Defaults() {
 	}
 	if c.ClusterPolicyCheckPeriod == 0 {
 		c.ClusterPolicyCheckPeriod = DefaultClusterPolicyCheckPeriod
+	}
+	if c.ProgramRefreshDelay == 0 {
+		c.ProgramRefreshDelay = DefaultProgramRefreshDelay
 	}
 	if c.Evaluator == nil {
 		c.Evaluator = &queue.Evaluator{}
@@ -122,6 +139,24 @@ type Controller struct {
 	mu    sync.Mutex
 	// firstUnsynced is when the oldest change not yet in the kernel was observed.
 	firstUnsynced time.Time
+	// rebuild is set by a change that is not a pod's (or a failure): the
+	// next sync builds everything; podKeys are the pods changed since the
+	// last sync, applied one by one by the tracker otherwise.
+	rebuild bool
+	podKeys map[string]struct{}
+
+	// tracker is the incremental compiler (hybrid mode; nil in queue mode,
+	// where the evaluator decides every selected pod's connections and so
+	// must always have the current program: each change is a full build).
+	tracker *compile.Tracker
+	// podHashes are the fingerprint terms of the synced pods, by key, and
+	// inputsSum the sum of all terms (InputsFingerprint before mixing).
+	podHashes map[string]uint64
+	inputsSum uint64
+	// refresh fires when the program should be rebuilt after incremental
+	// pod changes; lastBuild is how long the last full build took.
+	refresh   *time.Timer
+	lastBuild time.Duration
 
 	ready       atomic.Bool
 	lastSync    atomic.Int64  // unix nanoseconds of the last successful sync
@@ -145,6 +180,17 @@ func New(cfg Config) (*Controller, error) {
 		dirty:    make(chan struct{}, 1),
 		reported: map[string]string{},
 		cache:    compile.NewCache(),
+		podKeys:  map[string]struct{}{},
+		rebuild:  true,
+		refresh:  time.NewTimer(time.Hour),
+	}
+	c.refresh.Stop()
+	if cfg.Render.Mode != compile.ModeQueue {
+		t, err := compile.NewTracker(cfg.Render)
+		if err != nil {
+			return nil, fmt.Errorf("controller config: %w", err)
+		}
+		c.tracker = t
 	}
 	// Healthy from the start: the health server may be asked before Run.
 	c.lastLoop.Store(time.Now().UnixNano())
@@ -160,7 +206,20 @@ func New(cfg Config) (*Controller, error) {
 		UpdateFunc: func(old, cur any) { c.markDirtyIfChanged(old, cur) },
 		DeleteFunc: func(any) { c.markDirty() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{podInf.Informer(), nsInf.Informer(), polInf.Informer()} {
+	podH := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.markPod(obj) },
+		UpdateFunc: func(old, cur any) {
+			if !sameResourceVersion(old, cur) {
+				c.markPod(cur)
+			}
+		},
+		DeleteFunc: func(obj any) { c.markPod(obj) },
+	}
+	if _, err := podInf.Informer().AddEventHandler(podH); err != nil {
+		return nil, fmt.Errorf("adding event handler: %w", err)
+	}
+	c.synced = append(c.synced, podInf.Informer().HasSynced)
+	for _, inf := range []cache.SharedIndexInformer{nsInf.Informer(), polInf.Informer()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return nil, fmt.Errorf("adding event handler: %w", err)
 		}
@@ -180,12 +239,39 @@ func (c *Controller) markDirtyIfChanged(old, cur any) {
 	}
 }
 
+// markDirty records a change that needs a full build.
 func (c *Controller) markDirty() {
 	c.mu.Lock()
+	c.rebuild = true
+	c.noteChangeLocked()
+	c.mu.Unlock()
+	c.wake()
+}
+
+// markPod records a pod change, which the tracker can apply alone.
+func (c *Controller) markPod(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		c.markDirty()
+		return
+	}
+	c.mu.Lock()
+	c.podKeys[p.Namespace+"/"+p.Name] = struct{}{}
+	c.noteChangeLocked()
+	c.mu.Unlock()
+	c.wake()
+}
+
+func (c *Controller) noteChangeLocked() {
 	if c.firstUnsynced.IsZero() {
 		c.firstUnsynced = time.Now()
 	}
-	c.mu.Unlock()
+}
+
+func (c *Controller) wake() {
 	select {
 	case c.dirty <- struct{}{}:
 	default:
@@ -243,6 +329,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer heartbeat.Stop()
 	retry := c.cfg.MinRetryDelay
 	var retryTimer <-chan time.Time
+	defer c.refresh.Stop()
 	for {
 		c.lastLoop.Store(time.Now().UnixNano())
 		select {
@@ -253,6 +340,15 @@ func (c *Controller) Run(ctx context.Context) error {
 			continue
 		case <-fullTicker.C:
 			c.cfg.Syncer.ForceFull()
+			c.mu.Lock()
+			c.rebuild = true
+			c.mu.Unlock()
+		case <-c.refresh.C:
+			// Bring the program up to date with the pods applied
+			// incrementally; the rebuild also checks the tracker.
+			c.mu.Lock()
+			c.rebuild = true
+			c.mu.Unlock()
 		case <-c.dirty:
 		case <-retryTimer:
 			retryTimer = nil
@@ -317,63 +413,144 @@ func (c *Controller) lookupNodeIPs() []netip.Addr {
 	return ips
 }
 
-// syncOnce compiles the current state and applies it.
+// syncOnce applies what changed since the last sync: in hybrid mode, pod
+// changes alone go through the tracker (their element changes, one batch);
+// anything else, and every change in queue mode, is a full build.
 func (c *Controller) syncOnce(ctx context.Context) error {
-	log := c.cfg.Logger.WithName("sync")
 	c.mu.Lock()
 	observed := c.firstUnsynced
 	c.firstUnsynced = time.Time{}
+	rebuild := c.rebuild || c.tracker == nil || c.tracker.Ruleset() == nil
+	keys := c.podKeys
+	c.rebuild = false
+	c.podKeys = map[string]struct{}{}
 	c.mu.Unlock()
 	restore := func() {
 		c.mu.Lock()
 		if c.firstUnsynced.IsZero() || (!observed.IsZero() && observed.Before(c.firstUnsynced)) {
 			c.firstUnsynced = observed
 		}
+		// A failed sync is retried with a full build.
+		c.rebuild = true
 		c.mu.Unlock()
 	}
-
 	start := time.Now()
+	var err error
+	if !rebuild {
+		var ok bool
+		ok, err = c.syncPods(ctx, keys, start, observed)
+		rebuild = !ok
+	}
+	if rebuild && err == nil {
+		err = c.syncAll(ctx, start, observed)
+	}
+	if err != nil {
+		restore()
+	}
+	return err
+}
+
+// syncPods applies pod changes through the tracker; false when one of them
+// needs a full build (what was applied before it is in the kernel).
+func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, start, observed time.Time) (bool, error) {
+	var delta compile.Delta
+	applied := 0
+	complete := true
+	for key := range keys {
+		pod, err := c.podByKey(key)
+		if err != nil {
+			// Never seen from an informer; the full build decides.
+			c.cfg.Logger.Error(err, "Unexpected pod key; rebuilding")
+			complete = false
+			break
+		}
+		d, ok := c.tracker.ApplyPod(key, pod)
+		if !ok {
+			complete = false
+			break
+		}
+		delta = append(delta, d...)
+		applied++
+		c.notePodSynced(key, pod)
+	}
+	rs := c.tracker.Ruleset()
+	res, err := c.cfg.Syncer.ApplyDelta(ctx, rs, delta)
+	if err != nil {
+		c.cfg.Metrics.SyncFailures.Inc()
+		return false, err
+	}
+	if !complete {
+		return false, nil
+	}
+	kind := "pods"
+	if res.Full {
+		kind = "full"
+	}
+	now := time.Now()
+	c.committed(kind, start, now, observed)
+	c.cfg.Metrics.SetElements.Add(float64(res.ElementsAdded - res.ElementsDeleted))
+	if c.tracker.Stale() {
+		c.refresh.Reset(max(c.cfg.ProgramRefreshDelay, 2*c.lastBuild))
+	}
+	c.cfg.Logger.WithName("sync").V(2).Info("Synced pod changes", "pods", applied, "elementsAdded", res.ElementsAdded,
+		"elementsDeleted", res.ElementsDeleted, "netlink", res.Netlink, "duration", now.Sub(start))
+	return true, nil
+}
+
+// syncAll builds and renders everything, applies the difference and
+// publishes the program.
+func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) error {
+	log := c.cfg.Logger.WithName("sync")
 	in, err := c.snapshot()
 	if err != nil {
-		restore()
 		return err
 	}
-	inputs := InputsFingerprint(in)
-	prog := compile.BuildCached(in, c.cache)
-	rs, err := compile.Render(prog, c.cfg.Render)
+	var prog *compile.Program
+	var rs *compile.Ruleset
+	stale := false
+	if c.tracker != nil {
+		stale = c.tracker.Stale()
+		prog, rs, err = c.tracker.Rebuild(in)
+	} else {
+		prog = compile.BuildCached(in, c.cache)
+		rs, err = compile.Render(prog, c.cfg.Render)
+	}
 	if err != nil {
-		restore()
 		return fmt.Errorf("rendering: %w", err)
 	}
+	c.lastBuild = time.Since(start)
 	res, err := c.cfg.Syncer.Sync(ctx, rs)
 	kind := "incremental"
 	if res.Full {
 		kind = "full"
 	}
 	if err != nil {
-		restore()
 		c.cfg.Metrics.SyncFailures.Inc()
 		return err
 	}
+	if stale && !res.Full && res.Operations > 0 {
+		// The rebuild after incremental pod changes changed the table:
+		// changes raced it, or the tracker missed something.
+		c.cfg.Metrics.TrackerCorrections.Add(float64(res.ElementsAdded + res.ElementsDeleted))
+		log.V(2).Info("Rebuild after incremental pod changes changed elements", "elementsAdded", res.ElementsAdded, "elementsDeleted", res.ElementsDeleted)
+	}
+	c.inputsSum, c.podHashes = inputsSum(in)
 	// Publish only after the matching transaction committed: the evaluator
 	// and the kernel never disagree about which program is in force.
 	// Readiness and the controller's program are stored before the
 	// evaluator's, so whoever sees the evaluator's program also sees the
 	// controller ready.
+	old := c.lastProgram.Load()
 	c.lastProgram.Store(prog)
 	first := !c.ready.Swap(true)
 	c.cfg.Evaluator.Swap(prog)
-	now := time.Now()
-	c.cfg.Metrics.SyncDuration.WithLabelValues(kind).Observe(now.Sub(start).Seconds())
-	c.cfg.Metrics.LastSuccessfulSync.Set(float64(now.Unix()))
-	c.cfg.Metrics.SyncedInputs.Set(float64(inputs))
-	c.lastInputs.Store(inputs)
-	if !observed.IsZero() {
-		c.cfg.Metrics.ProgrammingLatency.Observe(now.Sub(observed).Seconds())
+	if c.cfg.OnProgram != nil {
+		c.cfg.OnProgram(old, prog)
 	}
+	now := time.Now()
+	c.committed(kind, start, now, observed)
 	c.recordGauges(prog, rs)
 	c.reportProblems(ctx, prog)
-	c.lastSync.Store(now.UnixNano())
 	if first {
 		log.Info("First sync committed", "policies", len(prog.Policies), "pods", len(prog.Pods), "operations", res.Operations, "duration", now.Sub(start))
 	}
@@ -381,6 +558,45 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 		"elementsDeleted", res.ElementsDeleted, "chainsWritten", res.ChainsWritten, "chainsDeleted", res.ChainsDeleted,
 		"duration", now.Sub(start))
 	return nil
+}
+
+// committed records a sync that reached the kernel.
+func (c *Controller) committed(kind string, start, now, observed time.Time) {
+	inputs := finishInputs(c.inputsSum)
+	c.cfg.Metrics.SyncDuration.WithLabelValues(kind).Observe(now.Sub(start).Seconds())
+	c.cfg.Metrics.LastSuccessfulSync.Set(float64(now.Unix()))
+	c.cfg.Metrics.SyncedInputs.Set(float64(inputs))
+	c.lastInputs.Store(inputs)
+	if !observed.IsZero() {
+		c.cfg.Metrics.ProgrammingLatency.Observe(now.Sub(observed).Seconds())
+	}
+	c.lastSync.Store(now.UnixNano())
+}
+
+// podByKey returns the pod's current state from the informer's cache, nil
+// when it is gone.
+func (c *Controller) podByKey(key string) (*corev1.Pod, error) {
+	ns, name, ok := strings.Cut(key, "/")
+	if !ok {
+		return nil, fmt.Errorf("pod key %q: not namespace/name", key)
+	}
+	p, err := c.pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return p, err
+}
+
+// notePodSynced updates the inputs fingerprint for a pod whose change is
+// in the kernel.
+func (c *Controller) notePodSynced(key string, pod *corev1.Pod) {
+	c.inputsSum -= c.podHashes[key]
+	delete(c.podHashes, key)
+	if pod != nil {
+		h := podTerm(pod)
+		c.podHashes[key] = h
+		c.inputsSum += h
+	}
 }
 
 func (c *Controller) snapshot() (compile.Input, error) {

@@ -315,3 +315,59 @@ func TestHealthyWhileCachesSync(t *testing.T) {
 		t.Error("unhealthy after the first sync")
 	}
 }
+
+// histogramCount reads the number of observations of one label of a
+// histogram vector.
+func histogramCount(t *testing.T, h *prometheus.HistogramVec, label string) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.WithLabelValues(label).(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.Histogram.GetSampleCount()
+}
+
+// TestPodChangesAreElementChanges: in hybrid mode a pod change reaches the
+// kernel as its element changes (sync kind "pods"), the program follows
+// within the refresh delay, and a failed element transaction is repaired by
+// the retry's full build.
+func TestPodChangesAreElementChanges(t *testing.T) {
+	h := start(t, testPod("x", "a", "n1", "10.0.1.1", nil), denyAll("x"))
+	eventually(t, "first sync", h.ctrl.Ready)
+	ctx := context.Background()
+	pods := h.ctrl.cfg.Metrics.SyncDuration
+	before := histogramCount(t, pods, "pods")
+	if _, err := h.client.CoreV1().Pods("x").Create(ctx, testPod("x", "b", "n1", "10.0.1.2", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "x/b in the kernel", func() bool { return strings.Contains(h.nft.dump(), `10.0.1.2 comment "x/b"`) })
+	if got := histogramCount(t, pods, "pods"); got <= before {
+		t.Errorf("sync kind pods observed %d times, before %d: the pod took a full build", got, before)
+	}
+	eventually(t, "x/b in the evaluator's program", func() bool { _, ok := h.eval.Program().PodByKey("x/b"); return ok })
+	if v := h.eval.Evaluate(netip.MustParseAddr("10.0.2.1"), netip.MustParseAddr("10.0.1.2"), compile.ProtoTCP, 80); v.Allowed {
+		t.Fatalf("x/b is isolated, but the evaluator allows: %s", v.Reason())
+	}
+
+	// A failed element transaction: the retry rebuilds and repairs.
+	h.nft.failNext(1)
+	if err := h.client.CoreV1().Pods("x").Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "x/a gone from the kernel after a failure", func() bool {
+		return h.nft.failures() >= 1 && !strings.Contains(h.nft.dump(), `"x/a"`)
+	})
+	want, err := compile.Render(compile.Build(compile.Input{NodeName: "n1", NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.1")},
+		Pods: []*corev1.Pod{testPod("x", "b", "n1", "10.0.1.2", nil)}, Policies: []*networkingv1.NetworkPolicy{denyAll("x")},
+		Namespaces: []*corev1.Namespace{}}), h.ctrl.cfg.Render)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := knftables.NewFake(knftables.InetFamily, compile.TableName)
+	tx := fresh.NewTransaction()
+	want.AddTo(tx)
+	if err := fresh.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the table equals a fresh load of the full build", func() bool { return h.nft.dump() == fresh.Dump() })
+}

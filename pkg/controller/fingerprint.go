@@ -1,6 +1,10 @@
 package controller
 
-import "github.com/nftpolicy/nftpolicy/pkg/compile"
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
 
 // fingerprintBits keeps the fingerprint exact in a float64 gauge.
 const fingerprintBits = 48
@@ -16,17 +20,34 @@ const fingerprintBits = 48
 // change it made is in force, without sleeping or comparing clocks. It is
 // 48 bits wide so that the gauge holds it exactly.
 func InputsFingerprint(in compile.Input) uint64 {
+	sum, _ := inputsSum(in)
+	return finishInputs(sum)
+}
+
+// objectTerm is one object's term of the fingerprint's sum.
+func objectTerm(kind byte, ns, name, rv string) uint64 {
+	h := fnvByte(fnvOffset64, kind)
+	h = fnvByte(fnvString(h, ns), 0)
+	h = fnvByte(fnvString(h, name), 0)
+	return mix64(fnvString(h, rv))
+}
+
+func podTerm(p *corev1.Pod) uint64 { return objectTerm('p', p.Namespace, p.Name, p.ResourceVersion) }
+
+func finishInputs(sum uint64) uint64 { return mix64(sum) >> (64 - fingerprintBits) }
+
+// inputsSum is the fingerprint before mixing, and the pods' terms by key,
+// so that pod changes can update it one by one.
+func inputsSum(in compile.Input) (uint64, map[string]uint64) {
 	// A sum of well-mixed per-object hashes does not depend on the order of
 	// the informers' lists, so nothing is sorted or allocated per object.
 	var sum uint64
-	add := func(kind byte, ns, name, rv string) {
-		h := fnvByte(fnvOffset64, kind)
-		h = fnvByte(fnvString(h, ns), 0)
-		h = fnvByte(fnvString(h, name), 0)
-		sum += mix64(fnvString(h, rv))
-	}
+	add := func(kind byte, ns, name, rv string) { sum += objectTerm(kind, ns, name, rv) }
+	pods := make(map[string]uint64, len(in.Pods))
 	for _, p := range in.Pods {
-		add('p', p.Namespace, p.Name, p.ResourceVersion)
+		h := podTerm(p)
+		pods[p.Namespace+"/"+p.Name] = h
+		sum += h
 	}
 	for _, ns := range in.Namespaces {
 		add('n', "", ns.Name, ns.ResourceVersion)
@@ -49,7 +70,7 @@ func InputsFingerprint(in compile.Input) uint64 {
 		h := fnvByte(fnvString(fnvByte(fnvOffset64, 'N'), n.Name), 0)
 		sum += mix64(mix64(h^ls) ^ as)
 	}
-	return mix64(sum) >> (64 - fingerprintBits)
+	return sum, pods
 }
 
 // mix64 is SplitMix64's finalizer: every input bit affects every output bit.

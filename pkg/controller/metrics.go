@@ -12,6 +12,7 @@ import (
 // NewMetrics and register them with Register.
 type Metrics struct {
 	SyncDuration       *prometheus.HistogramVec
+	TrackerCorrections prometheus.Counter
 	SyncFailures       prometheus.Counter
 	LastSuccessfulSync prometheus.Gauge
 	SyncedInputs       prometheus.Gauge
@@ -39,8 +40,12 @@ type Metrics struct {
 // NewMetrics creates the metrics, unregistered.
 func NewMetrics() *Metrics {
 	return &Metrics{
+		TrackerCorrections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nftpolicy_tracker_corrections_total",
+			Help: "Set elements a rebuild changed right after pod changes had been applied incrementally. Changes that raced the rebuild explain a few; a steady rise means the incremental compiler disagrees with the full build (a bug: please report it with the agent's logs at -v=2).",
+		}),
 		SyncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "nftpolicy_sync_duration_seconds", Help: "Time to compile and apply one sync, by kind (full or incremental).",
+			Name: "nftpolicy_sync_duration_seconds", Help: "Time to compile and apply one sync, by kind: pods (pod changes applied as element changes), incremental (everything rebuilt, the table's differences applied) or full (the table rewritten).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"kind"}),
 		SyncFailures: prometheus.NewCounter(prometheus.CounterOpts{
@@ -105,7 +110,7 @@ func NewMetrics() *Metrics {
 
 // Register adds every metric to the registerer.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.SyncDuration, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency,
+	for _, c := range []prometheus.Collector{m.SyncDuration, m.TrackerCorrections, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency,
 		m.ProgrammedPolicies, m.ProgrammedPods, m.SetElements, m.InvalidPolicies, m.PolicyProblems,
 		m.ClusterPolicyAPI, m.ProgrammedClusterPolicies, m.InvalidClusterPolicies, m.ClusterPolicyProblems,
 		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant, m.CollectorErrors} {

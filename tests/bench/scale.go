@@ -314,10 +314,11 @@ func pickScalePod(ctx context.Context, c *cluster.Cluster) (ns, name string, err
 	return "", "", errors.New("no pod of a fake node is in a tier=web peer set of node-1's ruleset")
 }
 
-// waitIncremental waits for the agent's next incremental sync after the
-// metrics in before and returns its duration (the mean if several ran).
+// waitIncremental waits for the agent's next sync of pod changes (kind
+// "pods": the tracker's element changes) after the metrics in before and
+// returns its duration (the mean if several ran).
 func waitIncremental(ctx context.Context, agent *cluster.Agent, before map[string]float64) (time.Duration, error) {
-	const cnt, sum = `nftpolicy_sync_duration_seconds_count{kind="incremental"}`, `nftpolicy_sync_duration_seconds_sum{kind="incremental"}`
+	const cnt, sum = `nftpolicy_sync_duration_seconds_count{kind="pods"}`, `nftpolicy_sync_duration_seconds_sum{kind="pods"}`
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		m, err := agent.Metrics(ctx)
