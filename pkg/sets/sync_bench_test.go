@@ -372,6 +372,46 @@ func BenchmarkSync(b *testing.B) {
 							}
 							t.report(b)
 						})
+						b.Run("pods-"+where, func(b *testing.B) {
+							// The agent's path for pod changes: the tracker's
+							// element changes, applied without a diff.
+							s := newSyncer(b)
+							tr, err := compile.NewTracker(cfg)
+							if err != nil {
+								b.Fatal(err)
+							}
+							_, rs, err := tr.Rebuild(in)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if _, err := s.Sync(context.Background(), rs); err != nil {
+								b.Fatal(err)
+							}
+							i := pickPod(b, in, cfg, where == "local")
+							cur := in
+							var t syncTimes
+							for b.Loop() {
+								cur = relabel(cur, i)
+								p := cur.Pods[i]
+								t0 := time.Now()
+								delta, ok := tr.ApplyPod(p.Namespace+"/"+p.Name, p)
+								if !ok {
+									b.Fatal("the relabel needs a rebuild")
+								}
+								t1 := time.Now()
+								self0 := selfCPU()
+								res, err := s.ApplyDelta(context.Background(), tr.Ruleset(), delta)
+								if err != nil || res.Full {
+									b.Fatalf("ApplyDelta: full %v, %v", res.Full, err)
+								}
+								t.txSelfCPU += selfCPU() - self0
+								t.build += t1.Sub(t0)
+								t.tx += time.Since(t1)
+								t.ops += res.Operations
+								t.n++
+							}
+							t.report(b)
+						})
 					}
 				})
 			}
