@@ -14,7 +14,7 @@
 #   sync   BenchmarkSync of pkg/sets: Build, Render and the transaction, full
 #          and one-pod incremental, against knftables.Fake and the kernel
 #   eval   BenchmarkEvaluate* of pkg/queue at 10k policies
-#   scale  a real kube-apiserver with 10k/50k pods on fake nodes and 1k
+#   scale  a real kube-apiserver with 1k/10k/50k/100k pods on fake nodes and 1k
 #          policies, one real agent process; RSS, CPU, sync durations
 #   delay  API write -> first connection observing the new verdict, with a
 #          real agent process (tests/internal/cluster)
@@ -64,7 +64,7 @@ else
 	SYNC_TIME=1s
 	EVAL_COUNT=5
 	EVAL_TIME=1s
-	SCALE_ARGS=(--pods 10000,50000 --incremental 10 --settle 10s)
+	SCALE_ARGS=(--pods 1000,10000,50000,100000 --incremental 10 --settle 10s)
 	DELAY_ARGS=(--cycles 8)
 fi
 

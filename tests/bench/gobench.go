@@ -58,7 +58,9 @@ func (g GoBench) min(name, unit string) float64 {
 //	sync_<backend>_<kind>_ms_<pods>          BenchmarkSync: build+render+transaction per sync
 //	sync_<backend>_<kind>_{build,render,tx}_ms_<pods>, ..._ops_<pods>
 //
-// with <kind> full, incr (one remote pod) or incr_local, <pods> 1k, 10k, 100k.
+// with <kind> full, incr (one remote pod: full build and diff) or
+// incr_local, pods or pods_local (the same change through the incremental
+// compiler, the agent's path), <pods> 1k, 10k, 100k.
 func (g GoBench) Results() *Result {
 	r := &Result{}
 	const ev = "BenchmarkEvaluate/policies=10000"
@@ -73,7 +75,8 @@ func (g GoBench) Results() *Result {
 	if _, ok := g["BenchmarkEvaluateWorst/policies=10000"]; ok {
 		r.Set("eval_worst_ns", round(g.median("BenchmarkEvaluateWorst/policies=10000", "ns/op"), 1))
 	}
-	kinds := [][2]string{{"full", "full"}, {"incremental-remote", "incr"}, {"incremental-local", "incr_local"}}
+	kinds := [][2]string{{"full", "full"}, {"incremental-remote", "incr"}, {"incremental-local", "incr_local"},
+		{"pods-remote", "pods"}, {"pods-local", "pods_local"}}
 	for _, backend := range []string{"fake", "kernel"} {
 		for _, pods := range []int{1000, 10000, 100000} {
 			for _, kk := range kinds {

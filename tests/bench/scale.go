@@ -44,7 +44,7 @@ type ScaleConfig struct {
 
 func (c *ScaleConfig) defaults() {
 	if len(c.Pods) == 0 {
-		c.Pods = []int{10000, 50000}
+		c.Pods = []int{1000, 10000, 50000, 100000}
 	}
 	if c.Policies <= 0 {
 		c.Policies = 1000
@@ -102,6 +102,10 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*Result, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	// Flat in cluster size: the one-pod sync at 100k against 10k.
+	if a, b := res.Float("incr_sync_ms_10k"), res.Float("incr_sync_ms_100k"); a > 0 && b > 0 {
+		res.Set("incr_sync_flatness_100k_vs_10k", round(b/a, 2))
 	}
 	return res, nil
 }

@@ -497,6 +497,10 @@ type Report struct {
 	Rulesets map[string]string
 	Sync     SyncResult
 	Duration time.Duration
+	// PodEvents and PodRebuilds count, over the nodes, the pod changes
+	// CheckPodEvents applied as element changes and those that needed a
+	// rebuild.
+	PodEvents, PodRebuilds int
 }
 
 // Disagreements returns the outcomes where kernel and evaluator differ.
@@ -566,6 +570,42 @@ func (c *Cluster) CheckAfter(ctx context.Context, before, s *compile.Scenario, o
 		return nil, fmt.Errorf("syncing the earlier state: %w", err)
 	}
 	return c.Check(ctx, s, false, only)
+}
+
+// CheckPodEvents syncs before fully, then takes each node to s as the
+// agent's controller does in hybrid mode (compile.Tracker: the changes
+// that are not pods' rebuilt, then every changed pod on its own as element
+// changes), and probes s. In queue mode, where the agent rebuilds on every
+// change, it is CheckAfter.
+func (c *Cluster) CheckPodEvents(ctx context.Context, before, s *compile.Scenario, only []int) (*Report, error) {
+	if c.rcfg.Mode == compile.ModeQueue {
+		return c.CheckAfter(ctx, before, s, only)
+	}
+	start := time.Now()
+	if err := c.fit(s); err != nil {
+		return nil, err
+	}
+	if _, err := c.Apply(ctx, before, true); err != nil {
+		return nil, fmt.Errorf("syncing the earlier state: %w", err)
+	}
+	nodes, _ := placement(s)
+	var tracked, rebuilt int
+	for _, n := range c.nodes {
+		after := s.Input(n, nodes, nil)
+		t, r, err := c.agents[n].ApplyPodEvents(ctx, before.Input(n, nodes, nil), after, compile.Build(after))
+		if err != nil {
+			return nil, err
+		}
+		tracked += t
+		rebuilt += r
+	}
+	rep, err := c.Probe(ctx, s, only)
+	if err != nil {
+		return nil, err
+	}
+	rep.PodEvents, rep.PodRebuilds = tracked, rebuilt
+	rep.Duration = time.Since(start)
+	return rep, nil
 }
 
 // Probe runs s's probes (or those in only) against what the nodes enforce

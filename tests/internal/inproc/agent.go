@@ -14,12 +14,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/google/nftables"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
@@ -174,6 +178,81 @@ func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(no
 	a.eval.Swap(prog)
 	a.Program = prog
 	return res, nil
+}
+
+// ApplyPodEvents takes the node from before to after the way the agent's
+// controller does in hybrid mode: the changes that are not pods' through a
+// full build (before's pods with after's policies, cluster policies,
+// namespaces and nodes), then each pod that differs, one at a time, through
+// a compile.Tracker and Syncer.ApplyDelta (a rebuild when the tracker asks
+// for one). It returns how many pod changes took each path; prog is the
+// program of after, published at the end.
+func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input, prog *compile.Program) (tracked, rebuilt int, err error) {
+	tr, err := compile.NewTracker(a.rcfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	pods := map[string]*corev1.Pod{}
+	for _, p := range before.Pods {
+		pods[p.Namespace+"/"+p.Name] = p
+	}
+	input := func() compile.Input {
+		in := after
+		in.Pods = nil
+		for _, k := range slices.Sorted(maps.Keys(pods)) {
+			in.Pods = append(in.Pods, pods[k])
+		}
+		return in
+	}
+	rebuild := func() error {
+		_, rs, err := tr.Rebuild(input())
+		if err != nil {
+			return err
+		}
+		if _, err = a.syncer.Sync(ctx, rs); err != nil {
+			return fmt.Errorf("syncing %s: %w", a.Node, err)
+		}
+		return nil
+	}
+	if err := rebuild(); err != nil {
+		return 0, 0, err
+	}
+	next := map[string]*corev1.Pod{}
+	for _, p := range after.Pods {
+		next[p.Namespace+"/"+p.Name] = p
+	}
+	keys := slices.Sorted(maps.Keys(next))
+	for k := range pods {
+		if next[k] == nil {
+			keys = append(keys, k)
+		}
+	}
+	for _, key := range keys {
+		p := next[key]
+		if old := pods[key]; old != nil && p != nil && equality.Semantic.DeepEqual(old, p) {
+			continue
+		}
+		if p == nil {
+			delete(pods, key)
+		} else {
+			pods[key] = p
+		}
+		delta, ok := tr.ApplyPod(key, p)
+		if !ok {
+			rebuilt++
+			if err := rebuild(); err != nil {
+				return tracked, rebuilt, err
+			}
+			continue
+		}
+		tracked++
+		if _, err := a.syncer.ApplyDelta(ctx, tr.Ruleset(), delta); err != nil {
+			return tracked, rebuilt, fmt.Errorf("applying pod %s on %s: %w", key, a.Node, err)
+		}
+	}
+	a.eval.Swap(prog)
+	a.Program = prog
+	return tracked, rebuilt, nil
 }
 
 // Close stops the runtime and releases the namespace handle. The node's

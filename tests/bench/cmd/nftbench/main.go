@@ -6,7 +6,7 @@
 // docs/performance.md. hack/bench.sh drives it.
 //
 //	nftbench conn  [--rounds N] [--duration D] [--max-conns N] [--workers N]
-//	nftbench scale [--pods 10000,50000] [--policies 1000] [--local-pods 4]
+//	nftbench scale [--pods 1000,10000,50000,100000] [--policies 1000] [--local-pods 4]
 //	nftbench delay [--changes 20] [--interval 2ms]
 //	nftbench contention [--name N] [--duration D]
 //	nftbench gobench [FILE...]   (go test -bench output -> name=value lines)
@@ -90,7 +90,7 @@ func main() {
 	case "scale":
 		var c bench.ScaleConfig
 		var pods string
-		fs.StringVar(&pods, "pods", "10000,50000", "pod counts in the API, comma-separated, increasing")
+		fs.StringVar(&pods, "pods", "1000,10000,50000,100000", "pod counts in the API, comma-separated, increasing")
 		fs.IntVar(&c.Policies, "policies", 1000, "NetworkPolicies in the API")
 		fs.IntVar(&c.LocalPods, "local-pods", 4, "pods on the agent's node")
 		fs.IntVar(&c.Incremental, "incremental", 10, "one-pod label changes timed per size")

@@ -50,7 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	variant := fs.String("queue-variant", "", "queue mode: native or xt-compat (default: what the kernel supports)")
 	out := fs.String("out", os.TempDir(), "directory for the minimized scenarios (npdiff-seed-N.yaml)")
 	timeout := fs.Duration("timeout", kernel.DefaultProbeTimeout, "timeout of one probe (a denied probe takes all of it)")
-	incremental := fs.Bool("incremental", false, "sync an earlier state of each cluster first (scenariogen.Predecessor), then the scenario incrementally")
+	incremental := fs.Bool("incremental", false, "sync an earlier state of each cluster first (scenariogen.Predecessor), then the scenario incrementally: in hybrid mode as the agent does, the policy and namespace changes rebuilt, then each changed pod on its own through the incremental compiler (compile.Tracker)")
 	noMin := fs.Bool("no-minimize", false, "write disagreeing scenarios as generated")
 	verbose := fs.Bool("v", false, "print the minimizer's steps and every disagreement table")
 	if err := fs.Parse(args); err != nil {
@@ -76,7 +76,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 
 	cfg := kernel.Config{Mode: compile.Mode(*mode), QueueVariant: compile.QueueVariant(*variant), ProbeTimeout: *timeout}
-	var scenarios, probes, disagreements, harnessErrors int
+	var scenarios, probes, disagreements, harnessErrors, podEvents, podRebuilds int
 	var total time.Duration
 	for seed := first; seed <= last; seed++ {
 		if ctx.Err() != nil {
@@ -101,6 +101,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		harnessErrors += res.errors
 		line := fmt.Sprintf("seed=%d mode=%s pods=%d policies=%d probes=%d allowed=%d disagreements=%d time=%.2fs",
 			seed, res.mode, res.pods, res.policies, res.probes, res.allowed, res.disagreements, took.Seconds())
+		if res.podEvents+res.podRebuilds > 0 {
+			line += fmt.Sprintf(" pod-events=%d pod-rebuilds=%d", res.podEvents, res.podRebuilds)
+			podEvents += res.podEvents
+			podRebuilds += res.podRebuilds
+		}
 		if res.errors > 0 {
 			line += fmt.Sprintf(" harness-errors=%d", res.errors)
 		}
@@ -114,6 +119,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if harnessErrors > 0 {
 		fmt.Fprintf(stdout, "harness-errors=%d\n", harnessErrors)
+	}
+	if podEvents+podRebuilds > 0 {
+		fmt.Fprintf(stdout, "pod-events=%d pod-rebuilds=%d\n", podEvents, podRebuilds)
 	}
 	fmt.Fprintf(stdout, "scenarios=%d probes=%d disagreements=%d\n", scenarios, probes, disagreements)
 	if ctx.Err() != nil {
@@ -130,6 +138,8 @@ type seedResult struct {
 	pods, policies, probes, allowed int
 	disagreements, errors           int
 	file                            string
+	// podEvents and podRebuilds: see kernel.Report.
+	podEvents, podRebuilds int
 }
 
 func runSeed(ctx context.Context, seed uint64, cfg kernel.Config, outDir string, incremental, minimize, verbose bool, stderr io.Writer) (_ *seedResult, err error) {
@@ -143,7 +153,7 @@ func runSeed(ctx context.Context, seed uint64, cfg kernel.Config, outDir string,
 	var rep *kernel.Report
 	if incremental {
 		before = scenariogen.Predecessor(seed)
-		rep, err = c.CheckAfter(ctx, before, s, nil)
+		rep, err = c.CheckPodEvents(ctx, before, s, nil)
 	} else {
 		rep, err = c.Check(ctx, s, false, nil)
 	}
@@ -161,6 +171,7 @@ func runSeed(ctx context.Context, seed uint64, cfg kernel.Config, outDir string,
 				return nil, fmt.Errorf("the sync of %s after the earlier state was full, not incremental", n)
 			}
 		}
+		res.podEvents, res.podRebuilds = rep.PodEvents, rep.PodRebuilds
 	}
 	var bad []int
 	for _, o := range rep.Outcomes {
