@@ -52,6 +52,7 @@ type agentOptions struct {
 	metricsAddr    string
 	healthAddr     string
 	fullSyncPeriod time.Duration
+	refreshDelay   time.Duration
 	cnpCheck       time.Duration
 	livenessBudget time.Duration
 	maxQueueLen    uint32
@@ -76,6 +77,8 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9402", "address of the Prometheus /metrics endpoint; empty to disable")
 	fs.StringVar(&o.healthAddr, "health-bind-address", ":9403", "address of /healthz and /readyz; empty to disable")
 	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
+	fs.DurationVar(&o.refreshDelay, "program-refresh-delay", controller.DefaultProgramRefreshDelay,
+		"hybrid mode: pod changes reach the kernel at once as element changes; the program that explain and the queue's evaluator read is rebuilt this long after (at least twice the last build's duration)")
 	fs.DurationVar(&o.cnpCheck, "cluster-policy-check-period", controller.DefaultClusterPolicyCheckPeriod,
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
@@ -241,7 +244,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 
 	ctrl, err := controller.New(controller.Config{
 		Client: client, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
-		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, Logger: log,
+		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,
 	})
 	if err != nil {
 		return err
