@@ -212,6 +212,7 @@ func (r *renderer) static() {
 		rule("ip6 saddr . ip6 daddr @self-v6 accept", "a pod can always reach itself"),
 	)
 	input := append(append([]knftables.Rule(nil), head...), nd)
+	fwd = append(fwd, r.unknownPods()...)
 	if kernel {
 		fwd = append(fwd, rule("goto "+ChainEgress, ""))
 		input = append(input,

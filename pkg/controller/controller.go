@@ -40,10 +40,17 @@ type Config struct {
 	// NodeIPs are the node's own addresses; looked up from the Node object
 	// when empty.
 	NodeIPs []netip.Addr
-	Render  compile.RenderConfig
-	Syncer  *sets.Syncer
+	// PodCIDRs, when set, replace the Nodes' spec.podCIDRs as the pod
+	// ranges in which unknown addresses are held for the evaluator.
+	PodCIDRs []netip.Prefix
+	Render   compile.RenderConfig
+	Syncer   *sets.Syncer
 	// Evaluator receives each program after its transaction committed.
 	Evaluator *queue.Evaluator
+	// OnProgram, if set, is called after each publication with the
+	// previous program (nil at first) and the new one, from the sync loop:
+	// conntrack revocation (pkg/conntrack) cuts flows the change denies.
+	OnProgram func(old, cur *compile.Program)
 	Metrics   *Metrics
 	// Recorder emits Events on invalid policies; optional.
 	Recorder record.EventRecorder
@@ -360,9 +367,12 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	// Readiness and the controller's program are stored before the
 	// evaluator's, so whoever sees the evaluator's program also sees the
 	// controller ready.
-	c.lastProgram.Store(prog)
+	prev := c.lastProgram.Swap(prog)
 	first := !c.ready.Swap(true)
 	c.cfg.Evaluator.Swap(prog)
+	if c.cfg.OnProgram != nil {
+		c.cfg.OnProgram(prev, prog)
+	}
 	now := time.Now()
 	c.cfg.Metrics.SyncDuration.WithLabelValues(kind).Observe(now.Sub(start).Seconds())
 	c.cfg.Metrics.LastSuccessfulSync.Set(float64(now.Unix()))
@@ -384,7 +394,7 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 }
 
 func (c *Controller) snapshot() (compile.Input, error) {
-	in := compile.Input{NodeName: c.cfg.NodeName, NodeIPs: c.cfg.NodeIPs}
+	in := compile.Input{NodeName: c.cfg.NodeName, NodeIPs: c.cfg.NodeIPs, PodCIDRs: c.cfg.PodCIDRs}
 	var err error
 	if in.Pods, err = c.pods.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("listing pods: %w", err)
