@@ -90,7 +90,7 @@ func (o *newPodOptions) startRevoker(ctx context.Context) (func(old, cur *compil
 	if err != nil {
 		return nil, fmt.Errorf("connection revocation (--revoke-connections): %w", err)
 	}
-	r, err := conntrack.NewRevoker(conntrack.Config{Decide: EvaluatorDecision, Table: conn, Observer: o.metrics,
+	r, err := conntrack.NewRevoker(conntrack.Config{Decide: queue.DecideSides, Table: conn, Observer: o.metrics,
 		Logger: klog.FromContext(ctx).WithName("conntrack")})
 	if err != nil {
 		_ = conn.Close()
@@ -101,15 +101,6 @@ func (o *newPodOptions) startRevoker(ctx context.Context) (func(old, cur *compil
 		r.Run(ctx)
 	}()
 	return r.OnProgram, nil
-}
-
-// EvaluatorDecision is the queue evaluator's verdict in the revoker's terms.
-func EvaluatorDecision(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) conntrack.Decision {
-	v := queue.Evaluate(p, src, dst, proto, port)
-	if !v.Egress {
-		return conntrack.Decision{EgressDenied: true, Reason: v.EgressReason}
-	}
-	return conntrack.Decision{Allowed: v.Ingress, Reason: v.IngressReason}
 }
 
 type newPodMetrics struct {

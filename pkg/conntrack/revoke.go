@@ -17,7 +17,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
-// Decision is a program's verdict on a connection, as DecideFunc gives it.
+// Decision is a program's verdict on a connection.
 type Decision struct {
 	Allowed bool
 	// EgressDenied is true when the source side denied, false when the
@@ -28,8 +28,13 @@ type Decision struct {
 }
 
 // DecideFunc decides a new connection from src to dst with a program: the
-// agent passes the queue evaluator's Evaluate.
-type DecideFunc func(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) Decision
+// agent passes queue.DecideSides, the evaluator's verdict.
+type DecideFunc func(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (allowed, egressDenied bool, reason string)
+
+func decision(f DecideFunc, p *compile.Program, c Conn) Decision {
+	a, e, r := f(p, c.Src, c.Dst, c.Proto, c.Port)
+	return Decision{Allowed: a, EgressDenied: e, Reason: r}
+}
 
 // Table is the conntrack table: *ct.Conn satisfies it; tests may fake it.
 type Table interface {
@@ -177,7 +182,7 @@ func (r *Revoker) Revoke(olds []*compile.Program, cur *compile.Program) (res Res
 		if !ok || !affected[c.Src] && !affected[c.Dst] {
 			continue
 		}
-		now := r.cfg.Decide(cur, c.Src, c.Dst, c.Proto, c.Port)
+		now := decision(r.cfg.Decide, cur, c)
 		if now.Allowed || !allowedByAny(r.cfg.Decide, olds, c) {
 			continue
 		}
@@ -198,7 +203,7 @@ func (r *Revoker) Revoke(olds []*compile.Program, cur *compile.Program) (res Res
 
 func allowedByAny(decide DecideFunc, olds []*compile.Program, c Conn) bool {
 	for _, p := range olds {
-		if decide(p, c.Src, c.Dst, c.Proto, c.Port).Allowed {
+		if decision(decide, p, c).Allowed {
 			return true
 		}
 	}

@@ -43,24 +43,24 @@ func input(c2Role string, pols ...*networkingv1.NetworkPolicy) compile.Input {
 		Policies: pols}
 }
 
-func decide(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) conntrack.Decision {
+func decide(p *compile.Program, src, dst netip.Addr, _ compile.Protocol, _ uint16) (bool, bool, string) {
 	// A reference decision for the test: ingress of local pods only, via the
 	// program's isolating policies and their selectors.
 	id, ok := p.PodByIP(dst)
 	if !ok || !p.Pods[id].Local || len(p.Pods[id].IngressPolicies) == 0 {
-		return conntrack.Decision{Allowed: true}
+		return true, false, ""
 	}
 	sid, ok := p.PodByIP(src)
 	for _, pid := range p.Pods[id].IngressPolicies {
 		for _, r := range p.Policies[pid].Ingress {
 			for _, s := range r.Selectors {
 				if ok && p.Selectors[s].Contains(sid) {
-					return conntrack.Decision{Allowed: true}
+					return true, false, ""
 				}
 			}
 		}
 	}
-	return conntrack.Decision{Reason: "denied"}
+	return false, false, "denied"
 }
 
 type fakeTable struct {

@@ -118,3 +118,14 @@ func (e *Evaluator) observeUnknown(result string, waited time.Duration) {
 		o.ObserveUnknownPod(result, waited)
 	}
 }
+
+// DecideSides is Evaluate for callers that need the verdict and which side
+// denied (pkg/conntrack's revocation): allowed, whether the source's egress
+// denied (else the destination's ingress did), and the deciding reason.
+func DecideSides(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (allowed, egressDenied bool, reason string) {
+	v := Evaluate(p, src, dst, proto, port)
+	if !v.Egress {
+		return false, true, v.EgressReason
+	}
+	return v.Ingress, false, v.IngressReason
+}
