@@ -2,12 +2,8 @@ package kernel
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/netip"
 	"slices"
 	"sort"
 	"sync"
@@ -19,146 +15,6 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
 )
-
-// flowLog records what the server received on one long-lived flow: every
-// 8-byte record is a sequence number, sent every flowInterval.
-type flowLog struct {
-	mu   sync.Mutex
-	last time.Time
-	seq  uint64
-	n    int
-	lost int // UDP: sequence numbers skipped
-}
-
-func (f *flowLog) got(seq uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n > 0 && seq > f.seq+1 {
-		f.lost += int(seq - f.seq - 1)
-	}
-	f.seq, f.last = seq, time.Now()
-	f.n++
-}
-
-func (f *flowLog) snapshot() (time.Time, int, int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.last, f.n, f.lost
-}
-
-const flowInterval = 10 * time.Millisecond
-
-// flowServer serves TCP 8080 and UDP 9090 in a pod: it logs each record
-// per client address and protocol, and echoes UDP datagrams (so that
-// conntrack sees the UDP flow established, as it does the TCP one).
-type flowServer struct {
-	mu   sync.Mutex
-	logs map[string]*flowLog
-	ln   net.Listener
-	pc   net.PacketConn
-}
-
-func (s *flowServer) log(proto string, ip netip.Addr) *flowLog {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := proto + " " + ip.String()
-	if s.logs[k] == nil {
-		s.logs[k] = &flowLog{}
-	}
-	return s.logs[k]
-}
-
-func startFlowServer(l *podlab.Lab, p podlab.PodSpec) (*flowServer, error) {
-	s := &flowServer{logs: map[string]*flowLog{}}
-	err := l.Net.InNetns(podlab.PodEndpoint(p), func() error {
-		var err error
-		if s.ln, err = net.Listen("tcp4", p.IP.String()+":8080"); err != nil {
-			return err
-		}
-		s.pc, err = net.ListenPacket("udp4", p.IP.String()+":9090")
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	go func() {
-		for {
-			c, err := s.ln.Accept()
-			if err != nil {
-				return
-			}
-			ip := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 8)
-				for {
-					if _, err := io.ReadFull(c, buf); err != nil {
-						return
-					}
-					s.log("tcp", ip).got(binary.BigEndian.Uint64(buf))
-				}
-			}()
-		}
-	}()
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			n, from, err := s.pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if n == 8 {
-				s.log("udp", from.(*net.UDPAddr).AddrPort().Addr().Unmap()).got(binary.BigEndian.Uint64(buf))
-				_, _ = s.pc.WriteTo(buf[:n], from)
-			}
-		}
-	}()
-	return s, nil
-}
-
-func (s *flowServer) close() {
-	s.ln.Close()
-	s.pc.Close()
-}
-
-// startFlows opens one TCP and one UDP flow from the client pod to the
-// server and sends a record on each every flowInterval until ctx ends.
-func startFlows(ctx context.Context, l *podlab.Lab, c podlab.PodSpec, srv netip.Addr) error {
-	var tc, uc net.Conn
-	err := l.Net.InNetns(podlab.PodEndpoint(c), func() error {
-		var err error
-		d := net.Dialer{Timeout: 5 * time.Second}
-		if tc, err = d.Dial("tcp4", netip.AddrPortFrom(srv, 8080).String()); err != nil {
-			return err
-		}
-		tc.(*net.TCPConn).SetNoDelay(true)
-		uc, err = d.Dial("udp4", netip.AddrPortFrom(srv, 9090).String())
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("%s: %w", c.Name, err)
-	}
-	go func() {
-		defer tc.Close()
-		defer uc.Close()
-		go func() { _, _ = io.Copy(io.Discard, uc) }() // the echoes
-		buf := make([]byte, 8)
-		t := time.NewTicker(flowInterval)
-		defer t.Stop()
-		for seq := uint64(1); ; seq++ {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			binary.BigEndian.PutUint64(buf, seq)
-			_ = tc.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = tc.Write(buf) // a revoked flow's writes only fill the buffer
-			_, _ = uc.Write(buf)
-		}
-	}()
-	return nil
-}
 
 func ingressFrom(name string, peer *metav1.LabelSelector) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: name},
@@ -211,15 +67,15 @@ func TestRevocation(t *testing.T) {
 	if err := l.Publish(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s, err := startFlowServer(l, srv)
+	s, err := podlab.StartFlowServer(l.Net, podlab.PodEndpoint(srv), srv.IP)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.close()
+	defer s.Close()
 	flowCtx, stopFlows := context.WithCancel(ctx)
 	defer stopFlows()
 	for _, c := range []podlab.PodSpec{c1, c2, c3, c4} {
-		if err := startFlows(flowCtx, l, c, srv.IP); err != nil {
+		if err := podlab.StartFlows(flowCtx, l.Net, podlab.PodEndpoint(c), srv.IP); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -238,7 +94,7 @@ func TestRevocation(t *testing.T) {
 	} {
 		before := map[string]int{}
 		for name, c := range alive {
-			_, n, _ := s.log("udp", c.IP).snapshot()
+			_, n, _ := s.Log("udp", c.IP).Snapshot()
 			before[name] = n
 		}
 		step.change()
@@ -249,7 +105,7 @@ func TestRevocation(t *testing.T) {
 		time.Sleep(1500 * time.Millisecond)
 		for name, c := range alive {
 			for _, proto := range []string{"tcp", "udp"} {
-				last, n, lost := s.log(proto, c.IP).snapshot()
+				last, n, lost := s.Log(proto, c.IP).Snapshot()
 				if name == step.denied {
 					if last.After(changed.Add(time.Second)) {
 						t.Errorf("%s: %s %s still flowing %v after the change", step.name, name, proto, last.Sub(changed))
