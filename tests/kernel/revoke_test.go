@@ -18,7 +18,7 @@ import (
 
 func ingressFrom(name string, peer *metav1.LabelSelector) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: name},
-		Spec: networkingv1.NetworkPolicySpec{PodSelector: *selector("app", "srv"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: *podlab.MatchLabels("app", "srv"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: peer}}}}}}
 }
 
@@ -46,7 +46,7 @@ func TestRevocation(t *testing.T) {
 	l.Namespace("y", nil)
 	srv := podlab.PodSpec{Namespace: "x", Name: "srv", Node: 0, IP: podlab.PodIP(0, 0), Labels: map[string]string{"app": "srv"}}
 	client := func(name string, node, n int, labels ...string) podlab.PodSpec {
-		return podlab.PodSpec{Namespace: "y", Name: name, Node: node, IP: podlab.PodIP(node, n), Labels: selector(labels...).MatchLabels}
+		return podlab.PodSpec{Namespace: "y", Name: name, Node: node, IP: podlab.PodIP(node, n), Labels: podlab.MatchLabels(labels...).MatchLabels}
 	}
 	c1 := client("c1", 1, 1, "role", "client", "tier", "gold") // denied by the label change
 	c2 := client("c2", 0, 2, "role", "client")                 // denied by the policy edit
@@ -58,12 +58,12 @@ func TestRevocation(t *testing.T) {
 		}
 		l.Know(p)
 	}
-	l.SetPolicy(ingressFrom("allow", selector("role", "client")))
-	l.SetPolicy(ingressFrom("allow-c3", selector("name", "c3")))
+	l.SetPolicy(ingressFrom("allow", podlab.MatchLabels("role", "client")))
+	l.SetPolicy(ingressFrom("allow-c3", podlab.MatchLabels("name", "c3")))
 	// x/srv sends nothing new: a revoked flow cannot come back as a
 	// connection from the server.
 	l.SetPolicy(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "srv-no-egress"},
-		Spec: networkingv1.NetworkPolicySpec{PodSelector: *selector("app", "srv"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}})
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: *podlab.MatchLabels("app", "srv"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}})
 	if err := l.Publish(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestRevocation(t *testing.T) {
 		change func()
 		denied string
 	}{
-		{"policy edit", func() { l.SetPolicy(ingressFrom("allow", selector("role", "client", "tier", "gold"))) }, "c2"},
+		{"policy edit", func() { l.SetPolicy(ingressFrom("allow", podlab.MatchLabels("role", "client", "tier", "gold"))) }, "c2"},
 		{"label change", func() { c1.Labels = map[string]string{"role": "client", "tier": "silver"}; l.Know(c1) }, "c1"},
 		{"policy delete", func() { l.DeletePolicy("x", "allow") }, "c4"},
 	} {
