@@ -134,18 +134,11 @@ func (f *fingerprinter) policy(id compile.PolicyID) uint64 {
 		rules := pol.Rules(d)
 		putUint(h, uint64(len(rules)))
 		for ri := range rules {
-			r := &rules[ri]
-			if r.MatchesNothing() {
-				putUint(h, 0)
-				continue
-			}
-			putUint(h, 1)
-			f.match(h, &r.Match, d)
+			f.rule(h, &rules[ri].Match, rules[ri].MatchesNothing(), 1, d)
 		}
 	}
-	v := h.Sum64()
-	f.policies[id] = v
-	return v
+	f.policies[id] = h.Sum64()
+	return f.policies[id]
 }
 
 func (f *fingerprinter) clusterPolicy(id compile.ClusterPolicyID) uint64 {
@@ -162,17 +155,22 @@ func (f *fingerprinter) clusterPolicy(id compile.ClusterPolicyID) uint64 {
 		for ri := range rules {
 			r := &rules[ri]
 			putString(h, r.Name)
-			if r.MatchesNothing() {
-				putUint(h, 0)
-				continue
-			}
-			putUint(h, uint64(r.Action))
-			f.match(h, &r.Match, d)
+			f.rule(h, &r.Match, r.MatchesNothing(), uint64(r.Action), d)
 		}
 	}
-	v := h.Sum64()
-	f.cpolicies[id] = v
-	return v
+	f.cpolicies[id] = h.Sum64()
+	return f.cpolicies[id]
+}
+
+// rule hashes one rule: what it does (action; 0 when it matches nothing)
+// and, when it can match, its match.
+func (f *fingerprinter) rule(h hash.Hash64, m *compile.Match, nothing bool, action uint64, d compile.Direction) {
+	if nothing {
+		putUint(h, 0)
+		return
+	}
+	putUint(h, action)
+	f.match(h, m, d)
 }
 
 // match hashes a rule's peers (pod sets by member, node sets by address,
