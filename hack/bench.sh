@@ -133,6 +133,12 @@ if section delay; then
 	"$NFTBENCH" delay "${DELAY_ARGS[@]}" >"$OUT/delay.txt"
 fi
 
+if section newpod; then
+	log "newpod: pods sending before the agents know them; flows a policy change denies"
+	contention newpod
+	"$NFTBENCH" newpod >"$OUT/newpod.txt"
+fi
+
 {
 	echo "machine_load_end=$(cut -d' ' -f1 /proc/loadavg)"
 	echo "bench_wall_s=$(($(date +%s) - began))"
@@ -140,5 +146,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,sync,eval,scale,delay}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,sync,eval,scale,delay,newpod}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

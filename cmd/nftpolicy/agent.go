@@ -61,6 +61,7 @@ type agentOptions struct {
 	// agent's own network namespace, unless a test sets another.
 	queueProber sets.QueueProber
 	denyLog     denyLogOptions
+	newPod      newPodOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -83,6 +84,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
 	o.denyLog.addFlags(fs)
+	o.newPod.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -202,6 +204,14 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 
 	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark}
+	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
+	podCIDRs, err := o.newPod.parsePodCIDRs()
+	if err != nil {
+		return err
+	}
+	if err := o.newPod.configure(&render, eval, reg); err != nil {
+		return err
+	}
 	if render.UsesQueue() {
 		v, err := chooseQueueVariant(ctx, o.queueVariant, o.queueProber)
 		if err != nil {
@@ -233,7 +243,6 @@ func agent(ctx context.Context, o *agentOptions) error {
 		Name: "nftpolicy_netlink_batch_fallbacks_total",
 		Help: "Netlink element batches the kernel refused (nothing applied; a full sync followed).",
 	}, func() float64 { return float64(syncer.NetlinkFallbacks()) }))
-	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(controller.EventSink{
@@ -242,9 +251,14 @@ func agent(ctx context.Context, o *agentOptions) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nftpolicy", Host: node})
 
+	onProgram, err := o.newPod.startRevoker(ctx)
+	if err != nil {
+		return err
+	}
 	ctrl, err := controller.New(controller.Config{
 		Client: client, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,
+		PodCIDRs: podCIDRs, OnProgram: onProgram,
 	})
 	if err != nil {
 		return err

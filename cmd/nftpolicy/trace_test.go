@@ -84,7 +84,7 @@ func TestTraceAgreesWithEvaluator(t *testing.T) {
 			if len(prog.Problems) > 0 {
 				t.Fatalf("problems: %v", prog.Problems)
 			}
-			listing := kernelListing(t, prog, compile.RenderConfig{Mode: compile.ModeHybrid, DenyLogGroup: 7})
+			listing := kernelListing(t, prog, compile.RenderConfig{Mode: compile.ModeHybrid, DenyLogGroup: 7, SkipUnknownPods: true})
 			var addrs []netip.Addr
 			for i := range prog.Pods {
 				addrs = append(addrs, prog.Pods[i].IPs...)

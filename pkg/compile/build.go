@@ -33,6 +33,11 @@ type Input struct {
 	// Nodes are the cluster's nodes: ClusterNetworkPolicy `nodes` peers match
 	// the addresses in their status.
 	Nodes []*corev1.Node
+	// PodCIDRs, when set, are the cluster's pod address ranges, replacing
+	// the Nodes' spec.podCIDRs (the agent's --pod-cidrs). New connections of
+	// addresses inside them that no known pod holds wait for the agent to
+	// learn the pod (docs/semantics.md).
+	PodCIDRs []netip.Prefix
 }
 
 // Build compiles the input into a program. It never fails: problems in
@@ -97,6 +102,7 @@ func BuildCached(in Input, cache *Cache) *Program {
 
 func (b *builder) build(in Input) *Program {
 	b.buildNodes(in.Nodes)
+	b.prog.PodCIDRs = podCIDRs(in)
 	b.buildPods(in.Pods)
 	pols := append([]*networkingv1.NetworkPolicy(nil), in.Policies...)
 	sort.Slice(pols, func(i, j int) bool { return policyKey(pols[i]) < policyKey(pols[j]) })

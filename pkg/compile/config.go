@@ -94,6 +94,10 @@ type RenderConfig struct {
 	// DenyLogBurst limit those messages per denial, in packets per second.
 	DenyLogGroup              uint16
 	DenyLogRate, DenyLogBurst uint32
+	// SkipUnknownPods turns off queueing new connections of addresses in
+	// the pod ranges that no known pod holds (render_unknown.go); hybrid
+	// mode then never queues.
+	SkipUnknownPods bool
 }
 
 // Defaults fills unset fields.
@@ -142,7 +146,8 @@ func (c *RenderConfig) Validate() error {
 }
 
 // UsesQueue reports whether the ruleset sends packets to NFQUEUE.
-func (c *RenderConfig) UsesQueue() bool { return c.Mode == ModeQueue }
+// In hybrid mode only unknown pods' connections are queued.
+func (c *RenderConfig) UsesQueue() bool { return c.Mode == ModeQueue || c.QueuesUnknownPods() }
 
 // ValidateQueueRange checks that NFQUEUE numbers first..first+n-1 exist
 // (queue numbers are 16 bits).

@@ -404,6 +404,10 @@ type Program struct {
 	// NodeAddrs maps each known node's name to its addresses (the scenario's
 	// nodes, or Node objects' status.addresses).
 	NodeAddrs map[string][]netip.Addr
+	// PodCIDRs are the cluster's pod address ranges (Input.PodCIDRs, else
+	// every Node's spec.podCIDRs), masked, sorted, each once. An address in
+	// them that no pod or node holds is a pod the agent has not seen yet.
+	PodCIDRs []netip.Prefix
 	// NamespaceLabels holds each namespace's labels as selectors saw them
 	// (with kubernetes.io/metadata.name); explanations read it.
 	NamespaceLabels map[string]labels.Set

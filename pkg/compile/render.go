@@ -237,6 +237,7 @@ func (r *renderer) static() {
 		rule("ip6 saddr . ip6 daddr @self-v6 accept", "a pod can always reach itself"),
 	)
 	input := append(append([]knftables.Rule(nil), head...), nd)
+	fwd = append(fwd, r.unknownPods()...)
 	if kernel {
 		fwd = append(fwd, rule("goto "+ChainEgress, ""))
 		input = append(input,
@@ -405,12 +406,14 @@ func (r *renderer) allPodElements() {
 // podElements emits what one pod contributes to the sets and maps whose
 // elements are pods: the self and ClusterNetworkPolicy egress sets and the
 // tier maps (local pods), the peer sets of the selectors it belongs to and
-// the named-port sets its ports resolve in. Sets and maps the ruleset does
+// the named-port sets its ports resolve in, and the known-pods sets of the
+// unknown-pod rules. Sets and maps the ruleset does
 // not have (a selector no rendered rule uses) get nothing. Nothing else in
 // the ruleset depends on a single pod, except the tier-skip sets of
 // ClusterNetworkPolicy combination chains (comboRanges), which list every
 // address their rules name: pod churn is these elements.
 func (r *renderer) podElements(pod *Pod, emit func(set string, e knftables.Element)) {
+	r.knownPodElements(pod, emit)
 	if pod.Local {
 		r.localPodElements(pod, emit)
 	}

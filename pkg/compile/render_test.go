@@ -92,10 +92,13 @@ func TestRenderDeterministic(t *testing.T) {
 	}
 }
 
+// Hybrid mode decides every policy in the kernel: without the unknown-pod
+// rules its ruleset is kernel mode's, and with them the only rules that
+// reach the userspace chain are the unknown-pod ones.
 func TestHybridEqualsKernelInV1(t *testing.T) {
 	scenarios, _ := filepath.Glob("testdata/golden/*.yaml")
 	for _, sc := range scenarios {
-		h := renderScenario(t, sc, RenderConfig{Mode: ModeHybrid})
+		h := renderScenario(t, sc, RenderConfig{Mode: ModeHybrid, SkipUnknownPods: true})
 		k := renderScenario(t, sc, RenderConfig{Mode: ModeKernel})
 		h = strings.Replace(h, "(mode hybrid)", "(mode kernel)", 1)
 		if diff := cmp.Diff(k, h); diff != "" {
@@ -103,6 +106,15 @@ func TestHybridEqualsKernelInV1(t *testing.T) {
 		}
 		if strings.Contains(h, "queue") {
 			t.Errorf("%s: hybrid ruleset queues something", sc)
+		}
+		full := renderScenario(t, sc, RenderConfig{Mode: ModeHybrid})
+		for _, line := range strings.Split(full, "\n") {
+			if strings.Contains(line, "goto "+ChainQueue) && !strings.Contains(line, "@known-pods-v") {
+				t.Errorf("%s: hybrid queues beyond unknown pods: %s", sc, line)
+			}
+		}
+		if !strings.Contains(full, "!= @known-pods-v4 counter goto "+ChainQueue) {
+			t.Errorf("%s: hybrid ruleset lacks the unknown-pod rule", sc)
 		}
 	}
 }

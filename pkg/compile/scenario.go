@@ -43,6 +43,8 @@ type ScenarioNode struct {
 	Name   string            `json:"name"`
 	Labels map[string]string `json:"labels,omitempty"`
 	IPs    []string          `json:"ips,omitempty"`
+	// PodCIDRs is the node's spec.podCIDRs.
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
 }
 
 // Addrs returns the node's addresses in the order written.
@@ -180,6 +182,11 @@ func (s *Scenario) validate() error {
 		}
 		nodes[n.Name] = n
 		errs = append(errs, validateLabels(where+".labels", n.Labels)...)
+		for _, c := range n.PodCIDRs {
+			if _, err := netip.ParsePrefix(c); err != nil {
+				errs = append(errs, fmt.Errorf("%s: bad podCIDR %q: %v", where, c, err))
+			}
+		}
 		fams := map[bool]bool{}
 		for _, a := range n.IPs {
 			addr, err := netip.ParseAddr(a)
@@ -565,6 +572,7 @@ func (s *Scenario) Input(node string, nodes []string, nodeIPs []netip.Addr) Inpu
 
 func (s *Scenario) nodeObject(n *ScenarioNode) *corev1.Node {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels}}
+	node.Spec.PodCIDRs = append(node.Spec.PodCIDRs, n.PodCIDRs...)
 	for _, a := range n.Addrs() {
 		node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a.String()})
 	}

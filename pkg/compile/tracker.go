@@ -58,7 +58,9 @@ type Tracker struct {
 	// selAddrs holds the member addresses of the selectors a tier-skip set
 	// names, by pod key.
 	selAddrs map[SelectorID]map[string][]netip.Addr
-	stale    bool
+	// nodeAddrs holds every node address the program knows.
+	nodeAddrs map[netip.Addr]bool
+	stale     bool
 }
 
 // NewTracker returns a tracker for the render configuration; call Rebuild
@@ -123,6 +125,15 @@ func (t *Tracker) index(in Input) {
 		t.views[pod.Key] = pod
 		for _, n := range t.combos(pod) {
 			t.comboUse[n]++
+		}
+	}
+	t.nodeAddrs = map[netip.Addr]bool{}
+	for _, ip := range p.NodeIPs {
+		t.nodeAddrs[ip] = true
+	}
+	for _, ips := range p.NodeAddrs {
+		for _, ip := range ips {
+			t.nodeAddrs[ip] = true
 		}
 	}
 	t.selByNS = map[string][]SelectorID{}
@@ -218,14 +229,16 @@ func (t *Tracker) ApplyPod(key string, pod *corev1.Pod) (delta Delta, ok bool) {
 			ips = pp.ips
 		}
 	}
-	// Address ownership is decided over all pods: any contest rebuilds.
+	// Address ownership is decided over all pods, and a node address in
+	// the pod ranges is known as the node's only while no pod holds it:
+	// any contest rebuilds.
 	for _, ip := range t.claimed[key] {
-		if t.claims[ip] > 1 {
+		if t.claims[ip] > 1 || t.nodeAddrs[ip] {
 			return nil, false
 		}
 	}
 	for _, ip := range ips {
-		if t.claims[ip] > 0 && !slices.Contains(t.claimed[key], ip) {
+		if t.claims[ip] > 0 && !slices.Contains(t.claimed[key], ip) || t.nodeAddrs[ip] {
 			return nil, false
 		}
 	}

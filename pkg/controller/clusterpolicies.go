@@ -360,7 +360,8 @@ func nodeChanged(old, cur any) bool {
 	if !ok1 || !ok2 {
 		return true
 	}
-	return !maps.Equal(o.Labels, n.Labels) || !slices.Equal(o.Status.Addresses, n.Status.Addresses)
+	return !maps.Equal(o.Labels, n.Labels) || !slices.Equal(o.Status.Addresses, n.Status.Addresses) ||
+		o.Spec.PodCIDR != n.Spec.PodCIDR || !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs)
 }
 
 // watchNodes adds the Node informer: nodes peers of ClusterNetworkPolicies

@@ -42,10 +42,17 @@ type Config struct {
 	// NodeIPs are the node's own addresses; looked up from the Node object
 	// when empty.
 	NodeIPs []netip.Addr
-	Render  compile.RenderConfig
-	Syncer  *sets.Syncer
+	// PodCIDRs, when set, replace the Nodes' spec.podCIDRs as the pod
+	// ranges in which unknown addresses are held for the evaluator.
+	PodCIDRs []netip.Prefix
+	Render   compile.RenderConfig
+	Syncer   *sets.Syncer
 	// Evaluator receives each program after its transaction committed.
 	Evaluator *queue.Evaluator
+	// OnProgram, if set, is called after each publication with the
+	// previous program (nil at first) and the new one, from the sync loop:
+	// conntrack revocation (pkg/conntrack) cuts flows the change denies.
+	OnProgram func(old, cur *compile.Program)
 	Metrics   *Metrics
 	// Recorder emits Events on invalid policies; optional.
 	Recorder record.EventRecorder
@@ -62,10 +69,7 @@ type Config struct {
 	// program within this delay or twice the last build's duration,
 	// whichever is longer.
 	ProgramRefreshDelay time.Duration
-	// OnProgram, when set, is called after each publication of a program
-	// with the one it replaced (nil at first), from the sync loop.
-	OnProgram func(old, cur *compile.Program)
-	Logger    klog.Logger
+	Logger              klog.Logger
 }
 
 // DefaultProgramRefreshDelay is Config.ProgramRefreshDelay's default.
@@ -490,7 +494,13 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 	c.committed(kind, start, now, observed)
 	c.cfg.Metrics.SetElements.Add(float64(res.ElementsAdded - res.ElementsDeleted))
 	if c.tracker.Stale() {
-		c.refresh.Reset(max(c.cfg.ProgramRefreshDelay, 2*c.lastBuild))
+		delay := max(c.cfg.ProgramRefreshDelay, 2*c.lastBuild)
+		if c.cfg.Evaluator.Waiting() {
+			// A connection of a pod the program does not know yet is held
+			// in the queue: publish now.
+			delay = 0
+		}
+		c.refresh.Reset(delay)
 	}
 	c.cfg.Logger.WithName("sync").V(2).Info("Synced pod changes", "pods", applied, "elementsAdded", res.ElementsAdded,
 		"elementsDeleted", res.ElementsDeleted, "netlink", res.Netlink, "duration", now.Sub(start))
@@ -600,7 +610,7 @@ func (c *Controller) notePodSynced(key string, pod *corev1.Pod) {
 }
 
 func (c *Controller) snapshot() (compile.Input, error) {
-	in := compile.Input{NodeName: c.cfg.NodeName, NodeIPs: c.cfg.NodeIPs}
+	in := compile.Input{NodeName: c.cfg.NodeName, NodeIPs: c.cfg.NodeIPs, PodCIDRs: c.cfg.PodCIDRs}
 	var err error
 	if in.Pods, err = c.pods.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("listing pods: %w", err)

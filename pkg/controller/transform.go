@@ -192,10 +192,12 @@ func slimPolicy(np *networkingv1.NetworkPolicy) *networkingv1.NetworkPolicy {
 	return np
 }
 
-// slimNode keeps what ClusterNetworkPolicy nodes peers read: labels and
-// addresses. Everything else of a Node changes with every status heartbeat.
+// slimNode keeps what ClusterNetworkPolicy nodes peers read, labels and
+// addresses, and the pod ranges (spec.podCIDRs) unknown pods are recognized
+// by. Everything else of a Node changes with every status heartbeat.
 func slimNode(n *corev1.Node) *corev1.Node {
 	return &corev1.Node{
+		Spec:     corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
 		TypeMeta: n.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            n.Name,

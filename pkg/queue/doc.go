@@ -5,8 +5,11 @@
 // Which packets are queued is the ruleset's choice (pkg/compile): in
 // `--mode queue`, the first packet of every new connection that a local
 // pod's isolation concerns, in the chains that would otherwise decide it in
-// the kernel; in hybrid and kernel mode nothing, because every
-// NetworkPolicy v1 verdict is decided by the kernel's sets and chains.
+// the kernel; in hybrid mode only the new connections of pod addresses no
+// program knows yet (unknown.go: held until the pod is programmed, bounded,
+// answered from their own goroutine, hold.go), because every policy
+// verdict is decided by the kernel's sets and chains; in kernel mode
+// nothing.
 //
 // The evaluator (Evaluate, Evaluator) reads only an immutable
 // *compile.Program, published through an atomic pointer by Swap after the

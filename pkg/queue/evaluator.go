@@ -3,6 +3,7 @@ package queue
 import (
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
@@ -241,13 +242,25 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 type Evaluator struct {
 	prog atomic.Pointer[compile.Program]
 	// OpenWithoutProgram is what Decide answers before the first program
-	// is published (the agent sets it from --fail-open).
+	// is published, and for a connection of an unknown pod address that
+	// was not programmed within UnknownPodWait (the agent sets it from
+	// --fail-open).
 	OpenWithoutProgram bool
+	// UnknownPodWait bounds how long DecideHeld waits for an unknown pod
+	// address to be programmed (0: DefaultUnknownPodWait).
+	UnknownPodWait time.Duration
+	// UnknownPods, if set, is told every decision on an unknown pod address.
+	UnknownPods UnknownPodObserver
+	waiters     waiters
 }
 
-// Swap publishes a new program. Call it only after the kernel transaction
+// Swap publishes a new program and wakes the decisions waiting for a pod
+// to be programmed (unknown.go). Call it only after the kernel transaction
 // rendered from the same program has committed.
-func (e *Evaluator) Swap(p *compile.Program) { e.prog.Store(p) }
+func (e *Evaluator) Swap(p *compile.Program) {
+	e.prog.Store(p)
+	e.waiters.wake()
+}
 
 // Program returns the program in use, or nil before the first Swap.
 func (e *Evaluator) Program() *compile.Program { return e.prog.Load() }
@@ -265,8 +278,24 @@ func (e *Evaluator) Evaluate(src, dst netip.Addr, proto compile.Protocol, port u
 
 // Decide implements Decider for the NFQUEUE runtime. The reason is the
 // denying side's, or the destination's when allowed; it never allocates.
+//
+// A connection of an unknown pod address (see Holds) that reaches Decide
+// was not held, because too many were waiting already: it gets the
+// decision of the wait's bound, never the unrestricted verdict of an
+// address no policy knows.
 func (e *Evaluator) Decide(pkt Packet) (bool, string) {
-	v := e.Evaluate(pkt.Src, pkt.Dst, compile.Protocol(pkt.Proto), pkt.DstPort)
+	p := e.prog.Load()
+	if p == nil {
+		return e.OpenWithoutProgram, ReasonNoProgram
+	}
+	if unknownEnds(p, pkt.Src, pkt.Dst) {
+		return e.unknownAtBound(0)
+	}
+	return e.decideWith(p, pkt)
+}
+
+func (e *Evaluator) decideWith(p *compile.Program, pkt Packet) (bool, string) {
+	v := Evaluate(p, pkt.Src, pkt.Dst, compile.Protocol(pkt.Proto), pkt.DstPort)
 	if !v.Egress {
 		return false, v.EgressReason
 	}

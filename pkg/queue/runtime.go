@@ -195,6 +195,8 @@ type Runtime struct {
 	started atomic.Bool
 	ready   chan struct{}
 	c       counters
+	// held bounds the packets whose decisions wait (hold.go).
+	held chan struct{}
 }
 
 // NewRuntime returns a Runtime for cfg (Defaults applied) and decider.
@@ -212,6 +214,7 @@ func NewRuntime(cfg RuntimeConfig, decider Decider) (*Runtime, error) {
 		log:     cfg.Logger,
 		denyLog: rate.NewLimiter(rate.Limit(cfg.DenyLogPerSecond), cfg.DenyLogBurst),
 		ready:   make(chan struct{}),
+		held:    make(chan struct{}, cfg.MaxQueueLen),
 	}, nil
 }
 
@@ -271,7 +274,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 				r.log.Info("Cannot set nfqueue socket read buffer", "queue", num, "err", err)
 			}
 		}
-		w := &worker{r: r, nf: nf, queue: num}
+		w := &worker{r: r, nf: nf, queue: num, ctx: ctx}
 		errfn := func(err error) int {
 			if ctx.Err() != nil {
 				return 1
@@ -305,6 +308,7 @@ type worker struct {
 	r     *Runtime
 	nf    *nfqueue.Nfqueue
 	queue uint16
+	ctx   context.Context
 }
 
 func (w *worker) handle(a nfqueue.Attribute) int {
@@ -349,12 +353,22 @@ func (w *worker) handle(a nfqueue.Attribute) int {
 		return 0
 	}
 
+	if w.hold(id, mark, p) {
+		return 0 // answered later, from its own goroutine (hold.go)
+	}
 	start := time.Now()
 	allow, reason, ok := r.decide(p)
-	d := time.Since(start)
+	w.answer(id, mark, p, allow, reason, ok, time.Since(start))
+	return 0
+}
+
+// answer sends the verdict for a decided packet, counts and logs it.
+func (w *worker) answer(id, mark uint32, p Packet, allow bool, reason string, ok bool, d time.Duration) {
+	r := w.r
+	var err error
 	if !ok {
 		w.failVerdict(id, &r.c.panicsAccepted, &r.c.panicsDropped)
-		return 0
+		return
 	}
 	if allow {
 		err = w.nf.SetVerdictWithOption(id, nfqueue.NfRepeat, nfqueue.WithMark(mark|r.cfg.AllowMark))
@@ -364,7 +378,7 @@ func (w *worker) handle(a nfqueue.Attribute) int {
 	if err != nil {
 		r.c.verdictErrors.Add(1)
 		r.log.Error(err, "Cannot send nfqueue verdict", "queue", w.queue, "id", id)
-		return 0
+		return
 	}
 	r.c.count(allow, p.Family, p.Proto)
 	if o := r.cfg.Observer; o != nil {
@@ -373,7 +387,6 @@ func (w *worker) handle(a nfqueue.Attribute) int {
 	if !allow {
 		r.logDenial(p, reason)
 	}
-	return 0
 }
 
 // failVerdict answers a packet that got no decision: accept without

@@ -33,6 +33,13 @@ func agentHeapProfile(ctx context.Context, c *cluster.Cluster, path string, logf
 		return err
 	}
 	render := compile.RenderConfig{Mode: c.Mode()}
+	if render.UsesQueue() {
+		v, err := sets.ProbeQueueVariant(ctx)
+		if err != nil {
+			return err
+		}
+		render.QueueVariant = compile.QueueVariant(v.String())
+	}
 	render.Defaults()
 	rc := c.Env.RESTConfig()
 	rc.ContentType = "application/vnd.kubernetes.protobuf"

@@ -114,7 +114,7 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 	}
 	rcfg := compile.RenderConfig{Mode: cfg.Mode, QueueVariant: cfg.QueueVariant,
 		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate}
-	if cfg.Mode == compile.ModeQueue && rcfg.QueueVariant == "" {
+	if rcfg.UsesQueue() && rcfg.QueueVariant == "" {
 		v, err := sets.ProbeQueueVariant(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("probing the queue variant: %w", err)

@@ -4,6 +4,8 @@
 // mode the evaluator and the NFQUEUE runtime bound in that namespace. The
 // caller builds the programs (compile.Build) and hands them to Apply, which
 // keeps the agent's order: render, commit, then publish to the evaluator.
+// In hybrid mode the runtime runs too: the ruleset queues new connections
+// of pod addresses no program knows yet.
 //
 // The kernel suite (tests/kernel) and the benchmarks (tests/bench) use it;
 // tests that need the real agent binary and an API server use
@@ -46,6 +48,10 @@ type Agent struct {
 	Runtime *queue.Runtime
 	// Program is the last program Apply committed.
 	Program *compile.Program
+	// OnProgram, when set, is called after each publication with the
+	// previous program and the new one, as the controller's hook is
+	// (connection revocation).
+	OnProgram func(old, cur *compile.Program)
 
 	nft    *netlab.NodeNFT
 	netns  *os.File // the node's namespace, for netlink sockets
@@ -175,8 +181,12 @@ func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(no
 	if err != nil {
 		return res, fmt.Errorf("syncing %s: %w", a.Node, err)
 	}
+	old := a.Program
 	a.eval.Swap(prog)
 	a.Program = prog
+	if a.OnProgram != nil {
+		a.OnProgram(old, prog)
+	}
 	return res, nil
 }
 
@@ -254,6 +264,14 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 	a.Program = prog
 	return tracked, rebuilt, nil
 }
+
+// Evaluator is the evaluator the runtime asks; set its unknown-pod fields
+// before the first Apply.
+func (a *Agent) Evaluator() *queue.Evaluator { return &a.eval }
+
+// NetnsFD is a descriptor of the node's network namespace, for sockets the
+// caller opens there (ctnetlink).
+func (a *Agent) NetnsFD() int { return int(a.netns.Fd()) }
 
 // Close stops the runtime and releases the namespace handle. The node's
 // table stays (the lab's teardown removes the namespace).

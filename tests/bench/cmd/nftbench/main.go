@@ -8,6 +8,7 @@
 //	nftbench conn  [--rounds N] [--duration D] [--max-conns N] [--workers N]
 //	nftbench scale [--pods 1000,10000,50000,100000] [--policies 1000] [--local-pods 4]
 //	nftbench delay [--changes 20] [--interval 2ms]
+//	nftbench newpod [--pods 200] [--informer-delay 30ms] [--revocations 20]
 //	nftbench contention [--name N] [--duration D]
 //	nftbench gobench [FILE...]   (go test -bench output -> name=value lines)
 //	nftbench report [--quick] FILE...
@@ -33,7 +34,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|report [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|report [flags]")
 	os.Exit(2)
 }
 
@@ -118,6 +119,15 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunDelay(ctx, c)
+	case "newpod":
+		var c bench.NewPodConfig
+		fs.IntVar(&c.Pods, "pods", 200, "new pods created one after another, each connecting the moment its interface is up")
+		fs.DurationVar(&c.InformerDelay, "informer-delay", 30*time.Millisecond, "how long after a pod is up the agents learn it")
+		fs.IntVar(&c.Revocations, "revocations", 20, "established clients cut by a label change, one per change")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunNewPod(ctx, c)
 	case "contention":
 		// wall/CPU of a fixed CPU-bound loop: how much of a CPU this machine gives
 		name := fs.String("name", "contention", "name of the value")

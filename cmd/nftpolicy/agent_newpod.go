@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+)
+
+// newPodOptions are the flags of the two unenforced windows: pods that send
+// before the agent knows them, and connections a policy change denies.
+type newPodOptions struct {
+	unknownPods bool
+	podCIDRs    []string
+	wait        time.Duration
+	revoke      bool
+	metrics     *newPodMetrics
+}
+
+func (o *newPodOptions) addFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.unknownPods, "unknown-pods", true, "queue new connections from or to an address in the pod ranges that no known pod holds, until the agent learns the pod (hybrid and queue mode)")
+	fs.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "the cluster's pod address ranges (default: every Node's spec.podCIDRs)")
+	fs.DurationVar(&o.wait, "unknown-pod-wait", queue.DefaultUnknownPodWait, "how long a connection of an unknown pod waits for the pod to be programmed before --fail-open decides it")
+	fs.BoolVar(&o.revoke, "revoke-connections", true, "after a policy change, delete the conntrack entries of connections it denies (ctnetlink)")
+}
+
+// parsePodCIDRs validates --pod-cidrs.
+func (o *newPodOptions) parsePodCIDRs() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range o.podCIDRs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("--pod-cidrs: %w", err)
+		}
+		out = append(out, p)
+	}
+	if o.wait <= 0 {
+		return nil, fmt.Errorf("--unknown-pod-wait %v: must be positive", o.wait)
+	}
+	return out, nil
+}
+
+// configure applies the options to the render configuration and the
+// evaluator, and registers the unknown-pod metrics.
+func (o *newPodOptions) configure(render *compile.RenderConfig, eval *queue.Evaluator, reg prometheus.Registerer) error {
+	render.SkipUnknownPods = !o.unknownPods
+	eval.UnknownPodWait = o.wait
+	m := &newPodMetrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nftpolicy_unknown_pod_decisions_total",
+			Help: "New connections of pod addresses the agent did not know yet, by result: programmed (the pod was learned within --unknown-pod-wait and policy decided), timeout_allowed or timeout_dropped (--fail-open decided at the bound)."},
+			[]string{"result"}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nftpolicy_unknown_pod_wait_seconds",
+			Help:    "How long a new connection of an unknown pod address was held before its verdict.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 13)}),
+		revoked: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nftpolicy_revoked_flows_total",
+			Help: "Established connections deleted from conntrack because a policy change denies them, by the policy that denies them now."},
+			[]string{"policy"}),
+		pass: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nftpolicy_revocation_pass_seconds",
+			Help:    "Time of one revocation pass after a policy change: conntrack dump, decisions with the old and new policies, deletes.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		passFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "nftpolicy_revocation_failures_total",
+			Help: "Revocation passes that failed (conntrack unreadable, or a delete refused): denied connections may keep flowing until they end; see the agent log."}),
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.wait, m.revoked, m.pass, m.passFailures} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	eval.UnknownPods = m
+	o.metrics = m
+	return nil
+}
+
+// startRevoker opens ctnetlink and runs the revoker; its OnProgram is the
+// controller's hook. Nil (no hook) when revocation is off.
+func (o *newPodOptions) startRevoker(ctx context.Context) (func(old, cur *compile.Program), error) {
+	if !o.revoke {
+		return nil, nil
+	}
+	conn, err := conntrack.Dial(0)
+	if err != nil {
+		return nil, fmt.Errorf("connection revocation (--revoke-connections): %w", err)
+	}
+	r, err := conntrack.NewRevoker(conntrack.Config{Decide: queue.DecideSides, Table: conn, Observer: o.metrics,
+		Logger: klog.FromContext(ctx).WithName("conntrack")})
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	go func() {
+		defer conn.Close()
+		r.Run(ctx)
+	}()
+	return r.OnProgram, nil
+}
+
+type newPodMetrics struct {
+	decisions, revoked *prometheus.CounterVec
+	wait, pass         prometheus.Histogram
+	passFailures       prometheus.Counter
+}
+
+func (m *newPodMetrics) ObserveUnknownPod(result string, waited time.Duration) {
+	m.decisions.WithLabelValues(result).Inc()
+	m.wait.Observe(waited.Seconds())
+}
+
+func (m *newPodMetrics) ObserveRevoked(policy string) { m.revoked.WithLabelValues(policy).Inc() }
+
+func (m *newPodMetrics) ObservePass(d time.Duration, _ int, err error) {
+	m.pass.Observe(d.Seconds())
+	if err != nil {
+		m.passFailures.Inc()
+	}
+}

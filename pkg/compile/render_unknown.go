@@ -1,0 +1,115 @@
+package compile
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+
+	"sigs.k8s.io/knftables"
+)
+
+// Names of the unknown-pod objects: every address the program knows, and
+// the cluster's pod ranges.
+const (
+	SetKnownPodsV4 = "known-pods-v4"
+	SetKnownPodsV6 = "known-pods-v6"
+	SetPodCIDRsV4  = "pod-cidrs-v4"
+	SetPodCIDRsV6  = "pod-cidrs-v6"
+)
+
+func knownPodsSet(v4 bool) string {
+	if v4 {
+		return SetKnownPodsV4
+	}
+	return SetKnownPodsV6
+}
+
+func podCIDRsSet(v4 bool) string {
+	if v4 {
+		return SetPodCIDRsV4
+	}
+	return SetPodCIDRsV6
+}
+
+// QueuesUnknownPods reports whether the ruleset sends new connections of
+// unknown addresses in the pod ranges to the userspace evaluator: in
+// hybrid and queue mode unless SkipUnknownPods; never in kernel mode.
+func (c *RenderConfig) QueuesUnknownPods() bool {
+	return c.Mode != ModeKernel && !c.SkipUnknownPods
+}
+
+// unknownPods renders the known-pods and pod-cidrs sets and returns the
+// forward chain's rules that queue a new connection from or to an address
+// in the pod ranges that no known pod (or node) holds: a pod that started
+// sending before this agent saw it. Without the rules such a pod would be
+// unselected, its egress and its peers' view of it unrestricted; queued,
+// the evaluator holds the packet until the pod is programmed (bounded) and
+// then decides with the full program. Once a pod is known, its address is
+// in known-pods and its traffic never reaches these rules' queue again.
+func (r *renderer) unknownPods() []knftables.Rule {
+	if !r.cfg.QueuesUnknownPods() {
+		return nil
+	}
+	var out []knftables.Rule
+	for _, v4 := range []bool{true, false} {
+		r.addSet(&Set{Set: &knftables.Set{Name: knownPodsSet(v4), Type: addrType(v4),
+			Comment: ptr("every pod address this agent knows, on any node, and the nodes' addresses: their new connections are decided by policy")}})
+		r.addSet(&Set{Set: &knftables.Set{Name: podCIDRsSet(v4), Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+			Comment: ptr("the cluster's pod address ranges (Nodes' spec.podCIDRs or --pod-cidrs)")}})
+	}
+	// Pods' addresses come with their other elements (podElements).
+	r.knownNodeElements()
+	for _, c := range r.prog.PodCIDRs {
+		s := r.rs.Sets[podCIDRsSet(c.Addr().Is4())]
+		s.Elements = append(s.Elements, knftables.Element{Key: []string{c.String()}})
+	}
+	r.queueChain()
+	for _, v4 := range []bool{true, false} {
+		for _, side := range []string{"saddr", "daddr"} {
+			out = append(out, rule(fmt.Sprintf("%s %s @%s %s %s != @%s counter goto %s", famWord(v4), side, podCIDRsSet(v4), famWord(v4), side, knownPodsSet(v4), ChainQueue),
+				"unknown pod ("+side+" in the pod ranges, not yet programmed): the evaluator waits for it"))
+		}
+	}
+	return out
+}
+
+// knownPodElements adds one pod's addresses to the known-pods sets. Every
+// pod of the program counts, local or remote: an unknown remote pod is as
+// unrestricted for a local peer's policies as an unknown local one.
+func (r *renderer) knownPodElements(pod *Pod, emit func(set string, e knftables.Element)) {
+	if !r.cfg.QueuesUnknownPods() {
+		return
+	}
+	for _, ip := range pod.IPs {
+		emit(knownPodsSet(ip.Is4()), knftables.Element{Key: []string{ip.String()}, Comment: truncComment(pod.Key)})
+	}
+}
+
+// knownNodeElements adds node addresses that lie in the pod ranges (some
+// CNIs give nodes a pod-range address in status) to the known-pods sets:
+// a node is no pod to wait for.
+func (r *renderer) knownNodeElements() {
+	names := make([]string, 0, len(r.prog.NodeAddrs))
+	for n := range r.prog.NodeAddrs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	add := func(ip netip.Addr, comment string) {
+		if !r.prog.InPodCIDRs(ip) {
+			return
+		}
+		if _, ok := r.prog.PodByIP(ip); ok {
+			return // already there, as the pod
+		}
+		s := r.rs.Sets[knownPodsSet(ip.Is4())]
+		s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String()}, Comment: truncComment(comment)})
+	}
+	for _, n := range names {
+		for _, ip := range r.prog.NodeAddrs[n] {
+			add(ip, "node "+n)
+		}
+	}
+	for _, ip := range r.prog.NodeIPs {
+		add(ip, "this node")
+	}
+}

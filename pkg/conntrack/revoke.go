@@ -1,0 +1,276 @@
+package conntrack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mdlayher/netlink"
+	ct "github.com/ti-mo/conntrack"
+	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// Decision is a program's verdict on a connection.
+type Decision struct {
+	Allowed bool
+	// EgressDenied is true when the source side denied, false when the
+	// destination side did (meaningless when allowed).
+	EgressDenied bool
+	// Reason names the deciding policy and rule.
+	Reason string
+}
+
+// DecideFunc decides a new connection from src to dst with a program: the
+// agent passes queue.DecideSides, the evaluator's verdict.
+type DecideFunc func(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (allowed, egressDenied bool, reason string)
+
+func decision(f DecideFunc, p *compile.Program, c Conn) Decision {
+	a, e, r := f(p, c.Src, c.Dst, c.Proto, c.Port)
+	return Decision{Allowed: a, EgressDenied: e, Reason: r}
+}
+
+// Table is the conntrack table: *ct.Conn satisfies it; tests may fake it.
+type Table interface {
+	Dump(opts *ct.DumpOptions) ([]ct.Flow, error)
+	Delete(f ct.Flow) error
+}
+
+// Observer is told each revoked flow's deciding policy, and each pass's
+// duration, dumped entries and result.
+type Observer interface {
+	ObserveRevoked(policy string)
+	ObservePass(d time.Duration, dumped int, err error)
+}
+
+// Config configures a Revoker.
+type Config struct {
+	Decide DecideFunc
+	// Table is the conntrack table of the node's network namespace.
+	Table Table
+	// Observer, if set, receives the counts (metrics).
+	Observer Observer
+	Logger   klog.Logger
+}
+
+// Revoker deletes the conntrack entries of connections a new program
+// denies that the previous one allowed. OnProgram only queues the change;
+// Run does the work, so that the sync loop never waits on a table dump.
+type Revoker struct {
+	cfg Config
+
+	mu sync.Mutex
+	// olds are the programs published since the last pass, oldest first;
+	// cur is the newest. A flow is revoked when cur denies it and any of
+	// olds allowed it: each was in force for a while, and a flow it let in
+	// is in conntrack now.
+	olds []*compile.Program
+	cur  *compile.Program
+	kick chan struct{}
+}
+
+// NewRevoker returns a Revoker; start it with Run.
+func NewRevoker(cfg Config) (*Revoker, error) {
+	if cfg.Decide == nil || cfg.Table == nil {
+		return nil, errors.New("conntrack revoker: Decide and Table are required")
+	}
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = klog.Background().WithName("conntrack")
+	}
+	return &Revoker{cfg: cfg, kick: make(chan struct{}, 1)}, nil
+}
+
+// Dial opens the ctnetlink socket in the network namespace netns (an fd;
+// 0: the caller's).
+func Dial(netns int) (*ct.Conn, error) {
+	c, err := ct.Dial(&netlink.Config{NetNS: netns})
+	if err != nil {
+		return nil, fmt.Errorf("opening ctnetlink: %w", err)
+	}
+	return c, nil
+}
+
+// OnProgram records a publication (controller.Config.OnProgram). It does
+// not block.
+func (r *Revoker) OnProgram(old, cur *compile.Program) {
+	r.mu.Lock()
+	if old != nil && r.cur == nil {
+		r.olds = append(r.olds, old)
+	}
+	if r.cur != nil {
+		r.olds = append(r.olds, r.cur)
+	}
+	r.cur = cur
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run revokes after each publication until ctx ends.
+func (r *Revoker) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		}
+		r.mu.Lock()
+		olds, cur := r.olds, r.cur
+		r.olds = nil
+		r.mu.Unlock()
+		if len(olds) == 0 || cur == nil {
+			continue
+		}
+		res, err := r.Revoke(olds, cur)
+		if err != nil {
+			r.cfg.Logger.Error(err, "Revoking denied connections failed; they keep flowing until they end", "deleted", res.Deleted)
+			continue
+		}
+		if res.Deleted > 0 || res.Dumped > 0 {
+			r.cfg.Logger.V(2).Info("Revoked connections the new policies deny", "affectedAddresses", res.Affected,
+				"dumped", res.Dumped, "deleted", res.Deleted, "duration", res.Duration)
+		}
+	}
+}
+
+// Result says what a pass did.
+type Result struct {
+	// Affected is how many local pod addresses the delta named; Dumped how
+	// many conntrack entries were read (0: no dump was needed); Deleted how
+	// many were deleted.
+	Affected, Dumped, Deleted int
+	Duration                  time.Duration
+}
+
+// Revoke runs one pass: the entries allowed by any of olds and denied by
+// cur, among those touching an address Affected names, are deleted.
+func (r *Revoker) Revoke(olds []*compile.Program, cur *compile.Program) (res Result, err error) {
+	start := time.Now()
+	defer func() {
+		res.Duration = time.Since(start)
+		if o := r.cfg.Observer; o != nil && (res.Dumped > 0 || err != nil) {
+			o.ObservePass(res.Duration, res.Dumped, err)
+		}
+	}()
+	affected := map[netip.Addr]bool{}
+	for _, old := range olds {
+		for _, a := range Affected(old, cur) {
+			affected[a] = true
+		}
+	}
+	res.Affected = len(affected)
+	if len(affected) == 0 {
+		return res, nil
+	}
+	flows, err := r.cfg.Table.Dump(nil)
+	if err != nil {
+		return res, fmt.Errorf("dumping conntrack: %w", err)
+	}
+	res.Dumped = len(flows)
+	var errs []error
+	for i := range flows {
+		f := &flows[i]
+		c, ok := Forwarded(f)
+		if !ok || !affected[c.Src] && !affected[c.Dst] {
+			continue
+		}
+		now := decision(r.cfg.Decide, cur, c)
+		if now.Allowed || !allowedByAny(r.cfg.Decide, olds, c) {
+			continue
+		}
+		if err := r.cfg.Table.Delete(ct.Flow{ID: f.ID, TupleOrig: f.TupleOrig, TupleReply: f.TupleReply}); err != nil {
+			if !isNotFound(err) { // ended on its own meanwhile
+				errs = append(errs, fmt.Errorf("deleting %s: %w", c, err))
+			}
+			continue
+		}
+		res.Deleted++
+		if o := r.cfg.Observer; o != nil {
+			o.ObserveRevoked(DecidingPolicy(cur, c, now))
+		}
+		r.cfg.Logger.V(4).Info("Revoked connection", "connection", c.String(), "reason", now.Reason)
+	}
+	return res, errors.Join(errs...)
+}
+
+func allowedByAny(decide DecideFunc, olds []*compile.Program, c Conn) bool {
+	for _, p := range olds {
+		if decision(decide, p, c).Allowed {
+			return true
+		}
+	}
+	return false
+}
+
+// isNotFound: the entry ended on its own between the dump and the delete.
+func isNotFound(err error) bool { return errors.Is(err, os.ErrNotExist) }
+
+// Conn is a connection as nftpolicy's forward hook saw its first packet:
+// after Service DNAT, before SNAT.
+type Conn struct {
+	Src, Dst netip.Addr
+	Proto    compile.Protocol
+	Port     uint16
+}
+
+// String formats the connection for logs.
+func (c Conn) String() string {
+	return fmt.Sprintf("%s %s -> %s", c.Proto.Name(), c.Src, netip.AddrPortFrom(c.Dst, c.Port))
+}
+
+// Forwarded returns the connection of a conntrack entry as the policy saw
+// it: the original tuple's source (the client before any SNAT, which
+// happens after the filter hook) and the reply tuple's source (the backend
+// after DNAT: the original destination may be a Service's ClusterIP) and
+// source port. Only TCP, UDP and SCTP entries are considered.
+func Forwarded(f *ct.Flow) (Conn, bool) {
+	p := compile.Protocol(f.TupleOrig.Proto.Protocol)
+	if p != compile.ProtoTCP && p != compile.ProtoUDP && p != compile.ProtoSCTP {
+		return Conn{}, false
+	}
+	src, dst := f.TupleOrig.IP.SourceAddress.Unmap(), f.TupleReply.IP.SourceAddress.Unmap()
+	if !src.IsValid() || !dst.IsValid() {
+		return Conn{}, false
+	}
+	return Conn{Src: src, Dst: dst, Proto: p, Port: f.TupleReply.Proto.SourcePort}, true
+}
+
+// DecidingPolicy names the policy behind a denial, for the revoked-flows
+// metric: the ClusterNetworkPolicy whose Deny rule gave the reason, else
+// the NetworkPolicies isolating the denying side's pod ("ns/a, ns/b").
+func DecidingPolicy(p *compile.Program, c Conn, d Decision) string {
+	local, dir := c.Dst, compile.Ingress
+	if d.EgressDenied {
+		local, dir = c.Src, compile.Egress
+	}
+	id, ok := p.PodByIP(local)
+	if !ok {
+		return "unknown"
+	}
+	pod := &p.Pods[id]
+	for _, t := range []compile.Tier{compile.TierAdmin, compile.TierBaseline} {
+		for _, cid := range pod.ClusterPolicies(t, dir) {
+			for _, r := range p.ClusterPolicies[cid].Rules(dir) {
+				if r.Action == compile.ActionDeny && r.Reason == d.Reason {
+					return p.ClusterPolicies[cid].Name
+				}
+			}
+		}
+	}
+	var keys []string
+	for _, pid := range pod.Policies(dir) {
+		keys = append(keys, p.Policies[pid].Key)
+	}
+	if len(keys) == 0 {
+		return "unknown"
+	}
+	return strings.Join(keys, ", ")
+}

@@ -1,0 +1,144 @@
+package conntrack_test
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	ct "github.com/ti-mo/conntrack"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
+)
+
+func pod(ns, name, ip, node string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec:   corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: ip}}}}
+}
+
+// allowFrom admits pods with role=client to the pods of ns.
+func allowFrom(ns string) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "allow-clients"},
+		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+				PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "client"}}, NamespaceSelector: &metav1.LabelSelector{}}}}}}}
+}
+
+// input: x/srv (10.244.1.10) and x/other (10.244.1.11) on n1, clients
+// y/c1 (10.244.2.10) and y/c2 (10.244.2.11) on n2.
+func input(c2Role string, pols ...*networkingv1.NetworkPolicy) compile.Input {
+	return compile.Input{NodeName: "n1",
+		Namespaces: []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, {ObjectMeta: metav1.ObjectMeta{Name: "y"}}},
+		Pods: []*corev1.Pod{
+			pod("x", "srv", "10.244.1.10", "n1", nil),
+			pod("x", "other", "10.244.1.11", "n1", nil),
+			pod("y", "c1", "10.244.2.10", "n2", map[string]string{"role": "client"}),
+			pod("y", "c2", "10.244.2.11", "n2", map[string]string{"role": c2Role}),
+		},
+		Policies: pols}
+}
+
+func decide(p *compile.Program, src, dst netip.Addr, _ compile.Protocol, _ uint16) (bool, bool, string) {
+	// A reference decision for the test: ingress of local pods only, via the
+	// program's isolating policies and their selectors.
+	id, ok := p.PodByIP(dst)
+	if !ok || !p.Pods[id].Local || len(p.Pods[id].IngressPolicies) == 0 {
+		return true, false, ""
+	}
+	sid, ok := p.PodByIP(src)
+	for _, pid := range p.Pods[id].IngressPolicies {
+		for _, r := range p.Policies[pid].Ingress {
+			for _, s := range r.Selectors {
+				if ok && p.Selectors[s].Contains(sid) {
+					return true, false, ""
+				}
+			}
+		}
+	}
+	return false, false, "denied"
+}
+
+type fakeTable struct {
+	flows   []ct.Flow
+	deleted []ct.Flow
+}
+
+func (f *fakeTable) Dump(*ct.DumpOptions) ([]ct.Flow, error) { return f.flows, nil }
+func (f *fakeTable) Delete(fl ct.Flow) error                 { f.deleted = append(f.deleted, fl); return nil }
+
+func flow(src, dst string, port uint16) ct.Flow {
+	s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
+	return ct.Flow{
+		TupleOrig:  ct.Tuple{IP: ct.IPTuple{SourceAddress: s, DestinationAddress: d}, Proto: ct.ProtoTuple{Protocol: 6, SourcePort: 40000, DestinationPort: port}},
+		TupleReply: ct.Tuple{IP: ct.IPTuple{SourceAddress: d, DestinationAddress: s}, Proto: ct.ProtoTuple{Protocol: 6, SourcePort: port, DestinationPort: 40000}},
+	}
+}
+
+type observed struct{ policies []string }
+
+func (o *observed) ObserveRevoked(p string)               { o.policies = append(o.policies, p) }
+func (o *observed) ObservePass(time.Duration, int, error) {}
+
+func addrs(ss ...string) (out []netip.Addr) {
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
+
+func TestAffected(t *testing.T) {
+	base := compile.Build(input("client", allowFrom("x")))
+	for _, tc := range []struct {
+		name string
+		cur  compile.Input
+		want []netip.Addr
+	}{
+		{"nothing changed", input("client", allowFrom("x")), nil},
+		{"peer label changed", input("server", allowFrom("x")), addrs("10.244.1.10", "10.244.1.11")},
+		{"policy deleted", input("client"), addrs("10.244.1.10", "10.244.1.11")},
+	} {
+		got := conntrack.Affected(base, compile.Build(tc.cur))
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: affected %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got := conntrack.Affected(nil, base); got != nil {
+		t.Errorf("first program: affected %v", got)
+	}
+}
+
+func TestRevokeDeletesExactlyTheNewlyDenied(t *testing.T) {
+	old := compile.Build(input("client", allowFrom("x")))
+	cur := compile.Build(input("server", allowFrom("x"))) // y/c2 loses role=client
+	table := &fakeTable{flows: []ct.Flow{
+		flow("10.244.2.10", "10.244.1.10", 80), // c1 -> srv: still allowed
+		flow("10.244.2.11", "10.244.1.10", 80), // c2 -> srv: denied now
+		flow("10.244.2.11", "10.9.9.9", 80),    // touches no local pod
+	}}
+	obs := &observed{}
+	r, err := conntrack.NewRevoker(conntrack.Config{Decide: decide, Table: table, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Revoke([]*compile.Program{old}, cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Deleted != 1 || len(table.deleted) != 1 || table.deleted[0].TupleOrig.IP.SourceAddress != netip.MustParseAddr("10.244.2.11") {
+		t.Fatalf("deleted %+v (result %+v), want only c2 -> srv", table.deleted, res)
+	}
+	if !slices.Equal(obs.policies, []string{"x/allow-clients"}) {
+		t.Errorf("revoked per policy: %v", obs.policies)
+	}
+	// No delta: no dump at all.
+	table.deleted = nil
+	res, err = r.Revoke([]*compile.Program{cur}, compile.Build(input("server", allowFrom("x"))))
+	if err != nil || res.Dumped != 0 || len(table.deleted) != 0 {
+		t.Errorf("unchanged program: %+v %v, deleted %v", res, err, table.deleted)
+	}
+}

@@ -1,0 +1,142 @@
+package queue
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// DefaultUnknownPodWait bounds how long a new connection of an unknown pod
+// address waits for the agent to learn the pod.
+const DefaultUnknownPodWait = 2 * time.Second
+
+// Results of a decision on a connection of an unknown pod address, as
+// UnknownPodObserver receives them.
+const (
+	// UnknownPodProgrammed: the pod was programmed within the wait; the
+	// program decided.
+	UnknownPodProgrammed = "programmed"
+	// UnknownPodTimeoutAllowed and UnknownPodTimeoutDropped: the wait ran
+	// out (or too many packets were waiting) and --fail-open decided.
+	UnknownPodTimeoutAllowed = "timeout_allowed"
+	UnknownPodTimeoutDropped = "timeout_dropped"
+)
+
+// ReasonUnknownPod is the reason of a decision taken at the wait's bound.
+const ReasonUnknownPod = "unknown pod address in the pod ranges: not programmed within the wait; decided by the fail mode"
+
+// UnknownPodObserver receives one call per decided connection of an unknown
+// pod address: the result and how long the packet waited.
+type UnknownPodObserver interface {
+	ObserveUnknownPod(result string, waited time.Duration)
+}
+
+// waiters lets held decisions wait for the next published program. Swap
+// closes the current channel; a waiter takes the channel before reading the
+// program, so it cannot miss a publication.
+type waiters struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (w *waiters) next() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ch == nil {
+		w.ch = make(chan struct{})
+	}
+	return w.ch
+}
+
+// waiting reports whether a decision waits for the next program.
+func (w *waiters) waiting() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ch != nil
+}
+
+// Waiting reports whether a held connection of an unknown pod address
+// waits for the next program: the controller then publishes one at once.
+func (e *Evaluator) Waiting() bool { return e.waiters.waiting() }
+
+func (w *waiters) wake() {
+	w.mu.Lock()
+	if w.ch != nil {
+		close(w.ch)
+		w.ch = nil
+	}
+	w.mu.Unlock()
+}
+
+// unknownEnds reports whether the program knows neither the pod behind src
+// or dst: an address inside the pod ranges that no pod or node holds.
+func unknownEnds(p *compile.Program, src, dst netip.Addr) bool {
+	return len(p.PodCIDRs) > 0 && (p.IsUnknownPodAddr(src) || p.IsUnknownPodAddr(dst))
+}
+
+// Holds implements Holder: the connection names an unknown pod address
+// under the current program. Before the first program nothing is held
+// (Decide answers OpenWithoutProgram at once).
+func (e *Evaluator) Holds(pkt Packet) bool {
+	p := e.prog.Load()
+	return p != nil && unknownEnds(p, pkt.Src, pkt.Dst)
+}
+
+// DecideHeld implements Holder: it waits, up to UnknownPodWait, for a
+// program in which both ends are known, and decides with it; at the bound
+// it answers OpenWithoutProgram (the agent's --fail-open).
+func (e *Evaluator) DecideHeld(ctx context.Context, pkt Packet) (bool, string) {
+	start := time.Now()
+	wait := e.UnknownPodWait
+	if wait <= 0 {
+		wait = DefaultUnknownPodWait
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		ch := e.waiters.next()
+		p := e.prog.Load()
+		if p != nil && !unknownEnds(p, pkt.Src, pkt.Dst) {
+			e.observeUnknown(UnknownPodProgrammed, time.Since(start))
+			return e.decideWith(p, pkt)
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return e.unknownAtBound(time.Since(start))
+		case <-ctx.Done():
+			return e.unknownAtBound(time.Since(start))
+		}
+	}
+}
+
+// unknownAtBound is the fail-mode decision for a connection whose pod was
+// not programmed in time.
+func (e *Evaluator) unknownAtBound(waited time.Duration) (bool, string) {
+	res := UnknownPodTimeoutDropped
+	if e.OpenWithoutProgram {
+		res = UnknownPodTimeoutAllowed
+	}
+	e.observeUnknown(res, waited)
+	return e.OpenWithoutProgram, ReasonUnknownPod
+}
+
+func (e *Evaluator) observeUnknown(result string, waited time.Duration) {
+	if o := e.UnknownPods; o != nil {
+		o.ObserveUnknownPod(result, waited)
+	}
+}
+
+// DecideSides is Evaluate for callers that need the verdict and which side
+// denied (pkg/conntrack's revocation): allowed, whether the source's egress
+// denied (else the destination's ingress did), and the deciding reason.
+func DecideSides(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (allowed, egressDenied bool, reason string) {
+	v := Evaluate(p, src, dst, proto, port)
+	if !v.Egress {
+		return false, true, v.EgressReason
+	}
+	return v.Ingress, false, v.IngressReason
+}

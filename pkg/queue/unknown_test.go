@@ -1,0 +1,125 @@
+package queue_test
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+)
+
+type unknownRecorder struct {
+	mu      sync.Mutex
+	results []string
+}
+
+func (r *unknownRecorder) ObserveUnknownPod(result string, _ time.Duration) {
+	r.mu.Lock()
+	r.results = append(r.results, result)
+	r.mu.Unlock()
+}
+
+// unknownInput: x/a (10.244.1.10) is known, x/new (10.244.1.20) only once
+// added; a default-deny ingress policy in x isolates every pod of x.
+func unknownInput(withNew bool) compile.Input {
+	in := compile.Input{
+		NodeName:   "n1",
+		Namespaces: []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "x"}}},
+		Pods:       []*corev1.Pod{mkPod("x/a", []string{"10.244.1.10"})},
+		Nodes: []*corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+			Spec:   corev1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24"}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.1"}}}}},
+		Policies: []*networkingv1.NetworkPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "deny"},
+			Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}},
+	}
+	if withNew {
+		in.Pods = append(in.Pods, mkPod("x/new", []string{"10.244.1.20"}))
+	}
+	return in
+}
+
+func pkt(src, dst string) queue.Packet {
+	return queue.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: 6, DstPort: 80, Family: 4}
+}
+
+func TestUnknownPodWaitsForProgram(t *testing.T) {
+	rec := &unknownRecorder{}
+	e := &queue.Evaluator{UnknownPodWait: time.Minute, UnknownPods: rec}
+	e.Swap(compile.Build(unknownInput(false)))
+
+	toNew := pkt("10.244.1.10", "10.244.1.20")
+	if !e.Holds(toNew) {
+		t.Fatal("a connection to an unknown address in the pod range is not held")
+	}
+	for _, p := range []queue.Packet{pkt("10.244.1.10", "192.168.0.1"), pkt("192.168.0.1", "10.244.1.10"), pkt("10.244.1.10", "10.9.9.9")} {
+		if e.Holds(p) {
+			t.Errorf("%v -> %v held: both ends are known or outside the pod ranges", p.Src, p.Dst)
+		}
+	}
+	// Not held (too many waiting): decided as at the bound, fail closed.
+	if allow, reason := e.Decide(toNew); allow || reason != queue.ReasonUnknownPod {
+		t.Errorf("Decide on an unknown address: %v %q, want a fail-closed drop", allow, reason)
+	}
+
+	type res struct {
+		allow  bool
+		reason string
+	}
+	done := make(chan res, 1)
+	go func() {
+		a, r := e.DecideHeld(context.Background(), toNew)
+		done <- res{a, r}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("decided before the pod was programmed: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	e.Swap(compile.Build(unknownInput(true)))
+	var r res
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not decided after the pod was programmed")
+	}
+	// x/deny isolates x/new for ingress: the full program denies.
+	if r.allow || r.reason == queue.ReasonUnknownPod {
+		t.Errorf("after programming: %+v, want denied by x/deny", r)
+	}
+	if e.Holds(toNew) {
+		t.Error("a programmed pod is still held")
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.results) != 2 || rec.results[0] != queue.UnknownPodTimeoutDropped || rec.results[1] != queue.UnknownPodProgrammed {
+		t.Errorf("observed %v", rec.results)
+	}
+}
+
+func TestUnknownPodBound(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		rec := &unknownRecorder{}
+		e := &queue.Evaluator{UnknownPodWait: 30 * time.Millisecond, UnknownPods: rec, OpenWithoutProgram: open}
+		e.Swap(compile.Build(unknownInput(false)))
+		// A program without the pod changes nothing: still waiting.
+		go e.Swap(compile.Build(unknownInput(false)))
+		allow, reason := e.DecideHeld(context.Background(), pkt("10.244.1.20", "10.244.1.10"))
+		if allow != open || reason != queue.ReasonUnknownPod {
+			t.Errorf("failOpen=%v: at the bound %v %q", open, allow, reason)
+		}
+		want := queue.UnknownPodTimeoutDropped
+		if open {
+			want = queue.UnknownPodTimeoutAllowed
+		}
+		if len(rec.results) != 1 || rec.results[0] != want {
+			t.Errorf("failOpen=%v: observed %v, want [%s]", open, rec.results, want)
+		}
+	}
+}

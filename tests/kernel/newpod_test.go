@@ -1,0 +1,150 @@
+package kernel
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
+)
+
+// unknownCounts counts the evaluators' unknown-pod decisions by result.
+type unknownCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (u *unknownCounts) ObserveUnknownPod(result string, _ time.Duration) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.n == nil {
+		u.n = map[string]int{}
+	}
+	u.n[result]++
+}
+
+func (u *unknownCounts) get(result string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.n[result]
+}
+
+// TestNewPodsDecidedBeforeKnown creates pods one after another under a
+// default-deny policy; each sends its first packet (TCP or UDP, to x/srv on
+// the other or the same node) the moment its interface is up, and the
+// agents learn it informerDelay later. No connection the policies deny may
+// be admitted (no conntrack entry from a denied pod on either node), every
+// allowed one must connect, only later.
+func TestNewPodsDecidedBeforeKnown(t *testing.T) {
+	requireRoot(t)
+	n := 200
+	if testing.Short() {
+		n = 40
+	}
+	const informerDelay = 30 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	counts := &unknownCounts{}
+	l, err := podlab.New(ctx, podlab.Config{UnknownPods: counts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	l.NewPodPolicies()
+	srv := podlab.PodSpec{Namespace: "x", Name: "srv", Node: 0, IP: podlab.PodIP(0, 0), Labels: map[string]string{"app": "srv"},
+		TCPPorts: []uint16{80}, UDPPorts: []uint16{53}}
+	if err := l.StartPod(srv); err != nil {
+		t.Fatal(err)
+	}
+	l.Know(srv)
+	if err := l.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	results, err := l.RunNewPods(ctx, srv.IP, n, informerDelay)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	denied := map[netip.Addr]string{}
+	var delays []time.Duration
+	for _, o := range results {
+		if o.Res.Err != nil {
+			t.Fatalf("%s: probe: %v", o.Pod.Name, o.Res.Err)
+		}
+		switch {
+		case o.Allowed && !o.Res.Connected:
+			t.Errorf("%s (%s, allowed): not connected (%s after %v)", o.Pod.Name, o.Proto, o.Res.Reason, o.Res.Duration)
+		case !o.Allowed && o.Res.Connected:
+			t.Errorf("%s (%s, denied): connected", o.Pod.Name, o.Proto)
+		case o.Allowed:
+			delays = append(delays, o.Res.Duration)
+		default:
+			denied[o.Pod.IP] = o.Pod.Name
+		}
+	}
+	// A packet admitted through either node's forward hook leaves a
+	// confirmed conntrack entry; a dropped first packet leaves none.
+	for _, node := range podlab.Nodes {
+		flows, err := l.Conntrack(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range flows {
+			if name, ok := denied[f.TupleOrig.IP.SourceAddress]; ok {
+				t.Errorf("%s: conntrack entry from denied pod %s: %v", node, name, f)
+			}
+		}
+	}
+	held := counts.get(queue.UnknownPodProgrammed)
+	if held == 0 {
+		t.Fatal("no connection was held for an unknown pod: the test did not exercise the unknown-pod path")
+	}
+	if to := counts.get(queue.UnknownPodTimeoutDropped) + counts.get(queue.UnknownPodTimeoutAllowed); to != 0 {
+		t.Errorf("%d connections reached the wait's bound", to)
+	}
+
+	// Programmed pods never reach the queue again.
+	before := map[string]uint64{}
+	for _, node := range podlab.Nodes {
+		before[node] = l.QueueReceived(node)
+	}
+	var again []netlab.ProbeReq
+	for _, o := range results[:min(n, 40)] {
+		again = append(again, netlab.ProbeReq{From: podlab.PodEndpoint(o.Pod), To: srv.IP, Port: o.Port, Proto: o.Proto, Timeout: 2 * time.Second})
+	}
+	for i, r := range l.Net.ProbeMany(ctx, again, 8) {
+		if r.Connected != results[i].Allowed {
+			t.Errorf("%s again: connected=%v, want %v", results[i].Pod.Name, r.Connected, results[i].Allowed)
+		}
+	}
+	for _, node := range podlab.Nodes {
+		if got := l.QueueReceived(node); got != before[node] {
+			t.Errorf("%s: %d packets of programmed pods were queued", node, got-before[node])
+		}
+	}
+
+	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
+	t.Logf("%d new pods (%d allowed, %d denied), informer delay %v: %d connections held until programmed; "+
+		"0 denied connections admitted; allowed first-connection time p50 %v, p99 %v, max %v",
+		n, len(delays), len(denied), informerDelay, held, pct(delays, 50), pct(delays, 99), slices.Max(delays))
+}
+
+// pct is the p-th percentile of sorted durations.
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100
+	return sorted[min(max(i-1, 0), len(sorted)-1)]
+}
