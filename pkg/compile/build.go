@@ -26,7 +26,10 @@ type Input struct {
 	NodeIPs    []netip.Addr
 	Namespaces []*corev1.Namespace
 	Pods       []*corev1.Pod
-	Policies   []*networkingv1.NetworkPolicy
+	// PodInfos are pods already read (the agent's informer stores them so);
+	// Build reads Pods into this form and uses both.
+	PodInfos []*PodInfo
+	Policies []*networkingv1.NetworkPolicy
 	// ClusterPolicies are policy.networking.k8s.io ClusterNetworkPolicies:
 	// the Admin tier decides before NetworkPolicy v1, the Baseline tier after.
 	ClusterPolicies []*npav1beta1.ClusterNetworkPolicy
@@ -46,50 +49,45 @@ type Input struct {
 // program whatever the order of its slices.
 func Build(in Input) *Program { return BuildCached(in, nil) }
 
-// Cache keeps per-object work (parsed pod addresses and ports) between
-// builds. Informers hand out the same pointer for an unchanged object, so a
-// pod parsed once is not parsed again. A nil *Cache is valid and caches
+// Cache keeps per-object work (pods read into PodInfos) between builds.
+// Informers and tests hand out the same pointer for an unchanged object, so
+// a pod read once is not read again. A nil *Cache is valid and caches
 // nothing. Not safe for concurrent builds.
 type Cache struct {
-	pods map[*corev1.Pod]*parsedPod
+	pods map[*corev1.Pod]*PodInfo
 }
 
 // NewCache returns an empty cache.
-func NewCache() *Cache { return &Cache{pods: map[*corev1.Pod]*parsedPod{}} }
+func NewCache() *Cache { return &Cache{pods: map[*corev1.Pod]*PodInfo{}} }
 
-type parsedPod struct {
-	key   string
-	ips   []netip.Addr
-	ports []ContainerPort
-	ok    bool
-}
-
-func (c *Cache) parse(p *corev1.Pod, next map[*corev1.Pod]*parsedPod) *parsedPod {
+// infos returns the input's pods as PodInfos: PodInfos, then Pods read
+// (through the cache, which then holds exactly in.Pods).
+func (c *Cache) infos(in Input) []*PodInfo {
+	if len(in.Pods) == 0 {
+		return in.PodInfos
+	}
+	out := make([]*PodInfo, 0, len(in.PodInfos)+len(in.Pods))
+	out = append(out, in.PodInfos...)
+	var next map[*corev1.Pod]*PodInfo
 	if c != nil {
-		if pp, ok := c.pods[p]; ok {
-			next[p] = pp
-			return pp
-		}
+		next = make(map[*corev1.Pod]*PodInfo, len(in.Pods))
 	}
-	pp := parsePod(p)
+	for _, p := range in.Pods {
+		var pi *PodInfo
+		if c != nil {
+			if pi = c.pods[p]; pi == nil {
+				pi = NewPodInfo(p)
+			}
+			next[p] = pi
+		} else {
+			pi = NewPodInfo(p)
+		}
+		out = append(out, pi)
+	}
 	if c != nil {
-		next[p] = pp
+		c.pods = next
 	}
-	return pp
-}
-
-// parsePod reads what the program needs of a pod: its key, and when it
-// takes part, its addresses and ports.
-func parsePod(p *corev1.Pod) *parsedPod {
-	pp := &parsedPod{key: p.Namespace + "/" + p.Name}
-	if eligible(p) {
-		pp.ips = podIPs(p)
-		pp.ok = len(pp.ips) > 0
-		if pp.ok {
-			pp.ports = containerPorts(p)
-		}
-	}
-	return pp
+	return out
 }
 
 // BuildCached is Build with a cache of per-object work; the result is the
@@ -101,9 +99,13 @@ func BuildCached(in Input, cache *Cache) *Program {
 }
 
 func (b *builder) build(in Input) *Program {
+	return b.buildFrom(in, b.cache.infos(in))
+}
+
+func (b *builder) buildFrom(in Input, pods []*PodInfo) *Program {
 	b.buildNodes(in.Nodes)
 	b.prog.PodCIDRs = podCIDRs(in)
-	b.buildPods(in.Pods)
+	b.buildPods(pods)
 	pols := append([]*networkingv1.NetworkPolicy(nil), in.Policies...)
 	sort.Slice(pols, func(i, j int) bool { return policyKey(pols[i]) < policyKey(pols[j]) })
 	for i, np := range pols {
@@ -182,12 +184,6 @@ func (b *builder) namespaceLabels(ns string) labels.Set {
 	return l
 }
 
-// podCandidate is a pod that may take part, before IP conflicts are settled.
-type podCandidate struct {
-	pod *corev1.Pod
-	*parsedPod
-}
-
 // eligible reports whether policies apply to the pod at all: host-network
 // pods are not selected and not matched as pods, and pods in a terminal
 // phase no longer own their IPs.
@@ -212,38 +208,30 @@ func podIPs(p *corev1.Pod) []netip.Addr {
 
 // preferred decides which of two pods owns a contested IP: a pod that is not
 // being deleted, then the newer one, then the smaller key.
-func preferred(a, b podCandidate) bool {
-	ad, bd := a.pod.DeletionTimestamp != nil, b.pod.DeletionTimestamp != nil
+func preferred(a, b *PodInfo) bool {
+	ad, bd := a.DeletionTimestamp != nil, b.DeletionTimestamp != nil
 	if ad != bd {
 		return !ad
 	}
-	at, bt := a.pod.CreationTimestamp.Time, b.pod.CreationTimestamp.Time
+	at, bt := a.CreationTimestamp.Time, b.CreationTimestamp.Time
 	if !at.Equal(bt) {
 		return at.After(bt)
 	}
-	return a.key < b.key
+	return a.Key < b.Key
 }
 
-func (b *builder) buildPods(pods []*corev1.Pod) {
-	cands := make([]podCandidate, 0, len(pods))
-	var next map[*corev1.Pod]*parsedPod
-	if b.cache != nil {
-		next = make(map[*corev1.Pod]*parsedPod, len(pods))
-	}
+func (b *builder) buildPods(pods []*PodInfo) {
+	cands := make([]*PodInfo, 0, len(pods))
 	for _, p := range pods {
-		pp := b.cache.parse(p, next)
-		if pp.ok {
-			cands = append(cands, podCandidate{pod: p, parsedPod: pp})
+		if p.takesPart() {
+			cands = append(cands, p)
 		}
 	}
-	if b.cache != nil {
-		b.cache.pods = next
-	}
-	sort.Slice(cands, func(i, j int) bool { return cands[i].key < cands[j].key })
+	sort.Slice(cands, func(i, j int) bool { return cands[i].Key < cands[j].Key })
 	// Settle IP reuse: each address belongs to one pod.
 	owner := make(map[netip.Addr]int, len(cands))
 	for i, c := range cands {
-		for _, ip := range c.ips {
+		for _, ip := range c.IPs {
 			if j, ok := owner[ip]; !ok || preferred(c, cands[j]) {
 				owner[ip] = i
 			}
@@ -251,13 +239,20 @@ func (b *builder) buildPods(pods []*corev1.Pod) {
 	}
 	out := make([]Pod, 0, len(cands))
 	for i, c := range cands {
-		if i > 0 && cands[i-1].key == c.key {
+		if i > 0 && cands[i-1].Key == c.Key {
 			continue
 		}
-		var ips []netip.Addr
-		for _, ip := range c.ips {
-			if owner[ip] == i {
-				ips = append(ips, ip)
+		ips := c.IPs
+		for _, ip := range c.IPs {
+			if owner[ip] != i {
+				// Contested: keep only the addresses this pod owns.
+				ips = nil
+				for _, ip := range c.IPs {
+					if owner[ip] == i {
+						ips = append(ips, ip)
+					}
+				}
+				break
 			}
 		}
 		if len(ips) == 0 {
@@ -265,16 +260,16 @@ func (b *builder) buildPods(pods []*corev1.Pod) {
 		}
 		id := PodID(len(out))
 		out = append(out, Pod{
-			Namespace: c.pod.Namespace,
-			Name:      c.pod.Name,
-			Key:       c.key,
-			Labels:    c.pod.Labels,
+			Namespace: c.Namespace,
+			Name:      c.Name,
+			Key:       c.Key,
+			Labels:    c.Labels,
 			IPs:       ips,
-			Node:      c.pod.Spec.NodeName,
-			Local:     b.prog.Node == "" || c.pod.Spec.NodeName == b.prog.Node,
-			Ports:     c.ports,
+			Node:      c.Node,
+			Local:     b.prog.Node == "" || c.Node == b.prog.Node,
+			Ports:     c.Ports,
 		})
-		b.byNS[c.pod.Namespace] = append(b.byNS[c.pod.Namespace], id)
+		b.byNS[c.Namespace] = append(b.byNS[c.Namespace], id)
 	}
 	b.prog.Pods = out
 }

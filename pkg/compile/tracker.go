@@ -91,31 +91,31 @@ func (t *Tracker) Stale() bool { return t.stale }
 // Rebuild builds and renders from scratch and starts tracking from there.
 func (t *Tracker) Rebuild(in Input) (*Program, *Ruleset, error) {
 	b := newBuilder(in)
-	b.cache = t.cache
-	prog := b.build(in)
+	pods := t.cache.infos(in)
+	prog := b.buildFrom(in, pods)
 	r, err := newRenderer(prog, t.cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	r.render()
 	t.prog, t.b, t.r, t.stale = prog, b, r, false
-	t.index(in)
+	t.index(pods)
 	return prog, r.rs, nil
 }
 
-func (t *Tracker) index(in Input) {
+func (t *Tracker) index(pods []*PodInfo) {
 	p := t.prog
 	t.views = make(map[string]*Pod, len(p.Pods))
 	t.claims = make(map[netip.Addr]int, len(p.Pods))
 	t.claimed = make(map[string][]netip.Addr, len(p.Pods))
 	t.comboUse = map[string]int{}
-	for _, pod := range in.Pods {
-		if pp := t.cache.pods[pod]; pp != nil && pp.ok {
-			if _, dup := t.claimed[pp.key]; dup {
+	for _, pi := range pods {
+		if pi.takesPart() {
+			if _, dup := t.claimed[pi.Key]; dup {
 				continue
 			}
-			t.claimed[pp.key] = pp.ips
-			for _, ip := range pp.ips {
+			t.claimed[pi.Key] = pi.IPs
+			for _, ip := range pi.IPs {
 				t.claims[ip]++
 			}
 		}
@@ -215,19 +215,24 @@ func (d Delta) Elements() (added, deleted int) {
 // returns the element changes; ok is false when the change needs a
 // Rebuild (nothing was changed then).
 func (t *Tracker) ApplyPod(key string, pod *corev1.Pod) (delta Delta, ok bool) {
+	var pi *PodInfo
+	if pod != nil {
+		if pi = t.cache.pods[pod]; pi == nil {
+			pi = NewPodInfo(pod)
+		}
+	}
+	return t.ApplyPodInfo(key, pi)
+}
+
+// ApplyPodInfo is ApplyPod for a pod already read.
+func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) {
 	if t.r == nil {
 		return nil, false
 	}
 	old := t.views[key]
 	var ips []netip.Addr
-	var pp *parsedPod
-	if pod != nil {
-		if pp = t.cache.pods[pod]; pp == nil {
-			pp = parsePod(pod)
-		}
-		if pp.ok {
-			ips = pp.ips
-		}
+	if pod != nil && pod.takesPart() {
+		ips = pod.IPs
 	}
 	// Address ownership is decided over all pods, and a node address in
 	// the pod ranges is known as the node's only while no pod holds it:
@@ -244,7 +249,7 @@ func (t *Tracker) ApplyPod(key string, pod *corev1.Pod) (delta Delta, ok bool) {
 	}
 	var cur *Pod
 	if len(ips) > 0 {
-		cur = t.place(pod, pp)
+		cur = t.place(pod)
 	}
 	// The shape stays: every combination chain the pod enters exists, and
 	// every one it leaves keeps another pod.
@@ -337,17 +342,17 @@ func (t *Tracker) ApplyPod(key string, pod *corev1.Pod) (delta Delta, ok bool) {
 
 // place computes where a pod stands in the last build's program: the
 // selectors it belongs to and the policies that select it.
-func (t *Tracker) place(pod *corev1.Pod, pp *parsedPod) *Pod {
+func (t *Tracker) place(pod *PodInfo) *Pod {
 	p := t.prog
 	v := &Pod{
 		Namespace: pod.Namespace,
 		Name:      pod.Name,
-		Key:       pp.key,
+		Key:       pod.Key,
 		Labels:    pod.Labels,
-		IPs:       pp.ips,
-		Node:      pod.Spec.NodeName,
-		Local:     p.Node == "" || pod.Spec.NodeName == p.Node,
-		Ports:     pp.ports,
+		IPs:       pod.IPs,
+		Node:      pod.Node,
+		Local:     p.Node == "" || pod.Node == p.Node,
+		Ports:     pod.Ports,
 	}
 	nsl, ok := t.b.nsLabels[pod.Namespace]
 	if !ok {

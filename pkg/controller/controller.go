@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -132,7 +130,9 @@ func (c *Config) Validate() error {
 type Controller struct {
 	cfg     Config
 	factory informers.SharedInformerFactory
-	pods    corelisters.PodLister
+	// pods is the pod informer's store: it holds *compile.PodInfo (the
+	// transform reads pods into that form), so the typed lister is not used.
+	pods    cache.Indexer
 	nss     corelisters.NamespaceLister
 	pols    networkinglisters.NetworkPolicyLister
 	nodes   corelisters.NodeLister
@@ -202,7 +202,7 @@ func New(cfg Config) (*Controller, error) {
 	nsInf := f.Core().V1().Namespaces()
 	polInf := f.Networking().V1().NetworkPolicies()
 	nodeInf := f.Core().V1().Nodes()
-	c.pods, c.nss, c.pols, c.nodes = podInf.Lister(), nsInf.Lister(), polInf.Lister(), nodeInf.Lister()
+	c.pods, c.nss, c.pols, c.nodes = podInf.Informer().GetIndexer(), nsInf.Lister(), polInf.Lister(), nodeInf.Lister()
 	c.cnps = newClusterPolicies(cfg.PolicyClient, cfg.ClusterPolicyCheckPeriod, cfg.ResyncPeriod,
 		cfg.Logger.WithName("clusterpolicies"), cfg.Metrics, c.markDirty)
 	h := cache.ResourceEventHandlerFuncs{
@@ -257,13 +257,13 @@ func (c *Controller) markPod(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	p, ok := obj.(*corev1.Pod)
+	p, ok := obj.(*compile.PodInfo)
 	if !ok {
 		c.markDirty()
 		return
 	}
 	c.mu.Lock()
-	c.podKeys[p.Namespace+"/"+p.Name] = struct{}{}
+	c.podKeys[p.Key] = struct{}{}
 	c.noteChangeLocked()
 	c.mu.Unlock()
 	c.wake()
@@ -468,7 +468,7 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 			complete = false
 			break
 		}
-		d, ok := c.tracker.ApplyPod(key, pod)
+		d, ok := c.tracker.ApplyPodInfo(key, pod)
 		if !ok {
 			complete = false
 			break
@@ -585,21 +585,21 @@ func (c *Controller) committed(kind string, start, now, observed time.Time) {
 
 // podByKey returns the pod's current state from the informer's cache, nil
 // when it is gone.
-func (c *Controller) podByKey(key string) (*corev1.Pod, error) {
-	ns, name, ok := strings.Cut(key, "/")
+func (c *Controller) podByKey(key string) (*compile.PodInfo, error) {
+	obj, ok, err := c.pods.GetByKey(key)
+	if err != nil || !ok {
+		return nil, err
+	}
+	p, ok := obj.(*compile.PodInfo)
 	if !ok {
-		return nil, fmt.Errorf("pod key %q: not namespace/name", key)
+		return nil, fmt.Errorf("pod %s: stored as %T, not read by the transform", key, obj)
 	}
-	p, err := c.pods.Pods(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	return p, err
+	return p, nil
 }
 
 // notePodSynced updates the inputs fingerprint for a pod whose change is
 // in the kernel.
-func (c *Controller) notePodSynced(key string, pod *corev1.Pod) {
+func (c *Controller) notePodSynced(key string, pod *compile.PodInfo) {
 	c.inputsSum -= c.podHashes[key]
 	delete(c.podHashes, key)
 	if pod != nil {
@@ -612,8 +612,14 @@ func (c *Controller) notePodSynced(key string, pod *corev1.Pod) {
 func (c *Controller) snapshot() (compile.Input, error) {
 	in := compile.Input{NodeName: c.cfg.NodeName, NodeIPs: c.cfg.NodeIPs, PodCIDRs: c.cfg.PodCIDRs}
 	var err error
-	if in.Pods, err = c.pods.List(labels.Everything()); err != nil {
-		return in, fmt.Errorf("listing pods: %w", err)
+	objs := c.pods.List()
+	in.PodInfos = make([]*compile.PodInfo, 0, len(objs))
+	for _, o := range objs {
+		p, ok := o.(*compile.PodInfo)
+		if !ok {
+			return in, fmt.Errorf("pod store holds %T, not read by the transform", o)
+		}
+		in.PodInfos = append(in.PodInfos, p)
 	}
 	if in.Namespaces, err = c.nss.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("listing namespaces: %w", err)

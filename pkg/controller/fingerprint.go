@@ -1,10 +1,6 @@
 package controller
 
-import (
-	corev1 "k8s.io/api/core/v1"
-
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
-)
+import "github.com/nftpolicy/nftpolicy/pkg/compile"
 
 // fingerprintBits keeps the fingerprint exact in a float64 gauge.
 const fingerprintBits = 48
@@ -32,7 +28,7 @@ func objectTerm(kind byte, ns, name, rv string) uint64 {
 	return mix64(fnvString(h, rv))
 }
 
-func podTerm(p *corev1.Pod) uint64 { return objectTerm('p', p.Namespace, p.Name, p.ResourceVersion) }
+func podTerm(p *compile.PodInfo) uint64 { return objectTerm('p', p.Namespace, p.Name, p.ResourceVersion) }
 
 func finishInputs(sum uint64) uint64 { return mix64(sum) >> (64 - fingerprintBits) }
 
@@ -43,10 +39,15 @@ func inputsSum(in compile.Input) (uint64, map[string]uint64) {
 	// the informers' lists, so nothing is sorted or allocated per object.
 	var sum uint64
 	add := func(kind byte, ns, name, rv string) { sum += objectTerm(kind, ns, name, rv) }
-	pods := make(map[string]uint64, len(in.Pods))
+	pods := make(map[string]uint64, len(in.Pods)+len(in.PodInfos))
 	for _, p := range in.Pods {
-		h := podTerm(p)
+		h := objectTerm('p', p.Namespace, p.Name, p.ResourceVersion)
 		pods[p.Namespace+"/"+p.Name] = h
+		sum += h
+	}
+	for _, p := range in.PodInfos {
+		h := podTerm(p)
+		pods[p.Key] = h
 		sum += h
 	}
 	for _, ns := range in.Namespaces {

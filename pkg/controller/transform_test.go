@@ -94,16 +94,19 @@ func TestSlimPodKeepsWhatPoliciesRead(t *testing.T) {
 			fat.Status.PodIPs = append(fat.Status.PodIPs, corev1.PodIP{IP: fmt.Sprintf("fd00::%x", i+1)})
 		}
 		in.Pods[i] = fat
-		s := slimPod(fat)
-		if again := slimPod(s); !cmp.Equal(s, again) {
-			t.Fatalf("slimPod is not idempotent: %s", cmp.Diff(s, again))
+		obj, err := transform(fat)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if len(s.Spec.Containers) != 1 || len(s.Spec.Containers[0].Ports) != 4 || len(s.Spec.InitContainers) != 0 ||
-			s.Annotations != nil || s.ManagedFields != nil || s.OwnerReferences != nil || s.Status.Conditions != nil ||
-			s.Spec.Containers[0].Image != "" || s.Spec.Volumes != nil {
+		s := obj.(*compile.PodInfo)
+		// client-go may give the transform a stored object again.
+		if again, err := transform(s); err != nil || again != s {
+			t.Fatalf("the transform does not pass a PodInfo through: %v, %v", again, err)
+		}
+		if len(s.Ports) != 4 || s.Annotations != nil || s.ManagedFields != nil || s.OwnerReferences != nil || s.UID != "" || s.GenerateName != "" {
 			t.Fatalf("slimPod kept more than policies read: %+v", s)
 		}
-		slim.Pods = append(slim.Pods, s)
+		slim.PodInfos = append(slim.PodInfos, s)
 	}
 	for _, node := range []string{"", "node-1"} {
 		in.NodeName, slim.NodeName = node, node
@@ -156,9 +159,9 @@ func TestSharedValues(t *testing.T) {
 	if !same(a, b) || same(a, c) || same(a, d) || !cmp.Equal(d, map[string]string{"app": "webt", "ier": "db"}) {
 		t.Errorf("label maps: shared equal %v, shared different %v %v", same(a, b), same(a, c), same(a, d))
 	}
-	p1 := containerPorts([]corev1.ContainerPort{{Name: "http", ContainerPort: 80}})
-	p2 := containerPorts([]corev1.ContainerPort{{Name: "http", ContainerPort: 80}})
-	p3 := containerPorts([]corev1.ContainerPort{{Name: "http", ContainerPort: 80, Protocol: corev1.ProtocolUDP}})
+	p1 := sharedNamedPorts([]compile.ContainerPort{{Name: "http", Port: 80, Protocol: compile.ProtoTCP}, {Port: 81}})
+	p2 := sharedNamedPorts([]compile.ContainerPort{{Name: "http", Port: 80, Protocol: compile.ProtoTCP}})
+	p3 := sharedNamedPorts([]compile.ContainerPort{{Name: "http", Port: 80, Protocol: compile.ProtoUDP}})
 	if &p1[0] != &p2[0] || &p1[0] == &p3[0] {
 		t.Errorf("port lists: shared equal %v, shared different %v", &p1[0] == &p2[0], &p1[0] == &p3[0])
 	}
@@ -192,8 +195,8 @@ func namedPortPolicy(ns, port string) *networkingv1.NetworkPolicy {
 }
 
 // BenchmarkFootprint measures what the agent holds for a cluster of n pods:
-// the informers' transformed pods, namespaces and policies, the compiler's
-// cache, the program and the rendered ruleset (the syncer keeps the last
+// the informers' transformed pods (PodInfos), namespaces and policies, the
+// tracker with its program and rendered ruleset (the syncer keeps the same
 // one), after a collection. Pods are dressed as the API server returns them
 // (fatPod) and transformed one by one, as the informer does. It reports
 // heap-MB (runtime.MemStats.HeapInuse) and rss-MB (VmRSS, after returning
@@ -215,7 +218,7 @@ func footprint(b *testing.B, n int) (heapMB, rssMB float64) {
 	in := compile.Input{NodeName: "node-1", NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.1")}}
 	for i, p := range synthetic.Pods {
 		obj, _ := transform(fatPod(p, i))
-		in.Pods = append(in.Pods, obj.(*corev1.Pod))
+		in.PodInfos = append(in.PodInfos, obj.(*compile.PodInfo))
 	}
 	synthetic.Pods = nil
 	for _, ns := range synthetic.Namespaces {
@@ -223,9 +226,11 @@ func footprint(b *testing.B, n int) (heapMB, rssMB float64) {
 		in.Namespaces = append(in.Namespaces, obj.(*corev1.Namespace))
 	}
 	in.Policies = synthetic.Policies
-	cache := compile.NewCache()
-	prog := compile.BuildCached(in, cache)
-	rs, err := compile.Render(prog, compile.RenderConfig{})
+	tr, err := compile.NewTracker(compile.RenderConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	prog, rs, err := tr.Rebuild(in)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -235,7 +240,7 @@ func footprint(b *testing.B, n int) (heapMB, rssMB float64) {
 	runtime.ReadMemStats(&ms)
 	rss := readRSS(b)
 	runtime.KeepAlive(in)
-	runtime.KeepAlive(cache)
+	runtime.KeepAlive(tr)
 	runtime.KeepAlive(prog)
 	runtime.KeepAlive(rs)
 	return float64(ms.HeapInuse) / (1 << 20), float64(rss) / (1 << 20)
