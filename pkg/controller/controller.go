@@ -132,12 +132,12 @@ type Controller struct {
 	factory informers.SharedInformerFactory
 	// pods is the pod informer's store: it holds *compile.PodInfo (the
 	// transform reads pods into that form), so the typed lister is not used.
-	pods    cache.Indexer
-	nss     corelisters.NamespaceLister
-	pols    networkinglisters.NetworkPolicyLister
-	nodes   corelisters.NodeLister
-	cnps    *clusterPolicies
-	synced  []cache.InformerSynced
+	pods   cache.Indexer
+	nss    corelisters.NamespaceLister
+	pols   networkinglisters.NetworkPolicyLister
+	nodes  corelisters.NodeLister
+	cnps   *clusterPolicies
+	synced []cache.InformerSynced
 
 	dirty chan struct{}
 	mu    sync.Mutex

@@ -28,7 +28,9 @@ func objectTerm(kind byte, ns, name, rv string) uint64 {
 	return mix64(fnvString(h, rv))
 }
 
-func podTerm(p *compile.PodInfo) uint64 { return objectTerm('p', p.Namespace, p.Name, p.ResourceVersion) }
+func podTerm(p *compile.PodInfo) uint64 {
+	return objectTerm('p', p.Namespace, p.Name, p.ResourceVersion)
+}
 
 func finishInputs(sum uint64) uint64 { return mix64(sum) >> (64 - fingerprintBits) }
 
