@@ -124,6 +124,8 @@ if section scale; then
 	bash hack/tools.sh >/dev/null
 	contention scale
 	"$NFTBENCH" scale "${SCALE_ARGS[@]}" >"$OUT/scale.txt"
+	# docs/scale.svg is this chart from the run the docs quote.
+	"$NFTBENCH" chart "$OUT/scale.txt" >"$OUT/scale.svg" || log "scale: no chart (fewer than two sizes measured)"
 fi
 
 if section delay; then

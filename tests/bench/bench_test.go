@@ -145,3 +145,23 @@ func requireLab(tb testing.TB) {
 	tb.Helper()
 	testenv.Require(tb, "bench", testenv.Root("create network namespaces and program nftables and NFQUEUE in them"), testenv.Binaries("ip", "nft"))
 }
+
+// TestScaleChart draws one line per series with a point per measured size.
+func TestScaleChart(t *testing.T) {
+	r := ParseLines("rss_mb_1k=60\nincr_sync_ms_1k=0.5\nfull_sync_ms_1k=20\nrss_mb_100k=240\nincr_sync_ms_100k=0.9\nfull_sync_ms_100k=1800\n")
+	svg, err := ScaleChart(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<svg", "one-pod change, p50: 0.9 at 100k pods", "full sync: 1800 at 100k pods", "RSS after settling: 240 at 100k pods"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+	if strings.Count(svg, "<path ") != 3 {
+		t.Errorf("%d lines drawn, want 3 (no data for max and heap)", strings.Count(svg, "<path "))
+	}
+	if _, err := ScaleChart(ParseLines("rss_mb_1k=60\n")); err == nil {
+		t.Error("a chart of one size drawn without complaint")
+	}
+}

@@ -12,6 +12,7 @@
 //	nftbench contention [--name N] [--duration D]
 //	nftbench gobench [FILE...]   (go test -bench output -> name=value lines)
 //	nftbench report [--quick] FILE...
+//	nftbench chart FILE...       (the scale section's lines -> SVG chart)
 //
 // It needs root; it creates its own network namespaces (prefixes npb*, npc*)
 // and never touches the caller's namespace.
@@ -154,6 +155,24 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Print(bench.ParseGoBench(string(text)).Results().Lines())
+		return
+	case "chart":
+		_ = fs.Parse(args)
+		all := &bench.Result{}
+		for _, f := range fs.Args() {
+			data, rerr := os.ReadFile(f)
+			if rerr != nil {
+				fmt.Fprintln(os.Stderr, rerr)
+				os.Exit(1)
+			}
+			all.Merge(bench.ParseLines(string(data)))
+		}
+		svg, cerr := bench.ScaleChart(all)
+		if cerr != nil {
+			fmt.Fprintln(os.Stderr, cerr)
+			os.Exit(1)
+		}
+		fmt.Print(svg)
 		return
 	case "report":
 		quick := fs.Bool("quick", false, "the results come from bench-quick")
