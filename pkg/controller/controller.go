@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,6 +162,8 @@ type Controller struct {
 	// pod changes; lastBuild is how long the last full build took.
 	refresh   *time.Timer
 	lastBuild time.Duration
+	// release returns freed memory to the OS after full builds.
+	release *time.Timer
 
 	ready       atomic.Bool
 	lastSync    atomic.Int64  // unix nanoseconds of the last successful sync
@@ -561,6 +564,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	c.committed(kind, start, now, observed)
 	c.recordGauges(prog, rs)
 	c.reportProblems(ctx, prog)
+	c.releaseMemory()
 	if first {
 		log.Info("First sync committed", "policies", len(prog.Policies), "pods", len(prog.Pods), "operations", res.Operations, "duration", now.Sub(start))
 	}
@@ -568,6 +572,25 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 		"elementsDeleted", res.ElementsDeleted, "chainsWritten", res.ChainsWritten, "chainsDeleted", res.ChainsDeleted,
 		"duration", now.Sub(start))
 	return nil
+}
+
+// releaseDelay is how long after the last full build its freed memory is
+// returned to the OS.
+const releaseDelay = 2 * time.Second
+
+// releaseMemory returns the memory full builds freed to the OS, once the
+// builds pause for releaseDelay, in the background. A build allocates a
+// program, an index and a ruleset as large as the ones it replaces; the
+// garbage collector would keep the pages for reuse (the first list of a
+// large cluster's pods, decoded whole before the transform, leaves even
+// more), so the agent's resident memory would stay at its peak. The forced
+// collection costs about what one of the build's own collections costs.
+func (c *Controller) releaseMemory() {
+	if c.release == nil {
+		c.release = time.AfterFunc(releaseDelay, debug.FreeOSMemory)
+		return
+	}
+	c.release.Reset(releaseDelay)
 }
 
 // committed records a sync that reached the kernel.
