@@ -94,6 +94,10 @@ type RenderConfig struct {
 	// DenyLogBurst limit those messages per denial, in packets per second.
 	DenyLogGroup              uint16
 	DenyLogRate, DenyLogBurst uint32
+	// DNSQueueNum is the NFQUEUE that DNS replies to pods with domainNames
+	// egress rules are held in while their answers are learned (hybrid and
+	// queue modes); 0 means QueueNum+Queues. See render_fqdn.go.
+	DNSQueueNum uint16
 }
 
 // Defaults fills unset fields.
@@ -113,6 +117,7 @@ func (c *RenderConfig) Defaults() {
 	if c.AllowMark == 0 {
 		c.AllowMark = defaultAllowMark
 	}
+	c.dnsDefaults()
 	if c.DenyLogGroup != 0 && c.DenyLogRate == 0 {
 		c.DenyLogRate = DefaultDenyLogRate
 	}
@@ -136,6 +141,9 @@ func (c *RenderConfig) Validate() error {
 		return fmt.Errorf("allow mark %#x collides with kube-proxy's masquerade/drop bits", c.AllowMark)
 	}
 	if err := ValidateQueueRange(c.QueueNum, c.Queues); err != nil {
+		return err
+	}
+	if err := c.validateDNSQueue(); err != nil {
 		return err
 	}
 	return c.validateDenyLog()

@@ -78,6 +78,8 @@ type renderer struct {
 	cfg            RenderConfig
 	rs             *Ruleset
 	forward, input *Chain
+	// output exists only to hold DNS learning's capture rules.
+	output *Chain
 }
 
 // Render turns a program into the desired ruleset of the nftpolicy table.
@@ -98,9 +100,13 @@ func Render(prog *Program, cfg RenderConfig) (*Ruleset, error) {
 	} else {
 		r.kernelDispatch()
 	}
+	r.dnsCapture()
 	// Base chains last: everything they reference exists by then.
 	r.addChain(r.input)
 	r.addChain(r.forward)
+	if r.output != nil {
+		r.addChain(r.output)
+	}
 	for _, s := range r.rs.Sets {
 		s.Elements = sortElements(s.Elements)
 	}
@@ -494,6 +500,7 @@ func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment stri
 				}
 				peers = append(peers, fmt.Sprintf("%s %s @%s ", famWord(v4), peerDir, name))
 			}
+			peers = append(peers, r.fqdnPeer(m, base, comment, d, v4)...)
 		}
 		// Ports: each alternative is one nft rule.
 		var ports []string

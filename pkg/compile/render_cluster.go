@@ -152,7 +152,8 @@ func (r *renderer) comboPeers(d Direction, ids []ClusterPolicyID) ([]IPRange, bo
 			if rl.MatchesNothing() {
 				continue
 			}
-			if rl.AllPeers {
+			if rl.AllPeers || len(rl.Domains) > 0 {
+				// Learned addresses are not known when rendering.
 				return nil, false
 			}
 			for _, sid := range rl.Selectors {

@@ -86,6 +86,11 @@ type RuntimeConfig struct {
 	Logger klog.Logger
 	// Observer, if not nil, is called for every verdict on a parsed packet.
 	Observer Observer
+	// AcceptOnAllow answers an allowed packet NF_ACCEPT with its mark
+	// unchanged instead of NF_REPEAT with AllowMark: for queues that only
+	// hold packets (DNS replies while their answers are learned), whose
+	// connection nothing remembers.
+	AcceptOnAllow bool
 }
 
 // Defaults returns c with its zero fields set to their defaults.
@@ -340,7 +345,7 @@ func (w *worker) handle(a nfqueue.Attribute) int {
 		return 0
 	}
 
-	p, err := ParsePacket(payload)
+	p, l4, err := parsePacket(payload)
 	if err != nil {
 		w.failVerdict(id, &r.c.unparsableAccepted, &r.c.unparsableDropped)
 		if r.log.V(4).Enabled() {
@@ -350,13 +355,15 @@ func (w *worker) handle(a nfqueue.Attribute) int {
 	}
 
 	start := time.Now()
-	allow, reason, ok := r.decide(p)
+	allow, reason, ok := r.decide(p, payload, l4)
 	d := time.Since(start)
 	if !ok {
 		w.failVerdict(id, &r.c.panicsAccepted, &r.c.panicsDropped)
 		return 0
 	}
-	if allow {
+	if allow && r.cfg.AcceptOnAllow {
+		err = w.nf.SetVerdict(id, nfqueue.NfAccept)
+	} else if allow {
 		err = w.nf.SetVerdictWithOption(id, nfqueue.NfRepeat, nfqueue.WithMark(mark|r.cfg.AllowMark))
 	} else {
 		err = w.nf.SetVerdict(id, nfqueue.NfDrop)
@@ -395,14 +402,27 @@ func (w *worker) failVerdict(id uint32, accepted, dropped *atomic.Uint64) {
 	}
 }
 
-func (r *Runtime) decide(p Packet) (allow bool, reason string, ok bool) {
+// PayloadDecider is a Decider that reads the queued packet itself: the
+// Runtime calls DecidePayload instead of Decide, with the packet from its
+// IP header on (cut at the copy range; valid only during the call) and the
+// offset of its transport header (0: none).
+type PayloadDecider interface {
+	Decider
+	DecidePayload(p Packet, packet []byte, l4 int) (allow bool, reason string)
+}
+
+func (r *Runtime) decide(p Packet, packet []byte, l4 int) (allow bool, reason string, ok bool) {
 	defer func() {
 		if e := recover(); e != nil {
 			ok = false
 			r.log.Error(fmt.Errorf("%v", e), "Decider panicked", "src", p.Src, "dst", p.Dst, "proto", p.Proto)
 		}
 	}()
-	allow, reason = r.decider.Decide(p)
+	if pd, isPD := r.decider.(PayloadDecider); isPD {
+		allow, reason = pd.DecidePayload(p, packet, l4)
+	} else {
+		allow, reason = r.decider.Decide(p)
+	}
 	return allow, reason, true
 }
 
