@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
@@ -176,7 +175,6 @@ type ResolvedAnswers struct {
 type resolvedName struct {
 	name string
 	ips  []netip.Addr
-	ttl  time.Duration
 }
 
 // NewResolvedAnswers indexes dnsAnswers by the addresses of the pods that
@@ -193,7 +191,7 @@ func NewResolvedAnswers(s *Scenario) *ResolvedAnswers {
 		}
 	}
 	for _, a := range s.DNSAnswers {
-		rn := resolvedName{name: NormalizeDomain(a.Name), ttl: time.Duration(a.TTL) * time.Second}
+		rn := resolvedName{name: NormalizeDomain(a.Name)}
 		for _, ip := range a.IPs {
 			if x, err := netip.ParseAddr(ip); err == nil {
 				rn.ips = append(rn.ips, x.Unmap())
@@ -227,9 +225,9 @@ func (ra *ResolvedAnswers) Resolved(podAddr, peer netip.Addr, domains []DomainPa
 
 // FQDNSeedElements are the elements a kernel harness writes into the fqdn
 // sets of a program so that they hold what the scenario's pods resolved:
-// set name -> elements "pod . address" with the answer's TTL as timeout (at
-// least one second; 0 means none). Scenario harnesses use it to check the
-// kernel against the evaluator.
+// set name -> elements "pod . address". Scenario harnesses use it to check
+// the kernel against the evaluator, which does not expire scenario answers:
+// seeds get a timeout that outlasts the probes, not the answers' TTLs.
 func FQDNSeedElements(p *Program, s *Scenario) map[string][]SeedElement {
 	ra := NewResolvedAnswers(s)
 	out := map[string][]SeedElement{}
@@ -245,7 +243,7 @@ func FQDNSeedElements(p *Program, s *Scenario) map[string][]SeedElement {
 							continue
 						}
 						set := fr.Set(pa.Is4())
-						out[set] = append(out[set], SeedElement{Pod: pa, Addr: ip, Timeout: rn.ttl})
+						out[set] = append(out[set], SeedElement{Pod: pa, Addr: ip})
 					}
 				}
 			}
@@ -257,5 +255,4 @@ func FQDNSeedElements(p *Program, s *Scenario) map[string][]SeedElement {
 // SeedElement is one learned "pod address . peer address" element.
 type SeedElement struct {
 	Pod, Addr netip.Addr
-	Timeout   time.Duration
 }

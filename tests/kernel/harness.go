@@ -114,7 +114,7 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 	}
 	rcfg := compile.RenderConfig{Mode: cfg.Mode, QueueVariant: cfg.QueueVariant,
 		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate}
-	if cfg.Mode == compile.ModeQueue && rcfg.QueueVariant == "" {
+	if rcfg.LearnsDNS() && rcfg.QueueVariant == "" {
 		v, err := sets.ProbeQueueVariant(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("probing the queue variant: %w", err)
@@ -453,6 +453,11 @@ func (c *Cluster) Apply(ctx context.Context, s *compile.Scenario, full bool) (Sy
 			defer wg.Done()
 			prog := compile.Build(s.Input(n, nodes, nil))
 			res, err := c.agents[n].Apply(ctx, prog, c.cfg.MutateRuleset, full)
+			if err == nil {
+				// What the scenario's pods resolved (dnsAnswers), as if
+				// they had looked their names up.
+				err = c.agents[n].Seed(ctx, s)
+			}
 			errs[i] = err
 			mu.Lock()
 			out[n] = res
@@ -525,13 +530,14 @@ func (r *Report) Errors() []Outcome {
 // `nftpolicy eval` does.
 func Evaluate(s *compile.Scenario) []queue.Verdict {
 	prog := compile.Build(s.Input("", nil, nil))
+	resolved := compile.NewResolvedAnswers(s)
 	out := make([]queue.Verdict, len(s.Probes))
 	for i, pr := range s.Probes {
 		src, dst, err := s.ProbeAddrs(i)
 		if err != nil {
 			continue
 		}
-		out[i] = queue.Evaluate(prog, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
+		out[i] = queue.EvaluateResolved(prog, resolved, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
 	}
 	return out
 }

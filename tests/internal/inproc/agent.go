@@ -53,6 +53,7 @@ type Agent struct {
 	elements *sets.NetlinkElements
 	stopRT   context.CancelFunc
 	rtDone   chan error
+	dns      dnsLearning
 }
 
 // New starts the agent of node in lab with the render configuration rcfg
@@ -90,7 +91,7 @@ func New(lab *netlab.Lab, node string, rcfg compile.RenderConfig, log logr.Logge
 	// one command per set.
 	a.elements = sets.NewNetlinkElements(compile.TableName, int(a.netns.Fd()))
 	scfg := sets.Config{NFT: a.nft, Logger: log, Netlink: a.elements, OneCommandPerSet: true}
-	if rcfg.UsesQueue() && rcfg.QueueVariant == compile.QueueXTCompat {
+	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == compile.QueueXTCompat {
 		scfg.External = a.installQueueRule
 	}
 	if a.syncer, err = sets.New(scfg); err != nil {
@@ -98,6 +99,11 @@ func New(lab *netlab.Lab, node string, rcfg compile.RenderConfig, log logr.Logge
 	}
 	if rcfg.UsesQueue() {
 		if err := a.startRuntime(log); err != nil {
+			return nil, err
+		}
+	}
+	if rcfg.LearnsDNS() {
+		if err := a.startDNS(log); err != nil {
 			return nil, err
 		}
 	}
@@ -112,7 +118,7 @@ func (a *Agent) installQueueRule(ctx context.Context, chain string) error {
 		return err
 	}
 	defer conn.CloseLasting()
-	return sets.InstallCompatQueueRule(conn, compile.TableName, chain, a.qcfg)
+	return sets.InstallCompatQueueRule(conn, compile.TableName, chain, sets.CompatRuleConfig(a.rcfg, chain))
 }
 
 // CompatQueueRuleInstalled reports whether the node's queue chain holds the
@@ -180,6 +186,7 @@ func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(no
 // table stays (the lab's teardown removes the namespace).
 func (a *Agent) Close() error {
 	var errs []error
+	errs = append(errs, a.stopDNS())
 	if a.stopRT != nil {
 		a.stopRT()
 		if err := <-a.rtDone; err != nil {
