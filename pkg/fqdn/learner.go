@@ -67,16 +67,31 @@ type Learner struct {
 	idx atomic.Pointer[podIndex]
 
 	mu sync.Mutex
-	// store: pod address -> name -> answer address -> expiry.
-	store map[netip.Addr]map[string]map[netip.Addr]time.Time
+	// store: pod ("namespace/name") -> name -> answer address -> expiry.
+	store map[string]map[string]map[netip.Addr]time.Time
 }
 
-// podIndex maps local pods' addresses to the domainNames rules that apply
-// to them, for one program.
+// podIndex maps local pods' addresses to the pod and the domainNames rules
+// that apply to it, for one program.
 type podIndex struct {
-	prog  *compile.Program
-	rules map[netip.Addr][]compile.FQDNRule
-	keys  map[netip.Addr]string
+	prog *compile.Program
+	pods map[netip.Addr]*podEntry
+}
+
+type podEntry struct {
+	key   string
+	ips   []netip.Addr
+	rules []compile.FQDNRule
+}
+
+// addr returns the pod's address of a family.
+func (e *podEntry) addr(v4 bool) (netip.Addr, bool) {
+	for _, a := range e.ips {
+		if a.Is4() == v4 {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // New returns a Learner; cfg.Program and cfg.Trusted are required.
@@ -105,7 +120,7 @@ func New(cfg Config) (*Learner, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Learner{cfg: cfg, store: map[netip.Addr]map[string]map[netip.Addr]time.Time{}}, nil
+	return &Learner{cfg: cfg, store: map[string]map[string]map[netip.Addr]time.Time{}}, nil
 }
 
 func (l *Learner) index() *podIndex {
@@ -116,17 +131,21 @@ func (l *Learner) index() *podIndex {
 	if x := l.idx.Load(); x != nil && x.prog == p {
 		return x
 	}
-	x := &podIndex{prog: p, rules: map[netip.Addr][]compile.FQDNRule{}, keys: map[netip.Addr]string{}}
+	x := &podIndex{prog: p, pods: map[netip.Addr]*podEntry{}}
 	for _, fr := range p.FQDNRules() {
 		for _, pid := range fr.Subjects {
 			pod := &p.Pods[pid]
-			if !pod.Local {
+			if !pod.Local || len(pod.IPs) == 0 {
 				continue
 			}
-			for _, a := range pod.IPs {
-				x.rules[a] = append(x.rules[a], fr)
-				x.keys[a] = pod.Key
+			e := x.pods[pod.IPs[0]]
+			if e == nil {
+				e = &podEntry{key: pod.Key, ips: pod.IPs}
+				for _, a := range pod.IPs {
+					x.pods[a] = e
+				}
 			}
+			e.rules = append(e.rules, fr)
 		}
 	}
 	l.idx.Store(x)
@@ -154,10 +173,11 @@ func (l *Learner) Learn(ctx context.Context, src, dst netip.Addr, msg []byte) Re
 	if x == nil {
 		return l.skip(CauseNoProgram, src, dst)
 	}
-	rules := x.rules[dst]
-	if len(rules) == 0 {
+	pod := x.pods[dst]
+	if pod == nil {
 		return l.skip(CauseNoMatch, src, dst)
 	}
+	rules := pod.rules
 	answers, err := ParseReply(msg)
 	if err != nil {
 		return l.skip(Cause(err), src, dst)
@@ -179,9 +199,11 @@ func (l *Learner) Learn(ctx context.Context, src, dst netip.Addr, msg []byte) Re
 				continue
 			}
 			matched = true
+			// An A answer pairs with the pod's IPv4 address, an AAAA
+			// answer with its IPv6 address, whatever the reply's family.
 			for _, addr := range a.Addrs {
-				if addr.Is4() == dst.Is4() {
-					els = append(els, Element{Set: fr.Set(dst.Is4()), Pod: dst, Addr: addr, Timeout: ttl})
+				if pa, ok := pod.addr(addr.Is4()); ok {
+					els = append(els, Element{Set: fr.Set(addr.Is4()), Pod: pa, Addr: addr, Timeout: ttl})
 				}
 			}
 		}
@@ -202,15 +224,15 @@ func (l *Learner) Learn(ctx context.Context, src, dst netip.Addr, msg []byte) Re
 		if err != nil {
 			l.cfg.Metrics.notLearned.WithLabelValues(CauseWriteError).Inc()
 			l.cfg.Logger.Error(err, "Cannot write learned DNS answers; the reply is "+map[bool]string{true: "released", false: "dropped"}[l.cfg.FailOpen],
-				"pod", x.keys[dst], "podIP", dst, "elements", len(els))
+				"pod", pod.key, "podIP", dst, "elements", len(els))
 			return Result{Cause: CauseWriteError, Release: l.cfg.FailOpen}
 		}
 	}
 	l.mu.Lock()
-	byName := l.store[dst]
+	byName := l.store[pod.key]
 	if byName == nil {
 		byName = map[string]map[netip.Addr]time.Time{}
-		l.store[dst] = byName
+		l.store[pod.key] = byName
 	}
 	n := 0
 	for _, lg := range logged {
@@ -246,7 +268,7 @@ func (l *Learner) Learn(ctx context.Context, src, dst netip.Addr, msg []byte) Re
 	l.cfg.Metrics.podAddrs.Observe(float64(n))
 	if v := l.cfg.Logger.V(2); v.Enabled() {
 		for _, lg := range logged {
-			v.Info("Learned DNS answer", "pod", x.keys[dst], "podIP", dst, "name", lg.name, "addresses", addrList(lg.addrs), "ttl", lg.ttl, "server", src)
+			v.Info("Learned DNS answer", "pod", pod.key, "podIP", dst, "name", lg.name, "addresses", addrList(lg.addrs), "ttl", lg.ttl, "server", src)
 		}
 	}
 	return Result{Learned: len(els), Release: true}
@@ -281,10 +303,18 @@ func addrList(as []netip.Addr) string {
 // the patterns to peer, and the answer has not expired: the evaluator's
 // view of domainNames peers (queue.Resolver).
 func (l *Learner) Resolved(pod, peer netip.Addr, domains []compile.DomainPattern) bool {
+	x := l.index()
+	if x == nil {
+		return false
+	}
+	e := x.pods[pod.Unmap()]
+	if e == nil {
+		return false
+	}
 	now := l.cfg.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for name, m := range l.store[pod.Unmap()] {
+	for name, m := range l.store[e.key] {
 		if exp, ok := m[peer.Unmap()]; ok && now.Before(exp) && compile.DomainsMatch(domains, name) {
 			return true
 		}
@@ -301,9 +331,13 @@ func (l *Learner) Forget() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for a := range l.store {
-		if len(x.rules[a]) == 0 {
-			delete(l.store, a)
+	keep := map[string]bool{}
+	for _, e := range x.pods {
+		keep[e.key] = true
+	}
+	for k := range l.store {
+		if !keep[k] {
+			delete(l.store, k)
 		}
 	}
 }

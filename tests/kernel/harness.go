@@ -52,6 +52,8 @@ type Config struct {
 	// (compile.RenderConfig); the tests read the group themselves.
 	DenyLogGroup uint16
 	DenyLogRate  uint32
+	// FailOpen renders the queue rules with the bypass flag (--fail-open).
+	FailOpen bool
 }
 
 // Cluster is a lab whose nodes enforce a scenario's policies. Its topology
@@ -113,7 +115,7 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 		cfg.Prefix = netlab.RandomPrefix("npk")
 	}
 	rcfg := compile.RenderConfig{Mode: cfg.Mode, QueueVariant: cfg.QueueVariant,
-		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate}
+		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate, FailOpen: cfg.FailOpen}
 	if rcfg.LearnsDNS() && rcfg.QueueVariant == "" {
 		v, err := sets.ProbeQueueVariant(ctx)
 		if err != nil {

@@ -53,7 +53,7 @@ type Agent struct {
 	elements *sets.NetlinkElements
 	stopRT   context.CancelFunc
 	rtDone   chan error
-	dns      dnsLearning
+	dns      DNSLearning
 }
 
 // New starts the agent of node in lab with the render configuration rcfg

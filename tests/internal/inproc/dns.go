@@ -19,9 +19,9 @@ import (
 // not expire for the evaluator, so the kernel's must outlast the probes.
 const seedTimeout = time.Hour
 
-// dnsLearning is the agent's DNS learning (hybrid and queue modes): the
+// DNSLearning is the agent's DNS learning (hybrid and queue modes): the
 // learner, its trusted sources and its runtime on the DNS queue.
-type dnsLearning struct {
+type DNSLearning struct {
 	// Learner learns replies; Sources are the servers it trusts (none
 	// until a test sets them).
 	Learner *fqdn.Learner
@@ -33,7 +33,7 @@ type dnsLearning struct {
 }
 
 // DNS returns the agent's DNS learning; its Learner is nil in kernel mode.
-func (a *Agent) DNS() *dnsLearning { return &a.dns }
+func (a *Agent) DNS() *DNSLearning { return &a.dns }
 
 // answers is the evaluator's resolver: what the learner learned, and what
 // a scenario says pods resolved (Seed).
@@ -50,7 +50,10 @@ func (a *Agent) startDNS(log logr.Logger) error {
 	d := &a.dns
 	d.Sources = fqdn.NewSources(nil)
 	d.Metrics = fqdn.NewMetrics()
-	cfg := fqdn.Config{Program: a.eval.Program, Trusted: d.Sources.Contains, FailOpen: a.rcfg.FailOpen, Metrics: d.Metrics, Logger: log}
+	// A one-second minimum TTL lets expiry tests run in seconds (the
+	// agent's default is fqdn.DefaultMinTTL).
+	cfg := fqdn.Config{Program: a.eval.Program, Trusted: d.Sources.Contains, FailOpen: a.rcfg.FailOpen, Metrics: d.Metrics, Logger: log,
+		MinTTL: time.Second}
 	if !a.rcfg.UsesQueue() {
 		cfg.Writer = wire.Writer{W: a.elements}
 	}
