@@ -60,6 +60,7 @@ type agentOptions struct {
 	// agent's own network namespace, unless a test sets another.
 	queueProber sets.QueueProber
 	denyLog     denyLogOptions
+	fqdn        fqdnOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -80,6 +81,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
 	o.denyLog.addFlags(fs)
+	o.fqdn.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -198,10 +200,16 @@ func agent(ctx context.Context, o *agentOptions) error {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 
-	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark}
-	if render.UsesQueue() {
+	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark,
+		DNSQueueNum: o.fqdn.queueNum}
+	if render.UsesQueue() || render.LearnsDNS() {
 		v, err := chooseQueueVariant(ctx, o.queueVariant, o.queueProber)
-		if err != nil {
+		if err != nil && !render.UsesQueue() {
+			// Hybrid mode works without queueing, except domainNames.
+			log.Error(err, "DNS replies cannot be queued: domainNames peers match nothing on this node")
+			render.NoDNSLearning = true
+			v = compile.QueueNative
+		} else if err != nil {
 			return err
 		}
 		render.QueueVariant = v
@@ -297,6 +305,11 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
 		return err
 	}
+	if render.LearnsDNS() {
+		if err := o.fqdn.startFQDN(ctx, render, eval, elements, client, reg, errs); err != nil {
+			return err
+		}
+	}
 	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
 	log.Info("nftpolicy agent started", "node", node, "mode", mode, "failOpen", o.failOpen)
 	select {
@@ -335,7 +348,7 @@ func serve(ctx context.Context, addr string, h http.Handler) error {
 // compatInstaller installs the xt NFQUEUE rule over netlink when the
 // ruleset uses the xt-compat variant.
 func compatInstaller(render compile.RenderConfig) sets.ExternalRules {
-	if !render.UsesQueue() || render.QueueVariant != compile.QueueXTCompat {
+	if !(render.UsesQueue() || render.LearnsDNS()) || render.QueueVariant != compile.QueueXTCompat {
 		return nil
 	}
 	return func(ctx context.Context, chain string) error {
@@ -344,8 +357,6 @@ func compatInstaller(render compile.RenderConfig) sets.ExternalRules {
 			return fmt.Errorf("netlink: %w", err)
 		}
 		defer conn.CloseLasting()
-		return sets.InstallCompatQueueRule(conn, compile.TableName, chain, sets.QueueRuleConfig{
-			QueueNum: render.QueueNum, Queues: render.Queues, Bypass: render.FailOpen, Fanout: render.Queues > 1, Counter: true,
-		})
+		return sets.InstallCompatQueueRule(conn, compile.TableName, chain, sets.CompatRuleConfig(render, chain))
 	}
 }

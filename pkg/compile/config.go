@@ -98,6 +98,9 @@ type RenderConfig struct {
 	// egress rules are held in while their answers are learned (hybrid and
 	// queue modes); 0 means QueueNum+Queues. See render_fqdn.go.
 	DNSQueueNum uint16
+	// NoDNSLearning renders no DNS capture (a hybrid-mode kernel that
+	// cannot queue): domainNames peers then match nothing.
+	NoDNSLearning bool
 }
 
 // Defaults fills unset fields.

@@ -41,8 +41,8 @@ const (
 )
 
 // LearnsDNS reports whether the ruleset queues DNS replies for domainNames
-// peers: in hybrid and queue modes.
-func (c *RenderConfig) LearnsDNS() bool { return c.Mode != ModeKernel }
+// peers: in hybrid and queue modes, unless NoDNSLearning.
+func (c *RenderConfig) LearnsDNS() bool { return c.Mode != ModeKernel && !c.NoDNSLearning }
 
 func (c *RenderConfig) dnsDefaults() {
 	if c.DNSQueueNum == 0 {

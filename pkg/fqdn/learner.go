@@ -149,7 +149,25 @@ func (l *Learner) index() *podIndex {
 		}
 	}
 	l.idx.Store(x)
+	l.forget(x)
 	return x
+}
+
+// forget drops what pods that are no longer local subjects resolved, once
+// per program: a reused pod address must not inherit their answers. (The
+// kernel's elements of a deleted pod expire with their TTL.)
+func (l *Learner) forget(x *podIndex) {
+	keep := map[string]bool{}
+	for _, e := range x.pods {
+		keep[e.key] = true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.store {
+		if !keep[k] {
+			delete(l.store, k)
+		}
+	}
 }
 
 // Result is what Learn did with one reply.
@@ -320,24 +338,4 @@ func (l *Learner) Resolved(pod, peer netip.Addr, domains []compile.DomainPattern
 		}
 	}
 	return false
-}
-
-// Forget drops what pods that no longer exist resolved: called after a
-// program swap (a reused pod address must not inherit them).
-func (l *Learner) Forget() {
-	x := l.index()
-	if x == nil {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	keep := map[string]bool{}
-	for _, e := range x.pods {
-		keep[e.key] = true
-	}
-	for k := range l.store {
-		if !keep[k] {
-			delete(l.store, k)
-		}
-	}
 }
