@@ -58,6 +58,8 @@ type Config struct {
 	Logger       klog.Logger
 	// Now is the clock (tests); time.Now when nil.
 	Now func() time.Time
+	// OnHold, if set, receives each reply's hold time (benchmarks).
+	OnHold func(time.Duration)
 }
 
 // Learner learns DNS replies (see the package documentation). It is safe

@@ -23,6 +23,10 @@ func (l *Learner) HandleReply(ctx context.Context, proto uint8, src, dst netip.A
 	default:
 		res = l.Learn(ctx, src, dst, msg)
 	}
-	l.cfg.Metrics.hold.Observe(time.Since(start).Seconds())
+	d := time.Since(start)
+	l.cfg.Metrics.hold.Observe(d.Seconds())
+	if l.cfg.OnHold != nil {
+		l.cfg.OnHold(d)
+	}
 	return res
 }

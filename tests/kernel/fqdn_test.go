@@ -14,68 +14,12 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
-	"github.com/nftpolicy/nftpolicy/tests/internal/dnsserver"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
-// fqdnScenario: x/a (node-1) may reach kube-system and, on TCP 80 and
-// 8080, the names of rule "web"; everything else is denied. The DNS
-// servers run in kube-system pods on node-2, so replies cross node-1's
-// forward hook. The probes only make the lab create the external hosts.
-const fqdnScenario = `
-pods:
-  - {namespace: x, name: a, labels: {app: a}, ips: [10.244.1.10, "fd00:10:244:1::10"], node: node-1}
-  - {namespace: kube-system, name: dns, labels: {app: dns}, ips: [10.244.2.53, "fd00:10:244:2::53"], node: node-2}
-  - {namespace: kube-system, name: rogue, labels: {app: rogue}, ip: 10.244.2.54, node: node-2}
-clusterNetworkPolicies:
-  - apiVersion: policy.networking.k8s.io/v1beta1
-    kind: ClusterNetworkPolicy
-    metadata: {name: fqdn}
-    spec:
-      tier: Admin
-      priority: 10
-      subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: x}}}
-      egress:
-        - name: dns
-          action: Accept
-          to: [{namespaces: {matchLabels: {kubernetes.io/metadata.name: kube-system}}}]
-        - name: web
-          action: Accept
-          to: [{domainNames: [www.example.com, "*.example.org", api.example.com]}]
-          protocols: [{tcp: {destinationPort: {number: 80}}}, {tcp: {destinationPort: {number: 8080}}}]
-        - name: rest
-          action: Deny
-          to: [{networks: [0.0.0.0/0, "::/0"]}]
-probes:
-  - {from: {pod: x/a}, to: {ip: 192.0.2.10}, port: 80}
-  - {from: {pod: x/a}, to: {ip: 192.0.2.11}, port: 80}
-  - {from: {pod: x/a}, to: {ip: 192.0.2.12}, port: 80}
-  - {from: {pod: x/a}, to: {ip: 192.0.2.13}, port: 80}
-  - {from: {pod: x/a}, to: {ip: 192.0.2.14}, port: 80}
-  - {from: {pod: x/a}, to: {ip: 192.0.2.15}, port: 80}
-  - {from: {pod: x/a}, to: {ip: 192.0.2.16}, port: 80}
-  - {from: {pod: x/a}, to: {ip: 192.0.2.17}, port: 80}
-  - {from: {pod: x/a}, to: {ip: "2001:db8::10"}, port: 80}
-`
-
-var (
-	dnsV4    = netip.MustParseAddr("10.244.2.53")
-	rogueV4  = netip.MustParseAddr("10.244.2.54")
-	v4       = netip.MustParseAddr
-	fqdnRecs = []dnsserver.Record{
-		{Name: "www.example.com", Addrs: []netip.Addr{v4("192.0.2.10"), v4("2001:db8::10")}, TTL: 300},
-		{Name: "a.b.example.org", Addrs: []netip.Addr{v4("192.0.2.11")}, TTL: 300},
-		{Name: "example.org", Addrs: []netip.Addr{v4("192.0.2.12")}, TTL: 300},
-		{Name: "api.example.com", CNAME: "lb.cdn.test", TTL: 300},
-		{Name: "lb.cdn.test", Addrs: []netip.Addr{v4("192.0.2.13")}, TTL: 300},
-		{Name: "tcp.example.org", Addrs: []netip.Addr{v4("192.0.2.15")}, TTL: 300},
-		{Name: "trunc.example.org", Addrs: []netip.Addr{v4("192.0.2.16")}, TTL: 300, Truncated: true},
-		{Name: "short.example.org", Addrs: []netip.Addr{v4("192.0.2.17")}, TTL: 2},
-	}
-)
-
-// fqdnLab is the scenario's cluster with its DNS servers running.
+// fqdnLab is the FQDN lab of a test.
 type fqdnLab struct {
+	*FQDNLab
 	t   *testing.T
 	c   *Cluster
 	pod netlab.Endpoint
@@ -83,53 +27,25 @@ type fqdnLab struct {
 
 func newFQDNLab(t *testing.T, cfg Config) *fqdnLab {
 	requireRoot(t)
-	s, err := compile.ParseScenario([]byte(fqdnScenario))
+	fl, err := NewFQDNLab(testContext(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newCluster(t, s, cfg)
-	if _, err := c.Apply(testContext(t), s, false); err != nil {
-		t.Fatal(err)
-	}
-	l := &fqdnLab{t: t, c: c}
-	l.pod, _ = c.PodEndpoint("x/a")
-	serve := func(key string, recs []dnsserver.Record) {
-		ep, _ := c.PodEndpoint(key)
-		var srv *dnsserver.Server
-		if err := c.Lab().InNetns(ep, func() error {
-			var err error
-			srv, err = dnsserver.Listen(netip.IPv6Unspecified(), 53, recs)
-			return err
-		}); err != nil {
-			t.Fatalf("DNS server in %s: %v", key, err)
+	t.Cleanup(func() {
+		if err := fl.Close(); err != nil {
+			t.Errorf("Close: %v", err)
 		}
-		t.Cleanup(func() { srv.Close() })
-	}
-	serve("kube-system/dns", fqdnRecs)
-	serve("kube-system/rogue", []dnsserver.Record{{Name: "www.example.com", Addrs: []netip.Addr{v4("192.0.2.14")}, TTL: 300}})
-	// Only the cluster DNS pod is trusted.
-	for _, n := range c.Nodes() {
-		if d := c.Agent(n).DNS(); d.Sources != nil {
-			d.Sources.SetEndpoints([]netip.Addr{dnsV4, v4("fd00:10:244:2::53")})
-		}
-	}
-	return l
+	})
+	return &fqdnLab{FQDNLab: fl, t: t, c: fl.C, pod: fl.Pod}
 }
 
-// lookup resolves name from x/a through server.
 func (l *fqdnLab) lookup(server netip.Addr, name string, v6, tcp bool) ([]netip.Addr, error) {
-	var out []netip.Addr
-	err := l.c.Lab().InNetns(l.pod, func() error {
-		var err error
-		out, err = dnsserver.Lookup(netip.AddrPortFrom(server, 53), name, v6, tcp, 2*time.Second)
-		return err
-	})
-	return out, err
+	return l.Lookup(server, name, v6, tcp)
 }
 
 func (l *fqdnLab) mustLookup(name string, v6, tcp bool, want string) {
 	l.t.Helper()
-	got, err := l.lookup(dnsV4, name, v6, tcp)
+	got, err := l.lookup(FQDNServer, name, v6, tcp)
 	if err != nil {
 		l.t.Fatalf("lookup %s: %v", name, err)
 	}
@@ -140,7 +56,7 @@ func (l *fqdnLab) mustLookup(name string, v6, tcp bool, want string) {
 
 func (l *fqdnLab) probe(addr string, port uint16) bool {
 	l.t.Helper()
-	ok, err := l.c.Lab().Probe(context.Background(), l.pod, v4(addr), port, netlab.TCP, time.Second)
+	ok, err := l.c.Lab().Probe(context.Background(), l.pod, netip.MustParseAddr(addr), port, netlab.TCP, time.Second)
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -229,8 +145,8 @@ func TestFQDNLearning(t *testing.T) {
 	})
 	t.Run("untrusted server", func(t *testing.T) {
 		before := l.notLearned(fqdn.CauseUntrusted)
-		got, err := l.lookup(rogueV4, "www.example.com", false, false)
-		if err != nil || len(got) != 1 || got[0] != v4("192.0.2.14") {
+		got, err := l.lookup(FQDNRogueServer, "www.example.com", false, false)
+		if err != nil || len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.14") {
 			t.Fatalf("lookup through the rogue server = %v, %v", got, err)
 		}
 		l.expect("192.0.2.14", false, "answers of an untrusted server are never learned")
@@ -241,9 +157,9 @@ func TestFQDNLearning(t *testing.T) {
 	t.Run("evaluator agrees", func(t *testing.T) {
 		ln := l.c.Agent("node-1").DNS().Learner
 		web := []compile.DomainPattern{{Suffix: "www.example.com"}, {Suffix: "example.org", Wildcard: true}, {Suffix: "api.example.com"}}
-		pod := v4("10.244.1.10")
+		pod := netip.MustParseAddr("10.244.1.10")
 		for addr, want := range map[string]bool{"192.0.2.10": true, "192.0.2.11": true, "192.0.2.13": true, "192.0.2.12": false, "192.0.2.14": false, "192.0.2.16": false} {
-			if got := ln.Resolved(pod, v4(addr), web); got != want {
+			if got := ln.Resolved(pod, netip.MustParseAddr(addr), web); got != want {
 				t.Errorf("learner: x/a resolved %s = %v, want %v", addr, got, want)
 			}
 		}
@@ -265,7 +181,7 @@ func TestFQDNLearning(t *testing.T) {
 // connection goes on, a new one is denied until the pod looks up again.
 func TestFQDNTTLExpiry(t *testing.T) {
 	l := newFQDNLab(t, Config{})
-	ext, ok := l.c.exts[v4("192.0.2.17")]
+	ext, ok := l.c.exts[netip.MustParseAddr("192.0.2.17")]
 	if !ok {
 		t.Fatal("no external host 192.0.2.17")
 	}
@@ -359,7 +275,7 @@ func TestFQDNRace(t *testing.T) {
 		if out, err := l.c.Lab().NodeExec("node-1", "nft", "flush", "set", "inet", compile.TableName, set); err != nil {
 			t.Fatalf("flush %s: %v: %s", set, err, out)
 		}
-		if _, err := l.lookup(dnsV4, "www.example.com", false, false); err != nil {
+		if _, err := l.lookup(FQDNServer, "www.example.com", false, false); err != nil {
 			t.Fatalf("iteration %d: lookup: %v", i, err)
 		}
 		if !l.probe("192.0.2.10", 80) {
@@ -381,7 +297,7 @@ func TestFQDNAgentDown(t *testing.T) {
 			if err := l.c.Agent("node-1").StopDNS(); err != nil {
 				t.Fatal(err)
 			}
-			got, err := l.lookup(dnsV4, "www.example.com", false, false)
+			got, err := l.lookup(FQDNServer, "www.example.com", false, false)
 			if !failOpen {
 				if err == nil {
 					t.Fatalf("fail closed: the lookup got %v while no agent listens", got)

@@ -30,7 +30,12 @@ type DNSLearning struct {
 	Metrics *fqdn.Metrics
 	stop    context.CancelFunc
 	done    chan error
+	onHold  atomic.Pointer[func(time.Duration)]
 }
+
+// ObserveHolds makes f receive the hold time of every reply from now on
+// (nil: none).
+func (d *DNSLearning) ObserveHolds(f func(time.Duration)) { d.onHold.Store(&f) }
 
 // DNS returns the agent's DNS learning; its Learner is nil in kernel mode.
 func (a *Agent) DNS() *DNSLearning { return &a.dns }
@@ -53,7 +58,11 @@ func (a *Agent) startDNS(log logr.Logger) error {
 	// A one-second minimum TTL lets expiry tests run in seconds (the
 	// agent's default is fqdn.DefaultMinTTL).
 	cfg := fqdn.Config{Program: a.eval.Program, Trusted: d.Sources.Contains, FailOpen: a.rcfg.FailOpen, Metrics: d.Metrics, Logger: log,
-		MinTTL: time.Second}
+		MinTTL: time.Second, OnHold: func(t time.Duration) {
+			if f := d.onHold.Load(); f != nil && *f != nil {
+				(*f)(t)
+			}
+		}}
 	if !a.rcfg.UsesQueue() {
 		cfg.Writer = wire.Writer{W: a.elements}
 	}

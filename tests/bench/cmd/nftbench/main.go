@@ -8,6 +8,7 @@
 //	nftbench conn  [--rounds N] [--duration D] [--max-conns N] [--workers N]
 //	nftbench scale [--pods 10000,50000] [--policies 1000] [--local-pods 4]
 //	nftbench delay [--changes 20] [--interval 2ms]
+//	nftbench dns   [--lookups 1000] [--conns 100]
 //	nftbench contention [--name N] [--duration D]
 //	nftbench gobench [FILE...]   (go test -bench output -> name=value lines)
 //	nftbench report [--quick] FILE...
@@ -33,7 +34,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|report [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|dns|report [flags]")
 	os.Exit(2)
 }
 
@@ -118,6 +119,14 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunDelay(ctx, c)
+	case "dns":
+		var c bench.DNSConfig
+		fs.IntVar(&c.Lookups, "lookups", 1000, "UDP lookups timed")
+		fs.IntVar(&c.Conns, "conns", 100, "connections to a learned address afterwards (none may be queued)")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunDNS(ctx, c)
 	case "contention":
 		// wall/CPU of a fixed CPU-bound loop: how much of a CPU this machine gives
 		name := fs.String("name", "contention", "name of the value")
