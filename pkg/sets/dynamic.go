@@ -31,3 +31,15 @@ func (s *Syncer) recordDynamic(desired *compile.Ruleset) {
 		}
 	}
 }
+
+// newExternalChain reports whether desired has an External chain that the
+// applied ruleset lacks (or had as a regular chain): its rules need the
+// installer, which only full syncs run.
+func newExternalChain(old, desired *compile.Ruleset) bool {
+	for n, c := range desired.Chains {
+		if prev, ok := old.Chains[n]; c.External && (!ok || !prev.External) {
+			return true
+		}
+	}
+	return false
+}

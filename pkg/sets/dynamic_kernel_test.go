@@ -64,3 +64,43 @@ func TestDynamicSetKeepsElements(t *testing.T) {
 		t.Errorf("a set whose declaration changed kept its elements:\n%s", has())
 	}
 }
+
+// TestNewExternalChainInstalled: an External chain that appears in an
+// incremental sync (DNS learning's, with the first domainNames rule) gets
+// its rules from the installer.
+func TestNewExternalChainInstalled(t *testing.T) {
+	k := newKernelNode(t, true)
+	var installed []string
+	k.syncer = mustSyncer(t, k, func(_ context.Context, chain string) error {
+		installed = append(installed, chain)
+		return nil
+	})
+	ctx := context.Background()
+	rs := &compile.Ruleset{Table: knftables.Table{Comment: knftables.PtrTo("t")}, Chains: map[string]*compile.Chain{}, Sets: map[string]*compile.Set{}}
+	if _, err := k.syncer.Sync(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	rs2 := &compile.Ruleset{Table: rs.Table, Sets: rs.Sets, Chains: map[string]*compile.Chain{
+		compile.ChainDNS: {Chain: knftables.Chain{Name: compile.ChainDNS}, External: true}}, ChainOrder: []string{compile.ChainDNS}}
+	if _, err := k.syncer.Sync(ctx, rs2); err != nil {
+		t.Fatal(err)
+	}
+	if len(installed) != 1 || installed[0] != compile.ChainDNS {
+		t.Errorf("installer called for %v, want [%s]", installed, compile.ChainDNS)
+	}
+}
+
+// mustSyncer is a netlink-writing Syncer in k's namespace with an External
+// installer.
+func mustSyncer(t *testing.T, k *kernelNode, ext sets.ExternalRules) *sets.Syncer {
+	t.Helper()
+	nft, err := newNSNFT(k.r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sets.New(sets.Config{NFT: nft, Netlink: nsElementWriter(t, k.r), OneCommandPerSet: true, External: ext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -239,6 +239,11 @@ func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Res
 		// The mode changed: rewrite everything.
 		return s.full(ctx, desired)
 	}
+	if newExternalChain(old, desired) {
+		// Only full syncs install external rules (DNS learning's chain
+		// appears with the first domainNames rule).
+		return s.full(ctx, desired)
+	}
 	for n, set := range desired.Sets {
 		if prev, ok := old.Sets[n]; ok && !sameDefinition(prev, set) {
 			// A set or map keeps its name but not its type, flags or
