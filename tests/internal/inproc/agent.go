@@ -144,17 +144,25 @@ func (a *Agent) startRuntime(log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	a.Runtime = rt
+	a.stopRT, a.rtDone, err = a.run(rt, "nfqueue runtime")
+	return err
+}
+
+// run starts a runtime and waits until its queues are bound; cancel stops
+// it, and done then yields Run's error.
+func (a *Agent) run(rt *queue.Runtime, what string) (cancel context.CancelFunc, done chan error, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	a.Runtime, a.stopRT, a.rtDone = rt, cancel, make(chan error, 1)
-	go func() { a.rtDone <- rt.Run(ctx) }()
+	done = make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
 	select {
 	case <-rt.Ready():
-		return nil
-	case err := <-a.rtDone:
-		a.rtDone <- err
-		return fmt.Errorf("nfqueue runtime on %s: %w", a.Node, err)
+		return cancel, done, nil
+	case err := <-done:
+		done <- err
+		return cancel, done, fmt.Errorf("%s on %s: %w", what, a.Node, err)
 	case <-time.After(runtimeReadyTimeout):
-		return fmt.Errorf("nfqueue runtime on %s: not ready after %v", a.Node, runtimeReadyTimeout)
+		return cancel, done, fmt.Errorf("%s on %s: not ready after %v", what, a.Node, runtimeReadyTimeout)
 	}
 }
 

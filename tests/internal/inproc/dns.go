@@ -2,7 +2,6 @@ package inproc
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -75,18 +74,9 @@ func (a *Agent) startDNS(log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d.Runtime, d.stop, d.done = rt, cancel, make(chan error, 1)
-	go func() { d.done <- rt.Run(ctx) }()
-	select {
-	case <-rt.Ready():
-		return nil
-	case err := <-d.done:
-		d.done <- err
-		return fmt.Errorf("DNS queue runtime on %s: %w", a.Node, err)
-	case <-time.After(runtimeReadyTimeout):
-		return fmt.Errorf("DNS queue runtime on %s: not ready after %v", a.Node, runtimeReadyTimeout)
-	}
+	d.Runtime = rt
+	d.stop, d.done, err = a.run(rt, "DNS queue runtime")
+	return err
 }
 
 // StopDNS stops the DNS queue runtime, as when the agent is down: the
