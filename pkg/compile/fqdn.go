@@ -183,12 +183,9 @@ type resolvedName struct {
 func NewResolvedAnswers(s *Scenario) *ResolvedAnswers {
 	ra := &ResolvedAnswers{byPod: map[netip.Addr][]resolvedName{}}
 	pods := map[string][]netip.Addr{}
-	for _, p := range s.Pods {
-		for _, ip := range p.IPs {
-			if a, err := netip.ParseAddr(ip); err == nil {
-				pods[p.Namespace+"/"+p.Name] = append(pods[p.Namespace+"/"+p.Name], a)
-			}
-		}
+	for i := range s.Pods {
+		p := &s.Pods[i]
+		pods[p.Key()] = append(pods[p.Key()], p.Addrs()...)
 	}
 	for _, a := range s.DNSAnswers {
 		rn := resolvedName{name: NormalizeDomain(a.Name)}

@@ -43,6 +43,7 @@ func TestDomainPatterns(t *testing.T) {
 const fqdnScenario = `
 pods:
   - {namespace: x, name: a, ips: [10.0.0.1, "fd00::1"], node: n1}
+  - {namespace: x, name: b, ip: 10.0.0.2, node: n1}
 clusterNetworkPolicies:
   - apiVersion: policy.networking.k8s.io/v1beta1
     kind: ClusterNetworkPolicy
@@ -57,6 +58,7 @@ clusterNetworkPolicies:
 dnsAnswers:
   - {pod: x/a, name: www.example.com., ips: [192.0.2.1, "2001:db8::1"], ttl: 60}
   - {pod: x/a, name: example.org, ips: [192.0.2.2], ttl: 60}
+  - {pod: x/b, name: a.example.org, ips: [192.0.2.3], ttl: 60}
 `
 
 func TestRenderFQDN(t *testing.T) {
@@ -95,19 +97,20 @@ func TestRenderFQDN(t *testing.T) {
 			if !strings.Contains(first, "udp sport 53") || !strings.Contains(first, "@"+compile.SetFQDNPodsV4) {
 				t.Errorf("%s: forward starts with %q, not the DNS capture", mode, first)
 			}
-			if rs.Chains[compile.ChainOutput] == nil || len(rs.Sets[compile.SetFQDNPodsV4].Elements) != 1 {
+			if rs.Chains[compile.ChainOutput] == nil || len(rs.Sets[compile.SetFQDNPodsV4].Elements) != 2 {
 				t.Errorf("%s: no output capture or fqdn-pods element", mode)
 			}
 		}
 	}
 
 	seeds := compile.FQDNSeedElements(prog, s)
-	if len(seeds[set4]) != 1 || seeds[set4][0].Addr != netip.MustParseAddr("192.0.2.1") || len(seeds["admin-web-egress-0-fqdn-v6"]) != 1 {
+	if len(seeds[set4]) != 2 || seeds[set4][0].Addr != netip.MustParseAddr("192.0.2.1") || len(seeds["admin-web-egress-0-fqdn-v6"]) != 1 {
 		t.Errorf("seeds: %+v (example.org does not match *.example.org)", seeds)
 	}
 	ra := compile.NewResolvedAnswers(s)
 	ds := prog.ClusterPolicies[0].Egress[0].Domains
-	if !ra.Resolved(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("192.0.2.1"), ds) || ra.Resolved(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("192.0.2.2"), ds) {
+	if !ra.Resolved(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("192.0.2.1"), ds) || ra.Resolved(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("192.0.2.2"), ds) ||
+		!ra.Resolved(netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("192.0.2.3"), ds) {
 		t.Errorf("ResolvedAnswers disagree with the patterns")
 	}
 }

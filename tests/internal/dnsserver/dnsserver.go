@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,12 +35,15 @@ type Record struct {
 	TTL uint32
 	// Truncated answers with the TC bit set (the answer section kept).
 	Truncated bool
+	// Clients, when not empty, limits the record to queries from these
+	// addresses (two pods may have resolved one name differently).
+	Clients []netip.Addr
 }
 
 // Server answers from its records until closed. Safe for concurrent use.
 type Server struct {
 	mu      sync.RWMutex
-	records map[string]Record
+	records map[string][]Record
 
 	udp net.PacketConn
 	tcp net.Listener
@@ -50,7 +54,7 @@ type Server struct {
 // Call it on a thread inside the target network namespace (netlab's
 // InNetns): the sockets stay in that namespace.
 func Listen(addr netip.Addr, port uint16, records []Record) (*Server, error) {
-	s := &Server{records: map[string]Record{}}
+	s := &Server{}
 	s.Set(records)
 	ap := netip.AddrPortFrom(addr, port).String()
 	var err error
@@ -69,9 +73,10 @@ func Listen(addr netip.Addr, port uint16, records []Record) (*Server, error) {
 
 // Set replaces the records.
 func (s *Server) Set(records []Record) {
-	m := make(map[string]Record, len(records))
+	m := make(map[string][]Record, len(records))
 	for _, r := range records {
-		m[strings.ToLower(strings.TrimSuffix(r.Name, "."))] = r
+		k := strings.ToLower(strings.TrimSuffix(r.Name, "."))
+		m[k] = append(m[k], r)
 	}
 	s.mu.Lock()
 	s.records = m
@@ -93,7 +98,7 @@ func (s *Server) serveUDP() {
 		if err != nil {
 			return
 		}
-		if out, ok := s.answer(buf[:n]); ok {
+		if out, ok := s.answer(buf[:n], addrOf(from)); ok {
 			_, _ = s.udp.WriteTo(out, from)
 		}
 	}
@@ -116,7 +121,7 @@ func (s *Server) serveTCP() {
 				if err != nil {
 					return
 				}
-				out, ok := s.answer(msg)
+				out, ok := s.answer(msg, addrOf(c.RemoteAddr()))
 				if !ok {
 					return
 				}
@@ -139,8 +144,26 @@ func readTCP(r io.Reader) ([]byte, error) {
 	return msg, err
 }
 
-// answer builds the response to a query; false for what is not a query.
-func (s *Server) answer(query []byte) ([]byte, bool) {
+func addrOf(a net.Addr) netip.Addr {
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+// lookup returns the record of name for a client (the caller holds mu).
+func (s *Server) lookup(name string, client netip.Addr) (Record, bool) {
+	for _, r := range s.records[name] {
+		if len(r.Clients) == 0 || slices.Contains(r.Clients, client) {
+			return r, true
+		}
+	}
+	return Record{}, false
+}
+
+// answer builds the response to a query from client; false for what is
+// not a query.
+func (s *Server) answer(query []byte, client netip.Addr) ([]byte, bool) {
 	var p dnsmessage.Parser
 	h, err := p.Start(query)
 	if err != nil || h.Response {
@@ -156,7 +179,7 @@ func (s *Server) answer(query []byte) ([]byte, bool) {
 	s.mu.RLock()
 	found := false
 	for i := 0; i < 8; i++ {
-		r, ok := s.records[name]
+		r, ok := s.lookup(name, client)
 		if !ok {
 			break
 		}
