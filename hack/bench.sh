@@ -18,6 +18,9 @@
 #          policies, one real agent process; RSS, CPU, sync durations
 #   delay  API write -> first connection observing the new verdict, with a
 #          real agent process (tests/internal/cluster)
+#   dns    DNS learning (domainNames) in hybrid mode: hold time of a DNS
+#          reply (dns_hold_us_p50/p99), queued_packets_per_dns_reply, and
+#          that connections to a learned address are not queued
 #
 # Needs root (network namespaces, nftables, NFQUEUE), nft, and the control
 # plane binaries of hack/tools.sh. Creates only its own network namespaces;
@@ -58,6 +61,7 @@ if ((QUICK)); then
 	EVAL_TIME=300ms
 	SCALE_ARGS=(--pods 2000 --incremental 5 --settle 2s)
 	DELAY_ARGS=(--cycles 4)
+	DNS_ARGS=(--lookups 200 --conns 20)
 else
 	CONN_ARGS=(--rounds 40 --duration 150ms)
 	SYNC_BENCH='BenchmarkSync/'
@@ -66,6 +70,7 @@ else
 	EVAL_TIME=1s
 	SCALE_ARGS=(--pods 1000,10000,50000,100000 --incremental 10 --settle 10s)
 	DELAY_ARGS=(--cycles 8)
+	DNS_ARGS=(--lookups 2000 --conns 100)
 fi
 
 # Build everything first: compiling must not overlap the measurements.
@@ -141,6 +146,12 @@ if section newpod; then
 	"$NFTBENCH" newpod >"$OUT/newpod.txt"
 fi
 
+if section dns; then
+	log "dns: DNS replies held while learned (${DNS_ARGS[*]})"
+	contention dns
+	"$NFTBENCH" dns "${DNS_ARGS[@]}" >"$OUT/dns.txt"
+fi
+
 {
 	echo "machine_load_end=$(cut -d' ' -f1 /proc/loadavg)"
 	echo "bench_wall_s=$(($(date +%s) - began))"
@@ -148,5 +159,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,sync,eval,scale,delay,newpod}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,sync,eval,scale,delay,newpod,dns}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

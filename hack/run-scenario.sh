@@ -7,7 +7,9 @@
 # the namespaces, pods (ip endpoints become external hosts attached to the
 # first node) and policies through the API (the experimental
 # ClusterNetworkPolicy CRD first when there are clusterNetworkPolicies),
-# waits until every agent reports them programmed, tries every probe as a
+# waits until every agent reports them programmed, makes each pod with
+# dnsAnswers resolve its names through a real DNS server (in a namespace of
+# its own, trusted by the agents), tries every probe as a
 # real connection (a node endpoint sends from, or is served in, the node's
 # namespace), prints one JSON line per probe ({"probe":i,"allowed":b}) and
 # tears everything down. Needs root; nothing outside its own network
@@ -19,7 +21,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-usage() { sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '2,20s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 args=()
 file=""

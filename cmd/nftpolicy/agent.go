@@ -62,6 +62,7 @@ type agentOptions struct {
 	queueProber sets.QueueProber
 	denyLog     denyLogOptions
 	newPod      newPodOptions
+	fqdn        fqdnOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -85,6 +86,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
 	o.denyLog.addFlags(fs)
 	o.newPod.addFlags(fs)
+	o.fqdn.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -203,7 +205,8 @@ func agent(ctx context.Context, o *agentOptions) error {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 
-	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark}
+	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark,
+		DNSQueueNum: o.fqdn.queueNum}
 	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
 	podCIDRs, err := o.newPod.parsePodCIDRs()
 	if err != nil {
@@ -212,9 +215,16 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.newPod.configure(&render, eval, reg); err != nil {
 		return err
 	}
-	if render.UsesQueue() {
+	if render.UsesQueue() || render.LearnsDNS() {
 		v, err := chooseQueueVariant(ctx, o.queueVariant, o.queueProber)
-		if err != nil {
+		if err != nil && render.Mode != compile.ModeQueue {
+			// Hybrid mode works without queueing, but for what only
+			// userspace can decide.
+			log.Error(err, "Nothing can be queued on this node: connections of pods this agent has not seen yet are not held, and domainNames peers match nothing")
+			render.NoDNSLearning = true
+			render.SkipUnknownPods = true
+			v = compile.QueueNative
+		} else if err != nil {
 			return err
 		}
 		render.QueueVariant = v
@@ -314,6 +324,11 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
 		return err
 	}
+	if render.LearnsDNS() {
+		if err := o.fqdn.startFQDN(ctx, render, eval, elements, client, reg, errs); err != nil {
+			return err
+		}
+	}
 	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
 	log.Info("nftpolicy agent started", "node", node, "mode", mode, "failOpen", o.failOpen)
 	select {
@@ -352,7 +367,7 @@ func serve(ctx context.Context, addr string, h http.Handler) error {
 // compatInstaller installs the xt NFQUEUE rule over netlink when the
 // ruleset uses the xt-compat variant.
 func compatInstaller(render compile.RenderConfig) sets.ExternalRules {
-	if !render.UsesQueue() || render.QueueVariant != compile.QueueXTCompat {
+	if !(render.UsesQueue() || render.LearnsDNS()) || render.QueueVariant != compile.QueueXTCompat {
 		return nil
 	}
 	return func(ctx context.Context, chain string) error {
@@ -361,8 +376,6 @@ func compatInstaller(render compile.RenderConfig) sets.ExternalRules {
 			return fmt.Errorf("netlink: %w", err)
 		}
 		defer conn.CloseLasting()
-		return sets.InstallCompatQueueRule(conn, compile.TableName, chain, sets.QueueRuleConfig{
-			QueueNum: render.QueueNum, Queues: render.Queues, Bypass: render.FailOpen, Fanout: render.Queues > 1, Counter: true,
-		})
+		return sets.InstallCompatQueueRule(conn, compile.TableName, chain, sets.CompatRuleConfig(render, chain))
 	}
 }

@@ -42,10 +42,12 @@ func loadScenario(path string, stderr io.Writer) (*compile.Scenario, int) {
 // EvalScenario decides every probe of a scenario cluster-wide.
 func EvalScenario(s *compile.Scenario) []ProbeResult {
 	prog := compile.Build(s.Input("", nil, nil))
+	// domainNames peers match what dnsAnswers say the pods resolved.
+	resolved := compile.NewResolvedAnswers(s)
 	out := make([]ProbeResult, len(s.Probes))
 	for i, pr := range s.Probes {
 		src, dst, _ := s.ProbeAddrs(i) // validated by ParseScenario
-		v := queue.Evaluate(prog, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
+		v := queue.EvaluateResolved(prog, resolved, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
 		out[i] = ProbeResult{Probe: i, Allowed: v.Allowed, Ingress: v.Ingress, Egress: v.Egress, Reason: v.Reason()}
 	}
 	return out

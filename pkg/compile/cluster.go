@@ -469,9 +469,7 @@ func (b *builder) clusterPeer(pr *problems, r *ClusterRule, path *field.Path, pe
 		}
 	default:
 		*hasAddrPeer = true
-		// Learning DNS answers is a separate piece of work; until then a
-		// domainNames peer matches nothing (only Accept rules may use it).
-		failPart(path.Child("domainNames"), "domainNames peers are not supported yet")
+		clusterDomainPeer(r, path.Child("domainNames"), peer.DomainNames, failPart)
 	}
 }
 

@@ -98,6 +98,13 @@ type RenderConfig struct {
 	// the pod ranges that no known pod holds (render_unknown.go); hybrid
 	// mode then never queues.
 	SkipUnknownPods bool
+	// DNSQueueNum is the NFQUEUE that DNS replies to pods with domainNames
+	// egress rules are held in while their answers are learned (hybrid and
+	// queue modes); 0 means QueueNum+Queues. See render_fqdn.go.
+	DNSQueueNum uint16
+	// NoDNSLearning renders no DNS capture (a hybrid-mode kernel that
+	// cannot queue): domainNames peers then match nothing.
+	NoDNSLearning bool
 }
 
 // Defaults fills unset fields.
@@ -117,6 +124,7 @@ func (c *RenderConfig) Defaults() {
 	if c.AllowMark == 0 {
 		c.AllowMark = defaultAllowMark
 	}
+	c.dnsDefaults()
 	if c.DenyLogGroup != 0 && c.DenyLogRate == 0 {
 		c.DenyLogRate = DefaultDenyLogRate
 	}
@@ -140,6 +148,9 @@ func (c *RenderConfig) Validate() error {
 		return fmt.Errorf("allow mark %#x collides with kube-proxy's masquerade/drop bits", c.AllowMark)
 	}
 	if err := ValidateQueueRange(c.QueueNum, c.Queues); err != nil {
+		return err
+	}
+	if err := c.validateDNSQueue(); err != nil {
 		return err
 	}
 	return c.validateDenyLog()

@@ -283,6 +283,10 @@ type Match struct {
 	// IPBlocks are address peers (ipBlock with its except removed, or
 	// networks), as sorted disjoint ranges.
 	IPBlocks []IPRange
+	// Domains are ClusterNetworkPolicy domainNames patterns, sorted: the
+	// peer is an address the local pod itself resolved a matching name to
+	// (learned from DNS replies, see fqdn.go).
+	Domains []DomainPattern
 
 	// AllPorts matches every protocol and port.
 	AllPorts bool
@@ -294,7 +298,7 @@ type Match struct {
 
 // empty reports whether no connection can match: no peer or no port.
 func (m *Match) empty() bool {
-	noPeers := !m.AllPeers && len(m.Selectors) == 0 && len(m.Nodes) == 0 && len(m.IPBlocks) == 0
+	noPeers := !m.AllPeers && len(m.Selectors) == 0 && len(m.Nodes) == 0 && len(m.IPBlocks) == 0 && len(m.Domains) == 0
 	noPorts := !m.AllPorts && len(m.Ports) == 0 && len(m.NamedPorts) == 0
 	return noPeers || noPorts
 }

@@ -79,6 +79,8 @@ type renderer struct {
 	cfg            RenderConfig
 	rs             *Ruleset
 	forward, input *Chain
+	// output exists only to hold DNS learning's capture rules.
+	output *Chain
 	// named lists the named-port sets (by base name, in namedBases), whose
 	// elements come from the pods they resolve on.
 	named      []namedPortUser
@@ -86,6 +88,9 @@ type renderer struct {
 	// combos lists the ClusterNetworkPolicy combination chains with a
 	// tier-skip set, whose elements come from their rules' peers.
 	combos []comboSet
+	// fqdnPolicies are the ClusterNetworkPolicies with domainNames egress
+	// rules and local subjects (nil when DNS is not learned).
+	fqdnPolicies map[ClusterPolicyID]bool
 }
 
 // subjectOfPolicy reports whether a pod is isolated by NetworkPolicy id in
@@ -124,9 +129,15 @@ func (r *renderer) render() {
 	} else {
 		r.kernelDispatch()
 	}
+	r.dnsCapture()
+	// Every set and map exists now: the pods' elements.
+	r.allPodElements()
 	// Base chains last: everything they reference exists by then.
 	r.addChain(r.input)
 	r.addChain(r.forward)
+	if r.output != nil {
+		r.addChain(r.output)
+	}
 	for _, s := range r.rs.Sets {
 		s.Elements = sortElements(s.Elements)
 	}
@@ -303,10 +314,9 @@ func (r *renderer) queueChain() {
 }
 
 // queueDispatch sends every new connection of a local pod that any policy
-// selects in a direction to the userspace evaluator.
-func (r *renderer) queueDispatch() {
-	r.allPodElements()
-}
+// selects in a direction to the userspace evaluator: the pods' elements
+// in the dispatch maps are all there is.
+func (r *renderer) queueDispatch() {}
 
 // kernelDispatch renders what decides each local pod's new connections in
 // each tier: per-policy chains, one chain per distinct combination of
@@ -388,7 +398,6 @@ func (r *renderer) kernelDispatch() {
 			r.clusterComboChain(c.t, c.d, c.cids, chasRules)
 		}
 	}
-	r.allPodElements()
 }
 
 // allPodElements adds every pod's elements to the sets and maps rendered
@@ -406,14 +415,15 @@ func (r *renderer) allPodElements() {
 // podElements emits what one pod contributes to the sets and maps whose
 // elements are pods: the self and ClusterNetworkPolicy egress sets and the
 // tier maps (local pods), the peer sets of the selectors it belongs to and
-// the named-port sets its ports resolve in, and the known-pods sets of the
-// unknown-pod rules. Sets and maps the ruleset does
+// the named-port sets its ports resolve in, the known-pods sets of the
+// unknown-pod rules and the DNS-capture set of domainNames subjects. Sets and maps the ruleset does
 // not have (a selector no rendered rule uses) get nothing. Nothing else in
 // the ruleset depends on a single pod, except the tier-skip sets of
 // ClusterNetworkPolicy combination chains (comboRanges), which list every
 // address their rules name: pod churn is these elements.
 func (r *renderer) podElements(pod *Pod, emit func(set string, e knftables.Element)) {
 	r.knownPodElements(pod, emit)
+	r.fqdnPodElements(pod, emit)
 	if pod.Local {
 		r.localPodElements(pod, emit)
 	}
@@ -559,6 +569,7 @@ func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment stri
 				}
 				peers = append(peers, fmt.Sprintf("%s %s @%s ", famWord(v4), peerDir, name))
 			}
+			peers = append(peers, r.fqdnPeer(m, base, comment, d, v4)...)
 		}
 		// Ports: each alternative is one nft rule.
 		var ports []string

@@ -161,7 +161,8 @@ func comboRanges(p *Program, d Direction, ids []ClusterPolicyID, addrs func(Sele
 			if rl.MatchesNothing() {
 				continue
 			}
-			if rl.AllPeers {
+			if rl.AllPeers || len(rl.Domains) > 0 {
+				// Learned addresses are not known when rendering.
 				return nil, false
 			}
 			for _, sid := range rl.Selectors {

@@ -24,6 +24,10 @@ type Set struct {
 	Set      *knftables.Set
 	Map      *knftables.Map
 	Elements []knftables.Element
+	// Dynamic sets have elements written by someone else (DNS learning's
+	// fqdn sets, with timeouts): Elements stays empty and syncs keep the
+	// kernel's elements as long as the declaration does not change.
+	Dynamic bool
 }
 
 // Name returns the set's or map's name.

@@ -46,8 +46,11 @@ type Tracker struct {
 	// lists each pod's addresses (owned or not).
 	claims  map[netip.Addr]int
 	claimed map[string][]netip.Addr
-	// comboUse counts the local pods using each combination chain.
+	// comboUse counts the local pods using each combination chain, fqdnUse
+	// the local subjects of domainNames rules (the DNS capture exists while
+	// there is one).
 	comboUse map[string]int
+	fqdnUse  int
 	// Where a pod can be placed: selectors by namespace (no namespace
 	// selector), selectors with a namespace selector, NetworkPolicies by
 	// namespace.
@@ -120,11 +123,15 @@ func (t *Tracker) index(pods []*PodInfo) {
 			}
 		}
 	}
+	t.fqdnUse = 0
 	for i := range p.Pods {
 		pod := &p.Pods[i]
 		t.views[pod.Key] = pod
 		for _, n := range t.combos(pod) {
 			t.comboUse[n]++
+		}
+		if t.r.fqdnSubject(pod) {
+			t.fqdnUse++
 		}
 	}
 	t.nodeAddrs = map[netip.Addr]bool{}
@@ -171,6 +178,26 @@ func (t *Tracker) index(pods []*PodInfo) {
 			}
 		}
 	}
+}
+
+// fqdnSubjectOf reports whether a pod is a subject of a ClusterNetworkPolicy
+// with domainNames egress rules, whether or not the ruleset captures DNS
+// (a first such pod changes its shape).
+func (t *Tracker) fqdnSubjectOf(pod *Pod) bool {
+	if !pod.Local || !t.cfg.LearnsDNS() {
+		return false
+	}
+	for _, ids := range [][]ClusterPolicyID{pod.AdminEgress, pod.BaselineEgress} {
+		for _, id := range ids {
+			cp := &t.prog.ClusterPolicies[id]
+			for i := range cp.Egress {
+				if !cp.Egress[i].Disabled && len(cp.Egress[i].Domains) > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // combos names the combination chains a local pod is dispatched to.
@@ -270,6 +297,23 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) 
 			return nil, false
 		}
 	}
+	// The DNS capture exists while a local pod is a domainNames subject,
+	// and lists the subjects of the policies the last build saw with one.
+	fqdnDelta := 0
+	if old != nil && t.r.fqdnSubject(old) {
+		fqdnDelta--
+	}
+	if cur != nil {
+		if t.fqdnSubjectOf(cur) != t.r.fqdnSubject(cur) {
+			return nil, false
+		}
+		if t.r.fqdnSubject(cur) {
+			fqdnDelta++
+		}
+	}
+	if t.fqdnUse > 0 && t.fqdnUse+fqdnDelta == 0 {
+		return nil, false
+	}
 
 	changes := map[string]*SetDelta{}
 	at := func(set string) *SetDelta {
@@ -296,6 +340,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) 
 	}
 
 	// Bookkeeping, then the tier-skip sets that list the pod's selectors.
+	t.fqdnUse += fqdnDelta
 	for _, n := range oldCombos {
 		t.comboUse[n]--
 	}

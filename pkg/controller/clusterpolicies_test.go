@@ -135,10 +135,12 @@ func TestClusterPolicyProblemsReported(t *testing.T) {
 	logger, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	bad := ct.CNP("domains", "Admin", 3, ct.NamespacesSubject(ct.Sel()), ct.CNPEgress(ct.CNPRule("dns", "Accept", ct.ToDomains("example.com"))))
+	// domainNames in a Deny rule: the CRD admits it, the API documents
+	// domainNames for Accept rules only.
+	bad := ct.CNP("domains", "Admin", 3, ct.NamespacesSubject(ct.Sel()), ct.CNPEgress(ct.CNPRule("dns", "Deny", ct.ToDomains("example.com"))))
 	bad.UID = "uid-1"
 	if len(compile.ValidateClusterPolicy(bad)) == 0 {
-		t.Fatal("test premise: the compiler reports no problem in a domainNames peer")
+		t.Fatal("test premise: the compiler reports no problem in a Deny rule's domainNames peer")
 	}
 	good := ct.CNP("fine", "Baseline", 3, ct.NamespacesSubject(ct.Sel()))
 	client := npafake.NewSimpleClientset(bad, good)

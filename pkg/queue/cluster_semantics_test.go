@@ -285,7 +285,7 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 			},
 		},
 		{
-			name: "domainNames are not supported yet: an Accept rule with them matches nothing",
+			name: "domainNames: an address the pod never resolved is not matched",
 			cnps: cnps(ct.CNP("fqdn", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
 				ct.CNPRule("example", "Accept", ct.ToDomains("www.example.com")),
 				ct.CNPRule("deny", "Deny", ct.ToNetworks("0.0.0.0/0")),
@@ -293,7 +293,16 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 			conns: []semConn{
 				denied("x/a", "192.0.2.1", TCP, 443).why("fqdn (Admin, priority 1) egress rule deny"),
 			},
-			problems: []semProblem{{"fqdn", "spec.egress[0].to[0].domainNames", "not supported"}},
+		},
+		{
+			name: "domainNames in a Deny rule (the API allows them in Accept rules only) fail closed",
+			cnps: cnps(ct.CNP("fqdn-deny", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
+				ct.CNPRule("bad", "Deny", ct.ToDomains("www.example.com")),
+			))),
+			conns: []semConn{
+				denied("x/a", "z/a", TCP, 80).why("fqdn-deny (Admin, priority 1) egress rule bad"),
+			},
+			problems: []semProblem{{"fqdn-deny", "spec.egress[0].to[0].domainNames", "Accept rules only"}},
 		},
 		{
 			name: "invalid subject: every pod, Accept rules off, Pass rules deny",

@@ -63,6 +63,20 @@ type end struct {
 // table, one 32-byte record per pod, and decision tables whose rules lie
 // next to each other, so that a verdict touches a few cache lines.
 func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) Verdict {
+	return EvaluateResolved(p, nil, src, dst, proto, port)
+}
+
+// Resolver knows what pods resolved: domainNames peers match the
+// addresses a pod itself got for a matching name (pkg/fqdn's learner in the
+// agent, compile.ResolvedAnswers for scenarios). It must be safe for
+// concurrent use and must not block.
+type Resolver interface {
+	Resolved(pod, peer netip.Addr, domains []compile.DomainPattern) bool
+}
+
+// EvaluateResolved is Evaluate with domainNames peers decided from res
+// (nil: they match nothing).
+func EvaluateResolved(p *compile.Program, res Resolver, src, dst netip.Addr, proto compile.Protocol, port uint16) Verdict {
 	x := &p.Eval
 	s, d := end{addr: src.Unmap()}, end{addr: dst.Unmap()}
 	if id, ok := x.PodByAddr(s.addr); ok {
@@ -85,7 +99,7 @@ func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, p
 	case !s.pod.Local:
 		v.EgressReason = ReasonNotEnforcedHere
 	default:
-		v.Egress, v.EgressReason = decideDirection(p, &s, compile.Egress, &d, d.pod, proto, port)
+		v.Egress, v.EgressReason = decideDirection(p, res, &s, compile.Egress, &d, d.pod, proto, port)
 	}
 
 	// Ingress of the destination pod. Traffic from the pod's own node (kubelet
@@ -101,7 +115,7 @@ func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, p
 			v.IngressReason = ReasonNodeTraffic
 		}
 	default:
-		v.Ingress, v.IngressReason = decideDirection(p, &d, compile.Ingress, &s, d.pod, proto, port)
+		v.Ingress, v.IngressReason = decideDirection(p, nil, &d, compile.Ingress, &s, d.pod, proto, port)
 	}
 	v.Allowed = v.Egress && v.Ingress
 	return v
@@ -111,7 +125,7 @@ func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, p
 // Admin tier, then the NetworkPolicies isolating the pod, then the Baseline
 // tier, then allow. The remote end is the destination for egress, the
 // source for ingress.
-func decideDirection(p *compile.Program, local *end, d compile.Direction,
+func decideDirection(p *compile.Program, res Resolver, local *end, d compile.Direction,
 	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (bool, string) {
 	x := &p.Eval
 	passed := ""
@@ -125,7 +139,7 @@ func decideDirection(p *compile.Program, local *end, d compile.Direction,
 				return decide(p, local, d, table, remote, dstPod, proto, port)
 			}
 		}
-		switch a, reason := decideTier(p, x.TierRulesOf(local.pod, t, d), remote, dstPod, proto, port); a {
+		switch a, reason := decideTier(p, res, local.addr, x.TierRulesOf(local.pod, t, d), remote, dstPod, proto, port); a {
 		case compile.ActionAccept:
 			return true, reason
 		case compile.ActionDeny:
@@ -147,20 +161,22 @@ func decideDirection(p *compile.Program, local *end, d compile.Direction,
 // in precedence order, rules in written order, laid out in that order); the
 // first rule that matches decides (0 when none does). The port is checked
 // first: it is the cheaper test and the one that fails most often.
-func decideTier(p *compile.Program, rules []compile.EvalClusterRule,
+func decideTier(p *compile.Program, res Resolver, local netip.Addr, rules []compile.EvalClusterRule,
 	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (compile.Action, string) {
 	x := &p.Eval
 	for i := range rules {
 		r := &rules[i]
-		if x.PortMatches(&r.EvalMatch, dstPod, proto, port) && peerMatches(p, r, remote) {
+		if x.PortMatches(&r.EvalMatch, dstPod, proto, port) && peerMatches(p, res, local, r, remote) {
 			return r.Action, r.Reason
 		}
 	}
 	return 0, ""
 }
 
-// peerMatches checks the remote end against a ClusterNetworkPolicy rule's peers.
-func peerMatches(p *compile.Program, r *compile.EvalClusterRule, remote *end) bool {
+// peerMatches checks the remote end against a ClusterNetworkPolicy rule's
+// peers; domainNames peers ask res whether the local pod resolved the
+// remote address.
+func peerMatches(p *compile.Program, res Resolver, local netip.Addr, r *compile.EvalClusterRule, remote *end) bool {
 	if r.AllPeers {
 		return true
 	}
@@ -178,6 +194,9 @@ func peerMatches(p *compile.Program, r *compile.EvalClusterRule, remote *end) bo
 				return true
 			}
 		}
+	}
+	if res != nil && len(r.Rule.Domains) > 0 && res.Resolved(local, remote.addr, r.Rule.Domains) {
+		return true
 	}
 	return x.ContainsAddr(&r.EvalMatch, &r.Rule.Match, remote.addr)
 }
@@ -252,6 +271,8 @@ type Evaluator struct {
 	// UnknownPods, if set, is told every decision on an unknown pod address.
 	UnknownPods UnknownPodObserver
 	waiters     waiters
+	// Resolved, if set, decides domainNames peers (the agent's DNS learner).
+	Resolved Resolver
 }
 
 // Swap publishes a new program and wakes the decisions waiting for a pod
@@ -273,7 +294,7 @@ func (e *Evaluator) Evaluate(src, dst netip.Addr, proto compile.Protocol, port u
 		o := e.OpenWithoutProgram
 		return Verdict{Allowed: o, Egress: o, Ingress: o, EgressReason: ReasonNoProgram, IngressReason: ReasonNoProgram}
 	}
-	return Evaluate(p, src, dst, proto, port)
+	return EvaluateResolved(p, e.Resolved, src, dst, proto, port)
 }
 
 // Decide implements Decider for the NFQUEUE runtime. The reason is the

@@ -86,6 +86,11 @@ type RuntimeConfig struct {
 	Logger klog.Logger
 	// Observer, if not nil, is called for every verdict on a parsed packet.
 	Observer Observer
+	// AcceptOnAllow answers an allowed packet NF_ACCEPT with its mark
+	// unchanged instead of NF_REPEAT with AllowMark: for queues that only
+	// hold packets (DNS replies while their answers are learned), whose
+	// connection nothing remembers.
+	AcceptOnAllow bool
 }
 
 // Defaults returns c with its zero fields set to their defaults.
@@ -344,7 +349,7 @@ func (w *worker) handle(a nfqueue.Attribute) int {
 		return 0
 	}
 
-	p, err := ParsePacket(payload)
+	p, l4, err := parsePacket(payload)
 	if err != nil {
 		w.failVerdict(id, &r.c.unparsableAccepted, &r.c.unparsableDropped)
 		if r.log.V(4).Enabled() {
@@ -357,7 +362,7 @@ func (w *worker) handle(a nfqueue.Attribute) int {
 		return 0 // answered later, from its own goroutine (hold.go)
 	}
 	start := time.Now()
-	allow, reason, ok := r.decide(p)
+	allow, reason, ok := r.decide(p, payload, l4)
 	w.answer(id, mark, p, allow, reason, ok, time.Since(start))
 	return 0
 }
@@ -370,7 +375,9 @@ func (w *worker) answer(id, mark uint32, p Packet, allow bool, reason string, ok
 		w.failVerdict(id, &r.c.panicsAccepted, &r.c.panicsDropped)
 		return
 	}
-	if allow {
+	if allow && r.cfg.AcceptOnAllow {
+		err = w.nf.SetVerdict(id, nfqueue.NfAccept)
+	} else if allow {
 		err = w.nf.SetVerdictWithOption(id, nfqueue.NfRepeat, nfqueue.WithMark(mark|r.cfg.AllowMark))
 	} else {
 		err = w.nf.SetVerdict(id, nfqueue.NfDrop)
@@ -408,14 +415,27 @@ func (w *worker) failVerdict(id uint32, accepted, dropped *atomic.Uint64) {
 	}
 }
 
-func (r *Runtime) decide(p Packet) (allow bool, reason string, ok bool) {
+// PayloadDecider is a Decider that reads the queued packet itself: the
+// Runtime calls DecidePayload instead of Decide, with the packet from its
+// IP header on (cut at the copy range; valid only during the call) and the
+// offset of its transport header (0: none).
+type PayloadDecider interface {
+	Decider
+	DecidePayload(p Packet, packet []byte, l4 int) (allow bool, reason string)
+}
+
+func (r *Runtime) decide(p Packet, packet []byte, l4 int) (allow bool, reason string, ok bool) {
 	defer func() {
 		if e := recover(); e != nil {
 			ok = false
 			r.log.Error(fmt.Errorf("%v", e), "Decider panicked", "src", p.Src, "dst", p.Dst, "proto", p.Proto)
 		}
 	}()
-	allow, reason = r.decider.Decide(p)
+	if pd, isPD := r.decider.(PayloadDecider); isPD {
+		allow, reason = pd.DecidePayload(p, packet, l4)
+	} else {
+		allow, reason = r.decider.Decide(p)
+	}
 	return allow, reason, true
 }
 

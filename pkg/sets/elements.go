@@ -157,12 +157,14 @@ type nlElement struct {
 	data        []byte
 	hasVerdict  bool
 	udata       []byte
+	// timeoutMS is NFTA_SET_ELEM_TIMEOUT in milliseconds (0: none).
+	timeoutMS uint64
 }
 
 // encodedLen estimates the element's size in a netlink message, to split
 // element lists below the 64 KiB limit of one attribute.
 func (e *nlElement) encodedLen() int {
-	return 4 + 8 + len(e.key) + 8 + len(e.keyEnd) + 8 + 16 + len(e.chain) + 8 + len(e.data) + 4 + len(e.udata) + 8
+	return 4 + 8 + len(e.key) + 8 + len(e.keyEnd) + 8 + 16 + len(e.chain) + 8 + len(e.data) + 4 + len(e.udata) + 8 + 12
 }
 
 // encode converts one element of the text form into the kernel elements

@@ -266,6 +266,9 @@ func (w *NetlinkElements) elementMessage(set string, els []nlElement) ([]byte, e
 				if e.flags != 0 {
 					ne.Uint32(unix.NFTA_SET_ELEM_FLAGS, e.flags)
 				}
+				if e.timeoutMS != 0 {
+					ne.Uint64(unix.NFTA_SET_ELEM_TIMEOUT, e.timeoutMS)
+				}
 				switch {
 				case e.hasVerdict:
 					ne.Nested(unix.NFTA_SET_ELEM_DATA, func(d *netlink.AttributeEncoder) error {

@@ -73,6 +73,8 @@ type Syncer struct {
 	cfg              Config
 	applied          *compile.Ruleset
 	netlinkFallbacks atomic.Int64
+	// dynamic holds the declarations of the dynamic sets last committed.
+	dynamic map[string]*compile.Set
 }
 
 // New returns a Syncer whose first sync is full.
@@ -110,6 +112,7 @@ func (s *Syncer) Sync(ctx context.Context, desired *compile.Ruleset) (Result, er
 		return res, err
 	}
 	s.applied = desired
+	s.recordDynamic(desired)
 	return res, nil
 }
 
@@ -149,7 +152,9 @@ func (s *Syncer) full(ctx context.Context, desired *compile.Ruleset) (Result, er
 		tx.Delete(&knftables.Map{Name: n})
 	}
 	for _, n := range existing["set"] {
-		tx.Delete(&knftables.Set{Name: n})
+		if !s.keptDynamic(desired, n) {
+			tx.Delete(&knftables.Set{Name: n})
+		}
 	}
 	for _, n := range existing["chain"] {
 		if _, ok := desired.Chains[n]; !ok {
@@ -159,6 +164,9 @@ func (s *Syncer) full(ctx context.Context, desired *compile.Ruleset) (Result, er
 	}
 	for _, n := range desired.SortedSetNames() {
 		set := desired.Sets[n]
+		if s.keptDynamic(desired, n) && slices.Contains(existing["set"], n) {
+			continue
+		}
 		if s.cfg.OneCommandPerSet {
 			addSetOneCommand(tx, set)
 		} else {
@@ -229,6 +237,11 @@ func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Res
 	tx := s.cfg.NFT.NewTransaction()
 	if !equalStrPtr(old.Table.Comment, desired.Table.Comment) {
 		// The mode changed: rewrite everything.
+		return s.full(ctx, desired)
+	}
+	if newExternalChain(old, desired) {
+		// Only full syncs install external rules (DNS learning's chain
+		// appears with the first domainNames rule).
 		return s.full(ctx, desired)
 	}
 	for n, set := range desired.Sets {

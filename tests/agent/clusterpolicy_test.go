@@ -38,7 +38,7 @@ const nodePort = 8080
 //  1. No CRD: the agents say so once and enforce NetworkPolicy v1.
 //  2. The experimental CRD is applied and ClusterNetworkPolicies created:
 //     the agents pick them up (real packets and the evaluator agree; Admin
-//     Deny overrides a v1 allow), and an unsupported one gets a Warning
+//     Deny overrides a v1 allow), and an invalid one gets a Warning
 //     Event from each agent.
 //  3. A Node label change moves a node into a `nodes` peer: traffic from
 //     subject pods to that node's own address is denied from then on.
@@ -104,9 +104,11 @@ func TestClusterPolicyCRDLifecycle(t *testing.T) {
 			ct.CNPEgress(ct.CNPRule("no-x", "Deny", ct.ToNamespaces(ct.Sel("ns", "x"))))),
 		ct.CNP("y-no-fenced-nodes", "Admin", 20, ct.NamespacesSubject(ct.Sel("ns", "y")),
 			ct.CNPEgress(ct.CNPRule("fenced", "Deny", ct.ToNodes(ct.Sel("fenced", "true"))))),
-		// Unsupported (domainNames): reported, and its peer matches nothing.
-		ct.CNP("x-domains", "Baseline", 5, ct.NamespacesSubject(ct.Sel("ns", "x")),
-			ct.CNPEgress(ct.CNPRule("docs", "Accept", ct.ToDomains("example.com")))),
+		// Invalid (domainNames in a Deny rule, which the CRD lets through
+		// but the API documents as Accept only): reported, and its rule
+		// fails closed, for subjects no pod has.
+		ct.CNP("x-domains", "Baseline", 5, ct.NamespacesSubject(ct.Sel("ns", "nowhere")),
+			ct.CNPEgress(ct.CNPRule("docs", "Deny", ct.ToDomains("example.com")))),
 	} {
 		if _, err := c.ApplyClusterPolicy(ctx, cnp); err != nil {
 			t.Fatal(err)

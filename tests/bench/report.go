@@ -48,6 +48,9 @@ var Targets = []target{
 	{"eval_ns", "<=", 200},
 	{"sync_kernel_full_ms_100k", "<=", 3000},
 	{"sync_kernel_pods_ms_100k", "<=", 10},
+	{"dns_hold_us_p99", "<=", 2000},
+	{"queued_packets_per_dns_reply", "==", 1},
+	{"dns_hybrid_conn_queued_packets", "==", 0},
 }
 
 // Headline are the name=value lines printed last, in this order.
@@ -189,6 +192,10 @@ func Report(r *Result, quick bool) string {
 	row("evaluator", "same, best run", "eval_ns_min", "ns")
 	row("evaluator", "cache-hot (16 connections cycled)", "eval_hot_ns", "ns")
 	row("evaluator", "worst case (every rule tried)", "eval_worst_ns", "ns")
+	row("DNS learning", "reply held while learned, p50", "dns_hold_us_p50", "µs")
+	row("DNS learning", "reply held while learned, p99", "dns_hold_us_p99", "µs")
+	row("DNS learning", "packets queued per UDP reply", "queued_packets_per_dns_reply", "")
+	row("DNS learning", "queued packets of connections to learned addresses (hybrid)", "dns_hybrid_conn_queued_packets", "")
 
 	writeMarkdown(&b, []string{"area", "measurement", "result", "target", "met"}, rows)
 	b.WriteString("\n")

@@ -114,8 +114,10 @@ func externalNode(c *cluster.Cluster) string { return c.Nodes()[0] }
 // its ClusterNetworkPolicies, all through the API; then it waits until every
 // agent has programmed them (WaitProgrammed) and runs every probe at once
 // on real packets (a node endpoint sends from, or is served in, its node's
-// namespace). dnsAnswers change no verdict and are not simulated. The
-// cluster is torn down by tb's cleanups.
+// namespace). Before the probes, each pod with dnsAnswers resolves its
+// names through a real DNS server (see resolveAnswers), so that the agents
+// learn them as they would in a cluster. The cluster is torn down by tb's
+// cleanups.
 //
 // An object the API server rejects is a *compile.ScenarioError; a scenario
 // the runner cannot simulate an *UnsupportedError.
@@ -138,6 +140,7 @@ func RunScenario(ctx context.Context, tb testing.TB, s *compile.Scenario, cfg Ru
 		// their next discovery check, which by default is 30s away.
 		agentArgs = []string{"--cluster-policy-check-period", "1s"}
 	}
+	agentArgs = append(agentArgs, dnsAgentArgs(s)...)
 	c := cluster.Start(tb, cluster.Config{Mode: cfg.Mode, Nodes: nodes, NodeIPs: nodeIPs, AgentArgs: agentArgs, Logf: cfg.Logf})
 	p := NewProber(c.Lab)
 	p.Timeout, p.RetryTimeout = cfg.Timeout, cfg.RetryTimeout
@@ -151,6 +154,9 @@ func RunScenario(ctx context.Context, tb testing.TB, s *compile.Scenario, cfg Ru
 	created := time.Now()
 	waited, err := c.WaitProgrammed(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := resolveAnswers(ctx, c, s); err != nil {
 		return nil, err
 	}
 	probing := time.Now()

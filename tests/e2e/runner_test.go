@@ -284,3 +284,22 @@ func runBothWays(t *testing.T, name string, bound time.Duration, premise func(t 
 		}
 	})
 }
+
+// TestRunScenarioDomainNames runs testdata/domain-names.yaml: the pods
+// resolve their dnsAnswers through the runner's DNS server and the agents
+// learn them from the real replies (hybrid: the kernel's sets; queue: the
+// evaluator's learner); every probe must agree with `nftpolicy eval`.
+func TestRunScenarioDomainNames(t *testing.T) {
+	requireLab(t)
+	runBothWays(t, "testdata/domain-names.yaml", 0, func(t *testing.T, path string, want []evalLine) {
+		allowed := 0
+		for _, w := range want {
+			if w.Allowed {
+				allowed++
+			}
+		}
+		if allowed == 0 || allowed == len(want) {
+			t.Fatalf("test premise: %d of %d probes allowed by eval; want both verdicts", allowed, len(want))
+		}
+	})
+}

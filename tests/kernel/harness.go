@@ -52,6 +52,8 @@ type Config struct {
 	// (compile.RenderConfig); the tests read the group themselves.
 	DenyLogGroup uint16
 	DenyLogRate  uint32
+	// FailOpen renders the queue rules with the bypass flag (--fail-open).
+	FailOpen bool
 }
 
 // Cluster is a lab whose nodes enforce a scenario's policies. Its topology
@@ -113,8 +115,8 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 		cfg.Prefix = netlab.RandomPrefix("npk")
 	}
 	rcfg := compile.RenderConfig{Mode: cfg.Mode, QueueVariant: cfg.QueueVariant,
-		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate}
-	if rcfg.UsesQueue() && rcfg.QueueVariant == "" {
+		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate, FailOpen: cfg.FailOpen}
+	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == "" {
 		v, err := sets.ProbeQueueVariant(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("probing the queue variant: %w", err)
@@ -453,6 +455,11 @@ func (c *Cluster) Apply(ctx context.Context, s *compile.Scenario, full bool) (Sy
 			defer wg.Done()
 			prog := compile.Build(s.Input(n, nodes, nil))
 			res, err := c.agents[n].Apply(ctx, prog, c.cfg.MutateRuleset, full)
+			if err == nil {
+				// What the scenario's pods resolved (dnsAnswers), as if
+				// they had looked their names up.
+				err = c.agents[n].Seed(ctx, s)
+			}
 			errs[i] = err
 			mu.Lock()
 			out[n] = res
@@ -529,13 +536,14 @@ func (r *Report) Errors() []Outcome {
 // `nftpolicy eval` does.
 func Evaluate(s *compile.Scenario) []queue.Verdict {
 	prog := compile.Build(s.Input("", nil, nil))
+	resolved := compile.NewResolvedAnswers(s)
 	out := make([]queue.Verdict, len(s.Probes))
 	for i, pr := range s.Probes {
 		src, dst, err := s.ProbeAddrs(i)
 		if err != nil {
 			continue
 		}
-		out[i] = queue.Evaluate(prog, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
+		out[i] = queue.EvaluateResolved(prog, resolved, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
 	}
 	return out
 }

@@ -63,6 +63,7 @@ type Agent struct {
 	elements *sets.NetlinkElements
 	stopRT   context.CancelFunc
 	rtDone   chan error
+	dns      DNSLearning
 }
 
 // New starts the agent of node in lab with the render configuration rcfg
@@ -100,7 +101,7 @@ func New(lab *netlab.Lab, node string, rcfg compile.RenderConfig, log logr.Logge
 	// one command per set.
 	a.elements = sets.NewNetlinkElements(compile.TableName, int(a.netns.Fd()))
 	scfg := sets.Config{NFT: a.nft, Logger: log, Netlink: a.elements, OneCommandPerSet: true}
-	if rcfg.UsesQueue() && rcfg.QueueVariant == compile.QueueXTCompat {
+	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == compile.QueueXTCompat {
 		scfg.External = a.installQueueRule
 	}
 	if a.syncer, err = sets.New(scfg); err != nil {
@@ -108,6 +109,11 @@ func New(lab *netlab.Lab, node string, rcfg compile.RenderConfig, log logr.Logge
 	}
 	if rcfg.UsesQueue() {
 		if err := a.startRuntime(log); err != nil {
+			return nil, err
+		}
+	}
+	if rcfg.LearnsDNS() {
+		if err := a.startDNS(log); err != nil {
 			return nil, err
 		}
 	}
@@ -122,7 +128,7 @@ func (a *Agent) installQueueRule(ctx context.Context, chain string) error {
 		return err
 	}
 	defer conn.CloseLasting()
-	return sets.InstallCompatQueueRule(conn, compile.TableName, chain, a.qcfg)
+	return sets.InstallCompatQueueRule(conn, compile.TableName, chain, sets.CompatRuleConfig(a.rcfg, chain))
 }
 
 // CompatQueueRuleInstalled reports whether the node's queue chain holds the
@@ -148,17 +154,25 @@ func (a *Agent) startRuntime(log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	a.Runtime = rt
+	a.stopRT, a.rtDone, err = a.run(rt, "nfqueue runtime")
+	return err
+}
+
+// run starts a runtime and waits until its queues are bound; cancel stops
+// it, and done then yields Run's error.
+func (a *Agent) run(rt *queue.Runtime, what string) (cancel context.CancelFunc, done chan error, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	a.Runtime, a.stopRT, a.rtDone = rt, cancel, make(chan error, 1)
-	go func() { a.rtDone <- rt.Run(ctx) }()
+	done = make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
 	select {
 	case <-rt.Ready():
-		return nil
-	case err := <-a.rtDone:
-		a.rtDone <- err
-		return fmt.Errorf("nfqueue runtime on %s: %w", a.Node, err)
+		return cancel, done, nil
+	case err := <-done:
+		done <- err
+		return cancel, done, fmt.Errorf("%s on %s: %w", what, a.Node, err)
 	case <-time.After(runtimeReadyTimeout):
-		return fmt.Errorf("nfqueue runtime on %s: not ready after %v", a.Node, runtimeReadyTimeout)
+		return cancel, done, fmt.Errorf("%s on %s: not ready after %v", what, a.Node, runtimeReadyTimeout)
 	}
 }
 
@@ -277,6 +291,7 @@ func (a *Agent) NetnsFD() int { return int(a.netns.Fd()) }
 // table stays (the lab's teardown removes the namespace).
 func (a *Agent) Close() error {
 	var errs []error
+	errs = append(errs, a.stopDNS())
 	if a.stopRT != nil {
 		a.stopRT()
 		if err := <-a.rtDone; err != nil {

@@ -21,7 +21,7 @@ const beforeCNP = "980ed2ea68e95107a06d79b54b17c8a006ce65cc5c2c3f7729ecd180b3815
 func TestOldSeedsKeepTheirScenarios(t *testing.T) {
 	h := sha256.New()
 	for seed := uint64(0); seed < seeds; seed++ {
-		s := Generate(seed)
+		s := generate(seed, false)
 		s.Nodes, s.ClusterNetworkPolicies = nil, nil
 		probes := s.Probes[:0]
 		for _, pr := range s.Probes {

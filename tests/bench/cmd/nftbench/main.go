@@ -9,6 +9,7 @@
 //	nftbench scale [--pods 1000,10000,50000,100000] [--policies 1000] [--local-pods 4]
 //	nftbench delay [--changes 20] [--interval 2ms]
 //	nftbench newpod [--pods 200] [--informer-delay 30ms] [--revocations 20]
+//	nftbench dns   [--lookups 1000] [--conns 100]
 //	nftbench contention [--name N] [--duration D]
 //	nftbench gobench [FILE...]   (go test -bench output -> name=value lines)
 //	nftbench report [--quick] FILE...
@@ -35,7 +36,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|report [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|dns|contention|gobench|report|chart [flags]")
 	os.Exit(2)
 }
 
@@ -129,6 +130,14 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunNewPod(ctx, c)
+	case "dns":
+		var c bench.DNSConfig
+		fs.IntVar(&c.Lookups, "lookups", 1000, "UDP lookups timed")
+		fs.IntVar(&c.Conns, "conns", 100, "connections to a learned address afterwards (none may be queued)")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunDNS(ctx, c)
 	case "contention":
 		// wall/CPU of a fixed CPU-bound loop: how much of a CPU this machine gives
 		name := fs.String("name", "contention", "name of the value")

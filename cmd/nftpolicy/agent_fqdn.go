@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
+	"github.com/nftpolicy/nftpolicy/pkg/fqdn/wire"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/sets"
+)
+
+// fqdnOptions are the flags of DNS learning (domainNames peers).
+type fqdnOptions struct {
+	queueNum       uint16
+	servers        []string
+	service        string
+	minTTL, maxTTL time.Duration
+}
+
+func (o *fqdnOptions) addFlags(fs *pflag.FlagSet) {
+	fs.Uint16Var(&o.queueNum, "dns-queue-num", 0, "NFQUEUE holding DNS replies to pods with domainNames rules while their answers are learned (default: --queue-num plus --queues)")
+	fs.StringSliceVar(&o.servers, "dns-servers", nil, "addresses or CIDRs of DNS servers whose replies may be learned, besides the endpoints of --dns-service")
+	fs.StringVar(&o.service, "dns-service", "kube-system/kube-dns", "namespace/name of the cluster DNS Service: replies from its endpoints (EndpointSlices) may be learned; empty to trust only --dns-servers")
+	fs.DurationVar(&o.minTTL, "fqdn-min-ttl", fqdn.DefaultMinTTL, "a learned address is admitted for at least this long, whatever the answer's TTL")
+	fs.DurationVar(&o.maxTTL, "fqdn-max-ttl", fqdn.DefaultMaxTTL, "a learned address is admitted for at most this long, whatever the answer's TTL")
+}
+
+// sources parses --dns-servers.
+func (o *fqdnOptions) sources() (*fqdn.Sources, error) {
+	var ps []netip.Prefix
+	for _, s := range o.servers {
+		s = strings.TrimSpace(s)
+		if p, err := netip.ParsePrefix(s); err == nil {
+			ps = append(ps, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("--dns-servers %q: neither an address nor a CIDR", s)
+		}
+		ps = append(ps, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return fqdn.NewSources(ps), nil
+}
+
+// startFQDN starts DNS learning: the trusted sources (and the DNS
+// service's EndpointSlice informer), the learner, which the evaluator asks
+// about domainNames peers, and the runtime on the DNS queue. It returns
+// once the queue is bound.
+func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig, eval *queue.Evaluator, elements *sets.NetlinkElements,
+	client kubernetes.Interface, reg prometheus.Registerer, errs chan<- error) error {
+	log := klog.FromContext(ctx).WithName("fqdn")
+	src, err := o.sources()
+	if err != nil {
+		return err
+	}
+	if o.service != "" {
+		if err := watchDNSEndpoints(ctx, client, o.service, src, log); err != nil {
+			return err
+		}
+	}
+	m := fqdn.NewMetrics()
+	if err := m.Register(reg); err != nil {
+		return err
+	}
+	cfg := fqdn.Config{Program: eval.Program, Trusted: src.Contains, MinTTL: o.minTTL, MaxTTL: o.maxTTL,
+		FailOpen: render.FailOpen, Metrics: m, Logger: log}
+	if !render.UsesQueue() {
+		// Hybrid: the kernel decides from the rules' learned sets.
+		cfg.Writer = wire.Writer{W: elements}
+	}
+	l, err := fqdn.New(cfg)
+	if err != nil {
+		return err
+	}
+	eval.Resolved = l
+	rt, err := queue.NewRuntime(wire.RuntimeConfig(render, 0, log), wire.Decider{L: l})
+	if err != nil {
+		return err
+	}
+	go func() { errs <- wrapErr("DNS queue runtime", rt.Run(ctx)) }()
+	select {
+	case <-rt.Ready():
+		log.Info("Learning DNS replies for domainNames peers", "queue", render.DNSQueueNum, "dnsService", o.service, "dnsServers", o.servers,
+			"minTTL", o.minTTL, "maxTTL", o.maxTTL)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// watchDNSEndpoints keeps src's endpoints equal to the addresses of the
+// DNS service's EndpointSlices.
+func watchDNSEndpoints(ctx context.Context, client kubernetes.Interface, service string, src *fqdn.Sources, log klog.Logger) error {
+	ns, name, ok := strings.Cut(service, "/")
+	if !ok || ns == "" || name == "" {
+		return fmt.Errorf("--dns-service %q: want namespace/name", service)
+	}
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=" + name }))
+	inf := f.Discovery().V1().EndpointSlices()
+	lister := inf.Lister()
+	update := func() {
+		slices, err := lister.List(labels.Everything())
+		if err != nil {
+			return
+		}
+		var addrs []netip.Addr
+		for _, s := range slices {
+			for _, ep := range s.Endpoints {
+				for _, a := range ep.Addresses {
+					if x, err := netip.ParseAddr(a); err == nil {
+						addrs = append(addrs, x)
+					}
+				}
+			}
+		}
+		src.SetEndpoints(addrs)
+		log.V(2).Info("Trusted DNS endpoints", "service", service, "addresses", addrs)
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { update() },
+		UpdateFunc: func(any, any) { update() },
+		DeleteFunc: func(any) { update() },
+	}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	return nil
+}

@@ -1,0 +1,255 @@
+package compile
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+)
+
+// DomainPattern is one entry of a ClusterNetworkPolicy domainNames peer,
+// normalized: lower case, no trailing dot. The API (network-policy-api
+// v0.3.0, type DomainName): an exact name matches only itself; "*.suffix"
+// matches every name with one or more whole labels before ".suffix", and
+// not "suffix" itself. DNS names compare case-insensitively, and a trailing
+// dot (the fully qualified spelling) changes nothing.
+type DomainPattern struct {
+	// Suffix is the name, or for a wildcard what follows "*.".
+	Suffix string
+	// Wildcard is true for "*.suffix".
+	Wildcard bool
+}
+
+// String returns the pattern as the API spells it, normalized.
+func (p DomainPattern) String() string {
+	if p.Wildcard {
+		return "*." + p.Suffix
+	}
+	return p.Suffix
+}
+
+// Matches reports whether a normalized name (NormalizeDomain) matches.
+func (p DomainPattern) Matches(name string) bool {
+	if !p.Wildcard {
+		return name == p.Suffix
+	}
+	// At least one whole label before the suffix: "x.suffix", never
+	// "suffix" and never "xsuffix".
+	return len(name) > len(p.Suffix)+1 && strings.HasSuffix(name, p.Suffix) && name[len(name)-len(p.Suffix)-1] == '.'
+}
+
+// domainNameRE is the CRD's validation pattern of DomainName.
+var domainNameRE = regexp.MustCompile(`^(\*\.)?([a-zA-Z0-9]([-a-zA-Z0-9_]*[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([-a-zA-Z0-9_]*[a-zA-Z0-9])?\.?$`)
+
+// ParseDomainPattern validates a domainNames entry with the CRD's pattern
+// (which admits no bare top-level name, no "*" inside a label and no "*"
+// anywhere but as the first label) and normalizes it.
+func ParseDomainPattern(s string) (DomainPattern, error) {
+	if len(s) > 253+2 || !domainNameRE.MatchString(s) {
+		return DomainPattern{}, fmt.Errorf("%q is not a domain name or a \"*.\" wildcard followed by one (at least two labels; \"*\" only as the whole first label)", s)
+	}
+	if rest, ok := strings.CutPrefix(s, "*."); ok {
+		return DomainPattern{Suffix: NormalizeDomain(rest), Wildcard: true}, nil
+	}
+	return DomainPattern{Suffix: NormalizeDomain(s)}, nil
+}
+
+// NormalizeDomain lower-cases a DNS name and drops its trailing dot, the
+// form patterns compare against.
+func NormalizeDomain(name string) string {
+	return strings.ToLower(strings.TrimSuffix(name, "."))
+}
+
+// DomainsMatch reports whether a normalized name matches any pattern.
+func DomainsMatch(ps []DomainPattern, name string) bool {
+	for _, p := range ps {
+		if p.Matches(name) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsDomain(ps []DomainPattern, p DomainPattern) bool {
+	for _, x := range ps {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+// clusterDomainPeer compiles a domainNames peer into the rule's patterns.
+// The API allows domainNames in Accept rules only: in a Deny or Pass rule
+// (which the CRD rejects) the rule fails closed.
+func clusterDomainPeer(r *ClusterRule, path *field.Path, names []npav1beta1.DomainName, failPart func(*field.Path, string, ...any)) {
+	if r.Action != ActionAccept {
+		failPart(path, "domainNames peers are allowed in Accept rules only")
+		return
+	}
+	if len(names) == 0 {
+		failPart(path, "must list at least one domain name")
+		return
+	}
+	for i, n := range names {
+		p, err := ParseDomainPattern(string(n))
+		if err != nil {
+			failPart(path.Index(i), "%v", err)
+			continue
+		}
+		if !containsDomain(r.Domains, p) {
+			r.Domains = append(r.Domains, p)
+		}
+	}
+	sort.Slice(r.Domains, func(i, j int) bool {
+		a, b := r.Domains[i], r.Domains[j]
+		if a.Suffix != b.Suffix {
+			return a.Suffix < b.Suffix
+		}
+		return !a.Wildcard && b.Wildcard
+	})
+}
+
+// FQDNRule is an egress rule with domainNames peers as DNS learning sees
+// it: which local pods it applies to, what names it admits, and the kernel
+// sets (hybrid and kernel modes) that hold "pod address . learned address"
+// for it.
+type FQDNRule struct {
+	Policy ClusterPolicyID
+	// Index is the rule's position in spec.egress.
+	Index   int
+	Rule    *ClusterRule
+	Domains []DomainPattern
+	// Subjects are the local pods the policy applies to, in pod order.
+	Subjects []PodID
+	// SetV4 and SetV6 name the rule's learned-address sets.
+	SetV4, SetV6 string
+}
+
+// Set returns the rule's set for an address family.
+func (r *FQDNRule) Set(v4 bool) string {
+	if v4 {
+		return r.SetV4
+	}
+	return r.SetV6
+}
+
+// FQDNSetName is the set of learned addresses of one family for an egress
+// rule with domainNames peers: "<policy chain>-<rule index>-fqdn-v4".
+func FQDNSetName(cp *ClusterPolicy, ruleIndex int, v4 bool) string {
+	return ClusterPolicyChainName(cp, Egress) + "-" + itoa(ruleIndex) + "-fqdn" + famSuffix(v4)
+}
+
+// FQDNRules lists the egress rules with domainNames peers that apply to a
+// local pod, in policy order then rule order.
+func (p *Program) FQDNRules() []FQDNRule {
+	var out []FQDNRule
+	for id := range p.ClusterPolicies {
+		cp := &p.ClusterPolicies[id]
+		if len(cp.Subjects) == 0 {
+			continue
+		}
+		for i := range cp.Egress {
+			r := &cp.Egress[i]
+			if r.Disabled || len(r.Domains) == 0 {
+				continue
+			}
+			out = append(out, FQDNRule{Policy: ClusterPolicyID(id), Index: i, Rule: r, Domains: r.Domains, Subjects: cp.Subjects,
+				SetV4: FQDNSetName(cp, i, true), SetV6: FQDNSetName(cp, i, false)})
+		}
+	}
+	return out
+}
+
+// ResolvedAnswers is a fixed record of what pods resolved (a scenario's
+// dnsAnswers): the evaluator's view of DNS learning when no agent learns.
+// TTLs do not expire it. The zero value knows nothing.
+type ResolvedAnswers struct {
+	byPod map[netip.Addr][]resolvedName
+}
+
+type resolvedName struct {
+	name string
+	ips  []netip.Addr
+}
+
+// NewResolvedAnswers indexes dnsAnswers by the addresses of the pods that
+// resolved them. Answers of unknown pods or with unparsable addresses are
+// skipped (ParseScenario rejects them).
+func NewResolvedAnswers(s *Scenario) *ResolvedAnswers {
+	ra := &ResolvedAnswers{byPod: map[netip.Addr][]resolvedName{}}
+	pods := map[string][]netip.Addr{}
+	for i := range s.Pods {
+		p := &s.Pods[i]
+		pods[p.Key()] = append(pods[p.Key()], p.Addrs()...)
+	}
+	for _, a := range s.DNSAnswers {
+		rn := resolvedName{name: NormalizeDomain(a.Name)}
+		for _, ip := range a.IPs {
+			if x, err := netip.ParseAddr(ip); err == nil {
+				rn.ips = append(rn.ips, x.Unmap())
+			}
+		}
+		for _, pa := range pods[a.Pod] {
+			ra.byPod[pa] = append(ra.byPod[pa], rn)
+		}
+	}
+	return ra
+}
+
+// Resolved reports whether the pod at podAddr resolved a name matching one
+// of the patterns to peer.
+func (ra *ResolvedAnswers) Resolved(podAddr, peer netip.Addr, domains []DomainPattern) bool {
+	if ra == nil {
+		return false
+	}
+	for _, rn := range ra.byPod[podAddr] {
+		if !DomainsMatch(domains, rn.name) {
+			continue
+		}
+		for _, ip := range rn.ips {
+			if ip == peer {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// FQDNSeedElements are the elements a kernel harness writes into the fqdn
+// sets of a program so that they hold what the scenario's pods resolved:
+// set name -> elements "pod . address". Scenario harnesses use it to check
+// the kernel against the evaluator, which does not expire scenario answers:
+// seeds get a timeout that outlasts the probes, not the answers' TTLs.
+func FQDNSeedElements(p *Program, s *Scenario) map[string][]SeedElement {
+	ra := NewResolvedAnswers(s)
+	out := map[string][]SeedElement{}
+	for _, fr := range p.FQDNRules() {
+		for _, pid := range fr.Subjects {
+			for _, pa := range p.Pods[pid].IPs {
+				for _, rn := range ra.byPod[pa] {
+					if !DomainsMatch(fr.Domains, rn.name) {
+						continue
+					}
+					for _, ip := range rn.ips {
+						if ip.Is4() != pa.Is4() {
+							continue
+						}
+						set := fr.Set(pa.Is4())
+						out[set] = append(out[set], SeedElement{Pod: pa, Addr: ip})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// SeedElement is one learned "pod address . peer address" element.
+type SeedElement struct {
+	Pod, Addr netip.Addr
+}

@@ -1,0 +1,55 @@
+// Package wire connects DNS learning (pkg/fqdn) to the kernel: the netlink
+// element writer of pkg/sets and an NFQUEUE runtime of pkg/queue on the DNS
+// queue. The agent and the in-process test agent both use it; pkg/fqdn
+// itself stays free of those packages.
+package wire
+
+import (
+	"context"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/sets"
+)
+
+// Writer writes learned elements with a pkg/sets netlink element writer.
+type Writer struct{ W *sets.NetlinkElements }
+
+// WriteElements implements fqdn.Writer: one batch, committed or not.
+func (w Writer) WriteElements(ctx context.Context, els []fqdn.Element) error {
+	out := make([]sets.TimedElement, len(els))
+	for i, e := range els {
+		out[i] = sets.TimedElement{Set: e.Set, Pod: e.Pod, Addr: e.Addr, Timeout: e.Timeout}
+	}
+	return w.W.AddTimed(ctx, out)
+}
+
+// Decider hands queued DNS replies to a Learner: a queue.PayloadDecider
+// whose allow means "release the reply".
+type Decider struct{ L *fqdn.Learner }
+
+// Decide is never called by the Runtime (DecidePayload is); without the
+// payload there is nothing to learn, so the reply is released.
+func (d Decider) Decide(queue.Packet) (bool, string) { return true, "" }
+
+// DecidePayload learns the reply and releases it once learned.
+func (d Decider) DecidePayload(p queue.Packet, packet []byte, l4 int) (bool, string) {
+	r := d.L.HandleReply(context.Background(), p.Proto, p.Src, p.Dst, packet, l4)
+	if r.Release {
+		return true, ""
+	}
+	return false, "DNS reply dropped: its answers could not be learned (" + r.Cause + ")"
+}
+
+// RuntimeConfig is the DNS queue's runtime: one queue, whole packets (the
+// answers are in the payload), NF_ACCEPT once learned (the reply is held,
+// not decided), the connection queues' fail mode.
+func RuntimeConfig(rcfg compile.RenderConfig, netNS int, log klog.Logger) queue.RuntimeConfig {
+	return queue.RuntimeConfig{
+		QueueNum: rcfg.DNSQueueNum, Queues: 1, FailOpen: rcfg.FailOpen, CopyRange: 0xffff,
+		AllowMark: rcfg.AllowMark, AcceptOnAllow: true, NetNS: netNS, Logger: log,
+	}
+}

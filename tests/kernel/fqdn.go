@@ -1,0 +1,155 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/tests/internal/dnsserver"
+	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
+	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+)
+
+// Agent returns a node's in-process agent (its DNS learning, its runtimes).
+func (c *Cluster) Agent(node string) *inproc.Agent { return c.agents[node] }
+
+// FQDNScenario: x/a (node-1) may reach kube-system and, on TCP 80 and
+// 8080, the names of rule "web"; everything else is denied. The DNS
+// servers run in kube-system pods on node-2, so replies cross node-1's
+// forward hook. The probes only make the lab create the external hosts.
+const FQDNScenario = `
+pods:
+  - {namespace: x, name: a, labels: {app: a}, ips: [10.244.1.10, "fd00:10:244:1::10"], node: node-1}
+  - {namespace: kube-system, name: dns, labels: {app: dns}, ips: [10.244.2.53, "fd00:10:244:2::53"], node: node-2}
+  - {namespace: kube-system, name: rogue, labels: {app: rogue}, ip: 10.244.2.54, node: node-2}
+clusterNetworkPolicies:
+  - apiVersion: policy.networking.k8s.io/v1beta1
+    kind: ClusterNetworkPolicy
+    metadata: {name: fqdn}
+    spec:
+      tier: Admin
+      priority: 10
+      subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: x}}}
+      egress:
+        - name: dns
+          action: Accept
+          to: [{namespaces: {matchLabels: {kubernetes.io/metadata.name: kube-system}}}]
+        - name: web
+          action: Accept
+          to: [{domainNames: [www.example.com, "*.example.org", api.example.com]}]
+          protocols: [{tcp: {destinationPort: {number: 80}}}, {tcp: {destinationPort: {number: 8080}}}]
+        - name: rest
+          action: Deny
+          to: [{networks: [0.0.0.0/0, "::/0"]}]
+probes:
+  - {from: {pod: x/a}, to: {ip: 192.0.2.10}, port: 80}
+  - {from: {pod: x/a}, to: {ip: 192.0.2.11}, port: 80}
+  - {from: {pod: x/a}, to: {ip: 192.0.2.12}, port: 80}
+  - {from: {pod: x/a}, to: {ip: 192.0.2.13}, port: 80}
+  - {from: {pod: x/a}, to: {ip: 192.0.2.14}, port: 80}
+  - {from: {pod: x/a}, to: {ip: 192.0.2.15}, port: 80}
+  - {from: {pod: x/a}, to: {ip: 192.0.2.16}, port: 80}
+  - {from: {pod: x/a}, to: {ip: 192.0.2.17}, port: 80}
+  - {from: {pod: x/a}, to: {ip: "2001:db8::10"}, port: 80}
+`
+
+// The DNS servers of the FQDN lab: the cluster DNS, whose replies are
+// learned, and a rogue one, whose replies are not.
+var (
+	FQDNServer      = netip.MustParseAddr("10.244.2.53")
+	FQDNRogueServer = netip.MustParseAddr("10.244.2.54")
+)
+
+// FQDNRecords are the cluster DNS's names.
+var FQDNRecords = []dnsserver.Record{
+	{Name: "www.example.com", Addrs: addrs("192.0.2.10", "2001:db8::10"), TTL: 300},
+	{Name: "a.b.example.org", Addrs: addrs("192.0.2.11"), TTL: 300},
+	{Name: "example.org", Addrs: addrs("192.0.2.12"), TTL: 300},
+	{Name: "api.example.com", CNAME: "lb.cdn.test", TTL: 300},
+	{Name: "lb.cdn.test", Addrs: addrs("192.0.2.13"), TTL: 300},
+	{Name: "tcp.example.org", Addrs: addrs("192.0.2.15"), TTL: 300},
+	{Name: "trunc.example.org", Addrs: addrs("192.0.2.16"), TTL: 300, Truncated: true},
+	{Name: "short.example.org", Addrs: addrs("192.0.2.17"), TTL: 2},
+}
+
+func addrs(ss ...string) []netip.Addr {
+	out := make([]netip.Addr, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParseAddr(s)
+	}
+	return out
+}
+
+// FQDNLab is FQDNScenario enforced, with both DNS servers running and the
+// cluster DNS trusted by every node's learner.
+type FQDNLab struct {
+	C *Cluster
+	// Pod is x/a, the policy's subject.
+	Pod     netlab.Endpoint
+	servers []*dnsserver.Server
+}
+
+// NewFQDNLab builds the lab. Close it.
+func NewFQDNLab(ctx context.Context, cfg Config) (_ *FQDNLab, err error) {
+	s, err := compile.ParseScenario([]byte(FQDNScenario))
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewCluster(ctx, s, cfg)
+	if err != nil {
+		return nil, err
+	}
+	l := &FQDNLab{C: c}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, l.Close())
+		}
+	}()
+	if _, err := c.Apply(ctx, s, false); err != nil {
+		return nil, err
+	}
+	l.Pod, _ = c.PodEndpoint("x/a")
+	for key, recs := range map[string][]dnsserver.Record{
+		"kube-system/dns":   FQDNRecords,
+		"kube-system/rogue": {{Name: "www.example.com", Addrs: addrs("192.0.2.14"), TTL: 300}},
+	} {
+		ep, _ := c.PodEndpoint(key)
+		if err := c.Lab().InNetns(ep, func() error {
+			srv, err := dnsserver.Listen(netip.IPv6Unspecified(), 53, recs)
+			if err == nil {
+				l.servers = append(l.servers, srv)
+			}
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range c.Nodes() {
+		if d := c.Agent(n).DNS(); d.Sources != nil {
+			d.Sources.SetEndpoints([]netip.Addr{FQDNServer, netip.MustParseAddr("fd00:10:244:2::53")})
+		}
+	}
+	return l, nil
+}
+
+// Lookup resolves name from x/a through server.
+func (l *FQDNLab) Lookup(server netip.Addr, name string, v6, tcp bool) ([]netip.Addr, error) {
+	var out []netip.Addr
+	err := l.C.Lab().InNetns(l.Pod, func() error {
+		var err error
+		out, err = dnsserver.Lookup(netip.AddrPortFrom(server, 53), name, v6, tcp, 2*time.Second)
+		return err
+	})
+	return out, err
+}
+
+// Close stops the DNS servers and the cluster.
+func (l *FQDNLab) Close() error {
+	var errs []error
+	for _, s := range l.servers {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(append(errs, l.C.Close())...)
+}
