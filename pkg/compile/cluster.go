@@ -80,39 +80,47 @@ func (b *builder) compileClusterPolicies(cnps []*npav1beta1.ClusterNetworkPolicy
 		cp := &p.ClusterPolicies[i]
 		p.Problems = append(p.Problems, cp.Problems...)
 		for _, pid := range cp.Subjects {
-			pod := &p.Pods[pid]
-			id := ClusterPolicyID(i)
-			if len(cp.Ingress) > 0 {
-				if cp.Tier == TierAdmin {
-					pod.AdminIngress = append(pod.AdminIngress, id)
-				} else {
-					pod.BaselineIngress = append(pod.BaselineIngress, id)
-				}
-			}
-			if len(cp.Egress) > 0 {
-				if cp.Tier == TierAdmin {
-					pod.AdminEgress = append(pod.AdminEgress, id)
-				} else {
-					pod.BaselineEgress = append(pod.BaselineEgress, id)
-				}
-			}
+			p.Pods[pid].addClusterPolicy(cp, ClusterPolicyID(i))
 		}
 	}
-	// Policies are in name order: a stable sort by priority gives the
-	// precedence order, priority then name. The API leaves ties to the
-	// implementation; by name is deterministic and easy to explain.
+	for i := range p.Pods {
+		p.orderClusterPolicies(&p.Pods[i])
+	}
+}
+
+// addClusterPolicy records that the pod is a subject of a
+// ClusterNetworkPolicy, in each direction it has rules for.
+func (pod *Pod) addClusterPolicy(cp *ClusterPolicy, id ClusterPolicyID) {
+	if len(cp.Ingress) > 0 {
+		if cp.Tier == TierAdmin {
+			pod.AdminIngress = append(pod.AdminIngress, id)
+		} else {
+			pod.BaselineIngress = append(pod.BaselineIngress, id)
+		}
+	}
+	if len(cp.Egress) > 0 {
+		if cp.Tier == TierAdmin {
+			pod.AdminEgress = append(pod.AdminEgress, id)
+		} else {
+			pod.BaselineEgress = append(pod.BaselineEgress, id)
+		}
+	}
+}
+
+// orderClusterPolicies puts a pod's ClusterNetworkPolicies, added in name
+// order, in precedence order: a stable sort by priority gives priority,
+// then name. The API leaves ties to the implementation; by name is
+// deterministic and easy to explain.
+func (p *Program) orderClusterPolicies(pod *Pod) {
 	byPrio := func(ids []ClusterPolicyID) {
 		sort.SliceStable(ids, func(i, j int) bool {
 			return p.ClusterPolicies[ids[i]].Priority < p.ClusterPolicies[ids[j]].Priority
 		})
 	}
-	for i := range p.Pods {
-		pod := &p.Pods[i]
-		byPrio(pod.AdminIngress)
-		byPrio(pod.AdminEgress)
-		byPrio(pod.BaselineIngress)
-		byPrio(pod.BaselineEgress)
-	}
+	byPrio(pod.AdminIngress)
+	byPrio(pod.AdminEgress)
+	byPrio(pod.BaselineIngress)
+	byPrio(pod.BaselineEgress)
 }
 
 // ValidateClusterPolicy reports what the API server (the CRD's schema and

@@ -4,8 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	"sigs.k8s.io/knftables"
@@ -385,12 +385,7 @@ func (r *renderer) kernelDispatch() {
 	}
 	// Then the combination chains, in name order: the ruleset does not
 	// depend on the order of the pods.
-	names := make([]string, 0, len(combos))
-	for n := range combos {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(combos)) {
 		c := combos[n]
 		if c.t == 0 {
 			r.isolationChain(c.d, c.ids, hasRules)

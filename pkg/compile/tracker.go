@@ -1,9 +1,9 @@
 package compile
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -366,12 +366,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) 
 	}
 	t.updateCombos(key, old, cur, at)
 
-	names := make([]string, 0, len(changes))
-	for n := range changes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(changes)) {
 		d := changes[n]
 		if len(d.Add) == 0 && len(d.Delete) == 0 {
 			continue
@@ -432,35 +427,11 @@ func (t *Tracker) place(pod *PodInfo) *Pod {
 		}
 	}
 	for i := range p.ClusterPolicies {
-		cp := &p.ClusterPolicies[i]
-		if !t.b.subjects[i].matchesLabels(nsl, pod.Labels) {
-			continue
-		}
-		id := ClusterPolicyID(i)
-		if len(cp.Ingress) > 0 {
-			if cp.Tier == TierAdmin {
-				v.AdminIngress = append(v.AdminIngress, id)
-			} else {
-				v.BaselineIngress = append(v.BaselineIngress, id)
-			}
-		}
-		if len(cp.Egress) > 0 {
-			if cp.Tier == TierAdmin {
-				v.AdminEgress = append(v.AdminEgress, id)
-			} else {
-				v.BaselineEgress = append(v.BaselineEgress, id)
-			}
+		if t.b.subjects[i].matchesLabels(nsl, pod.Labels) {
+			v.addClusterPolicy(&p.ClusterPolicies[i], ClusterPolicyID(i))
 		}
 	}
-	byPrio := func(ids []ClusterPolicyID) {
-		sort.SliceStable(ids, func(i, j int) bool {
-			return p.ClusterPolicies[ids[i]].Priority < p.ClusterPolicies[ids[j]].Priority
-		})
-	}
-	byPrio(v.AdminIngress)
-	byPrio(v.AdminEgress)
-	byPrio(v.BaselineIngress)
-	byPrio(v.BaselineEgress)
+	p.orderClusterPolicies(v)
 	return v
 }
 
@@ -477,13 +448,14 @@ func (t *Tracker) elementsOf(pod *Pod) map[string]setElement {
 		return out
 	}
 	t.r.podElements(pod, func(set string, e knftables.Element) {
-		out[set+" "+elementText(&e)] = setElement{set, e}
+		out[set+" "+ElementID(&e)] = setElement{set, e}
 	})
 	return out
 }
 
-// elementText identifies an element with its value and comment.
-func elementText(e *knftables.Element) string {
+// ElementID identifies an element with its value and comment: an element
+// whose value or comment changes is another element.
+func ElementID(e *knftables.Element) string {
 	var b strings.Builder
 	b.WriteString(strings.Join(e.Key, " . "))
 	b.WriteString(" : ")

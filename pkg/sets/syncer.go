@@ -369,37 +369,23 @@ func equalRules(a, b []knftables.Rule) bool {
 	return true
 }
 
-// elementID identifies an element with its value and comment: an element
-// whose value or comment changes is deleted and added again.
-func elementID(e *knftables.Element) string {
-	var b strings.Builder
-	b.WriteString(strings.Join(e.Key, " . "))
-	b.WriteString(" : ")
-	b.WriteString(strings.Join(e.Value, " "))
-	if e.Comment != nil {
-		b.WriteString(" # ")
-		b.WriteString(*e.Comment)
-	}
-	return b.String()
-}
-
 // diffElements returns indices of elements to delete (in prev) and add (in
 // desired). An element whose value or comment changed is in both.
 func diffElements(prev, desired *compile.Set) (add, del []int) {
 	have := make(map[string]struct{}, len(prev.Elements))
 	for i := range prev.Elements {
-		have[elementID(&prev.Elements[i])] = struct{}{}
+		have[compile.ElementID(&prev.Elements[i])] = struct{}{}
 	}
 	want := make(map[string]struct{}, len(desired.Elements))
 	for i := range desired.Elements {
-		id := elementID(&desired.Elements[i])
+		id := compile.ElementID(&desired.Elements[i])
 		want[id] = struct{}{}
 		if _, ok := have[id]; !ok {
 			add = append(add, i)
 		}
 	}
 	for i := range prev.Elements {
-		if _, ok := want[elementID(&prev.Elements[i])]; !ok {
+		if _, ok := want[compile.ElementID(&prev.Elements[i])]; !ok {
 			del = append(del, i)
 		}
 	}

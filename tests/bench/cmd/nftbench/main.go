@@ -35,6 +35,20 @@ import (
 	"github.com/nftpolicy/nftpolicy/tests/bench"
 )
 
+// readResults merges the name=value lines of files; it exits on a read error.
+func readResults(files []string) *bench.Result {
+	all := &bench.Result{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		all.Merge(bench.ParseLines(string(data)))
+	}
+	return all
+}
+
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|dns|contention|gobench|report|chart [flags]")
 	os.Exit(2)
@@ -167,16 +181,7 @@ func main() {
 		return
 	case "chart":
 		_ = fs.Parse(args)
-		all := &bench.Result{}
-		for _, f := range fs.Args() {
-			data, rerr := os.ReadFile(f)
-			if rerr != nil {
-				fmt.Fprintln(os.Stderr, rerr)
-				os.Exit(1)
-			}
-			all.Merge(bench.ParseLines(string(data)))
-		}
-		svg, cerr := bench.ScaleChart(all)
+		svg, cerr := bench.ScaleChart(readResults(fs.Args()))
 		if cerr != nil {
 			fmt.Fprintln(os.Stderr, cerr)
 			os.Exit(1)
@@ -186,16 +191,7 @@ func main() {
 	case "report":
 		quick := fs.Bool("quick", false, "the results come from bench-quick")
 		_ = fs.Parse(args)
-		all := &bench.Result{}
-		for _, f := range fs.Args() {
-			data, rerr := os.ReadFile(f)
-			if rerr != nil {
-				fmt.Fprintln(os.Stderr, rerr)
-				os.Exit(1)
-			}
-			all.Merge(bench.ParseLines(string(data)))
-		}
-		fmt.Print(bench.Report(all, *quick))
+		fmt.Print(bench.Report(readResults(fs.Args()), *quick))
 		return
 	default:
 		usage()
