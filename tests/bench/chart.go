@@ -56,6 +56,7 @@ func ScaleChart(r *Result) (string, error) {
 	}, goalLine{10, "one-pod target 10 ms"}, goalLine{1000, "full sync at 50k target 1 s"})
 	right.draw(&b, xs, []line{
 		{"RSS after settling", "#2ca02c", series("rss_mb_")},
+		{"peak RSS (start-up and full builds)", "#bcbd22", series("rss_peak_mb_")},
 		{"Go heap in use", "#98df8a", series("go_heap_mb_")},
 	}, goalLine{150, "target at 50k: 150 MiB"}, goalLine{250, "target at 100k: 250 MiB"})
 	b.WriteString("</svg>\n")
