@@ -110,17 +110,27 @@ func decideDirection(p *compile.Program, local *end, d compile.Direction,
 	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (bool, string) {
 	x := &p.Eval
 	passed := ""
-	for _, t := range [...]compile.Tier{compile.TierAdmin, compile.TierBaseline} {
-		if t == compile.TierBaseline {
-			// Between the tiers: the NetworkPolicies isolating the pod.
-			if table := local.pod.Table(d); table >= 0 {
-				if remote.pod == nil && p.IsOwnNode(&p.Pods[local.pod.ID], remote.addr) {
-					return true, ReasonNodeTraffic
-				}
-				return decide(p, local, d, table, remote, dstPod, proto, port)
-			}
+	// A pod no ClusterNetworkPolicy has as a subject (Tiers < 0, the
+	// common case) skips both tiers without reading anything.
+	if local.pod.Tiers >= 0 {
+		switch a, reason := decideTier(p, x.TierRulesOf(local.pod, compile.TierAdmin, d), remote, dstPod, proto, port); a {
+		case compile.ActionAccept:
+			return true, reason
+		case compile.ActionDeny:
+			return false, reason
+		case compile.ActionPass:
+			passed = reason
 		}
-		switch a, reason := decideTier(p, x.TierRulesOf(local.pod, t, d), remote, dstPod, proto, port); a {
+	}
+	// Between the tiers: the NetworkPolicies isolating the pod.
+	if table := local.pod.Table(d); table >= 0 {
+		if remote.pod == nil && p.IsOwnNode(&p.Pods[local.pod.ID], remote.addr) {
+			return true, ReasonNodeTraffic
+		}
+		return decide(p, local, d, table, remote, dstPod, proto, port)
+	}
+	if local.pod.Tiers >= 0 {
+		switch a, reason := decideTier(p, x.TierRulesOf(local.pod, compile.TierBaseline, d), remote, dstPod, proto, port); a {
 		case compile.ActionAccept:
 			return true, reason
 		case compile.ActionDeny:
@@ -186,6 +196,14 @@ func peerMatches(p *compile.Program, r *compile.EvalClusterRule, remote *end) bo
 func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (bool, string) {
 	x := &p.Eval
+	// The reason a denial gives is in the Pod, a line no other step reads:
+	// load it before walking the table, so that its cache miss overlaps
+	// the table's and the rules' instead of following them.
+	denied := &p.Pods[local.pod.ID].IngressDenied
+	if d == compile.Egress {
+		denied = &p.Pods[local.pod.ID].EgressDenied
+	}
+	deniedReason := *denied
 	t := x.Table(ti)
 	rules := x.Rules[t.Rules:]
 	best := int32(-1)
@@ -225,12 +243,7 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 		}
 	}
 	if best < 0 {
-		// Read from the Pod, not the record: only a denied connection
-		// needs it.
-		if d == compile.Egress {
-			return false, p.Pods[local.pod.ID].EgressDenied
-		}
-		return false, p.Pods[local.pod.ID].IngressDenied
+		return false, deniedReason
 	}
 	return true, rules[best].Reason
 }
