@@ -213,45 +213,20 @@ type EvalRule struct {
 	EvalMatch
 }
 
-// EvalTable is a decision table, read from its header in
-// EvalIndex.TableData: its rules are a run of EvalIndex.Rules, its ways in
-// a run of EvalIndex.TableData.
-type EvalTable struct {
-	Rules uint32 // offset of the table's run in EvalIndex.Rules
-	Data  uint32 // offset of the table's ways in, in EvalIndex.TableData
-	// NAnyPeer, NBlocks and NBySelector count the entries of each part.
-	NAnyPeer, NBlocks, NBySelector uint32
-}
-
 // tableHeader is the length of a table's header in EvalIndex.TableData.
 const tableHeader = 4
 
-// Table reads the header of the decision table at offset off of TableData
-// (a PodRecord's IngressTable or EgressTable).
-func (x *EvalIndex) Table(off int32) EvalTable {
-	h := x.TableData[off : off+tableHeader : off+tableHeader]
-	return EvalTable{Rules: uint32(h[0]), Data: uint32(off) + tableHeader,
-		NAnyPeer: uint32(h[1]), NBlocks: uint32(h[2]), NBySelector: uint32(h[3])}
-}
-
-// AnyPeer returns the table-relative indices of the rules that match every
-// peer, in rule order.
-func (x *EvalIndex) AnyPeer(t *EvalTable) []int32 {
-	return x.TableData[t.Data : t.Data+t.NAnyPeer]
-}
-
-// Blocks returns the table-relative indices of the rules with address peers,
-// in rule order.
-func (x *EvalIndex) Blocks(t *EvalTable) []int32 {
-	o := t.Data + t.NAnyPeer
-	return x.TableData[o : o+t.NBlocks]
-}
-
-// BySelector returns the table's (selector, table-relative rule) pairs,
-// flattened: selector at even positions, sorted by selector, then rule.
-func (x *EvalIndex) BySelector(t *EvalTable) []int32 {
-	o := t.Data + t.NAnyPeer + t.NBlocks
-	return x.TableData[o : o+2*t.NBySelector]
+// TableParts reads the decision table at offset off of TableData (a
+// PodRecord's IngressTable or EgressTable): the offset of its run in Rules,
+// the table-relative indices of the rules that match every peer and of
+// those with address peers (each in rule order), and its (selector,
+// table-relative rule) pairs, flattened: selector at even positions, sorted
+// by selector, then rule. One bounds check for all.
+func (x *EvalIndex) TableParts(off int32) (rules uint32, anyPeer, blocks, bySelector []int32) {
+	h := x.TableData[off:]
+	nAny, nBlocks, nSel := uint32(h[1]), uint32(h[2]), uint32(h[3])
+	data := h[tableHeader : tableHeader+nAny+nBlocks+2*nSel]
+	return uint32(h[0]), data[:nAny], data[nAny : nAny+nBlocks], data[nAny+nBlocks:]
 }
 
 // EvalClusterRule is a usable ClusterNetworkPolicy rule.
@@ -366,26 +341,30 @@ func (x *EvalIndex) TierRulesOf(r *PodRecord, t Tier, d Direction) []EvalCluster
 
 // ContainsAddr reports whether the rule's address peers contain ip.
 func (x *EvalIndex) ContainsAddr(m *EvalMatch, ip netip.Addr) bool {
-	if ip.Is4() {
-		rs := m.Ranges4[:m.NRanges4]
-		if m.Spill >= 0 {
-			s := x.Spills[m.Spill].Ranges4
-			rs = x.Ranges4[s.Off:s.end()]
-		}
-		if len(rs) == 0 {
-			return false
-		}
-		a4 := ip.As4()
-		a := uint32(a4[0])<<24 | uint32(a4[1])<<16 | uint32(a4[2])<<8 | uint32(a4[3])
-		for _, r := range rs {
-			if a <= r.To {
+	if !ip.Is4() {
+		// A match with IPv6 ranges always spills.
+		return m.HasRanges6 && rangesContain(x.Spills[m.Spill].IPBlocks, ip)
+	}
+	a := addr4(ip)
+	if m.Spill < 0 {
+		// Indexing the fixed-size array spares the bounds checks.
+		for i := range m.Ranges4 {
+			if i == int(m.NRanges4) {
+				break
+			}
+			if r := &m.Ranges4[i]; a <= r.To {
 				return r.From <= a
 			}
 		}
 		return false
 	}
-	// A match with IPv6 ranges always spills.
-	return m.HasRanges6 && rangesContain(x.Spills[m.Spill].IPBlocks, ip)
+	s := x.Spills[m.Spill].Ranges4
+	for _, r := range x.Ranges4[s.Off:s.end()] {
+		if a <= r.To {
+			return r.From <= a
+		}
+	}
+	return false
 }
 
 // PortMatches checks the destination protocol and port; named ports resolve
@@ -395,23 +374,35 @@ func (x *EvalIndex) PortMatches(m *EvalMatch, dst *PodRecord, proto Protocol, po
 		return true
 	}
 	if m.Spill >= 0 {
-		s := &x.Spills[m.Spill]
-		for _, pr := range x.Ports[s.Ports.Off:s.Ports.end()] {
-			if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
-				return true
-			}
+		return x.spilledPortMatches(m, dst, proto, port)
+	}
+	for i := range m.Ports {
+		if i == int(m.NPorts) {
+			break
 		}
-		if dst == nil {
-			return false
+		if pr := &m.Ports[i]; pr.Protocol == proto && pr.First <= port && port <= pr.Last {
+			return true
 		}
-		for _, np := range x.Named[s.Named.Off:s.Named.end()] {
-			if x.namedPortIs(dst, np.Name, np.Protocol, proto, port) {
-				return true
-			}
-		}
+	}
+	if dst == nil {
 		return false
 	}
-	for _, pr := range m.Ports[:m.NPorts] {
+	for i := range m.named {
+		if i == int(m.NNamed) {
+			break
+		}
+		if x.namedPortIs(dst, int32(m.named[i].name), m.named[i].protocol, proto, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// spilledPortMatches is PortMatches for a match whose lists are in the
+// pools.
+func (x *EvalIndex) spilledPortMatches(m *EvalMatch, dst *PodRecord, proto Protocol, port uint16) bool {
+	s := &x.Spills[m.Spill]
+	for _, pr := range x.Ports[s.Ports.Off:s.Ports.end()] {
 		if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
 			return true
 		}
@@ -419,8 +410,8 @@ func (x *EvalIndex) PortMatches(m *EvalMatch, dst *PodRecord, proto Protocol, po
 	if dst == nil {
 		return false
 	}
-	for _, np := range m.named[:m.NNamed] {
-		if x.namedPortIs(dst, int32(np.name), np.protocol, proto, port) {
+	for _, np := range x.Named[s.Named.Off:s.Named.end()] {
+		if x.namedPortIs(dst, np.Name, np.Protocol, proto, port) {
 			return true
 		}
 	}
@@ -436,6 +427,17 @@ func (x *EvalIndex) namedPortIs(dst *PodRecord, name int32, ruleProto, proto Pro
 	}
 	// The first container port with the name and protocol counts, as in
 	// Pod.NamedPort.
+	if dst.nPorts != podSpilled {
+		for i := range dst.ports {
+			if i == int(dst.nPorts) {
+				break
+			}
+			if pp := &dst.ports[i]; pp.Name == name && pp.Protocol == proto {
+				return pp.Port == port
+			}
+		}
+		return false
+	}
 	for _, pp := range x.PortsOf(dst) {
 		if pp.Name == name && pp.Protocol == proto {
 			return pp.Port == port

@@ -204,19 +204,19 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 		denied = &p.Pods[local.pod.ID].EgressDenied
 	}
 	deniedReason := *denied
-	t := x.Table(ti)
-	rules := x.Rules[t.Rules:]
+	ro, anyPeer, blocks, bySelector := x.TableParts(ti)
+	rules := x.Rules[ro:]
 	best := int32(-1)
-	for _, ri := range x.AnyPeer(&t) {
+	for _, ri := range anyPeer {
 		if x.PortMatches(&rules[ri].EvalMatch, dstPod, proto, port) {
 			best = ri
 			break
 		}
 	}
-	if remote.pod != nil && t.NBySelector > 0 {
+	if remote.pod != nil && len(bySelector) > 0 {
 		// Merge the pod's sorted memberships with the table's sorted
 		// selectors (pairs: selector, rule).
-		m, bs := x.MemberOf(remote.pod), x.BySelector(&t)
+		m, bs := x.MemberOf(remote.pod), bySelector
 		for i, j := 0, 0; i < len(m) && j+1 < len(bs); {
 			switch sel := compile.SelectorID(bs[j]); {
 			case m[i] < sel:
@@ -232,7 +232,7 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 			}
 		}
 	}
-	for _, ri := range x.Blocks(&t) {
+	for _, ri := range blocks {
 		if best >= 0 && ri > best {
 			break
 		}
