@@ -100,13 +100,15 @@ type PodRecord struct {
 	Tiers int32
 	// Local is Pod.Local.
 	Local bool
-	// used marks an occupied V4 slot.
-	used bool
-	// nMembers and nPorts count the inline lists; podSpilled when the
-	// lists are in the pools.
-	nMembers, nPorts uint8
-	members          [podInlineMembers]SelectorID
-	ports            [podInlinePorts]EvalPodPort
+	// Used marks an occupied V4 slot.
+	Used bool
+	// NMembers and NPorts count the entries of InlineMembers and
+	// InlinePorts; podSpilled (255) when the lists are in the pools.
+	NMembers, NPorts uint8
+	// InlineMembers is the pod's MemberOf when it fits.
+	InlineMembers [podInlineMembers]SelectorID
+	// InlinePorts are the pod's named container ports when they fit.
+	InlinePorts [podInlinePorts]EvalPodPort
 }
 
 // How many memberships and named ports a PodRecord holds inline, and the
@@ -147,11 +149,11 @@ type EvalNamedPort struct {
 	Protocol Protocol
 }
 
-// inlineNamed is a named port held inline in EvalMatch, in 4 bytes: a
+// InlineNamed is a named port held inline in EvalMatch, in 4 bytes: a
 // name index above 0xffff makes the match spill.
-type inlineNamed struct {
-	name     uint16
-	protocol Protocol
+type InlineNamed struct {
+	Name     uint16
+	Protocol Protocol
 }
 
 // Range4 is an inclusive range of IPv4 addresses as integers.
@@ -187,7 +189,8 @@ type EvalMatch struct {
 	HasRanges6 bool
 	AllPeers   bool
 	AllPorts   bool
-	named      [evalInline]inlineNamed
+	// Named are the named ports.
+	Named [evalInline]InlineNamed
 	// Ranges4 are the IPv4 ranges of IPBlocks.
 	Ranges4 [evalInline]Range4
 	// Spill indexes EvalIndex.Spills; -1 when the lists are inline.
@@ -261,7 +264,7 @@ func (x *EvalIndex) RecordByAddr(ip netip.Addr) *PodRecord {
 		mask := uint32(len(x.V4) - 1)
 		for i := hash4(a, x.V4Shift); ; i = (i + 1) & mask {
 			s := &x.V4[i]
-			if !s.used {
+			if !s.Used {
 				return nil
 			}
 			if s.Addr == a {
@@ -287,8 +290,8 @@ func hash4(a uint32, shift uint8) uint32 { return (a * 0x9E3779B1) >> shift }
 
 // MemberOf returns a pod's selector memberships, sorted.
 func (x *EvalIndex) MemberOf(r *PodRecord) []SelectorID {
-	if r.nMembers != podSpilled {
-		return r.members[:r.nMembers]
+	if r.NMembers != podSpilled {
+		return r.InlineMembers[:r.NMembers]
 	}
 	s := x.PodSpans[r.ID].Members
 	return x.Members[s.Off:s.end()]
@@ -296,8 +299,8 @@ func (x *EvalIndex) MemberOf(r *PodRecord) []SelectorID {
 
 // PortsOf returns a pod's named container ports that some rule can name.
 func (x *EvalIndex) PortsOf(r *PodRecord) []EvalPodPort {
-	if r.nPorts != podSpilled {
-		return r.ports[:r.nPorts]
+	if r.NPorts != podSpilled {
+		return r.InlinePorts[:r.NPorts]
 	}
 	s := x.PodSpans[r.ID].Ports
 	return x.PodPorts[s.Off:s.end()]
@@ -341,30 +344,26 @@ func (x *EvalIndex) TierRulesOf(r *PodRecord, t Tier, d Direction) []EvalCluster
 
 // ContainsAddr reports whether the rule's address peers contain ip.
 func (x *EvalIndex) ContainsAddr(m *EvalMatch, ip netip.Addr) bool {
-	if !ip.Is4() {
-		// A match with IPv6 ranges always spills.
-		return m.HasRanges6 && rangesContain(x.Spills[m.Spill].IPBlocks, ip)
-	}
-	a := addr4(ip)
-	if m.Spill < 0 {
-		// Indexing the fixed-size array spares the bounds checks.
-		for i := range m.Ranges4 {
-			if i == int(m.NRanges4) {
-				break
-			}
-			if r := &m.Ranges4[i]; a <= r.To {
+	if ip.Is4() {
+		rs := m.Ranges4[:m.NRanges4]
+		if m.Spill >= 0 {
+			s := x.Spills[m.Spill].Ranges4
+			rs = x.Ranges4[s.Off:s.end()]
+		}
+		if len(rs) == 0 {
+			return false
+		}
+		a4 := ip.As4()
+		a := uint32(a4[0])<<24 | uint32(a4[1])<<16 | uint32(a4[2])<<8 | uint32(a4[3])
+		for _, r := range rs {
+			if a <= r.To {
 				return r.From <= a
 			}
 		}
 		return false
 	}
-	s := x.Spills[m.Spill].Ranges4
-	for _, r := range x.Ranges4[s.Off:s.end()] {
-		if a <= r.To {
-			return r.From <= a
-		}
-	}
-	return false
+	// A match with IPv6 ranges always spills.
+	return m.HasRanges6 && rangesContain(x.Spills[m.Spill].IPBlocks, ip)
 }
 
 // PortMatches checks the destination protocol and port; named ports resolve
@@ -374,35 +373,23 @@ func (x *EvalIndex) PortMatches(m *EvalMatch, dst *PodRecord, proto Protocol, po
 		return true
 	}
 	if m.Spill >= 0 {
-		return x.spilledPortMatches(m, dst, proto, port)
-	}
-	for i := range m.Ports {
-		if i == int(m.NPorts) {
-			break
+		s := &x.Spills[m.Spill]
+		for _, pr := range x.Ports[s.Ports.Off:s.Ports.end()] {
+			if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
+				return true
+			}
 		}
-		if pr := &m.Ports[i]; pr.Protocol == proto && pr.First <= port && port <= pr.Last {
-			return true
+		if dst == nil {
+			return false
 		}
-	}
-	if dst == nil {
+		for _, np := range x.Named[s.Named.Off:s.Named.end()] {
+			if x.namedPortIs(dst, np.Name, np.Protocol, proto, port) {
+				return true
+			}
+		}
 		return false
 	}
-	for i := range m.named {
-		if i == int(m.NNamed) {
-			break
-		}
-		if x.namedPortIs(dst, int32(m.named[i].name), m.named[i].protocol, proto, port) {
-			return true
-		}
-	}
-	return false
-}
-
-// spilledPortMatches is PortMatches for a match whose lists are in the
-// pools.
-func (x *EvalIndex) spilledPortMatches(m *EvalMatch, dst *PodRecord, proto Protocol, port uint16) bool {
-	s := &x.Spills[m.Spill]
-	for _, pr := range x.Ports[s.Ports.Off:s.Ports.end()] {
+	for _, pr := range m.Ports[:m.NPorts] {
 		if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
 			return true
 		}
@@ -410,8 +397,8 @@ func (x *EvalIndex) spilledPortMatches(m *EvalMatch, dst *PodRecord, proto Proto
 	if dst == nil {
 		return false
 	}
-	for _, np := range x.Named[s.Named.Off:s.Named.end()] {
-		if x.namedPortIs(dst, np.Name, np.Protocol, proto, port) {
+	for _, np := range m.Named[:m.NNamed] {
+		if x.namedPortIs(dst, int32(np.Name), np.Protocol, proto, port) {
 			return true
 		}
 	}
@@ -427,17 +414,6 @@ func (x *EvalIndex) namedPortIs(dst *PodRecord, name int32, ruleProto, proto Pro
 	}
 	// The first container port with the name and protocol counts, as in
 	// Pod.NamedPort.
-	if dst.nPorts != podSpilled {
-		for i := range dst.ports {
-			if i == int(dst.nPorts) {
-				break
-			}
-			if pp := &dst.ports[i]; pp.Name == name && pp.Protocol == proto {
-				return pp.Port == port
-			}
-		}
-		return false
-	}
 	for _, pp := range x.PortsOf(dst) {
 		if pp.Name == name && pp.Protocol == proto {
 			return pp.Port == port
@@ -522,7 +498,7 @@ func (ix *indexer) match(m *Match) EvalMatch {
 	if inline && len(ranges) <= evalInline && !em.HasRanges6 {
 		em.NPorts = uint8(copy(em.Ports[:], m.Ports))
 		for i, np := range named {
-			em.named[i] = inlineNamed{name: uint16(np.Name), protocol: np.Protocol}
+			em.Named[i] = InlineNamed{Name: uint16(np.Name), Protocol: np.Protocol}
 		}
 		em.NNamed = uint8(len(named))
 		em.NRanges4 = uint8(copy(em.Ranges4[:], ranges))
@@ -665,12 +641,12 @@ func (ix *indexer) pods() {
 		}
 		sp.Ports.Len = uint32(len(x.PodPorts)) - sp.Ports.Off
 		x.PodSpans[i] = sp
-		r.nMembers, r.nPorts = podSpilled, podSpilled
+		r.NMembers, r.NPorts = podSpilled, podSpilled
 		if len(pod.MemberOf) <= podInlineMembers {
-			r.nMembers = uint8(copy(r.members[:], pod.MemberOf))
+			r.NMembers = uint8(copy(r.InlineMembers[:], pod.MemberOf))
 		}
 		if sp.Ports.Len <= podInlinePorts {
-			r.nPorts = uint8(copy(r.ports[:], x.PodPorts[sp.Ports.Off:sp.Ports.end()]))
+			r.NPorts = uint8(copy(r.InlinePorts[:], x.PodPorts[sp.Ports.Off:sp.Ports.end()]))
 		}
 		r.Tiers = ix.tierSet(tierSets, pod)
 		x.Pods[i] = r
@@ -730,9 +706,9 @@ func (ix *indexer) addAddr(a netip.Addr, r *PodRecord) {
 		mask := uint32(len(x.V4) - 1)
 		for i := hash4(v, x.V4Shift); ; i = (i + 1) & mask {
 			s := &x.V4[i]
-			if !s.used || s.Addr == v {
+			if !s.Used || s.Addr == v {
 				*s = *r
-				s.Addr, s.used = v, true
+				s.Addr, s.Used = v, true
 				return
 			}
 		}
