@@ -216,19 +216,20 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 	if remote.pod != nil && len(bySelector) > 0 {
 		// Merge the pod's sorted memberships with the table's sorted
 		// selectors (pairs: selector, rule).
-		m, bs := x.MemberOf(remote.pod), bySelector
-		for i, j := 0, 0; i < len(m) && j+1 < len(bs); {
-			switch sel := compile.SelectorID(bs[j]); {
-			case m[i] < sel:
-				i++
-			case m[i] > sel:
+		// A tight loop skips the selectors the pod is not in.
+		bs, j := bySelector, 0
+		for _, sel := range x.MemberOf(remote.pod) {
+			for j+1 < len(bs) && compile.SelectorID(bs[j]) < sel {
 				j += 2
-			default:
+			}
+			for ; j+1 < len(bs) && compile.SelectorID(bs[j]) == sel; j += 2 {
 				ri := bs[j+1]
 				if (best < 0 || ri < best) && x.PortMatches(&rules[ri].EvalMatch, dstPod, proto, port) {
 					best = ri
 				}
-				j += 2
+			}
+			if j+1 >= len(bs) {
+				break
 			}
 		}
 	}
