@@ -110,27 +110,22 @@ func decideDirection(p *compile.Program, local *end, d compile.Direction,
 	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (bool, string) {
 	x := &p.Eval
 	passed := ""
-	// A pod no ClusterNetworkPolicy has as a subject (Tiers < 0, the
-	// common case) skips both tiers without reading anything.
-	if local.pod.Tiers >= 0 {
-		switch a, reason := decideTier(p, x.TierRulesOf(local.pod, compile.TierAdmin, d), remote, dstPod, proto, port); a {
-		case compile.ActionAccept:
-			return true, reason
-		case compile.ActionDeny:
-			return false, reason
-		case compile.ActionPass:
-			passed = reason
+	for _, t := range [...]compile.Tier{compile.TierAdmin, compile.TierBaseline} {
+		if t == compile.TierBaseline {
+			// Between the tiers: the NetworkPolicies isolating the pod.
+			if table := local.pod.Table(d); table >= 0 {
+				if remote.pod == nil && p.IsOwnNode(&p.Pods[local.pod.ID], remote.addr) {
+					return true, ReasonNodeTraffic
+				}
+				return decide(p, local, d, table, remote, dstPod, proto, port)
+			}
 		}
-	}
-	// Between the tiers: the NetworkPolicies isolating the pod.
-	if table := local.pod.Table(d); table >= 0 {
-		if remote.pod == nil && p.IsOwnNode(&p.Pods[local.pod.ID], remote.addr) {
-			return true, ReasonNodeTraffic
+		if local.pod.Tiers < 0 {
+			// No ClusterNetworkPolicy has the pod as a subject (the
+			// common case): nothing to read.
+			continue
 		}
-		return decide(p, local, d, table, remote, dstPod, proto, port)
-	}
-	if local.pod.Tiers >= 0 {
-		switch a, reason := decideTier(p, x.TierRulesOf(local.pod, compile.TierBaseline, d), remote, dstPod, proto, port); a {
+		switch a, reason := decideTier(p, x.TierRulesOf(local.pod, t, d), remote, dstPod, proto, port); a {
 		case compile.ActionAccept:
 			return true, reason
 		case compile.ActionDeny:
