@@ -17,8 +17,8 @@ import (
 // every slice here is indexed by the IDs of the program (PodID, table index,
 // ClusterPolicyID).
 type EvalIndex struct {
-	// Pods holds one record per pod, by PodID: the record of the pods
-	// looked up by IPv6 address, a copy of the V4 slots' for the others.
+	// Pods holds one record per pod, by PodID (Addr 0): what lookups of
+	// IPv6 addresses return. The V4 slots hold copies.
 	Pods []PodRecord
 	// PodSpans locates every pod's memberships and ports in the pools, by
 	// PodID; a record whose lists do not fit inline is read through it.
@@ -38,9 +38,6 @@ type EvalIndex struct {
 	// Rules is the pool of the tables' rules; each table's run is sorted by
 	// Rule.Order, so a smaller index in a run is an earlier rule.
 	Rules []EvalRule
-	// RuleOf is the Rule of each entry of Rules (same index). A verdict
-	// does not read it: what it needs is in the EvalRule.
-	RuleOf []*Rule
 	// TableData holds each decision table (one per Program.Tables entry),
 	// one after the other, so that a verdict reads a table from a line or
 	// two: a header of tableHeader words (the offset of the table's run in
@@ -48,9 +45,8 @@ type EvalIndex struct {
 	// indices of the rules that match any peer, then of those with address
 	// peers (each in rule order), then (selector, rule) pairs sorted by
 	// selector, then rule. PodRecord.IngressTable and EgressTable are the
-	// offsets of the headers; TableOffsets has them by table index.
-	TableData    []int32
-	TableOffsets []int32
+	// offsets of the headers.
+	TableData []int32
 
 	// ClusterSelectors is the pool of the cluster rules' selector peers.
 	ClusterSelectors []SelectorID
@@ -82,8 +78,8 @@ type Span struct{ Off, Len uint32 }
 func (s Span) end() uint32 { return s.Off + s.Len }
 
 // PodRecord is what a verdict reads about a pod, in 64 bytes: one cache
-// line (the V4 table is a page-aligned allocation once it has more than 64
-// slots). The pod's selector memberships and named ports are held inline
+// line once the V4 table has more than 512 slots (Go allocates more than
+// 32 KiB page-aligned). The pod's selector memberships and named ports are held inline
 // when they fit (podInlineMembers, podInlinePorts), which is the common
 // case; otherwise they are read from the pools through PodSpans.
 type PodRecord struct {
@@ -431,6 +427,8 @@ type indexer struct {
 	// cdirs[2*id+direction] is one policy's run in one direction.
 	crules []EvalClusterRule
 	cdirs  []Span
+	// tableOffsets is each table's offset in TableData, by table index.
+	tableOffsets []int32
 }
 
 // buildEvalIndex lays the built program out for the evaluator. The pods'
@@ -529,7 +527,7 @@ func addr4(a netip.Addr) uint32 {
 // then its header and the three ways in, by table-relative index.
 func (ix *indexer) tables() {
 	x := ix.x
-	x.TableOffsets = make([]int32, len(ix.p.Tables))
+	ix.tableOffsets = make([]int32, len(ix.p.Tables))
 	for ti := range ix.p.Tables {
 		t := &ix.p.Tables[ti]
 		var rules []*Rule
@@ -551,12 +549,11 @@ func (ix *indexer) tables() {
 		}
 		sort.Slice(rules, func(i, j int) bool { return rules[i].Order < rules[j].Order })
 		local := make(map[*Rule]int32, len(rules))
-		x.TableOffsets[ti] = int32(len(x.TableData))
+		ix.tableOffsets[ti] = int32(len(x.TableData))
 		x.TableData = append(x.TableData, int32(len(x.Rules)), int32(len(t.AnyPeer)), int32(len(t.Blocks)), int32(len(t.BySelector)))
 		for i, r := range rules {
 			local[r] = int32(i)
 			x.Rules = append(x.Rules, EvalRule{Reason: r.AllowReason, EvalMatch: ix.match(&r.Match)})
-			x.RuleOf = append(x.RuleOf, r)
 		}
 		for _, r := range append(t.AnyPeer[:len(t.AnyPeer):len(t.AnyPeer)], t.Blocks...) {
 			x.TableData = append(x.TableData, local[r])
@@ -621,10 +618,10 @@ func (ix *indexer) pods() {
 		pod := &p.Pods[i]
 		r := PodRecord{ID: PodID(i), IngressTable: -1, EgressTable: -1, Local: pod.Local}
 		if pod.IngressTable >= 0 {
-			r.IngressTable = x.TableOffsets[pod.IngressTable]
+			r.IngressTable = ix.tableOffsets[pod.IngressTable]
 		}
 		if pod.EgressTable >= 0 {
-			r.EgressTable = x.TableOffsets[pod.EgressTable]
+			r.EgressTable = ix.tableOffsets[pod.EgressTable]
 		}
 		var sp PodSpans
 		sp.Members = Span{Off: uint32(len(x.Members)), Len: uint32(len(pod.MemberOf))}
