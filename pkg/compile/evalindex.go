@@ -17,8 +17,12 @@ import (
 // every slice here is indexed by the IDs of the program (PodID, table index,
 // ClusterPolicyID).
 type EvalIndex struct {
-	// Pods holds one record per pod, by PodID.
+	// Pods holds one record per pod, by PodID (Addr 0): what lookups of
+	// IPv6 addresses return. The V4 slots hold copies.
 	Pods []PodRecord
+	// PodSpans locates every pod's memberships and ports in the pools, by
+	// PodID; a record whose lists do not fit inline is read through it.
+	PodSpans []PodSpans
 	// Members is the pool of the pods' selector memberships (Pod.MemberOf
 	// of every pod points into it).
 	Members []SelectorID
@@ -31,16 +35,17 @@ type EvalIndex struct {
 	TierPolicies []ClusterPolicyID
 	TierRules    []EvalClusterRule
 
-	// Tables holds one entry per Program.Tables entry.
-	Tables []EvalTable
 	// Rules is the pool of the tables' rules; each table's run is sorted by
 	// Rule.Order, so a smaller index in a run is an earlier rule.
 	Rules []EvalRule
-	// TableData holds each table's ways in, one table after the other, so
-	// that a verdict reads them from a line or two: the table-relative
+	// TableData holds each decision table (one per Program.Tables entry),
+	// one after the other, so that a verdict reads a table from a line or
+	// two: a header of tableHeader words (the offset of the table's run in
+	// Rules and the lengths of the three parts), then the table-relative
 	// indices of the rules that match any peer, then of those with address
 	// peers (each in rule order), then (selector, rule) pairs sorted by
-	// selector, then rule.
+	// selector, then rule. PodRecord.IngressTable and EgressTable are the
+	// offsets of the headers.
 	TableData []int32
 
 	// ClusterSelectors is the pool of the cluster rules' selector peers.
@@ -53,9 +58,12 @@ type EvalIndex struct {
 	Named   []EvalNamedPort
 	Ranges4 []Range4
 
-	// V4 is an open-addressed hash table from IPv4 pod address to pod:
-	// 8 bytes a slot, at most half full, so a lookup reads one cache line.
-	V4 []AddrSlot
+	// V4 is an open-addressed hash table from IPv4 pod address to the
+	// pod's record, held in the slot itself (a pod with several IPv4
+	// addresses has a copy in each of their slots), at most half full: a
+	// lookup usually reads one cache line, and that line is all a verdict
+	// reads about the pod.
+	V4 []PodRecord
 	// V4Shift turns a 32-bit hash into a slot index of V4.
 	V4Shift uint8
 	// V6 maps the other pod addresses (IPv6 without zone) to their pods;
@@ -70,27 +78,53 @@ type Span struct{ Off, Len uint32 }
 func (s Span) end() uint32 { return s.Off + s.Len }
 
 // PodRecord is what a verdict reads about a pod, in 64 bytes: one cache
-// line once there are more than 512 pods (the records are then one
-// page-aligned allocation).
+// line once the V4 table has more than 512 slots (Go allocates more than
+// 32 KiB page-aligned). The pod's selector memberships and named ports are held inline
+// when they fit (podInlineMembers, podInlinePorts), which is the common
+// case; otherwise they are read from the pools through PodSpans.
 type PodRecord struct {
-	// IngressTable and EgressTable index Program.Tables and EvalIndex.Tables
-	// (-1: not isolated by a NetworkPolicy in that direction).
+	// Addr is the IPv4 address of a V4 slot (0 in Pods).
+	Addr uint32
+	// ID is the pod.
+	ID PodID
+	// IngressTable and EgressTable are the offsets in EvalIndex.TableData
+	// of the pod's decision tables (-1: not isolated by a NetworkPolicy in
+	// that direction); Pod.IngressTable and EgressTable are their indices.
 	IngressTable, EgressTable int32
-	// Members is the pod's MemberOf in EvalIndex.Members.
-	Members Span
-	// Ports are the pod's named container ports in EvalIndex.PodPorts.
-	Ports Span
 	// Tiers indexes EvalIndex.TierSets (-1: no ClusterNetworkPolicy has the
 	// pod as a subject).
 	Tiers int32
 	// Local is Pod.Local.
 	Local bool
-	// IngressDenied and EgressDenied are Pod.IngressDenied and
-	// Pod.EgressDenied.
-	IngressDenied, EgressDenied string
+	// Used marks an occupied V4 slot.
+	Used bool
+	// NMembers and NPorts count the entries of InlineMembers and
+	// InlinePorts; podSpilled (255) when the lists are in the pools.
+	NMembers, NPorts uint8
+	// InlineMembers is the pod's MemberOf when it fits.
+	InlineMembers [podInlineMembers]SelectorID
+	// InlinePorts are the pod's named container ports when they fit.
+	InlinePorts [podInlinePorts]EvalPodPort
 }
 
-// Table returns the pod's decision table index in one direction.
+// How many memberships and named ports a PodRecord holds inline, and the
+// count that says the lists are in the pools.
+const (
+	podInlineMembers = 4
+	podInlinePorts   = 3
+	podSpilled       = 0xff
+)
+
+// PodSpans is where a pod's lists are in EvalIndex's pools.
+type PodSpans struct {
+	// Members is the pod's MemberOf in EvalIndex.Members.
+	Members Span
+	// Ports are the pod's named container ports in EvalIndex.PodPorts.
+	Ports Span
+}
+
+// Table returns the offset of the pod's decision table in one direction
+// (-1: not isolated by a NetworkPolicy).
 func (r *PodRecord) Table(d Direction) int32 {
 	if d == Egress {
 		return r.EgressTable
@@ -111,15 +145,15 @@ type EvalNamedPort struct {
 	Protocol Protocol
 }
 
+// InlineNamed is a named port held inline in EvalMatch, in 4 bytes: a
+// name index above 0xffff makes the match spill.
+type InlineNamed struct {
+	Name     uint16
+	Protocol Protocol
+}
+
 // Range4 is an inclusive range of IPv4 addresses as integers.
 type Range4 struct{ From, To uint32 }
-
-// AddrSlot is a slot of EvalIndex.V4. Pod is the PodID plus one; 0 marks an
-// empty slot.
-type AddrSlot struct {
-	Addr uint32
-	Pod  int32
-}
 
 // TierSet is a pod's ClusterNetworkPolicies per tier and direction, in the
 // order of TierList: the policies in precedence order (runs of
@@ -139,11 +173,11 @@ func TierList(t Tier, d Direction) int {
 	return int(d)
 }
 
-// EvalMatch is a Match laid out for the evaluator, in 56 bytes: up to two
+// EvalMatch is a Match laid out for the evaluator, in 48 bytes: up to two
 // port ranges, two named ports and two IPv4 ranges are held inline (most
 // rules), so that checking a rule reads the rule's cache line only. A match
-// with longer lists holds them all in EvalIndex.Spills[Spill] instead. The
-// IPv6 part of the address peers is read from the rule itself.
+// with longer lists, or with IPv6 ranges, holds them all in
+// EvalIndex.Spills[Spill] instead.
 type EvalMatch struct {
 	Ports                    [evalInline]PortRange
 	NPorts, NNamed, NRanges4 uint8
@@ -151,7 +185,8 @@ type EvalMatch struct {
 	HasRanges6 bool
 	AllPeers   bool
 	AllPorts   bool
-	Named      [evalInline]EvalNamedPort
+	// Named are the named ports.
+	Named [evalInline]InlineNamed
 	// Ranges4 are the IPv4 ranges of IPBlocks.
 	Ranges4 [evalInline]Range4
 	// Spill indexes EvalIndex.Spills; -1 when the lists are inline.
@@ -162,45 +197,35 @@ type EvalMatch struct {
 const evalInline = 2
 
 // EvalSpill is the lists of a match too long to be held inline, as runs of
-// EvalIndex.Ports, Named and Ranges4.
+// EvalIndex.Ports, Named and Ranges4, and the match's IPBlocks (shared
+// with the Match), which IPv6 addresses are checked against.
 type EvalSpill struct {
 	Ports, Named, Ranges4 Span
+	IPBlocks              []IPRange
 }
 
 // EvalRule is a NetworkPolicy rule of a decision table: 64 bytes, one
-// cache line.
+// cache line, holding the reason a verdict it decides gives.
 type EvalRule struct {
-	Rule *Rule
+	// Reason is Rule.AllowReason.
+	Reason string
 	EvalMatch
 }
 
-// EvalTable is a decision table: its rules are a run of EvalIndex.Rules,
-// its ways in a run of EvalIndex.TableData.
-type EvalTable struct {
-	Rules uint32 // offset of the table's run in EvalIndex.Rules
-	Data  uint32 // offset of the table's run in EvalIndex.TableData
-	// NAnyPeer, NBlocks and NBySelector count the entries of each part.
-	NAnyPeer, NBlocks, NBySelector uint32
-}
+// tableHeader is the length of a table's header in EvalIndex.TableData.
+const tableHeader = 4
 
-// AnyPeer returns the table-relative indices of the rules that match every
-// peer, in rule order.
-func (x *EvalIndex) AnyPeer(t *EvalTable) []int32 {
-	return x.TableData[t.Data : t.Data+t.NAnyPeer]
-}
-
-// Blocks returns the table-relative indices of the rules with address peers,
-// in rule order.
-func (x *EvalIndex) Blocks(t *EvalTable) []int32 {
-	o := t.Data + t.NAnyPeer
-	return x.TableData[o : o+t.NBlocks]
-}
-
-// BySelector returns the table's (selector, table-relative rule) pairs,
-// flattened: selector at even positions, sorted by selector, then rule.
-func (x *EvalIndex) BySelector(t *EvalTable) []int32 {
-	o := t.Data + t.NAnyPeer + t.NBlocks
-	return x.TableData[o : o+2*t.NBySelector]
+// TableParts reads the decision table at offset off of TableData (a
+// PodRecord's IngressTable or EgressTable): the offset of its run in Rules,
+// the table-relative indices of the rules that match every peer and of
+// those with address peers (each in rule order), and its (selector,
+// table-relative rule) pairs, flattened: selector at even positions, sorted
+// by selector, then rule. One bounds check for all.
+func (x *EvalIndex) TableParts(off int32) (rules uint32, anyPeer, blocks, bySelector []int32) {
+	h := x.TableData[off:]
+	nAny, nBlocks, nSel := uint32(h[1]), uint32(h[2]), uint32(h[3])
+	data := h[tableHeader : tableHeader+nAny+nBlocks+2*nSel]
+	return uint32(h[0]), data[:nAny], data[nAny : nAny+nBlocks], data[nAny+nBlocks:]
 }
 
 // EvalClusterRule is a usable ClusterNetworkPolicy rule.
@@ -217,29 +242,43 @@ type EvalClusterRule struct {
 
 // PodByAddr returns the pod that owns the address.
 func (x *EvalIndex) PodByAddr(ip netip.Addr) (PodID, bool) {
+	if r := x.RecordByAddr(ip); r != nil {
+		return r.ID, true
+	}
+	return 0, false
+}
+
+// RecordByAddr returns the record of the pod that owns the address, nil
+// when no pod does. For an IPv4 address it is the V4 slot itself.
+func (x *EvalIndex) RecordByAddr(ip netip.Addr) *PodRecord {
 	if ip.Is4() {
 		if len(x.V4) == 0 {
-			return 0, false
+			return nil
 		}
 		a4 := ip.As4()
 		a := uint32(a4[0])<<24 | uint32(a4[1])<<16 | uint32(a4[2])<<8 | uint32(a4[3])
 		mask := uint32(len(x.V4) - 1)
 		for i := hash4(a, x.V4Shift); ; i = (i + 1) & mask {
 			s := &x.V4[i]
-			if s.Pod == 0 {
-				return 0, false
+			if !s.Used {
+				return nil
 			}
 			if s.Addr == a {
-				return PodID(s.Pod - 1), true
+				return s
 			}
 		}
 	}
+	var id PodID
+	var ok bool
 	if ip.Zone() != "" {
-		id, ok := x.Zoned[ip]
-		return id, ok
+		id, ok = x.Zoned[ip]
+	} else {
+		id, ok = x.V6[ip.As16()]
 	}
-	id, ok := x.V6[ip.As16()]
-	return id, ok
+	if !ok {
+		return nil
+	}
+	return &x.Pods[id]
 }
 
 // hash4 spreads consecutive addresses over the table (Fibonacci hashing).
@@ -247,7 +286,20 @@ func hash4(a uint32, shift uint8) uint32 { return (a * 0x9E3779B1) >> shift }
 
 // MemberOf returns a pod's selector memberships, sorted.
 func (x *EvalIndex) MemberOf(r *PodRecord) []SelectorID {
-	return x.Members[r.Members.Off:r.Members.end()]
+	if r.NMembers != podSpilled {
+		return r.InlineMembers[:r.NMembers]
+	}
+	s := x.PodSpans[r.ID].Members
+	return x.Members[s.Off:s.end()]
+}
+
+// PortsOf returns a pod's named container ports that some rule can name.
+func (x *EvalIndex) PortsOf(r *PodRecord) []EvalPodPort {
+	if r.NPorts != podSpilled {
+		return r.InlinePorts[:r.NPorts]
+	}
+	s := x.PodSpans[r.ID].Ports
+	return x.PodPorts[s.Off:s.end()]
 }
 
 // InSelector reports whether the pod belongs to the selector peer set.
@@ -286,9 +338,8 @@ func (x *EvalIndex) TierRulesOf(r *PodRecord, t Tier, d Direction) []EvalCluster
 	return x.TierRules[s.Off:s.end()]
 }
 
-// ContainsAddr reports whether the rule's address peers contain ip; the
-// IPv6 ranges are read from the rule's Match.
-func (x *EvalIndex) ContainsAddr(m *EvalMatch, rule *Match, ip netip.Addr) bool {
+// ContainsAddr reports whether the rule's address peers contain ip.
+func (x *EvalIndex) ContainsAddr(m *EvalMatch, ip netip.Addr) bool {
 	if ip.Is4() {
 		rs := m.Ranges4[:m.NRanges4]
 		if m.Spill >= 0 {
@@ -307,7 +358,8 @@ func (x *EvalIndex) ContainsAddr(m *EvalMatch, rule *Match, ip netip.Addr) bool 
 		}
 		return false
 	}
-	return m.HasRanges6 && rangesContain(rule.IPBlocks, ip)
+	// A match with IPv6 ranges always spills.
+	return m.HasRanges6 && rangesContain(x.Spills[m.Spill].IPBlocks, ip)
 }
 
 // PortMatches checks the destination protocol and port; named ports resolve
@@ -316,33 +368,51 @@ func (x *EvalIndex) PortMatches(m *EvalMatch, dst *PodRecord, proto Protocol, po
 	if m.AllPorts {
 		return true
 	}
-	ports, named := m.Ports[:m.NPorts], m.Named[:m.NNamed]
 	if m.Spill >= 0 {
 		s := &x.Spills[m.Spill]
-		ports, named = x.Ports[s.Ports.Off:s.Ports.end()], x.Named[s.Named.Off:s.Named.end()]
+		for _, pr := range x.Ports[s.Ports.Off:s.Ports.end()] {
+			if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
+				return true
+			}
+		}
+		if dst == nil {
+			return false
+		}
+		for _, np := range x.Named[s.Named.Off:s.Named.end()] {
+			if x.namedPortIs(dst, np.Name, np.Protocol, proto, port) {
+				return true
+			}
+		}
+		return false
 	}
-	for _, pr := range ports {
+	for _, pr := range m.Ports[:m.NPorts] {
 		if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
 			return true
 		}
 	}
-	if dst == nil || len(named) == 0 || dst.Ports.Len == 0 {
+	if dst == nil {
 		return false
 	}
-	pods := x.PodPorts[dst.Ports.Off:dst.Ports.end()]
-	for _, np := range named {
-		if np.Protocol != 0 && np.Protocol != proto {
-			continue
+	for _, np := range m.Named[:m.NNamed] {
+		if x.namedPortIs(dst, int32(np.Name), np.Protocol, proto, port) {
+			return true
 		}
-		// The first container port with the name and protocol counts, as
-		// in Pod.NamedPort.
-		for _, pp := range pods {
-			if pp.Name == np.Name && pp.Protocol == proto {
-				if pp.Port == port {
-					return true
-				}
-				break
-			}
+	}
+	return false
+}
+
+// namedPortIs reports whether the pod's container port named name, for the
+// connection's protocol, is port. A rule's protocol 0 (a
+// ClusterNetworkPolicy destinationNamedPort) accepts any protocol.
+func (x *EvalIndex) namedPortIs(dst *PodRecord, name int32, ruleProto, proto Protocol, port uint16) bool {
+	if ruleProto != 0 && ruleProto != proto {
+		return false
+	}
+	// The first container port with the name and protocol counts, as in
+	// Pod.NamedPort.
+	for _, pp := range x.PortsOf(dst) {
+		if pp.Name == name && pp.Protocol == proto {
+			return pp.Port == port
 		}
 	}
 	return false
@@ -357,6 +427,8 @@ type indexer struct {
 	// cdirs[2*id+direction] is one policy's run in one direction.
 	crules []EvalClusterRule
 	cdirs  []Span
+	// tableOffsets is each table's offset in TableData, by table index.
+	tableOffsets []int32
 }
 
 // buildEvalIndex lays the built program out for the evaluator. The pods'
@@ -405,8 +477,13 @@ func (ix *indexer) match(m *Match) EvalMatch {
 	x := ix.x
 	em := EvalMatch{AllPeers: m.AllPeers, AllPorts: m.AllPorts, Spill: -1}
 	named := make([]EvalNamedPort, 0, len(m.NamedPorts))
+	inline := len(m.Ports) <= evalInline && len(m.NamedPorts) <= evalInline
 	for _, np := range m.NamedPorts {
-		named = append(named, EvalNamedPort{Name: ix.intern(np.Name), Protocol: np.Protocol})
+		id := ix.intern(np.Name)
+		named = append(named, EvalNamedPort{Name: id, Protocol: np.Protocol})
+		if id > 0xffff {
+			inline = false
+		}
 	}
 	var ranges []Range4
 	for _, r := range m.IPBlocks {
@@ -416,9 +493,12 @@ func (ix *indexer) match(m *Match) EvalMatch {
 		}
 		ranges = append(ranges, Range4{From: addr4(r.From), To: addr4(r.To)})
 	}
-	if len(m.Ports) <= evalInline && len(named) <= evalInline && len(ranges) <= evalInline {
+	if inline && len(ranges) <= evalInline && !em.HasRanges6 {
 		em.NPorts = uint8(copy(em.Ports[:], m.Ports))
-		em.NNamed = uint8(copy(em.Named[:], named))
+		for i, np := range named {
+			em.Named[i] = InlineNamed{Name: uint16(np.Name), Protocol: np.Protocol}
+		}
+		em.NNamed = uint8(len(named))
 		em.NRanges4 = uint8(copy(em.Ranges4[:], ranges))
 		return em
 	}
@@ -426,6 +506,9 @@ func (ix *indexer) match(m *Match) EvalMatch {
 		Ports:   Span{Off: uint32(len(x.Ports)), Len: uint32(len(m.Ports))},
 		Named:   Span{Off: uint32(len(x.Named)), Len: uint32(len(named))},
 		Ranges4: Span{Off: uint32(len(x.Ranges4)), Len: uint32(len(ranges))},
+	}
+	if em.HasRanges6 {
+		sp.IPBlocks = m.IPBlocks
 	}
 	x.Ports = append(x.Ports, m.Ports...)
 	x.Named = append(x.Named, named...)
@@ -441,10 +524,10 @@ func addr4(a netip.Addr) uint32 {
 }
 
 // tables lays out every decision table: its distinct rules in rule order,
-// then the three ways in, by table-relative index.
+// then its header and the three ways in, by table-relative index.
 func (ix *indexer) tables() {
 	x := ix.x
-	x.Tables = make([]EvalTable, len(ix.p.Tables))
+	ix.tableOffsets = make([]int32, len(ix.p.Tables))
 	for ti := range ix.p.Tables {
 		t := &ix.p.Tables[ti]
 		var rules []*Rule
@@ -466,11 +549,11 @@ func (ix *indexer) tables() {
 		}
 		sort.Slice(rules, func(i, j int) bool { return rules[i].Order < rules[j].Order })
 		local := make(map[*Rule]int32, len(rules))
-		et := EvalTable{Rules: uint32(len(x.Rules)), Data: uint32(len(x.TableData)),
-			NAnyPeer: uint32(len(t.AnyPeer)), NBlocks: uint32(len(t.Blocks)), NBySelector: uint32(len(t.BySelector))}
+		ix.tableOffsets[ti] = int32(len(x.TableData))
+		x.TableData = append(x.TableData, int32(len(x.Rules)), int32(len(t.AnyPeer)), int32(len(t.Blocks)), int32(len(t.BySelector)))
 		for i, r := range rules {
 			local[r] = int32(i)
-			x.Rules = append(x.Rules, EvalRule{Rule: r, EvalMatch: ix.match(&r.Match)})
+			x.Rules = append(x.Rules, EvalRule{Reason: r.AllowReason, EvalMatch: ix.match(&r.Match)})
 		}
 		for _, r := range append(t.AnyPeer[:len(t.AnyPeer):len(t.AnyPeer)], t.Blocks...) {
 			x.TableData = append(x.TableData, local[r])
@@ -478,7 +561,6 @@ func (ix *indexer) tables() {
 		for _, sr := range t.BySelector {
 			x.TableData = append(x.TableData, int32(sr.Selector), local[sr.Rule])
 		}
-		x.Tables[ti] = et
 	}
 }
 
@@ -514,6 +596,7 @@ func (ix *indexer) clusterRules() {
 func (ix *indexer) pods() {
 	p, x := ix.p, ix.x
 	x.Pods = make([]PodRecord, len(p.Pods))
+	x.PodSpans = make([]PodSpans, len(p.Pods))
 	nMembers, nV4 := 0, 0
 	for i := range p.Pods {
 		nMembers += len(p.Pods[i].MemberOf)
@@ -528,30 +611,44 @@ func (ix *indexer) pods() {
 	for size < 2*nV4 {
 		size *= 2
 	}
-	x.V4 = make([]AddrSlot, size)
+	x.V4 = make([]PodRecord, size)
 	x.V4Shift = uint8(32 - bits.TrailingZeros(uint(size)))
 	tierSets := map[string]int32{}
 	for i := range p.Pods {
 		pod := &p.Pods[i]
-		r := PodRecord{IngressTable: pod.IngressTable, EgressTable: pod.EgressTable, Local: pod.Local,
-			IngressDenied: pod.IngressDenied, EgressDenied: pod.EgressDenied}
-		r.Members = Span{Off: uint32(len(x.Members)), Len: uint32(len(pod.MemberOf))}
+		r := PodRecord{ID: PodID(i), IngressTable: -1, EgressTable: -1, Local: pod.Local}
+		if pod.IngressTable >= 0 {
+			r.IngressTable = ix.tableOffsets[pod.IngressTable]
+		}
+		if pod.EgressTable >= 0 {
+			r.EgressTable = ix.tableOffsets[pod.EgressTable]
+		}
+		var sp PodSpans
+		sp.Members = Span{Off: uint32(len(x.Members)), Len: uint32(len(pod.MemberOf))}
 		x.Members = append(x.Members, pod.MemberOf...)
-		pod.MemberOf = x.Members[r.Members.Off:r.Members.end():r.Members.end()]
+		pod.MemberOf = x.Members[sp.Members.Off:sp.Members.end():sp.Members.end()]
 		if len(pod.MemberOf) == 0 {
 			pod.MemberOf = nil
 		}
-		r.Ports.Off = uint32(len(x.PodPorts))
+		sp.Ports.Off = uint32(len(x.PodPorts))
 		for _, cp := range pod.Ports {
 			if id, ok := ix.names[cp.Name]; ok {
 				x.PodPorts = append(x.PodPorts, EvalPodPort{Name: id, Port: cp.Port, Protocol: cp.Protocol})
 			}
 		}
-		r.Ports.Len = uint32(len(x.PodPorts)) - r.Ports.Off
+		sp.Ports.Len = uint32(len(x.PodPorts)) - sp.Ports.Off
+		x.PodSpans[i] = sp
+		r.NMembers, r.NPorts = podSpilled, podSpilled
+		if len(pod.MemberOf) <= podInlineMembers {
+			r.NMembers = uint8(copy(r.InlineMembers[:], pod.MemberOf))
+		}
+		if sp.Ports.Len <= podInlinePorts {
+			r.NPorts = uint8(copy(r.InlinePorts[:], x.PodPorts[sp.Ports.Off:sp.Ports.end()]))
+		}
 		r.Tiers = ix.tierSet(tierSets, pod)
 		x.Pods[i] = r
 		for _, a := range pod.IPs {
-			ix.addAddr(a, PodID(i))
+			ix.addAddr(a, &r)
 		}
 	}
 }
@@ -597,7 +694,8 @@ func (ix *indexer) tierSet(seen map[string]int32, pod *Pod) int32 {
 	return id
 }
 
-func (ix *indexer) addAddr(a netip.Addr, id PodID) {
+// addAddr makes the address lead to the pod's record r.
+func (ix *indexer) addAddr(a netip.Addr, r *PodRecord) {
 	x := ix.x
 	switch {
 	case a.Is4():
@@ -605,8 +703,9 @@ func (ix *indexer) addAddr(a netip.Addr, id PodID) {
 		mask := uint32(len(x.V4) - 1)
 		for i := hash4(v, x.V4Shift); ; i = (i + 1) & mask {
 			s := &x.V4[i]
-			if s.Pod == 0 || s.Addr == v {
-				*s = AddrSlot{Addr: v, Pod: int32(id) + 1}
+			if !s.Used || s.Addr == v {
+				*s = *r
+				s.Addr, s.Used = v, true
 				return
 			}
 		}
@@ -614,11 +713,11 @@ func (ix *indexer) addAddr(a netip.Addr, id PodID) {
 		if x.Zoned == nil {
 			x.Zoned = map[netip.Addr]PodID{}
 		}
-		x.Zoned[a] = id
+		x.Zoned[a] = r.ID
 	default:
 		if x.V6 == nil {
 			x.V6 = map[[16]byte]PodID{}
 		}
-		x.V6[a.As16()] = id
+		x.V6[a.As16()] = r.ID
 	}
 }

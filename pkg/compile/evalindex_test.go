@@ -16,8 +16,8 @@ func TestEvalRecordSizes(t *testing.T) {
 	if n := unsafe.Sizeof(EvalRule{}); n != 64 {
 		t.Errorf("EvalRule is %d bytes, want 64", n)
 	}
-	if n := unsafe.Sizeof(AddrSlot{}); n != 8 {
-		t.Errorf("AddrSlot is %d bytes, want 8", n)
+	if n := unsafe.Sizeof(EvalMatch{}); n != 48 {
+		t.Errorf("EvalMatch is %d bytes, want 48", n)
 	}
 }
 

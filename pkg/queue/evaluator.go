@@ -47,10 +47,9 @@ const (
 )
 
 // end is one end of a connection: its address and, when a pod owns the
-// address, the pod's ID and evaluator record.
+// address, the pod's evaluator record.
 type end struct {
 	addr netip.Addr
-	id   compile.PodID
 	pod  *compile.PodRecord
 }
 
@@ -60,8 +59,9 @@ type end struct {
 // local destination pod. It does not allocate.
 //
 // It reads the program's EvalIndex: pods by address in an open-addressed
-// table, one 32-byte record per pod, and decision tables whose rules lie
-// next to each other, so that a verdict touches a few cache lines.
+// table whose slots are the pods' 64-byte records, and decision tables
+// whose rules lie next to each other, so that a verdict touches a few cache
+// lines: one per end, the table's one or two, the rules it tries.
 func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) Verdict {
 	return EvaluateResolved(p, nil, src, dst, proto, port)
 }
@@ -79,14 +79,9 @@ type Resolver interface {
 func EvaluateResolved(p *compile.Program, res Resolver, src, dst netip.Addr, proto compile.Protocol, port uint16) Verdict {
 	x := &p.Eval
 	s, d := end{addr: src.Unmap()}, end{addr: dst.Unmap()}
-	if id, ok := x.PodByAddr(s.addr); ok {
-		s.id, s.pod = id, &x.Pods[id]
-	}
-	if id, ok := x.PodByAddr(d.addr); ok {
-		d.id, d.pod = id, &x.Pods[id]
-	}
+	s.pod, d.pod = x.RecordByAddr(s.addr), x.RecordByAddr(d.addr)
 	v := Verdict{Egress: true, Ingress: true, EgressReason: ReasonEgressNotIsolated, IngressReason: ReasonIngressNotIsolated}
-	if s.pod != nil && d.pod != nil && s.id == d.id {
+	if s.pod != nil && d.pod != nil && s.pod.ID == d.pod.ID {
 		// The API documentation: a pod cannot block access to itself (for
 		// example through a Service that load-balances back to it).
 		v.Allowed, v.EgressReason, v.IngressReason = true, ReasonSelf, ReasonSelf
@@ -109,7 +104,7 @@ func EvaluateResolved(p *compile.Program, res Resolver, src, dst netip.Addr, pro
 	case d.pod == nil:
 	case !d.pod.Local:
 		v.IngressReason = ReasonNotEnforcedHere
-	case s.pod == nil && p.IsOwnNode(&p.Pods[d.id], s.addr):
+	case s.pod == nil && p.IsOwnNode(&p.Pods[d.pod.ID], s.addr):
 		if d.pod.IngressTable >= 0 || d.pod.Tiers >= 0 && (len(x.ClusterPolicies(d.pod, compile.TierAdmin, compile.Ingress)) > 0 ||
 			len(x.ClusterPolicies(d.pod, compile.TierBaseline, compile.Ingress)) > 0) {
 			v.IngressReason = ReasonNodeTraffic
@@ -133,11 +128,16 @@ func decideDirection(p *compile.Program, res Resolver, local *end, d compile.Dir
 		if t == compile.TierBaseline {
 			// Between the tiers: the NetworkPolicies isolating the pod.
 			if table := local.pod.Table(d); table >= 0 {
-				if remote.pod == nil && p.IsOwnNode(&p.Pods[local.id], remote.addr) {
+				if remote.pod == nil && p.IsOwnNode(&p.Pods[local.pod.ID], remote.addr) {
 					return true, ReasonNodeTraffic
 				}
 				return decide(p, local, d, table, remote, dstPod, proto, port)
 			}
+		}
+		if local.pod.Tiers < 0 {
+			// No ClusterNetworkPolicy has the pod as a subject (the
+			// common case): nothing to read.
+			continue
 		}
 		switch a, reason := decideTier(p, res, local.addr, x.TierRulesOf(local.pod, t, d), remote, dstPod, proto, port); a {
 		case compile.ActionAccept:
@@ -198,62 +198,69 @@ func peerMatches(p *compile.Program, res Resolver, local netip.Addr, r *compile.
 	if res != nil && len(r.Rule.Domains) > 0 && res.Resolved(local, remote.addr, r.Rule.Domains) {
 		return true
 	}
-	return x.ContainsAddr(&r.EvalMatch, &r.Rule.Match, remote.addr)
+	return x.ContainsAddr(&r.EvalMatch, remote.addr)
 }
 
 // decide looks the connection up in the decision table of the policies
-// isolating the local pod in direction d. The remote end is the source for
-// ingress, the destination for egress. When several rules allow, the reason
-// names the first in program order; a table's rules are in that order, so
-// the smallest table-relative index wins.
+// isolating the local pod in direction d (at offset ti of TableData). The
+// remote end is the source for ingress, the destination for egress. When
+// several rules allow, the reason names the first in program order; a
+// table's rules are in that order, so the smallest table-relative index
+// wins.
 func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (bool, string) {
 	x := &p.Eval
-	t := &x.Tables[ti]
-	rules := x.Rules[t.Rules:]
+	// The reason a denial gives is in the Pod, a line no other step reads:
+	// load it before walking the table, so that its cache miss overlaps
+	// the table's and the rules' instead of following them.
+	denied := &p.Pods[local.pod.ID].IngressDenied
+	if d == compile.Egress {
+		denied = &p.Pods[local.pod.ID].EgressDenied
+	}
+	deniedReason := *denied
+	ro, anyPeer, blocks, bySelector := x.TableParts(ti)
+	rules := x.Rules[ro:]
 	best := int32(-1)
-	for _, ri := range x.AnyPeer(t) {
+	for _, ri := range anyPeer {
 		if x.PortMatches(&rules[ri].EvalMatch, dstPod, proto, port) {
 			best = ri
 			break
 		}
 	}
-	if remote.pod != nil && t.NBySelector > 0 {
+	if remote.pod != nil && len(bySelector) > 0 {
 		// Merge the pod's sorted memberships with the table's sorted
 		// selectors (pairs: selector, rule).
-		m, bs := x.MemberOf(remote.pod), x.BySelector(t)
-		for i, j := 0, 0; i < len(m) && j+1 < len(bs); {
-			switch sel := compile.SelectorID(bs[j]); {
-			case m[i] < sel:
-				i++
-			case m[i] > sel:
+		// A tight loop skips the selectors the pod is not in.
+		bs, j := bySelector, 0
+		for _, sel := range x.MemberOf(remote.pod) {
+			for j+1 < len(bs) && compile.SelectorID(bs[j]) < sel {
 				j += 2
-			default:
+			}
+			for ; j+1 < len(bs) && compile.SelectorID(bs[j]) == sel; j += 2 {
 				ri := bs[j+1]
 				if (best < 0 || ri < best) && x.PortMatches(&rules[ri].EvalMatch, dstPod, proto, port) {
 					best = ri
 				}
-				j += 2
+			}
+			if j+1 >= len(bs) {
+				break
 			}
 		}
 	}
-	for _, ri := range x.Blocks(t) {
+	for _, ri := range blocks {
 		if best >= 0 && ri > best {
 			break
 		}
 		r := &rules[ri]
-		if x.ContainsAddr(&r.EvalMatch, &r.Rule.Match, remote.addr) && x.PortMatches(&r.EvalMatch, dstPod, proto, port) {
+		if x.ContainsAddr(&r.EvalMatch, remote.addr) && x.PortMatches(&r.EvalMatch, dstPod, proto, port) {
 			best = ri
 			break
 		}
 	}
 	if best < 0 {
-		if d == compile.Egress {
-			return false, local.pod.EgressDenied
-		}
-		return false, local.pod.IngressDenied
+		return false, deniedReason
 	}
-	return true, rules[best].Rule.AllowReason
+	return true, rules[best].Reason
 }
 
 // Evaluator decides queued connections from the current program. The

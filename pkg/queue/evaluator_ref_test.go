@@ -32,6 +32,37 @@ func withMixedPeers(in compile.Input) compile.Input {
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: ip}}},
 		})
 	}
+	// Pods with more selector memberships and named ports than an
+	// evaluator record holds inline (their lists are read from the pools),
+	// selected by a policy whose rules name those ports.
+	var wideRules []networkingv1.NetworkPolicyIngressRule
+	for k := range 6 {
+		key, name := fmt.Sprintf("k%d", k), intstr.FromString(fmt.Sprintf("p%d", k))
+		wideRules = append(wideRules, networkingv1.NetworkPolicyIngressRule{
+			From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{key: "y"}}, NamespaceSelector: &metav1.LabelSelector{}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Port: &name}},
+		})
+	}
+	in.Policies = append(in.Policies, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns-0011", Name: "wide"},
+		Spec:       networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"k0": "y"}}, Ingress: wideRules},
+	})
+	for i := 1; i <= 8; i++ {
+		labels := map[string]string{"app": fmt.Sprintf("app-%d", i%4), "tier": "web"}
+		var ports []corev1.ContainerPort
+		for k := range 6 {
+			if k < 2+i%5 {
+				labels[fmt.Sprintf("k%d", k)] = "y"
+			}
+			ports = append(ports, corev1.ContainerPort{Name: fmt.Sprintf("p%d", k), ContainerPort: 7000 + int32(k+i%2), Protocol: corev1.ProtocolTCP})
+		}
+		ip := fmt.Sprintf("10.16.11.%d", 200+i)
+		in.Pods = append(in.Pods, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns-0011", Name: fmt.Sprintf("wide-%d", i), Labels: labels},
+			Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "main", Ports: ports[:2+i%5]}}},
+			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: ip}}},
+		})
+	}
 	http, metrics := intstr.FromString("http"), intstr.FromInt32(9090)
 	for i := range 10 {
 		ns := fmt.Sprintf("ns-%04d", i)
@@ -73,6 +104,16 @@ func TestEvaluateMatchesReference(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			prog := compile.Build(c.in)
 			rng := rand.New(rand.NewPCG(5, 6))
+			// The pods whose lists are not inline in their records.
+			var wide []netip.Addr
+			for i := range prog.Pods {
+				if len(prog.Pods[i].MemberOf) > 4 || len(prog.Pods[i].Ports) > 3 {
+					wide = append(wide, prog.Pods[i].IPs[0])
+				}
+			}
+			if c.name == "networkpolicies" && len(wide) == 0 {
+				t.Fatal("no pod with more memberships or named ports than a record holds inline")
+			}
 			// The ends of every address range, and their neighbours.
 			var edges []netip.Addr
 			for i := range prog.Policies {
@@ -97,10 +138,14 @@ func TestEvaluateMatchesReference(t *testing.T) {
 					if len(edges) > 0 {
 						return edges[rng.IntN(len(edges))]
 					}
+				case 5:
+					if len(wide) > 0 {
+						return wide[rng.IntN(len(wide))]
+					}
 				}
 				return prog.Pods[rng.IntN(len(prog.Pods))].IPs[0]
 			}
-			ports := []uint16{53, 443, 7003, 8050, 8080, 8081, 9090, 9091, 50051}
+			ports := []uint16{53, 443, 7000, 7001, 7003, 7005, 8050, 8080, 8081, 9090, 9091, 50051}
 			protos := []compile.Protocol{compile.ProtoTCP, compile.ProtoTCP, compile.ProtoUDP, compile.ProtoSCTP}
 			for i := 0; i < 20000; i++ {
 				src, dst := addr(), addr()
@@ -109,6 +154,18 @@ func TestEvaluateMatchesReference(t *testing.T) {
 				want := refEvaluate(prog, src, dst, proto, port)
 				if got != want {
 					t.Fatalf("%s -> %s %v/%d:\n got %+v\nwant %+v", src, dst, proto, port, got, want)
+				}
+			}
+			// Every pair of the pods with lists in the pools, both ends
+			// read them.
+			for _, src := range wide {
+				for _, dst := range wide {
+					for _, port := range ports {
+						got := queue.Evaluate(prog, src, dst, compile.ProtoTCP, port)
+						if want := refEvaluate(prog, src, dst, compile.ProtoTCP, port); got != want {
+							t.Fatalf("%s -> %s TCP/%d:\n got %+v\nwant %+v", src, dst, port, got, want)
+						}
+					}
 				}
 			}
 			for _, pod := range prog.Pods {
