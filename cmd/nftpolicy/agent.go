@@ -60,6 +60,7 @@ type agentOptions struct {
 	// agent's own network namespace, unless a test sets another.
 	queueProber sets.QueueProber
 	denyLog     denyLogOptions
+	state       stateOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -80,6 +81,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
 	o.denyLog.addFlags(fs)
+	o.state.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -231,6 +233,9 @@ func agent(ctx context.Context, o *agentOptions) error {
 		Help: "Netlink element batches the kernel refused (nothing applied; a full sync followed).",
 	}, func() float64 { return float64(syncer.NetlinkFallbacks()) }))
 	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
+	if err := o.state.restore(ctx, eval, node, reg); err != nil {
+		return err
+	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(controller.EventSink{

@@ -98,6 +98,7 @@ func BuildCached(in Input, cache *Cache) *Program {
 	b.finish()
 	b.compileClusterPolicies(in.ClusterPolicies)
 	b.prog.buildEvalIndex()
+	b.prog.Source = in
 	return b.prog
 }
 

@@ -243,11 +243,28 @@ type Evaluator struct {
 	// OpenWithoutProgram is what Decide answers before the first program
 	// is published (the agent sets it from --fail-open).
 	OpenWithoutProgram bool
+	// Snapshots, if not nil, keeps a snapshot of the program in force on
+	// the node for a restarted agent (see Restore).
+	Snapshots *Snapshots
 }
 
 // Swap publishes a new program. Call it only after the kernel transaction
 // rendered from the same program has committed.
-func (e *Evaluator) Swap(p *compile.Program) { e.prog.Store(p) }
+func (e *Evaluator) Swap(p *compile.Program) {
+	s := e.Snapshots
+	if s != nil {
+		s.invalidate() // before: the old snapshot must not outlive its program
+	}
+	e.prog.Store(p)
+	if s != nil {
+		s.save(p)
+	}
+}
+
+// Restore publishes p, rebuilt from a snapshot, unless a program was
+// published already (the first sync was faster: its program is newer).
+// It reports whether p is in force.
+func (e *Evaluator) Restore(p *compile.Program) bool { return e.prog.CompareAndSwap(nil, p) }
 
 // Program returns the program in use, or nil before the first Swap.
 func (e *Evaluator) Program() *compile.Program { return e.prog.Load() }

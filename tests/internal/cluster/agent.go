@@ -119,6 +119,8 @@ func (a *Agent) Args() []string {
 		"--metrics-bind-address", a.MetricsAddr,
 		"--health-bind-address", a.HealthAddr,
 		"--v", strconv.Itoa(a.c.cfg.Verbosity),
+		// One state directory per node, as a DaemonSet's hostPath would be.
+		"--state-dir", filepath.Join(a.c.logDir, "state-"+a.Node),
 	}
 	return append(args, a.c.cfg.AgentArgs...)
 }
