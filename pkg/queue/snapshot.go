@@ -58,12 +58,12 @@ type Snapshots struct {
 	// mu orders removal and renames: gen counts invalidations, and a
 	// snapshot is renamed into place only if no invalidation came after
 	// the Save of its program.
-	mu   sync.Mutex
-	gen  uint64
+	mu  sync.Mutex
+	gen uint64
 	// broken: the file could not be removed once; never write again.
 	broken bool
-	next atomic.Pointer[pendingSnapshot]
-	kick chan struct{}
+	next   atomic.Pointer[pendingSnapshot]
+	kick   chan struct{}
 
 	saved, failed atomic.Uint64
 	lastBytes     atomic.Int64
