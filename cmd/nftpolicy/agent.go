@@ -70,7 +70,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.mode, "mode", string(compile.ModeHybrid), "hybrid (the kernel decides, userspace only for what it cannot), queue (userspace decides every new connection of selected pods) or kernel (never queue)")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "let queued packets through while no agent listens or the queue is full (default: drop them)")
 	fs.Uint16Var(&o.queueNum, "queue-num", 100, "first NFQUEUE number")
-	fs.Uint16Var(&o.queues, "queues", 1, "number of NFQUEUE queues, with CPU fanout when more than one")
+	fs.Uint16Var(&o.queues, "queues", queuesPerCPU, "number of NFQUEUE queues, with CPU fanout when more than one; 0: one per CPU")
 	fs.StringVar(&o.queueVariant, "queue-variant", "auto", "queue rule: auto (probe the kernel), native (nft queue statement) or xt-compat (xtables NFQUEUE target)")
 	fs.Uint32Var(&o.allowMark, "allow-mark", 0x00100000, "packet and conntrack mark bit owned by nftpolicy (must not collide with kube-proxy's 0x4000/0x8000 or your CNI's)")
 	fs.Uint32Var(&o.maxQueueLen, "max-queue-len", queue.DefaultMaxQueueLen, "kernel queue length per queue")
@@ -200,7 +200,17 @@ func agent(ctx context.Context, o *agentOptions) error {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 
+	o.queues = queueCount(o.queues)
 	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark}
+	errs := make(chan error, 4)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The queues are answered first, before the slower start-up steps, from
+	// the program snapshot if there is one (agent_queue.go).
+	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
+	if done, err := o.startQueue(ctx, render, node, eval, reg, metrics, errs); done || err != nil {
+		return err
+	}
 	if render.UsesQueue() {
 		v, err := chooseQueueVariant(ctx, o.queueVariant, o.queueProber)
 		if err != nil {
@@ -232,10 +242,6 @@ func agent(ctx context.Context, o *agentOptions) error {
 		Name: "nftpolicy_netlink_batch_fallbacks_total",
 		Help: "Netlink element batches the kernel refused (nothing applied; a full sync followed).",
 	}, func() float64 { return float64(syncer.NetlinkFallbacks()) }))
-	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
-	if err := o.state.restore(ctx, eval, node, reg); err != nil {
-		return err
-	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(controller.EventSink{
@@ -253,29 +259,6 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 	reg.MustRegister(controller.NewCounterCollector(10*time.Second, metrics, log.WithName("metrics")))
 
-	errs := make(chan error, 4)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var rt *queue.Runtime
-	if render.UsesQueue() {
-		rt, err = queue.NewRuntime(queue.RuntimeConfig{
-			QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, MaxQueueLen: o.maxQueueLen,
-			AllowMark: render.AllowMark, Logger: log.WithName("queue"), Observer: metrics,
-		}.Defaults(), eval)
-		if err != nil {
-			return err
-		}
-		reg.MustRegister(controller.NewQueueStatsCollector(metrics, log.WithName("metrics")))
-		go func() { errs <- wrapErr("queue runtime", rt.Run(ctx)) }()
-		select {
-		case <-rt.Ready():
-			log.Info("Listening on NFQUEUE", "queue", o.queueNum, "queues", o.queues)
-		case err := <-errs:
-			return err
-		case <-ctx.Done():
-			return nil
-		}
-	}
 	if o.metricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
