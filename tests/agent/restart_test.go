@@ -122,4 +122,3 @@ func testAgentRestart(t *testing.T, mode compile.Mode) {
 	m = verify(t, ctx, c, "after the restart")
 	expect(t, m, "after the restart", map[[2]string]bool{{"r/good", "r/server"}: true, {"r/bad", "r/server"}: false})
 }
-
