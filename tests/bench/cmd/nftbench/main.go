@@ -33,7 +33,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|report [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|restart|report [flags]")
 	os.Exit(2)
 }
 
@@ -118,6 +118,15 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunDelay(ctx, c)
+	case "restart":
+		var c bench.RestartConfig
+		fs.IntVar(&c.Restarts, "restarts", 5, "SIGKILLs of the agent (queue mode), each under its own load")
+		fs.DurationVar(&c.Interval, "interval", 5*time.Millisecond, "time between connections of each client")
+		fs.DurationVar(&c.Load, "load", 2*time.Second, "length of each load")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunRestart(ctx, c)
 	case "contention":
 		// wall/CPU of a fixed CPU-bound loop: how much of a CPU this machine gives
 		name := fs.String("name", "contention", "name of the value")
