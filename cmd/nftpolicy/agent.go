@@ -208,7 +208,9 @@ func agent(ctx context.Context, o *agentOptions) error {
 	// The queues are answered first, before the slower start-up steps, from
 	// the program snapshot if there is one (agent_queue.go).
 	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
-	if done, err := o.startQueue(ctx, render, node, eval, reg, metrics, errs); done || err != nil {
+	stopQueue, done, err := o.startQueue(ctx, &render, node, eval, reg, metrics, errs)
+	defer stopQueue()
+	if done || err != nil {
 		return err
 	}
 	if render.UsesQueue() {
@@ -314,7 +316,11 @@ func serve(ctx context.Context, addr string, h http.Handler) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	ln, err := listenRetry(ctx, addr)
+	if err != nil {
+		return err
+	}
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -35,15 +36,30 @@ const (
 // --state-dir from then on, before its first sync. The test reports that gap
 // and checks that allowed connections succeed from the moment the new agent
 // listens.
+//
+// queue-update replaces the SIGKILL by an update with maxSurge, as the
+// DaemonSet of install.yaml does it: a second agent starts on node-1 while
+// the first runs, listens on the alternate queue range and points the
+// queue rule there with its first sync; the first agent then gets SIGTERM,
+// points the rule there too, drains its queues and exits. No allowed
+// connection may fail, no denied one succeed.
 func TestAgentRestart(t *testing.T) {
 	requireRoot(t)
 	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
-		t.Run(string(mode), func(t *testing.T) { testAgentRestart(t, mode) })
+		t.Run(string(mode), func(t *testing.T) { testAgentRestart(t, mode, false) })
 	}
+	t.Run("queue-update", func(t *testing.T) { testAgentRestart(t, compile.ModeQueue, true) })
 }
 
-func testAgentRestart(t *testing.T, mode compile.Mode) {
-	c := cluster.Start(t, cluster.Config{Mode: mode})
+// updateQueues is --queues in the update test (the alternate range follows).
+const updateQueues = 2
+
+func testAgentRestart(t *testing.T, mode compile.Mode, update bool) {
+	cfg := cluster.Config{Mode: mode}
+	if update {
+		cfg.AgentArgs = []string{"--queues", strconv.Itoa(updateQueues)}
+	}
+	c := cluster.Start(t, cfg)
 	ctx := testContext(t, 3*time.Minute)
 	if err := c.EnsureNamespace(ctx, "r", nil); err != nil {
 		t.Fatal(err)
@@ -78,12 +94,17 @@ func testAgentRestart(t *testing.T, mode compile.Mode) {
 		Node: "node-1", Good: good, Bad: bad, Server: server, Port: 80,
 		Interval: loadInterval, Duration: loadDuration, KillAfter: killAfter, ConnTimeout: connTimeout,
 		QueueNum: map[bool]uint16{true: 100}[mode == compile.ModeQueue], // the agent's default --queue-num
+		Update:   update, Queues: updateQueues,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s: %d connections from each client over %v; agent of node-1 killed at %v, ready again at %v (down %v)",
-		mode, len(r.Good), loadDuration, r.KillAt.Round(time.Millisecond), r.ReadyAt.Round(time.Millisecond), (r.ReadyAt - r.KillAt).Round(time.Millisecond))
+	what := "killed"
+	if update {
+		what = "updated"
+	}
+	t.Logf("%s: %d connections from each client over %v; agent of node-1 %s at %v, ready again at %v (after %v)",
+		mode, len(r.Good), loadDuration, what, r.KillAt.Round(time.Millisecond), r.ReadyAt.Round(time.Millisecond), (r.ReadyAt - r.KillAt).Round(time.Millisecond))
 
 	for _, a := range r.Bad {
 		if a.OK {
@@ -91,8 +112,18 @@ func testAgentRestart(t *testing.T, mode compile.Mode) {
 		}
 	}
 	failed, run := r.FailedAllowed(), r.LongestGap(loadDuration)
-	switch mode {
-	case compile.ModeQueue:
+	switch {
+	case update:
+		t.Logf("queue mode update: the successor listened on the alternate queues %d ms after it started, "+
+			"the old agent had exited and the successor was ready after %d ms; %d of %d allowed connections failed",
+			(r.BoundAt - r.KillAt).Milliseconds(), (r.ReadyAt - r.KillAt).Milliseconds(), failed, len(r.Good))
+		for _, a := range r.Good {
+			if !a.OK {
+				t.Errorf("queue mode update: allowed connection at %v failed (%s); the update started at %v",
+					a.At.Round(time.Millisecond), a.Detail, r.KillAt.Round(time.Millisecond))
+			}
+		}
+	case mode == compile.ModeQueue:
 		t.Logf("queue mode restart gap: %d ms (longest run of failed allowed connections: %d, first at %v (%s), next success at %v); "+
 			"%d of %d allowed connections failed; the new agent listened on the queue %d ms after SIGKILL, ready (/readyz 200) after %d ms",
 			run.Gap().Milliseconds(), run.N, run.First.Round(time.Millisecond), run.Detail, run.Next.Round(time.Millisecond),

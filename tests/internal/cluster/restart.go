@@ -8,7 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/nftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
@@ -32,6 +36,13 @@ type RestartLoad struct {
 	// QueueNum, if not 0, is the agent's first queue: RunRestartLoad then
 	// records when the new agent listens on it (RestartResult.BoundAt).
 	QueueNum uint16
+	// Update replaces the SIGKILL and restart by an update with maxSurge
+	// (Agent.Update): the successor starts while the old agent runs, and
+	// the old one gets SIGTERM once the successor listens on the alternate
+	// queue range (after QueueNum's, Queues long) and the queue rule points
+	// there. Queue mode only.
+	Update bool
+	Queues uint16
 }
 
 // Attempt is one connection of the load.
@@ -81,6 +92,22 @@ func (c *Cluster) RunRestartLoad(ctx context.Context, l RestartLoad) (*RestartRe
 		defer close(restarted)
 		time.Sleep(l.KillAfter)
 		res.KillAt = time.Since(start)
+		if l.Update {
+			alt := queue.AlternateRange(l.QueueNum, max(l.Queues, 1))
+			restartErr = agent.Update(func() error {
+				at, err := c.waitQueueBound(ctx, l.Node, alt)
+				if err != nil {
+					return err
+				}
+				res.BoundAt = at.Sub(start)
+				return c.waitQueueRule(ctx, l.Node, alt)
+			}, 10*time.Second)
+			if restartErr == nil {
+				restartErr = agent.WaitReady(ctx)
+			}
+			res.ReadyAt = time.Since(start)
+			return
+		}
 		if restartErr = agent.Kill(); restartErr != nil {
 			return
 		}
@@ -139,6 +166,35 @@ func (c *Cluster) waitQueueBound(ctx context.Context, node string, num uint16) (
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
 		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// waitQueueRule polls node's queue rule until it sends packets to queue
+// num (the successor's first sync committed).
+func (c *Cluster) waitQueueRule(ctx context.Context, node string, num uint16) error {
+	for {
+		var target uint16
+		var ok bool
+		err := c.Lab.InNode(node, func() error {
+			conn, err := nftables.New()
+			if err != nil {
+				return err
+			}
+			defer conn.CloseLasting()
+			target, ok, err = sets.QueueRuleTarget(conn, compile.TableName, compile.ChainQueue)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if ok && target == num {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
