@@ -26,15 +26,23 @@ func (d *deferAll) DecideOrDefer(p Packet, l Later) (bool, string, bool) {
 	return false, "", true
 }
 
+// newQueueLab is a topology whose router queues the client's new
+// connections to testQueueNum, with echo servers on the server's addrs.
+func newQueueLab(t *testing.T, addrs ...string) *topology {
+	tp := newTopology(t)
+	for _, a := range addrs {
+		echoServer(t, tp.server, a)
+	}
+	loadRouter(t, tp, false, sets.QueueRuleConfig{QueueNum: testQueueNum})
+	return tp
+}
+
 // TestRuntimeKernelDeferred checks deferred decisions: two packets wait
 // for their verdicts while the reader goes on deciding others, then are
 // answered out of order from another goroutine, each with its own verdict.
 func TestRuntimeKernelDeferred(t *testing.T) {
 	requireRoot(t)
-	tp := newTopology(t)
-	echoServer(t, tp.server, ":80")
-	echoServer(t, tp.server, ":82")
-	loadRouter(t, tp, false, sets.QueueRuleConfig{QueueNum: testQueueNum})
+	tp := newQueueLab(t, ":80", ":82")
 	dec := &deferAll{held: make(chan Later, 16)}
 	rt := startRuntime(t, tp.router, RuntimeConfig{QueueNum: testQueueNum, AllowMark: testAllowMark}, dec)
 
@@ -94,10 +102,7 @@ func TestRuntimeKernelDeferred(t *testing.T) {
 // with its own verdict when they are not.
 func TestRuntimeKernelBatchVerdicts(t *testing.T) {
 	requireRoot(t)
-	tp := newTopology(t)
-	echoServer(t, tp.server, ":80")
-	echoServer(t, tp.server, ":81")
-	loadRouter(t, tp, false, sets.QueueRuleConfig{QueueNum: testQueueNum})
+	tp := newQueueLab(t, ":80", ":81")
 
 	var mu sync.Mutex
 	gate := make(chan struct{})

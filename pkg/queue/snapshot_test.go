@@ -21,14 +21,7 @@ func snapshotInput(pods int) compile.Input {
 	in := compiletest.Cluster(pods, 40, 3)
 	in.NodeName = "node-1"
 	in.NodeIPs = []netip.Addr{netip.MustParseAddr("192.168.0.1"), netip.MustParseAddr("fd00::1")}
-	all := compiletest.NamespacesSubject(compiletest.Sel())
-	dev := compiletest.ToNamespaces(compiletest.Sel("env", "dev"))
-	in.ClusterPolicies = append(in.ClusterPolicies,
-		compiletest.CNP("pass-dev-http", "Admin", 5, all,
-			compiletest.CNPIngress(compiletest.CNPRule("dev-http", "Pass", dev).On(compiletest.Proto("TCP", 8080)))),
-		compiletest.CNP("no-dev-grpc", "Baseline", 100, compiletest.PodsSubject(compiletest.Sel(), compiletest.Sel()),
-			compiletest.CNPIngress(compiletest.CNPRule("dev-grpc", "Deny", dev).On(compiletest.DestinationNamedPort("grpc")))),
-	)
+	in.ClusterPolicies = append(in.ClusterPolicies, compiletest.DevCNPs()...)
 	return in
 }
 

@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
-	"os"
 	"slices"
 	"time"
 
@@ -45,7 +43,7 @@ func (c *RestartConfig) defaults() {
 	}
 }
 
-// RunRestart measures what a SIGKILL of the agent costs in queue mode: a
+// RunRestart (root) measures what a SIGKILL of the agent costs in queue mode: a
 // real kube-apiserver, two nodes with real agent processes (--state-dir as
 // the DaemonSet has it), an allowed and a denied client on node-2 opening a
 // connection every Interval to a server on node-1, whose agent is killed
@@ -59,21 +57,7 @@ func (c *RestartConfig) defaults() {
 //	queue_restart_admitted_denied  denied connections that succeeded, all restarts (must be 0)
 func RunRestart(ctx context.Context, cfg RestartConfig) (*Result, error) {
 	cfg.defaults()
-	if os.Geteuid() != 0 {
-		return nil, errors.New("restart: needs root")
-	}
-	res := &Result{}
-	var runErr error
-	tb := cluster.NewProgramTB("restart")
-	tb.Out = os.Stderr
-	err := tb.Run(func(tb *cluster.ProgramTB) { runErr = runRestart(ctx, tb, cfg, res) })
-	if runErr != nil {
-		return nil, runErr
-	}
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return runInProgramTB("restart", func(tb *cluster.ProgramTB, res *Result) error { return runRestart(ctx, tb, cfg, res) })
 }
 
 const restartNS = "restart"
