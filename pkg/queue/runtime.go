@@ -18,8 +18,10 @@ import (
 // Decider decides whether a new connection is allowed. It is called once per
 // queued packet, concurrently from several goroutines when more than one queue
 // is used, so it must be safe for concurrent use, and it must be fast and
-// never block: the kernel holds the packet (and every packet queued after it)
-// until the verdict. reason is logged for denials.
+// never block: the queue's reader waits for it, and the kernel holds the
+// packet (and every packet queued after it) until the verdict. A decision
+// that has to wait for something is deferred instead (DeferringDecider).
+// reason is logged for denials.
 type Decider interface {
 	Decide(p Packet) (allow bool, reason string)
 }

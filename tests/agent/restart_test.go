@@ -123,6 +123,9 @@ func testAgentRestart(t *testing.T, mode compile.Mode, update bool) {
 					a.At.Round(time.Millisecond), a.Detail, r.KillAt.Round(time.Millisecond))
 			}
 		}
+		if t.Failed() {
+			t.Logf("the agents' log (old and successor):\n%s", c.Agent("node-1").LogTail(60))
+		}
 	case mode == compile.ModeQueue:
 		t.Logf("queue mode restart gap: %d ms (longest run of failed allowed connections: %d, first at %v (%s), next success at %v); "+
 			"%d of %d allowed connections failed; the new agent listened on the queue %d ms after SIGKILL, ready (/readyz 200) after %d ms",
