@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"syscall"
 	"time"
@@ -38,7 +39,8 @@ func queueCount(flag uint16) uint16 {
 }
 
 // startQueue restores the program snapshot (--state-dir) into eval and, in
-// queue mode, binds the queues and starts answering them. It runs before
+// queue mode, binds the queues (first: from then on the kernel holds the
+// queued packets) and starts answering them once the snapshot is loaded. It runs before
 // the slower start-up steps (the queue variant probe, the nftables and API
 // clients, the informers): after a restart the kernel's table is still in
 // place and queueing, and every millisecond before the queues are bound is
@@ -59,11 +61,8 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 	reg prometheus.Registerer, metrics *controller.Metrics, errs chan error) (stop func(), done bool, err error) {
 	log := klog.FromContext(ctx)
 	stop = func() {}
-	if err := o.state.restore(ctx, eval, node, reg); err != nil {
-		return stop, true, err
-	}
 	if !render.UsesQueue() {
-		return stop, false, nil
+		return stop, false, o.state.restore(ctx, eval, node, reg)
 	}
 	base := render.QueueNum
 	first, err := chooseQueueRange(log, base, render.Queues)
@@ -73,9 +72,13 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 	render.QueueNum = first
 	withDefaults := *render
 	withDefaults.Defaults() // the allow mark's default
+	// The queues are bound first and read once the snapshot is loaded:
+	// meanwhile the kernel holds the queued packets instead of dropping
+	// them, so loading a large snapshot delays connections, fails none.
+	hold := make(chan struct{})
 	rt, err := queue.NewRuntime(queue.RuntimeConfig{
 		QueueNum: first, Queues: render.Queues, FailOpen: o.failOpen, MaxQueueLen: o.maxQueueLen,
-		AllowMark: withDefaults.AllowMark, Logger: log.WithName("queue"), Observer: metrics,
+		AllowMark: withDefaults.AllowMark, Logger: log.WithName("queue"), Observer: metrics, Hold: hold,
 	}.Defaults(), eval)
 	if err != nil {
 		return stop, true, err
@@ -97,6 +100,11 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 	}
 	select {
 	case <-rt.Ready():
+		err := o.state.restore(ctx, eval, node, reg)
+		close(hold)
+		if err != nil {
+			return stop, true, err
+		}
 		log.Info("Listening on NFQUEUE", "queues", compile.QueueRange(first, render.Queues), "fromSnapshot", eval.Program() != nil)
 		return stop, false, nil
 	case err := <-errs:
@@ -113,7 +121,7 @@ func chooseQueueRange(log klog.Logger, first, n uint16) (uint16, error) {
 		return 0, fmt.Errorf("--queue-num %d, --queues %d: the alternate range for agent updates: %w", first, n, err)
 	}
 	stats, err := queue.ReadKernelQueueStats()
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) { // missing: nfnetlink_queue not loaded yet, no listener
 		return 0, fmt.Errorf("reading the kernel's queue statistics: %w", err)
 	}
 	a, b := queue.BoundQueues(stats, first, n) > 0, queue.BoundQueues(stats, alt, n) > 0

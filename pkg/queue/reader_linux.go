@@ -236,6 +236,13 @@ func newReader(r *Runtime, q *qsock) *reader {
 func (rd *reader) run(stop <-chan struct{}) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if h := rd.r.cfg.Hold; h != nil {
+		select {
+		case <-h:
+		case <-stop:
+			return nil
+		}
+	}
 	for {
 		n, err := rd.q.recv(rd.buf, false)
 		if err != nil {
@@ -316,6 +323,17 @@ func (rd *reader) flush() {
 		return
 	}
 	rd.vs = vs[:0]
+	// A datagram may carry several packets: write at most maxBatch
+	// verdicts (the size of out) at a time.
+	for len(vs) > maxBatch {
+		rd.send(vs[:maxBatch])
+		vs = vs[maxBatch:]
+	}
+	rd.send(vs)
+}
+
+// send writes the verdicts of vs (at most maxBatch).
+func (rd *reader) send(vs []pendingVerdict) {
 	same := len(vs) > 1 && !rd.noBatch && rd.q.pending.Load() == 0
 	for i := 1; same && i < len(vs); i++ {
 		same = vs[i].verdict == vs[0].verdict && vs[i].setMark == vs[0].setMark && vs[i].mark == vs[0].mark

@@ -166,3 +166,30 @@ func TestRuntimeKernelBatchVerdicts(t *testing.T) {
 		t.Errorf("Stats() = %+v, want no verdict errors and >= 6 allowed", s)
 	}
 }
+
+// TestRuntimeKernelHold: with Hold, the queue is bound but not read; the
+// kernel keeps the packet queued (no listener would mean a drop) and the
+// connection completes once Hold is closed.
+func TestRuntimeKernelHold(t *testing.T) {
+	requireRoot(t)
+	tp := newQueueLab(t, ":80")
+	hold := make(chan struct{})
+	dec := &countingDecider{}
+	startRuntime(t, tp.router, RuntimeConfig{QueueNum: testQueueNum, AllowMark: testAllowMark, Hold: hold}, dec)
+	res := make(chan error, 1)
+	go func() { res <- tcpEcho(tp.client, "10.231.2.2:80", 5*time.Second) }()
+	waitFor(t, "the SYN waiting in the queue", func() bool {
+		st, err := inNS(tp.router, ReadKernelQueueStats)
+		return err == nil && len(st) == 1 && st[0].QueueTotal == 1
+	})
+	if n := dec.count(4, unix.IPPROTO_TCP, 80); n != 0 {
+		t.Fatalf("the decider saw %d packets before Hold was closed", n)
+	}
+	close(hold)
+	if err := <-res; err != nil {
+		t.Errorf("TCP 80 held, then allowed: %v", err)
+	}
+	if n := dec.count(4, unix.IPPROTO_TCP, 80); n != 1 {
+		t.Errorf("the decider saw %d packets, want 1", n)
+	}
+}

@@ -85,6 +85,11 @@ type RuntimeConfig struct {
 	Logger klog.Logger
 	// Observer, if not nil, is called for every verdict on a parsed packet.
 	Observer Observer
+	// Hold, if not nil, delays reading until it is closed: the queues are
+	// bound (Ready) and the kernel keeps the packets queued to them, up to
+	// MaxQueueLen, instead of dropping them for want of a listener. The
+	// agent binds first and reads once the program snapshot is loaded.
+	Hold <-chan struct{}
 }
 
 // Defaults returns c with its zero fields set to their defaults.

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"reflect"
@@ -149,5 +150,34 @@ func TestSnapshotsFollowSwap(t *testing.T) {
 	}
 	if st := s.Stats(); st.Saved < 2 || st.Failed != 0 || st.LastBytes == 0 {
 		t.Errorf("Stats() = %+v", st)
+	}
+}
+
+// BenchmarkSnapshot measures writing (encoding) and loading (decoding and
+// rebuilding the program) a node's snapshot.
+func BenchmarkSnapshot(b *testing.B) {
+	for _, pods := range []int{1000, 10000} {
+		in := snapshotInput(pods)
+		body, err := encodeSnapshot("node-1", in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("encode/pods=%d", pods), func(b *testing.B) {
+			b.ReportMetric(float64(len(body)), "bytes")
+			for b.Loop() {
+				if _, err := encodeSnapshot("node-1", in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("load/pods=%d", pods), func(b *testing.B) {
+			for b.Loop() {
+				got, _, err := decodeSnapshot("node-1", body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				compile.Build(got)
+			}
+		})
 	}
 }

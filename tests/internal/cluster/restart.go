@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"net/netip"
 	"sort"
 	"sync"
@@ -153,6 +155,9 @@ func (c *Cluster) waitQueueBound(ctx context.Context, node string, num uint16) (
 			st, err := queue.ReadKernelQueueStats()
 			for _, q := range st {
 				bound = bound || q.QueueNum == num
+			}
+			if errors.Is(err, os.ErrNotExist) {
+				return nil // nfnetlink_queue not loaded yet: nobody listens
 			}
 			return err
 		})
