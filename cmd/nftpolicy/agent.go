@@ -179,20 +179,6 @@ func agent(ctx context.Context, o *agentOptions) error {
 		}
 		nodeIPs = append(nodeIPs, a)
 	}
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		return fmt.Errorf("loading client configuration: %w", err)
-	}
-	cfg.UserAgent = "nftpolicy/" + node
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("creating client: %w", err)
-	}
-	policyClient, err := npaclient.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("creating the ClusterNetworkPolicy client: %w", err)
-	}
-
 	metrics := controller.NewMetrics()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -213,6 +199,20 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if done || err != nil {
 		return err
 	}
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading client configuration: %w", err)
+	}
+	cfg.UserAgent = "nftpolicy/" + node
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	policyClient, err := npaclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the ClusterNetworkPolicy client: %w", err)
+	}
+
 	if render.UsesQueue() {
 		v, err := chooseQueueVariant(ctx, o.queueVariant, o.queueProber)
 		if err != nil {
@@ -220,7 +220,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 		}
 		render.QueueVariant = v
 		metrics.QueueRuleVariant.WithLabelValues(string(v)).Set(1)
-		log.Info("Queue rule variant chosen", "variant", v, "queues", fmt.Sprintf("%d+%d", o.queueNum, o.queues), "failOpen", o.failOpen)
+		log.Info("Queue rule variant chosen", "variant", v, "queues", compile.QueueRange(render.QueueNum, render.Queues), "failOpen", o.failOpen)
 	}
 	o.denyLog.configureDenyLog(&render)
 	render.Defaults()
