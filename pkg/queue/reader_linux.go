@@ -47,7 +47,7 @@ type qsock struct {
 
 // openQueueSocket opens a netlink socket in the calling thread's network
 // namespace (or in netns, if not 0), binds queue num and configures it.
-func openQueueSocket(netns int, num uint16, copyRange, maxLen, flags uint32, readBuffer int) (*qsock, error) {
+func openQueueSocket(netns int, num uint16, copyRange, maxLen, flags uint32, readBuffer int, writeTimeout time.Duration) (*qsock, error) {
 	fd, err := socketIn(netns)
 	if err != nil {
 		return nil, fmt.Errorf("netlink socket: %w", err)
@@ -65,7 +65,6 @@ func openQueueSocket(netns int, num uint16, copyRange, maxLen, flags uint32, rea
 	// Overruns are the kernel's business (drop, or accept with fail-open,
 	// counted in its statistics): do not surface them as ENOBUFS reads.
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_NO_ENOBUFS, 1)
-	// Extended acks are not needed; errors carry the errno.
 	if readBuffer > 0 {
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, readBuffer); err != nil {
 			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, readBuffer)
@@ -74,6 +73,12 @@ func openQueueSocket(netns int, num uint16, copyRange, maxLen, flags uint32, rea
 	tv := unix.NsecToTimeval(readTimeout.Nanoseconds())
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return nil, fmt.Errorf("SO_RCVTIMEO: %w", err)
+	}
+	if writeTimeout > 0 {
+		wtv := unix.NsecToTimeval(writeTimeout.Nanoseconds())
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &wtv); err != nil {
+			return nil, fmt.Errorf("SO_SNDTIMEO: %w", err)
+		}
 	}
 	bind, params := configMsgs(num, copyRange, maxLen, flags)
 	if err := q.request(bind); err != nil {

@@ -252,7 +252,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	}()
 	for i := uint16(0); i < r.cfg.Queues; i++ {
 		num := r.cfg.QueueNum + i
-		q, err := openQueueSocket(r.cfg.NetNS, num, r.cfg.CopyRange, r.cfg.MaxQueueLen, flags, r.cfg.ReadBuffer)
+		q, err := openQueueSocket(r.cfg.NetNS, num, r.cfg.CopyRange, r.cfg.MaxQueueLen, flags, r.cfg.ReadBuffer, r.cfg.WriteTimeout)
 		if err != nil {
 			return fmt.Errorf("opening nfqueue %d: %w", num, err)
 		}
