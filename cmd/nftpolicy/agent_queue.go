@@ -40,11 +40,12 @@ func queueCount(flag uint16) uint16 {
 
 // startQueue restores the program snapshot (--state-dir) into eval and, in
 // queue mode, binds the queues (first: from then on the kernel holds the
-// queued packets) and starts answering them once the snapshot is loaded. It runs before
-// the slower start-up steps (the queue variant probe, the nftables and API
-// clients, the informers): after a restart the kernel's table is still in
-// place and queueing, and every millisecond before the queues are bound is
-// a millisecond of dropped (or, with --fail-open, unchecked) connections.
+// queued packets) and starts answering them once the snapshot is loaded.
+// It runs before the slower start-up steps (the API clients, the queue
+// variant probe, the nftables clients, the informers): after a restart the
+// kernel's table is still in place and queueing, and every millisecond
+// before the queues are bound is a millisecond of dropped (or, with
+// --fail-open, unchecked) connections.
 //
 // An agent owns two ranges of queue numbers, --queue-num.. and the one
 // after it (queue.AlternateRange). It listens on the first unless another
