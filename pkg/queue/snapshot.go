@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,8 +43,10 @@ import (
 // version and node name match. Keep it on a tmpfs (/run): after a reboot
 // the table is gone and so must the snapshot be.
 
-// SnapshotFile is the snapshot's name in the state directory.
-const SnapshotFile = "program-input.json"
+// SnapshotFile returns the snapshot's name in the state directory. It
+// names the node: test clusters whose "nodes" share one host file system
+// (network namespaces) give every agent the same hostPath.
+func SnapshotFile(node string) string { return "program-input-" + node + ".json" }
 
 // snapshotVersion changes whenever the saved fields change meaning.
 const snapshotVersion = 1
@@ -83,7 +86,10 @@ func NewSnapshots(dir, node string, log klog.Logger) (*Snapshots, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	return &Snapshots{path: filepath.Join(dir, SnapshotFile), node: node, log: log, kick: make(chan struct{}, 1)}, nil
+	if strings.ContainsAny(node, "/\x00") || node == "." || node == ".." {
+		return nil, fmt.Errorf("node name %q cannot name a file", node)
+	}
+	return &Snapshots{path: filepath.Join(dir, SnapshotFile(node)), node: node, log: log, kick: make(chan struct{}, 1)}, nil
 }
 
 // Path returns the snapshot file's path.
