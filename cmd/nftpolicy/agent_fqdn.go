@@ -111,7 +111,7 @@ func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig
 	}
 	cfg := fqdn.Config{Program: eval.Program, Trusted: src.Contains, MinTTL: o.minTTL, MaxTTL: o.maxTTL,
 		FailOpen: render.FailOpen, Metrics: m, Logger: log}
-	if !render.UsesQueue() {
+	if render.Mode != compile.ModeQueue {
 		// Hybrid: the kernel decides from the rules' learned sets.
 		cfg.Writer = wire.Writer{W: elements}
 	}
