@@ -338,7 +338,8 @@ func (e *Evaluator) Decide(pkt Packet) (bool, string) {
 }
 
 func (e *Evaluator) decideWith(p *compile.Program, pkt Packet) (bool, string) {
-	v := Evaluate(p, pkt.Src, pkt.Dst, compile.Protocol(pkt.Proto), pkt.DstPort)
+	// With Resolved: domainNames peers match what the pod resolved.
+	v := EvaluateResolved(p, e.Resolved, pkt.Src, pkt.Dst, compile.Protocol(pkt.Proto), pkt.DstPort)
 	if !v.Egress {
 		return false, v.EgressReason
 	}
