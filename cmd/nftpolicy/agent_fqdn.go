@@ -124,25 +124,14 @@ func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig
 	if err != nil {
 		return stop, err
 	}
-	// The queue outlives ctx (a SIGTERM) until stop has handed it over.
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		errs <- wrapErr("DNS queue runtime", rt.Run(rctx))
-	}()
-	stop = func() {
-		if ctx.Err() != nil {
-			succ := render
-			succ.DNSQueueNum = base // the DNS queue's two numbers: base and base+1
-			if render.DNSQueueNum == base {
-				succ.DNSQueueNum = base + 1
-			}
-			handOver(log, rt, render.QueueVariant, compile.ChainDNS, render.DNSQueueNum, sets.CompatRuleConfig(succ, compile.ChainDNS))
+	stop = runUntilHandedOver(ctx, rt, "DNS queue runtime", errs, func() {
+		succ := render
+		succ.DNSQueueNum = base // the DNS queue's two numbers: base and base+1
+		if render.DNSQueueNum == base {
+			succ.DNSQueueNum = base + 1
 		}
-		cancel()
-		<-exited
-	}
+		handOver(log, rt, render.QueueVariant, compile.ChainDNS, render.DNSQueueNum, sets.CompatRuleConfig(succ, compile.ChainDNS))
+	})
 	select {
 	case <-rt.Ready():
 		log.Info("Learning DNS replies for domainNames peers", "queue", render.DNSQueueNum, "dnsService", o.service, "dnsServers", o.servers,

@@ -85,26 +85,15 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 		return stop, true, err
 	}
 	reg.MustRegister(controller.NewQueueStatsCollector(metrics, log.WithName("metrics")))
-	// The queues outlive ctx (a SIGTERM) until stop has handed them over.
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		errs <- wrapErr("queue runtime", rt.Run(rctx))
-	}()
-	stop = func() {
-		if ctx.Err() != nil {
-			other := base // the agent's two ranges: base.. and the alternate one
-			if render.QueueNum == base {
-				other = queue.AlternateRange(base, render.Queues)
-			}
-			succ := *render
-			succ.QueueNum = other
-			handOver(log, rt, render.QueueVariant, compile.ChainQueue, render.QueueNum, sets.CompatRuleConfig(succ, compile.ChainQueue))
+	stop = runUntilHandedOver(ctx, rt, "queue runtime", errs, func() {
+		other := base // the agent's two ranges: base.. and the alternate one
+		if render.QueueNum == base {
+			other = queue.AlternateRange(base, render.Queues)
 		}
-		cancel()
-		<-exited
-	}
+		succ := *render
+		succ.QueueNum = other
+		handOver(log, rt, render.QueueVariant, compile.ChainQueue, render.QueueNum, sets.CompatRuleConfig(succ, compile.ChainQueue))
+	})
 	select {
 	case <-rt.Ready():
 		err := o.state.restore(ctx, eval, node, reg)
@@ -154,6 +143,25 @@ func chooseQueueRange(log klog.Logger, first, n uint16, chain string) (uint16, e
 		return alt, nil
 	}
 	return first, nil
+}
+
+// runUntilHandedOver runs rt; the queues outlive ctx (a SIGTERM) until
+// stop, called when the agent exits, has run handOver (only when ctx
+// ended: on a start-up error there is no successor to wait for).
+func runUntilHandedOver(ctx context.Context, rt *queue.Runtime, name string, errs chan<- error, handOver func()) (stop func()) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		errs <- wrapErr(name, rt.Run(rctx))
+	}()
+	return func() {
+		if ctx.Err() != nil {
+			handOver()
+		}
+		cancel()
+		<-exited
+	}
 }
 
 // handOver runs at shutdown: when another agent listens on the queues of
