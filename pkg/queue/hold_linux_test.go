@@ -37,7 +37,7 @@ func TestRuntimeKernelHolder(t *testing.T) {
 	requireRoot(t)
 	tp := newQueueLab(t, ":80", ":81")
 	g := &gateHolder{release: make(chan struct{}), waiting: make(chan struct{}, 4)}
-	rt := startRuntime(t, tp.router, RuntimeConfig{QueueNum: testQueueNum, AllowMark: testAllowMark, }, g)
+	rt := startRuntime(t, tp.router, RuntimeConfig{QueueNum: testQueueNum, AllowMark: testAllowMark}, g)
 
 	held := make(chan error, 1)
 	go func() { held <- tcpEcho(tp.client, "10.231.2.2:80", 5*time.Second) }()
