@@ -153,7 +153,13 @@ func runUntilHandedOver(ctx context.Context, rt *queue.Runtime, name string, err
 	exited := make(chan struct{})
 	go func() {
 		defer close(exited)
-		errs <- wrapErr(name, rt.Run(rctx))
+		err := wrapErr(name, rt.Run(rctx))
+		select {
+		case errs <- err:
+		default:
+			// Full: the agent has returned (it reads one result) and
+			// stop waits for this goroutine; never block it.
+		}
 	}()
 	return func() {
 		if ctx.Err() != nil {
