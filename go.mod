@@ -4,7 +4,6 @@ go 1.26.8
 
 require (
 	github.com/florianl/go-nflog/v2 v2.3.0
-	github.com/florianl/go-nfqueue/v2 v2.1.0
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-cmp v0.7.0
 	github.com/google/nftables v0.3.0

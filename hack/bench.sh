@@ -11,6 +11,10 @@
 #          (control), hybrid mode (without and with the deny log: the
 #          hybrid_conn_ratio_denylog line), queue mode, interleaved round by round
 #          (tests/bench, in process: compile + sets.Syncer + queue.Runtime)
+#   queues queue mode with 2 queues (CPU fanout) against 1, 2 client threads
+#          (the queue_q2_* lines)
+#   restart SIGKILL of a queue-mode agent process under load, 5 times: the
+#          longest time allowed connections failed, denied ones admitted
 #   sync   BenchmarkSync of pkg/sets: Build, Render and the transaction, full
 #          and one-pod incremental, against knftables.Fake and the kernel
 #   eval   BenchmarkEvaluate* of pkg/queue at 10k policies
@@ -55,6 +59,8 @@ rm -f "$OUT"/*.txt "$OUT"/*.bench "$OUT"/report.md
 
 if ((QUICK)); then
 	CONN_ARGS=(--rounds 12 --duration 100ms)
+	QUEUES_ARGS=(--rounds 6 --duration 100ms)
+	RESTART_ARGS=(--restarts 3)
 	SYNC_BENCH='BenchmarkSync/(fake|kernel)/pods=(1000|10000)$/'
 	SYNC_TIME=300ms
 	EVAL_COUNT=3
@@ -64,6 +70,8 @@ if ((QUICK)); then
 	DNS_ARGS=(--lookups 200 --conns 20)
 else
 	CONN_ARGS=(--rounds 40 --duration 150ms)
+	QUEUES_ARGS=(--rounds 20 --duration 150ms)
+	RESTART_ARGS=(--restarts 5)
 	SYNC_BENCH='BenchmarkSync/'
 	SYNC_TIME=1s
 	EVAL_COUNT=5
@@ -107,6 +115,17 @@ section() { [[ $SKIP != *" $1 "* ]]; }
 if section conn; then
 	log "conn: connections between namespaces, control / hybrid / hybrid with the deny log / queue interleaved (${CONN_ARGS[*]})"
 	"$NFTBENCH" conn "${CONN_ARGS[@]}" >"$OUT/conn.txt"
+fi
+
+if section queues; then
+	log "queues: queue mode, 2 queues against 1, 2 client threads (${QUEUES_ARGS[*]})"
+	"$NFTBENCH" conn --workers 2 --modes queue,queue_q2 "${QUEUES_ARGS[@]}" | grep '^queue_q2' >"$OUT/queues.txt"
+fi
+
+if section restart; then
+	log "restart: SIGKILL of a queue-mode agent under load (${RESTART_ARGS[*]})"
+	bash hack/tools.sh >/dev/null
+	"$NFTBENCH" restart "${RESTART_ARGS[@]}" >"$OUT/restart.txt"
 fi
 
 if section sync; then
@@ -159,5 +178,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,sync,eval,scale,delay,newpod,dns}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,scale,delay,newpod,dns}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -63,6 +63,7 @@ type agentOptions struct {
 	denyLog     denyLogOptions
 	newPod      newPodOptions
 	fqdn        fqdnOptions
+	state       stateOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -72,7 +73,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.mode, "mode", string(compile.ModeHybrid), "hybrid (the kernel decides, userspace only for what it cannot), queue (userspace decides every new connection of selected pods) or kernel (never queue)")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "let queued packets through while no agent listens or the queue is full (default: drop them)")
 	fs.Uint16Var(&o.queueNum, "queue-num", 100, "first NFQUEUE number")
-	fs.Uint16Var(&o.queues, "queues", 1, "number of NFQUEUE queues, with CPU fanout when more than one")
+	fs.Uint16Var(&o.queues, "queues", queuesPerCPU, "number of NFQUEUE queues, with CPU fanout when more than one; 0: one per CPU")
 	fs.StringVar(&o.queueVariant, "queue-variant", "auto", "queue rule: auto (probe the kernel), native (nft queue statement) or xt-compat (xtables NFQUEUE target)")
 	fs.Uint32Var(&o.allowMark, "allow-mark", 0x00100000, "packet and conntrack mark bit owned by nftpolicy (must not collide with kube-proxy's 0x4000/0x8000 or your CNI's)")
 	fs.Uint32Var(&o.maxQueueLen, "max-queue-len", queue.DefaultMaxQueueLen, "kernel queue length per queue")
@@ -87,6 +88,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	o.denyLog.addFlags(fs)
 	o.newPod.addFlags(fs)
 	o.fqdn.addFlags(fs)
+	o.state.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -184,6 +186,38 @@ func agent(ctx context.Context, o *agentOptions) error {
 		}
 		nodeIPs = append(nodeIPs, a)
 	}
+	metrics := controller.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := metrics.Register(reg); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+
+	o.queues = queueCount(o.queues)
+	dnsQueue, err := o.fqdn.dnsQueueNum(o.queueNum, o.queues)
+	if err != nil {
+		return err
+	}
+	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark,
+		DNSQueueNum: dnsQueue}
+	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
+	podCIDRs, err := o.newPod.parsePodCIDRs()
+	if err != nil {
+		return err
+	}
+	if err := o.newPod.configure(&render, eval, reg); err != nil {
+		return err
+	}
+	errs := make(chan error, 4)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The queues are answered first, before the slower start-up steps, from
+	// the program snapshot if there is one (agent_queue.go).
+	stopQueue, done, err := o.startQueue(ctx, &render, node, eval, reg, metrics, errs)
+	defer stopQueue()
+	if done || err != nil {
+		return err
+	}
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading client configuration: %w", err)
@@ -198,23 +232,6 @@ func agent(ctx context.Context, o *agentOptions) error {
 		return fmt.Errorf("creating the ClusterNetworkPolicy client: %w", err)
 	}
 
-	metrics := controller.NewMetrics()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := metrics.Register(reg); err != nil {
-		return fmt.Errorf("registering metrics: %w", err)
-	}
-
-	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark,
-		DNSQueueNum: o.fqdn.queueNum}
-	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
-	podCIDRs, err := o.newPod.parsePodCIDRs()
-	if err != nil {
-		return err
-	}
-	if err := o.newPod.configure(&render, eval, reg); err != nil {
-		return err
-	}
 	if render.UsesQueue() || render.LearnsDNS() {
 		v, err := chooseQueueVariant(ctx, o.queueVariant, o.queueProber)
 		if err != nil && render.Mode != compile.ModeQueue {
@@ -229,7 +246,13 @@ func agent(ctx context.Context, o *agentOptions) error {
 		}
 		render.QueueVariant = v
 		metrics.QueueRuleVariant.WithLabelValues(string(v)).Set(1)
-		log.Info("Queue rule variant chosen", "variant", v, "queues", fmt.Sprintf("%d+%d", o.queueNum, o.queues), "failOpen", o.failOpen)
+		log.Info("Queue rule variant chosen", "variant", v, "queues", compile.QueueRange(render.QueueNum, render.Queues), "failOpen", o.failOpen)
+	}
+	if render.LearnsDNS() {
+		// Before the first sync, which points the DNS queue rule there.
+		if render.DNSQueueNum, err = chooseDNSQueue(log, dnsQueue); err != nil {
+			return err
+		}
 	}
 	o.denyLog.configureDenyLog(&render)
 	render.Defaults()
@@ -275,29 +298,6 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 	reg.MustRegister(controller.NewCounterCollector(10*time.Second, metrics, log.WithName("metrics")))
 
-	errs := make(chan error, 4)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var rt *queue.Runtime
-	if render.UsesQueue() {
-		rt, err = queue.NewRuntime(queue.RuntimeConfig{
-			QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, MaxQueueLen: o.maxQueueLen,
-			AllowMark: render.AllowMark, Logger: log.WithName("queue"), Observer: metrics,
-		}.Defaults(), eval)
-		if err != nil {
-			return err
-		}
-		reg.MustRegister(controller.NewQueueStatsCollector(metrics, log.WithName("metrics")))
-		go func() { errs <- wrapErr("queue runtime", rt.Run(ctx)) }()
-		select {
-		case <-rt.Ready():
-			log.Info("Listening on NFQUEUE", "queue", o.queueNum, "queues", o.queues)
-		case err := <-errs:
-			return err
-		case <-ctx.Done():
-			return nil
-		}
-	}
 	if o.metricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -325,7 +325,9 @@ func agent(ctx context.Context, o *agentOptions) error {
 		return err
 	}
 	if render.LearnsDNS() {
-		if err := o.fqdn.startFQDN(ctx, render, eval, elements, client, reg, errs); err != nil {
+		stopDNS, err := o.fqdn.startFQDN(ctx, render, dnsQueue, eval, elements, client, reg, errs)
+		defer stopDNS()
+		if err != nil {
 			return err
 		}
 	}
@@ -358,7 +360,11 @@ func serve(ctx context.Context, addr string, h http.Handler) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	ln, err := listenRetry(ctx, addr)
+	if err != nil {
+		return err
+	}
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

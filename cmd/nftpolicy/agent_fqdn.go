@@ -33,11 +33,39 @@ type fqdnOptions struct {
 }
 
 func (o *fqdnOptions) addFlags(fs *pflag.FlagSet) {
-	fs.Uint16Var(&o.queueNum, "dns-queue-num", 0, "NFQUEUE holding DNS replies to pods with domainNames rules while their answers are learned (default: --queue-num plus --queues)")
+	fs.Uint16Var(&o.queueNum, "dns-queue-num", 0, "NFQUEUE holding DNS replies to pods with domainNames rules while their answers are learned; the number after it is its alternate during agent updates. "+
+		"Default: right after the connection queues' two ranges, --queue-num plus twice --queues (102 and 103 with one queue)")
 	fs.StringSliceVar(&o.servers, "dns-servers", nil, "addresses or CIDRs of DNS servers whose replies may be learned, besides the endpoints of --dns-service")
 	fs.StringVar(&o.service, "dns-service", "kube-system/kube-dns", "namespace/name of the cluster DNS Service: replies from its endpoints (EndpointSlices) may be learned; empty to trust only --dns-servers")
 	fs.DurationVar(&o.minTTL, "fqdn-min-ttl", fqdn.DefaultMinTTL, "a learned address is admitted for at least this long, whatever the answer's TTL")
 	fs.DurationVar(&o.maxTTL, "fqdn-max-ttl", fqdn.DefaultMaxTTL, "a learned address is admitted for at most this long, whatever the answer's TTL")
+}
+
+// dnsQueueNum resolves --dns-queue-num for the connection queues base..
+// base+n-1 (n after --queues 0 is resolved). Queue numbers: the connection
+// queues and their alternate range, base..base+2n-1 (startQueue); then the
+// DNS queue and its alternate, d and d+1 (chooseDNSQueue), by default
+// d = base+2n. The two pairs must not overlap.
+func (o *fqdnOptions) dnsQueueNum(base, n uint16) (uint16, error) {
+	d := uint32(o.queueNum)
+	if d == 0 {
+		d = uint32(base) + 2*uint32(n)
+	}
+	end := uint32(base) + 2*uint32(n) // after the connection queues' alternate range
+	switch {
+	case d+1 > 0xffff:
+		return 0, fmt.Errorf("--dns-queue-num %d: the DNS queue and its alternate (%d) exceed 65535", d, d+1)
+	case d+1 >= uint32(base) && d < end:
+		return 0, fmt.Errorf("--dns-queue-num %d: the DNS queue and its alternate (%d) overlap the connection queues and their alternate range %d-%d",
+			d, d+1, base, end-1)
+	}
+	return uint16(d), nil
+}
+
+// chooseDNSQueue picks d or its alternate d+1 as chooseQueueRange does for
+// the connection queues: the one no other agent listens on.
+func chooseDNSQueue(log klog.Logger, d uint16) (uint16, error) {
+	return chooseQueueRange(log.WithName("fqdn"), d, 1, compile.ChainDNS)
 }
 
 // sources parses --dns-servers.
@@ -61,46 +89,56 @@ func (o *fqdnOptions) sources() (*fqdn.Sources, error) {
 // startFQDN starts DNS learning: the trusted sources (and the DNS
 // service's EndpointSlice informer), the learner, which the evaluator asks
 // about domainNames peers, and the runtime on the DNS queue. It returns
-// once the queue is bound.
-func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig, eval *queue.Evaluator, elements *sets.NetlinkElements,
-	client kubernetes.Interface, reg prometheus.Registerer, errs chan<- error) error {
+// once the queue is bound. stop, called when the agent exits, hands the
+// DNS queue over to a successor listening on the other of the DNS queue's
+// two numbers (as the connection queues are, see startQueue) and closes it.
+func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig, base uint16, eval *queue.Evaluator, elements *sets.NetlinkElements,
+	client kubernetes.Interface, reg prometheus.Registerer, errs chan<- error) (stop func(), err error) {
 	log := klog.FromContext(ctx).WithName("fqdn")
+	stop = func() {}
 	src, err := o.sources()
 	if err != nil {
-		return err
+		return stop, err
 	}
 	if o.service != "" {
 		if err := watchDNSEndpoints(ctx, client, o.service, src, log); err != nil {
-			return err
+			return stop, err
 		}
 	}
 	m := fqdn.NewMetrics()
 	if err := m.Register(reg); err != nil {
-		return err
+		return stop, err
 	}
 	cfg := fqdn.Config{Program: eval.Program, Trusted: src.Contains, MinTTL: o.minTTL, MaxTTL: o.maxTTL,
 		FailOpen: render.FailOpen, Metrics: m, Logger: log}
-	if !render.UsesQueue() {
+	if render.Mode != compile.ModeQueue {
 		// Hybrid: the kernel decides from the rules' learned sets.
 		cfg.Writer = wire.Writer{W: elements}
 	}
 	l, err := fqdn.New(cfg)
 	if err != nil {
-		return err
+		return stop, err
 	}
 	eval.Resolved = l
 	rt, err := queue.NewRuntime(wire.RuntimeConfig(render, 0, log), wire.Decider{L: l})
 	if err != nil {
-		return err
+		return stop, err
 	}
-	go func() { errs <- wrapErr("DNS queue runtime", rt.Run(ctx)) }()
+	stop = runUntilHandedOver(ctx, rt, "DNS queue runtime", errs, func() {
+		succ := render
+		succ.DNSQueueNum = base // the DNS queue's two numbers: base and base+1
+		if render.DNSQueueNum == base {
+			succ.DNSQueueNum = base + 1
+		}
+		handOver(log, rt, render.QueueVariant, compile.ChainDNS, render.DNSQueueNum, sets.CompatRuleConfig(succ, compile.ChainDNS))
+	})
 	select {
 	case <-rt.Ready():
 		log.Info("Learning DNS replies for domainNames peers", "queue", render.DNSQueueNum, "dnsService", o.service, "dnsServers", o.servers,
 			"minTTL", o.minTTL, "maxTTL", o.maxTTL)
-		return nil
+		return stop, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return stop, ctx.Err()
 	}
 }
 

@@ -117,6 +117,7 @@ func (b *builder) buildFrom(in Input, pods []*PodInfo) *Program {
 	b.finish()
 	b.compileClusterPolicies(in.ClusterPolicies)
 	b.prog.buildEvalIndex()
+	b.prog.Source = in
 	return b.prog
 }
 

@@ -100,7 +100,8 @@ type RenderConfig struct {
 	SkipUnknownPods bool
 	// DNSQueueNum is the NFQUEUE that DNS replies to pods with domainNames
 	// egress rules are held in while their answers are learned (hybrid and
-	// queue modes); 0 means QueueNum+Queues. See render_fqdn.go.
+	// queue modes); 0 means QueueNum+2*Queues, after the connection queues and their
+	// alternate range (the agent's hand-over on updates). See render_fqdn.go.
 	DNSQueueNum uint16
 	// NoDNSLearning renders no DNS capture (a hybrid-mode kernel that
 	// cannot queue): domainNames peers then match nothing.

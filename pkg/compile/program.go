@@ -418,6 +418,12 @@ type Program struct {
 
 	// Eval is the same program laid out for the userspace evaluator.
 	Eval EvalIndex
+
+	// Source is the input the program was built from. It shares the
+	// input's objects (which informers never modify): the agent saves it
+	// so that a restarted agent can rebuild the program in force before
+	// its first sync (pkg/queue's snapshot).
+	Source Input
 }
 
 // IsOwnNode reports whether ip is an address of the pod's own node: the

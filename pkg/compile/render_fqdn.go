@@ -46,7 +46,9 @@ func (c *RenderConfig) LearnsDNS() bool { return c.Mode != ModeKernel && !c.NoDN
 
 func (c *RenderConfig) dnsDefaults() {
 	if c.DNSQueueNum == 0 {
-		c.DNSQueueNum = uint16(min(uint32(c.QueueNum)+uint32(c.Queues), 0xffff))
+		// After the connection queues and their alternate range (the
+		// agent's queue hand-over on updates).
+		c.DNSQueueNum = uint16(min(uint32(c.QueueNum)+2*uint32(c.Queues), 0xffff))
 	}
 }
 

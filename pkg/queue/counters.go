@@ -51,6 +51,11 @@ type counters struct {
 	receiveErrors      atomic.Uint64
 	denyLogsSuppressed atomic.Uint64
 	markLoops          atomic.Uint64
+	batchVerdicts      atomic.Uint64
+	deferred           atomic.Uint64
+	deferredPending    atomic.Int64
+	overflowDropped    atomic.Uint64
+	overflowLogs       atomic.Uint64
 }
 
 func (c *counters) count(allow bool, family, proto uint8) {
@@ -98,6 +103,18 @@ type Stats struct {
 	// accepted without a decision: the ruleset's first rule is missing or
 	// uses another mark (must stay 0).
 	MarkLoops uint64
+	// BatchVerdicts counts NFQNL_MSG_VERDICT_BATCH messages sent: each
+	// answered several packets read in one round with the same verdict.
+	BatchVerdicts uint64
+	// Deferred counts packets a DeferringDecider answered later;
+	// DeferredPending is how many of them wait for their verdict now.
+	Deferred        uint64
+	DeferredPending int64
+	// OverflowDropped counts packets the kernel dropped because a queue or
+	// its socket buffer was full (fail-closed), as the overflow watcher saw
+	// them in the kernel's statistics; OverflowLogs counts its log lines.
+	OverflowDropped uint64
+	OverflowLogs    uint64
 }
 
 // Allowed returns the number of allow verdicts.
@@ -130,6 +147,11 @@ func (r *Runtime) Stats() Stats {
 		ReceiveErrors:         c.receiveErrors.Load(),
 		DenyLogsSuppressed:    c.denyLogsSuppressed.Load(),
 		MarkLoops:             c.markLoops.Load(),
+		BatchVerdicts:         c.batchVerdicts.Load(),
+		Deferred:              c.deferred.Load(),
+		DeferredPending:       c.deferredPending.Load(),
+		OverflowDropped:       c.overflowDropped.Load(),
+		OverflowLogs:          c.overflowLogs.Load(),
 	}
 	for a := 0; a < 2; a++ {
 		for f := 0; f < 2; f++ {

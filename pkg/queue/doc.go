@@ -16,14 +16,23 @@
 // kernel transaction rendered from the same program committed; it never
 // reads listers or parses selectors, and deciding allocates nothing.
 //
-// The runtime (runtime.go) binds the queues, parses each packet's headers
-// without allocating (packet.go), asks its Decider, and answers with one
-// verdict: an allowed packet is repeated through the base chain with
+// The runtime (runtime.go) binds the queues and reads each on an OS thread
+// of its own with blocking reads into a fixed buffer, speaking
+// nfnetlink_queue directly (reader_linux.go, nfqmsg.go); it parses each
+// packet's headers without allocating (packet.go), asks its Decider (which
+// may answer later: DeferringDecider), and answers with one verdict, the
+// verdicts of the packets read together in one write (a batch verdict when
+// they are all the same): an allowed packet is repeated through the base chain with
 // nftpolicy's mark bit added to the marks it already carries, which the
 // ruleset's first rule moves into the connection's mark so that the
 // connection's later packets are accepted without being queued; a denied
 // packet is dropped; a packet that cannot be decided (unparsable, or the
 // Decider panicked) is accepted without being remembered under --fail-open,
 // and dropped otherwise. It counts its verdicts (counters.go) and reads the
-// kernel's per-queue statistics (kernelstats.go).
+// kernel's per-queue statistics (kernelstats.go), logging queue overflows
+// (overflow_linux.go).
+//
+// A restarted agent decides from a snapshot of the program in force
+// (snapshot.go) until its first sync, and an agent being replaced hands its
+// queues over to its successor (handover.go).
 package queue

@@ -280,14 +280,36 @@ type Evaluator struct {
 	waiters     waiters
 	// Resolved, if set, decides domainNames peers (the agent's DNS learner).
 	Resolved Resolver
+	// Snapshots, if not nil, keeps a snapshot of the program in force on
+	// the node for a restarted agent (see Restore).
+	Snapshots *Snapshots
 }
 
 // Swap publishes a new program and wakes the decisions waiting for a pod
 // to be programmed (unknown.go). Call it only after the kernel transaction
 // rendered from the same program has committed.
 func (e *Evaluator) Swap(p *compile.Program) {
+	s := e.Snapshots
+	if s != nil {
+		s.invalidate() // before: the old snapshot must not outlive its program
+	}
 	e.prog.Store(p)
 	e.waiters.wake()
+	if s != nil {
+		s.save(p)
+	}
+}
+
+// Restore publishes p, rebuilt from a snapshot, unless a program was
+// published already (the first sync was faster: its program is newer).
+// It reports whether p is in force; if so, decisions waiting for an
+// unknown pod address are woken to look it up in p.
+func (e *Evaluator) Restore(p *compile.Program) bool {
+	if !e.prog.CompareAndSwap(nil, p) {
+		return false
+	}
+	e.waiters.wake()
+	return true
 }
 
 // Program returns the program in use, or nil before the first Swap.
@@ -323,7 +345,8 @@ func (e *Evaluator) Decide(pkt Packet) (bool, string) {
 }
 
 func (e *Evaluator) decideWith(p *compile.Program, pkt Packet) (bool, string) {
-	v := Evaluate(p, pkt.Src, pkt.Dst, compile.Protocol(pkt.Proto), pkt.DstPort)
+	// With Resolved: domainNames peers match what the pod resolved.
+	v := EvaluateResolved(p, e.Resolved, pkt.Src, pkt.Dst, compile.Protocol(pkt.Proto), pkt.DstPort)
 	if !v.Egress {
 		return false, v.EgressReason
 	}

@@ -35,13 +35,7 @@ func cnpBenchInput(nPolicies int) compile.Input {
 				compiletest.CNPIngress(compiletest.CNPRule("from-team", "Deny", team).On(port))))
 		}
 	}
-	dev := compiletest.ToNamespaces(compiletest.Sel("env", "dev"))
-	in.ClusterPolicies = append(in.ClusterPolicies,
-		compiletest.CNP("pass-dev-http", "Admin", 5, all,
-			compiletest.CNPIngress(compiletest.CNPRule("dev-http", "Pass", dev).On(compiletest.Proto("TCP", 8080)))),
-		compiletest.CNP("no-dev-grpc", "Baseline", 100, compiletest.PodsSubject(compiletest.Sel(), compiletest.Sel()),
-			compiletest.CNPIngress(compiletest.CNPRule("dev-grpc", "Deny", dev).On(compiletest.DestinationNamedPort("grpc")))),
-	)
+	in.ClusterPolicies = append(in.ClusterPolicies, compiletest.DevCNPs()...)
 	return in
 }
 

@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	nfqueue "github.com/florianl/go-nfqueue/v2"
-	"github.com/mdlayher/netlink"
-	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 	"k8s.io/klog/v2"
 
@@ -21,8 +18,10 @@ import (
 // Decider decides whether a new connection is allowed. It is called once per
 // queued packet, concurrently from several goroutines when more than one queue
 // is used, so it must be safe for concurrent use, and it must be fast and
-// never block: the kernel holds the packet (and every packet queued after it)
-// until the verdict. reason is logged for denials.
+// never block: the queue's reader waits for it, and the kernel holds the
+// packet (and every packet queued after it) until the verdict. A decision
+// that has to wait for something is deferred instead (DeferringDecider).
+// reason is logged for denials.
 type Decider interface {
 	Decide(p Packet) (allow bool, reason string)
 }
@@ -91,6 +90,11 @@ type RuntimeConfig struct {
 	// hold packets (DNS replies while their answers are learned), whose
 	// connection nothing remembers.
 	AcceptOnAllow bool
+	// Hold, if not nil, delays reading until it is closed: the queues are
+	// bound (Ready) and the kernel keeps the packets queued to them, up to
+	// MaxQueueLen, instead of dropping them for want of a listener. The
+	// agent binds first and reads once the program snapshot is loaded.
+	Hold <-chan struct{}
 }
 
 // Defaults returns c with its zero fields set to their defaults.
@@ -148,7 +152,8 @@ func (c RuntimeConfig) Validate() error {
 //
 // For each queued packet it answers the kernel with exactly one verdict:
 //
-//   - allow: NF_REPEAT with packet mark = (original mark | AllowMark);
+//   - allow: NF_REPEAT with packet mark = (original mark | AllowMark), or
+//     with AcceptOnAllow NF_ACCEPT with the mark unchanged;
 //   - deny: NF_DROP;
 //   - unparsable packet (or a panicking Decider): NF_ACCEPT when FailOpen,
 //     else NF_DROP, counted in Stats. NF_ACCEPT, not NF_REPEAT, so that such
@@ -197,11 +202,17 @@ type Runtime struct {
 	log     klog.Logger
 	denyLog *rate.Limiter
 
+	// deferring is decider as a DeferringDecider, if it is one, or the
+	// adapter that defers a Holder's held packets (hold.go).
+	deferring DeferringDecider
+	// payload is decider as a PayloadDecider, if it is one.
+	payload PayloadDecider
+	// runCtx is Run's context: held decisions end with it.
+	runCtx context.Context
+
 	started atomic.Bool
 	ready   chan struct{}
 	c       counters
-	// held bounds the packets whose decisions wait (hold.go).
-	held chan struct{}
 }
 
 // NewRuntime returns a Runtime for cfg (Defaults applied) and decider.
@@ -213,14 +224,21 @@ func NewRuntime(cfg RuntimeConfig, decider Decider) (*Runtime, error) {
 	if decider == nil {
 		return nil, errors.New("nil decider")
 	}
-	return &Runtime{
+	r := &Runtime{
 		cfg:     cfg,
 		decider: decider,
 		log:     cfg.Logger,
 		denyLog: rate.NewLimiter(rate.Limit(cfg.DenyLogPerSecond), cfg.DenyLogBurst),
 		ready:   make(chan struct{}),
-		held:    make(chan struct{}, cfg.MaxQueueLen),
-	}, nil
+		runCtx:  context.Background(),
+	}
+	r.payload, _ = decider.(PayloadDecider)
+	if dd, ok := decider.(DeferringDecider); ok {
+		r.deferring = dd
+	} else if h, ok := decider.(Holder); ok {
+		r.deferring = newHolding(r, h, int(cfg.MaxQueueLen))
+	}
+	return r, nil
 }
 
 // Config returns the effective configuration.
@@ -232,70 +250,48 @@ func (r *Runtime) Ready() <-chan struct{} { return r.ready }
 // Run opens and binds the queues, then answers packets until ctx is done (it
 // returns nil then) or a socket fails (it returns the error). The sockets are
 // opened before Run blocks, on the calling goroutine (see RuntimeConfig.NetNS).
-// Closing the sockets unbinds the queues: the rule's bypass flag then decides
-// whether queued traffic passes. Run may be called once.
+// Closing the sockets unbinds the queues: the kernel drops the packets still
+// waiting for a verdict, and the rule's bypass flag then decides whether
+// queued traffic passes. Run may be called once.
 func (r *Runtime) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return errors.New("nfqueue runtime already started")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var queues []*nfqueue.Nfqueue
+	r.runCtx = ctx // before any reader starts: they read it
+	flags := uint32(nfqaCfgFGSO)
+	if r.cfg.FailOpen {
+		flags |= nfqaCfgFFailOpen
+	}
+	var socks []*qsock
 	defer func() {
-		cancel()
-		for _, q := range queues {
-			_ = q.Close()
+		for _, q := range socks {
+			q.close()
 		}
 	}()
-
-	flags := uint32(nfqueue.NfQaCfgFlagGSO)
-	if r.cfg.FailOpen {
-		flags |= nfqueue.NfQaCfgFlagFailOpen
-	}
-	fatal := make(chan error, int(r.cfg.Queues))
 	for i := uint16(0); i < r.cfg.Queues; i++ {
 		num := r.cfg.QueueNum + i
-		nf, err := nfqueue.Open(&nfqueue.Config{
-			NetNS:        r.cfg.NetNS,
-			NfQueue:      num,
-			MaxQueueLen:  r.cfg.MaxQueueLen,
-			MaxPacketLen: r.cfg.CopyRange,
-			Copymode:     nfqueue.NfQnlCopyPacket,
-			Flags:        flags,
-			AfFamily:     unix.AF_INET, // ignored by kernels >= 3.8: one socket gets IPv4 and IPv6
-			WriteTimeout: r.cfg.WriteTimeout,
-			Logger:       nfqLogger{r.log},
-		})
+		q, err := openQueueSocket(r.cfg.NetNS, num, r.cfg.CopyRange, r.cfg.MaxQueueLen, flags, r.cfg.ReadBuffer, r.cfg.WriteTimeout)
 		if err != nil {
 			return fmt.Errorf("opening nfqueue %d: %w", num, err)
 		}
-		queues = append(queues, nf)
-		// Overruns are handled by the kernel (drop, or accept with FailOpen);
-		// do not let them surface as ENOBUFS read errors.
-		if err := nf.SetOption(netlink.NoENOBUFS, true); err != nil {
-			r.log.V(2).Info("Cannot set NETLINK_NO_ENOBUFS", "queue", num, "err", err)
-		}
-		if r.cfg.ReadBuffer > 0 {
-			if err := nf.Con.SetReadBuffer(r.cfg.ReadBuffer); err != nil {
-				r.log.Info("Cannot set nfqueue socket read buffer", "queue", num, "err", err)
-			}
-		}
-		w := &worker{r: r, nf: nf, queue: num, ctx: ctx}
-		errfn := func(err error) int {
-			if ctx.Err() != nil {
-				return 1
-			}
-			var oe *netlink.OpError
-			if errors.As(err, &oe) && (oe.Timeout() || errors.Is(oe.Err, unix.ENOBUFS) || errors.Is(oe.Err, unix.EINTR)) {
-				r.c.receiveErrors.Add(1)
-				return 0
-			}
-			r.c.receiveErrors.Add(1)
-			fatal <- fmt.Errorf("reading nfqueue %d: %w", num, err)
-			return 1
-		}
-		if err := nf.RegisterWithErrorFunc(ctx, w.handle, errfn); err != nil {
-			return fmt.Errorf("binding nfqueue %d: %w", num, err)
-		}
+		socks = append(socks, q)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(stop)
+	if w, err := r.newOverflowWatcher(); err != nil {
+		r.log.Info("Cannot watch the kernel's queue statistics; queue overflows are only in the metrics", "err", err)
+	} else {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.run(stop) }()
+	}
+
+	errc := make(chan error, len(socks))
+	for _, q := range socks {
+		rd := newReader(r, q)
+		wg.Add(1)
+		go func() { defer wg.Done(); errc <- rd.run(stop) }()
 	}
 	r.log.Info("Listening on nfqueue", "first", r.cfg.QueueNum, "queues", r.cfg.Queues,
 		"failOpen", r.cfg.FailOpen, "allowMark", fmt.Sprintf("%#x", r.cfg.AllowMark))
@@ -304,89 +300,113 @@ func (r *Runtime) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return nil
-	case err := <-fatal:
+	case err := <-errc:
 		return err
 	}
 }
 
-type worker struct {
-	r     *Runtime
-	nf    *nfqueue.Nfqueue
-	queue uint16
-	ctx   context.Context
+// DeferringDecider is a Decider that may take its time: DecideOrDefer either
+// decides at once (deferred false), like Decide, or keeps later and returns
+// deferred true, promising to call later.Verdict exactly once, from any
+// goroutine, without blocking the reader. Until then the kernel holds the
+// packet (and counts it against the queue length), and the reader answers
+// the packets after it individually instead of in batches. A packet still
+// waiting when the Runtime stops is dropped by the kernel.
+type DeferringDecider interface {
+	Decider
+	DecideOrDefer(p Packet, later Later) (allow bool, reason string, deferred bool)
 }
 
-func (w *worker) handle(a nfqueue.Attribute) int {
-	r := w.r
-	r.c.received.Add(1)
-	if a.PacketID == nil {
-		r.c.malformed.Add(1)
-		return 0
-	}
-	id := *a.PacketID
-	var mark uint32
-	if a.Mark != nil {
-		mark = *a.Mark
-	}
-	var payload []byte
-	if a.Payload != nil {
-		payload = *a.Payload
-	}
+// Later answers one deferred packet. It is a small value: copy it freely,
+// but call Verdict once.
+type Later struct {
+	r     *Runtime
+	q     *qsock
+	id    uint32
+	mark  uint32
+	p     Packet
+	start time.Time
+}
 
+// Packet returns the deferred packet's headers.
+func (l Later) Packet() Packet { return l.p }
+
+// Verdict answers the deferred packet like an immediate decision would:
+// allow repeats it with the allow mark, deny drops it. It returns an error
+// when the verdict could not be sent (the Runtime stopped: the kernel
+// dropped the packet then).
+func (l Later) Verdict(allow bool, reason string) error {
+	r := l.r
+	if r == nil {
+		return errors.New("zero Later")
+	}
+	v, setMark, mark := r.verdictOf(allow, l.mark)
+	err := l.q.sendOne(l.id, v, setMark, mark)
+	l.q.pending.Add(-1)
+	r.c.deferredPending.Add(-1)
+	if err != nil {
+		r.c.verdictErrors.Add(1)
+		return fmt.Errorf("deferred verdict for packet %d of queue %d: %w", l.id, l.q.queue, err)
+	}
+	r.finishVerdict(l.p, allow, reason, time.Since(l.start))
+	return nil
+}
+
+// verdictOf maps a decision to the netfilter verdict and the mark to set.
+func (r *Runtime) verdictOf(allow bool, mark uint32) (verdict uint32, setMark bool, newMark uint32) {
+	switch {
+	case allow && r.cfg.AcceptOnAllow:
+		return nfAccept, false, 0
+	case allow:
+		return nfRepeat, true, mark | r.cfg.AllowMark
+	}
+	return nfDrop, false, 0
+}
+
+// handlePacket answers (or defers) one queued packet; the verdict is
+// collected by rd and sent at the end of the read round.
+func (r *Runtime) handlePacket(rd *reader, m *queueMsg) {
+	r.c.received.Add(1)
+	id, mark := m.ID, m.Mark
 	if mark&r.cfg.AllowMark == r.cfg.AllowMark {
 		// The packet already carries the allow bit: the ruleset did not
 		// consume it after NF_REPEAT (missing or different first rule, or
 		// another owner of the bit). Answering NF_REPEAT again would loop;
 		// the bit means a previous verdict allowed the packet, so accept.
-		if err := w.nf.SetVerdict(id, nfqueue.NfAccept); err != nil {
-			r.c.verdictErrors.Add(1)
-			return 0
-		}
+		rd.verdict(id, nfAccept, false, 0)
 		if r.c.markLoops.Add(1) == 1 {
 			r.log.Error(nil, "Queued packet already carries the allow mark: the ruleset's first rule does not handle it; accepting such packets without a decision",
-				"queue", w.queue, "mark", fmt.Sprintf("%#x", mark), "allowMark", fmt.Sprintf("%#x", r.cfg.AllowMark))
+				"queue", rd.q.queue, "mark", fmt.Sprintf("%#x", mark), "allowMark", fmt.Sprintf("%#x", r.cfg.AllowMark))
 		}
-		return 0
+		return
 	}
 
-	p, l4, err := parsePacket(payload)
+	p, l4, err := parsePacket(m.Payload)
 	if err != nil {
-		w.failVerdict(id, &r.c.unparsableAccepted, &r.c.unparsableDropped)
+		r.failVerdict(rd, id, &r.c.unparsableAccepted, &r.c.unparsableDropped)
 		if r.log.V(4).Enabled() {
-			r.log.V(4).Info("Unparsable queued packet", "queue", w.queue, "len", len(payload), "err", err)
+			r.log.V(4).Info("Unparsable queued packet", "queue", rd.q.queue, "len", len(m.Payload), "err", err)
 		}
-		return 0
+		return
 	}
 
-	if w.hold(id, mark, p) {
-		return 0 // answered later, from its own goroutine (hold.go)
-	}
 	start := time.Now()
-	allow, reason, ok := r.decide(p, payload, l4)
-	w.answer(id, mark, p, allow, reason, ok, time.Since(start))
-	return 0
+	allow, reason, deferred, ok := r.decide(p, m.Payload, l4, Later{r: r, q: rd.q, id: id, mark: mark, p: p, start: start})
+	if !ok {
+		r.failVerdict(rd, id, &r.c.panicsAccepted, &r.c.panicsDropped)
+		return
+	}
+	if deferred {
+		return
+	}
+	v, setMark, newMark := r.verdictOf(allow, mark)
+	rd.verdict(id, v, setMark, newMark)
+	// The verdict is counted when collected; a failed write is counted
+	// in VerdictErrors.
+	r.finishVerdict(p, allow, reason, time.Since(start))
 }
 
-// answer sends the verdict for a decided packet, counts and logs it.
-func (w *worker) answer(id, mark uint32, p Packet, allow bool, reason string, ok bool, d time.Duration) {
-	r := w.r
-	var err error
-	if !ok {
-		w.failVerdict(id, &r.c.panicsAccepted, &r.c.panicsDropped)
-		return
-	}
-	if allow && r.cfg.AcceptOnAllow {
-		err = w.nf.SetVerdict(id, nfqueue.NfAccept)
-	} else if allow {
-		err = w.nf.SetVerdictWithOption(id, nfqueue.NfRepeat, nfqueue.WithMark(mark|r.cfg.AllowMark))
-	} else {
-		err = w.nf.SetVerdict(id, nfqueue.NfDrop)
-	}
-	if err != nil {
-		r.c.verdictErrors.Add(1)
-		r.log.Error(err, "Cannot send nfqueue verdict", "queue", w.queue, "id", id)
-		return
-	}
+func (r *Runtime) finishVerdict(p Packet, allow bool, reason string, d time.Duration) {
 	r.c.count(allow, p.Family, p.Proto)
 	if o := r.cfg.Observer; o != nil {
 		o.ObserveVerdict(allow, p.Proto, p.Family, d)
@@ -398,45 +418,63 @@ func (w *worker) answer(id, mark uint32, p Packet, allow bool, reason string, ok
 
 // failVerdict answers a packet that got no decision: accept without
 // remembering (NF_ACCEPT) when failing open, else drop.
-func (w *worker) failVerdict(id uint32, accepted, dropped *atomic.Uint64) {
-	v := nfqueue.NfDrop
-	if w.r.cfg.FailOpen {
-		v = nfqueue.NfAccept
-	}
-	if err := w.nf.SetVerdict(id, v); err != nil {
-		w.r.c.verdictErrors.Add(1)
-		w.r.log.Error(err, "Cannot send nfqueue verdict", "queue", w.queue, "id", id)
+func (r *Runtime) failVerdict(rd *reader, id uint32, accepted, dropped *atomic.Uint64) {
+	if r.cfg.FailOpen {
+		rd.verdict(id, nfAccept, false, 0)
+		accepted.Add(1)
 		return
 	}
-	if v == nfqueue.NfAccept {
-		accepted.Add(1)
-	} else {
-		dropped.Add(1)
-	}
+	rd.verdict(id, nfDrop, false, 0)
+	dropped.Add(1)
 }
 
 // PayloadDecider is a Decider that reads the queued packet itself: the
 // Runtime calls DecidePayload instead of Decide, with the packet from its
 // IP header on (cut at the copy range; valid only during the call) and the
-// offset of its transport header (0: none).
+// offset of its transport header (0: none). A DeferringDecider is asked
+// DecideOrDefer instead, never DecidePayload.
 type PayloadDecider interface {
 	Decider
 	DecidePayload(p Packet, packet []byte, l4 int) (allow bool, reason string)
 }
 
-func (r *Runtime) decide(p Packet, packet []byte, l4 int) (allow bool, reason string, ok bool) {
+// decide asks the Decider; ok is false when it panicked. The Later is
+// used only by a DeferringDecider, which then owns the packet's verdict
+// (deferred true); packet and l4 only by a PayloadDecider.
+func (r *Runtime) decide(p Packet, packet []byte, l4 int, later Later) (allow bool, reason string, deferred, ok bool) {
+	counted := false
 	defer func() {
 		if e := recover(); e != nil {
-			ok = false
+			ok, deferred = false, false
+			if counted {
+				// A panic is no promise to answer later: the reader answers.
+				later.q.pending.Add(-1)
+				r.c.deferredPending.Add(-1)
+			}
 			r.log.Error(fmt.Errorf("%v", e), "Decider panicked", "src", p.Src, "dst", p.Dst, "proto", p.Proto)
 		}
 	}()
-	if pd, isPD := r.decider.(PayloadDecider); isPD {
-		allow, reason = pd.DecidePayload(p, packet, l4)
-	} else {
-		allow, reason = r.decider.Decide(p)
+	if r.deferring != nil {
+		// Counted before the call: the Decider may answer from another
+		// goroutine before DecideOrDefer returns.
+		later.q.pending.Add(1)
+		r.c.deferredPending.Add(1)
+		counted = true
+		allow, reason, deferred = r.deferring.DecideOrDefer(p, later)
+		if !deferred {
+			later.q.pending.Add(-1)
+			r.c.deferredPending.Add(-1)
+		} else {
+			r.c.deferred.Add(1)
+		}
+		return allow, reason, deferred, true
 	}
-	return allow, reason, true
+	if r.payload != nil {
+		allow, reason = r.payload.DecidePayload(p, packet, l4)
+		return allow, reason, false, true
+	}
+	allow, reason = r.decider.Decide(p)
+	return allow, reason, false, true
 }
 
 func (r *Runtime) logDenial(p Packet, reason string) {
@@ -455,27 +493,4 @@ func (r *Runtime) logDenial(p Packet, reason string) {
 		"dst", netip.AddrPortFrom(p.Dst, p.DstPort).String(),
 		"reason", reason,
 		"suppressedTotal", r.c.denyLogsSuppressed.Load())
-}
-
-// nfqLogger adapts a klog.Logger to go-nfqueue's Logger.
-type nfqLogger struct{ l klog.Logger }
-
-func (n nfqLogger) Debugf(format string, args ...interface{}) {
-	if n.l.V(5).Enabled() {
-		n.l.V(5).Info(fmt.Sprintf(format, args...))
-	}
-}
-
-func (n nfqLogger) Errorf(format string, args ...interface{}) {
-	// go-nfqueue also reports its normal shutdown through Errorf ("Stop
-	// receiving ...", "Could not unbind ..." once the socket is closed; the
-	// kernel unbinds a closed socket's queues itself). Read errors reach
-	// Run's error handler anyway.
-	v := n.l.V(2)
-	if strings.HasPrefix(format, "Stop receiving") || strings.HasPrefix(format, "Could not unbind") {
-		v = n.l.V(4)
-	}
-	if v.Enabled() {
-		v.Info(fmt.Sprintf(format, args...))
-	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/knftables"
 
@@ -316,6 +317,11 @@ func tcpEcho(ns, addr string, timeout time.Duration) error {
 	return err
 }
 
+// logBuf returns what a ktesting logger with BufferLogs has logged.
+func logBuf(l klog.Logger) string {
+	return l.GetSink().(ktesting.Underlier).GetBuffer().String()
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -471,7 +477,7 @@ func TestRuntimeKernel(t *testing.T) {
 		if n := dec.count(4, unix.IPPROTO_TCP, 81); n < 1 {
 			t.Errorf("decider saw %d packets for TCP 81, want >= 1", n)
 		}
-		if !strings.Contains(logger.GetSink().(ktesting.Underlier).GetBuffer().String(), "port 81 not allowed") {
+		if !strings.Contains(logBuf(logger), "port 81 not allowed") {
 			t.Error("denial of TCP 81 not logged with its reason")
 		}
 	})
@@ -614,7 +620,8 @@ func TestRuntimeKernelFailOpenQueueFull(t *testing.T) {
 				}
 				return p.DstPort == 80, "test"
 			})
-			startRuntime(t, tp.router, RuntimeConfig{QueueNum: testQueueNum, AllowMark: testAllowMark, FailOpen: failOpen, MaxQueueLen: 1}, dec)
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			rt := startRuntime(t, tp.router, RuntimeConfig{QueueNum: testQueueNum, AllowMark: testAllowMark, FailOpen: failOpen, MaxQueueLen: 1, Logger: logger}, dec)
 			var once sync.Once
 			unblock := func() { once.Do(func() { close(release) }) }
 			t.Cleanup(unblock)
@@ -643,6 +650,22 @@ func TestRuntimeKernelFailOpenQueueFull(t *testing.T) {
 			}
 			if !failOpen && st[0].QueueDropped == 0 {
 				t.Errorf("fail-closed: kernel queue_dropped = 0, want > 0 (%+v)", st[0])
+			}
+			// The overflow watcher looks once a second: fail-closed drops are
+			// counted and logged; fail-open accepts are neither.
+			if !failOpen {
+				waitFor(t, "the overflow watcher to count and log the drops", func() bool {
+					s := rt.Stats()
+					return s.OverflowDropped > 0 && s.OverflowLogs == 1
+				})
+				if !strings.Contains(logBuf(logger), "Queue full") {
+					t.Error("queue overflow not logged")
+				}
+			} else {
+				time.Sleep(1500 * time.Millisecond)
+				if s := rt.Stats(); s.OverflowDropped != 0 || s.OverflowLogs != 0 {
+					t.Errorf("fail-open: overflow stats %+v, want none", s)
+				}
 			}
 			unblock()
 			if err := <-first; err != nil {

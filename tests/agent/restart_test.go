@@ -1,8 +1,7 @@
 package agent_test
 
 import (
-	"sort"
-	"sync"
+	"strconv"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
-	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
 const (
@@ -23,13 +21,6 @@ const (
 	connTimeout = 900 * time.Millisecond
 )
 
-// attempt is one connection of the load.
-type attempt struct {
-	at     time.Duration // start, from the beginning of the load
-	ok     bool
-	detail string
-}
-
 // TestAgentRestart opens new TCP connections continuously (one every 5 ms
 // from each client for 6 s) from an allowed and from a denied pod on node-2
 // to a server on node-1, while the agent of node-1, which enforces the
@@ -41,17 +32,34 @@ type attempt struct {
 // fails throughout. Queue mode: userspace decides every new connection to
 // the server, and while no agent listens on the queue the kernel drops them
 // (fail-closed), so denied connections never succeed and allowed ones fail
-// for a while; the test reports that gap and checks that allowed connections
-// succeed again once the new agent is ready.
+// until the new agent listens; it decides from the program snapshot of its
+// --state-dir from then on, before its first sync. The test reports that gap
+// and checks that allowed connections succeed from the moment the new agent
+// listens.
+//
+// queue-update replaces the SIGKILL by an update with maxSurge, as the
+// DaemonSet of install.yaml does it: a second agent starts on node-1 while
+// the first runs, listens on the alternate queue range and points the
+// queue rule there with its first sync; the first agent then gets SIGTERM,
+// points the rule there too, drains its queues and exits. No allowed
+// connection may fail, no denied one succeed.
 func TestAgentRestart(t *testing.T) {
 	requireRoot(t)
 	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
-		t.Run(string(mode), func(t *testing.T) { testAgentRestart(t, mode) })
+		t.Run(string(mode), func(t *testing.T) { testAgentRestart(t, mode, false) })
 	}
+	t.Run("queue-update", func(t *testing.T) { testAgentRestart(t, compile.ModeQueue, true) })
 }
 
-func testAgentRestart(t *testing.T, mode compile.Mode) {
-	c := cluster.Start(t, cluster.Config{Mode: mode})
+// updateQueues is --queues in the update test (the alternate range follows).
+const updateQueues = 2
+
+func testAgentRestart(t *testing.T, mode compile.Mode, update bool) {
+	cfg := cluster.Config{Mode: mode}
+	if update {
+		cfg.AgentArgs = []string{"--queues", strconv.Itoa(updateQueues)}
+	}
+	c := cluster.Start(t, cfg)
 	ctx := testContext(t, 3*time.Minute)
 	if err := c.EnsureNamespace(ctx, "r", nil); err != nil {
 		t.Fatal(err)
@@ -82,107 +90,65 @@ func testAgentRestart(t *testing.T, mode compile.Mode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent := c.Agent("node-1")
+	r, err := c.RunRestartLoad(ctx, cluster.RestartLoad{
+		Node: "node-1", Good: good, Bad: bad, Server: server, Port: 80,
+		Interval: loadInterval, Duration: loadDuration, KillAfter: killAfter, ConnTimeout: connTimeout,
+		QueueNum: map[bool]uint16{true: 100}[mode == compile.ModeQueue], // the agent's default --queue-num
+		Update:   update, Queues: updateQueues,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	what := "killed"
+	if update {
+		what = "updated"
+	}
+	t.Logf("%s: %d connections from each client over %v; agent of node-1 %s at %v, ready again at %v (after %v)",
+		mode, len(r.Good), loadDuration, what, r.KillAt.Round(time.Millisecond), r.ReadyAt.Round(time.Millisecond), (r.ReadyAt - r.KillAt).Round(time.Millisecond))
 
-	var (
-		mu               sync.Mutex
-		goodRes, badRes  []attempt
-		wg               sync.WaitGroup
-		killAt, readyAt  time.Duration
-		restartErr       error
-		restartSignalled = make(chan struct{})
-	)
-	dial := func(from netlab.Endpoint, at time.Duration, out *[]attempt) {
-		defer wg.Done()
-		r := c.Lab.ProbeOne(ctx, netlab.ProbeReq{From: from, To: server, Port: 80, Proto: netlab.TCP, Timeout: connTimeout})
-		mu.Lock()
-		defer mu.Unlock()
-		if r.Err != nil {
-			r.Reason = "harness: " + r.Err.Error()
-		}
-		*out = append(*out, attempt{at: at, ok: r.Connected, detail: r.Reason})
-	}
-	start := time.Now()
-	go func() {
-		defer close(restartSignalled)
-		time.Sleep(killAfter)
-		killAt = time.Since(start)
-		if restartErr = agent.Kill(); restartErr != nil {
-			return
-		}
-		if restartErr = agent.Start(); restartErr != nil {
-			return
-		}
-		restartErr = agent.WaitReady(ctx)
-		readyAt = time.Since(start)
-	}()
-	tick := time.NewTicker(loadInterval)
-	for now := time.Now(); now.Sub(start) < loadDuration; now = <-tick.C {
-		at := now.Sub(start)
-		wg.Add(2)
-		go dial(good, at, &goodRes)
-		go dial(bad, at, &badRes)
-	}
-	tick.Stop()
-	wg.Wait()
-	<-restartSignalled
-	if restartErr != nil {
-		t.Fatalf("restarting the agent of node-1: %v", restartErr)
-	}
-	sortAttempts(goodRes)
-	sortAttempts(badRes)
-	t.Logf("%s: %d connections from each client over %v; agent of node-1 killed at %v, ready again at %v (down %v)",
-		mode, len(goodRes), loadDuration, killAt.Round(time.Millisecond), readyAt.Round(time.Millisecond), (readyAt - killAt).Round(time.Millisecond))
-
-	for _, a := range badRes {
-		if a.ok {
-			t.Errorf("%s: a denied connection started at %v succeeded", mode, a.at.Round(time.Millisecond))
+	for _, a := range r.Bad {
+		if a.OK {
+			t.Errorf("%s: a denied connection started at %v succeeded", mode, a.At.Round(time.Millisecond))
 		}
 	}
-	failed, run := 0, gapRun{}
-	var cur gapRun
-	for i, a := range goodRes {
-		if a.ok {
-			cur = gapRun{}
-			continue
-		}
-		failed++
-		if cur.n == 0 {
-			cur.first = a.at
-			cur.detail = a.detail
-		}
-		cur.n++
-		cur.last = a.at
-		if i+1 < len(goodRes) {
-			cur.next = goodRes[i+1].at
-		} else {
-			cur.next = loadDuration
-		}
-		if cur.n > run.n {
-			run = cur
-		}
-	}
-	switch mode {
-	case compile.ModeQueue:
-		t.Logf("queue mode restart gap: %d ms (longest run of failed allowed connections: %d, first at %v (%s), next success at %v); "+
-			"%d of %d allowed connections failed; agent down %d ms from SIGKILL to /readyz 200",
-			run.gap().Milliseconds(), run.n, run.first.Round(time.Millisecond), run.detail, run.next.Round(time.Millisecond),
-			failed, len(goodRes), (readyAt - killAt).Milliseconds())
-		// Before the kill and once the new agent is ready, every allowed
-		// connection succeeds: the gap is the restart, nothing else.
-		for _, a := range goodRes {
-			if !a.ok && (a.at+connTimeout < killAt || a.at > readyAt) {
-				t.Errorf("queue mode: allowed connection at %v failed (%s) outside the restart window [%v, %v]",
-					a.at.Round(time.Millisecond), a.detail, killAt.Round(time.Millisecond), readyAt.Round(time.Millisecond))
+	failed, run := r.FailedAllowed(), r.LongestGap(loadDuration)
+	switch {
+	case update:
+		t.Logf("queue mode update: the successor listened on the alternate queues %d ms after it started, "+
+			"the old agent had exited and the successor was ready after %d ms; %d of %d allowed connections failed",
+			(r.BoundAt - r.KillAt).Milliseconds(), (r.ReadyAt - r.KillAt).Milliseconds(), failed, len(r.Good))
+		for _, a := range r.Good {
+			if !a.OK {
+				t.Errorf("queue mode update: allowed connection at %v failed (%s); the update started at %v",
+					a.At.Round(time.Millisecond), a.Detail, r.KillAt.Round(time.Millisecond))
 			}
 		}
-		if run.n == 0 {
+		if t.Failed() {
+			t.Logf("the agents' log (old and successor):\n%s", c.Agent("node-1").LogTail(60))
+		}
+	case mode == compile.ModeQueue:
+		t.Logf("queue mode restart gap: %d ms (longest run of failed allowed connections: %d, first at %v (%s), next success at %v); "+
+			"%d of %d allowed connections failed; the new agent listened on the queue %d ms after SIGKILL, ready (/readyz 200) after %d ms",
+			run.Gap().Milliseconds(), run.N, run.First.Round(time.Millisecond), run.Detail, run.Next.Round(time.Millisecond),
+			failed, len(r.Good), (r.BoundAt - r.KillAt).Milliseconds(), (r.ReadyAt - r.KillAt).Milliseconds())
+		// Before the kill, and from the moment the new agent listens on the
+		// queue (before its first sync: it decides from the program
+		// snapshot of --state-dir), every allowed connection succeeds. The
+		// gap is the process restart, nothing else; connections whose SYN
+		// was queued when the old agent died are dropped with its socket.
+		for _, a := range r.Good {
+			if !a.OK && (a.At+connTimeout < r.KillAt || a.At > r.BoundAt) {
+				t.Errorf("queue mode: allowed connection at %v failed (%s) outside [%v, %v], from SIGKILL to the new agent listening",
+					a.At.Round(time.Millisecond), a.Detail, r.KillAt.Round(time.Millisecond), r.BoundAt.Round(time.Millisecond))
+			}
+		}
+		if run.N == 0 {
 			t.Logf("queue mode: no allowed connection failed at all")
 		}
 	default:
 		if failed > 0 {
 			t.Errorf("%s mode: %d allowed connections failed; longest run %d from %v (%s): the table must keep enforcing while the agent is away",
-				mode, failed, run.n, run.first.Round(time.Millisecond), run.detail)
+				mode, failed, run.N, run.First.Round(time.Millisecond), run.Detail)
 		}
 	}
 
@@ -190,21 +156,3 @@ func testAgentRestart(t *testing.T, mode compile.Mode) {
 	m = verify(t, ctx, c, "after the restart")
 	expect(t, m, "after the restart", map[[2]string]bool{{"r/good", "r/server"}: true, {"r/bad", "r/server"}: false})
 }
-
-// gapRun is a run of consecutive failed connections.
-type gapRun struct {
-	n                 int
-	first, last, next time.Duration
-	detail            string
-}
-
-// gap is from the start of the first failed connection to the start of the
-// first one that succeeded after it.
-func (g gapRun) gap() time.Duration {
-	if g.n == 0 {
-		return 0
-	}
-	return g.next - g.first
-}
-
-func sortAttempts(a []attempt) { sort.Slice(a, func(i, j int) bool { return a[i].at < a[j].at }) }

@@ -45,6 +45,10 @@ const (
 	// the bench pods, none of whose rules match the bench traffic, so every
 	// connection walks the whole Admin tier before NetworkPolicy decides.
 	ModeHybridCNP = "hybrid_cnp"
+	// ModeQueue2 is queue mode with two queues, the rule fanning out by
+	// CPU, one reader thread each: what --queues 2 buys on two cores
+	// (measure it with --workers 2; one client thread keeps one queue busy).
+	ModeQueue2 = "queue_q2"
 
 	PathSame  = "same" // client and server on node-1
 	PathCross = "cross"
@@ -52,7 +56,7 @@ const (
 
 // ConnModes and ConnPaths list them in report order.
 var (
-	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridDenyLog, ModeHybridCNP, ModeQueue}
+	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridDenyLog, ModeHybridCNP, ModeQueue, ModeQueue2}
 	ConnPaths = []string{PathSame, PathCross}
 )
 
@@ -247,6 +251,11 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 			if m == ModeQueue && conns > 0 {
 				res.Set("queued_packets_per_conn_"+p, round(queued/conns, 3))
 			}
+			if m == ModeQueue2 && conns > 0 {
+				// Summed over the queues: the fanout splits a node's
+				// connections between them.
+				res.Set("queue_q2_queued_packets_per_conn_"+p, round(queued/conns, 3))
+			}
 		}
 		if m != ModeControl {
 			ratios := roundRatios(by, m, ModeControl, rounds)
@@ -276,6 +285,9 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 		if slices.Contains(modes, ModeHybrid) {
 			res.Set("hybrid_denylog_vs_hybrid", round(Median(roundRatios(by, ModeHybridDenyLog, ModeHybrid, rounds)), 3))
 		}
+	}
+	if slices.Contains(modes, ModeQueue2) && slices.Contains(modes, ModeQueue) {
+		res.Set("queue_q2_vs_queue", round(Median(roundRatios(by, ModeQueue2, ModeQueue, rounds)), 3))
 	}
 	if slices.Contains(modes, ModeQueue) {
 		q := math.Max(res.Float("queued_packets_per_conn_"+PathSame), res.Float("queued_packets_per_conn_"+PathCross))
@@ -420,6 +432,9 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 	if mode == ModeHybridDenyLog {
 		// The agent's defaults (--deny-log-group, --deny-log-kernel-rate).
 		rcfg.Mode, rcfg.DenyLogGroup = compile.ModeHybrid, 100
+	}
+	if mode == ModeQueue2 {
+		rcfg.Mode, rcfg.Queues = compile.ModeQueue, 2
 	}
 	rcfg.Defaults()
 	if err := rcfg.Validate(); err != nil {

@@ -61,14 +61,21 @@ var delayKinds = []string{"create", "update", "delete", "pod"}
 // observes the new verdict, probing every Interval, over Cycles x 5 changes.
 func RunDelay(ctx context.Context, cfg DelayConfig) (*Result, error) {
 	cfg.defaults()
+	return runInProgramTB("delay", func(tb *cluster.ProgramTB, res *Result) error { return runDelay(ctx, tb, cfg, res) })
+}
+
+// runInProgramTB runs a section that needs root and the cluster harness:
+// fn gets a ProgramTB logging to stderr (the harness's cleanups run when it
+// returns) and fills in the Result.
+func runInProgramTB(name string, fn func(tb *cluster.ProgramTB, res *Result) error) (*Result, error) {
 	if os.Geteuid() != 0 {
-		return nil, errors.New("delay: needs root")
+		return nil, errors.New(name + ": needs root")
 	}
 	res := &Result{}
 	var runErr error
-	tb := cluster.NewProgramTB("delay")
+	tb := cluster.NewProgramTB(name)
 	tb.Out = os.Stderr
-	err := tb.Run(func(tb *cluster.ProgramTB) { runErr = runDelay(ctx, tb, cfg, res) })
+	err := tb.Run(func(tb *cluster.ProgramTB) { runErr = fn(tb, res) })
 	if runErr != nil {
 		return nil, runErr
 	}

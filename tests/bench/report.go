@@ -36,6 +36,10 @@ var Targets = []target{
 	{"hybrid_cnp_vs_hybrid", ">=", 0.95},
 	{"queue_conn_ratio", ">=", 0.5},
 	{"queued_packets_per_conn", "==", 1},
+	{"queue_p50_us", "<=", 80},
+	{"queue_q2_vs_queue", ">=", 1},
+	{"queue_restart_gap_ms", "<=", 100},
+	{"queue_restart_admitted_denied", "==", 0},
 	{"program_delay_p50_ms", "<=", 10},
 	{"program_delay_p99_ms", "<=", 30},
 	{"incr_sync_ms_10k", "<=", 10},
@@ -56,6 +60,7 @@ var Targets = []target{
 // Headline are the name=value lines printed last, in this order.
 var Headline = []string{
 	"hybrid_conn_ratio", "hybrid_conn_ratio_denylog", "hybrid_conn_ratio_cnp", "hybrid_cnp_vs_hybrid", "queue_conn_ratio", "hybrid_p50_us", "queue_p50_us", "control_p50_us", "queued_packets_per_conn",
+	"queue_q2_vs_queue", "queue_restart_gap_ms", "queue_restart_admitted_denied",
 	"program_delay_p50_ms", "program_delay_p99_ms",
 	"rss_mb_10k", "rss_mb_50k", "rss_mb_100k", "full_sync_ms_10k", "full_sync_ms_50k", "full_sync_ms_100k",
 	"incr_sync_ms_10k", "incr_sync_ms_50k", "incr_sync_ms_100k", "incr_sync_flatness_100k_vs_10k",
@@ -151,6 +156,16 @@ func Report(r *Result, quick bool) string {
 	row("connections", "connect p50, both paths: conntrack only", "conntrack_p50_us", "µs")
 	triple("connections", "connect p99, both paths: control / hybrid / queue", [3]string{"control_p99_us", "hybrid_p99_us", "queue_p99_us"}, "µs")
 	triple("connections", "failed connections: control / hybrid / queue", [3]string{"control_failed", "hybrid_failed", "queue_failed"}, "")
+
+	row("connections", "queue, 2 queues with CPU fanout, 2 client threads: rate vs control", "queue_q2_conn_ratio", "")
+	row("connections", "queue, 2 queues vs 1 queue, 2 client threads (per-round ratios)", "queue_q2_vs_queue", "")
+
+	row("queue-mode restart", "SIGKILL of the agent under load: longest time allowed connections failed, worst of the restarts", "queue_restart_gap_ms", "ms")
+	row("queue-mode restart", "same, median", "queue_restart_gap_ms_median", "ms")
+	row("queue-mode restart", "SIGKILL -> new agent listening on the queue, worst", "queue_restart_listen_ms", "ms")
+	row("queue-mode restart", "SIGKILL -> new agent ready (first sync), worst", "queue_restart_ready_ms", "ms")
+	row("queue-mode restart", "allowed connections failed, all restarts", "queue_restart_failed_allowed", "")
+	row("queue-mode restart", "denied connections admitted, all restarts", "queue_restart_admitted_denied", "")
 
 	row("programming delay", "API write -> first connection with the new verdict, p50", "program_delay_p50_ms", "ms")
 	row("programming delay", "same, p99", "program_delay_p99_ms", "ms")

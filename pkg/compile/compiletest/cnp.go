@@ -159,3 +159,18 @@ func Node(name string, ips []string, kv ...string) *corev1.Node {
 	}
 	return n
 }
+
+// DevCNPs are an Admin policy passing traffic from env=dev namespaces to
+// port 8080 (the pass skips the rest of the Admin tier) and a Baseline
+// policy denying ingress to grpc (a named port) from env=dev namespaces,
+// over Cluster's namespaces.
+func DevCNPs() []*npav1beta1.ClusterNetworkPolicy {
+	all := NamespacesSubject(Sel())
+	dev := ToNamespaces(Sel("env", "dev"))
+	return []*npav1beta1.ClusterNetworkPolicy{
+		CNP("pass-dev-http", "Admin", 5, all,
+			CNPIngress(CNPRule("dev-http", "Pass", dev).On(Proto("TCP", 8080)))),
+		CNP("no-dev-grpc", "Baseline", 100, PodsSubject(Sel(), Sel()),
+			CNPIngress(CNPRule("dev-grpc", "Deny", dev).On(DestinationNamedPort("grpc")))),
+	}
+}

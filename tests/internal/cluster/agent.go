@@ -119,6 +119,8 @@ func (a *Agent) Args() []string {
 		"--metrics-bind-address", a.MetricsAddr,
 		"--health-bind-address", a.HealthAddr,
 		"--v", strconv.Itoa(a.c.cfg.Verbosity),
+		// One state directory per node, as a DaemonSet's hostPath would be.
+		"--state-dir", filepath.Join(a.c.logDir, "state-"+a.Node),
 	}
 	return append(args, a.c.cfg.AgentArgs...)
 }
@@ -131,9 +133,51 @@ func (a *Agent) Start() error {
 	if a.proc != nil && !a.proc.exited() {
 		return fmt.Errorf("cluster: the agent of %s is already running (pid %d)", a.Node, a.proc.cmd.Process.Pid)
 	}
-	logf, err := os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := a.startProc()
 	if err != nil {
 		return err
+	}
+	a.proc = p
+	return nil
+}
+
+// Update replaces the running agent the way a DaemonSet update with
+// maxSurge does: it starts a second agent process on the node, calls
+// successorUp (which returns once the successor is in charge), sends the
+// old process SIGTERM and waits up to grace for it to exit. From then on
+// the successor is the node's agent. Both processes log to LogPath.
+func (a *Agent) Update(successorUp func() error, grace time.Duration) error {
+	a.mu.Lock()
+	old := a.proc
+	if old == nil || old.exited() {
+		a.mu.Unlock()
+		return fmt.Errorf("cluster: the agent of %s is not running", a.Node)
+	}
+	p, err := a.startProc()
+	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	killNew := func() { _ = p.cmd.Process.Signal(syscall.SIGKILL); <-p.done }
+	if err := successorUp(); err != nil {
+		killNew()
+		return fmt.Errorf("cluster: the successor agent of %s: %w", a.Node, err)
+	}
+	err = a.Stop(grace)
+	a.mu.Lock()
+	a.proc = p
+	a.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("cluster: stopping the old agent of %s: %w", a.Node, err)
+	}
+	return nil
+}
+
+// startProc starts one agent process; a.mu is held.
+func (a *Agent) startProc() (*agentProc, error) {
+	logf, err := os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
 	}
 	a.starts++
 	argv := append([]string{a.c.bin, "agent"}, a.Args()...)
@@ -142,24 +186,23 @@ func (a *Agent) Start() error {
 	cmd, err := a.c.Lab.Command(context.Background(), netlab.Node(a.Node), argv...)
 	if err != nil {
 		logf.Close()
-		return err
+		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The agent dies with the test process, even on a crash or timeout.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("cluster: starting the agent of %s: %w", a.Node, err)
+		return nil, fmt.Errorf("cluster: starting the agent of %s: %w", a.Node, err)
 	}
 	p := &agentProc{cmd: cmd, started: time.Now(), done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
-		fmt.Fprintf(logf, "=== cluster: the agent of %s exited at %s: %v\n", a.Node, time.Now().Format(time.RFC3339Nano), exitText(p.err))
+		fmt.Fprintf(logf, "=== cluster: the agent of %s (pid %d) exited at %s: %v\n", a.Node, cmd.Process.Pid, time.Now().Format(time.RFC3339Nano), exitText(p.err))
 		logf.Close()
 		close(p.done)
 	}()
-	a.proc = p
-	return nil
+	return p, nil
 }
 
 func exitText(err error) string {

@@ -62,7 +62,7 @@ func (a *Agent) startDNS(log logr.Logger) error {
 				(*f)(t)
 			}
 		}}
-	if !a.rcfg.UsesQueue() {
+	if a.rcfg.Mode != compile.ModeQueue {
 		cfg.Writer = wire.Writer{W: a.elements}
 	}
 	var err error
@@ -105,7 +105,7 @@ func (a *Agent) Seed(ctx context.Context, s *compile.Scenario) error {
 	} else {
 		a.eval.Resolved = compile.NewResolvedAnswers(s)
 	}
-	if a.rcfg.UsesQueue() {
+	if a.rcfg.Mode == compile.ModeQueue {
 		return nil
 	}
 	var els []fqdn.Element

@@ -50,7 +50,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|dns|contention|gobench|report|chart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|dns|restart|contention|gobench|report|chart [flags]")
 	os.Exit(2)
 }
 
@@ -152,6 +152,15 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunDNS(ctx, c)
+	case "restart":
+		var c bench.RestartConfig
+		fs.IntVar(&c.Restarts, "restarts", 5, "SIGKILLs of the agent (queue mode), each under its own load")
+		fs.DurationVar(&c.Interval, "interval", 5*time.Millisecond, "time between connections of each client")
+		fs.DurationVar(&c.Load, "load", 2*time.Second, "length of each load")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunRestart(ctx, c)
 	case "contention":
 		// wall/CPU of a fixed CPU-bound loop: how much of a CPU this machine gives
 		name := fs.String("name", "contention", "name of the value")

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/controller"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/sets"
+)
+
+// queuesPerCPU is the --queues value that means one queue per CPU.
+const queuesPerCPU = 0
+
+// Bounds of the hand-over of the queues to a successor at shutdown.
+const (
+	drainQuiet   = 100 * time.Millisecond // no packet for this long: drained
+	drainTimeout = 3 * time.Second
+)
+
+// queueCount resolves --queues: one queue per CPU by default (the rule
+// fans out by CPU, and each queue has a reader thread of its own).
+func queueCount(flag uint16) uint16 {
+	if flag != queuesPerCPU {
+		return flag
+	}
+	return uint16(min(runtime.NumCPU(), 64))
+}
+
+// startQueue restores the program snapshot (--state-dir) into eval and, in
+// queue mode, binds the queues (first: from then on the kernel holds the
+// queued packets) and starts answering them once the snapshot is loaded.
+// It runs before the slower start-up steps (the API clients, the queue
+// variant probe, the nftables clients, the informers): after a restart the
+// kernel's table is still in place and queueing, and every millisecond
+// before the queues are bound is a millisecond of dropped (or, with
+// --fail-open, unchecked) connections.
+//
+// An agent owns two ranges of queue numbers, --queue-num.. and the one
+// after it (queue.AlternateRange). It listens on the first unless another
+// agent does (an update with maxSurge: the old agent still runs), or unless
+// nobody does and the queue rule points at the second (the previous agent
+// used it and was killed). It sets render.QueueNum to the range it took, so
+// that its first sync points the queue rule there.
+//
+// stop, called when the agent exits, hands the queued traffic over to a
+// successor listening on the other range (points the queue rule at it and
+// drains its own queues) and then closes the queues. done is true when the
+// agent must return at once (ctx ended, or err).
+func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderConfig, node string, eval *queue.Evaluator,
+	reg prometheus.Registerer, metrics *controller.Metrics, errs chan error) (stop func(), done bool, err error) {
+	log := klog.FromContext(ctx)
+	stop = func() {}
+	if !render.UsesQueue() {
+		return stop, false, o.state.restore(ctx, eval, node, reg)
+	}
+	base := render.QueueNum
+	first, err := chooseQueueRange(log, base, render.Queues, compile.ChainQueue)
+	if err != nil {
+		return stop, true, err
+	}
+	render.QueueNum = first
+	withDefaults := *render
+	withDefaults.Defaults() // the allow mark's default
+	// The queues are bound first and read once the snapshot is loaded:
+	// meanwhile the kernel holds the queued packets instead of dropping
+	// them, so loading a large snapshot delays connections, fails none.
+	hold := make(chan struct{})
+	rt, err := queue.NewRuntime(queue.RuntimeConfig{
+		QueueNum: first, Queues: render.Queues, FailOpen: o.failOpen, MaxQueueLen: o.maxQueueLen,
+		AllowMark: withDefaults.AllowMark, Logger: log.WithName("queue"), Observer: metrics, Hold: hold,
+	}.Defaults(), eval)
+	if err != nil {
+		return stop, true, err
+	}
+	reg.MustRegister(controller.NewQueueStatsCollector(metrics, log.WithName("metrics")))
+	stop = runUntilHandedOver(ctx, rt, "queue runtime", errs, func() {
+		other := base // the agent's two ranges: base.. and the alternate one
+		if render.QueueNum == base {
+			other = queue.AlternateRange(base, render.Queues)
+		}
+		succ := *render
+		succ.QueueNum = other
+		handOver(log, rt, render.QueueVariant, compile.ChainQueue, render.QueueNum, sets.CompatRuleConfig(succ, compile.ChainQueue))
+	})
+	select {
+	case <-rt.Ready():
+		err := o.state.restore(ctx, eval, node, reg)
+		close(hold)
+		if err != nil {
+			return stop, true, err
+		}
+		log.Info("Listening on NFQUEUE", "queues", compile.QueueRange(first, render.Queues), "fromSnapshot", eval.Program() != nil)
+		return stop, false, nil
+	case err := <-errs:
+		return stop, true, err
+	case <-ctx.Done():
+		return stop, true, nil
+	}
+}
+
+// chooseQueueRange picks the range to listen on (see startQueue): of
+// first..first+n-1 and the alternate range, the one without a listener, or
+// when neither has one, the one the queue rule in chain points at.
+func chooseQueueRange(log klog.Logger, first, n uint16, chain string) (uint16, error) {
+	alt := queue.AlternateRange(first, n)
+	if err := compile.ValidateQueueRange(alt, n); err != nil {
+		return 0, fmt.Errorf("--queue-num %d, --queues %d: the alternate range for agent updates: %w", first, n, err)
+	}
+	stats, err := queue.ReadKernelQueueStats()
+	if err != nil && !errors.Is(err, os.ErrNotExist) { // missing: nfnetlink_queue not loaded yet, no listener
+		return 0, fmt.Errorf("reading the kernel's queue statistics: %w", err)
+	}
+	a, b := queue.BoundQueues(stats, first, n) > 0, queue.BoundQueues(stats, alt, n) > 0
+	switch {
+	case a && b:
+		return 0, fmt.Errorf("queues %s and %s both have listeners: two nftpolicy agents already run on this node", compile.QueueRange(first, n), compile.QueueRange(alt, n))
+	case a:
+		log.Info("Another agent listens on the queues; taking the alternate range, the queue rule moves there with the first sync",
+			"busy", compile.QueueRange(first, n), "taking", compile.QueueRange(alt, n))
+		return alt, nil
+	case b:
+		return first, nil
+	}
+	conn, err := nftables.New()
+	if err != nil {
+		return first, nil // no rule to follow: the first sync points it
+	}
+	defer conn.CloseLasting()
+	if target, ok, err := sets.QueueRuleTarget(conn, compile.TableName, chain); err == nil && ok && target == alt {
+		log.Info("The queue rule points at the alternate range (the previous agent's); listening there", "queues", compile.QueueRange(alt, n))
+		return alt, nil
+	}
+	return first, nil
+}
+
+// runUntilHandedOver runs rt; the queues outlive ctx (a SIGTERM) until
+// stop, called when the agent exits, has run handOver (only when ctx
+// ended: on a start-up error there is no successor to wait for).
+func runUntilHandedOver(ctx context.Context, rt *queue.Runtime, name string, errs chan<- error, handOver func()) (stop func()) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		err := wrapErr(name, rt.Run(rctx))
+		select {
+		case errs <- err:
+		default:
+			// Full: the agent has returned (it reads one result) and
+			// stop waits for this goroutine; never block it.
+		}
+	}()
+	return func() {
+		if ctx.Err() != nil {
+			handOver()
+		}
+		cancel()
+		<-exited
+	}
+}
+
+// handOver runs at shutdown: when another agent listens on the queues of
+// succ (the other range of queue numbers), it points the queue rule of
+// chain at them (the successor's first sync did too, but a sync of this
+// agent may have pointed it back) and waits until rt's queues (from ours)
+// are drained, so that closing them drops nothing. Without a successor
+// there is nothing to hand over to: the queues close, and the rule's
+// bypass flag decides until an agent listens.
+func handOver(log klog.Logger, rt *queue.Runtime, variant compile.QueueVariant, chain string, ours uint16, succ sets.QueueRuleConfig) {
+	n := rt.Config().Queues
+	stats, err := queue.ReadKernelQueueStats()
+	if err != nil || queue.BoundQueues(stats, succ.QueueNum, n) == 0 {
+		return
+	}
+	start := time.Now()
+	conn, err := nftables.New()
+	if err == nil {
+		defer conn.CloseLasting()
+		err = sets.PointQueueRule(context.Background(), conn, compile.TableName, chain, variant, succ)
+	}
+	if err != nil {
+		log.Error(err, "Cannot point the queue rule at the successor's queues; closing ours drops the packets still sent here until its next full sync",
+			"chain", chain, "successor", compile.QueueRange(succ.QueueNum, n))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	derr := rt.Drain(ctx, drainQuiet)
+	log.Info("Handed the queues over to the successor", "chain", chain, "successor", compile.QueueRange(succ.QueueNum, n),
+		"ours", compile.QueueRange(ours, n), "drained", derr == nil, "duration", time.Since(start).Round(time.Millisecond))
+}
+
+// listenRetry listens on addr, waiting while the address is in use: during
+// an update with maxSurge the old agent (host network) still holds the
+// metrics and health ports; they free up when it exits.
+func listenRetry(ctx context.Context, addr string) (net.Listener, error) {
+	logged := false
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return ln, err
+		}
+		if !logged {
+			klog.FromContext(ctx).Info("Address in use (the previous agent still runs?); waiting for it", "address", addr)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
+)
+
+// stateOptions are the flags of the agent's state on the node.
+type stateOptions struct {
+	dir string
+}
+
+func (o *stateOptions) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.dir, "state-dir", "", "directory on the node (a tmpfs such as /run/nftpolicy) for the snapshot of the policy program in force: "+
+		"a restarted agent decides queued connections from it until its first sync, instead of dropping them; empty to disable")
+}
+
+// restore attaches the snapshots to eval and, when a usable snapshot
+// exists, publishes its program before the queues are bound. Only an
+// unusable state directory is an error; a missing or unusable snapshot
+// means starting without a program, as without --state-dir.
+func (o *stateOptions) restore(ctx context.Context, eval *queue.Evaluator, node string, reg prometheus.Registerer) error {
+	if o.dir == "" {
+		return nil
+	}
+	log := klog.FromContext(ctx).WithName("state")
+	snaps, err := queue.NewSnapshots(o.dir, node, log)
+	if err != nil {
+		return fmt.Errorf("--state-dir %s: %w", o.dir, err)
+	}
+	start := time.Now()
+	prog, written, err := snaps.Load()
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		log.Info("No program snapshot; queued connections wait for the first sync", "path", snaps.Path())
+	case err != nil:
+		log.Error(err, "Ignoring the program snapshot; queued connections wait for the first sync")
+	case eval.Restore(prog):
+		log.Info("Deciding from the program snapshot until the first sync", "path", snaps.Path(), "age", time.Since(written).Round(time.Millisecond),
+			"pods", len(prog.Pods), "policies", len(prog.Policies), "clusterPolicies", len(prog.ClusterPolicies), "loadDuration", time.Since(start).Round(time.Microsecond))
+	}
+	eval.Snapshots = snaps
+	go snaps.Run(ctx)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nftpolicy_state_snapshot_writes_total",
+		Help: "Snapshots of the policy program written to --state-dir (a restarted agent decides from the last one until its first sync).",
+	}, func() float64 { return float64(snaps.Stats().Saved) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nftpolicy_state_snapshot_errors_total",
+		Help: "Snapshots of the policy program that could not be written or removed; a restarted agent then drops queued connections until its first sync.",
+	}, func() float64 { return float64(snaps.Stats().Failed) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nftpolicy_state_snapshot_bytes",
+		Help: "Size of the last program snapshot written to --state-dir, in bytes.",
+	}, func() float64 { return float64(snaps.Stats().LastBytes) }))
+	return nil
+}

@@ -1,0 +1,364 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// A restarted agent has no program until its informers have synced and its
+// first transaction committed: half a second to a second in which, in queue
+// mode, every new connection is dropped (fail-closed) or admitted unchecked
+// (fail-open). The kernel's table, which stays in place, goes on queueing.
+// So the agent keeps, on the node, a snapshot of the input of the program in
+// force, and a new agent rebuilds that program before it binds the queues:
+// it then decides exactly as the dead one did, from its first packet.
+//
+// The snapshot never admits what the program in force at the crash would
+// not: Swap removes the file (synchronously) before it publishes a new
+// program, and the new program's snapshot is written afterwards, in the
+// background; a crash in between leaves no snapshot, and the agent starts
+// fail-closed as without one. A snapshot is used only until the agent's
+// first sync publishes a program, and only when its checksum, format
+// version and node name match. Keep it on a tmpfs (/run): after a reboot
+// the table is gone and so must the snapshot be.
+
+// SnapshotFile returns the snapshot's name in the state directory. It
+// names the node: test clusters whose "nodes" share one host file system
+// (network namespaces) give every agent the same hostPath.
+func SnapshotFile(node string) string { return "program-input-" + node + ".json" }
+
+// snapshotVersion changes whenever the saved fields change meaning.
+// Version 2: pods in compile.PodInfo form (the controller's), and the pod
+// ranges (--pod-cidrs, the nodes' spec.podCIDRs).
+const snapshotVersion = 2
+
+// Snapshots keeps the snapshot of the program in force in a directory.
+// Attach it to an Evaluator (Evaluator.Snapshots) and run Run.
+type Snapshots struct {
+	path string
+	node string
+	log  klog.Logger
+
+	// mu orders removal and renames: gen counts invalidations, and a
+	// snapshot is renamed into place only if no invalidation came after
+	// the Save of its program.
+	mu  sync.Mutex
+	gen uint64
+	// broken: the file could not be removed once; never write again.
+	broken bool
+	next   atomic.Pointer[pendingSnapshot]
+	kick   chan struct{}
+
+	saved, failed atomic.Uint64
+	lastBytes     atomic.Int64
+}
+
+type pendingSnapshot struct {
+	p   *compile.Program
+	gen uint64
+}
+
+// NewSnapshots returns the snapshots of node's program in dir, creating
+// dir (mode 0700: the snapshot holds pod and policy metadata).
+func NewSnapshots(dir, node string, log klog.Logger) (*Snapshots, error) {
+	if dir == "" || node == "" {
+		return nil, errors.New("snapshots need a directory and a node name")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	if strings.ContainsAny(node, "/\x00") || node == "." || node == ".." {
+		return nil, fmt.Errorf("node name %q cannot name a file", node)
+	}
+	return &Snapshots{path: filepath.Join(dir, SnapshotFile(node)), node: node, log: log, kick: make(chan struct{}, 1)}, nil
+}
+
+// Path returns the snapshot file's path.
+func (s *Snapshots) Path() string { return s.path }
+
+// invalidate removes the snapshot: called before a new program is
+// published, so that the file never outlives the program it holds.
+func (s *Snapshots) invalidate() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	if s.broken {
+		return
+	}
+	if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// A snapshot that cannot be removed could outlive its program.
+		// Emptied, it fails the checksum; either way no snapshot is
+		// written any more.
+		s.broken = true
+		s.failed.Add(1)
+		terr := os.WriteFile(s.path, nil, 0o600)
+		s.log.Error(errors.Join(err, terr), "Cannot remove the program snapshot; snapshots are off until the agent restarts", "path", s.path)
+	}
+}
+
+// save schedules a snapshot of p, the program just published.
+func (s *Snapshots) save(p *compile.Program) {
+	s.mu.Lock()
+	g := s.gen
+	s.mu.Unlock()
+	s.next.Store(&pendingSnapshot{p: p, gen: g})
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// snapshotIdleFactor spaces the writes: after a write that took d, the
+// next one waits 4d, so that writing snapshots of a large cluster under
+// churn takes at most a fifth of a CPU. Meanwhile there is no snapshot
+// (each publication removes it), which only means fail-closed as without
+// one if the agent dies then.
+const snapshotIdleFactor = 4
+
+// Run writes the snapshots Save schedules, the latest only when programs
+// come faster than they are written, until ctx is done.
+func (s *Snapshots) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+		}
+		ps := s.next.Swap(nil)
+		if ps == nil {
+			continue
+		}
+		start := time.Now()
+		if err := s.write(ps); err != nil {
+			s.failed.Add(1)
+			s.log.Error(err, "Cannot write the program snapshot; a restarted agent will drop queued connections until its first sync", "path", s.path)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(snapshotIdleFactor * time.Since(start)):
+		}
+	}
+}
+
+func (s *Snapshots) write(ps *pendingSnapshot) error {
+	body, err := encodeSnapshot(s.node, ps.p.Source)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".snapshot-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename: ENOENT, ignored
+	if _, err := tmp.Write(body); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != ps.gen || s.broken {
+		return nil // a newer program was published meanwhile: its own save follows
+	}
+	if err := os.Rename(tmp.Name(), s.path); err != nil {
+		return err
+	}
+	s.saved.Add(1)
+	s.lastBytes.Store(int64(len(body)))
+	return nil
+}
+
+// SnapshotStats counts snapshot writes.
+type SnapshotStats struct {
+	Saved, Failed uint64
+	// LastBytes is the size of the last snapshot written.
+	LastBytes int64
+}
+
+// Stats returns the counters.
+func (s *Snapshots) Stats() SnapshotStats {
+	return SnapshotStats{Saved: s.saved.Load(), Failed: s.failed.Load(), LastBytes: s.lastBytes.Load()}
+}
+
+// Load reads the snapshot and rebuilds its program. It returns an error
+// wrapping os.ErrNotExist when there is none, and another error when it
+// is unusable (corrupt, another format version, another node's): the
+// caller then starts without a program.
+func (s *Snapshots) Load() (*compile.Program, time.Time, error) {
+	b, err := os.ReadFile(s.path)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	in, written, err := decodeSnapshot(s.node, b)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("%s: %w", s.path, err)
+	}
+	return compile.Build(in), written, nil
+}
+
+// snapshotDoc is the file's JSON document, after a first line with the
+// SHA-256 of the rest.
+type snapshotDoc struct {
+	Version         int                                `json:"version"`
+	Node            string                             `json:"node"`
+	Written         time.Time                          `json:"written"`
+	NodeIPs         []string                           `json:"nodeIPs,omitempty"`
+	Namespaces      []*corev1.Namespace                `json:"namespaces,omitempty"`
+	Pods            []snapshotPod                      `json:"pods,omitempty"`
+	PodCIDRs        []string                           `json:"podCIDRs,omitempty"`
+	Policies        []*networkingv1.NetworkPolicy      `json:"policies,omitempty"`
+	ClusterPolicies []*npav1beta1.ClusterNetworkPolicy `json:"clusterPolicies,omitempty"`
+	Nodes           []*corev1.Node                     `json:"nodes,omitempty"`
+}
+
+// snapshotPod is a compile.PodInfo: the pod as compile.Build reads it.
+// Its own type, with JSON names, so that a field added to PodInfo does not
+// change the file's format unnoticed.
+type snapshotPod struct {
+	Namespace         string                  `json:"namespace"`
+	Name              string                  `json:"name"`
+	Labels            map[string]string       `json:"labels,omitempty"`
+	CreationTimestamp metav1.Time             `json:"created"`
+	DeletionTimestamp *metav1.Time            `json:"deleted,omitempty"`
+	Node              string                  `json:"node,omitempty"`
+	Eligible          bool                    `json:"eligible,omitempty"`
+	IPs               []netip.Addr            `json:"ips,omitempty"`
+	Ports             []compile.ContainerPort `json:"ports,omitempty"`
+}
+
+func leanPod(p *compile.PodInfo) snapshotPod {
+	return snapshotPod{
+		Namespace: p.Namespace, Name: p.Name, Labels: p.Labels,
+		CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+		Node: p.Node, Eligible: p.Eligible, IPs: p.IPs, Ports: p.Ports,
+	}
+}
+
+func (sp snapshotPod) info() *compile.PodInfo {
+	return &compile.PodInfo{
+		ObjectMeta: metav1.ObjectMeta{Namespace: sp.Namespace, Name: sp.Name, Labels: sp.Labels,
+			CreationTimestamp: sp.CreationTimestamp, DeletionTimestamp: sp.DeletionTimestamp},
+		Key:  sp.Namespace + "/" + sp.Name,
+		Node: sp.Node, Eligible: sp.Eligible, IPs: sp.IPs, Ports: sp.Ports,
+	}
+}
+
+// encodeSnapshot encodes what compile.Build reads of in, and nothing else
+// (no managed fields, annotations, images, volumes ...): a pod takes a
+// few hundred bytes. Pods are saved as compile.PodInfos (the controller's
+// form), in.Pods read into that form.
+func encodeSnapshot(node string, in compile.Input) ([]byte, error) {
+	d := snapshotDoc{Version: snapshotVersion, Node: node, Written: time.Now().UTC()}
+	for _, a := range in.NodeIPs {
+		d.NodeIPs = append(d.NodeIPs, a.String())
+	}
+	for _, ns := range in.Namespaces {
+		d.Namespaces = append(d.Namespaces, &corev1.Namespace{ObjectMeta: leanMeta(ns.ObjectMeta)})
+	}
+	d.Pods = make([]snapshotPod, 0, len(in.PodInfos)+len(in.Pods))
+	for _, p := range in.PodInfos {
+		d.Pods = append(d.Pods, leanPod(p))
+	}
+	for _, p := range in.Pods {
+		d.Pods = append(d.Pods, leanPod(compile.NewPodInfo(p)))
+	}
+	for _, c := range in.PodCIDRs {
+		d.PodCIDRs = append(d.PodCIDRs, c.String())
+	}
+	for _, np := range in.Policies {
+		d.Policies = append(d.Policies, &networkingv1.NetworkPolicy{ObjectMeta: leanMeta(np.ObjectMeta), Spec: np.Spec})
+	}
+	for _, cnp := range in.ClusterPolicies {
+		d.ClusterPolicies = append(d.ClusterPolicies, &npav1beta1.ClusterNetworkPolicy{ObjectMeta: leanMeta(cnp.ObjectMeta), Spec: cnp.Spec})
+	}
+	for _, n := range in.Nodes {
+		d.Nodes = append(d.Nodes, &corev1.Node{ObjectMeta: leanMeta(n.ObjectMeta),
+			Spec:   corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
+			Status: corev1.NodeStatus{Addresses: n.Status.Addresses}})
+	}
+	body, err := json.Marshal(&d)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the program snapshot: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	out := make([]byte, 0, len(body)+65)
+	out = append(out, hex.EncodeToString(sum[:])...)
+	out = append(out, '\n')
+	return append(out, body...), nil
+}
+
+func decodeSnapshot(node string, b []byte) (compile.Input, time.Time, error) {
+	var in compile.Input
+	nl := bytes.IndexByte(b, '\n')
+	if nl != 64 {
+		return in, time.Time{}, errors.New("not a program snapshot (no checksum line)")
+	}
+	sum := sha256.Sum256(b[nl+1:])
+	if hex.EncodeToString(sum[:]) != string(b[:nl]) {
+		return in, time.Time{}, errors.New("checksum mismatch: the snapshot is damaged")
+	}
+	var d snapshotDoc
+	if err := json.Unmarshal(b[nl+1:], &d); err != nil {
+		return in, time.Time{}, fmt.Errorf("decoding: %w", err)
+	}
+	if d.Version != snapshotVersion {
+		return in, time.Time{}, fmt.Errorf("format version %d, this agent reads %d", d.Version, snapshotVersion)
+	}
+	if d.Node != node {
+		return in, time.Time{}, fmt.Errorf("snapshot of node %q, this is %q", d.Node, node)
+	}
+	in.NodeName = d.Node
+	for _, s := range d.NodeIPs {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return compile.Input{}, time.Time{}, fmt.Errorf("node address %q: %w", s, err)
+		}
+		in.NodeIPs = append(in.NodeIPs, a)
+	}
+	for _, s := range d.PodCIDRs {
+		c, err := netip.ParsePrefix(s)
+		if err != nil {
+			return compile.Input{}, time.Time{}, fmt.Errorf("pod range %q: %w", s, err)
+		}
+		in.PodCIDRs = append(in.PodCIDRs, c)
+	}
+	in.PodInfos = make([]*compile.PodInfo, len(d.Pods))
+	for i, sp := range d.Pods {
+		in.PodInfos[i] = sp.info()
+	}
+	in.Namespaces, in.Policies, in.ClusterPolicies, in.Nodes = d.Namespaces, d.Policies, d.ClusterPolicies, d.Nodes
+	return in, d.Written, nil
+}
+
+// leanMeta keeps the metadata compile.Build reads: identity, labels and
+// the timestamps that decide which pod owns a contested address.
+func leanMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, Generation: m.Generation, Labels: m.Labels,
+		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
+	}
+}
