@@ -104,9 +104,15 @@ func counterValue(t *testing.T, m *fqdn.Metrics, name, cause string) float64 {
 // a pod reaches exactly the addresses it resolved, after the lookup.
 func TestFQDNLearning(t *testing.T) {
 	l := newFQDNLab(t, Config{})
-	if _, ok := l.c.QueueStats("node-1"); ok {
-		t.Errorf("hybrid mode runs a connection queue runtime: connections of known pods would be queued")
-	}
+	// Hybrid mode's connection queue holds only pods the agent does not
+	// know yet: every connection of this test is decided by the kernel.
+	defer func() {
+		for _, n := range []string{"node-1", "node-2"} {
+			if st, ok := l.c.QueueStats(n); ok && st.Received > 0 {
+				t.Errorf("%s queued %d connection packets of known pods in hybrid mode", n, st.Received)
+			}
+		}
+	}()
 
 	l.expect("192.0.2.10", false, "nothing resolved yet")
 
