@@ -604,6 +604,12 @@ func (c *Cluster) CheckPodEvents(ctx context.Context, before, s *compile.Scenari
 		if err != nil {
 			return nil, err
 		}
+		// What s's pods resolved, into the learned sets of the program now
+		// in force (a rule whose set was recreated starts empty), as Apply
+		// does.
+		if err := c.agents[n].Seed(ctx, s); err != nil {
+			return nil, err
+		}
 		tracked += t
 		rebuilt += r
 	}
