@@ -34,6 +34,7 @@ test: deps tools vet build
 	NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout 40m ./...
 	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
 	bash hack/diff.sh --seeds 1-20 --mode queue
+	bash hack/diff.sh --seeds 1-30 --mode hybrid --incremental
 
 diff:
 	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
