@@ -2,6 +2,7 @@ package compile
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -378,7 +379,7 @@ func (b *builder) compileRule(pr *problems, pol PolicyID, key string, dir Direct
 			}
 		case hasSel:
 			if id, ok := b.selectorPeer(pr, pp, ns, peer, resolve); ok {
-				if !containsSel(r.Selectors, id) {
+				if !slices.Contains(r.Selectors, id) {
 					r.Selectors = append(r.Selectors, id)
 				}
 				if resolve {
@@ -400,7 +401,7 @@ func (b *builder) compileRule(pr *problems, pol PolicyID, key string, dir Direct
 		}
 		if p.named != "" {
 			ref := NamedPortRef{Name: p.named, Protocol: p.proto}
-			if !containsNamed(r.NamedPorts, ref) {
+			if !slices.Contains(r.NamedPorts, ref) {
 				r.NamedPorts = append(r.NamedPorts, ref)
 			}
 			continue
@@ -409,24 +410,6 @@ func (b *builder) compileRule(pr *problems, pol PolicyID, key string, dir Direct
 	}
 	r.Ports = normalizePorts(r.Ports)
 	return r
-}
-
-func containsSel(s []SelectorID, id SelectorID) bool {
-	for _, x := range s {
-		if x == id {
-			return true
-		}
-	}
-	return false
-}
-
-func containsNamed(s []NamedPortRef, ref NamedPortRef) bool {
-	for _, x := range s {
-		if x == ref {
-			return true
-		}
-	}
-	return false
 }
 
 // normalizePorts sorts port ranges and merges overlapping or adjacent ranges

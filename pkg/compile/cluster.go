@@ -3,6 +3,7 @@ package compile
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -343,7 +344,7 @@ func (b *builder) compileClusterRule(pr *problems, cp *ClusterPolicy, pol Cluste
 				pr.add(pp.Child("destinationNamedPort"), "cannot be used with networks, nodes or domainNames peers, which have no named ports; it matches only pods")
 			}
 			ref := NamedPortRef{Name: pe.DestinationNamedPort}
-			if !containsNamed(r.NamedPorts, ref) {
+			if !slices.Contains(r.NamedPorts, ref) {
 				r.NamedPorts = append(r.NamedPorts, ref)
 			}
 			continue
@@ -416,7 +417,7 @@ func (b *builder) clusterPeer(pr *problems, r *ClusterRule, path *field.Path, pe
 		return
 	}
 	addSel := func(id SelectorID) {
-		if !containsSel(r.Selectors, id) {
+		if !slices.Contains(r.Selectors, id) {
 			r.Selectors = append(r.Selectors, id)
 		}
 		if resolve {
@@ -453,7 +454,7 @@ func (b *builder) clusterPeer(pr *problems, r *ClusterRule, path *field.Path, pe
 		}
 		if resolve {
 			id := b.nodeSet(sel)
-			if !containsNodeSet(r.Nodes, id) {
+			if !slices.Contains(r.Nodes, id) {
 				r.Nodes = append(r.Nodes, id)
 			}
 		}
@@ -479,15 +480,6 @@ func (b *builder) clusterPeer(pr *problems, r *ClusterRule, path *field.Path, pe
 		*hasAddrPeer = true
 		clusterDomainPeer(r, path.Child("domainNames"), peer.DomainNames, failPart)
 	}
-}
-
-func containsNodeSet(s []NodeSetID, id NodeSetID) bool {
-	for _, x := range s {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
 
 // nodeSet interns a nodes peer: the addresses of the nodes whose labels match.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -74,15 +75,6 @@ func DomainsMatch(ps []DomainPattern, name string) bool {
 	return false
 }
 
-func containsDomain(ps []DomainPattern, p DomainPattern) bool {
-	for _, x := range ps {
-		if x == p {
-			return true
-		}
-	}
-	return false
-}
-
 // clusterDomainPeer compiles a domainNames peer into the rule's patterns.
 // The API allows domainNames in Accept rules only: in a Deny or Pass rule
 // (which the CRD rejects) the rule fails closed.
@@ -101,7 +93,7 @@ func clusterDomainPeer(r *ClusterRule, path *field.Path, names []npav1beta1.Doma
 			failPart(path.Index(i), "%v", err)
 			continue
 		}
-		if !containsDomain(r.Domains, p) {
+		if !slices.Contains(r.Domains, p) {
 			r.Domains = append(r.Domains, p)
 		}
 	}
