@@ -289,9 +289,16 @@ func TestInputsFingerprintClusterObjects(t *testing.T) {
 	}
 }
 
-func TestConfigRejectsNegativeCheckPeriod(t *testing.T) {
-	cfg := Config{ClusterPolicyCheckPeriod: -time.Second}
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "cluster policy check period -1s: must not be negative") {
-		t.Errorf("Validate() = %v, want the negative check period named", err)
+func TestConfigRejectsNegativePeriods(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{ClusterPolicyCheckPeriod: -time.Second}, "cluster policy check period -1s: must not be negative"},
+		{Config{ProgramRefreshDelay: -time.Millisecond}, "program refresh delay -1ms: must not be negative"},
+	} {
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate() = %v, want %q", err, c.want)
+		}
 	}
 }

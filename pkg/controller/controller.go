@@ -115,6 +115,9 @@ func (c *Config) Validate() error {
 	if c.Syncer == nil {
 		errs = append(errs, errors.New("syncer is required"))
 	}
+	if c.ProgramRefreshDelay < 0 {
+		errs = append(errs, fmt.Errorf("program refresh delay %v: must not be negative", c.ProgramRefreshDelay))
+	}
 	if c.ClusterPolicyCheckPeriod < 0 {
 		errs = append(errs, fmt.Errorf("cluster policy check period %v: must not be negative", c.ClusterPolicyCheckPeriod))
 	}

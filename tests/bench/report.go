@@ -55,6 +55,9 @@ var Targets = []target{
 	{"dns_hold_us_p99", "<=", 2000},
 	{"queued_packets_per_dns_reply", "==", 1},
 	{"dns_hybrid_conn_queued_packets", "==", 0},
+	{"new_pod_leaked_packets", "==", 0},
+	{"new_pod_allowed_failed", "==", 0},
+	{"revocation_ms_p99", "<=", 1000},
 }
 
 // Headline are the name=value lines printed last, in this order.
@@ -211,6 +214,12 @@ func Report(r *Result, quick bool) string {
 	row("DNS learning", "reply held while learned, p99", "dns_hold_us_p99", "µs")
 	row("DNS learning", "packets queued per UDP reply", "queued_packets_per_dns_reply", "")
 	row("DNS learning", "queued packets of connections to learned addresses (hybrid)", "dns_hybrid_conn_queued_packets", "")
+	row("new pods", "packets admitted that policy denies, pods sending before the agent knows them", "new_pod_leaked_packets", "")
+	row("new pods", "allowed connections that failed", "new_pod_allowed_failed", "")
+	row("new pods", "first-packet delay, p50", "new_pod_first_packet_delay_ms_p50", "ms")
+	row("new pods", "first-packet delay, p99", "new_pod_first_packet_delay_ms_p99", "ms")
+	row("revocation", "policy change to the denied flow stopping, p50", "revocation_ms_p50", "ms")
+	row("revocation", "same, p99", "revocation_ms_p99", "ms")
 
 	writeMarkdown(&b, []string{"area", "measurement", "result", "target", "met"}, rows)
 	b.WriteString("\n")
