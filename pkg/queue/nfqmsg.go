@@ -181,25 +181,25 @@ func appendVerdict(b []byte, queue uint16, batch bool, id, verdict uint32, setMa
 	return off
 }
 
-// configMsgs returns the two configuration requests of a queue: bind, then
-// copy mode, queue length and flags. Both ask for an acknowledgement.
-func configMsgs(queue uint16, copyRange, maxLen, flags uint32) (bind, params []byte) {
-	bind = make([]byte, 64)
-	off := putNetlinkHdr(bind, nfqnlMsgConfig, nlmFAck, 1, queue)
-	off = putAttr(bind, off, nfqaCfgCmd, []byte{nfqnlCfgCmdBind, 0, 0, 0})
-	bind = finishMsg(bind, off)
-
-	params = make([]byte, 128)
-	off = putNetlinkHdr(params, nfqnlMsgConfig, nlmFAck, 2, queue)
+// configMsg returns the one configuration request of a queue: bind, copy
+// mode, queue length and flags, acknowledged together. The kernel applies
+// the attributes of one config message in that order, under one lock, so
+// no packet reaches the new instance in its default copy mode ("none": no
+// payload, which the reader could only drop as unparsable); with a bind
+// request followed by a separate parameters request, packets queued between
+// the two were dropped (seen on an agent restart under load).
+func configMsg(queue uint16, copyRange, maxLen, flags uint32) []byte {
+	b := make([]byte, 128)
+	off := putNetlinkHdr(b, nfqnlMsgConfig, nlmFAck, 1, queue)
+	off = putAttr(b, off, nfqaCfgCmd, []byte{nfqnlCfgCmdBind, 0, 0, 0})
 	var p [5]byte
 	binary.BigEndian.PutUint32(p[0:4], copyRange)
 	p[4] = nfqnlCopyPacket
-	off = putAttr(params, off, nfqaCfgParams, p[:])
-	off = putAttrU32(params, off, nfqaCfgQueueMaxlen, maxLen)
-	off = putAttrU32(params, off, nfqaCfgFlags, flags)
-	off = putAttrU32(params, off, nfqaCfgMask, nfqaCfgFFailOpen|nfqaCfgFGSO)
-	params = finishMsg(params, off)
-	return bind, params
+	off = putAttr(b, off, nfqaCfgParams, p[:])
+	off = putAttrU32(b, off, nfqaCfgQueueMaxlen, maxLen)
+	off = putAttrU32(b, off, nfqaCfgFlags, flags)
+	off = putAttrU32(b, off, nfqaCfgMask, nfqaCfgFFailOpen|nfqaCfgFGSO)
+	return finishMsg(b, off)
 }
 
 // netlinkErrno returns the error code of an NLMSG_ERROR body (0 is an

@@ -80,15 +80,11 @@ func openQueueSocket(netns int, num uint16, copyRange, maxLen, flags uint32, rea
 			return nil, fmt.Errorf("SO_SNDTIMEO: %w", err)
 		}
 	}
-	bind, params := configMsgs(num, copyRange, maxLen, flags)
-	if err := q.request(bind); err != nil {
+	if err := q.request(configMsg(num, copyRange, maxLen, flags)); err != nil {
 		if errors.Is(err, unix.EBUSY) {
 			return nil, fmt.Errorf("binding queue %d: %w (another process, e.g. another agent, listens on it)", num, err)
 		}
-		return nil, fmt.Errorf("binding queue %d: %w", num, err)
-	}
-	if err := q.request(params); err != nil {
-		return nil, fmt.Errorf("configuring queue %d (copy range %d, max length %d, flags %#x): %w", num, copyRange, maxLen, flags, err)
+		return nil, fmt.Errorf("binding queue %d (copy range %d, max length %d, flags %#x): %w", num, copyRange, maxLen, flags, err)
 	}
 	ok = true
 	return q, nil

@@ -324,10 +324,16 @@ func ProbeCompatQueue(conn *nftables.Conn) (bool, error) {
 // is committed). It returns false, nil when the kernel lacks the expression
 // ("No such file or directory" / "Operation not supported" from the kernel)
 // and an error for anything else, e.g. a syntax error of the nft binary.
+//
+// The probe's chain is a regular one, never a base chain: the kernel
+// registers a base chain's hook while it checks the batch and unregisters it
+// when it throws the batch away, and unregistering any netfilter hook drops
+// every packet waiting in every queue of the namespace. A probe with a hook
+// run by a restarting or updating agent dropped the connections the other
+// queues held (tests/kernel TestQueueProbeKeepsQueuedPackets).
 func ProbeNativeQueue(ctx context.Context) (bool, error) {
-	def := "table inet nftpolicy-probe {\n" +
+	def := "table inet " + probeTable + " {\n" +
 		"\tchain probe {\n" +
-		"\t\ttype filter hook forward priority 0; policy accept;\n" +
 		"\t\t" + NativeQueueStatement(QueueRuleConfig{QueueNum: 0, Queues: 2, Bypass: true, Fanout: true}) + "\n" +
 		"\t}\n}\n"
 	cmd := exec.CommandContext(ctx, NFTBinary, "-c", "-f", "-")

@@ -51,14 +51,13 @@ func TestAgentRestart(t *testing.T) {
 	t.Run("queue-update", func(t *testing.T) { testAgentRestart(t, compile.ModeQueue, true) })
 }
 
-// updateQueues is --queues in the update test (the alternate range follows).
+// updateQueues is --queues of the agents (the alternate range follows).
 const updateQueues = 2
 
 func testAgentRestart(t *testing.T, mode compile.Mode, update bool) {
-	cfg := cluster.Config{Mode: mode}
-	if update {
-		cfg.AgentArgs = []string{"--queues", strconv.Itoa(updateQueues)}
-	}
+	// --queues explicit: the bound check waits for every queue of the
+	// range, and the default (one per CPU) depends on the machine.
+	cfg := cluster.Config{Mode: mode, AgentArgs: []string{"--queues", strconv.Itoa(updateQueues)}}
 	c := cluster.Start(t, cfg)
 	ctx := testContext(t, 3*time.Minute)
 	if err := c.EnsureNamespace(ctx, "r", nil); err != nil {

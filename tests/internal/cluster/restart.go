@@ -35,8 +35,9 @@ type RestartLoad struct {
 	// retransmission timeout, so a connection whose SYN is dropped fails
 	// rather than succeeding later on a retransmit.
 	ConnTimeout time.Duration
-	// QueueNum, if not 0, is the agent's first queue: RunRestartLoad then
-	// records when the new agent listens on it (RestartResult.BoundAt).
+	// QueueNum, if not 0, is the agent's first queue and Queues its
+	// --queues: RunRestartLoad then records when the new agent listens on
+	// all of them (RestartResult.BoundAt).
 	QueueNum uint16
 	// Update replaces the SIGKILL and restart by an update with maxSurge
 	// (Agent.Update): the successor starts while the old agent runs, and
@@ -59,7 +60,7 @@ type Attempt struct {
 type RestartResult struct {
 	Good, Bad []Attempt // sorted by start
 	KillAt    time.Duration
-	// BoundAt: the new agent listens on RestartLoad.QueueNum.
+	// BoundAt: the new agent listens on every queue of its range.
 	BoundAt time.Duration
 	// ReadyAt: the new agent's /readyz answers 200 (first sync committed).
 	ReadyAt time.Duration
@@ -97,7 +98,7 @@ func (c *Cluster) RunRestartLoad(ctx context.Context, l RestartLoad) (*RestartRe
 		if l.Update {
 			alt := queue.AlternateRange(l.QueueNum, max(l.Queues, 1))
 			restartErr = agent.Update(func() error {
-				at, err := c.waitQueueBound(ctx, l.Node, alt)
+				at, err := c.waitQueueBound(ctx, l.Node, alt, max(l.Queues, 1))
 				if err != nil {
 					return err
 				}
@@ -118,7 +119,7 @@ func (c *Cluster) RunRestartLoad(ctx context.Context, l RestartLoad) (*RestartRe
 		}
 		if l.QueueNum != 0 {
 			var at time.Time
-			if at, restartErr = c.waitQueueBound(ctx, l.Node, l.QueueNum); restartErr != nil {
+			if at, restartErr = c.waitQueueBound(ctx, l.Node, l.QueueNum, max(l.Queues, 1)); restartErr != nil {
 				return
 			}
 			res.BoundAt = at.Sub(start)
@@ -146,16 +147,15 @@ func (c *Cluster) RunRestartLoad(ctx context.Context, l RestartLoad) (*RestartRe
 }
 
 // waitQueueBound polls the kernel's queue statistics in node's namespace
-// every millisecond until queue num has a listener again (the killed
-// agent's went with its socket), and returns when it saw it.
-func (c *Cluster) waitQueueBound(ctx context.Context, node string, num uint16) (time.Time, error) {
+// every millisecond until each of the n queues from first has a listener
+// again (the killed agent's went with its socket), and returns when it saw
+// them all.
+func (c *Cluster) waitQueueBound(ctx context.Context, node string, first, n uint16) (time.Time, error) {
 	for {
 		var bound bool
 		err := c.Lab.InNode(node, func() error {
 			st, err := queue.ReadKernelQueueStats()
-			for _, q := range st {
-				bound = bound || q.QueueNum == num
-			}
+			bound = queue.BoundQueues(st, first, n) == int(n)
 			if errors.Is(err, os.ErrNotExist) {
 				return nil // nfnetlink_queue not loaded yet: nobody listens
 			}
