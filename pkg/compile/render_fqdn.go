@@ -78,11 +78,19 @@ func (r *renderer) fqdnPeer(m *Match, base, comment string, d Direction, v4 bool
 }
 
 // dnsCapture renders the DNS learning objects when some local pod has an
-// egress rule with domainNames peers; nothing otherwise.
+// egress rule with domainNames peers. The output base chain exists whenever
+// the agent learns DNS, empty while no pod needs it: the kernel drops every
+// packet waiting in any queue of the namespace when a hook is removed, so
+// the first or last domainNames policy of a node must not add or delete a
+// base chain while connections and DNS replies are held.
 func (r *renderer) dnsCapture() {
 	if !r.cfg.LearnsDNS() {
 		return
 	}
+	r.output = &Chain{Chain: knftables.Chain{Name: ChainOutput,
+		Type: ptr(knftables.FilterType), Hook: ptr(knftables.OutputHook), Priority: ptr(knftables.BaseChainPriority(filterPriority)),
+		Policy:  ptr(knftables.AcceptPolicy),
+		Comment: ptr("from this node: only DNS replies of a DNS server on the node's network to pods with domainNames rules")}}
 	rules := r.prog.FQDNRules()
 	seen := map[PodID]bool{}
 	var pods []PodID
@@ -122,10 +130,7 @@ func (r *renderer) dnsCapture() {
 		}
 	}
 	r.forward.Rules = append(append([]knftables.Rule(nil), capture...), r.forward.Rules...)
-	r.output = &Chain{Chain: knftables.Chain{Name: ChainOutput,
-		Type: ptr(knftables.FilterType), Hook: ptr(knftables.OutputHook), Priority: ptr(knftables.BaseChainPriority(filterPriority)),
-		Policy:  ptr(knftables.AcceptPolicy),
-		Comment: ptr("from this node: only DNS replies of a DNS server on the node's network to pods with domainNames rules")}, Rules: capture}
+	r.output.Rules = capture
 }
 
 // fqdnSubject reports whether a local pod is a subject of a
