@@ -521,6 +521,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	if err != nil {
 		return err
 	}
+	snapshotted := time.Now()
 	var prog *compile.Program
 	var rs *compile.Ruleset
 	stale := false
@@ -534,8 +535,10 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	if err != nil {
 		return fmt.Errorf("rendering: %w", err)
 	}
-	c.lastBuild = time.Since(start)
+	built := time.Now()
+	c.lastBuild = built.Sub(start)
 	res, err := c.cfg.Syncer.Sync(ctx, rs)
+	applied := time.Now()
 	kind := "incremental"
 	if res.Full {
 		kind = "full"
@@ -574,7 +577,19 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	log.V(2).Info("Synced", "kind", kind, "operations", res.Operations, "elementsAdded", res.ElementsAdded,
 		"elementsDeleted", res.ElementsDeleted, "chainsWritten", res.ChainsWritten, "chainsDeleted", res.ChainsDeleted,
 		"duration", now.Sub(start))
+	// Where a change's programming delay goes: waiting for the loop, then
+	// each step of the sync.
+	log.V(4).Info("Sync phases", "kind", kind, "observed", observed, "waited", durationSince(observed, start),
+		"snapshot", snapshotted.Sub(start), "build", built.Sub(snapshotted), "apply", applied.Sub(built), "publish", now.Sub(applied))
 	return nil
+}
+
+// durationSince is to-from, 0 when from is unknown.
+func durationSince(from, to time.Time) time.Duration {
+	if from.IsZero() {
+		return 0
+	}
+	return to.Sub(from)
 }
 
 // releaseDelay is how long after the last full build its freed memory is
