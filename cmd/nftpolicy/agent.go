@@ -260,9 +260,18 @@ func agent(ctx context.Context, o *agentOptions) error {
 		return err
 	}
 
-	nft, err := knftables.New(knftables.InetFamily, compile.TableName)
+	plainNFT, err := knftables.New(knftables.InetFamily, compile.TableName)
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
+	}
+	// Transactions go to an nft process started in advance: a policy
+	// change does not wait for nft to start.
+	var nft knftables.Interface = plainNFT
+	if warm, err := sets.NewWarmNFT(plainNFT, log.WithName("nft")); err != nil {
+		log.Info("Each transaction starts its own nft process", "reason", err)
+	} else {
+		defer warm.Close()
+		nft = warm
 	}
 	// Pod churn goes to the kernel over netlink, in one batch per sync.
 	elements := sets.NewNetlinkElements(compile.TableName, 0)
