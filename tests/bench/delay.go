@@ -281,8 +281,14 @@ func (p *prober) measure(ctx context.Context, to netip.Addr, want bool, write fu
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			start := time.Now()
+			launched := time.Now()
 			r := p.lab.ProbeOne(ctx, netlab.ProbeReq{From: p.from, To: to, Port: 80, Proto: netlab.TCP, Timeout: p.timeout})
+			// The verdict a probe observes is the one in force when its
+			// SYN left, not when it was launched.
+			start := r.Sent
+			if start.IsZero() {
+				start = launched
+			}
 			o := probeObs{start: start, ok: r.Connected, err: r.Err}
 			if !r.Connected && r.Err == nil && r.Reason != "timeout" {
 				o.err = fmt.Errorf("probe failed: %s", r.Reason)

@@ -58,6 +58,11 @@ type ProbeResult struct {
 	// Responder is the name of the pod/external/node whose server answered.
 	Responder string
 	Duration  time.Duration
+	// Sent is when the first packet left: just before connect(2), which
+	// sends a TCP SYN (a UDP datagram follows at once). Not when the probe
+	// was asked for: creating the socket in the source's namespace hands
+	// off to another thread first, which takes a while on a busy machine.
+	Sent time.Time
 }
 
 // Probe makes one new connection from `from` to to:port and reports whether
@@ -149,6 +154,7 @@ func (l *Lab) ProbeOne(ctx context.Context, req ProbeReq) (res ProbeResult) {
 	}
 	// connect(2) does not depend on the calling thread's namespace: the
 	// socket already belongs to the source namespace.
+	res.Sent = time.Now()
 	cerr := unix.Connect(fd, sa)
 	f := os.NewFile(uintptr(fd), "netlab-probe") // registers with the netpoller
 	defer f.Close()
