@@ -184,6 +184,7 @@ func runDelay(ctx context.Context, tb *cluster.ProgramTB, cfg DelayConfig, res *
 		res.Set("program_delay_p50_ms_"+k, millis(Percentile(byKind[k], 50)))
 		res.Set("program_delay_max_ms_"+k, millis(Percentile(byKind[k], 100)))
 	}
+	res.Set("program_delay_api_write_p50_ms", millis(Percentile(pr.writes, 50)))
 	res.Set("program_delay_probe_interval_ms", millis(cfg.Interval))
 	if m, err := c.Agent("node-1").Metrics(ctx); err == nil {
 		const cnt, sum = `nftpolicy_sync_duration_seconds_count{kind="incremental"}`, `nftpolicy_sync_duration_seconds_sum{kind="incremental"}`
@@ -259,6 +260,9 @@ type prober struct {
 	from     netlab.Endpoint
 	interval time.Duration
 	timeout  time.Duration
+	// writes are how long each API write took (the part of the delay
+	// before the agent can know of the change).
+	writes []time.Duration
 }
 
 type probeObs struct {
@@ -316,6 +320,7 @@ func (p *prober) measure(ctx context.Context, to netip.Addr, want bool, write fu
 	time.Sleep(3 * p.interval) // probes of the old verdict first
 	t0 := time.Now()
 	werr := write()
+	p.writes = append(p.writes, time.Since(t0))
 	var seen []probeObs
 	var flipped bool
 	collect := func(o probeObs) {
