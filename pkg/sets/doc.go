@@ -20,6 +20,11 @@
 // back to a full sync. With Config.OneCommandPerSet, full syncs hand nft
 // each set's elements as one command instead of one per element.
 //
+// WarmNFT, which the agent wraps around knftables, runs each transaction
+// in an `nft -f -` process started before it was needed, so a policy
+// change (chains refilled: nft must parse it) does not wait for nft to
+// start; each transaction is still its own nft invocation.
+//
 // It also holds the queue rule variants: the native nft queue statement and,
 // for kernels without CONFIG_NFT_QUEUE, the xtables NFQUEUE target installed
 // over netlink (nft cannot write it).

@@ -57,7 +57,7 @@ func (c *DelayConfig) defaults() {
 var delayKinds = []string{"create", "update", "delete", "pod"}
 
 // RunDelay measures the programming delay of a real agent process: from
-// the start of the API write to the launch of the first connection that
+// the start of the API write to the SYN of the first connection that
 // observes the new verdict, probing every Interval, over Cycles x 5 changes.
 func RunDelay(ctx context.Context, cfg DelayConfig) (*Result, error) {
 	cfg.defaults()
@@ -274,7 +274,7 @@ type probeObs struct {
 // measure probes to:80 from before write until a probe observes want
 // (connected, or dropped: no answer within the timeout), waits for the
 // probes still in flight, and returns the time from the start of write to
-// the launch of the earliest probe that observed want.
+// the SYN of the earliest probe that observed want.
 func (p *prober) measure(ctx context.Context, to netip.Addr, want bool, write func() error) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
