@@ -117,13 +117,17 @@ func runDelay(ctx context.Context, tb *cluster.ProgramTB, cfg DelayConfig, res *
 	pols := api.NetworkingV1().NetworkPolicies(delayNS)
 
 	byKind := map[string][]time.Duration{}
-	var all []time.Duration
+	var all, afterWrite []time.Duration
 	record := func(kind string, d time.Duration, err error) error {
 		if err != nil {
 			return fmt.Errorf("%s change: %w", kind, err)
 		}
 		byKind[kind] = append(byKind[kind], d)
 		all = append(all, d)
+		// What is left once the API server answered: the agent's sync,
+		// the kernel and the probes' resolution (the watch event often
+		// reaches the agent before the answer reaches the client).
+		afterWrite = append(afterWrite, d-pr.writes[len(pr.writes)-1])
 		// Every change is in force before the next one.
 		if _, err := c.WaitProgrammed(ctx); err != nil {
 			return err
@@ -185,6 +189,7 @@ func runDelay(ctx context.Context, tb *cluster.ProgramTB, cfg DelayConfig, res *
 		res.Set("program_delay_max_ms_"+k, millis(Percentile(byKind[k], 100)))
 	}
 	res.Set("program_delay_api_write_p50_ms", millis(Percentile(pr.writes, 50)))
+	res.Set("program_delay_after_write_p50_ms", millis(Percentile(afterWrite, 50)))
 	res.Set("program_delay_probe_interval_ms", millis(cfg.Interval))
 	if m, err := c.Agent("node-1").Metrics(ctx); err == nil {
 		const cnt, sum = `nftpolicy_sync_duration_seconds_count{kind="incremental"}`, `nftpolicy_sync_duration_seconds_sum{kind="incremental"}`

@@ -176,6 +176,7 @@ func Report(r *Result, quick bool) string {
 	triple("programming delay", "p50 by change: policy create / update / delete", [3]string{"program_delay_p50_ms_create", "program_delay_p50_ms_update", "program_delay_p50_ms_delete"}, "ms")
 	row("programming delay", "p50 for a new pod becoming enforced", "program_delay_p50_ms_pod", "ms")
 	row("programming delay", "API write alone (the client's create/update/delete call), p50", "program_delay_api_write_p50_ms", "ms")
+	row("programming delay", "after the API write returned (agent, kernel, probe interval), p50", "program_delay_after_write_p50_ms", "ms")
 	row("programming delay", "changes measured", "program_delay_changes", "")
 	row("programming delay", "agent's mean incremental sync during the test", "program_delay_agent_sync_mean_ms", "ms")
 
