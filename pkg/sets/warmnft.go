@@ -29,9 +29,10 @@ import (
 // with it. Everything but Run is the wrapped Interface's.
 //
 // A process inherits the network namespace of the thread that starts it:
-// WarmNFT notes the namespace it was created in and refuses to start nft
+// WarmNFT notes the namespace it was created in and refuses transactions
 // from a thread in another one (a goroutine locked to a thread that
-// switched namespaces), which would program that namespace's firewall.
+// switched namespaces): knftables would have applied them there, and a
+// process started there would program that namespace's firewall.
 // Safe for concurrent use (transactions run one at a time).
 type WarmNFT struct {
 	knftables.Interface
@@ -189,8 +190,8 @@ func (w *WarmNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 }
 
 // run feeds text to the process and waits for it to exit; ctx ending
-// kills it (nft then commits nothing: the kernel applies a batch whole
-// once nft has sent all of it, or not at all).
+// kills it. A killed nft committed its batch whole or not at all; either
+// way the error makes the caller's next sync a full one.
 func (p *nftProcess) run(ctx context.Context, text string) error {
 	stop := context.AfterFunc(ctx, func() { _ = p.cmd.Process.Kill() })
 	defer stop()
