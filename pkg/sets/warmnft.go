@@ -161,15 +161,11 @@ func (w *WarmNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 	defer w.mu.Unlock()
 	p := w.spare
 	w.spare = nil
-	if p != nil {
-		select {
-		case <-p.done:
-			// It exited before it got its input (killed from outside):
-			// it ran nothing. Start another.
-			w.logger.V(2).Info("Spare nft process had exited; starting another", "err", p.err, "stderr", strings.TrimSpace(p.stderr.String()))
-			p = nil
-		default:
-		}
+	if p != nil && p.exited() {
+		// It died before it got its input (killed from outside): it ran
+		// nothing. Start another.
+		w.logger.V(2).Info("Spare nft process had exited; starting another", "pid", p.cmd.Process.Pid)
+		p = nil
 	}
 	if p == nil {
 		var err error
@@ -187,6 +183,23 @@ func (w *WarmNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 		w.spare = next
 	}
 	return err
+}
+
+// exited reports whether the process has died: reaped already, or a
+// zombie whose exit the waiting goroutine has not collected yet.
+func (p *nftProcess) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X'
 }
 
 // run feeds text to the process and waits for it to exit; ctx ending

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
@@ -137,7 +138,7 @@ func TestWarmNFTRefusesBadTransactionsAndCancelledContexts(t *testing.T) {
 func TestWarmNFTReplacesAKilledSpare(t *testing.T) {
 	n := newWarmNode(t)
 	// Every nft -f - of this test process's children is the spare.
-	kills := 0
+	kills, killed := 0, 0
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
@@ -164,10 +165,18 @@ func TestWarmNFTReplacesAKilledSpare(t *testing.T) {
 		if err := p.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		kills++
+		kills, killed = kills+1, pid
 	}
 	if kills != 1 {
 		t.Fatalf("found %d spare nft processes, want 1", kills)
+	}
+	// SIGKILL takes effect when the process next runs: wait for it to die.
+	deadline := time.Now().Add(10 * time.Second)
+	for !deadOrZombie(killed) {
+		if time.Now().After(deadline) {
+			t.Fatalf("nft %d did not die within 10s of SIGKILL", killed)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	tx := n.warm.NewTransaction()
 	tx.Add(&knftables.Table{})
@@ -191,4 +200,13 @@ func TestWarmNFTRefusesAnotherNamespace(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "network namespace") {
 		t.Fatalf("Run from another namespace: got error %v, want a refusal", err)
 	}
+}
+
+func deadOrZombie(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
 }
