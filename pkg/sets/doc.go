@@ -18,7 +18,10 @@
 // not at all. A batch the kernel refuses (the table drifted from what the
 // syncer believes) changed nothing; it is counted and the same Sync falls
 // back to a full sync. With Config.OneCommandPerSet, full syncs hand nft
-// each set's elements as one command instead of one per element.
+// each set's elements as one command instead of one per element. With
+// Config.Netlink, a full sync also learns the names of the table's chains,
+// sets and maps from a netlink dump of their declarations instead of nft's
+// listing, which reads every rule and element.
 //
 // It also holds the queue rule variants: the native nft queue statement and,
 // for kernels without CONFIG_NFT_QUEUE, the xtables NFQUEUE target installed

@@ -125,8 +125,8 @@ func (s *Syncer) full(ctx context.Context, desired *compile.Ruleset) (Result, er
 	if err := s.ensureExternal(ctx, desired); err != nil {
 		return res, err
 	}
-	existing, err := s.cfg.NFT.ListAll(ctx)
-	if err != nil && !knftables.IsNotFound(err) {
+	existing, err := s.listExisting(ctx)
+	if err != nil {
 		return res, fmt.Errorf("listing table: %w", err)
 	}
 	tx := s.cfg.NFT.NewTransaction()
