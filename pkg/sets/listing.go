@@ -27,11 +27,16 @@ const (
 	nftSetObject    = 0x40
 )
 
+// baseChains is the key of tableObjects' answer that lists the chains
+// hooked to the network stack (among those of "chain"); no object type
+// has that name.
+const baseChains = "base chain"
+
 // tableObjects returns the names of the table's chains ("chain"), sets
 // ("set") and maps ("map", verdict and data maps and object maps alike), as
-// ListAll does; anonymous sets (the { a, b } of rules) are not listed,
-// nft's listing does not show them either. A table that does not exist has
-// none.
+// ListAll does, and of its base chains (baseChains); anonymous sets (the
+// { a, b } of rules) are not listed, nft's listing does not show them
+// either. A table that does not exist has none.
 func (w *NetlinkElements) tableObjects(ctx context.Context) (map[string][]string, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -43,16 +48,22 @@ func (w *NetlinkElements) tableObjects(ctx context.Context) (map[string][]string
 	out := map[string][]string{}
 	err := w.dump(ctx, unix.NFT_MSG_GETCHAIN, unix.NFTA_CHAIN_TABLE, func(ad *netlink.AttributeDecoder) {
 		var table, name string
+		hooked := false
 		for ad.Next() {
 			switch ad.Type() {
 			case unix.NFTA_CHAIN_TABLE:
 				table = ad.String()
 			case unix.NFTA_CHAIN_NAME:
 				name = ad.String()
+			case unix.NFTA_CHAIN_HOOK:
+				hooked = true
 			}
 		}
 		if table == w.table && name != "" {
 			out["chain"] = append(out["chain"], name)
+			if hooked {
+				out[baseChains] = append(out[baseChains], name)
+			}
 		}
 	})
 	if err == nil {

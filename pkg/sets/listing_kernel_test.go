@@ -52,9 +52,10 @@ add set ip nftpolicy ipset { type ipv4_addr ; }
 		slices.Sort(names)
 	}
 	want := map[string][]string{
-		"chain": {"forward", "isolated"},
-		"set":   {"peers-v4", "ports-v4", "ranges-v4"},
-		"map":   {"counters-v4", "ingress-pods-v4", "marks-v4"},
+		baseChains: {"forward"},
+		"chain":    {"forward", "isolated"},
+		"set":      {"peers-v4", "ports-v4", "ranges-v4"},
+		"map":      {"counters-v4", "ingress-pods-v4", "marks-v4"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("table objects (-want +got):\n%s", diff)
