@@ -21,7 +21,11 @@
 // each set's elements as one command instead of one per element. With
 // Config.Netlink, a full sync also learns the names of the table's chains,
 // sets and maps from a netlink dump of their declarations instead of nft's
-// listing, which reads every rule and element.
+// listing, which reads every rule and element; and when the table has no
+// base chain yet (a node's first agent), it declares the sets, writes
+// their elements in one netlink batch and only then hooks the chains with
+// every rule in one nft transaction, so no packet meets a set before it is
+// whole (fullfill.go).
 //
 // It also holds the queue rule variants: the native nft queue statement and,
 // for kernels without CONFIG_NFT_QUEUE, the xtables NFQUEUE target installed
