@@ -94,14 +94,7 @@ func (s *Syncer) fullUnhooked(ctx context.Context, desired *compile.Ruleset, exi
 			tx.Add(&ch)
 		}
 	}
-	for _, n := range desired.ChainOrder {
-		c := desired.Chains[n]
-		if c.External {
-			continue
-		}
-		addRules(tx, n, c)
-		res.ChainsWritten++
-	}
+	addAllRules(tx, desired, &res)
 	ops := tx.NumOperations()
 	res.Operations += ops
 	if err := s.cfg.NFT.Run(ctx, tx); err != nil {

@@ -66,28 +66,12 @@ func BenchmarkFullSync(b *testing.B) {
 	var elements int
 	step := func(b *testing.B, s *sets.Syncer, t *syncTimes) {
 		t0 := time.Now()
-		tr, err := compile.NewTracker(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, rs, err := tr.Rebuild(in)
-		if err != nil {
-			b.Fatal(err)
-		}
-		cpu0, self0 := childrenCPU(), selfCPU()
-		t1 := time.Now()
-		res, err := s.Sync(context.Background(), rs)
-		if err != nil {
-			b.Fatal(err)
-		}
+		_, rs := trackerRebuild(b, cfg, in)
+		t.build += time.Since(t0)
+		res := t.sync(b, s, rs)
 		if !res.Full {
 			b.Fatalf("sync %+v is not a full one", res)
 		}
-		t.tx += time.Since(t1)
-		t.txCPU += childrenCPU() - cpu0
-		t.txSelfCPU += selfCPU() - self0
-		t.build += t1.Sub(t0)
-		t.ops += res.Operations
 		t.n++
 		elements = res.ElementsAdded
 	}

@@ -146,14 +146,7 @@ func (s *Syncer) full(ctx context.Context, desired *compile.Ruleset) (Result, er
 		s.addSet(tx, set)
 		res.ElementsAdded += len(set.Elements)
 	}
-	for _, n := range desired.ChainOrder {
-		c := desired.Chains[n]
-		if c.External {
-			continue
-		}
-		addRules(tx, n, c)
-		res.ChainsWritten++
-	}
+	addAllRules(tx, desired, &res)
 	res.Operations = tx.NumOperations()
 	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
 		return res, fmt.Errorf("full sync transaction (%d operations): %w", res.Operations, err)
@@ -233,6 +226,18 @@ func (s *Syncer) ensureExternal(ctx context.Context, desired *compile.Ruleset) e
 		}
 	}
 	return nil
+}
+
+// addAllRules adds the rules of every chain but the external ones.
+func addAllRules(tx *knftables.Transaction, desired *compile.Ruleset, res *Result) {
+	for _, n := range desired.ChainOrder {
+		c := desired.Chains[n]
+		if c.External {
+			continue
+		}
+		addRules(tx, n, c)
+		res.ChainsWritten++
+	}
 }
 
 func addRules(tx *knftables.Transaction, chain string, c *compile.Chain) {
