@@ -97,3 +97,41 @@ func TestFullSyncUnhooked(t *testing.T) {
 		}
 	}
 }
+
+// TestFullSyncUnhookedIntervals: interval sets filled over netlink list as
+// nft's own load lists them, with adjacent ranges (pod CIDRs of
+// neighbouring nodes), single addresses, a range up to the last address
+// and concatenated ranges.
+func TestFullSyncUnhookedIntervals(t *testing.T) {
+	v4 := &compile.Set{Set: &knftables.Set{Name: "ranges-v4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}}}
+	for _, k := range []string{"10.244.1.0/24", "10.244.2.0/24", "10.244.3.7", "10.9.0.0-10.9.0.5", "255.255.255.0/24"} {
+		v4.Elements = append(v4.Elements, knftables.Element{Key: []string{k}})
+	}
+	cc := &compile.Set{Set: &knftables.Set{Name: "ports-v4", Type: "ipv4_addr . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag}}}
+	for _, k := range [][]string{{"10.0.0.0/24", "80-89"}, {"10.0.1.0/24", "90"}} {
+		cc.Elements = append(cc.Elements, knftables.Element{Key: k})
+	}
+	rs := &compile.Ruleset{
+		Table: knftables.Table{Comment: ptrString("intervals")},
+		Chains: map[string]*compile.Chain{"forward": {
+			Chain: knftables.Chain{Name: "forward", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.ForwardHook), Priority: knftables.PtrTo(knftables.FilterPriority)},
+			Rules: []knftables.Rule{{Rule: "ip saddr @ranges-v4 ip daddr . tcp dport @ports-v4 counter accept"}},
+		}},
+		ChainOrder: []string{"forward"},
+		Sets:       map[string]*compile.Set{"ranges-v4": v4, "ports-v4": cc},
+	}
+	node, ref := newKernelNode(t, true), newKernelNode(t, false)
+	res, err := node.syncer.Sync(context.Background(), rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.NetlinkFill {
+		t.Fatalf("sync %+v did not fill the sets over netlink", res)
+	}
+	if _, err := ref.syncer.Sync(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(ref.dump(t), node.dump(t)); diff != "" {
+		t.Fatalf("table differs from one nft transaction's (-nft +filled):\n%s", diff)
+	}
+}
