@@ -91,6 +91,8 @@ type renderer struct {
 	// fqdnPolicies are the ClusterNetworkPolicies with domainNames egress
 	// rules and local subjects (nil when DNS is not learned).
 	fqdnPolicies map[ClusterPolicyID]bool
+	// peerSets names the peer sets rendered, by selector (podElements).
+	peerSets peerSetNames
 }
 
 // subjectOfPolicy reports whether a pod is isolated by NetworkPolicy id in
@@ -423,10 +425,9 @@ func (r *renderer) podElements(pod *Pod, emit func(set string, e knftables.Eleme
 		r.localPodElements(pod, emit)
 	}
 	for _, sid := range pod.MemberOf {
-		sel := &r.prog.Selectors[sid]
 		for _, v4 := range []bool{true, false} {
-			name := PeerSetName(sel, v4)
-			if _, ok := r.rs.Sets[name]; !ok {
+			name := r.peerSets.lookup(sid, v4)
+			if name == "" {
 				continue
 			}
 			for _, ip := range pod.IPs {
@@ -625,6 +626,7 @@ func (r *renderer) peerSet(id SelectorID, v4 bool) string {
 	name := PeerSetName(sel, v4)
 	// Created empty: podElements fills it with its members.
 	r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(sel.Description)}})
+	r.peerSets.note(id, v4, name)
 	return name
 }
 

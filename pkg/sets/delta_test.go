@@ -33,11 +33,11 @@ func TestApplyDeltaWritesOnlyTheChange(t *testing.T) {
 		lines []string
 	}{
 		{"a second client appears", "y/d", pod("y", "d", "n2", "10.0.2.2", map[string]string{"app": "client"}), []string{
-			`add element inet nftpolicy known-pods-v4 { 10.0.2.2 comment "y/d" }`,
+			`add element inet nftpolicy known-pods-v4 { 10.0.2.2 }`,
 			`add element inet nftpolicy peers-qeylrstm-v4 { 10.0.2.2 comment "y/d" }`}},
 		{"a second web pod on this node", "x/e", pod("x", "e", "n1", "10.0.1.5", map[string]string{"app": "web"}), []string{
 			`add element inet nftpolicy ingress-pods-v4 { 10.0.1.5 comment "x/e" : goto ingress-isolated-2f7e2rg4 }`,
-			`add element inet nftpolicy known-pods-v4 { 10.0.1.5 comment "x/e" }`,
+			`add element inet nftpolicy known-pods-v4 { 10.0.1.5 }`,
 			`add element inet nftpolicy self-v4 { 10.0.1.5 . 10.0.1.5 comment "x/e" }`}},
 		{"the client leaves", "y/c", nil, []string{
 			`delete element inet nftpolicy known-pods-v4 { 10.0.2.1 }`,

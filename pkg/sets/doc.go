@@ -18,7 +18,14 @@
 // not at all. A batch the kernel refuses (the table drifted from what the
 // syncer believes) changed nothing; it is counted and the same Sync falls
 // back to a full sync. With Config.OneCommandPerSet, full syncs hand nft
-// each set's elements as one command instead of one per element.
+// each set's elements as one command instead of one per element. With
+// Config.Netlink, a full sync also learns the names of the table's chains,
+// sets and maps from a netlink dump of their declarations instead of nft's
+// listing, which reads every rule and element; and when the table has no
+// base chain yet (a node's first agent), it declares the sets, writes
+// their elements in one netlink batch and only then hooks the chains with
+// every rule in one nft transaction, so no packet meets a set before it is
+// whole (fullfill.go).
 //
 // WarmNFT, which the agent wraps around knftables, runs each transaction
 // in an `nft -f -` process started before it was needed, so a policy

@@ -251,6 +251,36 @@ func rusageCPU(who int) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// trackerRebuild builds and renders as the agent does: a new tracker's
+// Rebuild.
+func trackerRebuild(b *testing.B, cfg compile.RenderConfig, in compile.Input) (*compile.Tracker, *compile.Ruleset) {
+	tr, err := compile.NewTracker(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, rs, err := tr.Rebuild(in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tr, rs
+}
+
+// sync runs Sync once, timing it (wall time, the nft processes' CPU and
+// this process's), and counts its operations.
+func (t *syncTimes) sync(b *testing.B, s *sets.Syncer, rs *compile.Ruleset) sets.Result {
+	cpu0, self0 := childrenCPU(), selfCPU()
+	t0 := time.Now()
+	res, err := s.Sync(context.Background(), rs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t.tx += time.Since(t0)
+	t.txSelfCPU += selfCPU() - self0
+	t.txCPU += childrenCPU() - cpu0
+	t.ops += res.Operations
+	return res
+}
+
 // step runs Build (with the agent's cache of parsed objects), Render and
 // Sync once, timing each.
 func (t *syncTimes) step(b *testing.B, s *sets.Syncer, cache *compile.Cache, in compile.Input, cfg compile.RenderConfig) {
@@ -261,19 +291,9 @@ func (t *syncTimes) step(b *testing.B, s *sets.Syncer, cache *compile.Cache, in 
 	if err != nil {
 		b.Fatal(err)
 	}
-	cpu0, self0 := childrenCPU(), selfCPU()
-	t2 := time.Now()
-	res, err := s.Sync(context.Background(), rs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	t3 := time.Now()
-	t.txSelfCPU += selfCPU() - self0
-	t.txCPU += childrenCPU() - cpu0
+	t.render += time.Since(t1)
 	t.build += t1.Sub(t0)
-	t.render += t2.Sub(t1)
-	t.tx += t3.Sub(t2)
-	t.ops += res.Operations
+	t.sync(b, s, rs)
 	t.elems = 0
 	for _, set := range rs.Sets {
 		t.elems += len(set.Elements)
@@ -376,14 +396,7 @@ func BenchmarkSync(b *testing.B) {
 							// The agent's path for pod changes: the tracker's
 							// element changes, applied without a diff.
 							s := newSyncer(b)
-							tr, err := compile.NewTracker(cfg)
-							if err != nil {
-								b.Fatal(err)
-							}
-							_, rs, err := tr.Rebuild(in)
-							if err != nil {
-								b.Fatal(err)
-							}
+							tr, rs := trackerRebuild(b, cfg, in)
 							if _, err := s.Sync(context.Background(), rs); err != nil {
 								b.Fatal(err)
 							}

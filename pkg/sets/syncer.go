@@ -64,6 +64,10 @@ type Result struct {
 	// NetlinkFallback is true when the kernel refused the netlink element
 	// batch and this sync was a full one instead.
 	NetlinkFallback bool
+	// NetlinkFill is true when a full sync found the table without base
+	// chains and wrote the elements over netlink before hooking it
+	// (fullfill.go).
+	NetlinkFill bool
 }
 
 // Syncer owns the nftpolicy table: it keeps what it last applied and turns
@@ -125,14 +129,42 @@ func (s *Syncer) full(ctx context.Context, desired *compile.Ruleset) (Result, er
 	if err := s.ensureExternal(ctx, desired); err != nil {
 		return res, err
 	}
-	existing, err := s.cfg.NFT.ListAll(ctx)
-	if err != nil && !knftables.IsNotFound(err) {
+	existing, err := s.listExisting(ctx)
+	if err != nil {
 		return res, fmt.Errorf("listing table: %w", err)
 	}
+	if s.unhooked(existing) {
+		return s.fullUnhooked(ctx, desired, existing)
+	}
 	tx := s.cfg.NFT.NewTransaction()
+	s.clearTable(tx, desired, existing, &res, true)
+	for _, n := range desired.SortedSetNames() {
+		set := desired.Sets[n]
+		if s.keptDynamic(desired, n) && slices.Contains(existing["set"], n) {
+			continue
+		}
+		s.addSet(tx, set)
+		res.ElementsAdded += len(set.Elements)
+	}
+	addAllRules(tx, desired, &res)
+	res.Operations = tx.NumOperations()
+	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
+		return res, fmt.Errorf("full sync transaction (%d operations): %w", res.Operations, err)
+	}
+	return res, nil
+}
+
+// clearTable adds to tx the table, the desired chains (base chains only
+// with withBase), and what empties the table of the last ruleset: every
+// chain flushed, every set and map deleted but the kept dynamic sets,
+// chains no longer wanted deleted.
+func (s *Syncer) clearTable(tx *knftables.Transaction, desired *compile.Ruleset, existing map[string][]string, res *Result, withBase bool) {
 	tx.Add(&knftables.Table{Comment: desired.Table.Comment})
 	for _, n := range desired.ChainOrder {
 		ch := desired.Chains[n].Chain
+		if !withBase && ch.Hook != nil {
+			continue
+		}
 		tx.Add(&ch)
 	}
 	// Empty every chain we own first, so no rule stops a deletion.
@@ -162,31 +194,6 @@ func (s *Syncer) full(ctx context.Context, desired *compile.Ruleset) (Result, er
 			res.ChainsDeleted++
 		}
 	}
-	for _, n := range desired.SortedSetNames() {
-		set := desired.Sets[n]
-		if s.keptDynamic(desired, n) && slices.Contains(existing["set"], n) {
-			continue
-		}
-		if s.cfg.OneCommandPerSet {
-			addSetOneCommand(tx, set)
-		} else {
-			set.AddTo(tx)
-		}
-		res.ElementsAdded += len(set.Elements)
-	}
-	for _, n := range desired.ChainOrder {
-		c := desired.Chains[n]
-		if c.External {
-			continue
-		}
-		addRules(tx, n, c)
-		res.ChainsWritten++
-	}
-	res.Operations = tx.NumOperations()
-	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
-		return res, fmt.Errorf("full sync transaction (%d operations): %w", res.Operations, err)
-	}
-	return res, nil
 }
 
 // ensureExternal creates the table and external chains and has their rules
@@ -219,6 +226,18 @@ func (s *Syncer) ensureExternal(ctx context.Context, desired *compile.Ruleset) e
 		}
 	}
 	return nil
+}
+
+// addAllRules adds the rules of every chain but the external ones.
+func addAllRules(tx *knftables.Transaction, desired *compile.Ruleset, res *Result) {
+	for _, n := range desired.ChainOrder {
+		c := desired.Chains[n]
+		if c.External {
+			continue
+		}
+		addRules(tx, n, c)
+		res.ChainsWritten++
+	}
 }
 
 func addRules(tx *knftables.Transaction, chain string, c *compile.Chain) {

@@ -140,7 +140,7 @@ func TestIncrementalTransactions(t *testing.T) {
 			w.pods = append(w.pods, pod("y", "d", "n2", "10.0.2.2", map[string]string{"app": "client"}))
 		},
 		want: []string{
-			`add element inet nftpolicy known-pods-v4 { 10.0.2.2 comment "y/d" }`,
+			`add element inet nftpolicy known-pods-v4 { 10.0.2.2 }`,
 			`add element inet nftpolicy peers-qeylrstm-v4 { 10.0.2.2 comment "y/d" }`,
 		},
 	}, {
@@ -150,7 +150,7 @@ func TestIncrementalTransactions(t *testing.T) {
 		},
 		want: []string{
 			`add element inet nftpolicy ingress-pods-v4 { 10.0.1.3 comment "x/a2" : goto ingress-isolated-2f7e2rg4 }`,
-			`add element inet nftpolicy known-pods-v4 { 10.0.1.3 comment "x/a2" }`,
+			`add element inet nftpolicy known-pods-v4 { 10.0.1.3 }`,
 			`add element inet nftpolicy self-v4 { 10.0.1.3 . 10.0.1.3 comment "x/a2" }`,
 		},
 	}, {

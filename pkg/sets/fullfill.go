@@ -1,0 +1,113 @@
+package sets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// A full sync is one nft transaction so that packets never meet a
+// half-written table. Most of its time is nft parsing set elements (at 50k
+// pods, 87k elements: about two thirds of nft's CPU), which the netlink
+// writer sends without parsing; but a netlink batch and an nft transaction
+// are two kernel transactions, and between them the rules would see sets
+// not yet filled. When the table has no base chain, though, nothing in it
+// sees a packet: a node's first agent (after a boot, or on a new node), or
+// the agent after a failure of this very path. Then the sync goes in three
+// steps, of which only the last one reaches packets:
+//
+//  1. nft: the table emptied of what it had, the regular chains (empty)
+//     and every set and map declared without elements;
+//  2. netlink: every element, in one batch (verdict maps jump to the
+//     chains of step 1);
+//  3. nft: the base chains and every rule, in one transaction: the table
+//     starts seeing packets with every set filled.
+//
+// Elements the writer cannot encode (sets with timeouts, typeof
+// declarations) go in step 1 through nft; if the batch of step 2 fails
+// (too big for the socket, refused), its elements go through nft in
+// step 3. Either way no rule sees a set before it is whole.
+
+// unhooked reports whether a full sync may fill the sets before hooking
+// the table: existing (the netlink listing) has no base chain.
+func (s *Syncer) unhooked(existing map[string][]string) bool {
+	return s.cfg.Netlink != nil && len(existing[baseChains]) == 0
+}
+
+// fullUnhooked is the full sync of a table without base chains (above).
+func (s *Syncer) fullUnhooked(ctx context.Context, desired *compile.Ruleset, existing map[string][]string) (Result, error) {
+	res := Result{Full: true}
+	tx := s.cfg.NFT.NewTransaction()
+	s.clearTable(tx, desired, existing, &res, false)
+	var diffs []setDiff
+	for _, n := range desired.SortedSetNames() {
+		set := desired.Sets[n]
+		if s.keptDynamic(desired, n) && slices.Contains(existing["set"], n) {
+			continue
+		}
+		res.ElementsAdded += len(set.Elements)
+		if _, err := layoutOf(set); err != nil || len(set.Elements) == 0 {
+			if err != nil && !errors.Is(err, errUnsupported) {
+				return res, fmt.Errorf("set %s: %w", n, err)
+			}
+			s.addSet(tx, set)
+			continue
+		}
+		decl := *set
+		decl.Elements = nil
+		decl.AddTo(tx)
+		all := make([]int, len(set.Elements))
+		for i := range all {
+			all[i] = i
+		}
+		diffs = append(diffs, setDiff{name: n, set: set, add: all})
+	}
+	res.Operations = tx.NumOperations()
+	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
+		return res, fmt.Errorf("full sync, unhooked table: declarations (%d operations): %w", res.Operations, err)
+	}
+
+	tx = s.cfg.NFT.NewTransaction()
+	if len(diffs) > 0 {
+		changes, added, _, err := encodeDiffs(diffs)
+		if err == nil {
+			err = s.cfg.Netlink.write(ctx, changes)
+		}
+		if err == nil {
+			res.NetlinkFill = true
+			res.Operations += added
+		} else {
+			s.cfg.Logger.V(2).Info("Full sync: the elements go through nft", "reason", err)
+			for _, d := range diffs {
+				// The declaration again (unchanged: a no-op) and the elements.
+				s.addSet(tx, d.set)
+			}
+		}
+	}
+	for _, n := range desired.ChainOrder {
+		if ch := desired.Chains[n].Chain; ch.Hook != nil {
+			tx.Add(&ch)
+		}
+	}
+	addAllRules(tx, desired, &res)
+	ops := tx.NumOperations()
+	res.Operations += ops
+	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
+		return res, fmt.Errorf("full sync, unhooked table: chains and rules (%d operations): %w", ops, err)
+	}
+	return res, nil
+}
+
+// addSet adds a set or map with its elements, as the full sync writes them.
+func (s *Syncer) addSet(tx *knftables.Transaction, set *compile.Set) {
+	if s.cfg.OneCommandPerSet {
+		addSetOneCommand(tx, set)
+	} else {
+		set.AddTo(tx)
+	}
+}
