@@ -45,7 +45,8 @@ type EvalIndex struct {
 	// TableData holds each decision table (one per Program.Tables entry),
 	// one after the other, so that a verdict reads a table from a line or
 	// two: a header of tableHeader words (the offset of the table's run in
-	// Rules and the lengths of the three parts), then the table-relative
+	// Rules, the lengths of the three parts and the selector summary, see
+	// TableParts), then the table-relative
 	// indices of the rules that match any peer, then of those with address
 	// peers (each in rule order), then the selector peers (sorted), then
 	// the rule of each of them (see TableParts). PodRecord.IngressTable and
@@ -217,21 +218,26 @@ type EvalRule struct {
 }
 
 // tableHeader is the length of a table's header in EvalIndex.TableData.
-const tableHeader = 4
+const tableHeader = 5
 
 // TableParts reads the decision table at offset off of TableData (a
 // PodRecord's IngressTable or EgressTable): the offset of its run in Rules,
 // the table-relative indices of the rules that match every peer and of
 // those with address peers (each in rule order), and its selector peers:
 // the first half of bySelector holds the selectors, sorted, the second the
-// table-relative rule of each (ascending among equal selectors). One bounds
-// check for all.
-func (x *EvalIndex) TableParts(off int32) (rules uint32, anyPeer, blocks, bySelector []int32) {
+// table-relative rule of each (ascending among equal selectors). selBits
+// summarizes the selectors: SelectorBit(s) is set for each selector s, so
+// a membership whose bit is clear is not among them.
+func (x *EvalIndex) TableParts(off int32) (rules, selBits uint32, anyPeer, blocks, bySelector []int32) {
 	h := x.TableData[off:]
+	selBits = uint32(h[4])
 	nAny, nBlocks, nSel := uint32(h[1]), uint32(h[2]), uint32(h[3])
 	data := h[tableHeader : tableHeader+nAny+nBlocks+2*nSel]
-	return uint32(h[0]), data[:nAny], data[nAny : nAny+nBlocks], data[nAny+nBlocks:]
+	return uint32(h[0]), selBits, data[:nAny], data[nAny : nAny+nBlocks], data[nAny+nBlocks:]
 }
+
+// SelectorBit is a selector's bit in TableParts' selBits.
+func SelectorBit(s SelectorID) uint32 { return uint32(1) << (uint32(s) % 32) }
 
 // EvalClusterRule is a usable ClusterNetworkPolicy rule.
 type EvalClusterRule struct {
@@ -644,7 +650,12 @@ func (ix *indexer) tables() {
 		sort.Slice(rules, func(i, j int) bool { return rules[i].Order < rules[j].Order })
 		local := make(map[*Rule]int32, len(rules))
 		ix.tableOffsets[ti] = int32(len(x.TableData))
-		x.TableData = append(x.TableData, int32(len(x.Rules)), int32(len(t.AnyPeer)), int32(len(t.Blocks)), int32(len(t.BySelector)))
+		var selBits uint32
+		for _, sr := range t.BySelector {
+			selBits |= SelectorBit(sr.Selector)
+		}
+		x.TableData = append(x.TableData, int32(len(x.Rules)), int32(len(t.AnyPeer)), int32(len(t.Blocks)), int32(len(t.BySelector)),
+			int32(selBits))
 		for i, r := range rules {
 			local[r] = int32(i)
 			x.Rules = append(x.Rules, EvalRule{Reason: r.AllowReason, EvalMatch: ix.match(&r.Match)})

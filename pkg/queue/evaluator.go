@@ -281,7 +281,7 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 		denied = &p.Pods[local.pod.ID].EgressDenied
 	}
 	deniedReason := *denied
-	ro, anyPeer, blocks, bySelector := x.TableParts(ti)
+	ro, selBits, anyPeer, blocks, bySelector := x.TableParts(ti)
 	rules, filters, q := x.Rules[ro:], x.RuleFilters[ro:], ports.get(x)
 	// A rule whose port filter rules the port out is not read.
 	qf := q.Filter
@@ -293,15 +293,24 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 		}
 	}
 	if remote.pod != nil && len(bySelector) > 0 {
-		// Merge the pod's sorted memberships with the table's sorted
-		// selectors; selRules[j] is the rule of sels[j].
+		// Look the pod's memberships up in the table's sorted selectors
+		// (selRules[j] is the rule of sels[j]), skipping those the
+		// table's summary rules out; both lists are sorted, so each
+		// search starts where the previous one ended.
 		n := len(bySelector) / 2
 		sels, selRules := bySelector[:n], bySelector[n:2*n]
 		j := 0
 		for _, sel := range x.MemberOf(remote.pod) {
+			if selBits&compile.SelectorBit(sel) == 0 {
+				continue
+			}
 			s := int32(sel)
-			for j < len(sels) && sels[j] < s {
-				j++
+			for lo, hi := j, len(sels); lo < hi; {
+				if m := int(uint(lo+hi) >> 1); sels[m] < s {
+					lo, j = m+1, m+1
+				} else {
+					hi = m
+				}
 			}
 			for ; j < len(sels) && sels[j] == s; j++ {
 				if ri := selRules[j]; uint32(ri) < uint32(best) && filters[ri]&qf != 0 && x.PortMatches(&rules[ri].EvalMatch, q) {
