@@ -27,7 +27,7 @@ type EvalIndex struct {
 	// of every pod points into it).
 	Members []SelectorID
 	// PodPorts is the pool of the pods' container ports whose names some
-	// rule uses, in the pods' order.
+	// rule uses, in the pods' order: the first of each name and protocol.
 	PodPorts []EvalPodPort
 	// TierSets holds the distinct ClusterNetworkPolicy lists of the pods;
 	// TierPolicies and TierRules are their pools.
@@ -38,14 +38,19 @@ type EvalIndex struct {
 	// Rules is the pool of the tables' rules; each table's run is sorted by
 	// Rule.Order, so a smaller index in a run is an earlier rule.
 	Rules []EvalRule
+	// RuleFilters holds the port filter of each rule of Rules (see
+	// PortFilter), eight to a cache line: a verdict skips most rules whose
+	// ports cannot match without reading them.
+	RuleFilters []uint64
 	// TableData holds each decision table (one per Program.Tables entry),
 	// one after the other, so that a verdict reads a table from a line or
 	// two: a header of tableHeader words (the offset of the table's run in
-	// Rules and the lengths of the three parts), then the table-relative
+	// Rules, the lengths of the three parts and the selector summary, see
+	// TableParts), then the table-relative
 	// indices of the rules that match any peer, then of those with address
-	// peers (each in rule order), then (selector, rule) pairs sorted by
-	// selector, then rule. PodRecord.IngressTable and EgressTable are the
-	// offsets of the headers.
+	// peers (each in rule order), then the selector peers (sorted), then
+	// the rule of each of them (see TableParts). PodRecord.IngressTable and
+	// EgressTable are the offsets of the headers.
 	TableData []int32
 
 	// ClusterSelectors is the pool of the cluster rules' selector peers.
@@ -213,20 +218,26 @@ type EvalRule struct {
 }
 
 // tableHeader is the length of a table's header in EvalIndex.TableData.
-const tableHeader = 4
+const tableHeader = 5
 
 // TableParts reads the decision table at offset off of TableData (a
 // PodRecord's IngressTable or EgressTable): the offset of its run in Rules,
 // the table-relative indices of the rules that match every peer and of
-// those with address peers (each in rule order), and its (selector,
-// table-relative rule) pairs, flattened: selector at even positions, sorted
-// by selector, then rule. One bounds check for all.
-func (x *EvalIndex) TableParts(off int32) (rules uint32, anyPeer, blocks, bySelector []int32) {
+// those with address peers (each in rule order), and its selector peers:
+// the first half of bySelector holds the selectors, sorted, the second the
+// table-relative rule of each (ascending among equal selectors). selBits
+// summarizes the selectors: SelectorBit(s) is set for each selector s, so
+// a membership whose bit is clear is not among them.
+func (x *EvalIndex) TableParts(off int32) (rules, selBits uint32, anyPeer, blocks, bySelector []int32) {
 	h := x.TableData[off:]
+	selBits = uint32(h[4])
 	nAny, nBlocks, nSel := uint32(h[1]), uint32(h[2]), uint32(h[3])
 	data := h[tableHeader : tableHeader+nAny+nBlocks+2*nSel]
-	return uint32(h[0]), data[:nAny], data[nAny : nAny+nBlocks], data[nAny+nBlocks:]
+	return uint32(h[0]), selBits, data[:nAny], data[nAny : nAny+nBlocks], data[nAny+nBlocks:]
 }
+
+// SelectorBit is a selector's bit in TableParts' selBits.
+func SelectorBit(s SelectorID) uint32 { return uint32(1) << (uint32(s) % 32) }
 
 // EvalClusterRule is a usable ClusterNetworkPolicy rule.
 type EvalClusterRule struct {
@@ -341,78 +352,167 @@ func (x *EvalIndex) TierRulesOf(r *PodRecord, t Tier, d Direction) []EvalCluster
 // ContainsAddr reports whether the rule's address peers contain ip.
 func (x *EvalIndex) ContainsAddr(m *EvalMatch, ip netip.Addr) bool {
 	if ip.Is4() {
-		rs := m.Ranges4[:m.NRanges4]
-		if m.Spill >= 0 {
-			s := x.Spills[m.Spill].Ranges4
-			rs = x.Ranges4[s.Off:s.end()]
-		}
-		if len(rs) == 0 {
-			return false
-		}
-		a4 := ip.As4()
-		a := uint32(a4[0])<<24 | uint32(a4[1])<<16 | uint32(a4[2])<<8 | uint32(a4[3])
-		for _, r := range rs {
-			if a <= r.To {
-				return r.From <= a
-			}
-		}
-		return false
+		return x.ContainsAddr4(m, addr4(ip))
 	}
 	// A match with IPv6 ranges always spills.
 	return m.HasRanges6 && rangesContain(x.Spills[m.Spill].IPBlocks, ip)
 }
 
+// ContainsAddr4 is ContainsAddr for an IPv4 address as an integer (see
+// Addr4), which a verdict converts once for all the rules it tries.
+func (x *EvalIndex) ContainsAddr4(m *EvalMatch, a uint32) bool {
+	rs := m.Ranges4[:min(m.NRanges4, evalInline)]
+	if m.Spill >= 0 {
+		s := x.Spills[m.Spill].Ranges4
+		rs = x.Ranges4[s.Off:s.end()]
+	}
+	// The ranges are sorted and disjoint: the first that ends at or after
+	// a is the only one that can hold it.
+	for _, r := range rs {
+		if a <= r.To {
+			return r.From <= a
+		}
+	}
+	return false
+}
+
+// Addr4 is an IPv4 address as the integer Range4 bounds are.
+func Addr4(a netip.Addr) uint32 { return addr4(a) }
+
+// PortQuery is a connection's destination protocol and port as every rule's
+// ports are checked against it, with the destination pod's port names
+// resolved once per verdict (ResolveNames) instead of once per named port
+// of every rule tried.
+type PortQuery struct {
+	// Dst is the destination pod (nil when the destination is not a pod).
+	Dst *PodRecord
+	// Names has bit n set when the destination pod's container port named
+	// n (interned name index below 64) for Proto is Port.
+	Names uint64
+	// Filter is the query's port filter (see RuleFilters): the port's bit,
+	// the names' bits and the bit every query has.
+	Filter uint64
+	Port   uint16
+	Proto  Protocol
+}
+
+// namesInMask is how many interned port names PortQuery.Names holds; a
+// rule naming a port with a larger index looks it up on the pod instead.
+const namesInMask = 64
+
+// A port filter is a 64-bit summary of the ports a match admits, which a
+// verdict ANDs with its PortQuery.Filter: zero means the match cannot admit
+// the connection's port; non-zero that it may (PortMatches decides). Bits
+// 0-31 are port names (interned index below 32), bits 32-62 numeric ports
+// (port modulo 31, every port of a range of up to 31 ports), bit 63 is set
+// in every query and in the filter of a match too wide to summarize (all
+// ports, a longer range, a name with a larger index).
+const (
+	filterNames   = 32
+	filterPortMod = 31
+	filterAlways  = uint64(1) << 63
+)
+
+func filterPortBit(port uint16) uint64 {
+	return uint64(1) << (filterNames + uint32(port)%filterPortMod)
+}
+
+// portFilter summarizes the ports a match admits.
+func (ix *indexer) portFilter(m *Match) uint64 {
+	if m.AllPorts {
+		return ^uint64(0)
+	}
+	var f uint64
+	for _, pr := range m.Ports {
+		if int(pr.Last)-int(pr.First) >= filterPortMod {
+			return filterAlways
+		}
+		for port := int(pr.First); port <= int(pr.Last); port++ {
+			f |= filterPortBit(uint16(port))
+		}
+	}
+	for _, np := range m.NamedPorts {
+		id := ix.intern(np.Name)
+		if id >= filterNames {
+			return filterAlways
+		}
+		f |= uint64(1) << uint32(id)
+	}
+	return f
+}
+
+// ResolveNames sets q.Names from the destination pod's named ports, and
+// q.Filter. A pod
+// holds only the first container port of each name and protocol (the one
+// that counts, as in Pod.NamedPort), so every match sets its bit.
+func (x *EvalIndex) ResolveNames(q *PortQuery) {
+	q.Names = 0
+	if q.Dst != nil {
+		for _, pp := range x.PortsOf(q.Dst) {
+			if pp.Port == q.Port && pp.Protocol == q.Proto && uint32(pp.Name) < namesInMask {
+				q.Names |= uint64(1) << uint32(pp.Name)
+			}
+		}
+	}
+	q.Filter = q.Names&(1<<filterNames-1) | filterPortBit(q.Port) | filterAlways
+}
+
 // PortMatches checks the destination protocol and port; named ports resolve
-// on the destination pod (nil when the destination is not a pod).
-func (x *EvalIndex) PortMatches(m *EvalMatch, dst *PodRecord, proto Protocol, port uint16) bool {
+// on the destination pod.
+func (x *EvalIndex) PortMatches(m *EvalMatch, q *PortQuery) bool {
 	if m.AllPorts {
 		return true
 	}
 	if m.Spill >= 0 {
-		s := &x.Spills[m.Spill]
-		for _, pr := range x.Ports[s.Ports.Off:s.Ports.end()] {
-			if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
-				return true
-			}
-		}
-		if dst == nil {
-			return false
-		}
-		for _, np := range x.Named[s.Named.Off:s.Named.end()] {
-			if x.namedPortIs(dst, np.Name, np.Protocol, proto, port) {
-				return true
-			}
-		}
-		return false
+		return x.spilledPortMatches(m, q)
 	}
-	for _, pr := range m.Ports[:m.NPorts] {
-		if pr.Protocol == proto && pr.First <= port && port <= pr.Last {
+	for i := uint8(0); i < m.NPorts && i < evalInline; i++ {
+		if pr := &m.Ports[i]; pr.Protocol == q.Proto && pr.First <= q.Port && q.Port <= pr.Last {
 			return true
 		}
 	}
-	if dst == nil {
-		return false
-	}
-	for _, np := range m.Named[:m.NNamed] {
-		if x.namedPortIs(dst, int32(np.Name), np.Protocol, proto, port) {
+	for i := uint8(0); i < m.NNamed && i < evalInline; i++ {
+		if np := m.Named[i]; x.namedMatches(int32(np.Name), np.Protocol, q) {
 			return true
 		}
 	}
 	return false
 }
 
-// namedPortIs reports whether the pod's container port named name, for the
-// connection's protocol, is port. A rule's protocol 0 (a
-// ClusterNetworkPolicy destinationNamedPort) accepts any protocol.
-func (x *EvalIndex) namedPortIs(dst *PodRecord, name int32, ruleProto, proto Protocol, port uint16) bool {
-	if ruleProto != 0 && ruleProto != proto {
+// spilledPortMatches is PortMatches for a match whose lists are in the
+// pools.
+func (x *EvalIndex) spilledPortMatches(m *EvalMatch, q *PortQuery) bool {
+	s := &x.Spills[m.Spill]
+	for _, pr := range x.Ports[s.Ports.Off:s.Ports.end()] {
+		if pr.Protocol == q.Proto && pr.First <= q.Port && q.Port <= pr.Last {
+			return true
+		}
+	}
+	for _, np := range x.Named[s.Named.Off:s.Named.end()] {
+		if x.namedMatches(np.Name, np.Protocol, q) {
+			return true
+		}
+	}
+	return false
+}
+
+// namedMatches reports whether a rule's named port is the connection's: the
+// destination pod's container port named name, for the connection's
+// protocol, is the port. A rule's protocol 0 (a ClusterNetworkPolicy
+// destinationNamedPort) accepts any protocol.
+func (x *EvalIndex) namedMatches(name int32, ruleProto Protocol, q *PortQuery) bool {
+	if ruleProto != 0 && ruleProto != q.Proto {
 		return false
 	}
-	// The first container port with the name and protocol counts, as in
-	// Pod.NamedPort.
-	for _, pp := range x.PortsOf(dst) {
-		if pp.Name == name && pp.Protocol == proto {
-			return pp.Port == port
+	if uint32(name) < namesInMask {
+		return q.Names&(uint64(1)<<uint32(name)) != 0
+	}
+	if q.Dst == nil {
+		return false
+	}
+	for _, pp := range x.PortsOf(q.Dst) {
+		if pp.Name == name && pp.Protocol == q.Proto {
+			return pp.Port == q.Port
 		}
 	}
 	return false
@@ -550,16 +650,25 @@ func (ix *indexer) tables() {
 		sort.Slice(rules, func(i, j int) bool { return rules[i].Order < rules[j].Order })
 		local := make(map[*Rule]int32, len(rules))
 		ix.tableOffsets[ti] = int32(len(x.TableData))
-		x.TableData = append(x.TableData, int32(len(x.Rules)), int32(len(t.AnyPeer)), int32(len(t.Blocks)), int32(len(t.BySelector)))
+		var selBits uint32
+		for _, sr := range t.BySelector {
+			selBits |= SelectorBit(sr.Selector)
+		}
+		x.TableData = append(x.TableData, int32(len(x.Rules)), int32(len(t.AnyPeer)), int32(len(t.Blocks)), int32(len(t.BySelector)),
+			int32(selBits))
 		for i, r := range rules {
 			local[r] = int32(i)
 			x.Rules = append(x.Rules, EvalRule{Reason: r.AllowReason, EvalMatch: ix.match(&r.Match)})
+			x.RuleFilters = append(x.RuleFilters, ix.portFilter(&r.Match))
 		}
 		for _, r := range append(t.AnyPeer[:len(t.AnyPeer):len(t.AnyPeer)], t.Blocks...) {
 			x.TableData = append(x.TableData, local[r])
 		}
 		for _, sr := range t.BySelector {
-			x.TableData = append(x.TableData, int32(sr.Selector), local[sr.Rule])
+			x.TableData = append(x.TableData, int32(sr.Selector))
+		}
+		for _, sr := range t.BySelector {
+			x.TableData = append(x.TableData, local[sr.Rule])
 		}
 	}
 }
@@ -632,7 +741,10 @@ func (ix *indexer) pods() {
 		}
 		sp.Ports.Off = uint32(len(x.PodPorts))
 		for _, cp := range pod.Ports {
-			if id, ok := ix.names[cp.Name]; ok {
+			id, ok := ix.names[cp.Name]
+			if ok && !hasPodPort(x.PodPorts[sp.Ports.Off:], id, cp.Protocol) {
+				// Only the first container port of a name and protocol
+				// counts (Pod.NamedPort); the later ones are left out.
 				x.PodPorts = append(x.PodPorts, EvalPodPort{Name: id, Port: cp.Port, Protocol: cp.Protocol})
 			}
 		}
@@ -651,6 +763,16 @@ func (ix *indexer) pods() {
 			ix.addAddr(a, &r)
 		}
 	}
+}
+
+// hasPodPort reports whether ports has a port of that name and protocol.
+func hasPodPort(ports []EvalPodPort, name int32, proto Protocol) bool {
+	for _, pp := range ports {
+		if pp.Name == name && pp.Protocol == proto {
+			return true
+		}
+	}
+	return false
 }
 
 // tierSet returns the index of the pod's ClusterNetworkPolicy lists, shared

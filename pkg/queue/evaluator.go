@@ -53,6 +53,30 @@ type end struct {
 	pod  *compile.PodRecord
 }
 
+// addrMatcher checks an end's address against rules' address peers, an
+// IPv4 address as the integer the ranges are held as, converted once.
+type addrMatcher struct {
+	addr netip.Addr
+	a4   uint32
+	is4  bool
+}
+
+func newAddrMatcher(a netip.Addr) addrMatcher {
+	m := addrMatcher{addr: a, is4: a.Is4()}
+	if m.is4 {
+		m.a4 = compile.Addr4(a)
+	}
+	return m
+}
+
+// in reports whether the match's address peers contain the address.
+func (am *addrMatcher) in(x *compile.EvalIndex, m *compile.EvalMatch) bool {
+	if am.is4 {
+		return x.ContainsAddr4(m, am.a4)
+	}
+	return x.ContainsAddr(m, am.addr)
+}
+
 // Evaluate decides a new connection from src to dst with the given protocol
 // and destination port, using the same policy model the kernel ruleset is
 // rendered from. Egress is decided for a local source pod, ingress for a
@@ -87,6 +111,9 @@ func EvaluateResolved(p *compile.Program, res Resolver, src, dst netip.Addr, pro
 		v.Allowed, v.EgressReason, v.IngressReason = true, ReasonSelf, ReasonSelf
 		return v
 	}
+	// Rules' ports are checked against the destination: its port names are
+	// resolved once, when a rule is first tried.
+	ports := portQuery{q: compile.PortQuery{Dst: d.pod, Proto: proto, Port: port}}
 
 	// Egress of the source pod.
 	switch {
@@ -94,7 +121,7 @@ func EvaluateResolved(p *compile.Program, res Resolver, src, dst netip.Addr, pro
 	case !s.pod.Local:
 		v.EgressReason = ReasonNotEnforcedHere
 	default:
-		v.Egress, v.EgressReason = decideDirection(p, res, &s, compile.Egress, &d, d.pod, proto, port)
+		v.Egress, v.EgressReason = decideDirection(p, res, &s, compile.Egress, &d, &ports)
 	}
 
 	// Ingress of the destination pod. Traffic from the pod's own node (kubelet
@@ -110,10 +137,26 @@ func EvaluateResolved(p *compile.Program, res Resolver, src, dst netip.Addr, pro
 			v.IngressReason = ReasonNodeTraffic
 		}
 	default:
-		v.Ingress, v.IngressReason = decideDirection(p, nil, &d, compile.Ingress, &s, d.pod, proto, port)
+		v.Ingress, v.IngressReason = decideDirection(p, nil, &d, compile.Ingress, &s, &ports)
 	}
 	v.Allowed = v.Egress && v.Ingress
 	return v
+}
+
+// portQuery resolves the connection's compile.PortQuery the first time a
+// rule's ports are checked: most verdicts of pods that no policy isolates
+// check none.
+type portQuery struct {
+	q     compile.PortQuery
+	ready bool
+}
+
+func (pq *portQuery) get(x *compile.EvalIndex) *compile.PortQuery {
+	if !pq.ready {
+		x.ResolveNames(&pq.q)
+		pq.ready = true
+	}
+	return &pq.q
 }
 
 // decideDirection decides one side of a connection for a local pod: the
@@ -121,25 +164,25 @@ func EvaluateResolved(p *compile.Program, res Resolver, src, dst netip.Addr, pro
 // tier, then allow. The remote end is the destination for egress, the
 // source for ingress.
 func decideDirection(p *compile.Program, res Resolver, local *end, d compile.Direction,
-	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (bool, string) {
+	remote *end, ports *portQuery) (bool, string) {
+	if local.pod.Tiers < 0 {
+		// No ClusterNetworkPolicy has the pod as a subject (the common
+		// case): the NetworkPolicies isolating the pod decide, if any.
+		if table := local.pod.Table(d); table >= 0 {
+			return decideTable(p, local, d, table, remote, ports)
+		}
+		return true, notIsolated(d)
+	}
 	x := &p.Eval
 	passed := ""
 	for _, t := range [...]compile.Tier{compile.TierAdmin, compile.TierBaseline} {
 		if t == compile.TierBaseline {
 			// Between the tiers: the NetworkPolicies isolating the pod.
 			if table := local.pod.Table(d); table >= 0 {
-				if remote.pod == nil && p.IsOwnNode(&p.Pods[local.pod.ID], remote.addr) {
-					return true, ReasonNodeTraffic
-				}
-				return decide(p, local, d, table, remote, dstPod, proto, port)
+				return decideTable(p, local, d, table, remote, ports)
 			}
 		}
-		if local.pod.Tiers < 0 {
-			// No ClusterNetworkPolicy has the pod as a subject (the
-			// common case): nothing to read.
-			continue
-		}
-		switch a, reason := decideTier(p, res, local.addr, x.TierRulesOf(local.pod, t, d), remote, dstPod, proto, port); a {
+		switch a, reason := decideTier(p, res, local.addr, x.TierRulesOf(local.pod, t, d), remote, ports); a {
 		case compile.ActionAccept:
 			return true, reason
 		case compile.ActionDeny:
@@ -151,10 +194,25 @@ func decideDirection(p *compile.Program, res Resolver, local *end, d compile.Dir
 	if passed != "" {
 		return true, passed
 	}
+	return true, notIsolated(d)
+}
+
+// notIsolated is the reason of a direction no policy isolates.
+func notIsolated(d compile.Direction) string {
 	if d == compile.Egress {
-		return true, ReasonEgressNotIsolated
+		return ReasonEgressNotIsolated
 	}
-	return true, ReasonIngressNotIsolated
+	return ReasonIngressNotIsolated
+}
+
+// decideTable decides a direction in which NetworkPolicies isolate the
+// local pod: traffic between the pod and its own node passes, the rest is
+// looked up in the pod's decision table.
+func decideTable(p *compile.Program, local *end, d compile.Direction, table int32, remote *end, ports *portQuery) (bool, string) {
+	if remote.pod == nil && p.IsOwnNode(&p.Pods[local.pod.ID], remote.addr) {
+		return true, ReasonNodeTraffic
+	}
+	return decide(p, local, d, table, remote, ports)
 }
 
 // decideTier walks the rules of one tier's ClusterNetworkPolicies (policies
@@ -162,11 +220,15 @@ func decideDirection(p *compile.Program, res Resolver, local *end, d compile.Dir
 // first rule that matches decides (0 when none does). The port is checked
 // first: it is the cheaper test and the one that fails most often.
 func decideTier(p *compile.Program, res Resolver, local netip.Addr, rules []compile.EvalClusterRule,
-	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (compile.Action, string) {
+	remote *end, ports *portQuery) (compile.Action, string) {
+	if len(rules) == 0 {
+		return 0, ""
+	}
 	x := &p.Eval
+	q := ports.get(x)
 	for i := range rules {
 		r := &rules[i]
-		if x.PortMatches(&r.EvalMatch, dstPod, proto, port) && peerMatches(p, res, local, r, remote) {
+		if x.PortMatches(&r.EvalMatch, q) && peerMatches(p, res, local, r, remote) {
 			return r.Action, r.Reason
 		}
 	}
@@ -198,7 +260,8 @@ func peerMatches(p *compile.Program, res Resolver, local netip.Addr, r *compile.
 	if res != nil && len(r.Rule.Domains) > 0 && res.Resolved(local, remote.addr, r.Rule.Domains) {
 		return true
 	}
-	return x.ContainsAddr(&r.EvalMatch, remote.addr)
+	am := newAddrMatcher(remote.addr)
+	return am.in(x, &r.EvalMatch)
 }
 
 // decide looks the connection up in the decision table of the policies
@@ -208,7 +271,7 @@ func peerMatches(p *compile.Program, res Resolver, local netip.Addr, r *compile.
 // table's rules are in that order, so the smallest table-relative index
 // wins.
 func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
-	remote *end, dstPod *compile.PodRecord, proto compile.Protocol, port uint16) (bool, string) {
+	remote *end, ports *portQuery) (bool, string) {
 	x := &p.Eval
 	// The reason a denial gives is in the Pod, a line no other step reads:
 	// load it before walking the table, so that its cache miss overlaps
@@ -218,43 +281,62 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 		denied = &p.Pods[local.pod.ID].EgressDenied
 	}
 	deniedReason := *denied
-	ro, anyPeer, blocks, bySelector := x.TableParts(ti)
-	rules := x.Rules[ro:]
+	ro, selBits, anyPeer, blocks, bySelector := x.TableParts(ti)
+	rules, filters, q := x.Rules[ro:], x.RuleFilters[ro:], ports.get(x)
+	// A rule whose port filter rules the port out is not read.
+	qf := q.Filter
 	best := int32(-1)
 	for _, ri := range anyPeer {
-		if x.PortMatches(&rules[ri].EvalMatch, dstPod, proto, port) {
+		if filters[ri]&qf != 0 && x.PortMatches(&rules[ri].EvalMatch, q) {
 			best = ri
 			break
 		}
 	}
 	if remote.pod != nil && len(bySelector) > 0 {
-		// Merge the pod's sorted memberships with the table's sorted
-		// selectors (pairs: selector, rule).
-		// A tight loop skips the selectors the pod is not in.
-		bs, j := bySelector, 0
+		// Look the pod's memberships up in the table's sorted selectors
+		// (selRules[j] is the rule of sels[j]), skipping those the
+		// table's summary rules out; both lists are sorted, so each
+		// search starts where the previous one ended.
+		n := len(bySelector) / 2
+		sels, selRules := bySelector[:n], bySelector[n:2*n]
+		j := 0
 		for _, sel := range x.MemberOf(remote.pod) {
-			for j+1 < len(bs) && compile.SelectorID(bs[j]) < sel {
-				j += 2
+			if selBits&compile.SelectorBit(sel) == 0 {
+				continue
 			}
-			for ; j+1 < len(bs) && compile.SelectorID(bs[j]) == sel; j += 2 {
-				ri := bs[j+1]
-				if (best < 0 || ri < best) && x.PortMatches(&rules[ri].EvalMatch, dstPod, proto, port) {
+			s := int32(sel)
+			for lo, hi := j, len(sels); lo < hi; {
+				if m := int(uint(lo+hi) >> 1); sels[m] < s {
+					lo, j = m+1, m+1
+				} else {
+					hi = m
+				}
+			}
+			for ; j < len(sels) && sels[j] == s; j++ {
+				if ri := selRules[j]; uint32(ri) < uint32(best) && filters[ri]&qf != 0 && x.PortMatches(&rules[ri].EvalMatch, q) {
 					best = ri
 				}
 			}
-			if j+1 >= len(bs) {
+			if j == len(sels) {
 				break
 			}
 		}
 	}
-	for _, ri := range blocks {
-		if best >= 0 && ri > best {
-			break
-		}
-		r := &rules[ri]
-		if x.ContainsAddr(&r.EvalMatch, remote.addr) && x.PortMatches(&r.EvalMatch, dstPod, proto, port) {
-			best = ri
-			break
+	if len(blocks) > 0 && uint32(blocks[0]) < uint32(best) {
+		am := newAddrMatcher(remote.addr)
+		for _, ri := range blocks {
+			if uint32(ri) > uint32(best) {
+				break
+			}
+			// The port first: the rule's line is read either way, and
+			// the port test fails more often (address peers are wide).
+			if filters[ri]&qf == 0 {
+				continue
+			}
+			if m := &rules[ri].EvalMatch; x.PortMatches(m, q) && am.in(x, m) {
+				best = ri
+				break
+			}
 		}
 	}
 	if best < 0 {
