@@ -27,6 +27,9 @@ const queuesPerCPU = 0
 const (
 	drainQuiet   = 100 * time.Millisecond // no packet for this long: drained
 	drainTimeout = 3 * time.Second
+	// successorWait bounds the wait for a successor's queues (see
+	// waitForSuccessor); the old agent answers its own queues meanwhile.
+	successorWait = 2 * time.Second
 )
 
 // queueCount resolves --queues: one queue per CPU by default (the rule
@@ -179,11 +182,10 @@ func runUntilHandedOver(ctx context.Context, rt *queue.Runtime, name string, err
 // bypass flag decides until an agent listens.
 func handOver(log klog.Logger, rt *queue.Runtime, variant compile.QueueVariant, chain string, ours uint16, succ sets.QueueRuleConfig) {
 	n := rt.Config().Queues
-	stats, err := queue.ReadKernelQueueStats()
-	if err != nil || queue.BoundQueues(stats, succ.QueueNum, n) == 0 {
+	start := time.Now()
+	if !waitForSuccessor(succ.QueueNum, n, successorWait) {
 		return
 	}
-	start := time.Now()
 	conn, err := nftables.New()
 	if err == nil {
 		defer conn.CloseLasting()
@@ -199,6 +201,28 @@ func handOver(log klog.Logger, rt *queue.Runtime, variant compile.QueueVariant, 
 	derr := rt.Drain(ctx, drainQuiet)
 	log.Info("Handed the queues over to the successor", "chain", chain, "successor", compile.QueueRange(succ.QueueNum, n),
 		"ours", compile.QueueRange(ours, n), "drained", derr == nil, "duration", time.Since(start).Round(time.Millisecond))
+}
+
+// waitForSuccessor reports whether the queues first..first+n-1 have a
+// listener, waiting up to wait for all of them. The DaemonSet controller
+// stops the old agent once the new pod is ready, and the new pod's
+// readiness probe (host network: the same port) is answered by the old
+// agent until it exits: the old agent may be told to stop before its
+// successor has bound its queues, and closing its own then would drop
+// every queued connection until the successor's first sync.
+func waitForSuccessor(first, n uint16, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for {
+		stats, err := queue.ReadKernelQueueStats()
+		bound := 0
+		if err == nil {
+			bound = queue.BoundQueues(stats, first, n)
+		}
+		if bound == int(n) || time.Now().After(deadline) {
+			return bound > 0
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // listenRetry listens on addr, waiting while the address is in use: during
