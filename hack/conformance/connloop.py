@@ -33,6 +33,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=0.5, help="deadline of one attempt, seconds")
     ap.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: at SIGTERM)")
     ap.add_argument("--stop-file", help="stop once this file exists (checked every 0.1 s)")
+    ap.add_argument("--ready-file", help="created once the first attempt is on its way")
     ap.add_argument("--out", required=True, help="results file (one line per attempt)")
     a = ap.parse_args()
     host, port = a.target.rsplit(":", 1)
@@ -81,6 +82,9 @@ def main():
             s.setblocking(False)
             w, m = time.time(), time.monotonic()
             rc = s.connect_ex(addr)
+            if a.ready_file:
+                open(a.ready_file, "w").close()
+                a.ready_file = None
             if rc in (0, errno.EINPROGRESS):
                 pending[s.fileno()] = (s, w, m)
                 sel.register(s, selectors.EVENT_WRITE)

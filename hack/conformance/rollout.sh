@@ -98,7 +98,7 @@ pod_pid() {
 connloop() {
 	local pid=$1 out=$2
 	shift 2
-	nsenter -t "$pid" -n -- python3 "$HERE/connloop.py" --target "$ROLLOUT_SERVER:$ROLLOUT_PORT" \
+	nsenter -t "$pid" -n -- "$ROLLOUT_PYTHON" "$HERE/connloop.py" --target "$ROLLOUT_SERVER:$ROLLOUT_PORT" \
 		--interval "$ROLLOUT_INTERVAL" --timeout "$ROLLOUT_TIMEOUT" --out "$out" "$@"
 }
 
@@ -199,6 +199,9 @@ run_rollout() {
 	rollout_objects "$snode" "$cnode" | kc apply -f - >/dev/null
 	kc -n "$ROLLOUT_NS" wait --for=condition=Ready pod --all --timeout=120s >/dev/null ||
 		die "the rollout pods did not become ready"
+	# The interpreter itself, not a wrapper (a pyenv shim takes seconds to
+	# start on a loaded machine).
+	ROLLOUT_PYTHON=$(python3 -c 'import sys; print(sys.executable)')
 	ROLLOUT_SERVER=$(kc -n "$ROLLOUT_NS" get pod server -o jsonpath='{.status.podIP}')
 	wait_for 30 "the allowed client's container" pod_pid "$cnode_n" allowed
 	ALLOWED_PID=$(pod_pid "$cnode_n" allowed) DENIED_PID=$(pod_pid "$cnode_n" denied)
@@ -213,12 +216,15 @@ run_rollout() {
 
 	log "rollout: connections every ${ROLLOUT_INTERVAL}s from each client (deadline ${ROLLOUT_TIMEOUT}s), ${ROLLOUT_BEFORE}s before the update"
 	local stopfile=$STATE/connloop.stop
-	rm -f "$stopfile"
-	connloop "$ALLOWED_PID" "$OUT/connections-allowed.txt" --stop-file "$stopfile" 2>>"$OUT/connloop.log" &
+	rm -f "$stopfile" "$STATE"/connloop-*.ready
+	connloop "$ALLOWED_PID" "$OUT/connections-allowed.txt" --stop-file "$stopfile" \
+		--ready-file "$STATE/connloop-allowed.ready" 2>>"$OUT/connloop.log" &
 	local la=$!
-	connloop "$DENIED_PID" "$OUT/connections-denied.txt" --stop-file "$stopfile" 2>>"$OUT/connloop.log" &
+	connloop "$DENIED_PID" "$OUT/connections-denied.txt" --stop-file "$stopfile" \
+		--ready-file "$STATE/connloop-denied.ready" 2>>"$OUT/connloop.log" &
 	local ld=$!
 	ROLLOUT_BG+=("$la" "$ld") # killed only if the script dies before they stop
+	wait_for 60 "the connection loops to start" test -e "$STATE/connloop-allowed.ready" -a -e "$STATE/connloop-denied.ready"
 	sleep "$ROLLOUT_BEFORE"
 	queue_stats before
 	local t_restart t_done
