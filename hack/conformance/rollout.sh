@@ -90,7 +90,7 @@ pod_pid() {
 	id=$(kc -n "$ROLLOUT_NS" get pod "$pod" -o jsonpath='{.status.containerStatuses[0].containerID}')
 	id=${id#containerd://}
 	[[ -n $id ]] || return 1
-	innode "$n" ctr -a /run/containerd/containerd.sock -n k8s.io tasks ls | awk -v id="$id" '$1 == id && $3 == "RUNNING" {print $2}'
+	innode "$n" ctr -a /run/containerd/containerd.sock -n k8s.io tasks ls 2>/dev/null | awk -v id="$id" '$1 == id && $3 == "RUNNING" {print $2}'
 }
 
 # connloop PID OUTFILE [ARGS...]: hack/conformance/connloop.py in the network
