@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -28,9 +29,16 @@ const (
 	drainQuiet   = 100 * time.Millisecond // no packet for this long: drained
 	drainTimeout = 3 * time.Second
 	// successorWait bounds the wait for a successor's queues (see
-	// waitForSuccessor); the old agent answers its own queues meanwhile.
+	// waitForSuccessor), counted from the first hand-over of the shutdown
+	// (connection and DNS queues share it): without a successor, the
+	// agent's exit is delayed by that much. The old agent answers its own
+	// queues meanwhile.
 	successorWait = 2 * time.Second
 )
+
+// successorDeadline is when the shutdown stops waiting for a successor's
+// queues: successorWait after its first call.
+var successorDeadline = sync.OnceValue(func() time.Time { return time.Now().Add(successorWait) })
 
 // queueCount resolves --queues: one queue per CPU by default (the rule
 // fans out by CPU, and each queue has a reader thread of its own).
@@ -183,7 +191,7 @@ func runUntilHandedOver(ctx context.Context, rt *queue.Runtime, name string, err
 func handOver(log klog.Logger, rt *queue.Runtime, variant compile.QueueVariant, chain string, ours uint16, succ sets.QueueRuleConfig) {
 	n := rt.Config().Queues
 	start := time.Now()
-	if !waitForSuccessor(succ.QueueNum, n, successorWait) {
+	if !waitForSuccessor(succ.QueueNum, n, successorDeadline()) {
 		return
 	}
 	conn, err := nftables.New()
@@ -204,14 +212,13 @@ func handOver(log klog.Logger, rt *queue.Runtime, variant compile.QueueVariant, 
 }
 
 // waitForSuccessor reports whether the queues first..first+n-1 have a
-// listener, waiting up to wait for all of them. The DaemonSet controller
+// listener, waiting until deadline for all of them. The DaemonSet controller
 // stops the old agent once the new pod is ready, and the new pod's
 // readiness probe (host network: the same port) is answered by the old
 // agent until it exits: the old agent may be told to stop before its
 // successor has bound its queues, and closing its own then would drop
 // every queued connection until the successor's first sync.
-func waitForSuccessor(first, n uint16, wait time.Duration) bool {
-	deadline := time.Now().Add(wait)
+func waitForSuccessor(first, n uint16, deadline time.Time) bool {
 	for {
 		stats, err := queue.ReadKernelQueueStats()
 		bound := 0

@@ -173,6 +173,43 @@ func (a *Agent) Update(successorUp func() error, grace time.Duration) error {
 	return nil
 }
 
+// UpdateStoppedFirst replaces the running agent the way a DaemonSet update
+// with maxSurge can when the new pod is reported ready before the new agent
+// listens (its readiness probe reaches the old agent on their shared host
+// port): the old process gets SIGTERM first, the successor starts lead
+// later, and the old one has up to grace to exit. From then on the
+// successor is the node's agent.
+func (a *Agent) UpdateStoppedFirst(lead, grace time.Duration) error {
+	old := a.current()
+	if old == nil || old.exited() {
+		return fmt.Errorf("cluster: the agent of %s is not running", a.Node)
+	}
+	if err := old.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	time.Sleep(lead)
+	a.mu.Lock()
+	p, err := a.startProc()
+	if err == nil {
+		a.proc = p
+	}
+	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-old.done:
+		if old.err != nil {
+			return fmt.Errorf("cluster: the old agent of %s exited after SIGTERM: %w", a.Node, old.err)
+		}
+		return nil
+	case <-time.After(grace):
+	}
+	_ = old.cmd.Process.Signal(syscall.SIGKILL)
+	<-old.done
+	return fmt.Errorf("cluster: the old agent of %s did not exit within %v of SIGTERM; killed", a.Node, grace)
+}
+
 // startProc starts one agent process; a.mu is held.
 func (a *Agent) startProc() (*agentProc, error) {
 	logf, err := os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
