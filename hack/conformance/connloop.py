@@ -95,11 +95,10 @@ def main():
                 s.close()
         if stop and not pending:
             break
-        # Deadlines first, then whatever became writable.
-        now = time.monotonic()
-        for fd, (s, w, m) in list(pending.items()):
-            if now - m >= a.timeout:
-                finish(fd, "timeout")
+        # What became writable first, then the deadlines: after a stall of
+        # this process (a loaded machine) an attempt that completed in time
+        # is not counted as a timeout. A completion seen late is still a
+        # first SYN answered: its retransmission would come after 1 s.
         wait = a.timeout if stop else max(0.0, nxt - time.monotonic())
         if pending:
             wait = min(wait, max(0.0, min(m for _, _, m in pending.values()) + a.timeout - time.monotonic()))
@@ -109,6 +108,10 @@ def main():
                 continue
             err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             finish(s.fileno(), "ok" if err == 0 else classify(err))
+        now = time.monotonic()
+        for fd, (s, w, m) in list(pending.items()):
+            if now - m >= a.timeout:
+                finish(fd, "timeout")
         if not pending and not stop:
             time.sleep(max(0.0, nxt - time.monotonic()))
     out.close()

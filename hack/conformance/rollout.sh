@@ -287,7 +287,7 @@ summarize_rollout() {
 			echo "admitted denied attempts (start time UTC, ms):"
 			awk '$2 == "ok"' "$fd" | while read -r t r ms; do echo "  $(fmt_time "$t") $ms"; done | head -n 200
 		fi
-		echo "agent pods (first seen, ready, deletion started, last seen; UTC):"
+		echo "agent pods (first seen, ready, deletion started, last seen; UTC; what each old agent handed over):"
 		awk '{
 			delete f
 			for (i = 3; i <= NF; i++) { k = $i; sub(/=.*/, "", k); v = $i; sub(/^[^=]*=/, "", v); f[k] = v }
@@ -299,13 +299,18 @@ summarize_rollout() {
 		}
 		END { for (i = 1; i <= n; i++) { p = order[i]; print p, node[p], first[p], (p in ready ? ready[p] : "-"), (p in del ? del[p] : "-"), last[p] } }' \
 			"$OUT/agent-pods.txt" | while read -r p nd f r d l; do
-			printf '  %-18s %-6s %s  ready %s  deleting %s  last %s\n' "$p" "$nd" "$(fmt_time "$f")" \
-				"$([[ $r == - ]] && echo - || fmt_time "$r")" "$([[ $d == - ]] && echo - || fmt_time "$d")" "$(fmt_time "$l")"
+			# What an old agent handed over to its successor, by chain.
+			h=
+			[[ $d == - ]] || h="  handed over: $(grep -o 'Handed the queues over to the successor.*chain="[a-z-]*"' "$OUT/agent-$p.log" 2>/dev/null |
+				sed 's/.*chain="//; s/"$//' | paste -sd, -)"
+			[[ $h == "  handed over: " ]] && h="  handed over: nothing"
+			printf '  %-18s %-6s %s  ready %s  deleting %s  last %s%s\n' "$p" "$nd" "$(fmt_time "$f")" \
+				"$([[ $r == - ]] && echo - || fmt_time "$r")" "$([[ $d == - ]] && echo - || fmt_time "$d")" "$(fmt_time "$l")" "$h"
 		done
 		echo "agent events (from the agents' logs):"
 		local f
 		for f in "$OUT"/agent-nftpolicy-*.log; do
-			grep -hE 'Handed the queues|alternate range|Listening on NFQUEUE|Address in use|Agent failed|Cannot point' "$f" |
+			grep -hE 'Handed the queues|alternate range|Listening on NFQUEUE|Address in use|Shutting down|Agent failed|Cannot point' "$f" |
 				sed "s|^|  $(basename "$f" .log): |" | cut -c1-400 || true
 		done
 		echo "kernel queues after the update (queue_dropped and user_dropped must be 0):"
