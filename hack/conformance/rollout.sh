@@ -42,43 +42,42 @@ rollout_objects() {
 	    image: $AGNHOST_IMAGE
 	    imagePullPolicy: Never
 	    args: [netexec, --http-port=$ROLLOUT_PORT]
-	---
-	apiVersion: v1
-	kind: Pod
-	metadata: {name: allowed, namespace: $ROLLOUT_NS, labels: {role: client, client: allowed}}
-	spec:
-	  nodeName: $cnode
-	  terminationGracePeriodSeconds: 1
-	  containers:
-	  - {name: pause, image: $AGNHOST_IMAGE, imagePullPolicy: Never, args: [pause]}
-	---
-	apiVersion: v1
-	kind: Pod
-	metadata: {name: denied, namespace: $ROLLOUT_NS, labels: {role: client, client: denied}}
-	spec:
-	  nodeName: $cnode
-	  terminationGracePeriodSeconds: 1
-	  containers:
-	  - {name: pause, image: $AGNHOST_IMAGE, imagePullPolicy: Never, args: [pause]}
+	EOF
+	local c
+	for c in allowed denied; do
+		cat <<-EOF
+		---
+		apiVersion: v1
+		kind: Pod
+		metadata: {name: $c, namespace: $ROLLOUT_NS, labels: {role: client, client: $c}}
+		spec:
+		  nodeName: $cnode
+		  terminationGracePeriodSeconds: 1
+		  containers:
+		  - {name: pause, image: $AGNHOST_IMAGE, imagePullPolicy: Never, args: [pause]}
+		EOF
+	done
+	rollout_policy server-from-allowed Ingress '{role: server}' '{client: allowed}'
+	rollout_policy clients-to-server Egress '{role: client}' '{role: server}'
+}
+
+# rollout_policy NAME Ingress|Egress SELECTED PEER: a NetworkPolicy for the
+# pods matching the labels SELECTED, admitting only the pods matching PEER
+# (from, or to), on the server's port.
+rollout_policy() {
+	local dir peer=from
+	dir=$(tr '[:upper:]' '[:lower:]' <<<"$2")
+	[[ $2 == Egress ]] && peer=to
+	cat <<-EOF
 	---
 	apiVersion: networking.k8s.io/v1
 	kind: NetworkPolicy
-	metadata: {name: server-from-allowed, namespace: $ROLLOUT_NS}
+	metadata: {name: $1, namespace: $ROLLOUT_NS}
 	spec:
-	  podSelector: {matchLabels: {role: server}}
-	  policyTypes: [Ingress]
-	  ingress:
-	  - from: [{podSelector: {matchLabels: {client: allowed}}}]
-	    ports: [{protocol: TCP, port: $ROLLOUT_PORT}]
-	---
-	apiVersion: networking.k8s.io/v1
-	kind: NetworkPolicy
-	metadata: {name: clients-to-server, namespace: $ROLLOUT_NS}
-	spec:
-	  podSelector: {matchLabels: {role: client}}
-	  policyTypes: [Egress]
-	  egress:
-	  - to: [{podSelector: {matchLabels: {role: server}}}]
+	  podSelector: {matchLabels: $3}
+	  policyTypes: [$2]
+	  $dir:
+	  - $peer: [{podSelector: {matchLabels: $4}}]
 	    ports: [{protocol: TCP, port: $ROLLOUT_PORT}]
 	EOF
 }

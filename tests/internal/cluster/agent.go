@@ -197,17 +197,7 @@ func (a *Agent) UpdateStoppedFirst(lead, grace time.Duration) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case <-old.done:
-		if old.err != nil {
-			return fmt.Errorf("cluster: the old agent of %s exited after SIGTERM: %w", a.Node, old.err)
-		}
-		return nil
-	case <-time.After(grace):
-	}
-	_ = old.cmd.Process.Signal(syscall.SIGKILL)
-	<-old.done
-	return fmt.Errorf("cluster: the old agent of %s did not exit within %v of SIGTERM; killed", a.Node, grace)
+	return a.awaitExit(old, grace)
 }
 
 // startProc starts one agent process; a.mu is held.
@@ -302,6 +292,12 @@ func (a *Agent) Stop(grace time.Duration) error {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return err
 	}
+	return a.awaitExit(p, grace)
+}
+
+// awaitExit waits up to grace for p, sent SIGTERM, to exit, then SIGKILLs
+// it; nil when it exited with status 0 by itself.
+func (a *Agent) awaitExit(p *agentProc, grace time.Duration) error {
 	select {
 	case <-p.done:
 		if p.err != nil {
