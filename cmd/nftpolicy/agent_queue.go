@@ -34,11 +34,14 @@ const (
 	// agent's exit is delayed by that much. The old agent answers its own
 	// queues meanwhile.
 	successorWait = 2 * time.Second
+	// successorSyncWait bounds, from the same start, the wait for the
+	// successor's first sync (waitForQueueRule); with the drain it stays
+	// within install.yaml's 10 s grace period.
+	successorSyncWait = 5 * time.Second
 )
 
-// successorDeadline is when the shutdown stops waiting for a successor's
-// queues: successorWait after its first call.
-var successorDeadline = sync.OnceValue(func() time.Time { return time.Now().Add(successorWait) })
+// handOverStart is when the shutdown's first hand-over began.
+var handOverStart = sync.OnceValue(time.Now)
 
 // queueCount resolves --queues: one queue per CPU by default (the rule
 // fans out by CPU, and each queue has a reader thread of its own).
@@ -182,21 +185,28 @@ func runUntilHandedOver(ctx context.Context, rt *queue.Runtime, name string, err
 }
 
 // handOver runs at shutdown: when another agent listens on the queues of
-// succ (the other range of queue numbers), it points the queue rule of
-// chain at them (the successor's first sync did too, but a sync of this
-// agent may have pointed it back) and waits until rt's queues (from ours)
-// are drained, so that closing them drops nothing. Without a successor
+// succ (the other range of queue numbers), it waits for the successor's
+// first sync to point the queue rule of chain at them (answering its own
+// queues meanwhile), points it there itself (the successor may not have
+// synced in time, or a sync of this agent may have pointed it back) and
+// waits until rt's queues (from ours) are drained, so that closing them
+// drops nothing. Without a successor
 // there is nothing to hand over to: the queues close, and the rule's
 // bypass flag decides until an agent listens.
 func handOver(log klog.Logger, rt *queue.Runtime, variant compile.QueueVariant, chain string, ours uint16, succ sets.QueueRuleConfig) {
 	n := rt.Config().Queues
 	start := time.Now()
-	if !waitForSuccessor(succ.QueueNum, n, successorDeadline()) {
+	if !waitForSuccessor(succ.QueueNum, n, handOverStart().Add(successorWait)) {
 		return
 	}
 	conn, err := nftables.New()
+	synced := false
 	if err == nil {
 		defer conn.CloseLasting()
+		// Until its first sync the successor may have no program (no
+		// snapshot: this agent removes it before each publication, and
+		// pods churn during an update) and would drop what it is sent.
+		synced = waitForQueueRule(conn, chain, succ.QueueNum, handOverStart().Add(successorSyncWait))
 		err = sets.PointQueueRule(context.Background(), conn, compile.TableName, chain, variant, succ)
 	}
 	if err != nil {
@@ -208,7 +218,7 @@ func handOver(log klog.Logger, rt *queue.Runtime, variant compile.QueueVariant, 
 	defer cancel()
 	derr := rt.Drain(ctx, drainQuiet)
 	log.Info("Handed the queues over to the successor", "chain", chain, "successor", compile.QueueRange(succ.QueueNum, n),
-		"ours", compile.QueueRange(ours, n), "drained", derr == nil, "duration", time.Since(start).Round(time.Millisecond))
+		"ours", compile.QueueRange(ours, n), "successorSynced", synced, "drained", derr == nil, "duration", time.Since(start).Round(time.Millisecond))
 }
 
 // waitForSuccessor reports whether the queues first..first+n-1 have a
@@ -227,6 +237,22 @@ func waitForSuccessor(first, n uint16, deadline time.Time) bool {
 		}
 		if bound == int(n) || time.Now().After(deadline) {
 			return bound > 0
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitForQueueRule returns true once the queue rule of chain sends packets
+// to the queues from first (the successor's first sync moved it there) or
+// chain has no queue rule (nothing is queued there: a DNS chain without
+// domainNames rules), false at deadline.
+func waitForQueueRule(conn *nftables.Conn, chain string, first uint16, deadline time.Time) bool {
+	for {
+		if t, ok, err := sets.QueueRuleTarget(conn, compile.TableName, chain); err == nil && (!ok || t == first) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
