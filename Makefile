@@ -64,7 +64,7 @@ conformance-npa: deps build
 
 # A rolling update of the agent's DaemonSet while connections run (two nodes,
 # --mode queue unless CONFORMANCE_FLAGS says '--mode hybrid'): no allowed
-# connection may fail, no denied one be admitted. About 3 minutes.
+# connection may fail, no denied one be admitted. 1.5 to 3 minutes.
 rollout: deps build
 	bash hack/conformance.sh --suite rollout $(CONFORMANCE_FLAGS)
 
