@@ -264,7 +264,7 @@ if ! python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM
 	if [[ $SUITE == e2e ]]; then
 		log "$NO_SCTP: skipping the [Feature:SCTPConnectivity] specs"
 		SKIPS+=('\[Feature:SCTPConnectivity\]')
-	else
+	elif [[ $SUITE == npa ]]; then
 		log "$NO_SCTP: skipping the tests $NPA_SCTP_TESTS, the SCTP probes of the other tests, and the base pods' SCTP server containers"
 	fi
 fi
