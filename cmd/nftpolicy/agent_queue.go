@@ -54,7 +54,8 @@ func queueCount(flag uint16) uint16 {
 
 // startQueue restores the program snapshot (--state-dir) into eval and, in
 // queue mode, binds the queues (first: from then on the kernel holds the
-// queued packets) and starts answering them once the snapshot is loaded.
+// queued packets) and starts answering them once it has a program: the
+// snapshot's, or else the first sync's (releaseHold).
 // It runs before the slower start-up steps (the API clients, the queue
 // variant probe, the nftables clients, the informers): after a restart the
 // kernel's table is still in place and queueing, and every millisecond
@@ -111,10 +112,11 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 	select {
 	case <-rt.Ready():
 		err := o.state.restore(ctx, eval, node, reg)
-		close(hold)
 		if err != nil {
+			close(hold)
 			return stop, true, err
 		}
+		releaseHold(ctx, eval, hold, o.failOpen)
 		log.Info("Listening on NFQUEUE", "queues", compile.QueueRange(first, render.Queues), "fromSnapshot", eval.Program() != nil)
 		return stop, false, nil
 	case err := <-errs:
@@ -122,6 +124,34 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 	case <-ctx.Done():
 		return stop, true, nil
 	}
+}
+
+// releaseHold lets the queues be read (closes hold) once eval has a
+// program: at once when the snapshot gave one, else when the first sync
+// publishes it, so that until then the kernel keeps the queued packets (up
+// to --max-queue-len) instead of this agent dropping them for want of a
+// program. That matters in an update: a successor that found no snapshot
+// is sent packets as soon as its first sync's transaction points the queue
+// rule here, before that sync publishes its program. With --fail-open no
+// program means accept: read at once. Polled: it only runs until the
+// first sync, and a few milliseconds more of holding cost nothing.
+func releaseHold(ctx context.Context, eval *queue.Evaluator, hold chan struct{}, failOpen bool) {
+	if failOpen || eval.Program() != nil {
+		close(hold)
+		return
+	}
+	go func() {
+		defer close(hold)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for eval.Program() == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 }
 
 // chooseQueueRange picks the range to listen on (see startQueue): of
