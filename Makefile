@@ -5,7 +5,7 @@ BIN := _output/bin/nftpolicy
 SEEDS ?= 1-60
 LONG_SEEDS ?= 1-500
 
-.PHONY: all build test test-unit vet tools deps demo bench bench-quick diff diff-long conformance conformance-npa image clean
+.PHONY: all build test test-unit vet tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean
 
 all: build
 
@@ -61,6 +61,12 @@ conformance: deps build
 # v0.3.0) on two nodes; CONFORMANCE_FLAGS as above, e.g. '--mode queue'.
 conformance-npa: deps build
 	bash hack/conformance.sh --suite npa $(CONFORMANCE_FLAGS)
+
+# A rolling update of the agent's DaemonSet while connections run (two nodes,
+# --mode queue unless CONFORMANCE_FLAGS says '--mode hybrid'): no allowed
+# connection may fail, no denied one be admitted. 1.5 to 3 minutes.
+rollout: deps build
+	bash hack/conformance.sh --suite rollout $(CONFORMANCE_FLAGS)
 
 image: build
 	bash hack/image.sh

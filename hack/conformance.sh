@@ -18,17 +18,25 @@
 # two nodes, with the module's experimental CRD installed; see
 # hack/conformance/README.md.
 #
+# With --suite rollout (make rollout) it runs no suite but a rolling update of
+# the nftpolicy DaemonSet (kubectl rollout restart) while a client pod the
+# policies admit and one they deny each open a new TCP connection to a server
+# pod every 7 ms: it fails if one allowed attempt fails or one denied attempt
+# is admitted (hack/conformance/rollout.sh; default --mode queue, 2 nodes).
+#
 # Usage: bash hack/conformance.sh [options]      (root; make conformance)
-#   --suite e2e|npa  Kubernetes' e2e NetworkPolicy specs (default), or SIG
-#                    Network's ClusterNetworkPolicy suite
-#   --mode hybrid|queue|kernel  the agent's --mode (default hybrid)
+#   --suite e2e|npa|rollout  Kubernetes' e2e NetworkPolicy specs (default),
+#                    SIG Network's ClusterNetworkPolicy suite, or a rolling
+#                    update of the agent under connections
+#   --mode hybrid|queue|kernel  the agent's --mode (default hybrid; rollout: queue)
 #   --focus REGEX    ginkgo focus instead of 'Netpol|NetworkPolicy', e.g. one spec;
 #                    with --suite npa: run only the tests whose name matches
 #                    (the others are reported as skipped); --run is the same
 #   --skip REGEX     extra ginkgo skip regex
 #   --no-agent       do not deploy nftpolicy: the suite must fail (it bites);
 #                    the script succeeds when it does fail and the cluster works
-#   --nodes 1|2      one node, or two linked by a veth (default 1; npa: 2 only)
+#   --nodes 1|2      one node, or two linked by a veth (default 1; npa: 2 only;
+#                    rollout: 2)
 #   --procs N        ginkgo parallel processes (default 4)
 #   --keep           leave the cluster up afterwards (then: --down)
 #   --down           tear down a cluster left by --keep (or by a crash), exit
@@ -36,12 +44,16 @@
 # Environment: NFTPOLICY_TOOLS (tools cache, default /var/cache/nftpolicy/tools),
 #   NFTPOLICY_CONFORMANCE_STATE (cluster state, default /var/cache/nftpolicy/conformance),
 #   NFTPOLICY_CONFORMANCE_OUT (reports, default <repo>/_output/conformance,
-#   or <repo>/_output/conformance-npa with --suite npa).
+#   <repo>/_output/conformance-npa with --suite npa, <repo>/_output/rollout
+#   with --suite rollout).
 # Output: <out>/junit_01.xml (ginkgo JUnit report), e2e.log, summary.txt,
 #   logs/ (every component), agent-<node>.log, ruleset-<node>.nft; with
 #   --suite npa: report.yaml (the suite's conformance report), npa.log (go
 #   test -v output), results.tsv (test, result, seconds, SCTP probes skipped),
-#   failures.txt (what each failed probe tried, expected and saw).
+#   failures.txt (what each failed probe tried, expected and saw); with
+#   --suite rollout: summary.txt, connections-{allowed,denied}.txt (one line
+#   per attempt), agent-pods.txt (the agent pods' changes), the complete log
+#   of every agent pod (agent-nftpolicy-*.log).
 set -euo pipefail
 shopt -s nullglob
 
@@ -66,7 +78,7 @@ NPA_VERSION=v0.3.0
 NPA_PROFILE=ClusterNetworkPolicy
 NPA_SCTP_TESTS=CNPAdminTierEgressSCTP,CNPAdminTierIngressSCTP,CNPBaselineTierEgressSCTP,CNPBaselineTierIngressSCTP
 
-SUITE=e2e MODE=hybrid FOCUS= SKIP= NO_AGENT=0 KEEP=0 NODES= PROCS=4 DOWN=0 BUILD=1
+SUITE=e2e MODE= FOCUS= SKIP= NO_AGENT=0 KEEP=0 NODES= PROCS=4 DOWN=0 BUILD=1
 while (($#)); do
 	case $1 in
 	--suite) SUITE=$2; shift 2 ;;
@@ -91,6 +103,7 @@ while (($#)); do
 	*) echo "hack/conformance.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
+[[ -n $MODE ]] || { [[ $SUITE == rollout ]] && MODE=queue || MODE=hybrid; }
 case $MODE in hybrid | queue | kernel) ;; *) echo "--mode must be hybrid, queue or kernel" >&2; exit 2 ;; esac
 case $SUITE in
 e2e) NODES=${NODES:-1} FOCUS=${FOCUS:-$DEFAULT_FOCUS} OUT=${NFTPOLICY_CONFORMANCE_OUT:-$ROOT/_output/conformance} ;;
@@ -101,7 +114,12 @@ npa)
 	[[ $NODES == 2 ]] || { echo "--suite npa needs --nodes 2 (one host-network server pod per node)" >&2; exit 2; }
 	[[ -z $SKIP ]] || { echo "--skip is for --suite e2e (ginkgo); --suite npa has --focus/--run" >&2; exit 2; }
 	;;
-*) echo "--suite must be e2e or npa" >&2; exit 2 ;;
+rollout)
+	NODES=${NODES:-2} OUT=${NFTPOLICY_CONFORMANCE_OUT:-$ROOT/_output/rollout}
+	((!NO_AGENT)) || { echo "--suite rollout updates the agent: --no-agent does not apply" >&2; exit 2; }
+	[[ -z $FOCUS && -z $SKIP ]] || { echo "--focus/--run/--skip do not apply to --suite rollout" >&2; exit 2; }
+	;;
+*) echo "--suite must be e2e, npa or rollout" >&2; exit 2 ;;
 esac
 case $NODES in 1 | 2) ;; *) echo "--nodes must be 1 or 2" >&2; exit 2 ;; esac
 
@@ -216,6 +234,7 @@ fi
 
 TOOLSET=conformance SUITE_BINS=(e2e.test ginkgo)
 [[ $SUITE == npa ]] && TOOLSET=npa SUITE_BINS=(npa-conformance.test)
+[[ $SUITE == rollout ]] && SUITE_BINS=()
 if ((BUILD)); then
 	log "building tools (hack/tools.sh $TOOLSET; cached in $TOOLS)"
 	bash "$ROOT/hack/tools.sh" "$TOOLSET" >/dev/null
@@ -245,22 +264,23 @@ if ! python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM
 	if [[ $SUITE == e2e ]]; then
 		log "$NO_SCTP: skipping the [Feature:SCTPConnectivity] specs"
 		SKIPS+=('\[Feature:SCTPConnectivity\]')
-	else
+	elif [[ $SUITE == npa ]]; then
 		log "$NO_SCTP: skipping the tests $NPA_SCTP_TESTS, the SCTP probes of the other tests, and the base pods' SCTP server containers"
 	fi
 fi
 SKIP_RE=$(IFS='|'; echo "${SKIPS[*]}")
 
 rm -rf "$OUT/logs" "$OUT"/junit_*.xml "$OUT"/e2e.log "$OUT"/summary.txt "$OUT"/agent-*.log "$OUT"/ruleset-*.nft \
-	"$OUT"/ginkgo "$OUT"/report.yaml "$OUT"/npa.log "$OUT"/results.tsv "$OUT"/failures.txt "$OUT"/install.diff
+	"$OUT"/ginkgo "$OUT"/report.yaml "$OUT"/npa.log "$OUT"/results.tsv "$OUT"/failures.txt "$OUT"/install.diff \
+	"$OUT"/connections-*.txt "$OUT"/queues-*.txt "$OUT"/agent-pods.txt "$OUT"/connloop.log "$OUT"/rollout-status.txt
 mkdir -p "$OUT/logs" "$STATE/images" "$STATE/pki" "$STATE/sysctl"
 LOGS=$OUT/logs
 
 if ((!KEEP)); then
-	trap 'rc=$?; teardown; exit $rc' EXIT
+	trap 'rc=$?; declare -F suite_cleanup >/dev/null && suite_cleanup; teardown; exit $rc' EXIT
 	trap 'exit 130' INT TERM
 else
-	trap 'rc=$?; ((rc == 0)) || log "cluster left up (--keep); tear down with: bash hack/conformance.sh --down"; exit $rc' EXIT
+	trap 'rc=$?; declare -F suite_cleanup >/dev/null && suite_cleanup; ((rc == 0)) || log "cluster left up (--keep); tear down with: bash hack/conformance.sh --down"; exit $rc' EXIT
 fi
 
 log "building images"
@@ -704,7 +724,14 @@ run_npa() {
 	set -e
 }
 
-if [[ $SUITE == npa ]]; then run_npa; else run_e2e; fi
+case $SUITE in
+npa) run_npa ;;
+rollout)
+	source "$HERE/rollout.sh"
+	run_rollout
+	;;
+*) run_e2e ;;
+esac
 
 # Evidence: the agent's logs and every node's ruleset.
 for n in $(seq 1 "$NODES"); do
@@ -794,7 +821,7 @@ summarize_npa() {
 	echo "------------------------------------------------------------------"
 }
 
-if [[ $SUITE == npa ]]; then summarize_npa; else summarize_e2e; fi
+case $SUITE in npa) summarize_npa ;; rollout) summarize_rollout ;; *) summarize_e2e ;; esac
 
 if ((KEEP)); then
 	log "cluster left up (--keep). kubectl: nsenter -t $(holder_pid 1) -m -n $BIN/kubectl --kubeconfig $KCFG ..."

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,7 +28,20 @@ const queuesPerCPU = 0
 const (
 	drainQuiet   = 100 * time.Millisecond // no packet for this long: drained
 	drainTimeout = 3 * time.Second
+	// successorWait bounds the wait for a successor's queues (see
+	// waitForSuccessor), counted from the first hand-over of the shutdown
+	// (connection and DNS queues share it): without a successor, the
+	// agent's exit is delayed by that much. The old agent answers its own
+	// queues meanwhile.
+	successorWait = 2 * time.Second
+	// successorSyncWait bounds, from the same start, the wait for the
+	// successor's first sync (waitForQueueRule); with the drain it stays
+	// within install.yaml's 10 s grace period.
+	successorSyncWait = 5 * time.Second
 )
+
+// handOverStart is when the shutdown's first hand-over began.
+var handOverStart = sync.OnceValue(time.Now)
 
 // queueCount resolves --queues: one queue per CPU by default (the rule
 // fans out by CPU, and each queue has a reader thread of its own).
@@ -40,7 +54,8 @@ func queueCount(flag uint16) uint16 {
 
 // startQueue restores the program snapshot (--state-dir) into eval and, in
 // queue mode, binds the queues (first: from then on the kernel holds the
-// queued packets) and starts answering them once the snapshot is loaded.
+// queued packets) and starts answering them once it has a program: the
+// snapshot's, or else the first sync's (releaseHold).
 // It runs before the slower start-up steps (the API clients, the queue
 // variant probe, the nftables clients, the informers): after a restart the
 // kernel's table is still in place and queueing, and every millisecond
@@ -97,10 +112,11 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 	select {
 	case <-rt.Ready():
 		err := o.state.restore(ctx, eval, node, reg)
-		close(hold)
 		if err != nil {
+			close(hold)
 			return stop, true, err
 		}
+		releaseHold(ctx, eval, hold, o.failOpen)
 		log.Info("Listening on NFQUEUE", "queues", compile.QueueRange(first, render.Queues), "fromSnapshot", eval.Program() != nil)
 		return stop, false, nil
 	case err := <-errs:
@@ -108,6 +124,34 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 	case <-ctx.Done():
 		return stop, true, nil
 	}
+}
+
+// releaseHold lets the queues be read (closes hold) once eval has a
+// program: at once when the snapshot gave one, else when the first sync
+// publishes it, so that until then the kernel keeps the queued packets (up
+// to --max-queue-len) instead of this agent dropping them for want of a
+// program. That matters in an update: a successor that found no snapshot
+// is sent packets as soon as its first sync's transaction points the queue
+// rule here, before that sync publishes its program. With --fail-open no
+// program means accept: read at once. Polled: it only runs until the
+// first sync, and a few milliseconds more of holding cost nothing.
+func releaseHold(ctx context.Context, eval *queue.Evaluator, hold chan struct{}, failOpen bool) {
+	if failOpen || eval.Program() != nil {
+		close(hold)
+		return
+	}
+	go func() {
+		defer close(hold)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for eval.Program() == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 }
 
 // chooseQueueRange picks the range to listen on (see startQueue): of
@@ -171,22 +215,28 @@ func runUntilHandedOver(ctx context.Context, rt *queue.Runtime, name string, err
 }
 
 // handOver runs at shutdown: when another agent listens on the queues of
-// succ (the other range of queue numbers), it points the queue rule of
-// chain at them (the successor's first sync did too, but a sync of this
-// agent may have pointed it back) and waits until rt's queues (from ours)
-// are drained, so that closing them drops nothing. Without a successor
+// succ (the other range of queue numbers), it waits for the successor's
+// first sync to point the queue rule of chain at them (answering its own
+// queues meanwhile), points it there itself (the successor may not have
+// synced in time, or a sync of this agent may have pointed it back) and
+// waits until rt's queues (from ours) are drained, so that closing them
+// drops nothing. Without a successor
 // there is nothing to hand over to: the queues close, and the rule's
 // bypass flag decides until an agent listens.
 func handOver(log klog.Logger, rt *queue.Runtime, variant compile.QueueVariant, chain string, ours uint16, succ sets.QueueRuleConfig) {
 	n := rt.Config().Queues
-	stats, err := queue.ReadKernelQueueStats()
-	if err != nil || queue.BoundQueues(stats, succ.QueueNum, n) == 0 {
+	start := time.Now()
+	if !waitForSuccessor(succ.QueueNum, n, handOverStart().Add(successorWait)) {
 		return
 	}
-	start := time.Now()
 	conn, err := nftables.New()
+	synced := false
 	if err == nil {
 		defer conn.CloseLasting()
+		// Until its first sync the successor may have no program (no
+		// snapshot: this agent removes it before each publication, and
+		// pods churn during an update) and would drop what it is sent.
+		synced = waitForQueueRule(conn, chain, succ.QueueNum, handOverStart().Add(successorSyncWait))
 		err = sets.PointQueueRule(context.Background(), conn, compile.TableName, chain, variant, succ)
 	}
 	if err != nil {
@@ -198,7 +248,44 @@ func handOver(log klog.Logger, rt *queue.Runtime, variant compile.QueueVariant, 
 	defer cancel()
 	derr := rt.Drain(ctx, drainQuiet)
 	log.Info("Handed the queues over to the successor", "chain", chain, "successor", compile.QueueRange(succ.QueueNum, n),
-		"ours", compile.QueueRange(ours, n), "drained", derr == nil, "duration", time.Since(start).Round(time.Millisecond))
+		"ours", compile.QueueRange(ours, n), "successorSynced", synced, "drained", derr == nil, "duration", time.Since(start).Round(time.Millisecond))
+}
+
+// waitForSuccessor reports whether the queues first..first+n-1 have a
+// listener, waiting until deadline for all of them. The DaemonSet controller
+// stops the old agent once the new pod is ready, and the new pod's
+// readiness probe (host network: the same port) is answered by the old
+// agent until it exits: the old agent may be told to stop before its
+// successor has bound its queues, and closing its own then would drop
+// every queued connection until the successor's first sync.
+func waitForSuccessor(first, n uint16, deadline time.Time) bool {
+	for {
+		stats, err := queue.ReadKernelQueueStats()
+		bound := 0
+		if err == nil {
+			bound = queue.BoundQueues(stats, first, n)
+		}
+		if bound == int(n) || time.Now().After(deadline) {
+			return bound > 0
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitForQueueRule returns true once the queue rule of chain sends packets
+// to the queues from first (the successor's first sync moved it there) or
+// chain has no queue rule (nothing is queued there: a DNS chain without
+// domainNames rules), false at deadline.
+func waitForQueueRule(conn *nftables.Conn, chain string, first uint16, deadline time.Time) bool {
+	for {
+		if t, ok, err := sets.QueueRuleTarget(conn, compile.TableName, chain); err == nil && (!ok || t == first) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // listenRetry listens on addr, waiting while the address is in use: during

@@ -173,6 +173,33 @@ func (a *Agent) Update(successorUp func() error, grace time.Duration) error {
 	return nil
 }
 
+// UpdateStoppedFirst replaces the running agent the way a DaemonSet update
+// with maxSurge can when the new pod is reported ready before the new agent
+// listens (its readiness probe reaches the old agent on their shared host
+// port): the old process gets SIGTERM first, the successor starts lead
+// later, and the old one has up to grace to exit. From then on the
+// successor is the node's agent.
+func (a *Agent) UpdateStoppedFirst(lead, grace time.Duration) error {
+	old := a.current()
+	if old == nil || old.exited() {
+		return fmt.Errorf("cluster: the agent of %s is not running", a.Node)
+	}
+	if err := old.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	time.Sleep(lead)
+	a.mu.Lock()
+	p, err := a.startProc()
+	if err == nil {
+		a.proc = p
+	}
+	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return a.awaitExit(old, grace)
+}
+
 // startProc starts one agent process; a.mu is held.
 func (a *Agent) startProc() (*agentProc, error) {
 	logf, err := os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -265,6 +292,12 @@ func (a *Agent) Stop(grace time.Duration) error {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return err
 	}
+	return a.awaitExit(p, grace)
+}
+
+// awaitExit waits up to grace for p, sent SIGTERM, to exit, then SIGKILLs
+// it; nil when it exited with status 0 by itself.
+func (a *Agent) awaitExit(p *agentProc, grace time.Duration) error {
 	select {
 	case <-p.done:
 		if p.err != nil {

@@ -45,7 +45,12 @@ type RestartLoad struct {
 	// queue range (after QueueNum's, Queues long) and the queue rule points
 	// there. Queue mode only.
 	Update bool
-	Queues uint16
+	// StopFirst (with Update) sends the old agent SIGTERM before the
+	// successor starts (Agent.UpdateStoppedFirst, StopFirst ahead): what
+	// the DaemonSet controller can do when the new pod's readiness probe
+	// reaches the old agent on their shared host port. BoundAt stays 0.
+	StopFirst time.Duration
+	Queues    uint16
 }
 
 // Attempt is one connection of the load.
@@ -95,6 +100,13 @@ func (c *Cluster) RunRestartLoad(ctx context.Context, l RestartLoad) (*RestartRe
 		defer close(restarted)
 		time.Sleep(l.KillAfter)
 		res.KillAt = time.Since(start)
+		if l.Update && l.StopFirst > 0 {
+			if restartErr = agent.UpdateStoppedFirst(l.StopFirst, 10*time.Second); restartErr == nil {
+				restartErr = agent.WaitReady(ctx)
+			}
+			res.ReadyAt = time.Since(start)
+			return
+		}
 		if l.Update {
 			alt := queue.AlternateRange(l.QueueNum, max(l.Queues, 1))
 			restartErr = agent.Update(func() error {
