@@ -524,6 +524,12 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	snapshotted := time.Now()
 	var prog *compile.Program
 	var rs *compile.Ruleset
+	// A full build allocates a program, an index and a ruleset as large as
+	// the ones it replaces, mostly short-lived; at the default GOGC the
+	// collector ran through it several times (about a third of its CPU at
+	// 50k pods). The memory limit (GOMEMLIMIT, from the container's) still
+	// bounds the heap, and releaseMemory hands the pages back afterwards.
+	defer debug.SetGCPercent(debug.SetGCPercent(fullBuildGCPercent))
 	stale := false
 	if c.tracker != nil {
 		stale = c.tracker.Stale()
@@ -595,6 +601,9 @@ func durationSince(from, to time.Time) time.Duration {
 // releaseDelay is how long after the last full build its freed memory is
 // returned to the OS.
 const releaseDelay = 2 * time.Second
+
+// fullBuildGCPercent is GOGC during a full build and its sync.
+const fullBuildGCPercent = 400
 
 // releaseMemory returns the memory full builds freed to the OS, once the
 // builds pause for releaseDelay, in the background. A build allocates a
