@@ -37,7 +37,11 @@ type Tracker struct {
 	cache *Cache
 
 	prog *Program
-	b    *builder
+	// cur is the program the tracked ruleset is rendered from: prog until
+	// a policy change is applied, then the tracker's own copy of it
+	// (tracker_policy.go), which the published prog never sees.
+	cur *Program
+	b   *builder
 	r    *renderer
 	// views are the pods as tracked now (Program.Pods as of the last build,
 	// then updated), by key: only what the render reads is filled in.
@@ -64,6 +68,7 @@ type Tracker struct {
 	// nodeAddrs holds every node address the program knows.
 	nodeAddrs map[netip.Addr]bool
 	stale     bool
+	pol       policyState
 }
 
 // NewTracker returns a tracker for the render configuration; call Rebuild
@@ -101,7 +106,8 @@ func (t *Tracker) Rebuild(in Input) (*Program, *Ruleset, error) {
 		return nil, nil, err
 	}
 	r.render()
-	t.prog, t.b, t.r, t.stale = prog, b, r, false
+	t.prog, t.cur, t.b, t.r, t.stale = prog, prog, b, r, false
+	t.pol = policyState{}
 	t.index(pods)
 	return prog, r.rs, nil
 }
@@ -189,7 +195,7 @@ func (t *Tracker) fqdnSubjectOf(pod *Pod) bool {
 	}
 	for _, ids := range [][]ClusterPolicyID{pod.AdminEgress, pod.BaselineEgress} {
 		for _, id := range ids {
-			cp := &t.prog.ClusterPolicies[id]
+			cp := &t.cur.ClusterPolicies[id]
 			for i := range cp.Egress {
 				if !cp.Egress[i].Disabled && len(cp.Egress[i].Domains) > 0 {
 					return true
@@ -208,11 +214,11 @@ func (t *Tracker) combos(pod *Pod) []string {
 	var out []string
 	for _, d := range []Direction{Ingress, Egress} {
 		if ids := pod.Policies(d); len(ids) > 0 {
-			out = append(out, IsolationChainName(t.prog, d, ids))
+			out = append(out, IsolationChainName(t.cur, d, ids))
 		}
 		for _, tier := range []Tier{TierAdmin, TierBaseline} {
 			if ids := pod.ClusterPolicies(tier, d); len(ids) > 0 {
-				out = append(out, ClusterComboChainName(t.prog, tier, d, ids))
+				out = append(out, ClusterComboChainName(t.cur, tier, d, ids))
 			}
 		}
 	}
@@ -383,7 +389,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) 
 // place computes where a pod stands in the last build's program: the
 // selectors it belongs to and the policies that select it.
 func (t *Tracker) place(pod *PodInfo) *Pod {
-	p := t.prog
+	p := t.cur
 	v := &Pod{
 		Namespace: pod.Namespace,
 		Name:      pod.Name,
@@ -501,7 +507,7 @@ func (t *Tracker) updateCombos(key string, old, cur *Pod, at func(string) *SetDe
 	check(cur)
 	for _, ci := range touched {
 		c := t.r.combos[ci]
-		ranges, _ := comboRanges(t.prog, c.d, c.ids, t.selectorAddrs)
+		ranges, _ := comboRanges(t.cur, c.d, c.ids, t.selectorAddrs)
 		for _, v4 := range []bool{true, false} {
 			name := c.chain + famSuffix(v4)
 			want := comboElements(ranges, v4)

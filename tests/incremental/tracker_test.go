@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/knftables"
 
@@ -37,6 +38,9 @@ type world struct {
 	// addresses are reused) and fresh ones.
 	labelSets []map[string]string
 	ipPool    [][]string
+	// specs are policy specs to add and change policies with: this
+	// scenario's and another's.
+	specs []networkingv1.NetworkPolicySpec
 }
 
 func newWorld(seed uint64, node string) *world {
@@ -53,6 +57,11 @@ func newWorld(seed uint64, node string) *world {
 		w.ipPool = append(w.ipPool, ips)
 	}
 	w.labelSets = append(w.labelSets, nil)
+	for _, in := range []compile.Input{in, scenariogen.Generate(seed + 1000).Input(node, nil, nil)} {
+		for _, np := range in.Policies {
+			w.specs = append(w.specs, np.Spec)
+		}
+	}
 	return w
 }
 
@@ -159,6 +168,54 @@ func (w *world) podEvent() (string, *corev1.Pod, string) {
 	return key, p, what
 }
 
+// policyEvent adds, changes or deletes one NetworkPolicy (a new object
+// for every change, as an informer delivers it) and returns its key and
+// new state.
+func (w *world) policyEvent() (string, *networkingv1.NetworkPolicy, string) {
+	pols := w.in.Policies
+	x := w.r.IntN(10)
+	if len(pols) == 0 || x < 3 {
+		w.next++
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{
+			Namespace: w.in.Namespaces[w.r.IntN(len(w.in.Namespaces))].Name, Name: fmt.Sprintf("q%d", w.next)}}
+		if len(w.specs) > 0 {
+			np.Spec = *w.specs[w.r.IntN(len(w.specs))].DeepCopy()
+		}
+		w.in.Policies = append(pols[:len(pols):len(pols)], np)
+		return np.Namespace + "/" + np.Name, np, "policy added"
+	}
+	i := w.r.IntN(len(pols))
+	key := pols[i].Namespace + "/" + pols[i].Name
+	if x < 5 {
+		w.in.Policies = append(pols[:i:i], pols[i+1:]...)
+		return key, nil, "policy deleted"
+	}
+	np := pols[i].DeepCopy()
+	var what string
+	switch x {
+	case 5, 6:
+		np.Spec = *w.specs[w.r.IntN(len(w.specs))].DeepCopy()
+		what = "policy rewritten"
+	case 7:
+		np.Spec.PodSelector = metav1.LabelSelector{MatchLabels: w.labelSets[w.r.IntN(len(w.labelSets))]}
+		what = "policy reselected"
+	case 8:
+		np.Spec.PolicyTypes = [][]networkingv1.PolicyType{nil, {networkingv1.PolicyTypeIngress}, {networkingv1.PolicyTypeEgress},
+			{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}}[w.r.IntN(4)]
+		what = "policy types changed"
+	default:
+		if len(np.Spec.Ingress) > 0 {
+			np.Spec.Ingress = np.Spec.Ingress[1:]
+		}
+		if len(np.Spec.Egress) > 0 {
+			np.Spec.Egress = np.Spec.Egress[:len(np.Spec.Egress)-1]
+		}
+		what = "policy rules dropped"
+	}
+	w.in.Policies = append(append(pols[:i:i], np), pols[i+1:]...)
+	return key, np, what
+}
+
 // otherEvent changes something that is not a pod: those take the full build.
 func (w *world) otherEvent() string {
 	switch w.r.IntN(3) {
@@ -189,9 +246,14 @@ func (w *world) otherEvent() string {
 // and checks after every step that the tracked ruleset equals the full
 // build's, in hybrid and queue mode, for each node's view.
 func TestTrackerEqualsFullBuild(t *testing.T) {
-	var fast, rebuilt, pod int
-	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
-		cfg := compile.RenderConfig{Mode: mode, QueueVariant: compile.QueueNative}
+	var fast, rebuilt, pod, pol, fastPol, hybridPol int
+	for _, cfg := range []compile.RenderConfig{
+		{Mode: compile.ModeHybrid, QueueVariant: compile.QueueNative},
+		{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative},
+		// The deny log gives every isolation chain a chain of its own.
+		{Mode: compile.ModeKernel, DenyLogGroup: 5},
+	} {
+		mode := cfg.Mode
 		for seed := uint64(1); seed <= uint64(*seeds); seed++ {
 			node := scenariogen.Nodes[int(seed)%len(scenariogen.Nodes)]
 			w := newWorld(seed, node)
@@ -204,12 +266,27 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 			}
 			for step := 0; step < *steps; step++ {
 				var what, key string
-				if w.r.IntN(12) == 0 {
+				if x := w.r.IntN(12); x == 0 {
 					what = w.otherEvent()
 					if _, _, err := tr.Rebuild(w.input()); err != nil {
 						t.Fatal(err)
 					}
 					rebuilt++
+				} else if x <= 3 {
+					var np *networkingv1.NetworkPolicy
+					key, np, what = w.policyEvent()
+					pol++
+					if mode != compile.ModeQueue {
+						hybridPol++
+					}
+					if tr.ApplyPolicy(key, np) {
+						fastPol++
+					} else {
+						if _, _, err := tr.Rebuild(w.input()); err != nil {
+							t.Fatal(err)
+						}
+						rebuilt++
+					}
 				} else {
 					var p *corev1.Pod
 					key, p, what = w.podEvent()
@@ -234,7 +311,12 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d pod events applied in place, %d changes rebuilt (%d pod events in all)", fast, rebuilt, pod)
+	t.Logf("%d pod events applied in place, %d policy events applied alone (of %d; %d outside queue mode), %d changes rebuilt (%d pod events in all)",
+		fast, fastPol, pol, hybridPol, rebuilt, pod)
+	// Queue mode rebuilds every policy change; the other modes never.
+	if fastPol != hybridPol {
+		t.Errorf("%d of %d policy events outside queue mode were applied alone", fastPol, hybridPol)
+	}
 	// The check is only worth something if most pod events take the
 	// incremental path.
 	if fast < pod/2 {

@@ -1,0 +1,641 @@
+package compile
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/knftables"
+)
+
+// policyState is what the tracker learns, after a Rebuild, to apply
+// NetworkPolicy changes; it is filled on the first one.
+type policyState struct {
+	// owned is set once cur is the tracker's own copy of the program.
+	owned bool
+	// ids maps a policy's key to its index in cur.Policies. A deleted
+	// policy keeps its index (nothing refers to it any more): the indices
+	// the tracked pods hold stay valid without renumbering.
+	ids map[string]PolicyID
+	// chainKeys orders the NetworkPolicy chains: chain name -> policy key,
+	// then "0" for ingress or "1" for egress, as Render creates them.
+	chainKeys map[string]string
+	// peerRefs counts, per peer set, the chain rules that name it: a peer
+	// set exists while a rendered rule uses its selector.
+	peerRefs map[string]int
+}
+
+// ApplyPolicy tracks an add, update or delete of the NetworkPolicy with key
+// "namespace/name" (np nil when deleted). It recompiles that policy alone,
+// reselects its subjects among the namespace's local pods, fills the peer
+// sets it is the first to use and drops those it was the last to use, and
+// rewrites its chains and the isolation chains of the combinations it is
+// in. The tracked ruleset is then equal to Render(Build(...)) of the same
+// objects. Unlike ApplyPod it does not update the ruleset in place: it
+// replaces it with a new Ruleset that shares every unchanged chain and set
+// with the previous one, so that sets.Syncer.Sync can diff the two (the
+// chains and sets a policy owns are no element changes).
+//
+// ok is false when the change is not tracked: queue mode (the evaluator
+// decides every selected pod's connections and must have the current
+// program, so every change there is a full build), or a key that does not
+// name the object. The tracker must then be rebuilt. The Program lags, as
+// it does for pod changes: Stale reports true until the next Rebuild.
+func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bool) {
+	if t.r == nil || t.cfg.Mode == ModeQueue {
+		return false
+	}
+	if np != nil && policyKey(np) != key {
+		return false
+	}
+	t.ownProgram()
+	cur := t.cur
+	id, existed := t.pol.ids[key]
+	if !existed && np == nil {
+		return true // never seen: Build would not see it either
+	}
+	ns, _, _ := strings.Cut(key, "/")
+
+	// Compile the new version with the tracker's selectors: a peer that
+	// selects what an existing selector selects shares its ID (and set).
+	nid := id
+	if !existed {
+		nid = PolicyID(len(cur.Policies))
+	}
+	var oldPol Policy
+	if existed {
+		oldPol = cur.Policies[id]
+	}
+	firstNewSel := SelectorID(len(cur.Selectors))
+	newPol := Policy{Namespace: ns, Name: key[len(ns)+1:], Key: key}
+	target := labels.Nothing()
+	if np != nil {
+		sb := &builder{
+			prog:     &Program{Node: cur.Node, Policies: cur.Policies[:nid:nid], Selectors: cur.Selectors},
+			nsLabels: map[string]labels.Set{},
+			byNS:     map[string][]PodID{},
+			sels:     t.b.sels,
+			nsMatch:  map[string][]string{},
+			selMatch: t.b.selMatch,
+		}
+		newPol = sb.compilePolicy(np)
+		target = sb.targets[0]
+		cur.Selectors = sb.prog.Selectors
+		t.b.selMatch = sb.selMatch
+	}
+	newSels := make([]SelectorID, 0, len(cur.Selectors)-int(firstNewSel))
+	for sid := firstNewSel; int(sid) < len(cur.Selectors); sid++ {
+		newSels = append(newSels, sid)
+		if m := t.b.selMatch[sid]; m.nsSel == nil {
+			t.selByNS[m.ns] = append(t.selByNS[m.ns], sid)
+		} else {
+			t.nsSels = append(t.nsSels, sid)
+		}
+	}
+	if existed {
+		cur.Policies[id] = newPol
+		t.b.targets[id] = target
+	} else {
+		cur.Policies = append(cur.Policies, newPol)
+		t.b.targets = append(t.b.targets, target)
+		t.pol.ids[key] = nid
+		for d, n := range policyChainNames(&newPol) {
+			t.pol.chainKeys[n] = key + string(rune('0'+d))
+		}
+	}
+	t.placePolicy(ns, nid, existed, np != nil)
+	if np == nil {
+		delete(t.pol.ids, key)
+	}
+
+	// Where the policy stands among the tracked pods: its subjects before
+	// and after, the combinations of policies they are in, and the pods
+	// that the new selectors select.
+	type podChange struct{ old, cur *Pod }
+	changed := map[string]podChange{}
+	var used [2]bool
+	type combo struct {
+		d   Direction
+		ids []PolicyID
+	}
+	oldCombos := map[string]combo{}
+	newCombos := map[string]combo{}
+	for k, v := range t.views {
+		nv := v
+		if v.Local && v.Namespace == ns {
+			var was, is [2]bool
+			match := np != nil && target.Matches(labels.Set(v.Labels))
+			is[Ingress] = match && newPol.IsolatesIngress
+			is[Egress] = match && newPol.IsolatesEgress
+			for _, d := range []Direction{Ingress, Egress} {
+				if existed && slices.Contains(v.Policies(d), id) {
+					was[d] = true
+					oldCombos[IsolationChainName(cur, d, v.Policies(d))] = combo{d, v.Policies(d)}
+				}
+			}
+			if was != is {
+				c := *v
+				c.IngressPolicies = t.withPolicy(v.IngressPolicies, nid, is[Ingress])
+				c.EgressPolicies = t.withPolicy(v.EgressPolicies, nid, is[Egress])
+				nv = &c
+			}
+			for _, d := range []Direction{Ingress, Egress} {
+				if is[d] {
+					used[d] = true
+					newCombos[IsolationChainName(cur, d, nv.Policies(d))] = combo{d, nv.Policies(d)}
+				}
+			}
+		}
+		for _, sid := range newSels {
+			if t.selects(sid, nv) {
+				if nv == v {
+					c := *v
+					nv = &c
+				}
+				// Clipped: the old slice may be the published program's.
+				nv.MemberOf = append(nv.MemberOf[:len(nv.MemberOf):len(nv.MemberOf)], sid)
+			}
+		}
+		if nv != v {
+			changed[k] = podChange{v, nv}
+		}
+	}
+
+	// What the changed pods contribute now, before the ruleset changes,
+	// and every combination they leave or enter (with the policy or not).
+	before := make(map[string]map[string]setElement, len(changed))
+	for k, c := range changed {
+		if !slices.Equal(c.old.IngressPolicies, c.cur.IngressPolicies) || !slices.Equal(c.old.EgressPolicies, c.cur.EgressPolicies) {
+			before[k] = t.elementsOf(c.old)
+			for _, d := range []Direction{Ingress, Egress} {
+				if ids := c.old.Policies(d); len(ids) > 0 {
+					oldCombos[IsolationChainName(cur, d, ids)] = combo{d, ids}
+				}
+				if ids := c.cur.Policies(d); len(ids) > 0 {
+					newCombos[IsolationChainName(cur, d, ids)] = combo{d, ids}
+				}
+			}
+		}
+	}
+
+	old := t.r.rs
+	rs := &Ruleset{Table: old.Table, Chains: maps.Clone(old.Chains), Sets: maps.Clone(old.Sets),
+		ChainOrder: slices.Clone(old.ChainOrder), DenyIDs: maps.Clone(old.DenyIDs)}
+	t.r.rs = rs
+	gone := false
+	removeChain := func(n string) {
+		if c, ok := rs.Chains[n]; ok {
+			t.countPeerRefs(c, -1)
+			delete(rs.Chains, n)
+			gone = true
+		}
+	}
+
+	// The policy's chains and the sets named after them go; the named-port
+	// sets stop being filled.
+	if existed {
+		for _, n := range policyChainNames(&oldPol) {
+			removeChain(n)
+			for s := range rs.Sets {
+				if ownedBy(s, n) {
+					delete(rs.Sets, s)
+				}
+			}
+			t.r.named = slices.DeleteFunc(t.r.named, func(u namedPortUser) bool {
+				if ownedBy(u.base+"-v4", n) {
+					delete(t.r.namedBases, u.base)
+					return true
+				}
+				return false
+			})
+		}
+	}
+
+	// Combination chains: the count of local pods in each.
+	for _, c := range changed {
+		for _, n := range t.combos(c.old) {
+			t.comboUse[n]--
+		}
+		for _, n := range t.combos(c.cur) {
+			t.comboUse[n]++
+		}
+	}
+	for n, c := range oldCombos {
+		if t.comboUse[n] > 0 {
+			continue
+		}
+		delete(t.comboUse, n)
+		removeChain(n)
+		if t.cfg.DenyLogGroup != 0 {
+			deny := networkPolicyDeny(cur, c.d, c.ids).ID()
+			removeChain(DenyChainName(deny))
+			delete(rs.DenyIDs, deny)
+		}
+	}
+
+	if gone {
+		rs.ChainOrder = slices.DeleteFunc(rs.ChainOrder, func(n string) bool {
+			_, ok := rs.Chains[n]
+			return !ok
+		})
+	}
+
+	// Render what is new: the policy's chains in the directions it
+	// isolates a local pod, then every combination it is in.
+	r2, err := newRenderer(cur, t.cfg)
+	if err != nil {
+		// The configuration was validated by NewTracker.
+		panic("compile: tracker configuration became invalid: " + err.Error())
+	}
+	var has [2]bool
+	for _, d := range []Direction{Ingress, Egress} {
+		if used[d] {
+			has[d] = r2.policyChain(nid, d)
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(newCombos)) {
+		c := newCombos[n]
+		hasRules := map[PolicyID][2]bool{}
+		for _, x := range c.ids {
+			var h [2]bool
+			if x == nid {
+				h = has
+			} else if _, ok := rs.Chains[PolicyChainName(&cur.Policies[x], c.d)]; ok {
+				h[c.d] = true
+			}
+			hasRules[x] = h
+		}
+		r2.isolationChain(c.d, c.ids, hasRules)
+	}
+	pendingDeny := ""
+	for _, n := range r2.rs.ChainOrder {
+		c := r2.rs.Chains[n]
+		t.countPeerRefs(c, +1)
+		if prev, ok := rs.Chains[n]; ok {
+			t.countPeerRefs(prev, -1)
+			rs.Chains[n] = c
+			pendingDeny = ""
+			continue
+		}
+		rs.Chains[n] = c
+		switch {
+		case strings.HasPrefix(n, denyChainPrefix):
+			pendingDeny = n // placed with its isolation chain, just before it
+		case isIsolationChain(n):
+			i := comboPosition(rs.ChainOrder, n)
+			if pendingDeny != "" {
+				rs.ChainOrder = slices.Insert(rs.ChainOrder, i, pendingDeny, n)
+			} else {
+				rs.ChainOrder = slices.Insert(rs.ChainOrder, i, n)
+			}
+			pendingDeny = ""
+		default:
+			rs.ChainOrder = slices.Insert(rs.ChainOrder, t.policyChainPosition(rs.ChainOrder, n), n)
+		}
+	}
+	for id, info := range r2.rs.DenyIDs {
+		if rs.DenyIDs == nil {
+			rs.DenyIDs = map[string]DenyInfo{}
+		}
+		rs.DenyIDs[id] = info
+	}
+	if len(rs.DenyIDs) == 0 {
+		rs.DenyIDs = nil
+	}
+
+	// Sets: the policy's own come from the render (addresses and ports
+	// filled, named ports filled below); a peer set is new when no other
+	// rule used its selector, and goes when no rule does any more.
+	fresh := map[string]bool{}
+	for n, s := range r2.rs.Sets {
+		if _, ok := rs.Sets[n]; ok && strings.HasPrefix(n, "peers-") {
+			continue
+		}
+		s.Elements = sortElements(s.Elements)
+		rs.Sets[n] = s
+		fresh[n] = true
+	}
+	for sid, names := range r2.peerSets {
+		for f, n := range names {
+			if n != "" && fresh[n] {
+				t.r.peerSets.note(SelectorID(sid), f == 0, n)
+			}
+		}
+	}
+	for _, u := range r2.named {
+		if t.r.namedBases == nil {
+			t.r.namedBases = map[string]bool{}
+		}
+		t.r.namedBases[u.base] = true
+		t.r.named = append(t.r.named, u)
+	}
+	for n, refs := range t.pol.peerRefs {
+		if refs > 0 {
+			continue
+		}
+		delete(t.pol.peerRefs, n)
+		delete(rs.Sets, n)
+		for sid, names := range t.r.peerSets {
+			for f := range names {
+				if names[f] == n {
+					t.r.peerSets[sid][f] = ""
+				}
+			}
+		}
+	}
+
+	// The pods: new places, then the new sets filled from every pod that
+	// can be in them, then the changed pods' other elements.
+	for k, c := range changed {
+		t.views[k] = c.cur
+	}
+	t.fill(rs, fresh)
+	owned := map[string]bool{}
+	for k, b := range before {
+		after := t.elementsOf(changed[k].cur)
+		diff := map[string]*SetDelta{}
+		at := func(set string) *SetDelta {
+			if fresh[set] || rs.Sets[set] == nil {
+				return nil
+			}
+			d := diff[set]
+			if d == nil {
+				d = &SetDelta{Set: set}
+				diff[set] = d
+			}
+			return d
+		}
+		for eid, e := range b {
+			if _, ok := after[eid]; !ok {
+				if d := at(e.set); d != nil {
+					d.Delete = append(d.Delete, e.e)
+				}
+			}
+		}
+		for eid, e := range after {
+			if _, ok := b[eid]; !ok {
+				if d := at(e.set); d != nil {
+					d.Add = append(d.Add, e.e)
+				}
+			}
+		}
+		for n, d := range diff {
+			if !owned[n] {
+				s := *rs.Sets[n]
+				s.Elements = slices.Clone(s.Elements)
+				rs.Sets[n] = &s
+				owned[n] = true
+			}
+			rs.Sets[n].apply(d)
+		}
+	}
+	t.stale = true
+	return true
+}
+
+// ownProgram makes cur the tracker's own copy of the program, and indexes
+// what policy changes need, on the first policy change after a Rebuild.
+func (t *Tracker) ownProgram() {
+	if t.pol.owned {
+		return
+	}
+	c := *t.cur
+	c.Policies = slices.Clone(c.Policies)
+	c.Selectors = slices.Clone(c.Selectors)
+	for i := range c.Selectors {
+		// Appends must never write into the published program's arrays.
+		s := &c.Selectors[i]
+		s.Users = s.Users[:len(s.Users):len(s.Users)]
+		s.Members = s.Members[:len(s.Members):len(s.Members)]
+	}
+	t.cur = &c
+	t.r.prog = t.cur
+	t.b.targets = slices.Clone(t.b.targets)
+	t.b.selMatch = slices.Clone(t.b.selMatch)
+	t.pol = policyState{owned: true, ids: map[string]PolicyID{}, chainKeys: map[string]string{}, peerRefs: map[string]int{}}
+	for i := range c.Policies {
+		p := &c.Policies[i]
+		if _, dup := t.pol.ids[p.Key]; !dup {
+			t.pol.ids[p.Key] = PolicyID(i)
+		}
+		for d, n := range policyChainNames(p) {
+			t.pol.chainKeys[n] = p.Key + string(rune('0'+d))
+		}
+	}
+	for _, ch := range t.r.rs.Chains {
+		t.countPeerRefs(ch, +1)
+	}
+}
+
+// placePolicy keeps the namespace's policy list (which place reads) in key
+// order, as the program's pods list their policies.
+func (t *Tracker) placePolicy(ns string, id PolicyID, existed, exists bool) {
+	ids := slices.DeleteFunc(slices.Clone(t.polsByNS[ns]), func(x PolicyID) bool { return x == id })
+	if exists {
+		ids = t.withPolicy(ids, id, true)
+	}
+	t.polsByNS[ns] = ids
+}
+
+// withPolicy returns ids (policy IDs in key order) with id in or out, in
+// a new slice.
+func (t *Tracker) withPolicy(ids []PolicyID, id PolicyID, in bool) []PolicyID {
+	out := make([]PolicyID, 0, len(ids)+1)
+	key := t.cur.Policies[id].Key
+	placed := !in
+	for _, x := range ids {
+		if x == id {
+			continue
+		}
+		if !placed && t.cur.Policies[x].Key > key {
+			out = append(out, id)
+			placed = true
+		}
+		out = append(out, x)
+	}
+	if !placed {
+		out = append(out, id)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// selects reports whether a pod belongs to a selector, as the build
+// decides it.
+func (t *Tracker) selects(sid SelectorID, pod *Pod) bool {
+	m := &t.b.selMatch[sid]
+	if m.nsSel == nil {
+		if pod.Namespace != m.ns {
+			return false
+		}
+	} else {
+		nsl, ok := t.b.nsLabels[pod.Namespace]
+		if !ok {
+			nsl = labels.Set{NamespaceNameLabel: pod.Namespace}
+		}
+		if !m.nsSel.Matches(nsl) {
+			return false
+		}
+	}
+	return m.podSel.Matches(labels.Set(pod.Labels))
+}
+
+// fill adds every tracked pod's elements of the fresh sets.
+func (t *Tracker) fill(rs *Ruleset, fresh map[string]bool) {
+	if len(fresh) == 0 {
+		return
+	}
+	var sids []SelectorID
+	for sid := range t.r.peerSets {
+		for _, n := range t.r.peerSets[sid] {
+			if fresh[n] {
+				sids = append(sids, SelectorID(sid))
+				break
+			}
+		}
+	}
+	var named []*namedPortUser
+	for i := range t.r.named {
+		u := &t.r.named[i]
+		if fresh[u.base+"-v4"] || fresh[u.base+"-v6"] {
+			named = append(named, u)
+		}
+	}
+	if len(sids) == 0 && len(named) == 0 {
+		return
+	}
+	emit := func(set string, e knftables.Element) {
+		if fresh[set] {
+			s := rs.Sets[set]
+			s.Elements = append(s.Elements, e)
+		}
+	}
+	for _, v := range t.views {
+		in := slices.ContainsFunc(sids, v.InSelector) ||
+			slices.ContainsFunc(named, func(u *namedPortUser) bool { return u.covers(v) })
+		if in {
+			t.r.podElements(v, emit)
+		}
+	}
+	for n := range fresh {
+		s := rs.Sets[n]
+		s.Elements = sortElements(s.Elements)
+	}
+}
+
+// countPeerRefs adds n for each peer set a chain's rules name.
+func (t *Tracker) countPeerRefs(c *Chain, n int) {
+	for i := range c.Rules {
+		text := c.Rules[i].Rule
+		for {
+			j := strings.Index(text, "@peers-")
+			if j < 0 {
+				break
+			}
+			text = text[j+1:]
+			end := strings.IndexByte(text, ' ')
+			if end < 0 {
+				end = len(text)
+			}
+			t.pol.peerRefs[text[:end]] += n
+			text = text[end:]
+		}
+	}
+}
+
+// policyChainNames are a policy's chains, ingress and egress.
+func policyChainNames(p *Policy) [2]string {
+	return [2]string{PolicyChainName(p, Ingress), PolicyChainName(p, Egress)}
+}
+
+// ownedBy reports whether a set is one of a policy chain's rule sets:
+// <chain>-<rule index>-ports, -cidrs-v4/-v6 or -named-v4/-v6.
+func ownedBy(set, chain string) bool {
+	rest, ok := strings.CutPrefix(set, chain+"-")
+	if !ok {
+		return false
+	}
+	i := 0
+	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+		i++
+	}
+	if i == 0 || i == len(rest) || rest[i] != '-' {
+		return false
+	}
+	switch rest[i+1:] {
+	case "ports", "cidrs-v4", "cidrs-v6", "named-v4", "named-v6":
+		return true
+	}
+	return false
+}
+
+// isIsolationChain reports whether a chain is a NetworkPolicy combination
+// chain (policy chains hold a "/" in their names).
+func isIsolationChain(n string) bool {
+	return (strings.HasPrefix(n, "ingress-isolated-") || strings.HasPrefix(n, "egress-isolated-")) && !strings.Contains(n, "/")
+}
+
+// isComboChain reports whether a chain is a combination chain of either
+// API: Render creates them after every policy chain, in name order.
+func isComboChain(n string) bool {
+	if isIsolationChain(n) {
+		return true
+	}
+	if strings.Contains(n, "/") {
+		return false
+	}
+	for _, p := range []string{"ingress-admin-", "ingress-baseline-", "egress-admin-", "egress-baseline-"} {
+		if rest, ok := strings.CutPrefix(n, p); ok && len(rest) == 8 {
+			return true
+		}
+	}
+	return false
+}
+
+// isTailChain reports whether Render creates a chain after the combination
+// chains: the base chains and the DNS capture.
+func isTailChain(n string) bool {
+	return n == ChainInput || n == ChainForward || n == ChainOutput || n == ChainDNS
+}
+
+// comboPosition is where Render would have created a new combination
+// chain: before the first combination chain named after it or the base
+// chains, and before the deny chain that goes with that chain.
+func comboPosition(order []string, name string) int {
+	i := 0
+	for ; i < len(order); i++ {
+		if isTailChain(order[i]) || isComboChain(order[i]) && order[i] > name {
+			break
+		}
+	}
+	if i > 0 && i < len(order) && isIsolationChain(order[i]) && strings.HasPrefix(order[i-1], denyChainPrefix) {
+		i--
+	}
+	return i
+}
+
+// policyChainPosition is where Render would have created a new
+// NetworkPolicy chain: after the static chains and the policy chains that
+// come before it (policy key, then ingress before egress).
+func (t *Tracker) policyChainPosition(order []string, name string) int {
+	key := t.pol.chainKeys[name]
+	static := map[string]bool{ChainQueue: true, ChainEgressAllow: true}
+	for _, d := range []Direction{Ingress, Egress} {
+		tc := tiers(d)
+		static[tc.entry], static[tc.networkPolicy], static[tc.baseline] = true, true, true
+	}
+	for i, n := range order {
+		if static[n] {
+			continue
+		}
+		if k, ok := t.pol.chainKeys[n]; ok && k < key {
+			continue
+		}
+		return i
+	}
+	return len(order)
+}
