@@ -42,7 +42,7 @@ type Tracker struct {
 	// (tracker_policy.go), which the published prog never sees.
 	cur *Program
 	b   *builder
-	r    *renderer
+	r   *renderer
 	// views are the pods as tracked now (Program.Pods as of the last build,
 	// then updated), by key: only what the render reads is filled in.
 	views map[string]*Pod

@@ -143,6 +143,9 @@ type Controller struct {
 	cnps   *clusterPolicies
 	synced []cache.InformerSynced
 
+	// polStore is the policy informer's store, read by key (policies.go).
+	polStore cache.Indexer
+
 	dirty chan struct{}
 	mu    sync.Mutex
 	// firstUnsynced is when the oldest change not yet in the kernel was observed.
@@ -152,6 +155,12 @@ type Controller struct {
 	// last sync, applied one by one by the tracker otherwise.
 	rebuild bool
 	podKeys map[string]struct{}
+
+	// policyKeys are the NetworkPolicies changed since the last sync, applied
+	// one by one by the tracker (policies.go); policyHashes are their
+	// fingerprint terms, by key, as podHashes are the pods'.
+	policyKeys   map[string]struct{}
+	policyHashes map[string]uint64
 
 	// tracker is the incremental compiler (hybrid mode; nil in queue mode,
 	// where the evaluator decides every selected pod's connections and so
@@ -195,6 +204,7 @@ func New(cfg Config) (*Controller, error) {
 		refresh:  time.NewTimer(time.Hour),
 	}
 	c.refresh.Stop()
+	c.policyKeys = map[string]struct{}{}
 	if cfg.Render.Mode != compile.ModeQueue {
 		t, err := compile.NewTracker(cfg.Render)
 		if err != nil {
@@ -209,6 +219,7 @@ func New(cfg Config) (*Controller, error) {
 	polInf := f.Networking().V1().NetworkPolicies()
 	nodeInf := f.Core().V1().Nodes()
 	c.pods, c.nss, c.pols, c.nodes = podInf.Informer().GetIndexer(), nsInf.Lister(), polInf.Lister(), nodeInf.Lister()
+	c.polStore = polInf.Informer().GetIndexer()
 	c.cnps = newClusterPolicies(cfg.PolicyClient, cfg.ClusterPolicyCheckPeriod, cfg.ResyncPeriod,
 		cfg.Logger.WithName("clusterpolicies"), cfg.Metrics, c.markDirty)
 	h := cache.ResourceEventHandlerFuncs{
@@ -229,7 +240,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("adding event handler: %w", err)
 	}
 	c.synced = append(c.synced, podInf.Informer().HasSynced)
-	for _, inf := range []cache.SharedIndexInformer{nsInf.Informer(), polInf.Informer()} {
+	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{nsInf.Informer(): h, polInf.Informer(): c.policyHandler()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return nil, fmt.Errorf("adding event handler: %w", err)
 		}
@@ -431,9 +442,9 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	observed := c.firstUnsynced
 	c.firstUnsynced = time.Time{}
 	rebuild := c.rebuild || c.tracker == nil || c.tracker.Ruleset() == nil
-	keys := c.podKeys
+	keys, pkeys := c.podKeys, c.policyKeys
 	c.rebuild = false
-	c.podKeys = map[string]struct{}{}
+	c.podKeys, c.policyKeys = map[string]struct{}{}, map[string]struct{}{}
 	c.mu.Unlock()
 	restore := func() {
 		c.mu.Lock()
@@ -446,7 +457,12 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	}
 	start := time.Now()
 	var err error
-	if !rebuild {
+	if !rebuild && len(pkeys) > 0 {
+		var ok bool
+		ok, err = c.syncPolicies(ctx, pkeys, start, observed, len(keys) == 0)
+		rebuild = !ok
+	}
+	if !rebuild && err == nil && (len(keys) > 0 || len(pkeys) == 0) {
 		var ok bool
 		ok, err = c.syncPods(ctx, keys, start, observed)
 		rebuild = !ok
@@ -499,15 +515,7 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 	now := time.Now()
 	c.committed(kind, start, now, observed)
 	c.cfg.Metrics.SetElements.Add(float64(res.ElementsAdded - res.ElementsDeleted))
-	if c.tracker.Stale() {
-		delay := max(c.cfg.ProgramRefreshDelay, 2*c.lastBuild)
-		if c.cfg.Evaluator.Waiting() {
-			// A connection of a pod the program does not know yet is held
-			// in the queue: publish now.
-			delay = 0
-		}
-		c.refresh.Reset(delay)
-	}
+	c.scheduleRefresh()
 	c.cfg.Logger.WithName("sync").V(2).Info("Synced pod changes", "pods", applied, "elementsAdded", res.ElementsAdded,
 		"elementsDeleted", res.ElementsDeleted, "netlink", res.Netlink, "duration", now.Sub(start))
 	return true, nil
@@ -560,6 +568,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 		log.V(2).Info("Rebuild after incremental pod changes changed elements", "elementsAdded", res.ElementsAdded, "elementsDeleted", res.ElementsDeleted)
 	}
 	c.inputsSum, c.podHashes = inputsSum(in)
+	c.policyHashes = policyTerms(in.Policies)
 	// Publish only after the matching transaction committed: the evaluator
 	// and the kernel never disagree about which program is in force.
 	// Readiness and the controller's program are stored before the

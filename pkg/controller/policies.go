@@ -1,0 +1,132 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// NetworkPolicy changes in hybrid and kernel mode go through the tracker
+// one policy at a time (compile.Tracker.ApplyPolicy): the policy's chains,
+// the sets it owns and its subjects' elements change, and the Syncer
+// writes the difference between the ruleset it applied and the tracker's
+// new one. The program the evaluator reads lags until the refresh, as it
+// does for pod changes. In queue mode there is no tracker: every change is
+// a full build, so the evaluator, which decides every connection there,
+// never decides with a program older than the kernel's dispatch.
+
+// policyHandler records NetworkPolicy changes by key.
+func (c *Controller) policyHandler() cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: c.markPolicy,
+		UpdateFunc: func(old, cur any) {
+			if !sameResourceVersion(old, cur) {
+				c.markPolicy(cur)
+			}
+		},
+		DeleteFunc: c.markPolicy,
+	}
+}
+
+// markPolicy records a NetworkPolicy change, which the tracker can apply
+// alone.
+func (c *Controller) markPolicy(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil || c.tracker == nil {
+		c.markDirty()
+		return
+	}
+	c.mu.Lock()
+	c.policyKeys[key] = struct{}{}
+	c.noteChangeLocked()
+	c.mu.Unlock()
+	c.wake()
+}
+
+// syncPolicies applies NetworkPolicy changes through the tracker and writes
+// the new ruleset; false when one of them needs a full build. commit says
+// whether this is the whole sync (no pod changes follow).
+func (c *Controller) syncPolicies(ctx context.Context, keys map[string]struct{}, start, observed time.Time, commit bool) (bool, error) {
+	log := c.cfg.Logger.WithName("sync")
+	pols := make(map[string]*networkingv1.NetworkPolicy, len(keys))
+	for key := range keys {
+		obj, exists, err := c.polStore.GetByKey(key)
+		if err != nil {
+			log.Error(err, "Reading a NetworkPolicy from the cache; rebuilding", "policy", key)
+			return false, nil
+		}
+		var np *networkingv1.NetworkPolicy
+		if exists {
+			var ok bool
+			if np, ok = obj.(*networkingv1.NetworkPolicy); !ok {
+				log.Error(fmt.Errorf("stored as %T", obj), "Unexpected NetworkPolicy object; rebuilding", "policy", key)
+				return false, nil
+			}
+		}
+		if !c.tracker.ApplyPolicy(key, np) {
+			// The tracker is left for a Rebuild; nothing was written.
+			return false, nil
+		}
+		pols[key] = np
+	}
+	res, err := c.cfg.Syncer.Sync(ctx, c.tracker.Ruleset())
+	if err != nil {
+		c.cfg.Metrics.SyncFailures.Inc()
+		return false, err
+	}
+	for key, np := range pols {
+		c.notePolicySynced(key, np)
+	}
+	now := time.Now()
+	if commit {
+		kind := "policies"
+		if res.Full {
+			kind = "full"
+		}
+		c.committed(kind, start, now, observed)
+		c.scheduleRefresh()
+	}
+	log.V(2).Info("Synced NetworkPolicy changes", "policies", len(keys), "operations", res.Operations,
+		"elementsAdded", res.ElementsAdded, "elementsDeleted", res.ElementsDeleted, "chainsWritten", res.ChainsWritten,
+		"chainsDeleted", res.ChainsDeleted, "duration", now.Sub(start))
+	return true, nil
+}
+
+// notePolicySynced updates the inputs fingerprint for a NetworkPolicy whose
+// change is in the kernel.
+func (c *Controller) notePolicySynced(key string, np *networkingv1.NetworkPolicy) {
+	c.inputsSum -= c.policyHashes[key]
+	delete(c.policyHashes, key)
+	if np != nil {
+		h := objectTerm('P', np.Namespace, np.Name, np.ResourceVersion)
+		c.policyHashes[key] = h
+		c.inputsSum += h
+	}
+}
+
+// policyTerms are the fingerprint terms of the policies of a full build.
+func policyTerms(pols []*networkingv1.NetworkPolicy) map[string]uint64 {
+	out := make(map[string]uint64, len(pols))
+	for _, np := range pols {
+		out[np.Namespace+"/"+np.Name] = objectTerm('P', np.Namespace, np.Name, np.ResourceVersion)
+	}
+	return out
+}
+
+// scheduleRefresh arms the program refresh after changes the tracker
+// applied: the program lags the kernel until then.
+func (c *Controller) scheduleRefresh() {
+	if !c.tracker.Stale() {
+		return
+	}
+	delay := max(c.cfg.ProgramRefreshDelay, 2*c.lastBuild)
+	if c.cfg.Evaluator.Waiting() {
+		// A connection of a pod the program does not know yet is held
+		// in the queue: publish now.
+		delay = 0
+	}
+	c.refresh.Reset(delay)
+}

@@ -1,0 +1,96 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/sets"
+)
+
+// TestPolicyChangesGoThroughTheTracker adds, changes and deletes a
+// NetworkPolicy and checks after each step that the table the syncs wrote
+// equals a full sync of the full build of the same objects, that the
+// change was a "policies" sync (not a rebuild), and that the fingerprint of
+// the synced inputs follows.
+func TestPolicyChangesGoThroughTheTracker(t *testing.T) {
+	h := start(t,
+		testPod("x", "a", "n1", "10.0.1.1", map[string]string{"app": "web"}),
+		testPod("x", "b", "n1", "10.0.1.2", map[string]string{"app": "db"}),
+		testPod("y", "c", "n2", "10.0.2.1", map[string]string{"app": "client"}))
+	eventually(t, "first sync", func() bool { return h.eval.Program() != nil })
+	ctx := context.Background()
+	port := intstr.FromInt32(80)
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "web", ResourceVersion: "1"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}, NamespaceSelector: &metav1.LabelSelector{}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: &port}},
+			}},
+		},
+	}
+	policySyncs := func() uint64 {
+		var m dto.Metric
+		if err := h.ctrl.cfg.Metrics.SyncDuration.WithLabelValues("policies").(prometheus.Histogram).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.Histogram.GetSampleCount()
+	}
+	step := func(what string, change func() error, programmed func(dump string) bool) {
+		t.Helper()
+		before := policySyncs()
+		if err := change(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, what, func() bool { return programmed(h.nft.dump()) && policySyncs() > before })
+		in, err := h.ctrl.snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := h.ctrl.SyncedInputs(), InputsFingerprint(in); got != want {
+			t.Errorf("%s: synced inputs %x, want %x", what, got, want)
+		}
+		rs, err := compile.Render(compile.Build(in), h.ctrl.cfg.Render)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh := knftables.NewFake(knftables.InetFamily, compile.TableName)
+		syncer, err := sets.New(sets.Config{NFT: fresh})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := syncer.Sync(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := h.nft.dump(), fresh.Dump(); got != want {
+			t.Fatalf("%s: the table differs from a full sync of the full build:\n--- synced\n%s\n--- full\n%s", what, got, want)
+		}
+	}
+	pols := h.client.NetworkingV1().NetworkPolicies("x")
+	step("policy added", func() error {
+		_, err := pols.Create(ctx, np, metav1.CreateOptions{})
+		return err
+	}, func(dump string) bool { return strings.Contains(dump, "ingress-x/web") })
+	step("policy changed", func() error {
+		np = np.DeepCopy()
+		np.ResourceVersion = "2"
+		np.Spec.PodSelector.MatchLabels = map[string]string{"app": "db"}
+		np.Spec.Ingress[0].From[0].PodSelector.MatchLabels = map[string]string{"app": "web"}
+		_, err := pols.Update(ctx, np, metav1.UpdateOptions{})
+		return err
+	}, func(dump string) bool { return strings.Contains(dump, "pods with app=web in all namespaces") })
+	step("policy deleted", func() error {
+		return pols.Delete(ctx, "web", metav1.DeleteOptions{})
+	}, func(dump string) bool { return !strings.Contains(dump, "ingress-x/web") })
+	eventually(t, "program refreshed", func() bool { return len(h.eval.Program().Policies) == 0 })
+}
