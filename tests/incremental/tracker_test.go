@@ -57,7 +57,7 @@ func newWorld(seed uint64, node string) *world {
 		w.ipPool = append(w.ipPool, ips)
 	}
 	w.labelSets = append(w.labelSets, nil)
-	for _, in := range []compile.Input{in, scenariogen.Generate(seed + 1000).Input(node, nil, nil)} {
+	for _, in := range []compile.Input{in, scenariogen.Generate(seed+1000).Input(node, nil, nil)} {
 		for _, np := range in.Policies {
 			w.specs = append(w.specs, np.Spec)
 		}
