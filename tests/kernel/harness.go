@@ -504,9 +504,9 @@ type Report struct {
 	Rulesets map[string]string
 	Sync     SyncResult
 	Duration time.Duration
-	// PodEvents and PodRebuilds count, over the nodes, the pod changes
-	// CheckPodEvents applied as element changes and those that needed a
-	// rebuild.
+	// PodEvents and PodRebuilds count, over the nodes, the pod and
+	// NetworkPolicy changes CheckPodEvents applied through the tracker and
+	// those that needed a rebuild.
 	PodEvents, PodRebuilds int
 }
 
@@ -582,8 +582,8 @@ func (c *Cluster) CheckAfter(ctx context.Context, before, s *compile.Scenario, o
 
 // CheckPodEvents syncs before fully, then takes each node to s as the
 // agent's controller does in hybrid mode (compile.Tracker: the changes
-// that are not pods' rebuilt, then every changed pod on its own as element
-// changes), and probes s. In queue mode, where the agent rebuilds on every
+// that are neither pods' nor NetworkPolicies' rebuilt, then every changed
+// NetworkPolicy and every changed pod on its own), and probes s. In queue mode, where the agent rebuilds on every
 // change, it is CheckAfter.
 func (c *Cluster) CheckPodEvents(ctx context.Context, before, s *compile.Scenario, only []int) (*Report, error) {
 	if c.rcfg.Mode == compile.ModeQueue {

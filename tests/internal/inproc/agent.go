@@ -25,6 +25,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/google/nftables"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -205,11 +206,13 @@ func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(no
 }
 
 // ApplyPodEvents takes the node from before to after the way the agent's
-// controller does in hybrid mode: the changes that are not pods' through a
-// full build (before's pods with after's policies, cluster policies,
-// namespaces and nodes), then each pod that differs, one at a time, through
-// a compile.Tracker and Syncer.ApplyDelta (a rebuild when the tracker asks
-// for one). It returns how many pod changes took each path; prog is the
+// controller does in hybrid mode: the changes that are neither pods' nor
+// NetworkPolicies' through a full build (before's pods and policies with
+// after's cluster policies, namespaces and nodes), then each NetworkPolicy
+// that differs, one at a time, through compile.Tracker.ApplyPolicy and
+// Syncer.Sync, then each pod that differs through the tracker and
+// Syncer.ApplyDelta (a rebuild whenever the tracker asks for one). It
+// returns how many pod and policy changes took each path; prog is the
 // program of after, published at the end.
 func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input, prog *compile.Program) (tracked, rebuilt int, err error) {
 	tr, err := compile.NewTracker(a.rcfg)
@@ -220,11 +223,18 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 	for _, p := range before.Pods {
 		pods[p.Namespace+"/"+p.Name] = p
 	}
+	pols := map[string]*networkingv1.NetworkPolicy{}
+	for _, np := range before.Policies {
+		pols[np.Namespace+"/"+np.Name] = np
+	}
 	input := func() compile.Input {
 		in := after
-		in.Pods = nil
+		in.Pods, in.Policies = nil, nil
 		for _, k := range slices.Sorted(maps.Keys(pods)) {
 			in.Pods = append(in.Pods, pods[k])
+		}
+		for _, k := range slices.Sorted(maps.Keys(pols)) {
+			in.Policies = append(in.Policies, pols[k])
 		}
 		return in
 	}
@@ -240,6 +250,27 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 	}
 	if err := rebuild(); err != nil {
 		return 0, 0, err
+	}
+	nextPols := map[string]*networkingv1.NetworkPolicy{}
+	for _, np := range after.Policies {
+		nextPols[np.Namespace+"/"+np.Name] = np
+	}
+	for _, key := range slices.Sorted(maps.Keys(nextPols)) {
+		if old := pols[key]; old != nil && equality.Semantic.DeepEqual(old, nextPols[key]) {
+			continue
+		}
+		pols[key] = nextPols[key]
+		if err := a.applyPolicy(ctx, tr, key, nextPols[key], &tracked, &rebuilt, rebuild); err != nil {
+			return tracked, rebuilt, err
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(pols)) {
+		if nextPols[key] == nil {
+			delete(pols, key)
+			if err := a.applyPolicy(ctx, tr, key, nil, &tracked, &rebuilt, rebuild); err != nil {
+				return tracked, rebuilt, err
+			}
+		}
 	}
 	next := map[string]*corev1.Pod{}
 	for _, p := range after.Pods {
@@ -277,6 +308,20 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 	a.eval.Swap(prog)
 	a.Program = prog
 	return tracked, rebuilt, nil
+}
+
+// applyPolicy applies one NetworkPolicy change through the tracker and
+// syncs the new ruleset, or rebuilds when the tracker asks for it.
+func (a *Agent) applyPolicy(ctx context.Context, tr *compile.Tracker, key string, np *networkingv1.NetworkPolicy, tracked, rebuilt *int, rebuild func() error) error {
+	if !tr.ApplyPolicy(key, np) {
+		*rebuilt++
+		return rebuild()
+	}
+	*tracked++
+	if _, err := a.syncer.Sync(ctx, tr.Ruleset()); err != nil {
+		return fmt.Errorf("applying policy %s on %s: %w", key, a.Node, err)
+	}
+	return nil
 }
 
 // Evaluator is the evaluator the runtime asks; set its unknown-pod fields

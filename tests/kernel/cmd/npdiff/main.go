@@ -50,7 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	variant := fs.String("queue-variant", "", "queue mode: native or xt-compat (default: what the kernel supports)")
 	out := fs.String("out", os.TempDir(), "directory for the minimized scenarios (npdiff-seed-N.yaml)")
 	timeout := fs.Duration("timeout", kernel.DefaultProbeTimeout, "timeout of one probe (a denied probe takes all of it)")
-	incremental := fs.Bool("incremental", false, "sync an earlier state of each cluster first (scenariogen.Predecessor), then the scenario incrementally: in hybrid mode as the agent does, the policy and namespace changes rebuilt, then each changed pod on its own through the incremental compiler (compile.Tracker)")
+	incremental := fs.Bool("incremental", false, "sync an earlier state of each cluster first (scenariogen.Predecessor), then the scenario incrementally: in hybrid mode as the agent does, the namespace and cluster policy changes rebuilt, then each changed NetworkPolicy and each changed pod on its own through the incremental compiler (compile.Tracker; pod-events and pod-rebuilds count both kinds)")
 	noMin := fs.Bool("no-minimize", false, "write disagreeing scenarios as generated")
 	verbose := fs.Bool("v", false, "print the minimizer's steps and every disagreement table")
 	if err := fs.Parse(args); err != nil {
