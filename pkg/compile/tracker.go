@@ -16,10 +16,12 @@ import (
 // the selections the pod can be in (the selectors of its namespace and the
 // namespace selectors, the policies of its namespace, the
 // ClusterNetworkPolicy subjects) and yields the element additions and
-// deletions of the sets and maps it touches. Everything else (namespaces,
-// policies of either API, nodes, node addresses, configuration) goes
-// through Rebuild, the full Build and Render, which stays the reference: for
-// the same objects, the tracked ruleset equals the rebuilt one.
+// deletions of the sets and maps it touches. A NetworkPolicy change
+// recompiles that policy alone (ApplyPolicy, tracker_policy.go).
+// Everything else (namespaces, ClusterNetworkPolicies, nodes, node
+// addresses, configuration) goes through Rebuild, the full Build and
+// Render, which stays the reference: for the same objects, the tracked
+// ruleset equals the rebuilt one.
 //
 // A pod change is tracked in place unless it changes the ruleset's shape:
 // the first local pod of a combination of policies (a chain to create),
@@ -27,11 +29,12 @@ import (
 // claims (ownership is decided over all pods). Then ApplyPod reports false
 // and the caller rebuilds.
 //
-// The Program is not updated by ApplyPod: Program returns the last build's,
-// which lags the tracked ruleset until the next Rebuild (Stale tells).
-// The Ruleset is updated in place: it is owned by the tracker and whoever
-// applies it (a Syncer), both driven from one goroutine. Not safe for
-// concurrent use.
+// The Program is not updated by ApplyPod or ApplyPolicy: Program returns
+// the last build's, which lags the tracked ruleset until the next Rebuild
+// (Stale tells). ApplyPod updates the Ruleset in place; ApplyPolicy
+// replaces it with a new one that shares what did not change. It is owned
+// by the tracker and whoever applies it (a Syncer), both driven from one
+// goroutine. Not safe for concurrent use.
 type Tracker struct {
 	cfg   RenderConfig
 	cache *Cache
@@ -92,8 +95,8 @@ func (t *Tracker) Ruleset() *Ruleset {
 	return t.r.rs
 }
 
-// Stale reports whether pod changes were applied since the last Rebuild:
-// the ruleset is current, Program is not.
+// Stale reports whether pod or policy changes were applied since the last
+// Rebuild: the ruleset is current, Program is not.
 func (t *Tracker) Stale() bool { return t.stale }
 
 // Rebuild builds and renders from scratch and starts tracking from there.
