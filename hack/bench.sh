@@ -17,6 +17,7 @@
 #          longest time allowed connections failed, denied ones admitted
 #   sync   BenchmarkSync of pkg/sets: Build, Render and the transaction, full
 #          and one-pod incremental, against knftables.Fake and the kernel
+#          (BenchmarkPolicySync: one NetworkPolicy edit, tracker and rebuild)
 #   eval   BenchmarkEvaluate* of pkg/queue at 10k policies
 #   scale  a real kube-apiserver with 1k/10k/50k/100k pods on fake nodes and 1k
 #          policies, one real agent process; RSS, CPU, sync durations
@@ -63,6 +64,7 @@ if ((QUICK)); then
 	RESTART_ARGS=(--restarts 3)
 	SYNC_BENCH='BenchmarkSync/(fake|kernel)/pods=(1000|10000)$/'
 	SYNC_TIME=300ms
+	POLICY_SYNC_PODS=10000
 	EVAL_COUNT=3
 	EVAL_TIME=300ms
 	SCALE_ARGS=(--pods 2000 --incremental 5 --settle 2s)
@@ -74,6 +76,7 @@ else
 	RESTART_ARGS=(--restarts 5)
 	SYNC_BENCH='BenchmarkSync/'
 	SYNC_TIME=1s
+	POLICY_SYNC_PODS=10000,50000
 	EVAL_COUNT=5
 	EVAL_TIME=1s
 	SCALE_ARGS=(--pods 1000,10000,50000,100000 --incremental 10 --settle 10s)
@@ -133,6 +136,14 @@ if section sync; then
 	log "sync: $SYNC_BENCH (benchtime $SYNC_TIME)"
 	"$OUT/sets.test" -test.run '^$' -test.bench "$SYNC_BENCH" -test.benchtime "$SYNC_TIME" -test.timeout 30m | tee "$OUT/sync.bench" >&2
 	"$NFTBENCH" gobench "$OUT/sync.bench" >"$OUT/sync.txt"
+	# One NetworkPolicy edit: policy_sync_ms_<pods> through Tracker.ApplyPolicy
+	# and Syncer.Sync, policy_sync_rebuild_ms_<pods> through a full rebuild.
+	"$OUT/sets.test" -test.run '^$' -test.bench 'BenchmarkPolicySync/fake/' -test.benchtime "$SYNC_TIME" -test.timeout 30m \
+		-sync-bench-pods "$POLICY_SYNC_PODS" | tee "$OUT/policysync.bench" >&2
+	awk '$1 ~ /^BenchmarkPolicySync\// { split($1, f, "/"); sub(/^pods=/, "", f[3]); sub(/-[0-9]+$/, "", f[4]);
+		for (i = 3; i < NF; i++) if ($(i+1) == "total-ms") ms = $i
+		printf "policy_sync%s_ms_%dk=%s\n", (f[4] == "rebuild" ? "_rebuild" : ""), f[3] / 1000, ms }' \
+		"$OUT/policysync.bench" >>"$OUT/sync.txt"
 fi
 
 if section eval; then
