@@ -49,6 +49,10 @@ type Tracker struct {
 	// views are the pods as tracked now (Program.Pods as of the last build,
 	// then updated), by key: only what the render reads is filled in.
 	views map[string]*Pod
+	// moved lists, by namespace, the keys of the pods added, changed or
+	// deleted since the last build: with the build's pods of a namespace,
+	// every pod a namespace can hold (podsIn).
+	moved map[string]map[string]bool
 	// claims counts, per address, the eligible pods that list it; claimed
 	// lists each pod's addresses (owned or not).
 	claims  map[netip.Addr]int
@@ -118,6 +122,7 @@ func (t *Tracker) Rebuild(in Input) (*Program, *Ruleset, error) {
 func (t *Tracker) index(pods []*PodInfo) {
 	p := t.prog
 	t.views = make(map[string]*Pod, len(p.Pods))
+	t.moved = nil
 	t.claims = make(map[netip.Addr]int, len(p.Pods))
 	t.claimed = make(map[string][]netip.Addr, len(p.Pods))
 	t.comboUse = map[string]int{}
@@ -373,6 +378,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) 
 	} else {
 		delete(t.views, key)
 	}
+	t.notePodMoved(key)
 	t.updateCombos(key, old, cur, at)
 
 	for _, n := range slices.Sorted(maps.Keys(changes)) {

@@ -122,45 +122,52 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 	}
 	oldCombos := map[string]combo{}
 	newCombos := map[string]combo{}
-	for k, v := range t.views {
+	t.podsIn(ns, func(k string, v *Pod) {
+		if !v.Local {
+			return
+		}
+		var was, is [2]bool
+		match := np != nil && target.Matches(labels.Set(v.Labels))
+		is[Ingress] = match && newPol.IsolatesIngress
+		is[Egress] = match && newPol.IsolatesEgress
+		for _, d := range []Direction{Ingress, Egress} {
+			if existed && slices.Contains(v.Policies(d), id) {
+				was[d] = true
+				oldCombos[IsolationChainName(cur, d, v.Policies(d))] = combo{d, v.Policies(d)}
+			}
+		}
 		nv := v
-		if v.Local && v.Namespace == ns {
-			var was, is [2]bool
-			match := np != nil && target.Matches(labels.Set(v.Labels))
-			is[Ingress] = match && newPol.IsolatesIngress
-			is[Egress] = match && newPol.IsolatesEgress
-			for _, d := range []Direction{Ingress, Egress} {
-				if existed && slices.Contains(v.Policies(d), id) {
-					was[d] = true
-					oldCombos[IsolationChainName(cur, d, v.Policies(d))] = combo{d, v.Policies(d)}
-				}
-			}
-			if was != is {
-				c := *v
-				c.IngressPolicies = t.withPolicy(v.IngressPolicies, nid, is[Ingress])
-				c.EgressPolicies = t.withPolicy(v.EgressPolicies, nid, is[Egress])
-				nv = &c
-			}
-			for _, d := range []Direction{Ingress, Egress} {
-				if is[d] {
-					used[d] = true
-					newCombos[IsolationChainName(cur, d, nv.Policies(d))] = combo{d, nv.Policies(d)}
-				}
-			}
-		}
-		for _, sid := range newSels {
-			if t.selects(sid, nv) {
-				if nv == v {
-					c := *v
-					nv = &c
-				}
-				// Clipped: the old slice may be the published program's.
-				nv.MemberOf = append(nv.MemberOf[:len(nv.MemberOf):len(nv.MemberOf)], sid)
-			}
-		}
-		if nv != v {
+		if was != is {
+			c := *v
+			c.IngressPolicies = t.withPolicy(v.IngressPolicies, nid, is[Ingress])
+			c.EgressPolicies = t.withPolicy(v.EgressPolicies, nid, is[Egress])
+			nv = &c
 			changed[k] = podChange{v, nv}
 		}
+		for _, d := range []Direction{Ingress, Egress} {
+			if is[d] {
+				used[d] = true
+				newCombos[IsolationChainName(cur, d, nv.Policies(d))] = combo{d, nv.Policies(d)}
+			}
+		}
+	})
+	for _, sid := range newSels {
+		t.selectorPods(sid, func(k string, v *Pod) {
+			c, ok := changed[k]
+			if !ok {
+				c = podChange{v, v}
+			}
+			if !t.selects(sid, c.cur) {
+				return
+			}
+			if c.cur == v {
+				nv := *v
+				c.cur = &nv
+			}
+			// Clipped: the old slice may be the published program's.
+			c.cur.MemberOf = append(c.cur.MemberOf[:len(c.cur.MemberOf):len(c.cur.MemberOf)], sid)
+			changed[k] = c
+		})
 	}
 
 	// What the changed pods contribute now, before the ruleset changes,
@@ -351,7 +358,7 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 	for k, c := range changed {
 		t.views[k] = c.cur
 	}
-	t.fill(rs, fresh)
+	t.fill(rs, fresh, ns)
 	owned := map[string]bool{}
 	for k, b := range before {
 		after := t.elementsOf(changed[k].cur)
@@ -484,28 +491,11 @@ func (t *Tracker) selects(sid SelectorID, pod *Pod) bool {
 	return m.podSel.Matches(labels.Set(pod.Labels))
 }
 
-// fill adds every tracked pod's elements of the fresh sets.
-func (t *Tracker) fill(rs *Ruleset, fresh map[string]bool) {
+// fill adds every tracked pod's elements of the fresh sets: the peer sets
+// of selectors no rule used before, and the named-port sets of the policy
+// (of namespace ns) just rendered. It visits the pods that can be in them.
+func (t *Tracker) fill(rs *Ruleset, fresh map[string]bool, ns string) {
 	if len(fresh) == 0 {
-		return
-	}
-	var sids []SelectorID
-	for sid := range t.r.peerSets {
-		for _, n := range t.r.peerSets[sid] {
-			if fresh[n] {
-				sids = append(sids, SelectorID(sid))
-				break
-			}
-		}
-	}
-	var named []*namedPortUser
-	for i := range t.r.named {
-		u := &t.r.named[i]
-		if fresh[u.base+"-v4"] || fresh[u.base+"-v6"] {
-			named = append(named, u)
-		}
-	}
-	if len(sids) == 0 && len(named) == 0 {
 		return
 	}
 	emit := func(set string, e knftables.Element) {
@@ -514,11 +504,46 @@ func (t *Tracker) fill(rs *Ruleset, fresh map[string]bool) {
 			s.Elements = append(s.Elements, e)
 		}
 	}
-	for _, v := range t.views {
-		in := slices.ContainsFunc(sids, v.InSelector) ||
-			slices.ContainsFunc(named, func(u *namedPortUser) bool { return u.covers(v) })
-		if in {
+	seen := map[string]bool{}
+	visit := func(k string, v *Pod) {
+		if !seen[k] {
+			seen[k] = true
 			t.r.podElements(v, emit)
+		}
+	}
+	for sid := range t.r.peerSets {
+		for _, n := range t.r.peerSets[sid] {
+			if fresh[n] {
+				t.selectorPods(SelectorID(sid), func(k string, v *Pod) {
+					if v.InSelector(SelectorID(sid)) {
+						visit(k, v)
+					}
+				})
+				break
+			}
+		}
+	}
+	for i := range t.r.named {
+		u := &t.r.named[i]
+		if !fresh[u.base+"-v4"] && !fresh[u.base+"-v6"] {
+			continue
+		}
+		covered := func(k string, v *Pod) {
+			if u.covers(v) {
+				visit(k, v)
+			}
+		}
+		switch {
+		case u.subject != nil:
+			t.podsIn(ns, covered)
+		case u.m.AllPeers || len(u.m.IPBlocks) > 0:
+			for k, v := range t.views {
+				covered(k, v)
+			}
+		default:
+			for _, sid := range u.m.Selectors {
+				t.selectorPods(sid, covered)
+			}
 		}
 	}
 	for n := range fresh {
@@ -638,4 +663,67 @@ func (t *Tracker) policyChainPosition(order []string, name string) int {
 		return i
 	}
 	return len(order)
+}
+
+// notePodMoved records that a pod changed since the last build.
+func (t *Tracker) notePodMoved(key string) {
+	ns, _, _ := strings.Cut(key, "/")
+	if t.moved == nil {
+		t.moved = map[string]map[string]bool{}
+	}
+	if t.moved[ns] == nil {
+		t.moved[ns] = map[string]bool{}
+	}
+	t.moved[ns][key] = true
+}
+
+// podsIn calls f with every tracked pod of a namespace: the build's pods
+// of the namespace that did not move since, then those that did and are
+// still tracked. It costs the namespace's pods, not the cluster's.
+func (t *Tracker) podsIn(ns string, f func(key string, v *Pod)) {
+	moved := t.moved[ns]
+	for _, pid := range t.b.byNS[ns] {
+		key := t.prog.Pods[pid].Key
+		if !moved[key] {
+			f(key, t.views[key])
+		}
+	}
+	for key := range moved {
+		if v := t.views[key]; v != nil {
+			f(key, v)
+		}
+	}
+}
+
+// namespaces lists every namespace that can hold a tracked pod.
+func (t *Tracker) namespaces() []string {
+	out := make([]string, 0, len(t.b.byNS)+len(t.moved))
+	for ns := range t.b.byNS {
+		out = append(out, ns)
+	}
+	for ns := range t.moved {
+		if _, ok := t.b.byNS[ns]; !ok {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+// selectorPods calls f with every tracked pod in the namespaces a
+// selector can select (its members among them).
+func (t *Tracker) selectorPods(sid SelectorID, f func(key string, v *Pod)) {
+	m := &t.b.selMatch[sid]
+	if m.nsSel == nil {
+		t.podsIn(m.ns, f)
+		return
+	}
+	for _, ns := range t.namespaces() {
+		nsl, ok := t.b.nsLabels[ns]
+		if !ok {
+			nsl = labels.Set{NamespaceNameLabel: ns}
+		}
+		if m.nsSel.Matches(nsl) {
+			t.podsIn(ns, f)
+		}
+	}
 }
