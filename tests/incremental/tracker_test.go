@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"sort"
 	"strings"
 	"testing"
@@ -396,4 +397,44 @@ func elementsBySet(rs *compile.Ruleset) map[string]bool {
 		}
 	}
 	return out
+}
+
+// TestApplyPolicyLeavesTheProgram checks that policy and pod changes never
+// write the published program, which the evaluator reads concurrently: it
+// stays equal to a build of the objects it was built from.
+func TestApplyPolicyLeavesTheProgram(t *testing.T) {
+	cfg := compile.RenderConfig{Mode: compile.ModeHybrid}
+	for seed := uint64(1); seed <= 20; seed++ {
+		w := newWorld(seed, scenariogen.Nodes[0])
+		tr, err := compile.NewTracker(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, _, err := tr.Rebuild(w.input())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := compile.Build(w.input())
+		applied := 0
+		for step := 0; step < 40; step++ {
+			if step%2 == 0 {
+				key, np, _ := w.policyEvent()
+				if !tr.ApplyPolicy(key, np) {
+					t.Fatalf("seed %d step %d: a policy change in hybrid mode needs a rebuild", seed, step)
+				}
+				applied++
+			} else if key, p, _ := w.podEvent(); true {
+				if _, ok := tr.ApplyPod(key, p); !ok {
+					break // the rebuild would publish another program
+				}
+			}
+		}
+		if tr.Program() != prog || !tr.Stale() {
+			t.Fatalf("seed %d: the tracker published another program, or says it is current", seed)
+		}
+		if diff := cmp.Diff([]any{ref.Pods, ref.Policies, ref.Selectors, ref.Tables}, []any{prog.Pods, prog.Policies, prog.Selectors, prog.Tables},
+			cmpopts.EquateEmpty(), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+			t.Fatalf("seed %d: %d policy changes changed the published program (-built +published):\n%s", seed, applied, diff)
+		}
+	}
 }
