@@ -41,8 +41,9 @@ type policyState struct {
 // ok is false when the change is not tracked: queue mode (the evaluator
 // decides every selected pod's connections and must have the current
 // program, so every change there is a full build), or a key that does not
-// name the object. The tracker must then be rebuilt. The Program lags, as
-// it does for pod changes: Stale reports true until the next Rebuild.
+// name the object. Nothing was changed then; the caller rebuilds. The
+// Program lags, as it does for pod changes: Stale reports true until the
+// next Rebuild.
 func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bool) {
 	if t.r == nil || t.cfg.Mode == ModeQueue {
 		return false
