@@ -19,8 +19,9 @@ type policyState struct {
 	// policy keeps its index (nothing refers to it any more): the indices
 	// the tracked pods hold stay valid without renumbering.
 	ids map[string]PolicyID
-	// chainKeys orders the NetworkPolicy chains: chain name -> policy key,
-	// then "0" for ingress or "1" for egress, as Render creates them.
+	// chainKeys orders the NetworkPolicy chains as Render creates them:
+	// chain name -> policy key, NUL (so that "x/a" sorts before "x/a-b" as
+	// the keys do), then "0" for ingress or "1" for egress.
 	chainKeys map[string]string
 	// peerRefs counts, per peer set, the chain rules that name it: a peer
 	// set exists while a rendered rule uses its selector.
@@ -103,7 +104,7 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 		t.b.targets = append(t.b.targets, target)
 		t.pol.ids[key] = nid
 		for d, n := range policyChainNames(&newPol) {
-			t.pol.chainKeys[n] = key + string(rune('0'+d))
+			t.pol.chainKeys[n] = key + "\x00" + string(rune('0'+d))
 		}
 	}
 	t.placePolicy(ns, nid, existed, np != nil)
@@ -429,7 +430,7 @@ func (t *Tracker) ownProgram() {
 			t.pol.ids[p.Key] = PolicyID(i)
 		}
 		for d, n := range policyChainNames(p) {
-			t.pol.chainKeys[n] = p.Key + string(rune('0'+d))
+			t.pol.chainKeys[n] = p.Key + "\x00" + string(rune('0'+d))
 		}
 	}
 	for _, ch := range t.r.rs.Chains {

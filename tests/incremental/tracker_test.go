@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -181,6 +182,14 @@ func (w *world) policyEvent() (string, *networkingv1.NetworkPolicy, string) {
 			Namespace: w.in.Namespaces[w.r.IntN(len(w.in.Namespaces))].Name, Name: fmt.Sprintf("q%d", w.next)}}
 		if len(w.specs) > 0 {
 			np.Spec = *w.specs[w.r.IntN(len(w.specs))].DeepCopy()
+		}
+		if len(pols) > 0 && w.r.IntN(2) == 0 {
+			// A name that extends another's: chains are ordered by key.
+			other := pols[w.r.IntN(len(pols))]
+			name := other.Name + []string{"-a", "0", "a"}[w.r.IntN(3)]
+			if !slices.ContainsFunc(pols, func(p *networkingv1.NetworkPolicy) bool { return p.Namespace == other.Namespace && p.Name == name }) {
+				np.Namespace, np.Name = other.Namespace, name
+			}
 		}
 		w.in.Policies = append(pols[:len(pols):len(pols)], np)
 		return np.Namespace + "/" + np.Name, np, "policy added"
