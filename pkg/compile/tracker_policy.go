@@ -107,7 +107,7 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 			t.pol.chainKeys[n] = key + "\x00" + string(rune('0'+d))
 		}
 	}
-	t.placePolicy(ns, nid, existed, np != nil)
+	t.placePolicy(ns, nid, np != nil)
 	if np == nil {
 		delete(t.pol.ids, key)
 	}
@@ -253,11 +253,9 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 
 	// Render what is new: the policy's chains in the directions it
 	// isolates a local pod, then every combination it is in.
-	r2, err := newRenderer(cur, t.cfg)
-	if err != nil {
-		// The configuration was validated by NewTracker.
-		panic("compile: tracker configuration became invalid: " + err.Error())
-	}
+	// A renderer of its own collects them (the configuration is the
+	// tracker's, validated by NewTracker).
+	r2 := &renderer{prog: cur, cfg: t.r.cfg, rs: &Ruleset{Chains: map[string]*Chain{}, Sets: map[string]*Set{}}}
 	var has [2]bool
 	for _, d := range []Direction{Ingress, Egress} {
 		if used[d] {
@@ -440,7 +438,7 @@ func (t *Tracker) ownProgram() {
 
 // placePolicy keeps the namespace's policy list (which place reads) in key
 // order, as the program's pods list their policies.
-func (t *Tracker) placePolicy(ns string, id PolicyID, existed, exists bool) {
+func (t *Tracker) placePolicy(ns string, id PolicyID, exists bool) {
 	ids := slices.DeleteFunc(slices.Clone(t.polsByNS[ns]), func(x PolicyID) bool { return x == id })
 	if exists {
 		ids = t.withPolicy(ids, id, true)
