@@ -196,6 +196,12 @@ func runDelay(ctx context.Context, tb *cluster.ProgramTB, cfg DelayConfig, res *
 		if m[cnt] > 0 {
 			res.Set("program_delay_agent_sync_mean_ms", round(m[sum]/m[cnt]*1000, 2))
 		}
+		// NetworkPolicy changes through the tracker (the "incremental"
+		// syncs above are then the program refreshes that follow them).
+		const pcnt, psum = `nftpolicy_sync_duration_seconds_count{kind="policies"}`, `nftpolicy_sync_duration_seconds_sum{kind="policies"}`
+		if m[pcnt] > 0 {
+			res.Set("program_delay_agent_policy_sync_mean_ms", round(m[psum]/m[pcnt]*1000, 2))
+		}
 	}
 	return nil
 }
