@@ -170,6 +170,21 @@ func (w *world) podEvent() (string, *corev1.Pod, string) {
 	return key, p, what
 }
 
+// newTracker returns a tracker built from the world's objects, and its
+// program.
+func newTracker(t *testing.T, cfg compile.RenderConfig, w *world) (*compile.Tracker, *compile.Program) {
+	t.Helper()
+	tr, err := compile.NewTracker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, _, err := tr.Rebuild(w.input())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, prog
+}
+
 // policyEvent adds, changes or deletes one NetworkPolicy (a new object
 // for every change, as an informer delivers it) and returns its key and
 // new state.
@@ -271,13 +286,7 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 		for seed := uint64(1); seed <= uint64(n); seed++ {
 			node := scenariogen.Nodes[int(seed)%len(scenariogen.Nodes)]
 			w := newWorld(seed, node)
-			tr, err := compile.NewTracker(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := tr.Rebuild(w.input()); err != nil {
-				t.Fatal(err)
-			}
+			tr, _ := newTracker(t, cfg, w)
 			for step := 0; step < *steps; step++ {
 				var what, key string
 				if x := w.r.IntN(12); x == 0 {
@@ -344,13 +353,7 @@ func TestTrackerDelta(t *testing.T) {
 	cfg := compile.RenderConfig{Mode: compile.ModeHybrid}
 	for seed := uint64(1); seed <= 40; seed++ {
 		w := newWorld(seed, scenariogen.Nodes[0])
-		tr, err := compile.NewTracker(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := tr.Rebuild(w.input()); err != nil {
-			t.Fatal(err)
-		}
+		tr, _ := newTracker(t, cfg, w)
 		for step := 0; step < 60; step++ {
 			before := elementsBySet(tr.Ruleset())
 			key, p, what := w.podEvent()
@@ -415,14 +418,7 @@ func TestApplyPolicyLeavesTheProgram(t *testing.T) {
 	cfg := compile.RenderConfig{Mode: compile.ModeHybrid}
 	for seed := uint64(1); seed <= 20; seed++ {
 		w := newWorld(seed, scenariogen.Nodes[0])
-		tr, err := compile.NewTracker(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		prog, _, err := tr.Rebuild(w.input())
-		if err != nil {
-			t.Fatal(err)
-		}
+		tr, prog := newTracker(t, cfg, w)
 		ref := compile.Build(w.input())
 		applied := 0
 		for step := 0; step < 40; step++ {
