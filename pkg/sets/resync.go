@@ -1,0 +1,291 @@
+package sets
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// A full sync over a table that is hooked (an agent restarted on its node,
+// a periodic repair, a fallback after a refused batch) used to delete every
+// set and map and write them again whole: at 50k pods, nft parsed 87k
+// elements (0.8 s of CPU) to write what the kernel mostly had already. With
+// the netlink writer, the sync reads the kernel's sets instead, as the
+// dataplane has them, and compares them with the desired ones:
+//
+//   - a set or map whose kernel declaration is the one nft writes for the
+//     desired declaration (sameKernelDeclaration) is kept; anything else of
+//     the table is deleted and written again, as before;
+//   - a kept set's elements are dumped over netlink and compared with the
+//     desired elements in kernel form (key, data or verdict, comment and
+//     flags: the bytes nft writes, elements.go), so a value, a verdict or a
+//     comment changed by hand is seen;
+//   - what differs goes into the one nft transaction that also flushes and
+//     refills the chains: element deletions and additions, or, when they
+//     would be as many as the elements, and for interval sets (whose
+//     ranges the kernel splits into start and end elements, hard to map
+//     back to the text the transaction needs), a flush of the set and all
+//     its elements;
+//   - dynamic sets (DNS learning's) whose declaration is the desired one
+//     are kept without reading them: their elements are the learner's.
+//
+// The transaction is still the only kernel change of the sync: the dumps
+// only read, and a set the kernel changed between the dump and the commit
+// at worst makes the transaction fail (an element to delete is gone, one
+// to add is there with another value), after which the sync rewrites the
+// table whole (full), as it did before.
+
+// resyncSet is the plan for one desired set a re-sync keeps.
+type resyncSet struct {
+	set *compile.Set
+	// rewrite: flush the set and add all its elements.
+	rewrite  bool
+	del, add []knftables.Element
+}
+
+// fullDiff is the full sync of a hooked table with the netlink writer.
+// handled is false when the kernel's sets could not be read (the caller
+// then rewrites them whole); an error of the transaction is returned with
+// handled true.
+func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existing map[string][]string, decls map[string]*kernelSet) (res Result, handled bool, err error) {
+	res = Result{Full: true}
+	readStart := time.Now()
+	keep := map[string]*resyncSet{}
+	for _, n := range desired.SortedSetNames() {
+		set := desired.Sets[n]
+		k, ok := decls[n]
+		if !ok || !sameKernelDeclaration(k, set) {
+			continue
+		}
+		if set.Dynamic {
+			keep[n] = &resyncSet{set: set}
+			continue
+		}
+		l, err := layoutOf(set)
+		if err != nil {
+			// A set the element reader cannot compare (a type it does not
+			// know): written whole.
+			continue
+		}
+		plan, err := s.compareElements(ctx, n, set, &l)
+		if err != nil {
+			return res, false, err
+		}
+		keep[n] = plan
+	}
+	res.ReadDuration = time.Since(readStart)
+
+	tx := s.cfg.NFT.NewTransaction()
+	tx.Add(&knftables.Table{Comment: desired.Table.Comment})
+	for _, n := range desired.ChainOrder {
+		ch := desired.Chains[n].Chain
+		tx.Add(&ch)
+	}
+	// Empty every chain first, so that no rule stops a deletion.
+	for _, n := range existing["chain"] {
+		if c, ok := desired.Chains[n]; ok && c.External {
+			continue
+		}
+		tx.Flush(&knftables.Chain{Name: n})
+	}
+	// Element deletions before chain deletions: a verdict map's element
+	// may jump to a chain no longer wanted.
+	for _, n := range desired.SortedSetNames() {
+		p := keep[n]
+		switch {
+		case p == nil:
+		case p.rewrite:
+			if p.set.Map != nil {
+				tx.Flush(&knftables.Map{Name: n})
+			} else {
+				tx.Flush(&knftables.Set{Name: n})
+			}
+		case len(p.del) > 0:
+			s.deleteElements(tx, p.set, p.del)
+			res.ElementsDeleted += len(p.del)
+		}
+	}
+	// Sets and maps not kept: deleted (maps before chains: their verdict
+	// elements jump to chains), added again below.
+	for _, n := range existing["map"] {
+		if keep[n] == nil {
+			tx.Delete(&knftables.Map{Name: n})
+		}
+	}
+	for _, n := range existing["set"] {
+		if keep[n] == nil {
+			tx.Delete(&knftables.Set{Name: n})
+		}
+	}
+	for _, n := range existing["chain"] {
+		if _, ok := desired.Chains[n]; !ok {
+			tx.Delete(&knftables.Chain{Name: n})
+			res.ChainsDeleted++
+		}
+	}
+	for _, n := range desired.SortedSetNames() {
+		set := desired.Sets[n]
+		p := keep[n]
+		switch {
+		case p == nil, p.rewrite:
+			s.addSet(tx, set)
+			res.ElementsAdded += len(set.Elements)
+		case len(p.add) > 0:
+			part := *set
+			part.Elements = p.add
+			// The declaration again (the kernel's: a no-op) and the
+			// elements.
+			s.addSet(tx, &part)
+			res.ElementsAdded += len(p.add)
+		}
+		if p != nil && !p.rewrite && !set.Dynamic {
+			res.ElementsUnchanged += len(set.Elements) - len(p.add)
+		}
+	}
+	addAllRules(tx, desired, &res)
+	res.Operations = tx.NumOperations()
+	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
+		return res, true, fmt.Errorf("full sync transaction (%d operations): %w", res.Operations, err)
+	}
+	return res, true, nil
+}
+
+// compareElements dumps the kernel's elements of a kept set and plans
+// what makes them the desired ones.
+func (s *Syncer) compareElements(ctx context.Context, name string, set *compile.Set, l *elementLayout) (*resyncSet, error) {
+	type have struct {
+		payload string
+		seen    bool
+		key     []byte
+	}
+	kernel := map[string]*have{}
+	odd := false
+	err := s.cfg.Netlink.setElements(ctx, name, func(e *kernelElement) {
+		if e.other {
+			odd = true
+			return
+		}
+		kernel[identity(e.key, e.keyEnd, e.flags)] = &have{
+			payload: payload(e.hasVerdict, e.verdict, e.chain, e.data, e.udata),
+			key:     e.key,
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	plan := &resyncSet{set: set}
+	if odd {
+		// A catch-all element, an element with a timeout or an
+		// expression: nothing the desired set has. A flush removes them.
+		plan.rewrite = true
+		return plan, nil
+	}
+	var add []int
+	var changed []int
+	for i := range set.Elements {
+		els, err := l.encode(&set.Elements[i], false)
+		if err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+		for _, e := range els {
+			h := kernel[identity(e.key, e.keyEnd, e.flags)]
+			switch {
+			case h == nil:
+				add = append(add, i)
+			case h.payload != payload(e.hasVerdict, e.verdict, e.chain, e.data, e.udata):
+				h.seen = true
+				changed = append(changed, i)
+			default:
+				h.seen = true
+				continue
+			}
+			if l.interval {
+				// Any difference rewrites an interval set.
+				plan.rewrite = true
+				return plan, nil
+			}
+		}
+	}
+	var extra [][]byte
+	for _, h := range kernel {
+		if !h.seen {
+			extra = append(extra, h.key)
+		}
+	}
+	if l.interval && len(extra) > 0 {
+		plan.rewrite = true
+		return plan, nil
+	}
+	if n := len(add) + 2*len(changed) + len(extra); n == 0 {
+		return plan, nil
+	} else if n >= len(set.Elements) {
+		plan.rewrite = true
+		return plan, nil
+	}
+	for _, i := range changed {
+		// Deleted by its key (the same in both) and added again with
+		// its value and comment.
+		plan.del = append(plan.del, knftables.Element{Key: set.Elements[i].Key})
+		add = append(add, i)
+	}
+	for _, key := range extra {
+		k, err := l.decodeKey(key)
+		if err != nil {
+			// The key is not one this reader can write back: a flush
+			// removes it.
+			plan.rewrite, plan.del = true, nil
+			return plan, nil
+		}
+		plan.del = append(plan.del, knftables.Element{Key: k})
+	}
+	for _, i := range add {
+		plan.add = append(plan.add, set.Elements[i])
+	}
+	return plan, nil
+}
+
+// deleteElements deletes elements of a set by key, as one command when the
+// Syncer writes one command per set.
+func (s *Syncer) deleteElements(tx *knftables.Transaction, set *compile.Set, del []knftables.Element) {
+	if !s.cfg.OneCommandPerSet {
+		for i := range del {
+			e := del[i]
+			addressTo(set, &e)
+			tx.Delete(&e)
+		}
+		return
+	}
+	keys := make([]string, 0, len(del))
+	for i := range del {
+		keys = append(keys, joinKey(del[i].Key))
+	}
+	e := knftables.Element{Key: []string{joinList(keys)}}
+	addressTo(set, &e)
+	tx.Delete(&e)
+}
+
+func joinKey(k []string) string { return strings.Join(k, " . ") }
+
+func joinList(items []string) string { return strings.Join(items, ", ") }
+
+// resync runs fullDiff; ok is false when the caller must rewrite the
+// table whole: the kernel's sets could not be read, or the transaction
+// failed (the kernel changed since the dump, or holds something the
+// comparison missed), which changed nothing.
+func (s *Syncer) resync(ctx context.Context, desired *compile.Ruleset, existing map[string][]string, decls map[string]*kernelSet) (Result, bool) {
+	res, handled, err := s.fullDiff(ctx, desired, existing, decls)
+	switch {
+	case !handled:
+		s.cfg.Logger.Info("Full sync: could not read the kernel's sets, rewriting them all", "err", err)
+		return res, false
+	case err != nil:
+		s.cfg.Logger.Info("Full sync: the transaction of the differences failed, rewriting the table whole", "err", err, "operations", res.Operations)
+		return res, false
+	}
+	return res, true
+}
