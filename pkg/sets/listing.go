@@ -2,6 +2,7 @@ package sets
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 
 	"github.com/mdlayher/netlink"
@@ -109,7 +110,15 @@ func (w *NetlinkElements) dump(ctx context.Context, msgType uint16, tableAttr ui
 	if err != nil {
 		return err
 	}
-	return w.dumpMessages(ctx, msgType, attrs, fn)
+	return w.dumpMessages(ctx, msgType, attrs, func(b []byte) error {
+		ad, err := netlink.NewAttributeDecoder(b)
+		if err != nil {
+			return err
+		}
+		ad.ByteOrder = binary.BigEndian
+		fn(ad)
+		return ad.Err()
+	})
 }
 
 // listExisting returns the names of the objects of the table, over netlink

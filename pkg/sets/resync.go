@@ -3,6 +3,7 @@ package sets
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -170,9 +171,9 @@ func (s *Syncer) compareElements(ctx context.Context, name string, set *compile.
 			odd = true
 			return
 		}
-		kernel[identity(e.key, e.keyEnd, e.flags)] = &have{
-			payload: payload(e.hasVerdict, e.verdict, e.chain, e.data, e.udata),
-			key:     e.key,
+		kernel[string(appendIdentity(nil, e.key, e.keyEnd, e.flags))] = &have{
+			payload: string(appendPayload(nil, e.hasVerdict, e.verdict, e.chain, e.data, e.udata)),
+			key:     slices.Clone(e.key),
 		}
 	})
 	if err != nil {
@@ -187,17 +188,21 @@ func (s *Syncer) compareElements(ctx context.Context, name string, set *compile.
 	}
 	var add []int
 	var changed []int
+	var id, pl []byte
 	for i := range set.Elements {
 		els, err := l.encode(&set.Elements[i], false)
 		if err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 		for _, e := range els {
-			h := kernel[identity(e.key, e.keyEnd, e.flags)]
+			// Reused buffers: a lookup by string(buf) does not allocate.
+			id = appendIdentity(id[:0], e.key, e.keyEnd, e.flags)
+			pl = appendPayload(pl[:0], e.hasVerdict, e.verdict, e.chain, e.data, e.udata)
+			h := kernel[string(id)]
 			switch {
 			case h == nil:
 				add = append(add, i)
-			case h.payload != payload(e.hasVerdict, e.verdict, e.chain, e.data, e.udata):
+			case h.payload != string(pl):
 				h.seen = true
 				changed = append(changed, i)
 			default:
