@@ -57,6 +57,7 @@ func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existin
 	res = Result{Full: true}
 	readStart := time.Now()
 	keep := map[string]*resyncSet{}
+	var compare []candidate
 	for _, n := range desired.SortedSetNames() {
 		set := desired.Sets[n]
 		k, ok := decls[n]
@@ -73,11 +74,10 @@ func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existin
 			// know): written whole.
 			continue
 		}
-		plan, err := s.compareElements(ctx, n, set, &l)
-		if err != nil {
-			return res, false, err
-		}
-		keep[n] = plan
+		compare = append(compare, candidate{n, set, l})
+	}
+	if err := s.compareSets(ctx, compare, keep); err != nil {
+		return res, false, err
 	}
 	res.ReadDuration = time.Since(readStart)
 
@@ -156,29 +156,94 @@ func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existin
 	return res, true, nil
 }
 
-// compareElements dumps the kernel's elements of a kept set and plans
-// what makes them the desired ones.
-func (s *Syncer) compareElements(ctx context.Context, name string, set *compile.Set, l *elementLayout) (*resyncSet, error) {
-	type have struct {
-		payload string
-		seen    bool
-		key     []byte
+// candidate is a desired set whose kernel declaration is the desired one:
+// its elements are compared.
+type candidate struct {
+	name   string
+	set    *compile.Set
+	layout elementLayout
+}
+
+// compareSets reads the kernel's elements of the candidates and stores
+// their plans in keep. The kernel's dumps (its CPU, in the reading
+// goroutine's system calls) and the encoding of the desired elements
+// overlap: one goroutine reads set after set while this one compares.
+func (s *Syncer) compareSets(ctx context.Context, compare []candidate, keep map[string]*resyncSet) error {
+	readCtx, cancel := context.WithCancel(ctx)
+	read := make(chan kernelElements, 8)
+	go func() {
+		defer close(read)
+		for _, c := range compare {
+			k := s.readKernelSet(readCtx, c.name)
+			select {
+			case read <- k:
+			case <-readCtx.Done():
+				return
+			}
+			if k.err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		// Stop the reader and wait for it: the writer's connection is
+		// free again when this returns.
+		cancel()
+		for range read {
+		}
+	}()
+	for _, c := range compare {
+		k, ok := <-read
+		if !ok {
+			return fmt.Errorf("reading the kernel's sets: %w", context.Cause(readCtx))
+		}
+		if k.err != nil {
+			return k.err
+		}
+		plan, err := planSet(c.name, c.set, &c.layout, k)
+		if err != nil {
+			return err
+		}
+		keep[c.name] = plan
 	}
-	kernel := map[string]*have{}
-	odd := false
-	err := s.cfg.Netlink.setElements(ctx, name, func(e *kernelElement) {
+	return nil
+}
+
+// kernelElements are the elements of one of the kernel's sets, by
+// identity (appendIdentity).
+type kernelElements struct {
+	byID map[string]*kernelElementState
+	// odd: the set has an element the desired ones never have.
+	odd bool
+	err error
+}
+
+type kernelElementState struct {
+	payload string
+	key     []byte
+	seen    bool
+}
+
+// readKernelSet dumps the kernel's elements of a set.
+func (s *Syncer) readKernelSet(ctx context.Context, name string) kernelElements {
+	k := kernelElements{byID: map[string]*kernelElementState{}}
+	k.err = s.cfg.Netlink.setElements(ctx, name, func(e *kernelElement) {
 		if e.other {
-			odd = true
+			k.odd = true
 			return
 		}
-		kernel[string(appendIdentity(nil, e.key, e.keyEnd, e.flags))] = &have{
+		k.byID[string(appendIdentity(nil, e.key, e.keyEnd, e.flags))] = &kernelElementState{
 			payload: string(appendPayload(nil, e.hasVerdict, e.verdict, e.chain, e.data, e.udata)),
 			key:     slices.Clone(e.key),
 		}
 	})
-	if err != nil {
-		return nil, err
-	}
+	return k
+}
+
+// planSet compares the kernel's elements of a kept set with the desired
+// ones and plans what makes them equal.
+func planSet(name string, set *compile.Set, l *elementLayout, k kernelElements) (*resyncSet, error) {
+	kernel, odd := k.byID, k.odd
 	plan := &resyncSet{set: set}
 	if odd {
 		// A catch-all element, an element with a timeout or an
