@@ -351,10 +351,10 @@ func (s *Syncer) resync(ctx context.Context, desired *compile.Ruleset, existing 
 	res, handled, err := s.fullDiff(ctx, desired, existing, decls)
 	switch {
 	case !handled:
-		s.cfg.Logger.Info("Full sync: could not read the kernel's sets, rewriting them all", "err", err)
+		s.cfg.Logger.Error(err, "Full sync: could not read the kernel's sets, rewriting them all")
 		return res, false
 	case err != nil:
-		s.cfg.Logger.Info("Full sync: the transaction of the differences failed, rewriting the table whole", "err", err, "operations", res.Operations)
+		s.cfg.Logger.Error(err, "Full sync: the transaction of the differences failed, rewriting the table whole", "operations", res.Operations)
 		return res, false
 	}
 	return res, true

@@ -258,3 +258,53 @@ func TestResyncKeepsDynamicSet(t *testing.T) {
 		}
 	}
 }
+
+// TestResyncFallsBackToRewrite: when the transaction of the differences
+// fails (here: elements of a constant set, which the kernel never
+// changes), nothing changed, and the same sync rewrites the table whole
+// in a second transaction.
+func TestResyncFallsBackToRewrite(t *testing.T) {
+	ctx := context.Background()
+	ruleset := func(elems ...string) *compile.Ruleset {
+		s := &compile.Set{Set: &knftables.Set{Name: "fixed-v4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.ConstantFlag}}}
+		for _, e := range elems {
+			s.Elements = append(s.Elements, knftables.Element{Key: []string{e}})
+		}
+		return &compile.Ruleset{
+			Table: knftables.Table{Comment: knftables.PtrTo("t")},
+			Chains: map[string]*compile.Chain{"forward": {
+				Chain: knftables.Chain{Name: "forward", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.ForwardHook), Priority: knftables.PtrTo(knftables.FilterPriority)},
+				Rules: []knftables.Rule{{Rule: "ip saddr @fixed-v4 counter accept"}},
+			}},
+			ChainOrder: []string{"forward"},
+			Sets:       map[string]*compile.Set{"fixed-v4": s},
+		}
+	}
+	k, rec := recordingNode(t)
+	if _, err := k.syncer.Sync(ctx, ruleset("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4")); err != nil {
+		t.Fatal(err)
+	}
+	rs := ruleset("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.5")
+	ref := newKernelNode(t, false)
+	if _, err := ref.syncer.Sync(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	k.syncer.ForceFull()
+	rec.txs = nil
+	res, err := k.syncer.Sync(ctx, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.txs) != 2 || !res.Full {
+		t.Fatalf("re-sync %+v in %d transactions, want a failed one of differences and a full rewrite", res, len(rec.txs))
+	}
+	if ops := touchedSets(rec.txs[0]); !slices.Contains(ops, "delete element fixed-v4") || slices.Contains(ops, "delete set fixed-v4") {
+		t.Errorf("first transaction: %v, want only element changes in fixed-v4", ops)
+	}
+	if ops := touchedSets(rec.txs[1]); !slices.Contains(ops, "delete set fixed-v4") {
+		t.Errorf("second transaction: %v, want fixed-v4 replaced", ops)
+	}
+	if diff := cmp.Diff(ref.dump(t), k.dump(t)); diff != "" {
+		t.Fatalf("table differs from a fresh load (-fresh +re-synced):\n%s", diff)
+	}
+}
