@@ -93,6 +93,34 @@ func TestResyncUnchangedTable(t *testing.T) {
 	}
 }
 
+// freshTable is the table a plain knftables syncer writes for rs into a
+// new namespace: what any sync of rs must end with.
+func freshTable(t *testing.T, rs *compile.Ruleset) map[string]string {
+	t.Helper()
+	ref := newKernelNode(t, false)
+	if _, err := ref.syncer.Sync(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	return ref.dump(t)
+}
+
+// hookedRuleset is a table with one base chain of one rule and these sets.
+func hookedRuleset(rule string, sets ...*compile.Set) *compile.Ruleset {
+	rs := &compile.Ruleset{
+		Table: knftables.Table{Comment: knftables.PtrTo("t")},
+		Chains: map[string]*compile.Chain{"forward": {
+			Chain: knftables.Chain{Name: "forward", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.ForwardHook), Priority: knftables.PtrTo(knftables.FilterPriority)},
+			Rules: []knftables.Rule{{Rule: rule}},
+		}},
+		ChainOrder: []string{"forward"},
+		Sets:       map[string]*compile.Set{},
+	}
+	for _, s := range sets {
+		rs.Sets[s.Name()] = s
+	}
+	return rs
+}
+
 // pickSet returns the name of the first set or map of rs (in name order)
 // that ok accepts.
 func pickSet(t *testing.T, rs *compile.Ruleset, what string, ok func(*compile.Set) bool) *compile.Set {
@@ -120,11 +148,7 @@ func TestResyncRepairsDrift(t *testing.T) {
 	in := compiletest.Cluster(400, 40, 3)
 	in.NodeName = "node-0"
 	rs := render(t, in)
-	ref := newKernelNode(t, false)
-	if _, err := ref.syncer.Sync(context.Background(), rs); err != nil {
-		t.Fatal(err)
-	}
-	want := ref.dump(t)
+	want := freshTable(t, rs)
 
 	plain := pickSet(t, rs, "hash set of 10+ single addresses with comments", func(s *compile.Set) bool {
 		return s.Set != nil && !isInterval(s) && len(s.Elements) >= 10 && len(s.Elements[0].Key) == 1 && s.Elements[1].Comment != nil
@@ -201,20 +225,11 @@ func TestResyncRepairsDrift(t *testing.T) {
 func TestResyncKeepsDynamicSet(t *testing.T) {
 	ctx := context.Background()
 	ruleset := func(comment string) *compile.Ruleset {
-		return &compile.Ruleset{
-			Table: knftables.Table{Comment: knftables.PtrTo("t")},
-			Chains: map[string]*compile.Chain{"forward": {
-				Chain: knftables.Chain{Name: "forward", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.ForwardHook), Priority: knftables.PtrTo(knftables.FilterPriority)},
-				Rules: []knftables.Rule{{Rule: "ip saddr . ip daddr @learned-v4 ip saddr @pods-v4 counter accept"}},
-			}},
-			ChainOrder: []string{"forward"},
-			Sets: map[string]*compile.Set{
-				"learned-v4": {Dynamic: true, Set: &knftables.Set{Name: "learned-v4",
-					Type: "ipv4_addr . ipv4_addr", Flags: []knftables.SetFlag{knftables.TimeoutFlag}, Comment: knftables.PtrTo(comment)}},
-				"pods-v4": {Set: &knftables.Set{Name: "pods-v4", Type: "ipv4_addr"}, Elements: []knftables.Element{
-					{Key: []string{"10.0.0.1"}}, {Key: []string{"10.0.0.2"}}, {Key: []string{"10.0.0.3"}}}},
-			},
-		}
+		return hookedRuleset("ip saddr . ip daddr @learned-v4 ip saddr @pods-v4 counter accept",
+			&compile.Set{Dynamic: true, Set: &knftables.Set{Name: "learned-v4",
+				Type: "ipv4_addr . ipv4_addr", Flags: []knftables.SetFlag{knftables.TimeoutFlag}, Comment: knftables.PtrTo(comment)}},
+			&compile.Set{Set: &knftables.Set{Name: "pods-v4", Type: "ipv4_addr"}, Elements: []knftables.Element{
+				{Key: []string{"10.0.0.1"}}, {Key: []string{"10.0.0.2"}}, {Key: []string{"10.0.0.3"}}}})
 	}
 	k, rec := recordingNode(t)
 	if _, err := k.syncer.Sync(ctx, ruleset("a")); err != nil {
@@ -270,25 +285,14 @@ func TestResyncFallsBackToRewrite(t *testing.T) {
 		for _, e := range elems {
 			s.Elements = append(s.Elements, knftables.Element{Key: []string{e}})
 		}
-		return &compile.Ruleset{
-			Table: knftables.Table{Comment: knftables.PtrTo("t")},
-			Chains: map[string]*compile.Chain{"forward": {
-				Chain: knftables.Chain{Name: "forward", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.ForwardHook), Priority: knftables.PtrTo(knftables.FilterPriority)},
-				Rules: []knftables.Rule{{Rule: "ip saddr @fixed-v4 counter accept"}},
-			}},
-			ChainOrder: []string{"forward"},
-			Sets:       map[string]*compile.Set{"fixed-v4": s},
-		}
+		return hookedRuleset("ip saddr @fixed-v4 counter accept", s)
 	}
 	k, rec := recordingNode(t)
 	if _, err := k.syncer.Sync(ctx, ruleset("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4")); err != nil {
 		t.Fatal(err)
 	}
 	rs := ruleset("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.5")
-	ref := newKernelNode(t, false)
-	if _, err := ref.syncer.Sync(ctx, rs); err != nil {
-		t.Fatal(err)
-	}
+	want := freshTable(t, rs)
 	k.syncer.ForceFull()
 	rec.txs = nil
 	res, err := k.syncer.Sync(ctx, rs)
@@ -304,7 +308,7 @@ func TestResyncFallsBackToRewrite(t *testing.T) {
 	if ops := touchedSets(rec.txs[1]); !slices.Contains(ops, "delete set fixed-v4") {
 		t.Errorf("second transaction: %v, want fixed-v4 replaced", ops)
 	}
-	if diff := cmp.Diff(ref.dump(t), k.dump(t)); diff != "" {
+	if diff := cmp.Diff(want, k.dump(t)); diff != "" {
 		t.Fatalf("table differs from a fresh load (-fresh +re-synced):\n%s", diff)
 	}
 }
