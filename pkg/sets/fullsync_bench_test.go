@@ -25,7 +25,9 @@ var fullSyncPods = flag.Int("full-sync-pods", 10000, "BenchmarkFullSync: cluster
 // without the table (a node's first agent, the scale section's single-size
 // run); "resync" syncs over a table the same ruleset fills (an agent's
 // restart, the periodic full sync): the kernel's sets are read and
-// compared, nothing but the chains is written. Reported per sync:
+// compared, nothing but the chains is written; "grow" syncs over the table
+// of a fifth of the pods (nftbench scale's 50k size over its 10k table):
+// the elements of the other pods are added. Reported per sync:
 // build-ms, tx-ms (the whole Syncer.Sync), read-ms (its part reading and
 // comparing the kernel's sets), total-ms, tx-cpu-ms (CPU of the nft
 // processes), self-cpu-ms (this process during the sync, with its netlink
@@ -99,6 +101,22 @@ func BenchmarkFullSync(b *testing.B) {
 		for b.Loop() {
 			b.StopTimer()
 			s := node(b)
+			b.StartTimer()
+			step(b, s, &t)
+		}
+		report(b, &t)
+	})
+	b.Run("grow", func(b *testing.B) {
+		small := in
+		small.PodInfos = in.PodInfos[:len(in.PodInfos)/5]
+		var t, warm syncTimes
+		written, read = 0, 0
+		for b.Loop() {
+			b.StopTimer()
+			s := node(b)
+			_, rs := trackerRebuild(b, cfg, small)
+			warm.sync(b, s, rs)
+			s.ForceFull()
 			b.StartTimer()
 			step(b, s, &t)
 		}

@@ -245,6 +245,12 @@ func (s *Syncer) readKernelSet(ctx context.Context, name string) kernelElements 
 func planSet(name string, set *compile.Set, l *elementLayout, k kernelElements) (*resyncSet, error) {
 	kernel, odd := k.byID, k.odd
 	plan := &resyncSet{set: set}
+	if len(kernel) == 0 && !odd {
+		// Nothing to compare with (a set that grew from nothing): every
+		// element is added, none encoded here.
+		plan.add = set.Elements
+		return plan, nil
+	}
 	if odd {
 		// A catch-all element, an element with a timeout or an
 		// expression: nothing the desired set has. A flush removes them.
