@@ -212,7 +212,9 @@ func (s *Syncer) compareSets(ctx context.Context, compare []candidate, keep map[
 // kernelElements are the elements of one of the kernel's sets, by
 // identity (appendIdentity).
 type kernelElements struct {
-	byID map[string]*kernelElementState
+	// byID indexes els: one allocation per element less than pointers.
+	byID map[string]int32
+	els  []kernelElementState
 	// odd: the set has an element the desired ones never have.
 	odd bool
 	err error
@@ -226,16 +228,17 @@ type kernelElementState struct {
 
 // readKernelSet dumps the kernel's elements of a set.
 func (s *Syncer) readKernelSet(ctx context.Context, name string) kernelElements {
-	k := kernelElements{byID: map[string]*kernelElementState{}}
+	k := kernelElements{byID: map[string]int32{}}
 	k.err = s.cfg.Netlink.setElements(ctx, name, func(e *kernelElement) {
 		if e.other {
 			k.odd = true
 			return
 		}
-		k.byID[string(appendIdentity(nil, e.key, e.keyEnd, e.flags))] = &kernelElementState{
+		k.byID[string(appendIdentity(nil, e.key, e.keyEnd, e.flags))] = int32(len(k.els))
+		k.els = append(k.els, kernelElementState{
 			payload: string(appendPayload(nil, e.hasVerdict, e.verdict, e.chain, e.data, e.udata)),
 			key:     slices.Clone(e.key),
-		}
+		})
 	})
 	return k
 }
@@ -245,7 +248,7 @@ func (s *Syncer) readKernelSet(ctx context.Context, name string) kernelElements 
 func planSet(name string, set *compile.Set, l *elementLayout, k kernelElements) (*resyncSet, error) {
 	kernel, odd := k.byID, k.odd
 	plan := &resyncSet{set: set}
-	if len(kernel) == 0 && !odd {
+	if len(k.els) == 0 && !odd {
 		// Nothing to compare with (a set that grew from nothing): every
 		// element is added, none encoded here.
 		plan.add = set.Elements
@@ -269,7 +272,10 @@ func planSet(name string, set *compile.Set, l *elementLayout, k kernelElements) 
 			// Reused buffers: a lookup by string(buf) does not allocate.
 			id = appendIdentity(id[:0], e.key, e.keyEnd, e.flags)
 			pl = appendPayload(pl[:0], e.hasVerdict, e.verdict, e.chain, e.data, e.udata)
-			h := kernel[string(id)]
+			var h *kernelElementState
+			if j, ok := kernel[string(id)]; ok {
+				h = &k.els[j]
+			}
 			switch {
 			case h == nil:
 				add = append(add, i)
@@ -288,9 +294,9 @@ func planSet(name string, set *compile.Set, l *elementLayout, k kernelElements) 
 		}
 	}
 	var extra [][]byte
-	for _, h := range kernel {
-		if !h.seen {
-			extra = append(extra, h.key)
+	for i := range k.els {
+		if !k.els[i].seen {
+			extra = append(extra, k.els[i].key)
 		}
 	}
 	if l.interval && len(extra) > 0 {
