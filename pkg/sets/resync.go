@@ -3,7 +3,6 @@ package sets
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -221,24 +220,34 @@ type kernelElements struct {
 }
 
 type kernelElementState struct {
+	// id is the element's identity, which starts with its key.
+	id      string
 	payload string
-	key     []byte
+	keyLen  int
 	seen    bool
 }
+
+// emptyPayload is the payload of an element with neither data nor
+// userdata (most set elements): shared, not allocated per element.
+var emptyPayload = string(appendPayload(nil, false, 0, "", nil, nil))
 
 // readKernelSet dumps the kernel's elements of a set.
 func (s *Syncer) readKernelSet(ctx context.Context, name string) kernelElements {
 	k := kernelElements{byID: map[string]int32{}}
+	var pl []byte
 	k.err = s.cfg.Netlink.setElements(ctx, name, func(e *kernelElement) {
 		if e.other {
 			k.odd = true
 			return
 		}
-		k.byID[string(appendIdentity(nil, e.key, e.keyEnd, e.flags))] = int32(len(k.els))
-		k.els = append(k.els, kernelElementState{
-			payload: string(appendPayload(nil, e.hasVerdict, e.verdict, e.chain, e.data, e.udata)),
-			key:     slices.Clone(e.key),
-		})
+		id := string(appendIdentity(nil, e.key, e.keyEnd, e.flags))
+		pl = appendPayload(pl[:0], e.hasVerdict, e.verdict, e.chain, e.data, e.udata)
+		payload := emptyPayload
+		if string(pl) != emptyPayload {
+			payload = string(pl)
+		}
+		k.byID[id] = int32(len(k.els))
+		k.els = append(k.els, kernelElementState{id: id, payload: payload, keyLen: len(e.key)})
 	})
 	return k
 }
@@ -295,8 +304,8 @@ func planSet(name string, set *compile.Set, l *elementLayout, k kernelElements) 
 	}
 	var extra [][]byte
 	for i := range k.els {
-		if !k.els[i].seen {
-			extra = append(extra, k.els[i].key)
+		if e := &k.els[i]; !e.seen {
+			extra = append(extra, []byte(e.id[:e.keyLen]))
 		}
 	}
 	if l.interval && len(extra) > 0 {
