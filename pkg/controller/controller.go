@@ -587,7 +587,8 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	c.reportProblems(ctx, prog)
 	c.releaseMemory()
 	if first {
-		log.Info("First sync committed", "policies", len(prog.Policies), "pods", len(prog.Pods), "operations", res.Operations, "duration", now.Sub(start))
+		log.Info("First sync committed", "policies", len(prog.Policies), "pods", len(prog.Pods), "operations", res.Operations, "duration", now.Sub(start),
+			"build", built.Sub(snapshotted), "apply", applied.Sub(built), "kernelRead", res.ReadDuration, "elementsUnchanged", res.ElementsUnchanged)
 	}
 	log.V(2).Info("Synced", "kind", kind, "operations", res.Operations, "elementsAdded", res.ElementsAdded,
 		"elementsDeleted", res.ElementsDeleted, "chainsWritten", res.ChainsWritten, "chainsDeleted", res.ChainsDeleted,

@@ -6,10 +6,17 @@
 // again (so one whose type or flags changed between versions is replaced),
 // stale objects deleted, in one transaction; the table itself is never
 // deleted, so enforcement has no gap and packets waiting in NFQUEUE are not
-// dropped. Later syncs diff the
+// dropped. With Config.Netlink, a full sync over a table that is already
+// hooked (a restarted agent, a periodic repair) reads the declarations and
+// elements of the kernel's sets over netlink and keeps every set whose
+// declaration is the desired one, writing into the same single transaction
+// only the elements that differ (or a flush and refill of a set where
+// that is as cheap, and of interval sets); the rest is replaced as above
+// (resync.go). Later syncs diff the
 // desired ruleset against the one last applied and write only the changes:
 // pod churn becomes set and map element changes, an edited policy refills
-// its own chains. Big sets are never listed from the kernel on this path.
+// its own chains. Big sets are never listed from the kernel on this path,
+// only on full syncs.
 //
 // With Config.Netlink, a sync that changes nothing but set and map elements
 // (pod churn, the common case) skips nft: NetlinkElements writes the

@@ -5,12 +5,15 @@ import "github.com/nftpolicy/nftpolicy/pkg/compile"
 // Dynamic sets (compile.Set.Dynamic: DNS learning's fqdn sets) hold
 // elements that another writer adds with timeouts; the desired ruleset
 // lists none. Incremental syncs leave them alone by construction (both
-// sides have no elements). A full sync normally deletes and re-adds every
-// set, which would forget every learned address: it keeps a dynamic set
-// whose declaration this Syncer last committed unchanged. The record
-// survives ForceFull (periodic repairs keep learned addresses) but not a
-// restart of the agent: an unknown set is recreated empty, and pods
-// resolve again to reach their names (established connections stay).
+// sides have no elements). A full sync with the netlink writer keeps a
+// dynamic set whose kernel declaration is the desired one, without reading
+// its elements, after a restart of the agent too (resync.go). Without it, a
+// full sync deletes and re-adds every set, which would forget every
+// learned address: it keeps a dynamic set whose declaration this Syncer
+// last committed unchanged. That record survives ForceFull but not a
+// restart: an unknown set is then recreated empty, and pods resolve again
+// to reach their names (established connections stay). A table without
+// base chains (fullfill.go) uses the record too.
 
 // keptDynamic reports whether a full sync keeps the kernel's set n.
 func (s *Syncer) keptDynamic(desired *compile.Ruleset, n string) bool {

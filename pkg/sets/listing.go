@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
-	"time"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -38,14 +36,22 @@ const baseChains = "base chain"
 // { a, b } of rules) are not listed, nft's listing does not show them
 // either. A table that does not exist has none.
 func (w *NetlinkElements) tableObjects(ctx context.Context) (map[string][]string, error) {
+	objs, _, err := w.tableListing(ctx)
+	return objs, err
+}
+
+// tableListing is tableObjects with the declarations of the sets and maps
+// it names, by name.
+func (w *NetlinkElements) tableListing(ctx context.Context) (map[string][]string, map[string]*kernelSet, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.conn == nil {
 		if err := w.dial(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	out := map[string][]string{}
+	decls := map[string]*kernelSet{}
 	err := w.dump(ctx, unix.NFT_MSG_GETCHAIN, unix.NFTA_CHAIN_TABLE, func(ad *netlink.AttributeDecoder) {
 		var table, name string
 		hooked := false
@@ -68,91 +74,63 @@ func (w *NetlinkElements) tableObjects(ctx context.Context) (map[string][]string
 	})
 	if err == nil {
 		err = w.dump(ctx, unix.NFT_MSG_GETSET, unix.NFTA_SET_TABLE, func(ad *netlink.AttributeDecoder) {
-			var table, name string
-			var flags uint32
-			for ad.Next() {
-				switch ad.Type() {
-				case unix.NFTA_SET_TABLE:
-					table = ad.String()
-				case unix.NFTA_SET_NAME:
-					name = ad.String()
-				case unix.NFTA_SET_FLAGS:
-					flags = ad.Uint32()
-				}
-			}
+			table, k := parseKernelSet(ad)
 			switch {
-			case table != w.table || name == "" || flags&nftSetAnonymous != 0:
-			case flags&(nftSetMap|nftSetObject) != 0:
-				out["map"] = append(out["map"], name)
+			case table != w.table || k.name == "" || k.flags&nftSetAnonymous != 0:
+				return
+			case k.flags&(nftSetMap|nftSetObject) != 0:
+				out["map"] = append(out["map"], k.name)
 			default:
-				out["set"] = append(out["set"], name)
+				out["set"] = append(out["set"], k.name)
 			}
+			decls[k.name] = &k
 		})
 	}
 	if errors.Is(err, unix.ENOENT) {
 		// The set dump names the table, and the kernel refuses to dump
 		// the sets of a table that does not exist.
-		return map[string][]string{}, nil
+		return map[string][]string{}, map[string]*kernelSet{}, nil
 	}
 	if err != nil {
 		// A dump cut short may leave replies queued: never read them as
 		// the next request's.
 		_ = w.closeLocked()
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, decls, nil
 }
 
 // dump runs one nf_tables dump request of the inet family, restricted to
 // the table where the kernel supports it (replies are filtered by the
 // caller anyway), and hands each reply's attributes to fn.
 func (w *NetlinkElements) dump(ctx context.Context, msgType uint16, tableAttr uint16, fn func(*netlink.AttributeDecoder)) error {
-	deadline := time.Now().Add(w.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	if err := w.conn.SetReadDeadline(deadline); err != nil {
-		return err
-	}
 	ae := netlink.NewAttributeEncoder()
 	ae.String(tableAttr, w.table)
 	attrs, err := ae.Encode()
 	if err != nil {
 		return err
 	}
-	replies, err := w.conn.Execute(netlink.Message{
-		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | msgType), Flags: netlink.Request | netlink.Dump},
-		Data:   append(nfgenmsg(unix.NFPROTO_INET, 0), attrs...),
-	})
-	if err != nil {
-		return fmt.Errorf("listing table %s over netlink: %w", w.table, err)
-	}
-	for _, r := range replies {
-		if len(r.Data) < 4 {
-			continue
-		}
-		ad, err := netlink.NewAttributeDecoder(r.Data[4:])
+	return w.dumpMessages(ctx, msgType, attrs, func(b []byte) error {
+		ad, err := netlink.NewAttributeDecoder(b)
 		if err != nil {
-			return fmt.Errorf("listing table %s over netlink: %w", w.table, err)
+			return err
 		}
 		ad.ByteOrder = binary.BigEndian
 		fn(ad)
-		if err := ad.Err(); err != nil {
-			return fmt.Errorf("listing table %s over netlink: %w", w.table, err)
-		}
-	}
-	return nil
+		return ad.Err()
+	})
 }
 
 // listExisting returns the names of the objects of the table, over netlink
-// when the Syncer has a netlink writer, else through nft.
-func (s *Syncer) listExisting(ctx context.Context) (map[string][]string, error) {
+// when the Syncer has a netlink writer, else through nft; and, over
+// netlink only, the declarations of its sets and maps (nil otherwise).
+func (s *Syncer) listExisting(ctx context.Context) (map[string][]string, map[string]*kernelSet, error) {
 	if s.cfg.Netlink != nil {
-		return s.cfg.Netlink.tableObjects(ctx)
+		return s.cfg.Netlink.tableListing(ctx)
 	}
 	existing, err := s.cfg.NFT.ListAll(ctx)
 	if err != nil && !knftables.IsNotFound(err) {
-		return nil, err
+		return nil, nil, err
 	}
-	return existing, nil
+	return existing, nil, nil
 }

@@ -68,6 +68,11 @@ type Result struct {
 	// chains and wrote the elements over netlink before hooking it
 	// (fullfill.go).
 	NetlinkFill bool
+	// ElementsUnchanged counts the elements a full sync found in the
+	// kernel as desired and left alone; ReadDuration is the time it took
+	// to read and compare the kernel's sets (resync.go).
+	ElementsUnchanged int
+	ReadDuration      time.Duration
 }
 
 // Syncer owns the nftpolicy table: it keeps what it last applied and turns
@@ -129,12 +134,18 @@ func (s *Syncer) full(ctx context.Context, desired *compile.Ruleset) (Result, er
 	if err := s.ensureExternal(ctx, desired); err != nil {
 		return res, err
 	}
-	existing, err := s.listExisting(ctx)
+	existing, decls, err := s.listExisting(ctx)
 	if err != nil {
 		return res, fmt.Errorf("listing table: %w", err)
 	}
 	if s.unhooked(existing) {
 		return s.fullUnhooked(ctx, desired, existing)
+	}
+	if decls != nil {
+		// Only what differs from the kernel's sets (resync.go).
+		if res, ok := s.resync(ctx, desired, existing, decls); ok {
+			return res, nil
+		}
 	}
 	tx := s.cfg.NFT.NewTransaction()
 	s.clearTable(tx, desired, existing, &res, true)

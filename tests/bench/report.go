@@ -185,6 +185,10 @@ func Report(r *Result, quick bool) string {
 		row(a, "RSS after settling", "rss_mb_"+sz, "MiB")
 		row(a, "peak RSS", "rss_peak_mb_"+sz, "MiB")
 		row(a, "full sync (nftpolicy_sync_duration_seconds, kind=full)", "full_sync_ms_"+sz, "ms")
+		if _, ok := r.Get("full_sync_build_ms_" + sz); ok {
+			triple(a, "full sync: build / apply / apply's reading of the kernel's sets (agent log)",
+				[3]string{"full_sync_build_ms_" + sz, "full_sync_apply_ms_" + sz, "full_sync_read_ms_" + sz}, "ms")
+		}
 		row(a, "one-pod incremental sync, p50", "incr_sync_ms_"+sz, "ms")
 		row(a, "one-pod incremental sync, max", "incr_sync_ms_max_"+sz, "ms")
 		row(a, "CPU per incremental sync", "cpu_ms_per_incr_"+sz, "ms")

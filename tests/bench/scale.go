@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -186,6 +187,9 @@ func runScale(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, res *
 // measureSize starts the agent and measures it at one size.
 func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interface, agent *cluster.Agent, n int, cfg ScaleConfig, res *Result) error {
 	sz := sizeName(n)
+	// Every start appends to the agent's log: its first sync's line is the
+	// one after those of the earlier starts.
+	firstSyncs := strings.Count(agent.LogTail(math.MaxInt), firstSyncLine)
 	start := time.Now()
 	if err := agent.Start(); err != nil {
 		return err
@@ -214,6 +218,18 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	}
 	full := m[`nftpolicy_sync_duration_seconds_sum{kind="full"}`] / m[`nftpolicy_sync_duration_seconds_count{kind="full"}`]
 	cfg.Logf("scale: %d pods: agent ready in %v, full sync %.0f ms, %.1f s CPU", n, startup.Round(time.Millisecond), full*1000, cpuStartup)
+	logged := false
+	for t0 := time.Now(); !logged && time.Since(t0) < 5*time.Second; time.Sleep(20 * time.Millisecond) {
+		// The line follows the metrics.
+		logged = strings.Count(agent.LogTail(math.MaxInt), firstSyncLine) > firstSyncs
+	}
+	if split, ok := firstSyncSplit(agent.LogTail(400)); ok && logged {
+		cfg.Logf("scale: %d pods: full sync build %.0f ms, apply %.0f ms (of which reading the kernel's sets %.0f ms)",
+			n, split[0], split[1], split[2])
+		res.Set("full_sync_build_ms_"+sz, round(split[0], 1))
+		res.Set("full_sync_apply_ms_"+sz, round(split[1], 1))
+		res.Set("full_sync_read_ms_"+sz, round(split[2], 1))
+	}
 	if _, err := c.WaitProgrammed(ctx); err != nil {
 		return err
 	}
@@ -412,4 +428,34 @@ func procRSS(pid int) (rss, hwm float64, err error) {
 		}
 	}
 	return rss, hwm, nil
+}
+
+// firstSyncLine marks the agent's log line of its first committed sync.
+const firstSyncLine = `"First sync committed"`
+
+// firstSyncSplit reads the last "First sync committed" line of an agent
+// log: the sync's build (the tracker's rebuild and render), apply
+// (Syncer.Sync) and the part of apply that read and compared the kernel's
+// sets (0 on a node's first sync), in milliseconds.
+func firstSyncSplit(log string) (split [3]float64, ok bool) {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if !strings.Contains(lines[i], firstSyncLine) {
+			continue
+		}
+		for j, key := range []string{"build", "apply", "kernelRead"} {
+			_, rest, found := strings.Cut(lines[i], " "+key+`="`)
+			if !found {
+				return split, false
+			}
+			v, _, _ := strings.Cut(rest, `"`)
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return split, false
+			}
+			split[j] = float64(d) / float64(time.Millisecond)
+		}
+		return split, true
+	}
+	return split, false
 }
