@@ -337,7 +337,7 @@ type connLab struct {
 	mode    string
 	lab     *netlab.Lab
 	agents  []*inproc.Agent
-	client  string // client pod's namespace path
+	client  string             // client pod's namespace path
 	servers map[string]*server // by path
 	dst     map[string]netip.AddrPort
 }
