@@ -21,6 +21,16 @@ import (
 // futex wake-ups more per packet). The buffer is sized for the copy range,
 // so no MSG_PEEK is needed to size it. Verdicts of the packets read in one
 // go are written with one sendmsg(2).
+//
+// Only the blocking read goes through the Go scheduler (syscall.Syscall:
+// the runtime may hand the reader's P to other goroutines while it waits).
+// The calls that cannot block, the MSG_DONTWAIT reads and the verdict
+// writes, are raw system calls: each scheduler-visible system call may
+// wake the runtime's sysmon thread, which then polls every 20 µs; on a
+// busy queue that thread ran about once every three connections, 20 µs
+// each, and the raw calls halve it (docs/performance.md, "The queue
+// path's latency"). A verdict write re-injects the packet and takes tens
+// of µs, during which the reader keeps its P, as it would running Go code.
 
 // readTimeout bounds a blocking read so that the reader notices shutdown:
 // closing a netlink socket does not wake a thread blocked reading it.
@@ -165,12 +175,20 @@ func (q *qsock) write(b []byte) error {
 	if q.closed {
 		return errQueueClosed
 	}
+	if len(b) == 0 {
+		return nil
+	}
 	for {
-		_, err := unix.Write(q.fd, b)
-		if errors.Is(err, unix.EINTR) {
+		// Raw: a netlink write to the kernel does not block (see the
+		// file's comment).
+		_, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(q.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		if e == unix.EINTR {
 			continue
 		}
-		return err
+		if e != 0 {
+			return e
+		}
+		return nil
 	}
 }
 
@@ -188,13 +206,14 @@ func (q *qsock) close() {
 }
 
 // recv reads one datagram without allocating: blocking, or with dontWait
-// returning (0, EAGAIN) when none is waiting.
+// returning (0, EAGAIN) when none is waiting, as a raw system call (see
+// the file's comment).
 func (q *qsock) recv(buf []byte, dontWait bool) (int, error) {
-	flags := 0
+	syscall6, flags := unix.Syscall6, 0
 	if dontWait {
-		flags = unix.MSG_DONTWAIT
+		syscall6, flags = unix.RawSyscall6, unix.MSG_DONTWAIT
 	}
-	n, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(q.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(flags), 0, 0)
+	n, _, e := syscall6(unix.SYS_RECVFROM, uintptr(q.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(flags), 0, 0)
 	if e != 0 {
 		return 0, e
 	}

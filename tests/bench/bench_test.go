@@ -91,7 +91,7 @@ func TestConnSmoke(t *testing.T) {
 	}
 }
 
-// BenchmarkConnect makes b.N connections (connect, one byte, RST) from the
+// BenchmarkConnect makes b.N connections (connect, RST; the drain server) from the
 // client pod to a server on the same node or across nodes, in each mode;
 // ns/op is one connection, p50-µs its connect latency. hack/bench.sh's
 // interleaved rounds (nftbench conn) are the numbers to compare modes with
@@ -100,7 +100,7 @@ func BenchmarkConnect(b *testing.B) {
 	requireLab(b)
 	for _, m := range ConnModes {
 		b.Run(m, func(b *testing.B) {
-			l, err := newConnLab(context.Background(), m, queueVariant(b), 1)
+			l, err := newConnLab(context.Background(), m, queueVariant(b), 1, false)
 			if err != nil {
 				b.Fatal(err)
 			}

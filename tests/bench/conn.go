@@ -78,6 +78,14 @@ type ConnConfig struct {
 	Timeout time.Duration
 	// Modes to measure besides control (default hybrid and queue).
 	Modes []string
+	// Reply makes the server answer each connection with one byte that
+	// the client reads, from threads blocked in accept(2): the method of
+	// the figures before the drain server (see server). The thread's
+	// wake-up by the handshake's last ACK then runs inside the client's
+	// timed connect (about 50 µs on an idle 2-vCPU VM, for the control as
+	// for every mode), which inflates every latency and hides part of a
+	// mode's own cost in the ratios.
+	Reply bool
 	// Logf receives progress lines; nil means none.
 	Logf func(format string, args ...any)
 }
@@ -120,6 +128,7 @@ type sample struct {
 	elapsed    time.Duration
 	lat        []time.Duration // connect latencies of successful connections
 	queued     []uint64        // packets read by each node's NFQUEUE runtime
+	accepted   uint64          // connections the server accepted
 }
 
 func (s *sample) rate() float64 {
@@ -150,7 +159,7 @@ func RunConn(ctx context.Context, cfg ConnConfig) (*Result, error) {
 		}
 	}()
 	for _, m := range cfg.Modes {
-		l, err := newConnLab(ctx, m, v, cfg.Workers)
+		l, err := newConnLab(ctx, m, v, cfg.Workers, cfg.Reply)
 		if err != nil {
 			return nil, fmt.Errorf("%s lab: %w", m, err)
 		}
@@ -198,6 +207,7 @@ func RunConn(ctx context.Context, cfg ConnConfig) (*Result, error) {
 	res.Set("conn_rounds", cfg.Rounds)
 	res.Set("conn_workers", cfg.Workers)
 	res.Set("conn_measure_s", cfg.Duration.Seconds())
+	res.Set("conn_reply", cfg.Reply)
 	summarizeConn(res, samples, cfg.Rounds, cfg.Modes)
 	return res, nil
 }
@@ -210,6 +220,7 @@ func RunConn(ctx context.Context, cfg ConnConfig) (*Result, error) {
 //	<mode>_conn_ratio_vs_conntrack  the same against the conntrack-only mode
 //	<mode>_p50_us[_<path>]      connect latency percentiles (pooled over rounds; without a path: both paths)
 //	<mode>_failed               failed connections
+//	<mode>_accepted_per_conn    connections the server accepted per established one
 //	queued_packets_per_conn[_<path>]  queue mode: packets the busiest node queued per connection
 func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 	by := map[[3]any]*sample{}
@@ -218,7 +229,7 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 	}
 	for _, m := range modes {
 		var all []time.Duration
-		failed := 0
+		failed, ok, accepted := 0, 0, uint64(0)
 		for _, p := range ConnPaths {
 			var rates, ratios []float64
 			var lat []time.Duration
@@ -234,6 +245,8 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 				}
 				lat = append(lat, s.lat...)
 				failed += s.failed
+				ok += s.ok
+				accepted += s.accepted
 				var busiest uint64
 				for _, q := range s.queued {
 					busiest = max(busiest, q)
@@ -277,6 +290,9 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 		res.Set(m+"_p50_us", micros(Percentile(all, 50)))
 		res.Set(m+"_p99_us", micros(Percentile(all, 99)))
 		res.Set(m+"_failed", failed)
+		if ok > 0 {
+			res.Set(m+"_accepted_per_conn", round(float64(accepted)/float64(ok), 3))
+		}
 	}
 	if slices.Contains(modes, ModeHybridDenyLog) {
 		// The headline names: hybrid with the deny log against the control,
@@ -321,8 +337,8 @@ type connLab struct {
 	mode    string
 	lab     *netlab.Lab
 	agents  []*inproc.Agent
-	client  string // client pod's namespace path
-	servers []*server
+	client  string             // client pod's namespace path
+	servers map[string]*server // by path
 	dst     map[string]netip.AddrPort
 }
 
@@ -376,8 +392,8 @@ func connInput(node string, nodeIPs []netip.Addr) compile.Input {
 	}
 }
 
-func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, workers int) (_ *connLab, err error) {
-	l := &connLab{mode: mode, dst: map[string]netip.AddrPort{
+func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, workers int, reply bool) (_ *connLab, err error) {
+	l := &connLab{mode: mode, servers: map[string]*server{}, dst: map[string]netip.AddrPort{
 		PathSame:  netip.AddrPortFrom(sameSrvIP, connPort),
 		PathCross: netip.AddrPortFrom(crossSrvIP, connPort),
 	}}
@@ -405,12 +421,12 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 	if l.client, err = l.lab.NetnsPath(netlab.Pod("client")); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{"server-a", "server-b"} {
-		s, err := startServer(l.lab, netlab.Pod(name), connPort, workers)
+	for path, name := range map[string]string{PathSame: "server-a", PathCross: "server-b"} {
+		s, err := startServer(l.lab, netlab.Pod(name), connPort, workers, reply)
 		if err != nil {
 			return nil, err
 		}
-		l.servers = append(l.servers, s)
+		l.servers[path] = s
 	}
 	switch mode {
 	case ModeControl:
@@ -467,6 +483,8 @@ func (l *connLab) close() {
 func (l *connLab) measure(path string, round int, cfg ConnConfig) *sample {
 	s := &sample{mode: l.mode, path: path, round: round}
 	before := l.queued()
+	srv := l.servers[path]
+	accepted := srv.accepted.Load()
 	deadline := time.Now().Add(cfg.Duration)
 	var budget atomic.Int64
 	budget.Store(int64(cfg.MaxConns))
@@ -477,7 +495,7 @@ func (l *connLab) measure(path string, round int, cfg ConnConfig) *sample {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[w] = runClient(l.client, l.dst[path], deadline, &budget, cfg.Timeout, cfg.MaxConns)
+			results[w] = runClient(l.client, l.dst[path], deadline, &budget, cfg.Timeout, cfg.MaxConns, cfg.Reply)
 		}()
 	}
 	wg.Wait()
@@ -497,6 +515,17 @@ func (l *connLab) measure(path string, round int, cfg ConnConfig) *sample {
 	after := l.queued()
 	for i := range after {
 		s.queued = append(s.queued, after[i]-before[i])
+	}
+	if s.err == nil && s.ok > 0 {
+		// The connections the client saw established reach the server's
+		// accept queue unless the client's RST overtook its last ACK: in
+		// queue mode the ACK leaves from the context that re-injected the
+		// SYN (the reader's CPU), the RST from the client's, through
+		// different per-CPU backlogs. None reaching it is a broken path.
+		s.accepted = srv.waitAccepted(accepted+uint64(s.ok), time.Second) - accepted
+		if s.accepted == 0 {
+			s.err = fmt.Errorf("the server accepted none of the %d connections the client established", s.ok)
+		}
 	}
 	return s
 }
@@ -520,11 +549,12 @@ type clientResult struct {
 }
 
 // runClient opens connections one after the other from the client pod's
-// namespace: blocking connect (timed), read of the server's one byte, close
-// with SO_LINGER 0 (RST: no TIME_WAIT, so ports recycle at any rate). It runs
-// on an OS thread switched into the pod's namespace for good: the thread is
-// never unlocked, so the Go runtime discards it when the goroutine ends.
-func runClient(nsPath string, dst netip.AddrPort, deadline time.Time, budget *atomic.Int64, timeout time.Duration, capacity int) (res clientResult) {
+// namespace: blocking connect (timed), with reply the read of the server's
+// one byte, close with SO_LINGER 0 (RST: no TIME_WAIT, so ports recycle at
+// any rate). It runs on an OS thread switched into the pod's namespace for
+// good: the thread is never unlocked, so the Go runtime discards it when
+// the goroutine ends.
+func runClient(nsPath string, dst netip.AddrPort, deadline time.Time, budget *atomic.Int64, timeout time.Duration, capacity int, reply bool) (res clientResult) {
 	runtime.LockOSThread() // never unlocked on purpose
 	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -554,7 +584,7 @@ func runClient(nsPath string, dst netip.AddrPort, deadline time.Time, budget *at
 		t0 := time.Now()
 		err = connect(s, sa, timeout)
 		d := time.Since(t0)
-		if err == nil {
+		if err == nil && reply {
 			var n int
 			for {
 				n, err = unix.Read(s, buf[:])
@@ -612,15 +642,28 @@ func connect(s int, sa unix.Sockaddr, timeout time.Duration) error {
 	}
 }
 
-// server accepts on one port of a pod: each connection gets one byte and is
-// closed. Its threads make blocking accept calls on a socket created in the
-// pod's namespace.
+// server accepts on one port of a pod and closes each connection. By
+// default its one thread drains the accept queue every drainInterval,
+// sleeping in between: no thread waits in accept(2), so the handshake's
+// last ACK wakes nobody and the client's timed connect holds only the
+// kernel's path (and the policy's). With reply, its threads make blocking
+// accept calls and write one byte to each connection; each connection
+// then wakes one of them from within the client's connect.
 type server struct {
-	fd int
-	wg sync.WaitGroup
+	fd       int
+	accepted atomic.Uint64
+	// emptyPasses counts the drain passes that found the queue empty.
+	emptyPasses atomic.Uint64
+	wg          sync.WaitGroup
+	stopped     atomic.Bool
 }
 
-func startServer(lab *netlab.Lab, ep netlab.Endpoint, port, threads int) (*server, error) {
+// drainInterval is the drain server's period: at the benchmark's rates
+// (up to 20,000 connections a second) a few dozen connections wait in the
+// accept queue (4096 long).
+const drainInterval = time.Millisecond
+
+func startServer(lab *netlab.Lab, ep netlab.Endpoint, port, threads int, reply bool) (*server, error) {
 	s := &server{fd: -1}
 	err := lab.InNetns(ep, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -632,6 +675,11 @@ func startServer(lab *netlab.Lab, ep netlab.Endpoint, port, threads int) (*serve
 		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port}); err != nil {
 			return err
 		}
+		if !reply {
+			if err := unix.SetNonblock(fd, true); err != nil {
+				return err
+			}
+		}
 		return unix.Listen(fd, 4096)
 	})
 	if err != nil {
@@ -640,31 +688,83 @@ func startServer(lab *netlab.Lab, ep netlab.Endpoint, port, threads int) (*serve
 		}
 		return nil, fmt.Errorf("server in %v: %w", ep, err)
 	}
+	if !reply {
+		threads = 1
+	}
 	for i := 0; i < threads; i++ {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			one := []byte{'x'}
-			for {
-				c, _, err := unix.Accept4(s.fd, unix.SOCK_CLOEXEC)
-				if err == unix.EINTR || err == unix.ECONNABORTED || err == unix.EMFILE {
-					continue
-				}
-				if err != nil {
-					return // shut down
-				}
-				_, _ = unix.Write(c, one)
-				unix.Close(c)
+			if reply {
+				s.answer()
+			} else {
+				s.drain()
 			}
 		}()
 	}
 	return s, nil
 }
 
+// answer accepts with blocking calls and writes one byte to each
+// connection, until the socket is shut down.
+func (s *server) answer() {
+	one := []byte{'x'}
+	for {
+		c, _, err := unix.Accept4(s.fd, unix.SOCK_CLOEXEC)
+		if err == unix.EINTR || err == unix.ECONNABORTED || err == unix.EMFILE {
+			continue
+		}
+		if err != nil {
+			return // shut down
+		}
+		s.accepted.Add(1)
+		_, _ = unix.Write(c, one)
+		unix.Close(c)
+	}
+}
+
+// drain accepts and closes whatever waits in the accept queue every
+// drainInterval, until stop. A connection the client already reset is
+// still in the queue and counted.
+func (s *server) drain() {
+	ts := unix.NsecToTimespec(drainInterval.Nanoseconds())
+	for !s.stopped.Load() {
+		for n := 0; ; n++ {
+			c, _, err := unix.Accept4(s.fd, unix.SOCK_CLOEXEC)
+			if err == unix.EINTR || err == unix.ECONNABORTED {
+				continue
+			}
+			if err != nil { // EAGAIN: empty
+				if n == 0 {
+					s.emptyPasses.Add(1)
+				}
+				break
+			}
+			s.accepted.Add(1)
+			unix.Close(c)
+		}
+		_ = unix.Nanosleep(&ts, nil)
+	}
+}
+
+// waitAccepted waits until the server has accepted want connections in all,
+// two drain passes found its queue empty (the missing ones will not come;
+// with reply, until timeout) or timeout passed, and returns the count.
+func (s *server) waitAccepted(want uint64, timeout time.Duration) uint64 {
+	end := time.Now().Add(timeout)
+	empty := s.emptyPasses.Load()
+	for s.accepted.Load() < want && s.emptyPasses.Load() < empty+2 && time.Now().Before(end) {
+		time.Sleep(drainInterval)
+	}
+	return s.accepted.Load()
+}
+
 func (s *server) stop() {
-	// shutdown(2) wakes the threads blocked in accept.
+	// shutdown(2) wakes the threads blocked in accept; the drain thread
+	// sees stopped within drainInterval.
+	s.stopped.Store(true)
 	_ = unix.Shutdown(s.fd, unix.SHUT_RDWR)
 	s.wg.Wait()
 	unix.Close(s.fd)
