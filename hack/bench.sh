@@ -20,7 +20,8 @@
 #          (BenchmarkPolicySync: one NetworkPolicy edit, tracker and rebuild)
 #   eval   BenchmarkEvaluate* of pkg/queue at 10k policies
 #   scale  a real kube-apiserver with 1k/10k/50k/100k pods on fake nodes and 1k
-#          policies, one real agent process; RSS, CPU, sync durations
+#          policies, one real agent process; RSS, CPU, sync durations (first
+#          sync on a node without the table, re-sync after a restart)
 #   delay  API write -> first connection observing the new verdict, with a
 #          real agent process (tests/internal/cluster)
 #   dns    DNS learning (domainNames) in hybrid mode: hold time of a DNS

@@ -184,52 +184,24 @@ func runScale(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, res *
 	return nil
 }
 
-// measureSize starts the agent and measures it at one size.
+// measureSize measures the agent at one size: its first sync on a node
+// without the table (a node's boot: the table of the previous size is
+// deleted first), one-pod syncs, idle CPU and RSS, then a restart over the
+// table it wrote (an agent restarted or updated on its node: a re-sync).
 func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interface, agent *cluster.Agent, n int, cfg ScaleConfig, res *Result) error {
 	sz := sizeName(n)
-	// Every start appends to the agent's log: its first sync's line is the
-	// one after those of the earlier starts.
-	firstSyncs := strings.Count(agent.LogTail(math.MaxInt), firstSyncLine)
-	start := time.Now()
-	if err := agent.Start(); err != nil {
+	if has, err := c.HasTable("node-1"); err != nil {
 		return err
+	} else if has {
+		if out, err := c.Lab.NodeExec("node-1", "nft", "delete", "table", "inet", compile.TableName); err != nil {
+			return fmt.Errorf("deleting the previous size's table: %v: %s", err, out)
+		}
 	}
-	pid := agent.Pid()
-	// Ready is the first committed (full) sync.
-	var m map[string]float64
-	for {
-		var err error
-		m, err = agent.Metrics(ctx)
-		if err == nil && m[`nftpolicy_sync_duration_seconds_count{kind="full"}`] >= 1 {
-			break
-		}
-		if !agent.Running() {
-			return fmt.Errorf("the agent exited; log tail:\n%s", agent.LogTail(30))
-		}
-		if time.Since(start) > 5*time.Minute {
-			return fmt.Errorf("no full sync after 5 minutes (last scrape error %v); log tail:\n%s", err, agent.LogTail(30))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	startup := time.Since(start)
-	cpuStartup, err := procCPU(pid)
+	startup, cpuStartup, err := startAgentTimed(ctx, agent, n, "first sync", "full_sync", cfg, res)
 	if err != nil {
 		return err
 	}
-	full := m[`nftpolicy_sync_duration_seconds_sum{kind="full"}`] / m[`nftpolicy_sync_duration_seconds_count{kind="full"}`]
-	cfg.Logf("scale: %d pods: agent ready in %v, full sync %.0f ms, %.1f s CPU", n, startup.Round(time.Millisecond), full*1000, cpuStartup)
-	logged := false
-	for t0 := time.Now(); !logged && time.Since(t0) < 5*time.Second; time.Sleep(20 * time.Millisecond) {
-		// The line follows the metrics.
-		logged = strings.Count(agent.LogTail(math.MaxInt), firstSyncLine) > firstSyncs
-	}
-	if split, ok := firstSyncSplit(agent.LogTail(400)); ok && logged {
-		cfg.Logf("scale: %d pods: full sync build %.0f ms, apply %.0f ms (of which reading the kernel's sets %.0f ms)",
-			n, split[0], split[1], split[2])
-		res.Set("full_sync_build_ms_"+sz, round(split[0], 1))
-		res.Set("full_sync_apply_ms_"+sz, round(split[1], 1))
-		res.Set("full_sync_read_ms_"+sz, round(split[2], 1))
-	}
+	pid := agent.Pid()
 	if _, err := c.WaitProgrammed(ctx); err != nil {
 		return err
 	}
@@ -283,11 +255,10 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	if err != nil {
 		return err
 	}
-	m, _ = agent.Metrics(ctx)
+	m, _ := agent.Metrics(ctx)
 	inc := append([]time.Duration(nil), incr...)
 	res.Set("startup_s_"+sz, round(startup.Seconds(), 2))
 	res.Set("cpu_startup_s_"+sz, round(cpuStartup, 2))
-	res.Set("full_sync_ms_"+sz, round(full*1000, 1))
 	res.Set("incr_sync_ms_"+sz, millis(Percentile(inc, 50)))
 	res.Set("incr_sync_ms_max_"+sz, millis(Percentile(inc, 100)))
 	res.Set("cpu_ms_per_incr_"+sz, round((cpu1-cpu0)*1000/float64(len(incr)), 1))
@@ -298,7 +269,66 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	res.Set("go_heap_mb_"+sz, round(m["go_memstats_heap_inuse_bytes"]/(1<<20), 1))
 	cfg.Logf("scale: %d pods: incremental p50 %v max %v; RSS %.0f MB (peak %.0f MB); idle CPU %.2f%%",
 		n, Percentile(inc, 50).Round(10*time.Microsecond), Percentile(inc, 100).Round(10*time.Microsecond), rss, hwm, (cpu3-cpu2)/cfg.Settle.Seconds()*100)
-	return nil
+
+	// The same agent restarted over its own table: the kernel's sets are
+	// read and compared, only differences are written.
+	if err := agent.Stop(10 * time.Second); err != nil {
+		return err
+	}
+	if _, _, err := startAgentTimed(ctx, agent, n, "re-sync", "full_resync", cfg, res); err != nil {
+		return fmt.Errorf("restart: %w", err)
+	}
+	_, err = c.WaitProgrammed(ctx)
+	return err
+}
+
+// startAgentTimed starts the agent and waits for its first committed (full)
+// sync; it records <prefix>_ms_<size> (the sync's duration) and, from the
+// agent's log line, its build / apply / kernel-read split.
+func startAgentTimed(ctx context.Context, agent *cluster.Agent, n int, what, prefix string, cfg ScaleConfig, res *Result) (startup time.Duration, cpuStartup float64, err error) {
+	sz := sizeName(n)
+	// Every start appends to the agent's log: its first sync's line is the
+	// one after those of the earlier starts.
+	firstSyncs := strings.Count(agent.LogTail(math.MaxInt), firstSyncLine)
+	start := time.Now()
+	if err := agent.Start(); err != nil {
+		return 0, 0, err
+	}
+	pid := agent.Pid()
+	var m map[string]float64
+	for {
+		m, err = agent.Metrics(ctx)
+		if err == nil && m[`nftpolicy_sync_duration_seconds_count{kind="full"}`] >= 1 {
+			break
+		}
+		if !agent.Running() {
+			return 0, 0, fmt.Errorf("the agent exited; log tail:\n%s", agent.LogTail(30))
+		}
+		if time.Since(start) > 5*time.Minute {
+			return 0, 0, fmt.Errorf("no full sync after 5 minutes (last scrape error %v); log tail:\n%s", err, agent.LogTail(30))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	startup = time.Since(start)
+	if cpuStartup, err = procCPU(pid); err != nil {
+		return 0, 0, err
+	}
+	full := m[`nftpolicy_sync_duration_seconds_sum{kind="full"}`] / m[`nftpolicy_sync_duration_seconds_count{kind="full"}`]
+	cfg.Logf("scale: %d pods, %s: agent ready in %v, full sync %.0f ms, %.1f s CPU", n, what, startup.Round(time.Millisecond), full*1000, cpuStartup)
+	res.Set(prefix+"_ms_"+sz, round(full*1000, 1))
+	logged := false
+	for t0 := time.Now(); !logged && time.Since(t0) < 5*time.Second; time.Sleep(20 * time.Millisecond) {
+		// The line follows the metrics.
+		logged = strings.Count(agent.LogTail(math.MaxInt), firstSyncLine) > firstSyncs
+	}
+	if split, ok := firstSyncSplit(agent.LogTail(400)); ok && logged {
+		cfg.Logf("scale: %d pods, %s: build %.0f ms, apply %.0f ms (of which reading the kernel's sets %.0f ms)",
+			n, what, split[0], split[1], split[2])
+		res.Set(prefix+"_build_ms_"+sz, round(split[0], 1))
+		res.Set(prefix+"_apply_ms_"+sz, round(split[1], 1))
+		res.Set(prefix+"_read_ms_"+sz, round(split[2], 1))
+	}
+	return startup, cpuStartup, nil
 }
 
 // pickScalePod finds a pod of a fake node with tier=web that belongs to a
