@@ -1,6 +1,7 @@
 package compile
 
 import (
+	"math"
 	"math/bits"
 	"net/netip"
 	"sort"
@@ -29,6 +30,9 @@ type EvalIndex struct {
 	// PodPorts is the pool of the pods' container ports whose names some
 	// rule uses, in the pods' order: the first of each name and protocol.
 	PodPorts []EvalPodPort
+	// Denied holds every pod's Pod.IngressDenied and EgressDenied, which
+	// are substrings of it (see PodRecord.DeniedOff).
+	Denied string
 	// TierSets holds the distinct ClusterNetworkPolicy lists of the pods;
 	// TierPolicies and TierRules are their pools.
 	TierSets     []TierSet
@@ -108,16 +112,32 @@ type PodRecord struct {
 	NMembers, NPorts uint8
 	// InlineMembers is the pod's MemberOf when it fits.
 	InlineMembers [podInlineMembers]SelectorID
-	// InlinePorts are the pod's named container ports when they fit.
-	InlinePorts [podInlinePorts]EvalPodPort
+	// InlinePorts are the pod's named container ports when they fit (and
+	// every name index is below 256).
+	InlinePorts [podInlinePorts]InlinePodPort
+	// DeniedOff, IngressDeniedLen and EgressDeniedLen locate the pod's
+	// Pod.IngressDenied and EgressDenied in EvalIndex.Denied, one after
+	// the other, so that a denial's reason is read from the record instead
+	// of from the Pod, a cache miss of its own; deniedSpilled: a reason too
+	// long for the record, read from the Pod.
+	DeniedOff                        uint32
+	IngressDeniedLen, EgressDeniedLen uint16
+}
+
+// InlinePodPort is an EvalPodPort held in a PodRecord, in 4 bytes.
+type InlinePodPort struct {
+	Name     uint8
+	Protocol Protocol
+	Port     uint16
 }
 
 // How many memberships and named ports a PodRecord holds inline, and the
 // count that says the lists are in the pools.
 const (
 	podInlineMembers = 4
-	podInlinePorts   = 3
+	podInlinePorts   = 4
 	podSpilled       = 0xff
+	deniedSpilled    = 0xffff
 )
 
 // PodSpans is where a pod's lists are in EvalIndex's pools.
@@ -304,13 +324,38 @@ func (x *EvalIndex) MemberOf(r *PodRecord) []SelectorID {
 	return x.Members[s.Off:s.end()]
 }
 
-// PortsOf returns a pod's named container ports that some rule can name.
-func (x *EvalIndex) PortsOf(r *PodRecord) []EvalPodPort {
+// PortsOf returns a pod's named container ports that some rule can name;
+// the ones the record holds inline are copied to buf.
+func (x *EvalIndex) PortsOf(r *PodRecord, buf *[podInlinePorts]EvalPodPort) []EvalPodPort {
 	if r.NPorts != podSpilled {
-		return r.InlinePorts[:r.NPorts]
+		n := min(int(r.NPorts), podInlinePorts)
+		for i, pp := range r.InlinePorts[:n] {
+			buf[i] = EvalPodPort{Name: int32(pp.Name), Port: pp.Port, Protocol: pp.Protocol}
+		}
+		return buf[:n]
 	}
 	s := x.PodSpans[r.ID].Ports
 	return x.PodPorts[s.Off:s.end()]
+}
+
+// DeniedReason returns the reason a pod's traffic in direction d that no
+// rule of its decision table allows is denied (Pod.IngressDenied or
+// EgressDenied), from the record: the Pod is not read.
+func (p *Program) DeniedReason(r *PodRecord, d Direction) string {
+	off, n := r.DeniedOff, r.IngressDeniedLen
+	if d == Egress {
+		if n != deniedSpilled {
+			off += uint32(n)
+		}
+		n = r.EgressDeniedLen
+	}
+	if n == deniedSpilled {
+		if d == Egress {
+			return p.Pods[r.ID].EgressDenied
+		}
+		return p.Pods[r.ID].IngressDenied
+	}
+	return p.Eval.Denied[off : off+uint32(n)]
 }
 
 // InSelector reports whether the pod belongs to the selector peer set.
@@ -448,7 +493,8 @@ func (ix *indexer) portFilter(m *Match) uint64 {
 func (x *EvalIndex) ResolveNames(q *PortQuery) {
 	q.Names = 0
 	if q.Dst != nil {
-		for _, pp := range x.PortsOf(q.Dst) {
+		var buf [podInlinePorts]EvalPodPort
+		for _, pp := range x.PortsOf(q.Dst, &buf) {
 			if pp.Port == q.Port && pp.Protocol == q.Proto && uint32(pp.Name) < namesInMask {
 				q.Names |= uint64(1) << uint32(pp.Name)
 			}
@@ -510,7 +556,8 @@ func (x *EvalIndex) namedMatches(name int32, ruleProto Protocol, q *PortQuery) b
 	if q.Dst == nil {
 		return false
 	}
-	for _, pp := range x.PortsOf(q.Dst) {
+	var buf [podInlinePorts]EvalPodPort
+	for _, pp := range x.PortsOf(q.Dst, &buf) {
 		if pp.Name == name && pp.Protocol == q.Proto {
 			return pp.Port == q.Port
 		}
@@ -723,6 +770,10 @@ func (ix *indexer) pods() {
 	x.V4 = make([]PodRecord, size)
 	x.V4Shift = uint8(32 - bits.TrailingZeros(uint(size)))
 	tierSets := map[string]int32{}
+	var denied strings.Builder
+	for i := range p.Pods {
+		denied.Grow(len(p.Pods[i].IngressDenied) + len(p.Pods[i].EgressDenied))
+	}
 	for i := range p.Pods {
 		pod := &p.Pods[i]
 		r := PodRecord{ID: PodID(i), IngressTable: -1, EgressTable: -1, Local: pod.Local}
@@ -754,15 +805,60 @@ func (ix *indexer) pods() {
 		if len(pod.MemberOf) <= podInlineMembers {
 			r.NMembers = uint8(copy(r.InlineMembers[:], pod.MemberOf))
 		}
-		if sp.Ports.Len <= podInlinePorts {
-			r.NPorts = uint8(copy(r.InlinePorts[:], x.PodPorts[sp.Ports.Off:sp.Ports.end()]))
+		if ports := x.PodPorts[sp.Ports.Off:sp.Ports.end()]; len(ports) <= podInlinePorts && namesBelow(ports, 256) {
+			for j, pp := range ports {
+				r.InlinePorts[j] = InlinePodPort{Name: uint8(pp.Name), Protocol: pp.Protocol, Port: pp.Port}
+			}
+			r.NPorts = uint8(len(ports))
 		}
+		r.DeniedOff, r.IngressDeniedLen, r.EgressDeniedLen = addDenied(&denied, pod.IngressDenied, pod.EgressDenied)
 		r.Tiers = ix.tierSet(tierSets, pod)
 		x.Pods[i] = r
 		for _, a := range pod.IPs {
 			ix.addAddr(a, &r)
 		}
 	}
+	// The pods' reasons become substrings of Denied: the program holds
+	// them once.
+	x.Denied = denied.String()
+	for i := range p.Pods {
+		r := &x.Pods[i]
+		if r.IngressDeniedLen != deniedSpilled {
+			p.Pods[i].IngressDenied = p.DeniedReason(r, Ingress)
+		}
+		if r.EgressDeniedLen != deniedSpilled {
+			p.Pods[i].EgressDenied = p.DeniedReason(r, Egress)
+		}
+	}
+}
+
+// addDenied appends a pod's denial reasons to b and returns where they
+// are, as PodRecord holds it: a reason longer than a record's length field
+// holds, or past the offset's range, is left in the Pod (deniedSpilled).
+func addDenied(b *strings.Builder, in, eg string) (off uint32, inLen, egLen uint16) {
+	if uint64(b.Len())+uint64(len(in))+uint64(len(eg)) > math.MaxUint32 {
+		return 0, deniedSpilled, deniedSpilled
+	}
+	off, inLen, egLen = uint32(b.Len()), deniedSpilled, deniedSpilled
+	if len(in) < deniedSpilled {
+		b.WriteString(in)
+		inLen = uint16(len(in))
+	}
+	if len(eg) < deniedSpilled {
+		b.WriteString(eg)
+		egLen = uint16(len(eg))
+	}
+	return off, inLen, egLen
+}
+
+// namesBelow reports whether every port's name index is below n.
+func namesBelow(ports []EvalPodPort, n int32) bool {
+	for _, pp := range ports {
+		if pp.Name >= n {
+			return false
+		}
+	}
+	return true
 }
 
 // hasPodPort reports whether ports has a port of that name and protocol.

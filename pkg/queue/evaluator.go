@@ -273,14 +273,6 @@ func peerMatches(p *compile.Program, res Resolver, local netip.Addr, r *compile.
 func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 	remote *end, ports *portQuery) (bool, string) {
 	x := &p.Eval
-	// The reason a denial gives is in the Pod, a line no other step reads:
-	// load it before walking the table, so that its cache miss overlaps
-	// the table's and the rules' instead of following them.
-	denied := &p.Pods[local.pod.ID].IngressDenied
-	if d == compile.Egress {
-		denied = &p.Pods[local.pod.ID].EgressDenied
-	}
-	deniedReason := *denied
 	ro, selBits, anyPeer, blocks, bySelector := x.TableParts(ti)
 	rules, filters, q := x.Rules[ro:], x.RuleFilters[ro:], ports.get(x)
 	// A rule whose port filter rules the port out is not read.
@@ -340,7 +332,8 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 		}
 	}
 	if best < 0 {
-		return false, deniedReason
+		// The reason a denial gives is in the pod's record, read already.
+		return false, p.DeniedReason(local.pod, d)
 	}
 	return true, rules[best].Reason
 }
