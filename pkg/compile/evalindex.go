@@ -120,7 +120,7 @@ type PodRecord struct {
 	// the other, so that a denial's reason is read from the record instead
 	// of from the Pod, a cache miss of its own; deniedSpilled: a reason too
 	// long for the record, read from the Pod.
-	DeniedOff                        uint32
+	DeniedOff                         uint32
 	IngressDeniedLen, EgressDeniedLen uint16
 }
 
