@@ -42,20 +42,18 @@ type EvalIndex struct {
 	// Rules is the pool of the tables' rules; each table's run is sorted by
 	// Rule.Order, so a smaller index in a run is an earlier rule.
 	Rules []EvalRule
-	// RuleFilters holds the port filter of each rule of Rules (see
-	// PortFilter), eight to a cache line: a verdict skips most rules whose
-	// ports cannot match without reading them.
-	RuleFilters []uint64
 	// TableData holds each decision table (one per Program.Tables entry),
-	// one after the other, so that a verdict reads a table from a line or
-	// two: a header of tableHeader words (the offset of the table's run in
-	// Rules, the lengths of the three parts and the selector summary, see
-	// TableParts), then the table-relative
-	// indices of the rules that match any peer, then of those with address
-	// peers (each in rule order), then the selector peers (sorted), then
-	// the rule of each of them (see TableParts). PodRecord.IngressTable and
+	// one after the other, so that a verdict reads a table from a few
+	// adjacent lines: a header of tableHeader words (the offset of the
+	// table's run in Rules, the lengths of its parts and the selector
+	// summary), then the table-relative indices of the rules that match
+	// any peer, then of those with address peers (each in rule order),
+	// then the selector peers (sorted), then the rule of each of them, then
+	// the port filter of each rule (see PortQuery.Filter) as two words,
+	// low half first: a verdict skips most rules whose ports cannot match
+	// without reading them. See Table. PodRecord.IngressTable and
 	// EgressTable are the offsets of the headers.
-	TableData []int32
+	TableData []uint32
 
 	// ClusterSelectors is the pool of the cluster rules' selector peers.
 	ClusterSelectors []SelectorID
@@ -238,22 +236,56 @@ type EvalRule struct {
 }
 
 // tableHeader is the length of a table's header in EvalIndex.TableData.
-const tableHeader = 5
+const tableHeader = 6
 
-// TableParts reads the decision table at offset off of TableData (a
-// PodRecord's IngressTable or EgressTable): the offset of its run in Rules,
-// the table-relative indices of the rules that match every peer and of
-// those with address peers (each in rule order), and its selector peers:
-// the first half of bySelector holds the selectors, sorted, the second the
-// table-relative rule of each (ascending among equal selectors). selBits
-// summarizes the selectors: SelectorBit(s) is set for each selector s, so
-// a membership whose bit is clear is not among them.
-func (x *EvalIndex) TableParts(off int32) (rules, selBits uint32, anyPeer, blocks, bySelector []int32) {
-	h := x.TableData[off:]
-	selBits = uint32(h[4])
-	nAny, nBlocks, nSel := uint32(h[1]), uint32(h[2]), uint32(h[3])
-	data := h[tableHeader : tableHeader+nAny+nBlocks+2*nSel]
-	return uint32(h[0]), selBits, data[:nAny], data[nAny : nAny+nBlocks], data[nAny+nBlocks:]
+// EvalTable is a decision table as Table reads it from TableData. Rule
+// indices are table-relative: Rules[i] is rule i, Filter(i) its port
+// filter.
+type EvalTable struct {
+	// Rules are the table's rules, in rule order.
+	Rules []EvalRule
+	// Data is the table after its header: AnyPeer, Blocks, the selectors,
+	// the rules of the selectors and the filters, in that order.
+	Data []uint32
+	// NAny and NBlocks count the rules that match every peer and those
+	// with address peers; NSel the selector peers.
+	NAny, NBlocks, NSel uint32
+	// SelBits summarizes the selectors: SelectorBit(s) is set for each
+	// selector s, so a membership whose bit is clear is not among them.
+	SelBits uint32
+}
+
+// Table reads the decision table at offset off of TableData (a
+// PodRecord's IngressTable or EgressTable).
+func (x *EvalIndex) Table(off int32) EvalTable {
+	h := x.TableData[off : off+tableHeader : off+tableHeader]
+	ro, nRules := h[0], h[5]
+	t := EvalTable{NAny: h[1], NBlocks: h[2], NSel: h[3], SelBits: h[4]}
+	n := t.NAny + t.NBlocks + 2*t.NSel + 2*nRules
+	t.Data = x.TableData[uint32(off)+tableHeader : uint32(off)+tableHeader+n]
+	t.Rules = x.Rules[ro : ro+nRules]
+	return t
+}
+
+// Filter returns the port filter of the table's rule ri.
+func (t *EvalTable) Filter(ri uint32) uint64 {
+	i := t.NAny + t.NBlocks + 2*t.NSel + 2*ri
+	return uint64(t.Data[i]) | uint64(t.Data[i+1])<<32
+}
+
+// AnyPeer returns the table-relative indices of the rules that match every
+// peer, in rule order.
+func (t *EvalTable) AnyPeer() []uint32 { return t.Data[:t.NAny] }
+
+// Blocks returns the table-relative indices of the rules with address
+// peers, in rule order.
+func (t *EvalTable) Blocks() []uint32 { return t.Data[t.NAny : t.NAny+t.NBlocks] }
+
+// Selectors returns the table's selector peers, sorted, and the
+// table-relative rule of each (ascending among equal selectors).
+func (t *EvalTable) Selectors() (sels, rules []uint32) {
+	o := t.NAny + t.NBlocks
+	return t.Data[o : o+t.NSel], t.Data[o+t.NSel : o+2*t.NSel]
 }
 
 // SelectorBit is a selector's bit in TableParts' selBits.
@@ -434,7 +466,7 @@ type PortQuery struct {
 	// Names has bit n set when the destination pod's container port named
 	// n (interned name index below 64) for Proto is Port.
 	Names uint64
-	// Filter is the query's port filter (see RuleFilters): the port's bit,
+	// Filter is the query's port filter (see EvalTable.Filter): the port's bit,
 	// the names' bits and the bit every query has.
 	Filter uint64
 	Port   uint16
@@ -492,9 +524,19 @@ func (ix *indexer) portFilter(m *Match) uint64 {
 // that counts, as in Pod.NamedPort), so every match sets its bit.
 func (x *EvalIndex) ResolveNames(q *PortQuery) {
 	q.Names = 0
-	if q.Dst != nil {
-		var buf [podInlinePorts]EvalPodPort
-		for _, pp := range x.PortsOf(q.Dst, &buf) {
+	switch r := q.Dst; {
+	case r == nil:
+	case r.NPorts != podSpilled:
+		// The record's own ports, read in place (inline names are below
+		// 256, some above namesInMask).
+		for _, pp := range r.InlinePorts[:min(r.NPorts, podInlinePorts)] {
+			if pp.Port == q.Port && pp.Protocol == q.Proto && pp.Name < namesInMask {
+				q.Names |= uint64(1) << pp.Name
+			}
+		}
+	default:
+		s := x.PodSpans[r.ID].Ports
+		for _, pp := range x.PodPorts[s.Off:s.end()] {
 			if pp.Port == q.Port && pp.Protocol == q.Proto && uint32(pp.Name) < namesInMask {
 				q.Names |= uint64(1) << uint32(pp.Name)
 			}
@@ -695,27 +737,30 @@ func (ix *indexer) tables() {
 			add(r)
 		}
 		sort.Slice(rules, func(i, j int) bool { return rules[i].Order < rules[j].Order })
-		local := make(map[*Rule]int32, len(rules))
+		local := make(map[*Rule]uint32, len(rules))
 		ix.tableOffsets[ti] = int32(len(x.TableData))
 		var selBits uint32
 		for _, sr := range t.BySelector {
 			selBits |= SelectorBit(sr.Selector)
 		}
-		x.TableData = append(x.TableData, int32(len(x.Rules)), int32(len(t.AnyPeer)), int32(len(t.Blocks)), int32(len(t.BySelector)),
-			int32(selBits))
+		x.TableData = append(x.TableData, uint32(len(x.Rules)), uint32(len(t.AnyPeer)), uint32(len(t.Blocks)), uint32(len(t.BySelector)),
+			selBits, uint32(len(rules)))
 		for i, r := range rules {
-			local[r] = int32(i)
+			local[r] = uint32(i)
 			x.Rules = append(x.Rules, EvalRule{Reason: r.AllowReason, EvalMatch: ix.match(&r.Match)})
-			x.RuleFilters = append(x.RuleFilters, ix.portFilter(&r.Match))
 		}
 		for _, r := range append(t.AnyPeer[:len(t.AnyPeer):len(t.AnyPeer)], t.Blocks...) {
 			x.TableData = append(x.TableData, local[r])
 		}
 		for _, sr := range t.BySelector {
-			x.TableData = append(x.TableData, int32(sr.Selector))
+			x.TableData = append(x.TableData, uint32(sr.Selector))
 		}
 		for _, sr := range t.BySelector {
 			x.TableData = append(x.TableData, local[sr.Rule])
+		}
+		for _, r := range rules {
+			f := ix.portFilter(&r.Match)
+			x.TableData = append(x.TableData, uint32(f), uint32(f>>32))
 		}
 	}
 }

@@ -273,30 +273,29 @@ func peerMatches(p *compile.Program, res Resolver, local netip.Addr, r *compile.
 func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 	remote *end, ports *portQuery) (bool, string) {
 	x := &p.Eval
-	ro, selBits, anyPeer, blocks, bySelector := x.TableParts(ti)
-	rules, filters, q := x.Rules[ro:], x.RuleFilters[ro:], ports.get(x)
+	t := x.Table(ti)
+	q := ports.get(x)
 	// A rule whose port filter rules the port out is not read.
 	qf := q.Filter
-	best := int32(-1)
-	for _, ri := range anyPeer {
-		if filters[ri]&qf != 0 && x.PortMatches(&rules[ri].EvalMatch, q) {
+	best := uint32(len(t.Rules)) // none yet: past every rule
+	for _, ri := range t.AnyPeer() {
+		if t.Filter(ri)&qf != 0 && x.PortMatches(&t.Rules[ri].EvalMatch, q) {
 			best = ri
 			break
 		}
 	}
-	if remote.pod != nil && len(bySelector) > 0 {
+	if remote.pod != nil && t.NSel > 0 {
 		// Look the pod's memberships up in the table's sorted selectors
 		// (selRules[j] is the rule of sels[j]), skipping those the
 		// table's summary rules out; both lists are sorted, so each
 		// search starts where the previous one ended.
-		n := len(bySelector) / 2
-		sels, selRules := bySelector[:n], bySelector[n:2*n]
+		sels, selRules := t.Selectors()
 		j := 0
 		for _, sel := range x.MemberOf(remote.pod) {
-			if selBits&compile.SelectorBit(sel) == 0 {
+			if t.SelBits&compile.SelectorBit(sel) == 0 {
 				continue
 			}
-			s := int32(sel)
+			s := uint32(sel)
 			for lo, hi := j, len(sels); lo < hi; {
 				if m := int(uint(lo+hi) >> 1); sels[m] < s {
 					lo, j = m+1, m+1
@@ -305,7 +304,7 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 				}
 			}
 			for ; j < len(sels) && sels[j] == s; j++ {
-				if ri := selRules[j]; uint32(ri) < uint32(best) && filters[ri]&qf != 0 && x.PortMatches(&rules[ri].EvalMatch, q) {
+				if ri := selRules[j]; ri < best && t.Filter(ri)&qf != 0 && x.PortMatches(&t.Rules[ri].EvalMatch, q) {
 					best = ri
 				}
 			}
@@ -314,28 +313,28 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 			}
 		}
 	}
-	if len(blocks) > 0 && uint32(blocks[0]) < uint32(best) {
+	if blocks := t.Blocks(); len(blocks) > 0 && blocks[0] < best {
 		am := newAddrMatcher(remote.addr)
 		for _, ri := range blocks {
-			if uint32(ri) > uint32(best) {
+			if ri > best {
 				break
 			}
 			// The port first: the rule's line is read either way, and
 			// the port test fails more often (address peers are wide).
-			if filters[ri]&qf == 0 {
+			if t.Filter(ri)&qf == 0 {
 				continue
 			}
-			if m := &rules[ri].EvalMatch; x.PortMatches(m, q) && am.in(x, m) {
+			if m := &t.Rules[ri].EvalMatch; x.PortMatches(m, q) && am.in(x, m) {
 				best = ri
 				break
 			}
 		}
 	}
-	if best < 0 {
+	if best >= uint32(len(t.Rules)) {
 		// The reason a denial gives is in the pod's record, read already.
 		return false, p.DeniedReason(local.pod, d)
 	}
-	return true, rules[best].Reason
+	return true, t.Rules[best].Reason
 }
 
 // Evaluator decides queued connections from the current program. The
