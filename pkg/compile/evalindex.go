@@ -1,6 +1,7 @@
 package compile
 
 import (
+	"encoding/binary"
 	"math"
 	"math/bits"
 	"net/netip"
@@ -44,14 +45,14 @@ type EvalIndex struct {
 	Rules []EvalRule
 	// TableData holds each decision table (one per Program.Tables entry),
 	// one after the other, so that a verdict reads a table from a few
-	// adjacent lines: a header of tableHeader words (the offset of the
+	// adjacent lines: a header of TableHeader words (the offset of the
 	// table's run in Rules, the lengths of its parts and the selector
 	// summary), then the table-relative indices of the rules that match
 	// any peer, then of those with address peers (each in rule order),
 	// then the selector peers (sorted), then the rule of each of them, then
 	// the port filter of each rule (see PortQuery.Filter) as two words,
 	// low half first: a verdict skips most rules whose ports cannot match
-	// without reading them. See Table. PodRecord.IngressTable and
+	// without reading them. See TableHeader. PodRecord.IngressTable and
 	// EgressTable are the offsets of the headers.
 	TableData []uint32
 
@@ -235,58 +236,14 @@ type EvalRule struct {
 	EvalMatch
 }
 
-// tableHeader is the length of a table's header in EvalIndex.TableData.
-const tableHeader = 6
-
-// EvalTable is a decision table as Table reads it from TableData. Rule
-// indices are table-relative: Rules[i] is rule i, Filter(i) its port
-// filter.
-type EvalTable struct {
-	// Rules are the table's rules, in rule order.
-	Rules []EvalRule
-	// Data is the table after its header: AnyPeer, Blocks, the selectors,
-	// the rules of the selectors and the filters, in that order.
-	Data []uint32
-	// NAny and NBlocks count the rules that match every peer and those
-	// with address peers; NSel the selector peers.
-	NAny, NBlocks, NSel uint32
-	// SelBits summarizes the selectors: SelectorBit(s) is set for each
-	// selector s, so a membership whose bit is clear is not among them.
-	SelBits uint32
-}
-
-// Table reads the decision table at offset off of TableData (a
-// PodRecord's IngressTable or EgressTable).
-func (x *EvalIndex) Table(off int32) EvalTable {
-	h := x.TableData[off : off+tableHeader : off+tableHeader]
-	ro, nRules := h[0], h[5]
-	t := EvalTable{NAny: h[1], NBlocks: h[2], NSel: h[3], SelBits: h[4]}
-	n := t.NAny + t.NBlocks + 2*t.NSel + 2*nRules
-	t.Data = x.TableData[uint32(off)+tableHeader : uint32(off)+tableHeader+n]
-	t.Rules = x.Rules[ro : ro+nRules]
-	return t
-}
-
-// Filter returns the port filter of the table's rule ri.
-func (t *EvalTable) Filter(ri uint32) uint64 {
-	i := t.NAny + t.NBlocks + 2*t.NSel + 2*ri
-	return uint64(t.Data[i]) | uint64(t.Data[i+1])<<32
-}
-
-// AnyPeer returns the table-relative indices of the rules that match every
-// peer, in rule order.
-func (t *EvalTable) AnyPeer() []uint32 { return t.Data[:t.NAny] }
-
-// Blocks returns the table-relative indices of the rules with address
-// peers, in rule order.
-func (t *EvalTable) Blocks() []uint32 { return t.Data[t.NAny : t.NAny+t.NBlocks] }
-
-// Selectors returns the table's selector peers, sorted, and the
-// table-relative rule of each (ascending among equal selectors).
-func (t *EvalTable) Selectors() (sels, rules []uint32) {
-	o := t.NAny + t.NBlocks
-	return t.Data[o : o+t.NSel], t.Data[o+t.NSel : o+2*t.NSel]
-}
+// TableHeader is the length of a table's header in EvalIndex.TableData:
+// the offset of the table's run in Rules, the number of rules that match
+// any peer, of rules with address peers and of selector peers, the
+// selector summary (SelectorBit(s) is set for each selector s, so a
+// membership whose bit is clear is not among them) and the number of rules.
+// The parts follow, as EvalIndex.TableData says; rule indices are
+// table-relative.
+const TableHeader = 6
 
 // SelectorBit is a selector's bit in TableParts' selBits.
 func SelectorBit(s SelectorID) uint32 { return uint32(1) << (uint32(s) % 32) }
@@ -318,8 +275,7 @@ func (x *EvalIndex) RecordByAddr(ip netip.Addr) *PodRecord {
 		if len(x.V4) == 0 {
 			return nil
 		}
-		a4 := ip.As4()
-		a := uint32(a4[0])<<24 | uint32(a4[1])<<16 | uint32(a4[2])<<8 | uint32(a4[3])
+		a := addr4(ip)
 		mask := uint32(len(x.V4) - 1)
 		for i := hash4(a, x.V4Shift); ; i = (i + 1) & mask {
 			s := &x.V4[i]
@@ -342,6 +298,50 @@ func (x *EvalIndex) RecordByAddr(ip netip.Addr) *PodRecord {
 		return nil
 	}
 	return &x.Pods[id]
+}
+
+// RecordsByAddr is RecordByAddr for both ends of a connection. With two
+// IPv4 addresses, both slots are loaded before either is examined, so that
+// their cache misses (the random pairs of a busy node miss on both)
+// overlap instead of following each other.
+func (x *EvalIndex) RecordsByAddr(a, b netip.Addr) (ra, rb *PodRecord) {
+	if !a.Is4() || !b.Is4() || len(x.V4) == 0 {
+		return x.RecordByAddr(a), x.RecordByAddr(b)
+	}
+	ka, kb := addr4(a), addr4(b)
+	mask := uint32(len(x.V4) - 1)
+	ia, ib := hash4(ka, x.V4Shift)&mask, hash4(kb, x.V4Shift)&mask
+	sa, sb := &x.V4[ia], &x.V4[ib]
+	ua, ub := sa.Used, sb.Used
+	switch {
+	case !ua:
+	case sa.Addr == ka:
+		ra = sa
+	default:
+		ra = x.probe4(ka, (ia+1)&mask)
+	}
+	switch {
+	case !ub:
+	case sb.Addr == kb:
+		rb = sb
+	default:
+		rb = x.probe4(kb, (ib+1)&mask)
+	}
+	return ra, rb
+}
+
+// probe4 looks for an IPv4 address from slot i on.
+func (x *EvalIndex) probe4(a, i uint32) *PodRecord {
+	mask := uint32(len(x.V4) - 1)
+	for ; ; i = (i + 1) & mask {
+		s := &x.V4[i]
+		if !s.Used {
+			return nil
+		}
+		if s.Addr == a {
+			return s
+		}
+	}
 }
 
 // hash4 spreads consecutive addresses over the table (Fibonacci hashing).
@@ -466,7 +466,7 @@ type PortQuery struct {
 	// Names has bit n set when the destination pod's container port named
 	// n (interned name index below 64) for Proto is Port.
 	Names uint64
-	// Filter is the query's port filter (see EvalTable.Filter): the port's bit,
+	// Filter is the query's port filter (see the filters of TableData): the port's bit,
 	// the names' bits and the bit every query has.
 	Filter uint64
 	Port   uint16
@@ -709,7 +709,7 @@ func (ix *indexer) match(m *Match) EvalMatch {
 
 func addr4(a netip.Addr) uint32 {
 	b := a.As4()
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	return binary.BigEndian.Uint32(b[:])
 }
 
 // tables lays out every decision table: its distinct rules in rule order,
