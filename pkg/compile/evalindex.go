@@ -245,7 +245,7 @@ type EvalRule struct {
 // table-relative.
 const TableHeader = 6
 
-// TouchTable reads the first three cache lines' worth of the decision table
+// TouchTable reads the first four cache lines' worth of the decision table
 // at offset off of TableData, and returns a value made of what it read,
 // for the caller to keep (so that the reads are not optimized away): a
 // verdict calls it as soon as it knows its tables, so that their lines,
@@ -254,7 +254,7 @@ const TableHeader = 6
 func (x *EvalIndex) TouchTable(off int32) uint32 {
 	td := x.TableData
 	last := int32(len(td) - 1)
-	return td[off] ^ td[min(off+16, last)] ^ td[min(off+32, last)]
+	return td[off] ^ td[min(off+16, last)] ^ td[min(off+32, last)] ^ td[min(off+48, last)]
 }
 
 // SelectorBit is a selector's bit in TableParts' selBits.
@@ -541,8 +541,8 @@ func (x *EvalIndex) ResolveNames(q *PortQuery) {
 	case r.NPorts != podSpilled:
 		// The record's own ports, read in place (inline names are below
 		// 256, some above namesInMask).
-		for _, pp := range r.InlinePorts[:min(r.NPorts, podInlinePorts)] {
-			if pp.Port == q.Port && pp.Protocol == q.Proto && pp.Name < namesInMask {
+		for i := range r.InlinePorts {
+			if pp := r.InlinePorts[i]; uint8(i) < r.NPorts && pp.Port == q.Port && pp.Protocol == q.Proto && pp.Name < namesInMask {
 				q.Names |= uint64(1) << pp.Name
 			}
 		}

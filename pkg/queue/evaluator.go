@@ -295,9 +295,9 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 	// The table's layout is EvalIndex.TableData's; its parts are read in
 	// place rather than through compile.EvalTable's slices, which cost
 	// more than the rest of a typical walk.
-	h := x.TableData[ti : ti+compile.TableHeader : ti+compile.TableHeader]
+	h := (*[compile.TableHeader]uint32)(x.TableData[ti:])
 	ro, nAny, nBlocks, nSel, selBits, nRules := h[0], h[1], h[2], h[3], h[4], h[5]
-	data := x.TableData[uint32(ti)+compile.TableHeader:]
+	data := x.TableData[int(ti)+compile.TableHeader:]
 	rules := x.Rules[ro : ro+nRules]
 	selOff := nAny + nBlocks
 	ruleOff, fOff := selOff+nSel, selOff+2*nSel
