@@ -245,19 +245,7 @@ type EvalRule struct {
 // table-relative.
 const TableHeader = 6
 
-// TouchTable reads the first four cache lines' worth of the decision table
-// at offset off of TableData, and returns a value made of what it read,
-// for the caller to keep (so that the reads are not optimized away): a
-// verdict calls it as soon as it knows its tables, so that their lines,
-// which the walk would otherwise request one after the other (header,
-// selectors, rules of the selectors, filters), arrive together.
-func (x *EvalIndex) TouchTable(off int32) uint32 {
-	td := x.TableData
-	last := int32(len(td) - 1)
-	return td[off] ^ td[min(off+16, last)] ^ td[min(off+32, last)] ^ td[min(off+48, last)]
-}
-
-// SelectorBit is a selector's bit in TableParts' selBits.
+// SelectorBit is a selector's bit in the selector summary.
 func SelectorBit(s SelectorID) uint32 { return uint32(1) << (uint32(s) % 32) }
 
 // EvalClusterRule is a usable ClusterNetworkPolicy rule.

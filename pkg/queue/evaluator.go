@@ -123,14 +123,6 @@ func EvaluateResolved(p *compile.Program, res Resolver, src, dst netip.Addr, pro
 	// Rules' ports are checked against the destination: its port names are
 	// resolved once, when a rule is first tried.
 	ports := portQuery{q: compile.PortQuery{Dst: d.pod, Proto: proto, Port: port}}
-	// The tables both sides will walk are requested now, together: their
-	// cache misses overlap each other's and the other side's work.
-	if d.pod != nil && d.pod.Local && d.pod.IngressTable >= 0 {
-		ports.touched = x.TouchTable(d.pod.IngressTable)
-	}
-	if s.pod != nil && s.pod.Local && s.pod.EgressTable >= 0 {
-		ports.touched ^= x.TouchTable(s.pod.EgressTable)
-	}
 
 	// Egress of the source pod.
 	switch {
@@ -166,8 +158,6 @@ func EvaluateResolved(p *compile.Program, res Resolver, src, dst netip.Addr, pro
 type portQuery struct {
 	q     compile.PortQuery
 	ready bool
-	// touched keeps what EvalIndex.TouchTable read.
-	touched uint32
 }
 
 func (pq *portQuery) get(x *compile.EvalIndex) *compile.PortQuery {
