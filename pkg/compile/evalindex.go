@@ -480,18 +480,31 @@ const namesInMask = 64
 // A port filter is a 64-bit summary of the ports a match admits, which a
 // verdict ANDs with its PortQuery.Filter: zero means the match cannot admit
 // the connection's port; non-zero that it may (PortMatches decides). Bits
-// 0-31 are port names (interned index below 32), bits 32-62 numeric ports
-// (port modulo 31, every port of a range of up to 31 ports), bit 63 is set
-// in every query and in the filter of a match too wide to summarize (all
-// ports, a longer range, a name with a larger index).
+// 0-15 are port names (interned index below 16); bits 16-46 numeric ports
+// (port modulo 31, every port of a range of up to 31 ports); bits 47-62
+// blocks of 4096 ports (every block a longer range overlaps: a range such
+// as 8000-8100 rules out 443 and 50051, which would otherwise pass every
+// verdict on to the rule's line); bit 63 is set in every query and in the
+// filter of a match too wide to summarize (all ports, a name with a larger
+// index). A query sets its port's bit of each kind.
 const (
-	filterNames   = 32
-	filterPortMod = 31
-	filterAlways  = uint64(1) << 63
+	filterNames      = 16
+	filterPortMod    = 31
+	filterBlocks     = filterNames + filterPortMod
+	filterBlockShift = 12
+	filterAlways     = uint64(1) << 63
 )
 
-func filterPortBit(port uint16) uint64 {
+// filterPortBit is a query's bits for its port: the port's residue and
+// block.
+func filterPortBit(port uint16) uint64 { return filterModBit(port) | filterBlockBit(port) }
+
+func filterModBit(port uint16) uint64 {
 	return uint64(1) << (filterNames + uint32(port)%filterPortMod)
+}
+
+func filterBlockBit(port uint16) uint64 {
+	return uint64(1) << (filterBlocks + uint32(port)>>filterBlockShift)
 }
 
 // portFilter summarizes the ports a match admits.
@@ -502,10 +515,13 @@ func (ix *indexer) portFilter(m *Match) uint64 {
 	var f uint64
 	for _, pr := range m.Ports {
 		if int(pr.Last)-int(pr.First) >= filterPortMod {
-			return filterAlways
+			for b := pr.First >> filterBlockShift; b <= pr.Last>>filterBlockShift; b++ {
+				f |= filterBlockBit(b << filterBlockShift)
+			}
+			continue
 		}
 		for port := int(pr.First); port <= int(pr.Last); port++ {
-			f |= filterPortBit(uint16(port))
+			f |= filterModBit(uint16(port))
 		}
 	}
 	for _, np := range m.NamedPorts {
