@@ -123,11 +123,18 @@ type PodRecord struct {
 	IngressDeniedLen, EgressDeniedLen uint16
 }
 
-// InlinePodPort is an EvalPodPort held in a PodRecord, in 4 bytes.
-type InlinePodPort struct {
-	Name     uint8
-	Protocol Protocol
-	Port     uint16
+// InlinePodPort is an EvalPodPort held in a PodRecord, in 4 bytes: the
+// name index in bits 0-7, the protocol in 8-15, the port in 16-31, so that
+// a connection's protocol and port are compared with one instruction.
+type InlinePodPort uint32
+
+func inlinePodPort(pp EvalPodPort) InlinePodPort {
+	return InlinePodPort(uint32(pp.Name) | uint32(pp.Protocol)<<8 | uint32(pp.Port)<<16)
+}
+
+// Port returns the port as an EvalPodPort.
+func (p InlinePodPort) Port() EvalPodPort {
+	return EvalPodPort{Name: int32(p & 0xff), Protocol: Protocol(p >> 8), Port: uint16(p >> 16)}
 }
 
 // How many memberships and named ports a PodRecord holds inline, and the
@@ -362,7 +369,7 @@ func (x *EvalIndex) PortsOf(r *PodRecord, buf *[podInlinePorts]EvalPodPort) []Ev
 	if r.NPorts != podSpilled {
 		n := min(int(r.NPorts), podInlinePorts)
 		for i, pp := range r.InlinePorts[:n] {
-			buf[i] = EvalPodPort{Name: int32(pp.Name), Port: pp.Port, Protocol: pp.Protocol}
+			buf[i] = pp.Port()
 		}
 		return buf[:n]
 	}
@@ -545,9 +552,10 @@ func (x *EvalIndex) ResolveNames(q *PortQuery) {
 	case r.NPorts != podSpilled:
 		// The record's own ports, read in place (inline names are below
 		// 256, some above namesInMask).
-		for i := range r.InlinePorts {
-			if pp := r.InlinePorts[i]; uint8(i) < r.NPorts && pp.Port == q.Port && pp.Protocol == q.Proto && pp.Name < namesInMask {
-				q.Names |= uint64(1) << pp.Name
+		key := InlinePodPort(uint32(q.Proto)<<8 | uint32(q.Port)<<16)
+		for i, pp := range r.InlinePorts {
+			if pp&^0xff == key && uint8(i) < r.NPorts && pp&0xff < namesInMask {
+				q.Names |= uint64(1) << (pp & 0xff)
 			}
 		}
 	default:
@@ -868,7 +876,7 @@ func (ix *indexer) pods() {
 		}
 		if ports := x.PodPorts[sp.Ports.Off:sp.Ports.end()]; len(ports) <= podInlinePorts && namesBelow(ports, 256) {
 			for j, pp := range ports {
-				r.InlinePorts[j] = InlinePodPort{Name: uint8(pp.Name), Protocol: pp.Protocol, Port: pp.Port}
+				r.InlinePorts[j] = inlinePodPort(pp)
 			}
 			r.NPorts = uint8(len(ports))
 		}
