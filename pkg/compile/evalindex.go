@@ -320,21 +320,19 @@ func (x *EvalIndex) RecordsByAddr(a, b netip.Addr) (ra, rb *PodRecord) {
 	ia, ib := hash4(ka, x.V4Shift)&mask, hash4(kb, x.V4Shift)&mask
 	sa, sb := &x.V4[ia], &x.V4[ib]
 	ua, ub := sa.Used, sb.Used
+	return x.found4(sa, ua, ka, ia), x.found4(sb, ub, kb, ib)
+}
+
+// found4 examines slot i of V4 (s, whose Used is used), the first for
+// address a.
+func (x *EvalIndex) found4(s *PodRecord, used bool, a, i uint32) *PodRecord {
 	switch {
-	case !ua:
-	case sa.Addr == ka:
-		ra = sa
-	default:
-		ra = x.probe4(ka, (ia+1)&mask)
+	case !used:
+		return nil
+	case s.Addr == a:
+		return s
 	}
-	switch {
-	case !ub:
-	case sb.Addr == kb:
-		rb = sb
-	default:
-		rb = x.probe4(kb, (ib+1)&mask)
-	}
-	return ra, rb
+	return x.probe4(a, (i+1)&uint32(len(x.V4)-1))
 }
 
 // probe4 looks for an IPv4 address from slot i on.
