@@ -471,8 +471,8 @@ type PortQuery struct {
 	// Names has bit n set when the destination pod's container port named
 	// n (interned name index below 64) for Proto is Port.
 	Names uint64
-	// Filter is the query's port filter (see the filters of TableData): the port's bit,
-	// the names' bits and the bit every query has.
+	// Filter is the query's port filter (see the filters of TableData):
+	// the port's bits, the names' bits and the bit every query has.
 	Filter uint64
 	Port   uint16
 	Proto  Protocol
@@ -838,9 +838,11 @@ func (ix *indexer) pods() {
 	x.V4Shift = uint8(32 - bits.TrailingZeros(uint(size)))
 	tierSets := map[string]int32{}
 	var denied strings.Builder
+	nDenied := 0
 	for i := range p.Pods {
-		denied.Grow(len(p.Pods[i].IngressDenied) + len(p.Pods[i].EgressDenied))
+		nDenied += len(p.Pods[i].IngressDenied) + len(p.Pods[i].EgressDenied)
 	}
+	denied.Grow(nDenied)
 	for i := range p.Pods {
 		pod := &p.Pods[i]
 		r := PodRecord{ID: PodID(i), IngressTable: -1, EgressTable: -1, Local: pod.Local}
