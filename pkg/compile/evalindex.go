@@ -1,6 +1,8 @@
 package compile
 
 import (
+	"encoding/binary"
+	"math"
 	"math/bits"
 	"net/netip"
 	"sort"
@@ -29,6 +31,9 @@ type EvalIndex struct {
 	// PodPorts is the pool of the pods' container ports whose names some
 	// rule uses, in the pods' order: the first of each name and protocol.
 	PodPorts []EvalPodPort
+	// Denied holds every pod's Pod.IngressDenied and EgressDenied, which
+	// are substrings of it (see PodRecord.DeniedOff).
+	Denied string
 	// TierSets holds the distinct ClusterNetworkPolicy lists of the pods;
 	// TierPolicies and TierRules are their pools.
 	TierSets     []TierSet
@@ -38,20 +43,18 @@ type EvalIndex struct {
 	// Rules is the pool of the tables' rules; each table's run is sorted by
 	// Rule.Order, so a smaller index in a run is an earlier rule.
 	Rules []EvalRule
-	// RuleFilters holds the port filter of each rule of Rules (see
-	// PortFilter), eight to a cache line: a verdict skips most rules whose
-	// ports cannot match without reading them.
-	RuleFilters []uint64
 	// TableData holds each decision table (one per Program.Tables entry),
-	// one after the other, so that a verdict reads a table from a line or
-	// two: a header of tableHeader words (the offset of the table's run in
-	// Rules, the lengths of the three parts and the selector summary, see
-	// TableParts), then the table-relative
-	// indices of the rules that match any peer, then of those with address
-	// peers (each in rule order), then the selector peers (sorted), then
-	// the rule of each of them (see TableParts). PodRecord.IngressTable and
+	// one after the other, so that a verdict reads a table from a few
+	// adjacent lines: a header of TableHeader words (the offset of the
+	// table's run in Rules, the lengths of its parts and the selector
+	// summary), then the table-relative indices of the rules that match
+	// any peer, then of those with address peers (each in rule order),
+	// then the selector peers (sorted), then the rule of each of them, then
+	// the port filter of each rule (see PortQuery.Filter) as two words,
+	// low half first: a verdict skips most rules whose ports cannot match
+	// without reading them. See TableHeader. PodRecord.IngressTable and
 	// EgressTable are the offsets of the headers.
-	TableData []int32
+	TableData []uint32
 
 	// ClusterSelectors is the pool of the cluster rules' selector peers.
 	ClusterSelectors []SelectorID
@@ -108,16 +111,39 @@ type PodRecord struct {
 	NMembers, NPorts uint8
 	// InlineMembers is the pod's MemberOf when it fits.
 	InlineMembers [podInlineMembers]SelectorID
-	// InlinePorts are the pod's named container ports when they fit.
-	InlinePorts [podInlinePorts]EvalPodPort
+	// InlinePorts are the pod's named container ports when they fit (and
+	// every name index is below 256).
+	InlinePorts [podInlinePorts]InlinePodPort
+	// DeniedOff, IngressDeniedLen and EgressDeniedLen locate the pod's
+	// Pod.IngressDenied and EgressDenied in EvalIndex.Denied, one after
+	// the other, so that a denial's reason is read from the record instead
+	// of from the Pod, a cache miss of its own; deniedSpilled: a reason too
+	// long for the record, read from the Pod.
+	DeniedOff                         uint32
+	IngressDeniedLen, EgressDeniedLen uint16
+}
+
+// InlinePodPort is an EvalPodPort held in a PodRecord, in 4 bytes: the
+// name index in bits 0-7, the protocol in 8-15, the port in 16-31, so that
+// a connection's protocol and port are compared with one instruction.
+type InlinePodPort uint32
+
+func inlinePodPort(pp EvalPodPort) InlinePodPort {
+	return InlinePodPort(uint32(pp.Name) | uint32(pp.Protocol)<<8 | uint32(pp.Port)<<16)
+}
+
+// Port returns the port as an EvalPodPort.
+func (p InlinePodPort) Port() EvalPodPort {
+	return EvalPodPort{Name: int32(p & 0xff), Protocol: Protocol(p >> 8), Port: uint16(p >> 16)}
 }
 
 // How many memberships and named ports a PodRecord holds inline, and the
 // count that says the lists are in the pools.
 const (
 	podInlineMembers = 4
-	podInlinePorts   = 3
+	podInlinePorts   = 4
 	podSpilled       = 0xff
+	deniedSpilled    = 0xffff
 )
 
 // PodSpans is where a pod's lists are in EvalIndex's pools.
@@ -217,26 +243,16 @@ type EvalRule struct {
 	EvalMatch
 }
 
-// tableHeader is the length of a table's header in EvalIndex.TableData.
-const tableHeader = 5
+// TableHeader is the length of a table's header in EvalIndex.TableData:
+// the offset of the table's run in Rules, the number of rules that match
+// any peer, of rules with address peers and of selector peers, the
+// selector summary (SelectorBit(s) is set for each selector s, so a
+// membership whose bit is clear is not among them) and the number of rules.
+// The parts follow, as EvalIndex.TableData says; rule indices are
+// table-relative.
+const TableHeader = 6
 
-// TableParts reads the decision table at offset off of TableData (a
-// PodRecord's IngressTable or EgressTable): the offset of its run in Rules,
-// the table-relative indices of the rules that match every peer and of
-// those with address peers (each in rule order), and its selector peers:
-// the first half of bySelector holds the selectors, sorted, the second the
-// table-relative rule of each (ascending among equal selectors). selBits
-// summarizes the selectors: SelectorBit(s) is set for each selector s, so
-// a membership whose bit is clear is not among them.
-func (x *EvalIndex) TableParts(off int32) (rules, selBits uint32, anyPeer, blocks, bySelector []int32) {
-	h := x.TableData[off:]
-	selBits = uint32(h[4])
-	nAny, nBlocks, nSel := uint32(h[1]), uint32(h[2]), uint32(h[3])
-	data := h[tableHeader : tableHeader+nAny+nBlocks+2*nSel]
-	return uint32(h[0]), selBits, data[:nAny], data[nAny : nAny+nBlocks], data[nAny+nBlocks:]
-}
-
-// SelectorBit is a selector's bit in TableParts' selBits.
+// SelectorBit is a selector's bit in the selector summary.
 func SelectorBit(s SelectorID) uint32 { return uint32(1) << (uint32(s) % 32) }
 
 // EvalClusterRule is a usable ClusterNetworkPolicy rule.
@@ -266,8 +282,7 @@ func (x *EvalIndex) RecordByAddr(ip netip.Addr) *PodRecord {
 		if len(x.V4) == 0 {
 			return nil
 		}
-		a4 := ip.As4()
-		a := uint32(a4[0])<<24 | uint32(a4[1])<<16 | uint32(a4[2])<<8 | uint32(a4[3])
+		a := addr4(ip)
 		mask := uint32(len(x.V4) - 1)
 		for i := hash4(a, x.V4Shift); ; i = (i + 1) & mask {
 			s := &x.V4[i]
@@ -292,6 +307,48 @@ func (x *EvalIndex) RecordByAddr(ip netip.Addr) *PodRecord {
 	return &x.Pods[id]
 }
 
+// RecordsByAddr is RecordByAddr for both ends of a connection. With two
+// IPv4 addresses, both slots are loaded before either is examined, so that
+// their cache misses (the random pairs of a busy node miss on both)
+// overlap instead of following each other.
+func (x *EvalIndex) RecordsByAddr(a, b netip.Addr) (ra, rb *PodRecord) {
+	if !a.Is4() || !b.Is4() || len(x.V4) == 0 {
+		return x.RecordByAddr(a), x.RecordByAddr(b)
+	}
+	ka, kb := addr4(a), addr4(b)
+	mask := uint32(len(x.V4) - 1)
+	ia, ib := hash4(ka, x.V4Shift)&mask, hash4(kb, x.V4Shift)&mask
+	sa, sb := &x.V4[ia], &x.V4[ib]
+	ua, ub := sa.Used, sb.Used
+	return x.found4(sa, ua, ka, ia), x.found4(sb, ub, kb, ib)
+}
+
+// found4 examines slot i of V4 (s, whose Used is used), the first for
+// address a.
+func (x *EvalIndex) found4(s *PodRecord, used bool, a, i uint32) *PodRecord {
+	switch {
+	case !used:
+		return nil
+	case s.Addr == a:
+		return s
+	}
+	return x.probe4(a, (i+1)&uint32(len(x.V4)-1))
+}
+
+// probe4 looks for an IPv4 address from slot i on.
+func (x *EvalIndex) probe4(a, i uint32) *PodRecord {
+	mask := uint32(len(x.V4) - 1)
+	for ; ; i = (i + 1) & mask {
+		s := &x.V4[i]
+		if !s.Used {
+			return nil
+		}
+		if s.Addr == a {
+			return s
+		}
+	}
+}
+
 // hash4 spreads consecutive addresses over the table (Fibonacci hashing).
 func hash4(a uint32, shift uint8) uint32 { return (a * 0x9E3779B1) >> shift }
 
@@ -304,13 +361,38 @@ func (x *EvalIndex) MemberOf(r *PodRecord) []SelectorID {
 	return x.Members[s.Off:s.end()]
 }
 
-// PortsOf returns a pod's named container ports that some rule can name.
-func (x *EvalIndex) PortsOf(r *PodRecord) []EvalPodPort {
+// PortsOf returns a pod's named container ports that some rule can name;
+// the ones the record holds inline are copied to buf.
+func (x *EvalIndex) PortsOf(r *PodRecord, buf *[podInlinePorts]EvalPodPort) []EvalPodPort {
 	if r.NPorts != podSpilled {
-		return r.InlinePorts[:r.NPorts]
+		n := min(int(r.NPorts), podInlinePorts)
+		for i, pp := range r.InlinePorts[:n] {
+			buf[i] = pp.Port()
+		}
+		return buf[:n]
 	}
 	s := x.PodSpans[r.ID].Ports
 	return x.PodPorts[s.Off:s.end()]
+}
+
+// DeniedReason returns the reason a pod's traffic in direction d that no
+// rule of its decision table allows is denied (Pod.IngressDenied or
+// EgressDenied), from the record: the Pod is not read.
+func (p *Program) DeniedReason(r *PodRecord, d Direction) string {
+	off, n := r.DeniedOff, r.IngressDeniedLen
+	if d == Egress {
+		if n != deniedSpilled {
+			off += uint32(n)
+		}
+		n = r.EgressDeniedLen
+	}
+	if n == deniedSpilled {
+		if d == Egress {
+			return p.Pods[r.ID].EgressDenied
+		}
+		return p.Pods[r.ID].IngressDenied
+	}
+	return p.Eval.Denied[off : off+uint32(n)]
 }
 
 // InSelector reports whether the pod belongs to the selector peer set.
@@ -389,8 +471,8 @@ type PortQuery struct {
 	// Names has bit n set when the destination pod's container port named
 	// n (interned name index below 64) for Proto is Port.
 	Names uint64
-	// Filter is the query's port filter (see RuleFilters): the port's bit,
-	// the names' bits and the bit every query has.
+	// Filter is the query's port filter (see the filters of TableData):
+	// the port's bits, the names' bits and the bit every query has.
 	Filter uint64
 	Port   uint16
 	Proto  Protocol
@@ -403,18 +485,31 @@ const namesInMask = 64
 // A port filter is a 64-bit summary of the ports a match admits, which a
 // verdict ANDs with its PortQuery.Filter: zero means the match cannot admit
 // the connection's port; non-zero that it may (PortMatches decides). Bits
-// 0-31 are port names (interned index below 32), bits 32-62 numeric ports
-// (port modulo 31, every port of a range of up to 31 ports), bit 63 is set
-// in every query and in the filter of a match too wide to summarize (all
-// ports, a longer range, a name with a larger index).
+// 0-15 are port names (interned index below 16); bits 16-46 numeric ports
+// (port modulo 31, every port of a range of up to 31 ports); bits 47-62
+// blocks of 4096 ports (every block a longer range overlaps: a range such
+// as 8000-8100 rules out 443 and 50051, which would otherwise pass every
+// verdict on to the rule's line); bit 63 is set in every query and in the
+// filter of a match too wide to summarize (all ports, a name with a larger
+// index). A query sets its port's bit of each kind.
 const (
-	filterNames   = 32
-	filterPortMod = 31
-	filterAlways  = uint64(1) << 63
+	filterNames      = 16
+	filterPortMod    = 31
+	filterBlocks     = filterNames + filterPortMod
+	filterBlockShift = 12
+	filterAlways     = uint64(1) << 63
 )
 
-func filterPortBit(port uint16) uint64 {
+// filterPortBit is a query's bits for its port: the port's residue and
+// block.
+func filterPortBit(port uint16) uint64 { return filterModBit(port) | filterBlockBit(port) }
+
+func filterModBit(port uint16) uint64 {
 	return uint64(1) << (filterNames + uint32(port)%filterPortMod)
+}
+
+func filterBlockBit(port uint16) uint64 {
+	return uint64(1) << (filterBlocks + uint32(port)>>filterBlockShift)
 }
 
 // portFilter summarizes the ports a match admits.
@@ -425,10 +520,13 @@ func (ix *indexer) portFilter(m *Match) uint64 {
 	var f uint64
 	for _, pr := range m.Ports {
 		if int(pr.Last)-int(pr.First) >= filterPortMod {
-			return filterAlways
+			for b := pr.First >> filterBlockShift; b <= pr.Last>>filterBlockShift; b++ {
+				f |= filterBlockBit(b << filterBlockShift)
+			}
+			continue
 		}
 		for port := int(pr.First); port <= int(pr.Last); port++ {
-			f |= filterPortBit(uint16(port))
+			f |= filterModBit(uint16(port))
 		}
 	}
 	for _, np := range m.NamedPorts {
@@ -447,8 +545,20 @@ func (ix *indexer) portFilter(m *Match) uint64 {
 // that counts, as in Pod.NamedPort), so every match sets its bit.
 func (x *EvalIndex) ResolveNames(q *PortQuery) {
 	q.Names = 0
-	if q.Dst != nil {
-		for _, pp := range x.PortsOf(q.Dst) {
+	switch r := q.Dst; {
+	case r == nil:
+	case r.NPorts != podSpilled:
+		// The record's own ports, read in place (inline names are below
+		// 256, some above namesInMask).
+		key := InlinePodPort(uint32(q.Proto)<<8 | uint32(q.Port)<<16)
+		for i, pp := range r.InlinePorts {
+			if pp&^0xff == key && uint8(i) < r.NPorts && pp&0xff < namesInMask {
+				q.Names |= uint64(1) << (pp & 0xff)
+			}
+		}
+	default:
+		s := x.PodSpans[r.ID].Ports
+		for _, pp := range x.PodPorts[s.Off:s.end()] {
 			if pp.Port == q.Port && pp.Protocol == q.Proto && uint32(pp.Name) < namesInMask {
 				q.Names |= uint64(1) << uint32(pp.Name)
 			}
@@ -510,7 +620,8 @@ func (x *EvalIndex) namedMatches(name int32, ruleProto Protocol, q *PortQuery) b
 	if q.Dst == nil {
 		return false
 	}
-	for _, pp := range x.PortsOf(q.Dst) {
+	var buf [podInlinePorts]EvalPodPort
+	for _, pp := range x.PortsOf(q.Dst, &buf) {
 		if pp.Name == name && pp.Protocol == q.Proto {
 			return pp.Port == q.Port
 		}
@@ -620,7 +731,7 @@ func (ix *indexer) match(m *Match) EvalMatch {
 
 func addr4(a netip.Addr) uint32 {
 	b := a.As4()
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	return binary.BigEndian.Uint32(b[:])
 }
 
 // tables lays out every decision table: its distinct rules in rule order,
@@ -648,27 +759,30 @@ func (ix *indexer) tables() {
 			add(r)
 		}
 		sort.Slice(rules, func(i, j int) bool { return rules[i].Order < rules[j].Order })
-		local := make(map[*Rule]int32, len(rules))
+		local := make(map[*Rule]uint32, len(rules))
 		ix.tableOffsets[ti] = int32(len(x.TableData))
 		var selBits uint32
 		for _, sr := range t.BySelector {
 			selBits |= SelectorBit(sr.Selector)
 		}
-		x.TableData = append(x.TableData, int32(len(x.Rules)), int32(len(t.AnyPeer)), int32(len(t.Blocks)), int32(len(t.BySelector)),
-			int32(selBits))
+		x.TableData = append(x.TableData, uint32(len(x.Rules)), uint32(len(t.AnyPeer)), uint32(len(t.Blocks)), uint32(len(t.BySelector)),
+			selBits, uint32(len(rules)))
 		for i, r := range rules {
-			local[r] = int32(i)
+			local[r] = uint32(i)
 			x.Rules = append(x.Rules, EvalRule{Reason: r.AllowReason, EvalMatch: ix.match(&r.Match)})
-			x.RuleFilters = append(x.RuleFilters, ix.portFilter(&r.Match))
 		}
 		for _, r := range append(t.AnyPeer[:len(t.AnyPeer):len(t.AnyPeer)], t.Blocks...) {
 			x.TableData = append(x.TableData, local[r])
 		}
 		for _, sr := range t.BySelector {
-			x.TableData = append(x.TableData, int32(sr.Selector))
+			x.TableData = append(x.TableData, uint32(sr.Selector))
 		}
 		for _, sr := range t.BySelector {
 			x.TableData = append(x.TableData, local[sr.Rule])
+		}
+		for _, r := range rules {
+			f := ix.portFilter(&r.Match)
+			x.TableData = append(x.TableData, uint32(f), uint32(f>>32))
 		}
 	}
 }
@@ -723,6 +837,12 @@ func (ix *indexer) pods() {
 	x.V4 = make([]PodRecord, size)
 	x.V4Shift = uint8(32 - bits.TrailingZeros(uint(size)))
 	tierSets := map[string]int32{}
+	var denied strings.Builder
+	nDenied := 0
+	for i := range p.Pods {
+		nDenied += len(p.Pods[i].IngressDenied) + len(p.Pods[i].EgressDenied)
+	}
+	denied.Grow(nDenied)
 	for i := range p.Pods {
 		pod := &p.Pods[i]
 		r := PodRecord{ID: PodID(i), IngressTable: -1, EgressTable: -1, Local: pod.Local}
@@ -754,15 +874,60 @@ func (ix *indexer) pods() {
 		if len(pod.MemberOf) <= podInlineMembers {
 			r.NMembers = uint8(copy(r.InlineMembers[:], pod.MemberOf))
 		}
-		if sp.Ports.Len <= podInlinePorts {
-			r.NPorts = uint8(copy(r.InlinePorts[:], x.PodPorts[sp.Ports.Off:sp.Ports.end()]))
+		if ports := x.PodPorts[sp.Ports.Off:sp.Ports.end()]; len(ports) <= podInlinePorts && namesBelow(ports, 256) {
+			for j, pp := range ports {
+				r.InlinePorts[j] = inlinePodPort(pp)
+			}
+			r.NPorts = uint8(len(ports))
 		}
+		r.DeniedOff, r.IngressDeniedLen, r.EgressDeniedLen = addDenied(&denied, pod.IngressDenied, pod.EgressDenied)
 		r.Tiers = ix.tierSet(tierSets, pod)
 		x.Pods[i] = r
 		for _, a := range pod.IPs {
 			ix.addAddr(a, &r)
 		}
 	}
+	// The pods' reasons become substrings of Denied: the program holds
+	// them once.
+	x.Denied = denied.String()
+	for i := range p.Pods {
+		r := &x.Pods[i]
+		if r.IngressDeniedLen != deniedSpilled {
+			p.Pods[i].IngressDenied = p.DeniedReason(r, Ingress)
+		}
+		if r.EgressDeniedLen != deniedSpilled {
+			p.Pods[i].EgressDenied = p.DeniedReason(r, Egress)
+		}
+	}
+}
+
+// addDenied appends a pod's denial reasons to b and returns where they
+// are, as PodRecord holds it: a reason longer than a record's length field
+// holds, or past the offset's range, is left in the Pod (deniedSpilled).
+func addDenied(b *strings.Builder, in, eg string) (off uint32, inLen, egLen uint16) {
+	if uint64(b.Len())+uint64(len(in))+uint64(len(eg)) > math.MaxUint32 {
+		return 0, deniedSpilled, deniedSpilled
+	}
+	off, inLen, egLen = uint32(b.Len()), deniedSpilled, deniedSpilled
+	if len(in) < deniedSpilled {
+		b.WriteString(in)
+		inLen = uint16(len(in))
+	}
+	if len(eg) < deniedSpilled {
+		b.WriteString(eg)
+		egLen = uint16(len(eg))
+	}
+	return off, inLen, egLen
+}
+
+// namesBelow reports whether every port's name index is below n.
+func namesBelow(ports []EvalPodPort, n int32) bool {
+	for _, pp := range ports {
+		if pp.Name >= n {
+			return false
+		}
+	}
+	return true
 }
 
 // hasPodPort reports whether ports has a port of that name and protocol.

@@ -87,3 +87,54 @@ func TestPodByAddr(t *testing.T) {
 		})
 	}
 }
+
+// TestDeniedReason checks the denial reasons read from the pods' records
+// against the Pods' own, for reasons that fit a record and reasons too long
+// for its length fields (left in the Pod), in both directions and through
+// the IPv4 slots as well as Pods.
+func TestDeniedReason(t *testing.T) {
+	long := func(c string) string {
+		b := make([]byte, 70000)
+		for i := range b {
+			b[i] = c[0]
+		}
+		return string(b)
+	}
+	reasons := [][2]string{
+		{"", ""},
+		{"ns/a isolates ns/p1 for ingress; no rule matched", ""},
+		{"", "ns/b isolates ns/p2 for egress; no rule matched"},
+		{long("i"), "ns/c isolates ns/p3 for egress; no rule matched"},
+		{"ns/d isolates ns/p4 for ingress; no rule matched", long("e")},
+		{long("x"), long("y")},
+		{"ns/e isolates ns/p6 for ingress; no rule matched", "ns/e isolates ns/p6 for egress; no rule matched"},
+	}
+	p := &Program{}
+	for i, r := range reasons {
+		p.Pods = append(p.Pods, Pod{IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})},
+			IngressTable: -1, EgressTable: -1, IngressDenied: r[0], EgressDenied: r[1]})
+	}
+	p.buildEvalIndex()
+	for i, r := range reasons {
+		pod := &p.Pods[i]
+		if pod.IngressDenied != r[0] || pod.EgressDenied != r[1] {
+			t.Fatalf("pod %d: the build changed its reasons", i)
+		}
+		for _, rec := range []*PodRecord{&p.Eval.Pods[i], p.Eval.RecordByAddr(pod.IPs[0])} {
+			if got := p.DeniedReason(rec, Ingress); got != r[0] {
+				t.Errorf("pod %d: ingress reason %.40q, want %.40q", i, got, r[0])
+			}
+			if got := p.DeniedReason(rec, Egress); got != r[1] {
+				t.Errorf("pod %d: egress reason %.40q, want %.40q", i, got, r[1])
+			}
+		}
+		if r := &p.Eval.Pods[i]; (len(pod.IngressDenied) >= deniedSpilled) != (r.IngressDeniedLen == deniedSpilled) ||
+			(len(pod.EgressDenied) >= deniedSpilled) != (r.EgressDeniedLen == deniedSpilled) {
+			t.Errorf("pod %d: record lengths %d, %d for reasons of %d and %d bytes", i,
+				r.IngressDeniedLen, r.EgressDeniedLen, len(pod.IngressDenied), len(pod.EgressDenied))
+		}
+	}
+	if len(p.Eval.Denied) >= deniedSpilled {
+		t.Errorf("Denied holds %d bytes: the long reasons were copied into it", len(p.Eval.Denied))
+	}
+}

@@ -27,6 +27,8 @@ func TestEvalPortMatches(t *testing.T) {
 		{Ports: []PortRange{{ProtoUDP, 53, 53}, {ProtoTCP, 53, 53}}},
 		{Ports: []PortRange{{ProtoTCP, 8000, 8030}}},
 		{Ports: []PortRange{{ProtoTCP, 8000, 8100}}},
+		{Ports: []PortRange{{ProtoTCP, 4000, 4200}}},
+		{Ports: []PortRange{{ProtoTCP, 443, 443}, {ProtoUDP, 100, 60000}}},
 		{Ports: []PortRange{{ProtoTCP, 1, 2}, {ProtoTCP, 80, 80}, {ProtoUDP, 443, 443}}},
 		{NamedPorts: []NamedPortRef{{"http", ProtoTCP}}},
 		{NamedPorts: []NamedPortRef{{"dns", ProtoUDP}, {"metrics", ProtoTCP}}},
@@ -69,7 +71,7 @@ func TestEvalPortMatches(t *testing.T) {
 	if spilled == 0 {
 		t.Fatal("no match spilled: the spilled path is not tested")
 	}
-	ports := []uint16{0, 1, 2, 3, 53, 80, 443, 5353, 7000, 7001, 7999, 8000, 8030, 8031, 8050, 8080, 8081, 8100, 8101, 9090, 9091, 50051, 50052, 65535}
+	ports := []uint16{0, 1, 2, 3, 53, 80, 99, 100, 443, 4095, 4096, 4200, 4201, 4999, 60000, 60001, 5353, 7000, 7001, 7999, 8000, 8030, 8031, 8050, 8080, 8081, 8100, 8101, 9090, 9091, 50051, 50052, 65535}
 	filtered := 0
 	for pi := -1; pi < len(pods); pi++ {
 		var dst *PodRecord
@@ -107,5 +109,18 @@ func TestEvalPortMatches(t *testing.T) {
 	}
 	if filtered == 0 {
 		t.Error("the port filters never ruled a rule out")
+	}
+	// A range too long for the ports' residues is summarized by its blocks
+	// of ports: a port in another block is ruled out.
+	wide := ix.portFilter(&Match{Ports: []PortRange{{ProtoTCP, 8000, 8100}}})
+	for _, c := range []struct {
+		port uint16
+		out  bool
+	}{{443, true}, {50051, true}, {12287, true}, {8080, false}, {4096, false}, {8191, false}, {8192, true}} {
+		q := PortQuery{Proto: ProtoTCP, Port: c.port}
+		x.ResolveNames(&q)
+		if out := wide&q.Filter == 0; out != c.out {
+			t.Errorf("range 8000-8100, port %d: ruled out %v, want %v", c.port, out, c.out)
+		}
 	}
 }

@@ -61,6 +61,15 @@ type addrMatcher struct {
 	is4  bool
 }
 
+// matcher returns the end's addrMatcher. An IPv4 address that a pod owns
+// is its record's key already.
+func (e *end) matcher() addrMatcher {
+	if e.pod != nil && e.addr.Is4() {
+		return addrMatcher{addr: e.addr, a4: e.pod.Addr, is4: true}
+	}
+	return newAddrMatcher(e.addr)
+}
+
 func newAddrMatcher(a netip.Addr) addrMatcher {
 	m := addrMatcher{addr: a, is4: a.Is4()}
 	if m.is4 {
@@ -103,7 +112,7 @@ type Resolver interface {
 func EvaluateResolved(p *compile.Program, res Resolver, src, dst netip.Addr, proto compile.Protocol, port uint16) Verdict {
 	x := &p.Eval
 	s, d := end{addr: src.Unmap()}, end{addr: dst.Unmap()}
-	s.pod, d.pod = x.RecordByAddr(s.addr), x.RecordByAddr(d.addr)
+	s.pod, d.pod = x.RecordsByAddr(s.addr, d.addr)
 	v := Verdict{Egress: true, Ingress: true, EgressReason: ReasonEgressNotIsolated, IngressReason: ReasonIngressNotIsolated}
 	if s.pod != nil && d.pod != nil && s.pod.ID == d.pod.ID {
 		// The API documentation: a pod cannot block access to itself (for
@@ -260,7 +269,7 @@ func peerMatches(p *compile.Program, res Resolver, local netip.Addr, r *compile.
 	if res != nil && len(r.Rule.Domains) > 0 && res.Resolved(local, remote.addr, r.Rule.Domains) {
 		return true
 	}
-	am := newAddrMatcher(remote.addr)
+	am := remote.matcher()
 	return am.in(x, &r.EvalMatch)
 }
 
@@ -273,64 +282,65 @@ func peerMatches(p *compile.Program, res Resolver, local netip.Addr, r *compile.
 func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 	remote *end, ports *portQuery) (bool, string) {
 	x := &p.Eval
-	// The reason a denial gives is in the Pod, a line no other step reads:
-	// load it before walking the table, so that its cache miss overlaps
-	// the table's and the rules' instead of following them.
-	denied := &p.Pods[local.pod.ID].IngressDenied
-	if d == compile.Egress {
-		denied = &p.Pods[local.pod.ID].EgressDenied
+	// The table's layout is EvalIndex.TableData's; its parts are read in
+	// place rather than through compile.EvalTable's slices, which cost
+	// more than the rest of a typical walk.
+	h := (*[compile.TableHeader]uint32)(x.TableData[ti:])
+	ro, nAny, nBlocks, nSel, selBits, nRules := h[0], h[1], h[2], h[3], h[4], h[5]
+	data := x.TableData[int(ti)+compile.TableHeader:]
+	rules := x.Rules[ro : ro+nRules]
+	selOff := nAny + nBlocks
+	ruleOff, fOff := selOff+nSel, selOff+2*nSel
+	filter := func(ri uint32) uint64 {
+		return uint64(data[fOff+2*ri]) | uint64(data[fOff+2*ri+1])<<32
 	}
-	deniedReason := *denied
-	ro, selBits, anyPeer, blocks, bySelector := x.TableParts(ti)
-	rules, filters, q := x.Rules[ro:], x.RuleFilters[ro:], ports.get(x)
+	q := ports.get(x)
 	// A rule whose port filter rules the port out is not read.
 	qf := q.Filter
-	best := int32(-1)
-	for _, ri := range anyPeer {
-		if filters[ri]&qf != 0 && x.PortMatches(&rules[ri].EvalMatch, q) {
+	best := nRules // none yet: past every rule
+	for _, ri := range data[:nAny] {
+		if filter(ri)&qf != 0 && x.PortMatches(&rules[ri].EvalMatch, q) {
 			best = ri
 			break
 		}
 	}
-	if remote.pod != nil && len(bySelector) > 0 {
+	if remote.pod != nil && nSel > 0 {
 		// Look the pod's memberships up in the table's sorted selectors
-		// (selRules[j] is the rule of sels[j]), skipping those the
-		// table's summary rules out; both lists are sorted, so each
+		// (data[ruleOff+j] is the rule of data[selOff+j]), skipping those
+		// the table's summary rules out; both lists are sorted, so each
 		// search starts where the previous one ended.
-		n := len(bySelector) / 2
-		sels, selRules := bySelector[:n], bySelector[n:2*n]
-		j := 0
+		j := selOff
 		for _, sel := range x.MemberOf(remote.pod) {
 			if selBits&compile.SelectorBit(sel) == 0 {
 				continue
 			}
-			s := int32(sel)
-			for lo, hi := j, len(sels); lo < hi; {
-				if m := int(uint(lo+hi) >> 1); sels[m] < s {
+			s := uint32(sel)
+			for lo, hi := j, ruleOff; lo < hi; {
+				if m := (lo + hi) >> 1; data[m] < s {
 					lo, j = m+1, m+1
 				} else {
 					hi = m
 				}
 			}
-			for ; j < len(sels) && sels[j] == s; j++ {
-				if ri := selRules[j]; uint32(ri) < uint32(best) && filters[ri]&qf != 0 && x.PortMatches(&rules[ri].EvalMatch, q) {
+			for ; j < ruleOff && data[j] == s; j++ {
+				if ri := data[j+nSel]; ri < best && filter(ri)&qf != 0 && x.PortMatches(&rules[ri].EvalMatch, q) {
 					best = ri
 				}
 			}
-			if j == len(sels) {
+			if j == ruleOff {
 				break
 			}
 		}
 	}
-	if len(blocks) > 0 && uint32(blocks[0]) < uint32(best) {
-		am := newAddrMatcher(remote.addr)
-		for _, ri := range blocks {
-			if uint32(ri) > uint32(best) {
+	if nBlocks > 0 && data[nAny] < best {
+		am := remote.matcher()
+		for _, ri := range data[nAny:selOff] {
+			if ri > best {
 				break
 			}
 			// The port first: the rule's line is read either way, and
 			// the port test fails more often (address peers are wide).
-			if filters[ri]&qf == 0 {
+			if filter(ri)&qf == 0 {
 				continue
 			}
 			if m := &rules[ri].EvalMatch; x.PortMatches(m, q) && am.in(x, m) {
@@ -339,8 +349,9 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 			}
 		}
 	}
-	if best < 0 {
-		return false, deniedReason
+	if best >= nRules {
+		// The reason a denial gives is in the pod's record, read already.
+		return false, p.DeniedReason(local.pod, d)
 	}
 	return true, rules[best].Reason
 }
