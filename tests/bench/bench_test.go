@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,15 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
+
+// TestMain lets this test binary be the connection benchmark's client
+// process (ConnConfig.ClientExec), as nftbench is.
+func TestMain(m *testing.M) {
+	if os.Getenv(ConnClientEnv) != "" {
+		os.Exit(ConnClientMain(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
 
 func TestParseGoBenchAndReport(t *testing.T) {
 	out := `goos: linux
@@ -70,7 +80,9 @@ func TestConnSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	res, err := RunConn(context.Background(), ConnConfig{Rounds: 2, Duration: 50 * time.Millisecond, Logf: t.Logf})
+	// The clients run in a process of their own (this binary again), as
+	// nftbench runs them.
+	res, err := RunConn(context.Background(), ConnConfig{Rounds: 2, Duration: 50 * time.Millisecond, ClientExec: os.Args[0], Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +103,7 @@ func TestConnSmoke(t *testing.T) {
 	}
 }
 
-// BenchmarkConnect makes b.N connections (connect, RST; the drain server) from the
+// BenchmarkConnect makes b.N connections (connect, FIN; the drain server) from the
 // client pod to a server on the same node or across nodes, in each mode;
 // ns/op is one connection, p50-µs its connect latency. hack/bench.sh's
 // interleaved rounds (nftbench conn) are the numbers to compare modes with

@@ -59,6 +59,10 @@ func logf(format string, args ...any) {
 }
 
 func main() {
+	if os.Getenv(bench.ConnClientEnv) != "" {
+		// conn's client process (bench.ConnConfig.ClientExec).
+		os.Exit(bench.ConnClientMain(os.Args[1:]))
+	}
 	if len(os.Args) < 2 {
 		usage()
 	}
@@ -100,8 +104,15 @@ func main() {
 		fs.DurationVar(&c.Timeout, "timeout", time.Second, "bound of one connection")
 		fs.BoolVar(&c.Reply, "reply", false, "the server's threads wait in accept and answer each connection with a byte the client reads (the older method: their wake-up is timed inside connect)")
 		modes := fs.String("modes", "control,conntrack,hybrid,hybrid_denylog,hybrid_cnp,queue", "modes to measure (control is always measured)")
+		inProcess := fs.Bool("client-in-process", false, "run the client threads in this process, beside the in-process agents' queue readers (the older method), instead of a client process of their own")
 		_ = fs.Parse(args)
 		c.Modes = strings.Split(*modes, ",")
+		if !*inProcess {
+			if c.ClientExec, err = os.Executable(); err != nil {
+				logf("conn: %v", err)
+				os.Exit(1)
+			}
+		}
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunConn(ctx, c)
