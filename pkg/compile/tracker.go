@@ -76,6 +76,7 @@ type Tracker struct {
 	nodeAddrs map[netip.Addr]bool
 	stale     bool
 	pol       policyState
+	cpol      clusterState
 }
 
 // NewTracker returns a tracker for the render configuration; call Rebuild
@@ -115,6 +116,7 @@ func (t *Tracker) Rebuild(in Input) (*Program, *Ruleset, error) {
 	r.render()
 	t.prog, t.cur, t.b, t.r, t.stale = prog, prog, b, r, false
 	t.pol = policyState{}
+	t.cpol = clusterState{}
 	t.index(pods)
 	return prog, r.rs, nil
 }
