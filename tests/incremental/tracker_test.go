@@ -445,7 +445,8 @@ func elementsBySet(rs *compile.Ruleset) map[string]bool {
 	return out
 }
 
-// TestApplyPolicyLeavesTheProgram checks that policy and pod changes never
+// TestApplyPolicyLeavesTheProgram checks that policy, cluster policy and
+// pod changes never
 // write the published program, which the evaluator reads concurrently: it
 // stays equal to a build of the objects it was built from.
 func TestApplyPolicyLeavesTheProgram(t *testing.T) {
@@ -455,8 +456,14 @@ func TestApplyPolicyLeavesTheProgram(t *testing.T) {
 		tr, prog := newTracker(t, cfg, w)
 		ref := compile.Build(w.input())
 		applied := 0
-		for step := 0; step < 40; step++ {
-			if step%2 == 0 {
+		for step := 0; step < 60; step++ {
+			if step%3 == 1 {
+				name, _, cnp, _ := w.clusterEvent()
+				if !tr.ApplyClusterPolicy(name, cnp) {
+					break // domainNames peers: the rebuild would publish another program
+				}
+				applied++
+			} else if step%3 == 0 {
 				key, np, _ := w.policyEvent()
 				if !tr.ApplyPolicy(key, np) {
 					t.Fatalf("seed %d step %d: a policy change in hybrid mode needs a rebuild", seed, step)
@@ -471,7 +478,8 @@ func TestApplyPolicyLeavesTheProgram(t *testing.T) {
 		if tr.Program() != prog || !tr.Stale() {
 			t.Fatalf("seed %d: the tracker published another program, or says it is current", seed)
 		}
-		if diff := cmp.Diff([]any{ref.Pods, ref.Policies, ref.Selectors, ref.Tables}, []any{prog.Pods, prog.Policies, prog.Selectors, prog.Tables},
+		if diff := cmp.Diff([]any{ref.Pods, ref.Policies, ref.Selectors, ref.Tables, ref.ClusterPolicies, ref.NodeSets},
+			[]any{prog.Pods, prog.Policies, prog.Selectors, prog.Tables, prog.ClusterPolicies, prog.NodeSets},
 			cmpopts.EquateEmpty(), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
 			t.Fatalf("seed %d: %d policy changes changed the published program (-built +published):\n%s", seed, applied, diff)
 		}
