@@ -51,7 +51,9 @@ func TestClusterPolicyChangesGoThroughTheTracker(t *testing.T) {
 	policyStep(t, h, "cluster policy reselected", update(func(p *npav1beta1.ClusterNetworkPolicy) {
 		p.ResourceVersion = "2"
 		p.Spec.Subject = ct.PodsSubject(ct.Sel(), ct.Sel("app", "db"))
-	}), func(dump string) bool { return strings.Contains(dump, "x/b") && strings.Contains(dump, "admin-web-ingress") })
+	}), func(dump string) bool {
+		return strings.Contains(dump, "x/b") && strings.Contains(dump, "admin-web-ingress")
+	})
 	policyStep(t, h, "cluster policy priority tied", update(func(p *npav1beta1.ClusterNetworkPolicy) {
 		p.ResourceVersion = "3"
 		p.Spec.Subject = ct.NamespacesSubject(ct.Sel())
