@@ -86,8 +86,10 @@ func (t *Tracker) ApplyClusterPolicy(name string, cnp *npav1beta1.ClusterNetwork
 		nid = ClusterPolicyID(len(cur.ClusterPolicies))
 	}
 	var oldCP ClusterPolicy
+	oldSubj := clusterSubject{ns: labels.Nothing()}
 	if existed {
 		oldCP = cur.ClusterPolicies[id]
+		oldSubj = t.b.subjects[id]
 	}
 	firstNewSel := SelectorID(len(cur.Selectors))
 	newCP := ClusterPolicy{Name: name} // deleted: no rules, no subjects
@@ -132,8 +134,8 @@ func (t *Tracker) ApplyClusterPolicy(name string, cnp *npav1beta1.ClusterNetwork
 	}
 
 	// Where the policy stands among the local pods: its subjects before
-	// and after (in any namespace), the combinations it is in, and the
-	// pods that the new selectors select.
+	// and after (in the namespaces either subject selects), the
+	// combinations it is in, and the pods that the new selectors select.
 	changed := map[string]podChange{}
 	oldCombos := map[string]podCombo{}
 	newCombos := map[string]podCombo{}
@@ -143,16 +145,23 @@ func (t *Tracker) ApplyClusterPolicy(name string, cnp *npav1beta1.ClusterNetwork
 		if !ok {
 			nsl = labels.Set{NamespaceNameLabel: ns}
 		}
+		if !oldSubj.matchesNamespace(nsl) && !subj.matchesNamespace(nsl) {
+			continue
+		}
 		t.podsIn(ns, func(k string, v *Pod) {
 			if !v.Local {
 				return
+			}
+			is := cnp != nil && subj.matchesLabels(nsl, v.Labels)
+			if !is && !(existed && v.hasClusterPolicy(id)) {
+				return // neither before nor after
 			}
 			nv := *v
 			nv.AdminIngress = withoutCluster(v.AdminIngress, nid)
 			nv.AdminEgress = withoutCluster(v.AdminEgress, nid)
 			nv.BaselineIngress = withoutCluster(v.BaselineIngress, nid)
 			nv.BaselineEgress = withoutCluster(v.BaselineEgress, nid)
-			if cnp != nil && subj.matchesLabels(nsl, v.Labels) {
+			if is {
 				nv.addClusterPolicy(&newCP, nid)
 				cur.orderClusterPolicies(&nv)
 			}
@@ -430,4 +439,21 @@ func (t *Tracker) indexCombos() {
 			delete(t.selAddrs, sid)
 		}
 	}
+}
+
+// matchesNamespace reports whether a subject can select pods of a
+// namespace with these labels.
+func (s clusterSubject) matchesNamespace(ns labels.Set) bool {
+	return s.all || s.ns.Matches(ns)
+}
+
+// hasClusterPolicy reports whether a ClusterNetworkPolicy applies to the
+// pod, in any tier and direction.
+func (pod *Pod) hasClusterPolicy(id ClusterPolicyID) bool {
+	for _, ids := range [][]ClusterPolicyID{pod.AdminIngress, pod.AdminEgress, pod.BaselineIngress, pod.BaselineEgress} {
+		if slices.Contains(ids, id) {
+			return true
+		}
+	}
+	return false
 }
