@@ -95,26 +95,11 @@ func (t *Tracker) ApplyClusterPolicy(name string, cnp *npav1beta1.ClusterNetwork
 	newCP := ClusterPolicy{Name: name} // deleted: no rules, no subjects
 	subj := clusterSubject{ns: labels.Nothing()}
 	if cnp != nil {
-		sb := &builder{
-			prog: &Program{Node: cur.Node, ClusterPolicies: cur.ClusterPolicies[:nid:nid], Selectors: cur.Selectors,
-				NodeAddrs: cur.NodeAddrs, NodeSets: cur.NodeSets},
-			nsLabels: map[string]labels.Set{},
-			byNS:     map[string][]PodID{},
-			sels:     t.b.sels,
-			nsMatch:  map[string][]string{},
-			selMatch: t.b.selMatch,
-			// Nodes change only with a Rebuild: a nodes peer resolves
-			// on the last build's nodes, sharing its node sets.
-			nodeLabels: t.b.nodeLabels,
-			nodeNames:  t.b.nodeNames,
-			nodeSets:   t.b.nodeSets,
-		}
+		sb := t.scratchBuilder()
+		sb.prog.ClusterPolicies = cur.ClusterPolicies[:nid:nid]
 		newCP = sb.compileCluster(cnp, true)
-		newCP.Subjects = nil // the build's pod IDs; the tracker places views
 		subj = sb.subjects[0]
-		cur.Selectors = sb.prog.Selectors
-		cur.NodeSets = sb.prog.NodeSets
-		t.b.selMatch = sb.selMatch
+		t.adopt(sb)
 	}
 	newSels := t.indexSelectorsFrom(firstNewSel)
 	if existed {
@@ -127,7 +112,7 @@ func (t *Tracker) ApplyClusterPolicy(name string, cnp *npav1beta1.ClusterNetwork
 	if cnp != nil {
 		t.cpol.ids[name] = nid
 		for d, n := range clusterChainNames(&newCP) {
-			t.cpol.chainKeys[n] = name + "\x00" + string(rune('0'+d))
+			t.cpol.chainKeys[n] = chainKey(name, d)
 		}
 	} else {
 		delete(t.cpol.ids, name)
@@ -304,7 +289,7 @@ func (t *Tracker) ownCluster() {
 		}
 		t.cpol.ids[p.Name] = ClusterPolicyID(i)
 		for d, n := range clusterChainNames(p) {
-			t.cpol.chainKeys[n] = p.Name + "\x00" + string(rune('0'+d))
+			t.cpol.chainKeys[n] = chainKey(p.Name, d)
 		}
 	}
 }

@@ -74,18 +74,11 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 	newPol := Policy{Namespace: ns, Name: key[len(ns)+1:], Key: key}
 	target := labels.Nothing()
 	if np != nil {
-		sb := &builder{
-			prog:     &Program{Node: cur.Node, Policies: cur.Policies[:nid:nid], Selectors: cur.Selectors},
-			nsLabels: map[string]labels.Set{},
-			byNS:     map[string][]PodID{},
-			sels:     t.b.sels,
-			nsMatch:  map[string][]string{},
-			selMatch: t.b.selMatch,
-		}
+		sb := t.scratchBuilder()
+		sb.prog.Policies = cur.Policies[:nid:nid]
 		newPol = sb.compilePolicy(np)
 		target = sb.targets[0]
-		cur.Selectors = sb.prog.Selectors
-		t.b.selMatch = sb.selMatch
+		t.adopt(sb)
 	}
 	newSels := t.indexSelectorsFrom(firstNewSel)
 	if existed {
@@ -96,7 +89,7 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 		t.b.targets = append(t.b.targets, target)
 		t.pol.ids[key] = nid
 		for d, n := range policyChainNames(&newPol) {
-			t.pol.chainKeys[n] = key + "\x00" + string(rune('0'+d))
+			t.pol.chainKeys[n] = chainKey(key, d)
 		}
 	}
 	t.placePolicy(ns, nid, np != nil)
@@ -282,6 +275,39 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 	t.stale = true
 	return true
 }
+
+// scratchBuilder returns a builder that compiles one policy of either API
+// into the tracker's program: it shares the tracker's selectors (a peer
+// equal to an existing one reuses its ID and set) and, since nodes change
+// only with a Rebuild, the last build's nodes and node sets. It resolves
+// no pod: the tracker places its pods itself. Set prog's policies up to
+// the ID to compile, then adopt what it interned.
+func (t *Tracker) scratchBuilder() *builder {
+	cur := t.cur
+	return &builder{
+		prog:       &Program{Node: cur.Node, Selectors: cur.Selectors, NodeAddrs: cur.NodeAddrs, NodeSets: cur.NodeSets},
+		nsLabels:   map[string]labels.Set{},
+		byNS:       map[string][]PodID{},
+		sels:       t.b.sels,
+		nsMatch:    map[string][]string{},
+		selMatch:   t.b.selMatch,
+		nodeLabels: t.b.nodeLabels,
+		nodeNames:  t.b.nodeNames,
+		nodeSets:   t.b.nodeSets,
+	}
+}
+
+// adopt takes the selectors and node sets a scratch builder interned.
+func (t *Tracker) adopt(sb *builder) {
+	t.cur.Selectors = sb.prog.Selectors
+	t.cur.NodeSets = sb.prog.NodeSets
+	t.b.selMatch = sb.selMatch
+}
+
+// chainKey orders a policy's rule chain as Render creates them: by policy
+// key (NUL after it, so that "x/a" sorts before "x/a-b"), then ingress (0)
+// before egress (1).
+func chainKey(policy string, d int) string { return policy + "\x00" + string(rune('0'+d)) }
 
 // podChange is a tracked pod before and after a policy change.
 type podChange struct{ old, cur *Pod }
@@ -482,7 +508,7 @@ func (t *Tracker) ownProgram() {
 			t.pol.ids[p.Key] = PolicyID(i)
 		}
 		for d, n := range policyChainNames(p) {
-			t.pol.chainKeys[n] = p.Key + "\x00" + string(rune('0'+d))
+			t.pol.chainKeys[n] = chainKey(p.Key, d)
 		}
 	}
 	for _, ch := range t.r.rs.Chains {
