@@ -17,7 +17,7 @@
 #          longest time allowed connections failed, denied ones admitted
 #   sync   BenchmarkSync of pkg/sets: Build, Render and the transaction, full
 #          and one-pod incremental, against knftables.Fake and the kernel
-#          (BenchmarkPolicySync: one NetworkPolicy edit, tracker and rebuild)
+#          (BenchmarkPolicySync: one NetworkPolicy and one ClusterNetworkPolicy edit, tracker and rebuild)
 #   eval   BenchmarkEvaluate* of pkg/queue at 10k policies
 #   scale  a real kube-apiserver with 1k/10k/50k/100k pods on fake nodes and 1k
 #          policies, one real agent process; RSS, CPU, sync durations (first
@@ -138,12 +138,15 @@ if section sync; then
 	"$OUT/sets.test" -test.run '^$' -test.bench "$SYNC_BENCH" -test.benchtime "$SYNC_TIME" -test.timeout 30m | tee "$OUT/sync.bench" >&2
 	"$NFTBENCH" gobench "$OUT/sync.bench" >"$OUT/sync.txt"
 	# One NetworkPolicy edit: policy_sync_ms_<pods> through Tracker.ApplyPolicy
-	# and Syncer.Sync, policy_sync_rebuild_ms_<pods> through a full rebuild.
+	# and Syncer.Sync, policy_sync_rebuild_ms_<pods> through a full rebuild;
+	# one ClusterNetworkPolicy edit: policy_sync_cluster_ms_<pods> through
+	# Tracker.ApplyClusterPolicy, policy_sync_cluster_rebuild_ms_<pods>.
 	"$OUT/sets.test" -test.run '^$' -test.bench 'BenchmarkPolicySync/fake/' -test.benchtime "$SYNC_TIME" -test.timeout 30m \
 		-sync-bench-pods "$POLICY_SYNC_PODS" | tee "$OUT/policysync.bench" >&2
 	awk '$1 ~ /^BenchmarkPolicySync\// { split($1, f, "/"); sub(/^pods=/, "", f[3]); sub(/-[0-9]+$/, "", f[4]);
 		for (i = 3; i < NF; i++) if ($(i+1) == "total-ms") ms = $i
-		printf "policy_sync%s_ms_%dk=%s\n", (f[4] == "rebuild" ? "_rebuild" : ""), f[3] / 1000, ms }' \
+		path = f[4] == "rebuild" ? "_rebuild" : f[4] == "cluster-rebuild" ? "_cluster_rebuild" : f[4] == "cluster-tracker" ? "_cluster" : ""
+		printf "policy_sync%s_ms_%dk=%s\n", path, f[3] / 1000, ms }' \
 		"$OUT/policysync.bench" >>"$OUT/sync.txt"
 fi
 

@@ -108,14 +108,18 @@ func (pod *Pod) addClusterPolicy(cp *ClusterPolicy, id ClusterPolicyID) {
 	}
 }
 
-// orderClusterPolicies puts a pod's ClusterNetworkPolicies, added in name
-// order, in precedence order: a stable sort by priority gives priority,
-// then name. The API leaves ties to the implementation; by name is
-// deterministic and easy to explain.
+// orderClusterPolicies puts a pod's ClusterNetworkPolicies in precedence
+// order: priority, then name. The API leaves ties to the implementation;
+// by name is deterministic and easy to explain. (A build's IDs are in name
+// order; a Tracker's are not once it added a policy.)
 func (p *Program) orderClusterPolicies(pod *Pod) {
 	byPrio := func(ids []ClusterPolicyID) {
 		sort.SliceStable(ids, func(i, j int) bool {
-			return p.ClusterPolicies[ids[i]].Priority < p.ClusterPolicies[ids[j]].Priority
+			a, b := &p.ClusterPolicies[ids[i]], &p.ClusterPolicies[ids[j]]
+			if a.Priority != b.Priority {
+				return a.Priority < b.Priority
+			}
+			return a.Name < b.Name
 		})
 	}
 	byPrio(pod.AdminIngress)

@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -93,6 +94,10 @@ type renderer struct {
 	fqdnPolicies map[ClusterPolicyID]bool
 	// peerSets names the peer sets rendered, by selector (podElements).
 	peerSets peerSetNames
+	// addrs, when set, lists a selector's member addresses for the
+	// tier-skip sets instead of the program's members: a Tracker's
+	// members are its tracked pods (tracker_cluster.go).
+	addrs func(SelectorID, func(netip.Addr))
 }
 
 // subjectOfPolicy reports whether a pod is isolated by NetworkPolicy id in

@@ -104,7 +104,11 @@ func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID,
 	}
 	// A remote end that no rule of these policies names skips the tier in
 	// one lookup instead of walking every policy chain.
-	if ranges, ok := comboRanges(r.prog, d, ids, r.selectorAddrs); ok {
+	addrs := r.selectorAddrs
+	if r.addrs != nil {
+		addrs = r.addrs
+	}
+	if ranges, ok := comboRanges(r.prog, d, ids, addrs); ok {
 		r.combos = append(r.combos, comboSet{chain: name, d: d, ids: ids})
 		for _, v4 := range []bool{true, false} {
 			set := name + famSuffix(v4)

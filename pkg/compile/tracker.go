@@ -17,8 +17,9 @@ import (
 // namespace selectors, the policies of its namespace, the
 // ClusterNetworkPolicy subjects) and yields the element additions and
 // deletions of the sets and maps it touches. A NetworkPolicy change
-// recompiles that policy alone (ApplyPolicy, tracker_policy.go).
-// Everything else (namespaces, ClusterNetworkPolicies, nodes, node
+// recompiles that policy alone (ApplyPolicy, tracker_policy.go), and so
+// does a ClusterNetworkPolicy change (ApplyClusterPolicy,
+// tracker_cluster.go). Everything else (namespaces, nodes, node
 // addresses, configuration) goes through Rebuild, the full Build and
 // Render, which stays the reference: for the same objects, the tracked
 // ruleset equals the rebuilt one.
@@ -29,10 +30,11 @@ import (
 // claims (ownership is decided over all pods). Then ApplyPod reports false
 // and the caller rebuilds.
 //
-// The Program is not updated by ApplyPod or ApplyPolicy: Program returns
-// the last build's, which lags the tracked ruleset until the next Rebuild
-// (Stale tells). ApplyPod updates the Ruleset in place; ApplyPolicy
-// replaces it with a new one that shares what did not change. It is owned
+// The Program is not updated by ApplyPod, ApplyPolicy or
+// ApplyClusterPolicy: Program returns the last build's, which lags the
+// tracked ruleset until the next Rebuild (Stale tells). ApplyPod updates
+// the Ruleset in place; ApplyPolicy and ApplyClusterPolicy replace it
+// with a new one that shares what did not change. It is owned
 // by the tracker and whoever applies it (a Syncer), both driven from one
 // goroutine. Not safe for concurrent use.
 type Tracker struct {
@@ -76,6 +78,7 @@ type Tracker struct {
 	nodeAddrs map[netip.Addr]bool
 	stale     bool
 	pol       policyState
+	cpol      clusterState
 }
 
 // NewTracker returns a tracker for the render configuration; call Rebuild
@@ -115,6 +118,7 @@ func (t *Tracker) Rebuild(in Input) (*Program, *Ruleset, error) {
 	r.render()
 	t.prog, t.cur, t.b, t.r, t.stale = prog, prog, b, r, false
 	t.pol = policyState{}
+	t.cpol = clusterState{}
 	t.index(pods)
 	return prog, r.rs, nil
 }

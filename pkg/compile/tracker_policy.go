@@ -23,7 +23,7 @@ type policyState struct {
 	// chain name -> policy key, NUL (so that "x/a" sorts before "x/a-b" as
 	// the keys do), then "0" for ingress or "1" for egress.
 	chainKeys map[string]string
-	// peerRefs counts, per peer set, the chain rules that name it: a peer
+	// peerRefs counts, per peer or node set, the chain rules that name it: a peer
 	// set exists while a rendered rule uses its selector.
 	peerRefs map[string]int
 }
@@ -74,28 +74,13 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 	newPol := Policy{Namespace: ns, Name: key[len(ns)+1:], Key: key}
 	target := labels.Nothing()
 	if np != nil {
-		sb := &builder{
-			prog:     &Program{Node: cur.Node, Policies: cur.Policies[:nid:nid], Selectors: cur.Selectors},
-			nsLabels: map[string]labels.Set{},
-			byNS:     map[string][]PodID{},
-			sels:     t.b.sels,
-			nsMatch:  map[string][]string{},
-			selMatch: t.b.selMatch,
-		}
+		sb := t.scratchBuilder()
+		sb.prog.Policies = cur.Policies[:nid:nid]
 		newPol = sb.compilePolicy(np)
 		target = sb.targets[0]
-		cur.Selectors = sb.prog.Selectors
-		t.b.selMatch = sb.selMatch
+		t.adopt(sb)
 	}
-	newSels := make([]SelectorID, 0, len(cur.Selectors)-int(firstNewSel))
-	for sid := firstNewSel; int(sid) < len(cur.Selectors); sid++ {
-		newSels = append(newSels, sid)
-		if m := t.b.selMatch[sid]; m.nsSel == nil {
-			t.selByNS[m.ns] = append(t.selByNS[m.ns], sid)
-		} else {
-			t.nsSels = append(t.nsSels, sid)
-		}
-	}
+	newSels := t.indexSelectorsFrom(firstNewSel)
 	if existed {
 		cur.Policies[id] = newPol
 		t.b.targets[id] = target
@@ -104,7 +89,7 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 		t.b.targets = append(t.b.targets, target)
 		t.pol.ids[key] = nid
 		for d, n := range policyChainNames(&newPol) {
-			t.pol.chainKeys[n] = key + "\x00" + string(rune('0'+d))
+			t.pol.chainKeys[n] = chainKey(key, d)
 		}
 	}
 	t.placePolicy(ns, nid, np != nil)
@@ -115,7 +100,6 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 	// Where the policy stands among the tracked pods: its subjects before
 	// and after, the combinations of policies they are in, and the pods
 	// that the new selectors select.
-	type podChange struct{ old, cur *Pod }
 	changed := map[string]podChange{}
 	var used [2]bool
 	type combo struct {
@@ -153,24 +137,7 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 			}
 		}
 	})
-	for _, sid := range newSels {
-		t.selectorPods(sid, func(k string, v *Pod) {
-			c, ok := changed[k]
-			if !ok {
-				c = podChange{v, v}
-			}
-			if !t.selects(sid, c.cur) {
-				return
-			}
-			if c.cur == v {
-				nv := *v
-				c.cur = &nv
-			}
-			// Clipped: the old slice may be the published program's.
-			c.cur.MemberOf = append(c.cur.MemberOf[:len(c.cur.MemberOf):len(c.cur.MemberOf)], sid)
-			changed[k] = c
-		})
-	}
+	t.addSelectorMembers(newSels, changed)
 
 	// What the changed pods contribute now, before the ruleset changes,
 	// and every combination they leave or enter (with the policy or not).
@@ -189,15 +156,10 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 		}
 	}
 
-	old := t.r.rs
-	rs := &Ruleset{Table: old.Table, Chains: maps.Clone(old.Chains), Sets: maps.Clone(old.Sets),
-		ChainOrder: slices.Clone(old.ChainOrder), DenyIDs: maps.Clone(old.DenyIDs)}
-	t.r.rs = rs
+	rs := t.newRuleset()
 	gone := false
 	removeChain := func(n string) {
-		if c, ok := rs.Chains[n]; ok {
-			t.countPeerRefs(c, -1)
-			delete(rs.Chains, n)
+		if t.removeChain(rs, n) {
 			gone = true
 		}
 	}
@@ -206,19 +168,8 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 	// sets stop being filled.
 	if existed {
 		for _, n := range policyChainNames(&oldPol) {
-			removeChain(n)
-			for s := range rs.Sets {
-				if ownedBy(s, n) {
-					delete(rs.Sets, s)
-				}
-			}
-			t.r.named = slices.DeleteFunc(t.r.named, func(u namedPortUser) bool {
-				if ownedBy(u.base+"-v4", n) {
-					delete(t.r.namedBases, u.base)
-					return true
-				}
-				return false
-			})
+			t.removeRuleChain(rs, n)
+			gone = true
 		}
 	}
 
@@ -312,12 +263,143 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 		rs.DenyIDs = nil
 	}
 
-	// Sets: the policy's own come from the render (addresses and ports
-	// filled, named ports filled below); a peer set is new when no other
-	// rule used its selector, and goes when no rule does any more.
+	fresh := t.mergeSets(rs, r2)
+
+	// The pods: new places, then the new sets filled from every pod that
+	// can be in them, then the changed pods' other elements.
+	for k, c := range changed {
+		t.views[k] = c.cur
+	}
+	t.fill(rs, fresh, ns)
+	t.applyElementChanges(rs, changed, before, fresh)
+	t.stale = true
+	return true
+}
+
+// scratchBuilder returns a builder that compiles one policy of either API
+// into the tracker's program: it shares the tracker's selectors (a peer
+// equal to an existing one reuses its ID and set) and, since nodes change
+// only with a Rebuild, the last build's nodes and node sets. It resolves
+// no pod: the tracker places its pods itself. Set prog's policies up to
+// the ID to compile, then adopt what it interned.
+func (t *Tracker) scratchBuilder() *builder {
+	cur := t.cur
+	return &builder{
+		prog:       &Program{Node: cur.Node, Selectors: cur.Selectors, NodeAddrs: cur.NodeAddrs, NodeSets: cur.NodeSets},
+		nsLabels:   map[string]labels.Set{},
+		byNS:       map[string][]PodID{},
+		sels:       t.b.sels,
+		nsMatch:    map[string][]string{},
+		selMatch:   t.b.selMatch,
+		nodeLabels: t.b.nodeLabels,
+		nodeNames:  t.b.nodeNames,
+		nodeSets:   t.b.nodeSets,
+	}
+}
+
+// adopt takes the selectors and node sets a scratch builder interned.
+func (t *Tracker) adopt(sb *builder) {
+	t.cur.Selectors = sb.prog.Selectors
+	t.cur.NodeSets = sb.prog.NodeSets
+	t.b.selMatch = sb.selMatch
+}
+
+// chainKey orders a policy's rule chain as Render creates them: by policy
+// key (NUL after it, so that "x/a" sorts before "x/a-b"), then ingress (0)
+// before egress (1).
+func chainKey(policy string, d int) string { return policy + "\x00" + string(rune('0'+d)) }
+
+// podChange is a tracked pod before and after a policy change.
+type podChange struct{ old, cur *Pod }
+
+// indexSelectorsFrom registers the selectors a policy change interned
+// (IDs from first on) where place looks for them, and lists them.
+func (t *Tracker) indexSelectorsFrom(first SelectorID) []SelectorID {
+	out := make([]SelectorID, 0, len(t.cur.Selectors)-int(first))
+	for sid := first; int(sid) < len(t.cur.Selectors); sid++ {
+		out = append(out, sid)
+		if m := t.b.selMatch[sid]; m.nsSel == nil {
+			t.selByNS[m.ns] = append(t.selByNS[m.ns], sid)
+		} else {
+			t.nsSels = append(t.nsSels, sid)
+		}
+	}
+	return out
+}
+
+// addSelectorMembers adds the new selectors to the MemberOf lists of the
+// pods they select, recording each such pod in changed.
+func (t *Tracker) addSelectorMembers(newSels []SelectorID, changed map[string]podChange) {
+	for _, sid := range newSels {
+		t.selectorPods(sid, func(k string, v *Pod) {
+			c, ok := changed[k]
+			if !ok {
+				c = podChange{v, v}
+			}
+			if !t.selects(sid, c.cur) {
+				return
+			}
+			if c.cur == v {
+				nv := *v
+				c.cur = &nv
+			}
+			// Clipped: the old slice may be the published program's.
+			c.cur.MemberOf = append(c.cur.MemberOf[:len(c.cur.MemberOf):len(c.cur.MemberOf)], sid)
+			changed[k] = c
+		})
+	}
+}
+
+// newRuleset replaces the tracked ruleset with a shallow copy that a
+// policy change can edit: the previous one, which a Syncer may hold,
+// keeps its chains and sets.
+func (t *Tracker) newRuleset() *Ruleset {
+	old := t.r.rs
+	rs := &Ruleset{Table: old.Table, Chains: maps.Clone(old.Chains), Sets: maps.Clone(old.Sets),
+		ChainOrder: slices.Clone(old.ChainOrder), DenyIDs: maps.Clone(old.DenyIDs)}
+	t.r.rs = rs
+	return rs
+}
+
+// removeChain deletes a chain (not yet from ChainOrder) and uncounts the
+// peer sets it names; false when there was none.
+func (t *Tracker) removeChain(rs *Ruleset, n string) bool {
+	c, ok := rs.Chains[n]
+	if !ok {
+		return false
+	}
+	t.countPeerRefs(c, -1)
+	delete(rs.Chains, n)
+	return true
+}
+
+// removeRuleChain deletes a policy's rule chain and the sets named after
+// it; its named-port sets stop being filled.
+func (t *Tracker) removeRuleChain(rs *Ruleset, n string) {
+	t.removeChain(rs, n)
+	for s := range rs.Sets {
+		if ownedBy(s, n) {
+			delete(rs.Sets, s)
+		}
+	}
+	t.r.named = slices.DeleteFunc(t.r.named, func(u namedPortUser) bool {
+		if ownedBy(u.base+"-v4", n) {
+			delete(t.r.namedBases, u.base)
+			return true
+		}
+		return false
+	})
+}
+
+// mergeSets adds the sets a policy change rendered (r2) to rs, and drops
+// the peer sets no rule names any more. The policy's own sets come from
+// the render (addresses and ports filled, named ports filled by fill); a
+// peer set is new when no other rule used its selector, and goes when no
+// rule does any more. It returns the sets that fill must fill.
+func (t *Tracker) mergeSets(rs *Ruleset, r2 *renderer) map[string]bool {
 	fresh := map[string]bool{}
 	for n, s := range r2.rs.Sets {
-		if _, ok := rs.Sets[n]; ok && strings.HasPrefix(n, "peers-") {
+		if _, ok := rs.Sets[n]; ok && isSharedSet(n) {
 			continue
 		}
 		s.Elements = sortElements(s.Elements)
@@ -352,13 +434,13 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 			}
 		}
 	}
+	return fresh
+}
 
-	// The pods: new places, then the new sets filled from every pod that
-	// can be in them, then the changed pods' other elements.
-	for k, c := range changed {
-		t.views[k] = c.cur
-	}
-	t.fill(rs, fresh, ns)
+// applyElementChanges edits, in rs, the elements the changed pods
+// contributed before (before, by pod key) into those they contribute now;
+// fresh sets were filled whole.
+func (t *Tracker) applyElementChanges(rs *Ruleset, changed map[string]podChange, before map[string]map[string]setElement, fresh map[string]bool) {
 	owned := map[string]bool{}
 	for k, b := range before {
 		after := t.elementsOf(changed[k].cur)
@@ -398,8 +480,6 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 			rs.Sets[n].apply(d)
 		}
 	}
-	t.stale = true
-	return true
 }
 
 // ownProgram makes cur the tracker's own copy of the program, and indexes
@@ -428,7 +508,7 @@ func (t *Tracker) ownProgram() {
 			t.pol.ids[p.Key] = PolicyID(i)
 		}
 		for d, n := range policyChainNames(p) {
-			t.pol.chainKeys[n] = p.Key + "\x00" + string(rune('0'+d))
+			t.pol.chainKeys[n] = chainKey(p.Key, d)
 		}
 	}
 	for _, ch := range t.r.rs.Chains {
@@ -493,7 +573,9 @@ func (t *Tracker) selects(sid SelectorID, pod *Pod) bool {
 
 // fill adds every tracked pod's elements of the fresh sets: the peer sets
 // of selectors no rule used before, and the named-port sets of the policy
-// (of namespace ns) just rendered. It visits the pods that can be in them.
+// just rendered: a NetworkPolicy of namespace ns, or with ns "" a
+// ClusterNetworkPolicy, whose subjects can be in any namespace. It visits
+// the pods that can be in them.
 func (t *Tracker) fill(rs *Ruleset, fresh map[string]bool, ns string) {
 	if len(fresh) == 0 {
 		return
@@ -534,8 +616,12 @@ func (t *Tracker) fill(rs *Ruleset, fresh map[string]bool, ns string) {
 			}
 		}
 		switch {
-		case u.subject != nil:
+		case u.subject != nil && ns != "":
 			t.podsIn(ns, covered)
+		case u.subject != nil:
+			for _, n := range t.namespaces() {
+				t.podsIn(n, covered)
+			}
 		case u.m.AllPeers || len(u.m.IPBlocks) > 0:
 			for k, v := range t.views {
 				covered(k, v)
@@ -552,12 +638,13 @@ func (t *Tracker) fill(rs *Ruleset, fresh map[string]bool, ns string) {
 	}
 }
 
-// countPeerRefs adds n for each peer set a chain's rules name.
+// countPeerRefs adds n for each shared set a chain's rules name: the peer
+// sets and the node sets of ClusterNetworkPolicy nodes peers.
 func (t *Tracker) countPeerRefs(c *Chain, n int) {
 	for i := range c.Rules {
 		text := c.Rules[i].Rule
 		for {
-			j := strings.Index(text, "@peers-")
+			j := strings.IndexByte(text, '@')
 			if j < 0 {
 				break
 			}
@@ -566,10 +653,18 @@ func (t *Tracker) countPeerRefs(c *Chain, n int) {
 			if end < 0 {
 				end = len(text)
 			}
-			t.pol.peerRefs[text[:end]] += n
+			if name := text[:end]; isSharedSet(name) {
+				t.pol.peerRefs[name] += n
+			}
 			text = text[end:]
 		}
 	}
+}
+
+// isSharedSet reports whether rules of several policies can name a set:
+// a peer set or a node set, which exists while a rendered rule names it.
+func isSharedSet(name string) bool {
+	return strings.HasPrefix(name, "peers-") || strings.HasPrefix(name, "nodes-")
 }
 
 // policyChainNames are a policy's chains, ingress and egress.
@@ -648,13 +743,8 @@ func comboPosition(order []string, name string) int {
 // come before it (policy key, then ingress before egress).
 func (t *Tracker) policyChainPosition(order []string, name string) int {
 	key := t.pol.chainKeys[name]
-	static := map[string]bool{ChainQueue: true, ChainEgressAllow: true}
-	for _, d := range []Direction{Ingress, Egress} {
-		tc := tiers(d)
-		static[tc.entry], static[tc.networkPolicy], static[tc.baseline] = true, true, true
-	}
 	for i, n := range order {
-		if static[n] {
+		if isStaticChain(n) {
 			continue
 		}
 		if k, ok := t.pol.chainKeys[n]; ok && k < key {
@@ -663,6 +753,21 @@ func (t *Tracker) policyChainPosition(order []string, name string) int {
 		return i
 	}
 	return len(order)
+}
+
+// isStaticChain reports whether Render creates a chain before every
+// policy chain: the queue chain and the tier dispatch chains.
+func isStaticChain(n string) bool {
+	if n == ChainQueue || n == ChainEgressAllow {
+		return true
+	}
+	for _, d := range []Direction{Ingress, Egress} {
+		tc := tiers(d)
+		if n == tc.entry || n == tc.networkPolicy || n == tc.baseline {
+			return true
+		}
+	}
+	return false
 }
 
 // notePodMoved records that a pod changed since the last build.

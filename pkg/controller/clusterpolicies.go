@@ -59,6 +59,9 @@ type clusterPolicies struct {
 	metrics   *Metrics
 	// changed marks the controller dirty.
 	changed func()
+	// changedPolicy, when set, is told of one policy's change instead
+	// (the controller applies it alone: clusterpolicy_sync.go).
+	changedPolicy func(obj any)
 
 	// recheck asks run for a discovery check now (the informer saw the
 	// resource vanish, or its cache synced).
@@ -182,13 +185,13 @@ func (w *clusterPolicies) start(ctx context.Context) {
 	f := npainformers.NewSharedInformerFactoryWithOptions(w.client, w.resync, npainformers.WithTransform(slimClusterPolicy))
 	inf := f.Policy().V1beta1().ClusterNetworkPolicies().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { w.changed() },
+		AddFunc: w.policyChanged,
 		UpdateFunc: func(old, cur any) {
 			if !sameResourceVersion(old, cur) {
-				w.changed()
+				w.policyChanged(cur)
 			}
 		},
-		DeleteFunc: func(any) { w.changed() },
+		DeleteFunc: w.policyChanged,
 	}); err != nil {
 		w.log.Error(err, "Adding the ClusterNetworkPolicy event handler")
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"runtime/debug"
 	"sync"
@@ -222,6 +223,7 @@ func New(cfg Config) (*Controller, error) {
 	c.polStore = polInf.Informer().GetIndexer()
 	c.cnps = newClusterPolicies(cfg.PolicyClient, cfg.ClusterPolicyCheckPeriod, cfg.ResyncPeriod,
 		cfg.Logger.WithName("clusterpolicies"), cfg.Metrics, c.markDirty)
+	c.cnps.changedPolicy = c.markPolicy
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.markDirty() },
 		UpdateFunc: func(old, cur any) { c.markDirtyIfChanged(old, cur) },
@@ -569,6 +571,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	}
 	c.inputsSum, c.podHashes = inputsSum(in)
 	c.policyHashes = policyTerms(in.Policies)
+	maps.Copy(c.policyHashes, clusterPolicyTerms(in.ClusterPolicies))
 	// Publish only after the matching transaction committed: the evaluator
 	// and the kernel never disagree about which program is in force.
 	// Readiness and the controller's program are stored before the

@@ -101,14 +101,24 @@ type harness struct {
 
 func start(t *testing.T, objs ...runtime.Object) *harness {
 	t.Helper()
+	return startWith(t, nil, objs...)
+}
+
+// startWith is start with a configuration that set changes.
+func startWith(t *testing.T, set func(*Config), objs ...runtime.Object) *harness {
+	t.Helper()
 	h := &harness{nft: &flakyNFT{Fake: knftables.NewFake(knftables.InetFamily, compile.TableName)}, eval: &queue.Evaluator{}, events: record.NewFakeRecorder(10)}
 	h.client = fake.NewClientset(objs...)
 	syncer, err := sets.New(sets.Config{NFT: h.nft})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.ctrl, err = New(Config{Client: h.client, NodeName: "n1", NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.1")},
-		Syncer: syncer, Evaluator: h.eval, Recorder: h.events, MinRetryDelay: 10 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
+	cfg := Config{Client: h.client, NodeName: "n1", NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.1")},
+		Syncer: syncer, Evaluator: h.eval, Recorder: h.events, MinRetryDelay: 10 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond}
+	if set != nil {
+		set(&cfg)
+	}
+	h.ctrl, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

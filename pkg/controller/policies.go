@@ -31,8 +31,8 @@ func (c *Controller) policyHandler() cache.ResourceEventHandlerFuncs {
 	}
 }
 
-// markPolicy records a NetworkPolicy change, which the tracker can apply
-// alone.
+// markPolicy records a NetworkPolicy or ClusterNetworkPolicy change,
+// which the tracker can apply alone.
 func (c *Controller) markPolicy(obj any) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil || c.tracker == nil {
@@ -46,13 +46,22 @@ func (c *Controller) markPolicy(obj any) {
 	c.wake()
 }
 
-// syncPolicies applies NetworkPolicy changes through the tracker and writes
+// syncPolicies applies NetworkPolicy and ClusterNetworkPolicy changes
+// (clusterpolicy_sync.go) through the tracker and writes
 // the new ruleset; false when one of them needs a full build. commit says
 // whether this is the whole sync (no pod changes follow).
 func (c *Controller) syncPolicies(ctx context.Context, keys map[string]struct{}, start, observed time.Time, commit bool) (bool, error) {
 	log := c.cfg.Logger.WithName("sync")
-	pols := make(map[string]*networkingv1.NetworkPolicy, len(keys))
+	terms := make(map[string]uint64, len(keys)) // 0: deleted
 	for key := range keys {
+		if isClusterPolicyKey(key) {
+			h, ok := c.applyClusterPolicy(key)
+			if !ok {
+				return false, nil
+			}
+			terms[key] = h
+			continue
+		}
 		obj, exists, err := c.polStore.GetByKey(key)
 		if err != nil {
 			log.Error(err, "Reading a NetworkPolicy from the cache; rebuilding", "policy", key)
@@ -70,15 +79,18 @@ func (c *Controller) syncPolicies(ctx context.Context, keys map[string]struct{},
 			// The tracker is left for a Rebuild; nothing was written.
 			return false, nil
 		}
-		pols[key] = np
+		terms[key] = 0
+		if np != nil {
+			terms[key] = objectTerm('P', np.Namespace, np.Name, np.ResourceVersion)
+		}
 	}
 	res, err := c.cfg.Syncer.Sync(ctx, c.tracker.Ruleset())
 	if err != nil {
 		c.cfg.Metrics.SyncFailures.Inc()
 		return false, err
 	}
-	for key, np := range pols {
-		c.notePolicySynced(key, np)
+	for key, h := range terms {
+		c.notePolicySynced(key, h)
 	}
 	now := time.Now()
 	if commit {
@@ -95,13 +107,13 @@ func (c *Controller) syncPolicies(ctx context.Context, keys map[string]struct{},
 	return true, nil
 }
 
-// notePolicySynced updates the inputs fingerprint for a NetworkPolicy whose
-// change is in the kernel.
-func (c *Controller) notePolicySynced(key string, np *networkingv1.NetworkPolicy) {
+// notePolicySynced updates the inputs fingerprint for a NetworkPolicy or
+// ClusterNetworkPolicy whose change is in the kernel: h is its term, 0
+// when it was deleted.
+func (c *Controller) notePolicySynced(key string, h uint64) {
 	c.inputsSum -= c.policyHashes[key]
 	delete(c.policyHashes, key)
-	if np != nil {
-		h := objectTerm('P', np.Namespace, np.Name, np.ResourceVersion)
+	if h != 0 {
 		c.policyHashes[key] = h
 		c.inputsSum += h
 	}

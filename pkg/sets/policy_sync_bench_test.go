@@ -12,8 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/knftables"
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
@@ -25,7 +27,10 @@ import (
 // Syncer's diff); "tracker" is Tracker.ApplyPolicy, then the Syncer's diff
 // of the new ruleset. build-ms is the compile step, tx-ms the Sync;
 // "fake" stops at the transaction's text, "kernel" applies it in a private
-// network namespace (root only).
+// network namespace (root only). "cluster-rebuild" and "cluster-tracker"
+// time the same edit of a ClusterNetworkPolicy (of policyBenchCNPs, added
+// to the cluster) whose subjects include pods of the synced node, the
+// tracker's path being Tracker.ApplyClusterPolicy.
 func BenchmarkPolicySync(b *testing.B) {
 	cfg := compile.RenderConfig{Mode: compile.ModeHybrid, SkipUnknownPods: true}
 	cfg.Defaults()
@@ -43,10 +48,21 @@ func BenchmarkPolicySync(b *testing.B) {
 					versions[1].Policies = append([]*networkingv1.NetworkPolicy(nil), in.Policies...)
 					versions[1].Policies[i] = edited
 					key := edited.Namespace + "/" + edited.Name
-					for _, path := range []string{"rebuild", "tracker"} {
+					cin := in
+					cin.ClusterPolicies = policyBenchCNPs()
+					ci, cedited := editableClusterPolicy(b, cin)
+					cversions := [2]compile.Input{cin, cin}
+					cversions[1].ClusterPolicies = append([]*npav1beta1.ClusterNetworkPolicy(nil), cin.ClusterPolicies...)
+					cversions[1].ClusterPolicies[ci] = cedited
+					for _, path := range []string{"rebuild", "tracker", "cluster-rebuild", "cluster-tracker"} {
 						b.Run(path, func(b *testing.B) {
 							s := policyBenchSyncer(b, backend)
-							tr, rs := trackerRebuild(b, cfg, in)
+							cluster := strings.HasPrefix(path, "cluster-")
+							versions := versions
+							if cluster {
+								versions = cversions
+							}
+							tr, rs := trackerRebuild(b, cfg, versions[0])
 							if _, err := s.Sync(context.Background(), rs); err != nil {
 								b.Fatal(err)
 							}
@@ -56,12 +72,19 @@ func BenchmarkPolicySync(b *testing.B) {
 								v = 1 - v
 								cur := versions[v]
 								t0 := time.Now()
-								if path == "rebuild" {
+								switch path {
+								case "rebuild", "cluster-rebuild":
 									if _, _, err := tr.Rebuild(cur); err != nil {
 										b.Fatal(err)
 									}
-								} else if !tr.ApplyPolicy(key, cur.Policies[i]) {
-									b.Fatal("the edit needs a rebuild")
+								case "tracker":
+									if !tr.ApplyPolicy(key, cur.Policies[i]) {
+										b.Fatal("the edit needs a rebuild")
+									}
+								default:
+									if !tr.ApplyClusterPolicy(cedited.Name, cur.ClusterPolicies[ci]) {
+										b.Fatal("the cluster policy edit needs a rebuild")
+									}
 								}
 								t.build += time.Since(t0)
 								if res := t.sync(b, s, tr.Ruleset()); res.Operations == 0 || res.Full {
@@ -114,4 +137,51 @@ func policyBenchSyncer(b *testing.B, backend string) *sets.Syncer {
 		b.Fatal(err)
 	}
 	return s
+}
+
+// policyBenchCNPs are ClusterNetworkPolicies for BenchmarkSync's cluster,
+// a few per tier: each applies to one tier of pods in the namespaces of one
+// team, lets the web pods of the next team in on one port and denies
+// egress to another team's namespaces.
+func policyBenchCNPs() []*npav1beta1.ClusterNetworkPolicy {
+	var out []*npav1beta1.ClusterNetworkPolicy
+	tiers := []string{"web", "api", "db"}
+	for i := range 8 {
+		tier := "Admin"
+		if i%2 == 1 {
+			tier = "Baseline"
+		}
+		team := func(k int) string { return fmt.Sprintf("t%d", k%10) }
+		out = append(out, ct.CNP(fmt.Sprintf("bench-%d", i), tier, int32(10*i),
+			ct.PodsSubject(ct.Sel("team", team(i)), ct.Sel("tier", tiers[i%3])),
+			ct.CNPIngress(ct.CNPRule("web", "Accept", ct.ToPods(ct.Sel("team", team(i+1)), ct.Sel("tier", "web"))).On(ct.Proto("TCP", int32(8080+i)))),
+			ct.CNPEgress(ct.CNPRule("other-team", "Deny", ct.ToNamespaces(ct.Sel("team", team(i+5)))))))
+	}
+	return out
+}
+
+// editableClusterPolicy picks a ClusterNetworkPolicy with ingress rules
+// and subjects on the synced node, and returns its index and a copy that
+// editablePolicy's edit was made to: a port more in its first ingress
+// rule, and a second ingress rule with a peer of its own.
+func editableClusterPolicy(b *testing.B, in compile.Input) (int, *npav1beta1.ClusterNetworkPolicy) {
+	prog := compile.Build(in)
+	for _, cp := range prog.ClusterPolicies {
+		if len(cp.Subjects) == 0 || len(cp.Ingress) == 0 {
+			continue
+		}
+		for i, cnp := range in.ClusterPolicies {
+			if cnp.Name != cp.Name {
+				continue
+			}
+			e := cnp.DeepCopy()
+			e.Spec.Ingress[0].Protocols = append(e.Spec.Ingress[0].Protocols, ct.Proto("TCP", 9999))
+			e.Spec.Ingress = append(e.Spec.Ingress, npav1beta1.ClusterNetworkPolicyIngressRule{Name: "bench", Action: npav1beta1.ClusterNetworkPolicyRuleActionAccept,
+				From:      []npav1beta1.ClusterNetworkPolicyIngressPeer{{Pods: ct.ToPods(ct.Sel(), ct.Sel("bench", "policy-edit")).Pods}},
+				Protocols: []npav1beta1.ClusterNetworkPolicyProtocol{ct.Proto("TCP", 9999)}})
+			return i, e
+		}
+	}
+	b.Fatal("no ClusterNetworkPolicy applies to a pod of the synced node")
+	return 0, nil
 }

@@ -19,6 +19,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/knftables"
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/tests/internal/scenariogen"
@@ -43,6 +44,8 @@ type world struct {
 	// specs are policy specs to add and change policies with: this
 	// scenario's and another's.
 	specs []networkingv1.NetworkPolicySpec
+	// cnpSpecs are ClusterNetworkPolicy specs, likewise.
+	cnpSpecs []npav1beta1.ClusterNetworkPolicySpec
 }
 
 func newWorld(seed uint64, node string) *world {
@@ -59,6 +62,7 @@ func newWorld(seed uint64, node string) *world {
 		w.ipPool = append(w.ipPool, ips)
 	}
 	w.labelSets = append(w.labelSets, nil)
+	w.cnpSpecs = clusterSpecs(seed, node)
 	for _, in := range []compile.Input{in, scenariogen.Generate(seed+1000).Input(node, nil, nil)} {
 		for _, np := range in.Policies {
 			w.specs = append(w.specs, np.Spec)
@@ -271,17 +275,20 @@ func (w *world) otherEvent() string {
 // and checks after every step that the tracked ruleset equals the full
 // build's, in hybrid and queue mode, for each node's view.
 func TestTrackerEqualsFullBuild(t *testing.T) {
-	var fast, rebuilt, pod, pol, fastPol, hybridPol int
+	var fast, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol int
 	for _, cfg := range []compile.RenderConfig{
 		{Mode: compile.ModeHybrid, QueueVariant: compile.QueueNative},
 		{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative},
 		// The deny log gives every isolation chain a chain of its own.
 		{Mode: compile.ModeKernel, DenyLogGroup: 5},
+		// Without it, cluster policy changes are tracked in kernel mode
+		// (no DNS learning there).
+		{Mode: compile.ModeKernel},
 	} {
 		mode := cfg.Mode
 		n := *seeds
-		if cfg.DenyLogGroup != 0 {
-			n = (n + 1) / 2 // what it adds (a chain per isolation chain) shows in fewer runs
+		if mode == compile.ModeKernel {
+			n = (n + 1) / 2 // what kernel mode adds (the deny log: a chain per isolation chain) shows in fewer runs
 		}
 		for seed := uint64(1); seed <= uint64(n); seed++ {
 			node := scenariogen.Nodes[int(seed)%len(scenariogen.Nodes)]
@@ -289,7 +296,7 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 			tr, _ := newTracker(t, cfg, w)
 			for step := 0; step < *steps; step++ {
 				var what, key string
-				if x := w.r.IntN(12); x == 0 {
+				if x := w.r.IntN(14); x == 0 {
 					what = w.otherEvent()
 					if _, _, err := tr.Rebuild(w.input()); err != nil {
 						t.Fatal(err)
@@ -305,6 +312,30 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					if tr.ApplyPolicy(key, np) {
 						fastPol++
 					} else {
+						if _, _, err := tr.Rebuild(w.input()); err != nil {
+							t.Fatal(err)
+						}
+						rebuilt++
+					}
+				} else if x <= 5 {
+					var old, cnp *npav1beta1.ClusterNetworkPolicy
+					key, old, cnp, what = w.clusterEvent()
+					cpol++
+					// What the tracker applies alone: outside queue mode and
+					// the deny log, without domainNames peers.
+					trackable := mode != compile.ModeQueue && cfg.DenyLogGroup == 0 && !domainPeers(old) && !domainPeers(cnp)
+					if trackable {
+						trackableCPol++
+					}
+					if tr.ApplyClusterPolicy(key, cnp) {
+						fastCPol++
+						if !trackable {
+							t.Fatalf("mode %s seed %d step %d (%s %s): applied a change the tracker leaves to the full build", mode, seed, step, what, key)
+						}
+					} else {
+						if trackable {
+							t.Fatalf("mode %s seed %d step %d (%s %s): a trackable cluster policy change needs a rebuild", mode, seed, step, what, key)
+						}
 						if _, _, err := tr.Rebuild(w.input()); err != nil {
 							t.Fatal(err)
 						}
@@ -334,8 +365,14 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d pod events applied in place, %d policy events applied alone (of %d; %d outside queue mode), %d changes rebuilt (%d pod events in all)",
-		fast, fastPol, pol, hybridPol, rebuilt, pod)
+	t.Logf("%d pod events applied in place, %d policy events applied alone (of %d; %d outside queue mode), "+
+		"%d cluster policy events applied alone (of %d; %d trackable), %d changes rebuilt (%d pod events in all)",
+		fast, fastPol, pol, hybridPol, fastCPol, cpol, trackableCPol, rebuilt, pod)
+	// The check is only worth something if many cluster policy changes
+	// take the incremental path.
+	if fastCPol < cpol/4 {
+		t.Errorf("only %d of %d cluster policy events were applied alone", fastCPol, cpol)
+	}
 	// Queue mode rebuilds every policy change; the other modes never.
 	if fastPol != hybridPol {
 		t.Errorf("%d of %d policy events outside queue mode were applied alone", fastPol, hybridPol)
@@ -411,7 +448,8 @@ func elementsBySet(rs *compile.Ruleset) map[string]bool {
 	return out
 }
 
-// TestApplyPolicyLeavesTheProgram checks that policy and pod changes never
+// TestApplyPolicyLeavesTheProgram checks that policy, cluster policy and
+// pod changes never
 // write the published program, which the evaluator reads concurrently: it
 // stays equal to a build of the objects it was built from.
 func TestApplyPolicyLeavesTheProgram(t *testing.T) {
@@ -421,8 +459,14 @@ func TestApplyPolicyLeavesTheProgram(t *testing.T) {
 		tr, prog := newTracker(t, cfg, w)
 		ref := compile.Build(w.input())
 		applied := 0
-		for step := 0; step < 40; step++ {
-			if step%2 == 0 {
+		for step := 0; step < 60; step++ {
+			if step%3 == 1 {
+				name, _, cnp, _ := w.clusterEvent()
+				if !tr.ApplyClusterPolicy(name, cnp) {
+					break // domainNames peers: the rebuild would publish another program
+				}
+				applied++
+			} else if step%3 == 0 {
 				key, np, _ := w.policyEvent()
 				if !tr.ApplyPolicy(key, np) {
 					t.Fatalf("seed %d step %d: a policy change in hybrid mode needs a rebuild", seed, step)
@@ -437,7 +481,8 @@ func TestApplyPolicyLeavesTheProgram(t *testing.T) {
 		if tr.Program() != prog || !tr.Stale() {
 			t.Fatalf("seed %d: the tracker published another program, or says it is current", seed)
 		}
-		if diff := cmp.Diff([]any{ref.Pods, ref.Policies, ref.Selectors, ref.Tables}, []any{prog.Pods, prog.Policies, prog.Selectors, prog.Tables},
+		if diff := cmp.Diff([]any{ref.Pods, ref.Policies, ref.Selectors, ref.Tables, ref.ClusterPolicies, ref.NodeSets},
+			[]any{prog.Pods, prog.Policies, prog.Selectors, prog.Tables, prog.ClusterPolicies, prog.NodeSets},
 			cmpopts.EquateEmpty(), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
 			t.Fatalf("seed %d: %d policy changes changed the published program (-built +published):\n%s", seed, applied, diff)
 		}

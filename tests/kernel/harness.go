@@ -504,9 +504,9 @@ type Report struct {
 	Rulesets map[string]string
 	Sync     SyncResult
 	Duration time.Duration
-	// PodEvents and PodRebuilds count, over the nodes, the pod and
-	// NetworkPolicy changes CheckPodEvents applied through the tracker and
-	// those that needed a rebuild.
+	// PodEvents and PodRebuilds count, over the nodes, the pod,
+	// NetworkPolicy and ClusterNetworkPolicy changes CheckPodEvents applied
+	// through the tracker and those that needed a rebuild.
 	PodEvents, PodRebuilds int
 }
 
@@ -582,9 +582,10 @@ func (c *Cluster) CheckAfter(ctx context.Context, before, s *compile.Scenario, o
 
 // CheckPodEvents syncs before fully, then takes each node to s as the
 // agent's controller does in hybrid mode (compile.Tracker: the changes
-// that are neither pods' nor NetworkPolicies' rebuilt, then every changed
-// NetworkPolicy and every changed pod on its own), and probes s. In queue mode, where the agent rebuilds on every
-// change, it is CheckAfter.
+// that are neither pods' nor policies' rebuilt, then every changed
+// NetworkPolicy, ClusterNetworkPolicy and pod on its own), and probes s.
+// In queue mode, where the agent rebuilds on every change, it is
+// CheckAfter.
 func (c *Cluster) CheckPodEvents(ctx context.Context, before, s *compile.Scenario, only []int) (*Report, error) {
 	if c.rcfg.Mode == compile.ModeQueue {
 		return c.CheckAfter(ctx, before, s, only)

@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
@@ -207,13 +208,14 @@ func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(no
 
 // ApplyPodEvents takes the node from before to after the way the agent's
 // controller does in hybrid mode: the changes that are neither pods' nor
-// NetworkPolicies' through a full build (before's pods and policies with
-// after's cluster policies, namespaces and nodes), then each NetworkPolicy
+// policies' through a full build (before's pods, policies and cluster
+// policies with after's namespaces and nodes), then each NetworkPolicy
 // that differs, one at a time, through compile.Tracker.ApplyPolicy and
-// Syncer.Sync, then each pod that differs through the tracker and
-// Syncer.ApplyDelta (a rebuild whenever the tracker asks for one). It
-// returns how many pod and policy changes took each path; prog is the
-// program of after, published at the end.
+// Syncer.Sync, then each ClusterNetworkPolicy that differs through
+// ApplyClusterPolicy and Syncer.Sync, then each pod that differs through
+// the tracker and Syncer.ApplyDelta (a rebuild whenever the tracker asks
+// for one). It returns how many pod and policy changes took each path;
+// prog is the program of after, published at the end.
 func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input, prog *compile.Program) (tracked, rebuilt int, err error) {
 	tr, err := compile.NewTracker(a.rcfg)
 	if err != nil {
@@ -227,14 +229,21 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 	for _, np := range before.Policies {
 		pols[np.Namespace+"/"+np.Name] = np
 	}
+	cnps := map[string]*npav1beta1.ClusterNetworkPolicy{}
+	for _, cnp := range before.ClusterPolicies {
+		cnps[cnp.Name] = cnp
+	}
 	input := func() compile.Input {
 		in := after
-		in.Pods, in.Policies = nil, nil
+		in.Pods, in.Policies, in.ClusterPolicies = nil, nil, nil
 		for _, k := range slices.Sorted(maps.Keys(pods)) {
 			in.Pods = append(in.Pods, pods[k])
 		}
 		for _, k := range slices.Sorted(maps.Keys(pols)) {
 			in.Policies = append(in.Policies, pols[k])
+		}
+		for _, k := range slices.Sorted(maps.Keys(cnps)) {
+			in.ClusterPolicies = append(in.ClusterPolicies, cnps[k])
 		}
 		return in
 	}
@@ -251,26 +260,35 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 	if err := rebuild(); err != nil {
 		return 0, 0, err
 	}
+	// policy syncs one policy change the tracker applied, or rebuilds.
+	policy := func(key string, ok bool) error {
+		if !ok {
+			rebuilt++
+			return rebuild()
+		}
+		tracked++
+		if _, err := a.syncer.Sync(ctx, tr.Ruleset()); err != nil {
+			return fmt.Errorf("applying policy %s on %s: %w", key, a.Node, err)
+		}
+		return nil
+	}
 	nextPols := map[string]*networkingv1.NetworkPolicy{}
 	for _, np := range after.Policies {
 		nextPols[np.Namespace+"/"+np.Name] = np
 	}
-	for _, key := range slices.Sorted(maps.Keys(nextPols)) {
-		if old := pols[key]; old != nil && equality.Semantic.DeepEqual(old, nextPols[key]) {
-			continue
-		}
-		pols[key] = nextPols[key]
-		if err := a.applyPolicy(ctx, tr, key, nextPols[key], &tracked, &rebuilt, rebuild); err != nil {
-			return tracked, rebuilt, err
-		}
+	if err := changeEach(pols, nextPols, func(key string, np *networkingv1.NetworkPolicy) error {
+		return policy(key, tr.ApplyPolicy(key, np))
+	}); err != nil {
+		return tracked, rebuilt, err
 	}
-	for _, key := range slices.Sorted(maps.Keys(pols)) {
-		if nextPols[key] == nil {
-			delete(pols, key)
-			if err := a.applyPolicy(ctx, tr, key, nil, &tracked, &rebuilt, rebuild); err != nil {
-				return tracked, rebuilt, err
-			}
-		}
+	nextCNPs := map[string]*npav1beta1.ClusterNetworkPolicy{}
+	for _, cnp := range after.ClusterPolicies {
+		nextCNPs[cnp.Name] = cnp
+	}
+	if err := changeEach(cnps, nextCNPs, func(name string, cnp *npav1beta1.ClusterNetworkPolicy) error {
+		return policy(name, tr.ApplyClusterPolicy(name, cnp))
+	}); err != nil {
+		return tracked, rebuilt, err
 	}
 	next := map[string]*corev1.Pod{}
 	for _, p := range after.Pods {
@@ -310,16 +328,25 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 	return tracked, rebuilt, nil
 }
 
-// applyPolicy applies one NetworkPolicy change through the tracker and
-// syncs the new ruleset, or rebuilds when the tracker asks for it.
-func (a *Agent) applyPolicy(ctx context.Context, tr *compile.Tracker, key string, np *networkingv1.NetworkPolicy, tracked, rebuilt *int, rebuild func() error) error {
-	if !tr.ApplyPolicy(key, np) {
-		*rebuilt++
-		return rebuild()
+// changeEach takes cur (objects by key) to next one object at a time, in
+// key order: changes and additions, then deletions (apply gets nil).
+func changeEach[T any](cur, next map[string]*T, apply func(key string, obj *T) error) error {
+	for _, key := range slices.Sorted(maps.Keys(next)) {
+		if old := cur[key]; old != nil && equality.Semantic.DeepEqual(old, next[key]) {
+			continue
+		}
+		cur[key] = next[key]
+		if err := apply(key, next[key]); err != nil {
+			return err
+		}
 	}
-	*tracked++
-	if _, err := a.syncer.Sync(ctx, tr.Ruleset()); err != nil {
-		return fmt.Errorf("applying policy %s on %s: %w", key, a.Node, err)
+	for _, key := range slices.Sorted(maps.Keys(cur)) {
+		if next[key] == nil {
+			delete(cur, key)
+			if err := apply(key, nil); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
