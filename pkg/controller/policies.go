@@ -92,6 +92,7 @@ func (c *Controller) syncPolicies(ctx context.Context, keys map[string]struct{},
 	for key, h := range terms {
 		c.notePolicySynced(key, h)
 	}
+	c.recordPolicyCounts()
 	now := time.Now()
 	if commit {
 		kind := "policies"
@@ -117,6 +118,23 @@ func (c *Controller) notePolicySynced(key string, h uint64) {
 		c.policyHashes[key] = h
 		c.inputsSum += h
 	}
+}
+
+// recordPolicyCounts sets the programmed-policies gauges from the policies
+// whose changes are in the kernel (the fingerprint's terms): after a
+// policies sync the program the full build counted lags until the refresh,
+// and it keeps a deleted policy's entry until then.
+func (c *Controller) recordPolicyCounts() {
+	nps, cnps := 0, 0
+	for key := range c.policyHashes {
+		if isClusterPolicyKey(key) {
+			cnps++
+		} else {
+			nps++
+		}
+	}
+	c.cfg.Metrics.ProgrammedPolicies.Set(float64(nps))
+	c.cfg.Metrics.ProgrammedClusterPolicies.Set(float64(cnps))
 }
 
 // policyTerms are the fingerprint terms of the policies of a full build.

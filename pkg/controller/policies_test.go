@@ -107,6 +107,23 @@ func policyStep(t *testing.T, h *harness, what string, change func() error, prog
 	if got, want := sortedElements(h.nft.dump()), sortedElements(fresh.Dump()); got != want {
 		t.Fatalf("%s: the table differs from a full sync of the full build:\n--- synced\n%s\n--- full\n%s", what, got, want)
 	}
+	// The gauges count what the kernel has, not the lagging program.
+	for _, g := range []struct {
+		name  string
+		gauge prometheus.Gauge
+		want  int
+	}{
+		{"nftpolicy_programmed_policies", h.ctrl.cfg.Metrics.ProgrammedPolicies, len(in.Policies)},
+		{"nftpolicy_programmed_cluster_policies", h.ctrl.cfg.Metrics.ProgrammedClusterPolicies, len(in.ClusterPolicies)},
+	} {
+		var m dto.Metric
+		if err := g.gauge.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.GetGauge().GetValue(); got != float64(g.want) {
+			t.Errorf("%s: %s = %v, want %d", what, g.name, got, g.want)
+		}
+	}
 }
 
 // sortedElements puts a table dump's element lines in order: the fake
