@@ -10,7 +10,8 @@
 #   conn   real TCP connections between network namespaces: no agent
 #          (control), hybrid mode (without and with the deny log: the
 #          hybrid_conn_ratio_denylog line), queue mode, interleaved round by round
-#          (tests/bench, in process: compile + sets.Syncer + queue.Runtime)
+#          (tests/bench: the agents in process, compile + sets.Syncer +
+#          queue.Runtime; the clients in a process of their own)
 #   queues queue mode with 2 queues (CPU fanout) against 1, 2 client threads
 #          (the queue_q2_* lines)
 #   restart SIGKILL of a queue-mode agent process under load, 5 times: the

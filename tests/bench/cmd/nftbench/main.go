@@ -5,7 +5,7 @@
 // `report` turns the collected lines into the markdown table of
 // docs/performance.md. hack/bench.sh drives it.
 //
-//	nftbench conn  [--rounds N] [--duration D] [--max-conns N] [--workers N]
+//	nftbench conn  [--rounds N] [--duration D] [--max-conns N] [--workers N] [--reply] [--client-in-process]
 //	nftbench scale [--pods 1000,10000,50000,100000] [--policies 1000] [--local-pods 4]
 //	nftbench delay [--changes 20] [--interval 2ms]
 //	nftbench newpod [--pods 200] [--informer-delay 30ms] [--revocations 20]
