@@ -532,6 +532,10 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 		return err
 	}
 	snapshotted := time.Now()
+	var usage0 processUsage
+	if !c.ready.Load() {
+		usage0 = readProcessUsage()
+	}
 	var prog *compile.Program
 	var rs *compile.Ruleset
 	// A full build allocates a program, an index and a ruleset as large as
@@ -590,8 +594,10 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	c.reportProblems(ctx, prog)
 	c.releaseMemory()
 	if first {
+		used := readProcessUsage().since(usage0)
 		log.Info("First sync committed", "policies", len(prog.Policies), "pods", len(prog.Pods), "operations", res.Operations, "duration", now.Sub(start),
-			"build", built.Sub(snapshotted), "apply", applied.Sub(built), "kernelRead", res.ReadDuration, "elementsUnchanged", res.ElementsUnchanged)
+			"build", built.Sub(snapshotted), "apply", applied.Sub(built), "kernelRead", res.ReadDuration, "elementsUnchanged", res.ElementsUnchanged,
+			"cpu", used.cpu, "nftCPU", used.childCPU, "pageFaults", used.minorFaults, "gcCycles", used.gcCycles)
 	}
 	log.V(2).Info("Synced", "kind", kind, "operations", res.Operations, "elementsAdded", res.ElementsAdded,
 		"elementsDeleted", res.ElementsDeleted, "chainsWritten", res.ChainsWritten, "chainsDeleted", res.ChainsDeleted,

@@ -321,12 +321,24 @@ func startAgentTimed(ctx context.Context, agent *cluster.Agent, n int, what, pre
 		// The line follows the metrics.
 		logged = strings.Count(agent.LogTail(math.MaxInt), firstSyncLine) > firstSyncs
 	}
-	if split, ok := firstSyncSplit(agent.LogTail(400)); ok && logged {
+	tail := agent.LogTail(400)
+	if split, ok := firstSyncValues(tail, "build", "apply", "kernelRead"); ok && logged {
 		cfg.Logf("scale: %d pods, %s: build %.0f ms, apply %.0f ms (of which reading the kernel's sets %.0f ms)",
 			n, what, split[0], split[1], split[2])
 		res.Set(prefix+"_build_ms_"+sz, round(split[0], 1))
 		res.Set(prefix+"_apply_ms_"+sz, round(split[1], 1))
 		res.Set(prefix+"_read_ms_"+sz, round(split[2], 1))
+	}
+	// What the agent's process used during that sync: CPU near the
+	// duration means it computed, far below it that it waited for a CPU;
+	// page faults are fresh heap pages (each zeroed by the kernel).
+	if u, ok := firstSyncValues(tail, "cpu", "nftCPU", "pageFaults", "gcCycles"); ok && logged {
+		cfg.Logf("scale: %d pods, %s: agent CPU %.0f ms (nft processes %.0f ms), %.0f page faults (%.0f MiB), %.0f GC cycles",
+			n, what, u[0], u[1], u[2], u[2]*4096/(1<<20), u[3])
+		res.Set(prefix+"_cpu_ms_"+sz, round(u[0], 1))
+		res.Set(prefix+"_nft_cpu_ms_"+sz, round(u[1], 1))
+		res.Set(prefix+"_page_faults_"+sz, u[2])
+		res.Set(prefix+"_gc_cycles_"+sz, u[3])
 	}
 	return startup, cpuStartup, nil
 }
@@ -463,29 +475,38 @@ func procRSS(pid int) (rss, hwm float64, err error) {
 // firstSyncLine marks the agent's log line of its first committed sync.
 const firstSyncLine = `"First sync committed"`
 
-// firstSyncSplit reads the last "First sync committed" line of an agent
-// log: the sync's build (the tracker's rebuild and render), apply
-// (Syncer.Sync) and the part of apply that read and compared the kernel's
-// sets (0 on a node's first sync), in milliseconds.
-func firstSyncSplit(log string) (split [3]float64, ok bool) {
+// firstSyncValues reads the last "First sync committed" line of an agent
+// log (each start appends one) and returns the values of keys: durations
+// (quoted, as klog writes them) in milliseconds, counts as they are. ok is
+// false without the line or without one of the keys.
+func firstSyncValues(log string, keys ...string) (vals []float64, ok bool) {
 	lines := strings.Split(log, "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		if !strings.Contains(lines[i], firstSyncLine) {
 			continue
 		}
-		for j, key := range []string{"build", "apply", "kernelRead"} {
-			_, rest, found := strings.Cut(lines[i], " "+key+`="`)
+		for _, key := range keys {
+			_, rest, found := strings.Cut(lines[i], " "+key+"=")
 			if !found {
-				return split, false
+				return nil, false
 			}
-			v, _, _ := strings.Cut(rest, `"`)
-			d, err := time.ParseDuration(v)
+			if q, isDuration := strings.CutPrefix(rest, `"`); isDuration {
+				v, _, _ := strings.Cut(q, `"`)
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					return nil, false
+				}
+				vals = append(vals, float64(d)/float64(time.Millisecond))
+				continue
+			}
+			v, _, _ := strings.Cut(rest, " ")
+			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				return split, false
+				return nil, false
 			}
-			split[j] = float64(d) / float64(time.Millisecond)
+			vals = append(vals, f)
 		}
-		return split, true
+		return vals, true
 	}
-	return split, false
+	return nil, false
 }
