@@ -59,6 +59,8 @@ type NetlinkElements struct {
 	conn *netlink.Conn
 	// seq is the sequence number of the last message sent.
 	seq uint32
+	// ackBuf receives acknowledgements (readAcks).
+	ackBuf []byte
 	// maxBytes and maxMessages are what the connection's buffers hold: a
 	// bigger batch goes to nft instead.
 	maxBytes, maxMessages int
@@ -196,29 +198,13 @@ func (w *NetlinkElements) roundTrip(ctx context.Context, batch []byte, msgs int)
 	// One acknowledgement per element message (not for BATCH_BEGIN and
 	// BATCH_END); a failed batch answers with its errors, or with a single
 	// error when the commit itself fails, and is wholly aborted.
-	acked := make([]bool, msgs)
-	for pending := msgs; pending > 0; {
-		replies, err := w.conn.Receive()
-		if err != nil {
-			return fmt.Errorf("element batch refused: %w", err)
-		}
-		for _, r := range replies {
-			if r.Header.Type != netlink.Error {
-				continue
-			}
-			if i := r.Header.Sequence - first - 1; i < uint32(msgs) && !acked[i] {
-				acked[i] = true
-				pending--
-			}
-		}
-	}
-	return nil
+	return w.readAcks(rc, first, msgs)
 }
 
 // newBatch starts an element batch of this writer's table for about
 // elements elements.
 func (w *NetlinkElements) newBatch(elements int) *elementBatch {
-	return newElementBatch(w.table, min(elements*elementSizeHint+4096, netlinkBufferBytes))
+	return newElementBatch(w.table, min(elements*elementSizeHint+256, netlinkBufferBytes))
 }
 
 // nfgenmsg is struct nfgenmsg: family, version, resource id (big endian).
