@@ -25,7 +25,9 @@ import (
 // the batch (Conn.Flush uses the default ones, a few hundred kilobytes,
 // and expects one reply per message within them); extended error messages;
 // and a connection dropped after any failure, so that no late reply is
-// read as the next batch's.
+// read as the next batch's. mdlayher/netlink opens the socket and runs the
+// dumps; a batch is encoded into one buffer (nlbatch.go) and written, and
+// its acknowledgements read (nlacks.go), on the socket's raw fd.
 
 // nftaSetElemKeyEnd is NFTA_SET_ELEM_KEY_END (kernel 5.6), missing from
 // x/sys/unix.

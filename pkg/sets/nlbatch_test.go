@@ -451,39 +451,39 @@ func TestElementBatchMatchesReference(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", p.set.Name(), err)
 			}
-			prev := *p.set
-			prev.Elements = p.pool
-			d := setDiff{name: p.set.Name(), prev: &prev, set: p.set}
+			// The pool is both the old and the new elements: a random part
+			// of it deleted, another added.
 			cur := *p.set
 			cur.Elements = p.pool
-			d.set = &cur
+			d := setDiff{name: p.set.Name(), prev: &cur, set: &cur}
 			rc := refChanges{set: d.name}
 			for i := range p.pool {
+				e := &p.pool[i]
 				for _, forDelete := range []bool{false, true} {
 					var els [2]nlElement
-					n, err := l.encode(&p.pool[i], forDelete, &els)
+					n, err := l.encode(e, forDelete, &els)
 					if err != nil {
-						t.Fatalf("%s %v: %v", d.name, p.pool[i].Key, err)
+						t.Fatalf("%s %v: %v", d.name, e.Key, err)
 					}
 					for j := range n {
 						checkEncodedLen(t, &els[j])
 					}
-				}
-				switch r.IntN(3) {
-				case 0:
-					d.del = append(d.del, i)
-					els, err := refEncode(&l, &p.pool[i], true)
+					ref, err := refEncode(&l, e, forDelete)
 					if err != nil {
-						t.Fatalf("%s %v: %v", d.name, p.pool[i].Key, err)
+						t.Fatalf("%s %v: reference: %v", d.name, e.Key, err)
 					}
-					rc.del = append(rc.del, els...)
-				case 1:
-					d.add = append(d.add, i)
-					els, err := refEncode(&l, &p.pool[i], false)
-					if err != nil {
-						t.Fatalf("%s %v: %v", d.name, p.pool[i].Key, err)
+					switch r.IntN(3) {
+					case 0:
+						if forDelete {
+							d.del = append(d.del, i)
+							rc.del = append(rc.del, ref...)
+						}
+					case 1:
+						if !forDelete {
+							d.add = append(d.add, i)
+							rc.add = append(rc.add, ref...)
+						}
 					}
-					rc.add = append(rc.add, els...)
 				}
 			}
 			diffs = append(diffs, d)
