@@ -169,9 +169,12 @@ func (w *NetlinkElements) roundTrip(ctx context.Context, batch []byte, msgs int)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	// The write's deadline is cleared after it: the connection's later
+	// requests (dumps, through mdlayher/netlink) set only read deadlines.
 	if err := w.conn.SetDeadline(deadline); err != nil {
 		return err
 	}
+	defer func() { _ = w.conn.SetWriteDeadline(time.Time{}) }()
 	// Sequence numbers: BATCH_BEGIN has first, the element messages the
 	// msgs that follow.
 	first := w.seq + 1

@@ -9,9 +9,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
@@ -441,4 +443,31 @@ func testBatch(t testing.TB, w *NetlinkElements, changes []testChange) *elementB
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestNetlinkWriterAfterBatchDeadline: the connection that wrote a batch
+// serves the next dump and batch after the batch's deadline has passed (a
+// deadline left on the socket failed the next request's write, and the
+// listing of a full sync with it).
+func TestNetlinkWriterAfterBatchDeadline(t *testing.T) {
+	ns, f := scratchNetns(t)
+	nftIn(t, ns, "add table inet t\nadd chain inet t c\nadd set inet t peers { type ipv4_addr ; }\n", "-f", "-")
+	w := NewNetlinkElements("t", int(f.Fd()))
+	defer w.Close()
+	w.timeout = 50 * time.Millisecond
+	peers := set("ipv4_addr")
+	peers.Set.Name = "peers"
+	for i, key := range []string{"10.0.0.1", "10.0.0.2"} {
+		if err := w.write(context.Background(), testBatch(t, w, []testChange{{set: peers, add: []knftables.Element{{Key: []string{key}}}}})); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		time.Sleep(3 * w.timeout)
+		objs, err := w.tableObjects(context.Background())
+		if err != nil {
+			t.Fatalf("listing after batch %d: %v", i, err)
+		}
+		if !slices.Equal(objs["chain"], []string{"c"}) || !slices.Equal(objs["set"], []string{"peers"}) {
+			t.Fatalf("listing after batch %d: %v", i, objs)
+		}
+	}
 }
