@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -37,9 +38,9 @@ func (s *Syncer) applyDelta(ctx context.Context, desired *compile.Ruleset, delta
 		return res, nil
 	}
 	if s.cfg.Netlink != nil {
-		changes, err := encodeDelta(desired, delta)
+		batch, err := s.cfg.Netlink.encodeDelta(desired, delta, added+deleted)
 		if err == nil {
-			err = s.cfg.Netlink.write(ctx, changes)
+			err = s.cfg.Netlink.write(ctx, batch)
 			if err == nil {
 				res.Netlink = true
 				return res, nil
@@ -82,36 +83,37 @@ func (s *Syncer) applyDelta(ctx context.Context, desired *compile.Ruleset, delta
 	return res, nil
 }
 
-// encodeDelta converts element changes to kernel form.
-func encodeDelta(desired *compile.Ruleset, delta compile.Delta) ([]setChanges, error) {
-	out := make([]setChanges, 0, len(delta))
-	for _, d := range delta {
+// encodeDelta encodes element changes (elements of them) into one batch:
+// deletions first, as encodeDiffs.
+func (w *NetlinkElements) encodeDelta(desired *compile.Ruleset, delta compile.Delta, elements int) (*elementBatch, error) {
+	layouts := make([]elementLayout, len(delta))
+	for i, d := range delta {
 		set := desired.Sets[d.Set]
 		if set == nil {
 			return nil, fmt.Errorf("element changes for %s, which the ruleset does not have", d.Set)
 		}
-		l, err := layoutOf(set)
-		if err != nil {
+		var err error
+		if layouts[i], err = layoutOf(set); err != nil {
 			return nil, fmt.Errorf("set %s: %w", d.Set, err)
 		}
-		c := setChanges{set: d.Set}
-		for i := range d.Delete {
-			els, err := l.encode(&d.Delete[i], true)
-			if err != nil {
-				return nil, fmt.Errorf("set %s: %w", d.Set, err)
-			}
-			c.del = append(c.del, els...)
-		}
-		for i := range d.Add {
-			els, err := l.encode(&d.Add[i], false)
-			if err != nil {
-				return nil, fmt.Errorf("set %s: %w", d.Set, err)
-			}
-			c.add = append(c.add, els...)
-		}
-		out = append(out, c)
 	}
-	return out, nil
+	b := w.newBatch(elements)
+	var els [2]nlElement
+	for i, d := range delta {
+		for j := range d.Delete {
+			if err := b.addElement(d.Set, unix.NFT_MSG_DELSETELEM, &layouts[i], &d.Delete[j], &els); err != nil {
+				return nil, fmt.Errorf("set %s: %w", d.Set, err)
+			}
+		}
+	}
+	for i, d := range delta {
+		for j := range d.Add {
+			if err := b.addElement(d.Set, unix.NFT_MSG_NEWSETELEM, &layouts[i], &d.Add[j], &els); err != nil {
+				return nil, fmt.Errorf("set %s: %w", d.Set, err)
+			}
+		}
+	}
+	return b, nil
 }
 
 // addressTo names the set or map an element belongs to.

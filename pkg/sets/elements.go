@@ -21,11 +21,11 @@ package sets
 //     the chain.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -128,7 +128,23 @@ func layoutOf(s *compile.Set) (elementLayout, error) {
 	if l.key, ok = parseKinds(keyType); !ok {
 		return elementLayout{}, fmt.Errorf("%w: key type %q", errUnsupported, keyType)
 	}
+	if valueLen(l.key) > maxValueLen || valueLen(l.data) > maxValueLen {
+		return elementLayout{}, fmt.Errorf("%w: type %q longer than %d bytes", errUnsupported, typ, maxValueLen)
+	}
 	return l, nil
+}
+
+// valueLen is the length of a key or data of these fields: in a
+// concatenation every field is padded to 4 bytes.
+func valueLen(fields []fieldKind) int {
+	if len(fields) == 1 {
+		return fields[0].size()
+	}
+	n := 0
+	for _, k := range fields {
+		n += align4(k.size())
+	}
+	return n
 }
 
 func parseKinds(s string) ([]fieldKind, bool) {
@@ -148,166 +164,232 @@ var verdictCodes = map[string]int32{
 	"drop": 0, "accept": 1, "continue": -1, "jump": -3, "goto": -4, "return": -5,
 }
 
-// nlElement is one kernel element.
+// maxValueLen is NFT_DATA_VALUE_MAXLEN: the longest key or map data the
+// kernel takes.
+const maxValueLen = 64
+
+// nlElement is one kernel element, held in fixed arrays so that encoding
+// an element allocates nothing: chain and comment point into the element's
+// text.
 type nlElement struct {
-	key, keyEnd []byte
-	flags       uint32 // NFT_SET_ELEM_INTERVAL_END
-	verdict     int32
-	chain       string
-	data        []byte
-	hasVerdict  bool
-	udata       []byte
+	keyBuf, keyEndBuf, dataBuf [maxValueLen]byte
+	keyLen, keyEndLen, dataLen uint8
+	flags                      uint32 // NFT_SET_ELEM_INTERVAL_END
+	hasVerdict                 bool
+	verdict                    int32
+	chain                      string
+	// hasComment: the comment (possibly empty) is userdata.
+	hasComment bool
+	comment    string
+	// open: the "open interval" flag is userdata.
+	open bool
 	// timeoutMS is NFTA_SET_ELEM_TIMEOUT in milliseconds (0: none).
 	timeoutMS uint64
 }
 
-// encodedLen estimates the element's size in a netlink message, to split
-// element lists below the 64 KiB limit of one attribute.
-func (e *nlElement) encodedLen() int {
-	return 4 + 8 + len(e.key) + 8 + len(e.keyEnd) + 8 + 16 + len(e.chain) + 8 + len(e.data) + 4 + len(e.udata) + 8 + 12
+func (e *nlElement) key() []byte { return e.keyBuf[:e.keyLen] }
+
+// keyEnd is nil when the element has none.
+func (e *nlElement) keyEnd() []byte {
+	if e.keyEndLen == 0 {
+		return nil
+	}
+	return e.keyEndBuf[:e.keyEndLen]
 }
 
-// encode converts one element of the text form into the kernel elements
-// that represent it. forDelete leaves out what a deletion does not carry
-// (data, comments).
-func (l *elementLayout) encode(e *knftables.Element, forDelete bool) ([]nlElement, error) {
-	if len(e.Key) != len(l.key) {
-		return nil, fmt.Errorf("element %q has %d key fields, the set's type has %d", strings.Join(e.Key, " . "), len(e.Key), len(l.key))
+// data is nil when the element has none.
+func (e *nlElement) data() []byte {
+	if e.dataLen == 0 {
+		return nil
 	}
-	concat := len(l.key) > 1
-	var start, end []byte
-	for i, k := range l.key {
-		first, last, err := parseField(k, e.Key[i])
-		if err != nil {
-			return nil, err
-		}
-		if !slices.Equal(first, last) {
-			if !l.interval {
-				return nil, fmt.Errorf("range %q in a set without the interval flag", e.Key[i])
-			}
-		}
-		start = appendField(start, first, concat)
-		end = appendField(end, last, concat)
-	}
-	el := nlElement{key: start}
-	if !forDelete {
-		if l.verdict {
-			if len(e.Value) != 1 {
-				return nil, fmt.Errorf("verdict map element %q needs one verdict, has %q", strings.Join(e.Key, " . "), e.Value)
-			}
-			code, chain, err := parseVerdict(e.Value[0])
-			if err != nil {
-				return nil, err
-			}
-			el.hasVerdict, el.verdict, el.chain = true, code, chain
-		} else if l.data != nil {
-			if len(e.Value) != len(l.data) {
-				return nil, fmt.Errorf("map element %q has %d data fields, the map's type has %d", strings.Join(e.Key, " . "), len(e.Value), len(l.data))
-			}
-			for i, k := range l.data {
-				v, last, err := parseField(k, e.Value[i])
-				if err != nil {
-					return nil, err
-				}
-				if !slices.Equal(v, last) {
-					return nil, fmt.Errorf("map data %q is a range", e.Value[i])
-				}
-				el.data = appendField(el.data, v, len(l.data) > 1)
-			}
-		} else if len(e.Value) != 0 {
-			return nil, fmt.Errorf("set element %q has a value", strings.Join(e.Key, " . "))
-		}
-		if e.Comment != nil {
-			if len(*e.Comment) > knftables.CommentLengthMax {
-				return nil, fmt.Errorf("element comment longer than %d bytes", knftables.CommentLengthMax)
-			}
-			el.udata = appendUdata(nil, udataSetElemComment, append([]byte(*e.Comment), 0))
-		}
-	}
-	switch {
-	case !l.interval:
-		return []nlElement{el}, nil
-	case concat:
-		el.keyEnd = end
-		return []nlElement{el}, nil
-	}
-	after, ok := increment(end)
-	if !ok {
-		// Nothing after the last value: an open interval.
-		if !forDelete {
-			var f [4]byte
-			binary.NativeEndian.PutUint32(f[:], setElemFIntervalOpen)
-			el.udata = appendUdata(el.udata, udataSetElemFlags, f[:])
-		}
-		return []nlElement{el}, nil
-	}
-	return []nlElement{el, {key: after, flags: unix.NFT_SET_ELEM_INTERVAL_END}}, nil
+	return e.dataBuf[:e.dataLen]
 }
 
-func appendUdata(b []byte, typ byte, v []byte) []byte {
-	b = append(b, typ, byte(len(v)))
-	return append(b, v...)
-}
-
-func appendField(b, f []byte, pad bool) []byte {
-	b = append(b, f...)
-	if pad {
-		for n := len(f); n%4 != 0; n++ {
-			b = append(b, 0)
-		}
+// appendUdata appends the element's userdata TLVs, as libnftnl writes
+// them: the comment with its terminating NUL, then the flags.
+func (e *nlElement) appendUdata(b []byte) []byte {
+	if e.hasComment {
+		b = append(b, udataSetElemComment, byte(len(e.comment)+1))
+		b = append(b, e.comment...)
+		b = append(b, 0)
+	}
+	if e.open {
+		b = append(b, udataSetElemFlags, 4)
+		b = binary.NativeEndian.AppendUint32(b, setElemFIntervalOpen)
 	}
 	return b
 }
 
-// increment returns b+1 as a big-endian number; false when b is all ones.
-func increment(b []byte) ([]byte, bool) {
-	out := slices.Clone(b)
-	for i := len(out) - 1; i >= 0; i-- {
-		out[i]++
-		if out[i] != 0 {
-			return out, true
-		}
+// udataLen is len(e.appendUdata(nil)).
+func (e *nlElement) udataLen() int {
+	n := 0
+	if e.hasComment {
+		n += 2 + len(e.comment) + 1
 	}
-	return nil, false
+	if e.open {
+		n += 2 + 4
+	}
+	return n
 }
 
-// parseField returns the first and last value of a field's text, in
-// network byte order: a value, an address prefix, or a range "a-b".
-func parseField(k fieldKind, s string) (first, last []byte, err error) {
+// encode converts one element of the text form into the kernel elements
+// that represent it (one, or two for a range of an interval set with one
+// key field), stored in out; it returns how many. forDelete leaves out
+// what a deletion does not carry (data, comments).
+func (l *elementLayout) encode(e *knftables.Element, forDelete bool, out *[2]nlElement) (int, error) {
+	if len(e.Key) != len(l.key) {
+		return 0, fmt.Errorf("element %q has %d key fields, the set's type has %d", strings.Join(e.Key, " . "), len(e.Key), len(l.key))
+	}
+	el := &out[0]
+	*el = nlElement{}
+	concat := len(l.key) > 1
+	// The last values go to keyEndBuf, which only a concatenated interval
+	// set keeps.
+	off := 0
+	for i, k := range l.key {
+		n := k.size()
+		first, last := el.keyBuf[off:off+n], el.keyEndBuf[off:off+n]
+		if err := parseField(k, e.Key[i], first, last); err != nil {
+			return 0, err
+		}
+		if !l.interval && !bytes.Equal(first, last) {
+			return 0, fmt.Errorf("range %q in a set without the interval flag", e.Key[i])
+		}
+		off += n
+		if concat {
+			off = align4(off)
+		}
+	}
+	el.keyLen = uint8(off)
+	if !forDelete {
+		if l.verdict {
+			if len(e.Value) != 1 {
+				return 0, fmt.Errorf("verdict map element %q needs one verdict, has %q", strings.Join(e.Key, " . "), e.Value)
+			}
+			code, chain, err := parseVerdict(e.Value[0])
+			if err != nil {
+				return 0, err
+			}
+			el.hasVerdict, el.verdict, el.chain = true, code, chain
+		} else if l.data != nil {
+			if len(e.Value) != len(l.data) {
+				return 0, fmt.Errorf("map element %q has %d data fields, the map's type has %d", strings.Join(e.Key, " . "), len(e.Value), len(l.data))
+			}
+			var scratch [16]byte
+			off := 0
+			for i, k := range l.data {
+				n := k.size()
+				v := el.dataBuf[off : off+n]
+				if err := parseField(k, e.Value[i], v, scratch[:n]); err != nil {
+					return 0, err
+				}
+				if !bytes.Equal(v, scratch[:n]) {
+					return 0, fmt.Errorf("map data %q is a range", e.Value[i])
+				}
+				off += n
+				if len(l.data) > 1 {
+					off = align4(off)
+				}
+			}
+			el.dataLen = uint8(off)
+		} else if len(e.Value) != 0 {
+			return 0, fmt.Errorf("set element %q has a value", strings.Join(e.Key, " . "))
+		}
+		if e.Comment != nil {
+			if len(*e.Comment) > knftables.CommentLengthMax {
+				return 0, fmt.Errorf("element comment longer than %d bytes", knftables.CommentLengthMax)
+			}
+			el.hasComment, el.comment = true, *e.Comment
+		}
+	}
+	switch {
+	case !l.interval:
+		return 1, nil
+	case concat:
+		el.keyEndLen = el.keyLen
+		return 1, nil
+	}
+	after := &out[1]
+	*after = nlElement{keyLen: el.keyLen, flags: unix.NFT_SET_ELEM_INTERVAL_END}
+	copy(after.keyBuf[:], el.keyEndBuf[:el.keyLen])
+	clear(el.keyEndBuf[:el.keyLen])
+	if !increment(after.key()) {
+		// Nothing after the last value: an open interval.
+		el.open = !forDelete
+		return 1, nil
+	}
+	return 2, nil
+}
+
+func align4(n int) int { return (n + 3) &^ 3 }
+
+// increment adds one to b, a big-endian number, in place; false when b
+// was all ones.
+func increment(b []byte) bool {
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i]++
+		if b[i] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// parseField writes the first and last value of a field's text, in network
+// byte order, to first and last (each k.size() bytes): a value, an address
+// prefix, or a range "a-b".
+func parseField(k fieldKind, s string, first, last []byte) error {
 	switch k {
 	case kindIPv4, kindIPv6:
 		a, b, err := parseAddrRange(s)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		if a.Is4() != (k == kindIPv4) || b.Is4() != (k == kindIPv4) {
-			return nil, nil, fmt.Errorf("address %q is not of the set's family", s)
+			return fmt.Errorf("address %q is not of the set's family", s)
 		}
-		return a.AsSlice(), b.AsSlice(), nil
+		putAddr(first, a)
+		putAddr(last, b)
+		return nil
 	case kindProto:
 		if p, ok := compile.ProtocolByName(s); ok {
-			return []byte{byte(p)}, []byte{byte(p)}, nil
+			first[0], last[0] = byte(p), byte(p)
+			return nil
 		}
 		n, err := strconv.ParseUint(s, 10, 8)
 		if err != nil {
-			return nil, nil, fmt.Errorf("protocol %q: not a number 0-255 or a known name", s)
+			return fmt.Errorf("protocol %q: not a number 0-255 or a known name", s)
 		}
-		return []byte{byte(n)}, []byte{byte(n)}, nil
+		first[0], last[0] = byte(n), byte(n)
+		return nil
 	case kindService:
 		lo, hi, isRange := strings.Cut(s, "-")
 		a, err := strconv.ParseUint(lo, 10, 16)
 		if err != nil {
-			return nil, nil, fmt.Errorf("port %q: not a number 0-65535", s)
+			return fmt.Errorf("port %q: not a number 0-65535", s)
 		}
 		b := a
 		if isRange {
 			if b, err = strconv.ParseUint(hi, 10, 16); err != nil || b < a {
-				return nil, nil, fmt.Errorf("port range %q: not an ascending range of numbers 0-65535", s)
+				return fmt.Errorf("port range %q: not an ascending range of numbers 0-65535", s)
 			}
 		}
-		return binary.BigEndian.AppendUint16(nil, uint16(a)), binary.BigEndian.AppendUint16(nil, uint16(b)), nil
+		binary.BigEndian.PutUint16(first, uint16(a))
+		binary.BigEndian.PutUint16(last, uint16(b))
+		return nil
 	}
-	return nil, nil, fmt.Errorf("unknown field kind %d", k)
+	return fmt.Errorf("unknown field kind %d", k)
+}
+
+// putAddr writes an address in network byte order (4 or 16 bytes).
+func putAddr(b []byte, a netip.Addr) {
+	if a.Is4() {
+		v := a.As4()
+		copy(b, v[:])
+		return
+	}
+	v := a.As16()
+	copy(b, v[:])
 }
 
 func parseAddrRange(s string) (netip.Addr, netip.Addr, error) {
@@ -319,12 +401,7 @@ func parseAddrRange(s string) (netip.Addr, netip.Addr, error) {
 		if p != p.Masked() {
 			return netip.Addr{}, netip.Addr{}, fmt.Errorf("prefix %q has host bits set", s)
 		}
-		a := p.Addr().AsSlice()
-		for i := p.Bits(); i < len(a)*8; i++ {
-			a[i/8] |= 0x80 >> (i % 8)
-		}
-		last, _ := netip.AddrFromSlice(a)
-		return p.Addr(), last, nil
+		return p.Addr(), lastAddr(p), nil
 	}
 	if lo, hi, ok := strings.Cut(s, "-"); ok {
 		a, err := netip.ParseAddr(lo)
@@ -350,6 +427,23 @@ func parseAddrRange(s string) (netip.Addr, netip.Addr, error) {
 	return a, a, nil
 }
 
+// lastAddr is the last address of a prefix, computed in an array (no
+// allocation).
+func lastAddr(p netip.Prefix) netip.Addr {
+	if p.Addr().Is4() {
+		a := p.Addr().As4()
+		for i := p.Bits(); i < 32; i++ {
+			a[i/8] |= 0x80 >> (i % 8)
+		}
+		return netip.AddrFrom4(a)
+	}
+	a := p.Addr().As16()
+	for i := p.Bits(); i < 128; i++ {
+		a[i/8] |= 0x80 >> (i % 8)
+	}
+	return netip.AddrFrom16(a)
+}
+
 // parseVerdict reads "accept", "drop", "continue", "return", "jump C" or
 // "goto C".
 func parseVerdict(s string) (int32, string, error) {
@@ -367,4 +461,10 @@ func parseVerdict(s string) (int32, string, error) {
 		return 0, "", fmt.Errorf("verdict %q: bad chain name", s)
 	}
 	return code, chain, nil
+}
+
+// appendUdata appends one userdata TLV (libnftnl's: type, length, value).
+func appendUdata(b []byte, typ byte, v []byte) []byte {
+	b = append(b, typ, byte(len(v)))
+	return append(b, v...)
 }

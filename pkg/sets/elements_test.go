@@ -24,27 +24,27 @@ func TestElementEncoding(t *testing.T) {
 		name string
 		set  *compile.Set
 		el   knftables.Element
-		want []nlElement
+		want []refElement
 	}{{
 		name: "address with comment",
 		set:  set("ipv4_addr"),
 		el:   knftables.Element{Key: []string{"10.1.2.3"}, Comment: ptrStr("x/a")},
-		want: []nlElement{{key: []byte{10, 1, 2, 3}, udata: []byte{0, 4, 'x', '/', 'a', 0}}},
+		want: []refElement{{key: []byte{10, 1, 2, 3}, udata: []byte{0, 4, 'x', '/', 'a', 0}}},
 	}, {
 		name: "concatenation pads every field to 4 bytes",
 		set:  set("ipv4_addr . inet_proto . inet_service"),
 		el:   knftables.Element{Key: []string{"10.1.2.3", "tcp", "80"}},
-		want: []nlElement{{key: []byte{10, 1, 2, 3, 6, 0, 0, 0, 0, 80, 0, 0}}},
+		want: []refElement{{key: []byte{10, 1, 2, 3, 6, 0, 0, 0, 0, 80, 0, 0}}},
 	}, {
 		name: "one-field key is not padded",
 		set:  set("inet_service"),
 		el:   knftables.Element{Key: []string{"8080"}},
-		want: []nlElement{{key: []byte{0x1f, 0x90}}},
+		want: []refElement{{key: []byte{0x1f, 0x90}}},
 	}, {
 		name: "interval: start and the value after the end",
 		set:  set("ipv4_addr", interval),
 		el:   knftables.Element{Key: []string{"10.0.0.0/8"}, Comment: ptrStr("x")},
-		want: []nlElement{
+		want: []refElement{
 			{key: []byte{10, 0, 0, 0}, udata: []byte{0, 2, 'x', 0}},
 			{key: []byte{11, 0, 0, 0}, flags: 1},
 		},
@@ -52,7 +52,7 @@ func TestElementEncoding(t *testing.T) {
 		name: "interval: a range with a carry",
 		set:  set("ipv4_addr", interval),
 		el:   knftables.Element{Key: []string{"192.168.1.1-192.168.1.255"}},
-		want: []nlElement{
+		want: []refElement{
 			{key: []byte{192, 168, 1, 1}},
 			{key: []byte{192, 168, 2, 0}, flags: 1},
 		},
@@ -60,50 +60,58 @@ func TestElementEncoding(t *testing.T) {
 		name: "interval ending at the largest address is open",
 		set:  set("ipv4_addr", interval),
 		el:   knftables.Element{Key: []string{"255.255.255.0/24"}},
-		want: []nlElement{{key: []byte{255, 255, 255, 0}, udata: []byte{1, 4, 1, 0, 0, 0}}},
+		want: []refElement{{key: []byte{255, 255, 255, 0}, udata: []byte{1, 4, 1, 0, 0, 0}}},
 	}, {
 		name: "concatenated interval: key and key end",
 		set:  set("inet_proto . inet_service", interval),
 		el:   knftables.Element{Key: []string{"udp", "53-60"}},
-		want: []nlElement{{key: []byte{17, 0, 0, 0, 0, 53, 0, 0}, keyEnd: []byte{17, 0, 0, 0, 0, 60, 0, 0}}},
+		want: []refElement{{key: []byte{17, 0, 0, 0, 0, 53, 0, 0}, keyEnd: []byte{17, 0, 0, 0, 0, 60, 0, 0}}},
 	}, {
 		name: "concatenated interval: a single value has key end = key",
 		set:  set("inet_proto . inet_service", interval),
 		el:   knftables.Element{Key: []string{"tcp", "8080"}},
-		want: []nlElement{{key: []byte{6, 0, 0, 0, 0x1f, 0x90, 0, 0}, keyEnd: []byte{6, 0, 0, 0, 0x1f, 0x90, 0, 0}}},
+		want: []refElement{{key: []byte{6, 0, 0, 0, 0x1f, 0x90, 0, 0}, keyEnd: []byte{6, 0, 0, 0, 0x1f, 0x90, 0, 0}}},
 	}, {
 		name: "verdict map",
 		set:  &compile.Set{Map: &knftables.Map{Name: "m", Type: "ipv6_addr : verdict"}},
 		el:   knftables.Element{Key: []string{"fd00::1"}, Value: []string{"goto ingress-x"}},
-		want: []nlElement{{key: []byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, hasVerdict: true, verdict: -4, chain: "ingress-x"}},
+		want: []refElement{{key: []byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, hasVerdict: true, verdict: -4, chain: "ingress-x"}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := layoutOf(tc.set)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := l.encode(&tc.el, false)
+			var out [2]nlElement
+			n, err := l.encode(&tc.el, false, &out)
 			if err != nil {
 				t.Fatal(err)
 			}
+			got := out[:n]
 			if len(got) != len(tc.want) {
 				t.Fatalf("got %d elements %+v, want %+v", len(got), got, tc.want)
 			}
 			for i := range got {
-				g, w := got[i], tc.want[i]
-				if !bytes.Equal(g.key, w.key) || !bytes.Equal(g.keyEnd, w.keyEnd) || g.flags != w.flags ||
-					!bytes.Equal(g.udata, w.udata) || g.hasVerdict != w.hasVerdict || g.verdict != w.verdict || g.chain != w.chain {
-					t.Errorf("element %d: got %+v, want %+v", i, g, w)
+				g, w := &got[i], tc.want[i]
+				if !bytes.Equal(g.key(), w.key) || !bytes.Equal(g.keyEnd(), w.keyEnd) || g.flags != w.flags ||
+					!bytes.Equal(g.appendUdata(nil), w.udata) || g.hasVerdict != w.hasVerdict || g.verdict != w.verdict || g.chain != w.chain {
+					t.Errorf("element %d: got key %x keyEnd %x flags %d udata %x verdict %v %d %q, want %+v", i,
+						g.key(), g.keyEnd(), g.flags, g.appendUdata(nil), g.hasVerdict, g.verdict, g.chain, w)
 				}
 			}
 			// A deletion carries the keys and flags only.
-			del, err := l.encode(&tc.el, true)
+			var del [2]nlElement
+			nd, err := l.encode(&tc.el, true, &del)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range del {
-				if del[i].udata != nil || del[i].hasVerdict || !bytes.Equal(del[i].key, got[i].key) || del[i].flags != got[i].flags {
-					t.Errorf("deletion element %d: %+v", i, del[i])
+			if nd != n {
+				t.Errorf("deletion: %d elements, addition %d", nd, n)
+			}
+			for i := range nd {
+				d := &del[i]
+				if d.appendUdata(nil) != nil || d.hasVerdict || !bytes.Equal(d.key(), got[i].key()) || d.flags != got[i].flags {
+					t.Errorf("deletion element %d: %+v", i, d)
 				}
 			}
 		})
@@ -136,7 +144,8 @@ func TestElementEncodingErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = l.encode(&tc.el, false)
+		var out [2]nlElement
+		_, err = l.encode(&tc.el, false, &out)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %v: error %v, want one containing %q", tc.set.Name(), tc.el.Key, err, tc.want)
 		}
@@ -146,6 +155,9 @@ func TestElementEncodingErrors(t *testing.T) {
 		{Set: &knftables.Set{Name: "s", TypeOf: "ip saddr"}},
 		set("ipv4_addr", knftables.TimeoutFlag),
 		{Map: &knftables.Map{Name: "m", Type: "ipv4_addr : mark"}},
+		// Keys and data longer than the kernel's 64 bytes.
+		set("ipv6_addr . ipv6_addr . ipv6_addr . ipv6_addr . inet_service"),
+		{Map: &knftables.Map{Name: "m", Type: "ipv4_addr : ipv6_addr . ipv6_addr . ipv6_addr . ipv6_addr . inet_proto"}},
 	} {
 		if _, err := layoutOf(s); err == nil {
 			t.Errorf("layout of %+v: no error", s)

@@ -74,9 +74,9 @@ func (s *Syncer) fullUnhooked(ctx context.Context, desired *compile.Ruleset, exi
 
 	tx = s.cfg.NFT.NewTransaction()
 	if len(diffs) > 0 {
-		changes, added, _, err := encodeDiffs(diffs)
+		batch, added, _, err := s.cfg.Netlink.encodeDiffs(diffs)
 		if err == nil {
-			err = s.cfg.Netlink.write(ctx, changes)
+			err = s.cfg.Netlink.write(ctx, batch)
 		}
 		if err == nil {
 			res.NetlinkFill = true

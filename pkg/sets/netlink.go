@@ -25,7 +25,9 @@ import (
 // the batch (Conn.Flush uses the default ones, a few hundred kilobytes,
 // and expects one reply per message within them); extended error messages;
 // and a connection dropped after any failure, so that no late reply is
-// read as the next batch's.
+// read as the next batch's. mdlayher/netlink opens the socket and runs the
+// dumps; a batch is encoded into one buffer (nlbatch.go) and written, and
+// its acknowledgements read (nlacks.go), on the socket's raw fd.
 
 // nftaSetElemKeyEnd is NFTA_SET_ELEM_KEY_END (kernel 5.6), missing from
 // x/sys/unix.
@@ -57,6 +59,10 @@ type NetlinkElements struct {
 
 	mu   stdsync.Mutex
 	conn *netlink.Conn
+	// seq is the sequence number of the last message sent.
+	seq uint32
+	// ackBuf receives acknowledgements (readAcks).
+	ackBuf []byte
 	// maxBytes and maxMessages are what the connection's buffers hold: a
 	// bigger batch goes to nft instead.
 	maxBytes, maxMessages int
@@ -127,19 +133,15 @@ func setBuffer(c *netlink.Conn, force, plain int) {
 	})
 }
 
-// setChanges are one set's element changes in kernel form: deletions are
-// written before additions, so that an element whose data changed is
-// replaced within the batch.
-type setChanges struct {
-	set      string
-	del, add []nlElement
-}
-
 // errBatchTooBig sends a batch to nft: it would not fit the socket.
 var errBatchTooBig = errors.New("element batch larger than the netlink socket buffers")
 
-// write sends the changes in one batch and waits for the kernel's verdict.
-func (w *NetlinkElements) write(ctx context.Context, changes []setChanges) error {
+// write sends the batch and waits for the kernel's verdict.
+func (w *NetlinkElements) write(ctx context.Context, b *elementBatch) error {
+	batch := b.finish()
+	if batch == nil {
+		return nil
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.conn == nil {
@@ -147,17 +149,10 @@ func (w *NetlinkElements) write(ctx context.Context, changes []setChanges) error
 			return err
 		}
 	}
-	msgs, size, err := w.messages(changes)
-	if err != nil {
-		return err
+	if len(batch) > w.maxBytes || b.msgs > w.maxMessages {
+		return fmt.Errorf("%w: %d messages, %d bytes", errBatchTooBig, b.msgs, len(batch))
 	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	if size > w.maxBytes || len(msgs)-2 > w.maxMessages {
-		return fmt.Errorf("%w: %d messages, %d bytes", errBatchTooBig, len(msgs)-2, size)
-	}
-	if err := w.roundTrip(ctx, msgs); err != nil {
+	if err := w.roundTrip(ctx, batch, b.msgs); err != nil {
 		// Replies may still be queued: never read them as the next
 		// batch's.
 		_ = w.closeLocked()
@@ -166,148 +161,60 @@ func (w *NetlinkElements) write(ctx context.Context, changes []setChanges) error
 	return nil
 }
 
-func (w *NetlinkElements) roundTrip(ctx context.Context, msgs []netlink.Message) error {
+// roundTrip sends an encoded batch of msgs element messages in one write
+// (the kernel reads a batch from one message) and waits for their
+// acknowledgements.
+func (w *NetlinkElements) roundTrip(ctx context.Context, batch []byte, msgs int) error {
 	deadline := time.Now().Add(w.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	if err := w.conn.SetReadDeadline(deadline); err != nil {
+	// The write's deadline is cleared after it: the connection's later
+	// requests (dumps, through mdlayher/netlink) set only read deadlines.
+	if err := w.conn.SetDeadline(deadline); err != nil {
 		return err
 	}
-	sent, err := w.conn.SendMessages(msgs)
+	defer func() { _ = w.conn.SetWriteDeadline(time.Time{}) }()
+	// Sequence numbers: BATCH_BEGIN has first, the element messages the
+	// msgs that follow.
+	first := w.seq + 1
+	batchMessages(batch, func(off int) {
+		w.seq++
+		binary.NativeEndian.PutUint32(batch[off+8:], w.seq)
+	})
+	rc, err := w.conn.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("sending element batch: %w", err)
+	}
+	var n int
+	var werr error
+	err = rc.Write(func(fd uintptr) bool {
+		n, werr = unix.Write(int(fd), batch)
+		return werr != unix.EAGAIN
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("sending element batch: %w", err)
+	case werr != nil:
+		return fmt.Errorf("sending element batch: %w", werr)
+	case n != len(batch):
+		return fmt.Errorf("sending element batch: %d of %d bytes written", n, len(batch))
 	}
 	// One acknowledgement per element message (not for BATCH_BEGIN and
 	// BATCH_END); a failed batch answers with its errors, or with a single
 	// error when the commit itself fails, and is wholly aborted.
-	pending := make(map[uint32]bool, len(sent)-2)
-	for _, m := range sent[1 : len(sent)-1] {
-		pending[m.Header.Sequence] = true
-	}
-	for len(pending) > 0 {
-		replies, err := w.conn.Receive()
-		if err != nil {
-			return fmt.Errorf("element batch refused: %w", err)
-		}
-		for _, r := range replies {
-			if r.Header.Type == netlink.Error {
-				delete(pending, r.Header.Sequence)
-			}
-		}
-	}
-	return nil
+	return w.readAcks(rc, first, msgs)
 }
 
-// messages builds the batch: BATCH_BEGIN, the element messages, BATCH_END;
-// and its size on the wire.
-func (w *NetlinkElements) messages(changes []setChanges) ([]netlink.Message, int, error) {
-	batchHeader := func(t uint16) netlink.Message {
-		return netlink.Message{
-			Header: netlink.Header{Type: netlink.HeaderType(t), Flags: netlink.Request},
-			Data:   nfgenmsg(unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES),
-		}
-	}
-	msgs := []netlink.Message{batchHeader(unix.NFNL_MSG_BATCH_BEGIN)}
-	size := 0
-	emit := func(set string, op uint16, flags netlink.HeaderFlags, els []nlElement) error {
-		for len(els) > 0 {
-			n, bytes := 0, 0
-			for n < len(els) && (n == 0 || bytes+els[n].encodedLen() <= elementListBytes) {
-				bytes += els[n].encodedLen()
-				n++
-			}
-			data, err := w.elementMessage(set, els[:n])
-			if err != nil {
-				return fmt.Errorf("set %s: %w", set, err)
-			}
-			msgs = append(msgs, netlink.Message{
-				Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | op), Flags: flags},
-				Data:   data,
-			})
-			size += 16 + len(data)
-			els = els[n:]
-		}
-		return nil
-	}
-	for _, c := range changes {
-		if err := emit(c.set, unix.NFT_MSG_DELSETELEM, netlink.Request|netlink.Acknowledge, c.del); err != nil {
-			return nil, 0, err
-		}
-	}
-	for _, c := range changes {
-		if err := emit(c.set, unix.NFT_MSG_NEWSETELEM, netlink.Request|netlink.Acknowledge|netlink.Create, c.add); err != nil {
-			return nil, 0, err
-		}
-	}
-	if len(msgs) == 1 {
-		return nil, 0, nil
-	}
-	msgs = append(msgs, batchHeader(unix.NFNL_MSG_BATCH_END))
-	return msgs, size + 2*20, nil
+// newBatch starts an element batch of this writer's table for about
+// elements elements.
+func (w *NetlinkElements) newBatch(elements int) *elementBatch {
+	return newElementBatch(w.table, min(elements*elementSizeHint+256, netlinkBufferBytes))
 }
 
 // nfgenmsg is struct nfgenmsg: family, version, resource id (big endian).
 func nfgenmsg(family uint8, resID uint16) []byte {
 	return []byte{family, unix.NFNETLINK_V0, byte(resID >> 8), byte(resID)}
-}
-
-func (w *NetlinkElements) elementMessage(set string, els []nlElement) ([]byte, error) {
-	ae := netlink.NewAttributeEncoder()
-	ae.ByteOrder = binary.BigEndian
-	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, w.table)
-	ae.String(unix.NFTA_SET_ELEM_LIST_SET, set)
-	ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(list *netlink.AttributeEncoder) error {
-		for i := range els {
-			e := &els[i]
-			list.Nested(unix.NFTA_LIST_ELEM, func(ne *netlink.AttributeEncoder) error {
-				ne.Nested(unix.NFTA_SET_ELEM_KEY, func(k *netlink.AttributeEncoder) error {
-					k.Bytes(unix.NFTA_DATA_VALUE, e.key)
-					return nil
-				})
-				if e.keyEnd != nil {
-					ne.Nested(nftaSetElemKeyEnd, func(k *netlink.AttributeEncoder) error {
-						k.Bytes(unix.NFTA_DATA_VALUE, e.keyEnd)
-						return nil
-					})
-				}
-				if e.flags != 0 {
-					ne.Uint32(unix.NFTA_SET_ELEM_FLAGS, e.flags)
-				}
-				if e.timeoutMS != 0 {
-					ne.Uint64(unix.NFTA_SET_ELEM_TIMEOUT, e.timeoutMS)
-				}
-				switch {
-				case e.hasVerdict:
-					ne.Nested(unix.NFTA_SET_ELEM_DATA, func(d *netlink.AttributeEncoder) error {
-						d.Nested(unix.NFTA_DATA_VERDICT, func(v *netlink.AttributeEncoder) error {
-							v.Uint32(unix.NFTA_VERDICT_CODE, uint32(e.verdict))
-							if e.chain != "" {
-								v.String(unix.NFTA_VERDICT_CHAIN, e.chain)
-							}
-							return nil
-						})
-						return nil
-					})
-				case e.data != nil:
-					ne.Nested(unix.NFTA_SET_ELEM_DATA, func(d *netlink.AttributeEncoder) error {
-						d.Bytes(unix.NFTA_DATA_VALUE, e.data)
-						return nil
-					})
-				}
-				if len(e.udata) > 0 {
-					ne.Bytes(unix.NFTA_SET_ELEM_USERDATA, e.udata)
-				}
-				return nil
-			})
-		}
-		return nil
-	})
-	attrs, err := ae.Encode()
-	if err != nil {
-		return nil, err
-	}
-	return append(nfgenmsg(unix.NFPROTO_INET, 0), attrs...), nil
 }
 
 // elementOnlyDiff returns, for each set whose elements differ, the indices
@@ -369,37 +276,36 @@ func equalPtr[T comparable](a, b *T) bool {
 	return *a == *b
 }
 
-// encodeDiffs converts element changes to kernel form; an error means the
-// netlink path cannot express them (errUnsupported) or an element is
-// malformed.
-func encodeDiffs(diffs []setDiff) ([]setChanges, int, int, error) {
-	out := make([]setChanges, 0, len(diffs))
-	added, deleted := 0, 0
-	for _, d := range diffs {
-		l, err := layoutOf(d.set)
-		if err != nil {
+// encodeDiffs encodes element changes into one batch: every set's
+// deletions, then every set's additions (so that an element whose data
+// changed is replaced within the batch). An error means the netlink path
+// cannot express them (errUnsupported) or an element is malformed.
+func (w *NetlinkElements) encodeDiffs(diffs []setDiff) (b *elementBatch, added, deleted int, err error) {
+	layouts := make([]elementLayout, len(diffs))
+	for i, d := range diffs {
+		if layouts[i], err = layoutOf(d.set); err != nil {
 			return nil, 0, 0, fmt.Errorf("set %s: %w", d.name, err)
 		}
-		c := setChanges{set: d.name}
-		for _, i := range d.del {
-			els, err := l.encode(&d.prev.Elements[i], true)
-			if err != nil {
-				return nil, 0, 0, fmt.Errorf("set %s: %w", d.name, err)
-			}
-			c.del = append(c.del, els...)
-		}
-		for _, i := range d.add {
-			els, err := l.encode(&d.set.Elements[i], false)
-			if err != nil {
-				return nil, 0, 0, fmt.Errorf("set %s: %w", d.name, err)
-			}
-			c.add = append(c.add, els...)
-		}
-		out = append(out, c)
 		added += len(d.add)
 		deleted += len(d.del)
 	}
-	return out, added, deleted, nil
+	b = w.newBatch(added + deleted)
+	var els [2]nlElement
+	for i, d := range diffs {
+		for _, j := range d.del {
+			if err := b.addElement(d.name, unix.NFT_MSG_DELSETELEM, &layouts[i], &d.prev.Elements[j], &els); err != nil {
+				return nil, 0, 0, fmt.Errorf("set %s: %w", d.name, err)
+			}
+		}
+	}
+	for i, d := range diffs {
+		for _, j := range d.add {
+			if err := b.addElement(d.name, unix.NFT_MSG_NEWSETELEM, &layouts[i], &d.set.Elements[j], &els); err != nil {
+				return nil, 0, 0, fmt.Errorf("set %s: %w", d.name, err)
+			}
+		}
+	}
+	return b, added, deleted, nil
 }
 
 // netlinkSync handles a sync that only changes elements: one netlink batch.
@@ -416,12 +322,12 @@ func (s *Syncer) netlinkSync(ctx context.Context, desired *compile.Ruleset) (res
 	if len(diffs) == 0 {
 		return res, true, nil
 	}
-	changes, added, deleted, err := encodeDiffs(diffs)
+	batch, added, deleted, err := s.cfg.Netlink.encodeDiffs(diffs)
 	if err != nil {
 		s.cfg.Logger.V(2).Info("Element changes go through nft", "reason", err)
 		return res, false, nil
 	}
-	err = s.cfg.Netlink.write(ctx, changes)
+	err = s.cfg.Netlink.write(ctx, batch)
 	if errors.Is(err, errBatchTooBig) {
 		s.cfg.Logger.V(2).Info("Element changes go through nft", "reason", err)
 		return res, false, nil

@@ -9,9 +9,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
@@ -274,13 +276,9 @@ func TestNetlinkElementsMatchNFT(t *testing.T) {
 			// go first, on their own. The kernel takes both in one batch.
 			tx := knftables.NewFake(knftables.InetFamily, a).NewTransaction()
 			addTx := knftables.NewFake(knftables.InetFamily, a).NewTransaction()
-			var changes []setChanges
+			var changes []testChange
 			for i, p := range sets {
-				l, err := layoutOf(p.set)
-				if err != nil {
-					t.Fatal(err)
-				}
-				c := setChanges{set: p.set.Name()}
+				c := testChange{set: p.set}
 				next := map[int]bool{}
 				for j := range p.pool {
 					if r.IntN(2) == 0 {
@@ -288,12 +286,8 @@ func TestNetlinkElementsMatchNFT(t *testing.T) {
 					}
 				}
 				remove := func(e knftables.Element) {
-					els, err := l.encode(&e, true)
-					if err != nil {
-						t.Fatal(err)
-					}
 					tx.Delete(elementOf(p.set, e))
-					c.del = append(c.del, els...)
+					c.del = append(c.del, e)
 				}
 				// Changed comments and verdicts: deleted and added again.
 				for j := range p.pool {
@@ -319,12 +313,8 @@ func TestNetlinkElementsMatchNFT(t *testing.T) {
 						remove(p.pool[j])
 					case next[j] && !current[i][j]:
 						e := p.pool[j]
-						els, err := l.encode(&e, false)
-						if err != nil {
-							t.Fatal(err)
-						}
 						addTx.Add(elementOf(p.set, e))
-						c.add = append(c.add, els...)
+						c.add = append(c.add, e)
 					}
 				}
 				current[i] = next
@@ -332,7 +322,7 @@ func TestNetlinkElementsMatchNFT(t *testing.T) {
 			}
 			runTx(t, ns, tx)
 			runTx(t, ns, addTx)
-			if err := w.write(context.Background(), changes); err != nil {
+			if err := w.write(context.Background(), testBatch(t, w, changes)); err != nil {
 				t.Fatalf("seed %d round %d: netlink batch: %v", seed, round, err)
 			}
 			want, got := listSets(t, ns, a), listSets(t, ns, b)
@@ -364,23 +354,16 @@ func TestNetlinkBatchAllOrNothing(t *testing.T) {
 	before := listSets(t, ns, "t")
 	w := NewNetlinkElements("t", int(f.Fd()))
 	defer w.Close()
-	encode := func(s *compile.Set, key string, del bool) []nlElement {
-		l, err := layoutOf(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		els, err := l.encode(&knftables.Element{Key: []string{key}, Comment: ptrStr("y/b")}, del)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return els
+	el := func(key string) []knftables.Element {
+		return []knftables.Element{{Key: []string{key}, Comment: ptrStr("y/b")}}
 	}
 	peers, cidrs := set("ipv4_addr"), set("ipv4_addr", knftables.IntervalFlag)
-	err := w.write(context.Background(), []setChanges{
-		{set: "peers", add: encode(peers, "10.0.0.2", false)},
-		{set: "cidrs", add: encode(cidrs, "192.168.0.0/16", false)},
-		{set: "peers", del: encode(peers, "10.9.9.9", true)}, // not in the set
-	})
+	peers.Set.Name, cidrs.Set.Name = "peers", "cidrs"
+	err := w.write(context.Background(), testBatch(t, w, []testChange{
+		{set: peers, add: el("10.0.0.2")},
+		{set: cidrs, add: el("192.168.0.0/16")},
+		{set: peers, del: el("10.9.9.9")}, // not in the set
+	}))
 	if err == nil {
 		t.Fatal("deleting a missing element did not fail the batch")
 	}
@@ -392,7 +375,7 @@ func TestNetlinkBatchAllOrNothing(t *testing.T) {
 	if diff := cmp.Diff(before, listSets(t, ns, "t")); diff != "" {
 		t.Fatalf("the refused batch changed the kernel (-before +after):\n%s", diff)
 	}
-	if err := w.write(context.Background(), []setChanges{{set: "peers", add: encode(peers, "10.0.0.2", false)}}); err != nil {
+	if err := w.write(context.Background(), testBatch(t, w, []testChange{{set: peers, add: el("10.0.0.2")}})); err != nil {
 		t.Fatalf("batch after a failure: %v", err)
 	}
 	// An element with a comment is listed as an object: look for the
@@ -411,26 +394,80 @@ func BenchmarkNetlinkWriter(b *testing.B) {
 	nftIn(b, ns, "add table inet t\nadd set inet t peers { type ipv4_addr ; }\n", "-f", "-")
 	w := NewNetlinkElements("t", int(f.Fd()))
 	defer w.Close()
-	l, err := layoutOf(set("ipv4_addr"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := knftables.Element{Key: []string{"10.2.0.1"}, Comment: ptrStr("ns/new-pod")}
+	peers := set("ipv4_addr")
+	peers.Set.Name = "peers"
+	e := []knftables.Element{{Key: []string{"10.2.0.1"}, Comment: ptrStr("ns/new-pod")}}
+	add := []setDiff{{name: "peers", prev: peers, set: &compile.Set{Set: peers.Set, Elements: e}, add: []int{0}}}
+	del := []setDiff{{name: "peers", prev: &compile.Set{Set: peers.Set, Elements: e}, set: peers, del: []int{0}}}
 	i := 0
 	for b.Loop() {
-		var c setChanges
-		if i%2 == 0 {
-			c.add, err = l.encode(&e, false)
-		} else {
-			c.del, err = l.encode(&e, true)
+		d := add
+		if i%2 == 1 {
+			d = del
 		}
 		i++
-		c.set = "peers"
+		batch, _, _, err := w.encodeDiffs(d)
 		if err == nil {
-			err = w.write(context.Background(), []setChanges{c})
+			err = w.write(context.Background(), batch)
 		}
 		if err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// testChange is one set's element changes in text form.
+type testChange struct {
+	set      *compile.Set
+	del, add []knftables.Element
+}
+
+// testBatch encodes changes as a sync does (encodeDiffs).
+func testBatch(t testing.TB, w *NetlinkElements, changes []testChange) *elementBatch {
+	t.Helper()
+	var diffs []setDiff
+	for _, c := range changes {
+		prev, cur := *c.set, *c.set
+		prev.Elements, cur.Elements = c.del, c.add
+		d := setDiff{name: c.set.Name(), prev: &prev, set: &cur}
+		for i := range c.del {
+			d.del = append(d.del, i)
+		}
+		for i := range c.add {
+			d.add = append(d.add, i)
+		}
+		diffs = append(diffs, d)
+	}
+	b, _, _, err := w.encodeDiffs(diffs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestNetlinkWriterAfterBatchDeadline: the connection that wrote a batch
+// serves the next dump and batch after the batch's deadline has passed (a
+// deadline left on the socket failed the next request's write, and the
+// listing of a full sync with it).
+func TestNetlinkWriterAfterBatchDeadline(t *testing.T) {
+	ns, f := scratchNetns(t)
+	nftIn(t, ns, "add table inet t\nadd chain inet t c\nadd set inet t peers { type ipv4_addr ; }\n", "-f", "-")
+	w := NewNetlinkElements("t", int(f.Fd()))
+	defer w.Close()
+	w.timeout = 50 * time.Millisecond
+	peers := set("ipv4_addr")
+	peers.Set.Name = "peers"
+	for i, key := range []string{"10.0.0.1", "10.0.0.2"} {
+		if err := w.write(context.Background(), testBatch(t, w, []testChange{{set: peers, add: []knftables.Element{{Key: []string{key}}}}})); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		time.Sleep(3 * w.timeout)
+		objs, err := w.tableObjects(context.Background())
+		if err != nil {
+			t.Fatalf("listing after batch %d: %v", i, err)
+		}
+		if !slices.Equal(objs["chain"], []string{"c"}) || !slices.Equal(objs["set"], []string{"peers"}) {
+			t.Fatalf("listing after batch %d: %v", i, objs)
 		}
 	}
 }

@@ -28,18 +28,20 @@ func TestDecodeKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		els, err := l.encode(&knftables.Element{Key: c.key}, true)
-		if err != nil || len(els) != 1 {
+		var els [2]nlElement
+		n, err := l.encode(&knftables.Element{Key: c.key}, true, &els)
+		if err != nil || n != 1 {
 			t.Fatalf("%s %v: encode: %v", c.typ, c.key, err)
 		}
-		got, err := l.decodeKey(els[0].key)
+		key := els[0].key()
+		got, err := l.decodeKey(key)
 		if err != nil || !slices.Equal(got, c.want) {
 			t.Errorf("%s: decodeKey(encode(%v)) = %v, %v; want %v", c.typ, c.key, got, err, c.want)
 		}
-		if _, err := l.decodeKey(append(els[0].key, 0)); err == nil {
+		if _, err := l.decodeKey(append(key, 0)); err == nil {
 			t.Errorf("%s: a key one byte too long decoded", c.typ)
 		}
-		if _, err := l.decodeKey(els[0].key[:len(els[0].key)-1]); err == nil {
+		if _, err := l.decodeKey(key[:len(key)-1]); err == nil {
 			t.Errorf("%s: a key one byte too short decoded", c.typ)
 		}
 	}

@@ -271,16 +271,19 @@ func planSet(name string, set *compile.Set, l *elementLayout, k kernelElements) 
 	}
 	var add []int
 	var changed []int
-	var id, pl []byte
+	var id, pl, udata []byte
+	var els [2]nlElement
 	for i := range set.Elements {
-		els, err := l.encode(&set.Elements[i], false)
+		n, err := l.encode(&set.Elements[i], false, &els)
 		if err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
-		for _, e := range els {
+		for j := range n {
+			e := &els[j]
 			// Reused buffers: a lookup by string(buf) does not allocate.
-			id = appendIdentity(id[:0], e.key, e.keyEnd, e.flags)
-			pl = appendPayload(pl[:0], e.hasVerdict, e.verdict, e.chain, e.data, e.udata)
+			id = appendIdentity(id[:0], e.key(), e.keyEnd(), e.flags)
+			udata = e.appendUdata(udata[:0])
+			pl = appendPayload(pl[:0], e.hasVerdict, e.verdict, e.chain, e.data(), udata)
 			var h *kernelElementState
 			if j, ok := kernel[string(id)]; ok {
 				h = &k.els[j]

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TimedElement is one "address . address" element of a set with the
@@ -22,24 +25,38 @@ type TimedElement struct {
 // element already present gets the new timeout (the kernel refreshes it).
 // Pod and Addr of an element must be of one family, the set's.
 func (w *NetlinkElements) AddTimed(ctx context.Context, els []TimedElement) error {
-	bySet := map[string]int{}
-	var changes []setChanges
+	// Grouped by set, in the order the sets first appear: one message per
+	// set (or per 60 KiB of elements).
+	var order []string
 	for _, e := range els {
 		if !e.Pod.IsValid() || !e.Addr.IsValid() || e.Pod.Is4() != e.Addr.Is4() {
 			return fmt.Errorf("set %s: element %v . %v mixes families or lacks an address", e.Set, e.Pod, e.Addr)
 		}
-		ms := uint64(e.Timeout / time.Millisecond)
-		if ms == 0 {
-			ms = 1
+		if !slices.Contains(order, e.Set) {
+			order = append(order, e.Set)
 		}
-		key := append(e.Pod.AsSlice(), e.Addr.AsSlice()...)
-		i, ok := bySet[e.Set]
-		if !ok {
-			i = len(changes)
-			bySet[e.Set] = i
-			changes = append(changes, setChanges{set: e.Set})
-		}
-		changes[i].add = append(changes[i].add, nlElement{key: key, timeoutMS: ms})
 	}
-	return w.write(ctx, changes)
+	b := w.newBatch(len(els))
+	for _, set := range order {
+		for _, e := range els {
+			if e.Set == set {
+				el := timedElement(e)
+				b.add(set, unix.NFT_MSG_NEWSETELEM, &el)
+			}
+		}
+	}
+	return w.write(ctx, b)
+}
+
+// timedElement is the kernel element: the two addresses, the timeout.
+func timedElement(e TimedElement) nlElement {
+	ms := uint64(e.Timeout / time.Millisecond)
+	if ms == 0 {
+		ms = 1
+	}
+	n := e.Pod.BitLen() / 8
+	el := nlElement{keyLen: uint8(2 * n), timeoutMS: ms}
+	putAddr(el.keyBuf[:n], e.Pod)
+	putAddr(el.keyBuf[n:2*n], e.Addr)
+	return el
 }
