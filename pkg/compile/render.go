@@ -98,10 +98,9 @@ type renderer struct {
 	// tier-skip sets instead of the program's members: a Tracker's
 	// members are its tracked pods (tracker_cluster.go).
 	addrs func(SelectorID, func(netip.Addr))
-	// arena serves keys' strings while arenaOn, during a full render's
-	// pod elements (render_elements.go).
-	arena   []string
-	arenaOn bool
+	// full is set while a full render emits every pod's elements
+	// (render_elements.go).
+	full *fullRender
 }
 
 // subjectOfPolicy reports whether a pod is isolated by NetworkPolicy id in
@@ -436,11 +435,7 @@ func (r *renderer) podElements(pod *Pod, emit func(set string, e knftables.Eleme
 			}
 		}
 	}
-	for i := range r.named {
-		if r.named[i].covers(pod) {
-			r.named[i].elements(r, pod, &pt, emit)
-		}
-	}
+	r.namedElements(pod, &pt, emit)
 }
 
 // localPodElements emits a local pod's self and dispatch elements.
