@@ -16,10 +16,15 @@ func ptr[T any](v T) *T { return &v }
 
 // truncComment keeps comments within nftables' limit.
 func truncComment(s string) *string {
+	s = truncText(s)
+	return &s
+}
+
+func truncText(s string) string {
 	if len(s) > knftables.CommentLengthMax {
 		s = s[:knftables.CommentLengthMax-3] + "..."
 	}
-	return &s
+	return s
 }
 
 func shortHash(s string) string {
@@ -417,10 +422,15 @@ func (r *renderer) kernelDispatch() {
 // address their rules name: pod churn is these elements.
 func (r *renderer) podElements(pod *Pod, emit func(set string, e knftables.Element)) {
 	pt := r.podText(pod)
-	r.knownPodElements(pod, &pt, emit)
-	r.fqdnPodElements(pod, &pt, emit)
+	r.podElementsWith(pod, &pt, emit)
+}
+
+// podElementsWith is podElements with the pod's texts.
+func (r *renderer) podElementsWith(pod *Pod, pt *podText, emit func(set string, e knftables.Element)) {
+	r.knownPodElements(pod, pt, emit)
+	r.fqdnPodElements(pod, pt, emit)
 	if pod.Local {
-		r.localPodElements(pod, &pt, emit)
+		r.localPodElements(pod, pt, emit)
 	}
 	for _, sid := range pod.MemberOf {
 		for _, v4 := range []bool{true, false} {
@@ -435,7 +445,7 @@ func (r *renderer) podElements(pod *Pod, emit func(set string, e knftables.Eleme
 			}
 		}
 	}
-	r.namedElements(pod, &pt, emit)
+	r.namedElements(pod, pt, emit)
 }
 
 // localPodElements emits a local pod's self and dispatch elements.

@@ -1,7 +1,9 @@
 package compile
 
 import (
+	"net/netip"
 	"slices"
+	"strings"
 
 	"sigs.k8s.io/knftables"
 )
@@ -17,8 +19,10 @@ import (
 // byte for byte, with fewer and larger allocations:
 //
 //   - a pod's address strings are made once per render of the pod and
-//     every single-address key is a one-element window onto them;
-//   - a pod's comment is one string shared by all its elements;
+//     every single-address key is a one-element window onto them; a full
+//     render makes all pods' addresses as substrings of one string;
+//   - a pod's comment is one string shared by all its elements (a full
+//     render's are elements of one slice);
 //   - the other keys come from a chunked arena during a full render;
 //   - a full render sizes the known-pods and peer sets (most of the
 //     elements) for their elements before emitting them, and gathers the
@@ -32,9 +36,9 @@ import (
 // the render's CPU at 50k pods.
 //
 // Sharing is safe because nobody writes into an element's Key, Value or
-// Comment once it is emitted: the tracker replaces whole elements and
-// clones a set's element slice before editing it (applyElementChanges),
-// and pkg/sets only reads. Every shared slice is capped at its length, so
+// Comment once it is emitted: the tracker inserts, deletes and replaces
+// whole elements, each set in its own element slice, and pkg/sets only
+// reads (TestTrackerEditsKeepSharedElements). Every shared slice is capped at its length, so
 // an append makes a copy instead of writing into a neighbour.
 
 // podText is what all of one pod's elements share.
@@ -50,15 +54,73 @@ type podText struct {
 
 // podText renders a pod's address strings and comments.
 func (r *renderer) podText(pod *Pod) podText {
-	pt := podText{addrs: r.strs(len(pod.IPs)), comment: truncComment(pod.Key)}
+	pt := podText{addrs: make([]string, len(pod.IPs)), comment: truncComment(pod.Key)}
 	for i, ip := range pod.IPs {
 		pt.addrs[i] = ip.String()
 	}
+	pt.setKey(pod)
+	return pt
+}
+
+func (pt *podText) setKey(pod *Pod) {
 	pt.key = pt.comment
 	if *pt.comment != pod.Key {
 		pt.key = ptr(pod.Key)
 	}
+}
+
+// podTexts are every pod's texts, made for a full render with a handful
+// of allocations: all addresses are substrings of one string, the pods'
+// address lists windows onto one slice, their comments elements of
+// another. Elements keep them alive together, as they keep the ruleset.
+type podTexts struct {
+	addrs    []string
+	comments []string
+}
+
+func newPodTexts(pods []Pod) podTexts {
+	n, size := 0, 0
+	for i := range pods {
+		for _, ip := range pods[i].IPs {
+			n++
+			w := len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")
+			if ip.Is4() {
+				w = len("255.255.255.255")
+			}
+			size += w + len(ip.Zone()) + 1
+		}
+	}
+	var all strings.Builder
+	all.Grow(size)
+	ends := make([]int, n)
+	var buf [64]byte
+	k := 0
+	for i := range pods {
+		for _, ip := range pods[i].IPs {
+			all.Write(appendAddrText(buf[:0], ip))
+			ends[k] = all.Len()
+			k++
+		}
+	}
+	text := all.String()
+	pt := podTexts{addrs: make([]string, n), comments: make([]string, len(pods))}
+	start := 0
+	for k, end := range ends {
+		pt.addrs[k] = text[start:end]
+		start = end
+	}
+	for i := range pods {
+		pt.comments[i] = truncText(pods[i].Key)
+	}
 	return pt
+}
+
+// appendAddrText appends an address as netip.Addr.String writes it.
+func appendAddrText(b []byte, ip netip.Addr) []byte {
+	if !ip.IsValid() {
+		return append(b, ip.String()...)
+	}
+	return ip.AppendTo(b)
 }
 
 // addrKey is the key of a one-address element: address i alone, capped so
@@ -141,8 +203,15 @@ func (r *renderer) allPodElements() {
 			r.full.peerNamed = append(r.full.peerNamed, i)
 		}
 	}
+	texts := newPodTexts(r.prog.Pods)
+	off := 0
 	for i := range r.prog.Pods {
-		r.podElements(&r.prog.Pods[i], emit)
+		pod := &r.prog.Pods[i]
+		end := off + len(pod.IPs)
+		pt := podText{addrs: texts.addrs[off:end:end], comment: &texts.comments[i]}
+		pt.setKey(pod)
+		r.podElementsWith(pod, &pt, emit)
+		off = end
 	}
 	r.full = nil
 	for _, c := range pending {
