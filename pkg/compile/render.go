@@ -16,10 +16,15 @@ func ptr[T any](v T) *T { return &v }
 
 // truncComment keeps comments within nftables' limit.
 func truncComment(s string) *string {
+	s = truncText(s)
+	return &s
+}
+
+func truncText(s string) string {
 	if len(s) > knftables.CommentLengthMax {
 		s = s[:knftables.CommentLengthMax-3] + "..."
 	}
-	return &s
+	return s
 }
 
 func shortHash(s string) string {
@@ -98,6 +103,9 @@ type renderer struct {
 	// tier-skip sets instead of the program's members: a Tracker's
 	// members are its tracked pods (tracker_cluster.go).
 	addrs func(SelectorID, func(netip.Addr))
+	// full is set while a full render emits every pod's elements
+	// (render_elements.go).
+	full *fullRender
 }
 
 // subjectOfPolicy reports whether a pod is isolated by NetworkPolicy id in
@@ -145,8 +153,9 @@ func (r *renderer) render() {
 	if r.output != nil {
 		r.addChain(r.output)
 	}
+	var so elementSorter
 	for _, s := range r.rs.Sets {
-		s.Elements = sortElements(s.Elements)
+		s.Elements = so.sort(s.Elements)
 	}
 }
 
@@ -402,18 +411,6 @@ func (r *renderer) kernelDispatch() {
 	}
 }
 
-// allPodElements adds every pod's elements to the sets and maps rendered
-// so far.
-func (r *renderer) allPodElements() {
-	emit := func(set string, e knftables.Element) {
-		s := r.rs.Sets[set]
-		s.Elements = append(s.Elements, e)
-	}
-	for i := range r.prog.Pods {
-		r.podElements(&r.prog.Pods[i], emit)
-	}
-}
-
 // podElements emits what one pod contributes to the sets and maps whose
 // elements are pods: the self and ClusterNetworkPolicy egress sets and the
 // tier maps (local pods), the peer sets of the selectors it belongs to and
@@ -424,10 +421,16 @@ func (r *renderer) allPodElements() {
 // ClusterNetworkPolicy combination chains (comboRanges), which list every
 // address their rules name: pod churn is these elements.
 func (r *renderer) podElements(pod *Pod, emit func(set string, e knftables.Element)) {
-	r.knownPodElements(pod, emit)
-	r.fqdnPodElements(pod, emit)
+	pt := r.podText(pod)
+	r.podElementsWith(pod, &pt, emit)
+}
+
+// podElementsWith is podElements with the pod's texts.
+func (r *renderer) podElementsWith(pod *Pod, pt *podText, emit func(set string, e knftables.Element)) {
+	r.knownPodElements(pod, pt, emit)
+	r.fqdnPodElements(pod, pt, emit)
 	if pod.Local {
-		r.localPodElements(pod, emit)
+		r.localPodElements(pod, pt, emit)
 	}
 	for _, sid := range pod.MemberOf {
 		for _, v4 := range []bool{true, false} {
@@ -435,22 +438,18 @@ func (r *renderer) podElements(pod *Pod, emit func(set string, e knftables.Eleme
 			if name == "" {
 				continue
 			}
-			for _, ip := range pod.IPs {
+			for i, ip := range pod.IPs {
 				if ip.Is4() == v4 {
-					emit(name, knftables.Element{Key: []string{ip.String()}, Comment: truncComment(pod.Key)})
+					emit(name, knftables.Element{Key: pt.addrKey(i), Comment: pt.comment})
 				}
 			}
 		}
 	}
-	for i := range r.named {
-		if r.named[i].covers(pod) {
-			r.named[i].elements(pod, emit)
-		}
-	}
+	r.namedElements(pod, pt, emit)
 }
 
 // localPodElements emits a local pod's self and dispatch elements.
-func (r *renderer) localPodElements(pod *Pod, emit func(set string, e knftables.Element)) {
+func (r *renderer) localPodElements(pod *Pod, pt *podText, emit func(set string, e knftables.Element)) {
 	cnpEgress := len(pod.AdminEgress) > 0 || len(pod.BaselineEgress) > 0
 	egress := len(pod.EgressPolicies) > 0 || cnpEgress
 	ingress := len(pod.IngressPolicies) > 0 || len(pod.AdminIngress) > 0 || len(pod.BaselineIngress) > 0
@@ -458,16 +457,19 @@ func (r *renderer) localPodElements(pod *Pod, emit func(set string, e knftables.
 		return
 	}
 	vmap := func(prefix string, verdict string) {
-		for _, ip := range pod.IPs {
-			emit(prefix+famSuffix(ip.Is4()), knftables.Element{Key: []string{ip.String()}, Value: []string{verdict}, Comment: truncComment(pod.Key)})
+		value := []string{verdict}
+		for i, ip := range pod.IPs {
+			emit(prefix+famSuffix(ip.Is4()), knftables.Element{Key: pt.addrKey(i), Value: value, Comment: pt.comment})
 		}
 	}
-	for _, ip := range pod.IPs {
+	for i, ip := range pod.IPs {
 		// A pod can always reach itself, before any policy is consulted;
 		// the input chain dispatches ClusterNetworkPolicy egress subjects.
-		emit("self"+famSuffix(ip.Is4()), knftables.Element{Key: []string{ip.String(), ip.String()}, Comment: ptr(pod.Key)})
+		self := r.strs(2)
+		self[0], self[1] = pt.addrs[i], pt.addrs[i]
+		emit("self"+famSuffix(ip.Is4()), knftables.Element{Key: self, Comment: pt.key})
 		if cnpEgress {
-			emit(clusterEgressSet(ip.Is4()), knftables.Element{Key: []string{ip.String()}, Comment: ptr(pod.Key)})
+			emit(clusterEgressSet(ip.Is4()), knftables.Element{Key: pt.addrKey(i), Comment: pt.key})
 		}
 	}
 	if r.cfg.Mode == ModeQueue {
@@ -652,7 +654,7 @@ func (u *namedPortUser) covers(pod *Pod) bool {
 	return matchCoversPod(u.m, pod)
 }
 
-func (u *namedPortUser) elements(pod *Pod, emit func(set string, e knftables.Element)) {
+func (u *namedPortUser) elements(r *renderer, pod *Pod, pt *podText, emit func(set string, e knftables.Element)) {
 	for _, np := range u.m.NamedPorts {
 		for _, cp := range pod.Ports {
 			if cp.Name != np.Name || (np.Protocol != 0 && cp.Protocol != np.Protocol) {
@@ -661,9 +663,11 @@ func (u *namedPortUser) elements(pod *Pod, emit func(set string, e knftables.Ele
 			if n, ok := pod.NamedPort(np.Name, cp.Protocol); !ok || n != cp.Port {
 				continue // an earlier container port of that name and protocol wins
 			}
-			for _, ip := range pod.IPs {
-				emit(u.base+famSuffix(ip.Is4()), knftables.Element{Key: []string{ip.String(), cp.Protocol.Name(), itoa(int(cp.Port))},
-					Comment: truncComment(pod.Key + " " + np.Name)})
+			comment, port := truncComment(pod.Key+" "+np.Name), itoa(int(cp.Port))
+			for i, ip := range pod.IPs {
+				key := r.strs(3)
+				key[0], key[1], key[2] = pt.addrs[i], cp.Protocol.Name(), port
+				emit(u.base+famSuffix(ip.Is4()), knftables.Element{Key: key, Comment: comment})
 			}
 		}
 	}

@@ -152,12 +152,12 @@ func (r *renderer) fqdnSubject(pod *Pod) bool {
 
 // fqdnPodElements adds a pod with domainNames egress rules to the set whose
 // DNS replies are captured.
-func (r *renderer) fqdnPodElements(pod *Pod, emit func(set string, e knftables.Element)) {
+func (r *renderer) fqdnPodElements(pod *Pod, pt *podText, emit func(set string, e knftables.Element)) {
 	if !r.fqdnSubject(pod) {
 		return
 	}
-	for _, ip := range pod.IPs {
-		emit(fqdnPodsSet(ip.Is4()), knftables.Element{Key: []string{ip.String()}, Comment: truncComment(pod.Key)})
+	for i, ip := range pod.IPs {
+		emit(fqdnPodsSet(ip.Is4()), knftables.Element{Key: pt.addrKey(i), Comment: pt.comment})
 	}
 }
 

@@ -84,12 +84,12 @@ func (r *renderer) unknownPods() []knftables.Rule {
 // (measured with nft 1.0.6). Which pod holds an address is still told by
 // the sets that decide for it (on its node) and by the API. Node addresses
 // keep theirs: they are few and explain why a non-pod address is here.
-func (r *renderer) knownPodElements(pod *Pod, emit func(set string, e knftables.Element)) {
+func (r *renderer) knownPodElements(pod *Pod, pt *podText, emit func(set string, e knftables.Element)) {
 	if !r.cfg.QueuesUnknownPods() {
 		return
 	}
-	for _, ip := range pod.IPs {
-		emit(knownPodsSet(ip.Is4()), knftables.Element{Key: []string{ip.String()}})
+	for i, ip := range pod.IPs {
+		emit(knownPodsSet(ip.Is4()), knftables.Element{Key: pt.addrKey(i)})
 	}
 }
 

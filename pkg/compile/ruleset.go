@@ -2,7 +2,6 @@ package compile
 
 import (
 	"net/netip"
-	"slices"
 	"sort"
 	"strings"
 
@@ -81,44 +80,6 @@ func (rs *Ruleset) AddTo(tx *knftables.Transaction) {
 			tx.Add(&kr)
 		}
 	}
-}
-
-// sortElements orders elements by key, addresses numerically, and drops
-// duplicates (two port names of one pod may resolve to the same number).
-// Sort keys are parsed once per element, not once per comparison.
-func sortElements(es []knftables.Element) []knftables.Element {
-	if len(es) < 2 {
-		return es
-	}
-	type keyed struct {
-		fields []fieldSortKey
-		e      knftables.Element
-	}
-	ks := make([]keyed, len(es))
-	for i := range es {
-		f := make([]fieldSortKey, len(es[i].Key))
-		for j, k := range es[i].Key {
-			f[j] = fieldKey(k)
-		}
-		ks[i] = keyed{f, es[i]}
-	}
-	sort.SliceStable(ks, func(i, j int) bool {
-		a, b := ks[i], ks[j]
-		for x := 0; x < len(a.fields) && x < len(b.fields); x++ {
-			if c := compareField(a.fields[x], b.fields[x], a.e.Key[x], b.e.Key[x]); c != 0 {
-				return c < 0
-			}
-		}
-		return len(a.fields) < len(b.fields)
-	})
-	out := es[:0]
-	for i := range ks {
-		if len(out) > 0 && slices.Equal(out[len(out)-1].Key, ks[i].e.Key) {
-			continue
-		}
-		out = append(out, ks[i].e)
-	}
-	return out
 }
 
 func compareField(a, b fieldSortKey, as, bs string) int {
