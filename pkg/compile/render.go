@@ -467,9 +467,9 @@ func (r *renderer) localPodElements(pod *Pod, pt *podText, emit func(set string,
 		// the input chain dispatches ClusterNetworkPolicy egress subjects.
 		self := r.strs(2)
 		self[0], self[1] = pt.addrs[i], pt.addrs[i]
-		emit("self"+famSuffix(ip.Is4()), knftables.Element{Key: self, Comment: pt.key})
+		emit("self"+famSuffix(ip.Is4()), knftables.Element{Key: self, Comment: pt.comment})
 		if cnpEgress {
-			emit(clusterEgressSet(ip.Is4()), knftables.Element{Key: pt.addrKey(i), Comment: pt.key})
+			emit(clusterEgressSet(ip.Is4()), knftables.Element{Key: pt.addrKey(i), Comment: pt.comment})
 		}
 	}
 	if r.cfg.Mode == ModeQueue {

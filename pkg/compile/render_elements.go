@@ -45,11 +45,9 @@ import (
 type podText struct {
 	// addrs are the pod's addresses as text, index for index with Pod.IPs.
 	addrs []string
-	// comment is the pod's key, truncated to nftables' limit.
+	// comment is the pod's key, truncated to nftables' limit (nft
+	// refuses a longer comment, and with it the whole transaction).
 	comment *string
-	// key is the pod's key as is (the self and cluster-egress elements
-	// keep it whole): comment when that is not truncated.
-	key *string
 }
 
 // podText renders a pod's address strings and comments.
@@ -58,15 +56,7 @@ func (r *renderer) podText(pod *Pod) podText {
 	for i, ip := range pod.IPs {
 		pt.addrs[i] = ip.String()
 	}
-	pt.setKey(pod)
 	return pt
-}
-
-func (pt *podText) setKey(pod *Pod) {
-	pt.key = pt.comment
-	if *pt.comment != pod.Key {
-		pt.key = ptr(pod.Key)
-	}
 }
 
 // podTexts are every pod's texts, made for a full render with a handful
@@ -209,7 +199,6 @@ func (r *renderer) allPodElements() {
 		pod := &r.prog.Pods[i]
 		end := off + len(pod.IPs)
 		pt := podText{addrs: texts.addrs[off:end:end], comment: &texts.comments[i]}
-		pt.setKey(pod)
 		r.podElementsWith(pod, &pt, emit)
 		off = end
 	}
