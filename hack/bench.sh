@@ -117,6 +117,10 @@ contention() { "$NFTBENCH" contention --name "contention_$1" --duration 500ms >>
 
 section() { [[ $SKIP != *" $1 "* ]]; }
 
+# The CPU's speed can change between runs with nothing else running in the
+# guest (a VM's host): cpu_speed_start lets runs be compared.
+contention start
+
 if section conn; then
 	log "conn: connections between namespaces, control / hybrid / hybrid with the deny log / queue interleaved (${CONN_ARGS[*]})"
 	"$NFTBENCH" conn "${CONN_ARGS[@]}" >"$OUT/conn.txt"

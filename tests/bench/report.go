@@ -136,6 +136,15 @@ func Report(r *Result, quick bool) string {
 		if len(cs) > 0 {
 			rows = append(rows, [5]string{"machine", "contention before each timed section (wall/CPU of a fixed loop; 1 = idle)", strings.Join(cs, ", "), "", ""})
 		}
+		var sp []string
+		for _, sec := range []string{"start", "sync", "eval", "scale", "delay"} {
+			if c, ok := r.Get("cpu_speed_" + sec); ok {
+				sp = append(sp, sec+" "+c)
+			}
+		}
+		if len(sp) > 0 {
+			rows = append(rows, [5]string{"machine", "CPU speed before each timed section (MiB of SHA-256 per CPU-second of one thread; compare between runs)", strings.Join(sp, ", "), "", ""})
+		}
 	}
 	row("connections", "hybrid: rate vs control, both paths (median of per-round ratios)", "hybrid_conn_ratio", "")
 	row("connections", "hybrid: rate vs control, same node", "hybrid_conn_ratio_same", "")

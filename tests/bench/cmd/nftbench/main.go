@@ -174,11 +174,15 @@ func main() {
 		startProfile()
 		res, err = bench.RunRestart(ctx, c)
 	case "contention":
-		// wall/CPU of a fixed CPU-bound loop: how much of a CPU this machine gives
+		// wall/CPU of a fixed CPU-bound loop: how much of a CPU this machine
+		// gives; and the CPU's speed (MiB of SHA-256 per CPU-second)
 		name := fs.String("name", "contention", "name of the value")
 		d := fs.Duration("duration", time.Second, "length of the loop")
 		_ = fs.Parse(args)
-		fmt.Printf("%s=%s\n", *name, bench.FormatFloat(bench.Contention(*d)))
+		ratio, speed := bench.Contention(*d)
+		fmt.Printf("%s=%s\n", *name, bench.FormatFloat(ratio))
+		// contention_<section> -> cpu_speed_<section>
+		fmt.Printf("cpu_speed_%s=%s\n", strings.TrimPrefix(*name, "contention_"), bench.FormatFloat(speed))
 		return
 	case "gobench":
 		// go test -bench output (files, or stdin) -> name=value lines
