@@ -12,10 +12,9 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
-	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 )
 
 // agentHeapProfile runs the agent's controller in this process (what
@@ -24,14 +23,6 @@ import (
 // a heap profile (in-use space after a GC) to path: where the agent
 // process's RSS goes. The agent process must be stopped.
 func agentHeapProfile(ctx context.Context, c *cluster.Cluster, path string, logf func(string, ...any)) error {
-	nft, err := netlab.NewNodeNFT(c.Lab, "node-1")
-	if err != nil {
-		return err
-	}
-	syncer, err := sets.New(sets.Config{NFT: nft, Logger: quiet})
-	if err != nil {
-		return err
-	}
 	render := compile.RenderConfig{Mode: c.Mode()}
 	if render.UsesQueue() {
 		v, err := sets.ProbeQueueVariant(ctx)
@@ -41,6 +32,14 @@ func agentHeapProfile(ctx context.Context, c *cluster.Cluster, path string, logf
 		render.QueueVariant = compile.QueueVariant(v.String())
 	}
 	render.Defaults()
+	// The node's syncer and queue runtime as the agent configures them:
+	// a syncer without the netlink writer and the xt-compat rule's
+	// installer fails every sync over the table the agent left.
+	node, err := inproc.New(c.Lab, "node-1", render, quiet)
+	if err != nil {
+		return err
+	}
+	defer node.Close()
 	rc := c.Env.RESTConfig()
 	rc.ContentType = "application/vnd.kubernetes.protobuf"
 	cs, err := kubernetes.NewForConfig(rc)
@@ -48,7 +47,7 @@ func agentHeapProfile(ctx context.Context, c *cluster.Cluster, path string, logf
 		return err
 	}
 	ctrl, err := controller.New(controller.Config{Client: cs, NodeName: "node-1", NodeIPs: c.NodeIPs("node-1"), Render: render,
-		Syncer: syncer, Evaluator: &queue.Evaluator{}, Metrics: controller.NewMetrics(), Logger: quiet})
+		Syncer: node.Syncer(), Evaluator: node.Evaluator(), Metrics: controller.NewMetrics(), Logger: quiet})
 	if err != nil {
 		return err
 	}
@@ -56,10 +55,15 @@ func agentHeapProfile(ctx context.Context, c *cluster.Cluster, path string, logf
 	done := make(chan error, 1)
 	go func() { done <- ctrl.Run(ctx) }()
 	defer func() { cancel(); <-done }()
+	// Not ready in time: a sync that keeps failing (the controller logs
+	// nothing here) must end the profile with an error, not hang the run.
+	deadline := time.After(5 * time.Minute)
 	for !ctrl.Ready() {
 		select {
 		case err := <-done:
 			return fmt.Errorf("in-process controller: %w", err)
+		case <-deadline:
+			return fmt.Errorf("in-process controller: not ready after 5 minutes (its first sync did not commit)")
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -355,6 +355,11 @@ func changeEach[T any](cur, next map[string]*T, apply func(key string, obj *T) e
 // before the first Apply.
 func (a *Agent) Evaluator() *queue.Evaluator { return &a.eval }
 
+// Syncer returns the agent's syncer, configured as the agent's (netlink
+// elements, one command per set, the xt-compat queue rule installed over
+// netlink), for a controller run in this process.
+func (a *Agent) Syncer() *sets.Syncer { return a.syncer }
+
 // NetnsFD is a descriptor of the node's network namespace, for sockets the
 // caller opens there (ctnetlink).
 func (a *Agent) NetnsFD() int { return int(a.netns.Fd()) }
