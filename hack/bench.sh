@@ -118,7 +118,8 @@ contention() { "$NFTBENCH" contention --name "contention_$1" --duration 500ms >>
 section() { [[ $SKIP != *" $1 "* ]]; }
 
 # The CPU's speed can change between runs with nothing else running in the
-# guest (a VM's host): cpu_speed_start lets runs be compared.
+# guest (a VM's host), and so can the cost of waking a thread:
+# cpu_speed_start and wakeup_rtt_us_start let runs be compared.
 contention start
 
 if section conn; then

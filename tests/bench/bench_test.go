@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -56,6 +57,26 @@ PASS
 	}
 	if back := ParseLines(rep); back.Float("hybrid_conn_ratio") != 0.97 || back.Float("other") == back.Float("other") {
 		t.Errorf("the report's lines do not parse back: %v", back.Lines())
+	}
+}
+
+// TestWakeupRoundTrip checks the wake-up figure is a time and that the
+// machine rows of the report carry it.
+func TestWakeupRoundTrip(t *testing.T) {
+	us, err := WakeupRoundTrip(200)
+	if err != nil || us <= 0 || us > 1e6 {
+		t.Fatalf("WakeupRoundTrip(200) = %v µs, %v; want a positive time under a second", us, err)
+	}
+	if _, err := WakeupRoundTrip(0); err == nil {
+		t.Error("WakeupRoundTrip(0): no error")
+	}
+	r := &Result{}
+	r.Set("machine_cpus", 2)
+	r.Set("wakeup_rtt_us_start", us)
+	r.Set("wakeup_rtt_us_delay", 30.5)
+	want := fmt.Sprintf("| start %s, delay 30.5 |", FormatFloat(us))
+	if rep := Report(r, false); !strings.Contains(rep, want) {
+		t.Errorf("report lacks %q:\n%s", want, rep)
 	}
 }
 

@@ -145,6 +145,15 @@ func Report(r *Result, quick bool) string {
 		if len(sp) > 0 {
 			rows = append(rows, [5]string{"machine", "CPU speed before each timed section (MiB of SHA-256 per CPU-second of one thread; compare between runs)", strings.Join(sp, ", "), "", ""})
 		}
+		var wk []string
+		for _, sec := range []string{"start", "sync", "eval", "scale", "delay"} {
+			if c, ok := r.Get("wakeup_rtt_us_" + sec); ok {
+				wk = append(wk, sec+" "+c)
+			}
+		}
+		if len(wk) > 0 {
+			rows = append(rows, [5]string{"machine", "wake-ups before each timed section (median µs of a pipe round trip between two threads: two wake-ups; compare between runs)", strings.Join(wk, ", "), "", ""})
+		}
 	}
 	row("connections", "hybrid: rate vs control, both paths (median of per-round ratios)", "hybrid_conn_ratio", "")
 	row("connections", "hybrid: rate vs control, same node", "hybrid_conn_ratio_same", "")

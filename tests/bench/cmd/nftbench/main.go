@@ -175,7 +175,8 @@ func main() {
 		res, err = bench.RunRestart(ctx, c)
 	case "contention":
 		// wall/CPU of a fixed CPU-bound loop: how much of a CPU this machine
-		// gives; and the CPU's speed (MiB of SHA-256 per CPU-second)
+		// gives; the CPU's speed (MiB of SHA-256 per CPU-second); and the
+		// cost of waking a thread (a pipe round trip between two threads)
 		name := fs.String("name", "contention", "name of the value")
 		d := fs.Duration("duration", time.Second, "length of the loop")
 		_ = fs.Parse(args)
@@ -183,6 +184,13 @@ func main() {
 		fmt.Printf("%s=%s\n", *name, bench.FormatFloat(ratio))
 		// contention_<section> -> cpu_speed_<section>
 		fmt.Printf("cpu_speed_%s=%s\n", strings.TrimPrefix(*name, "contention_"), bench.FormatFloat(speed))
+		// and the median round trip between two threads over pipes
+		wake, err := bench.WakeupRoundTrip(5000)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "nftbench contention: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Printf("wakeup_rtt_us_%s=%s\n", strings.TrimPrefix(*name, "contention_"), bench.FormatFloat(wake))
 		return
 	case "gobench":
 		// go test -bench output (files, or stdin) -> name=value lines
