@@ -567,9 +567,12 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 		c.cfg.Metrics.SyncFailures.Inc()
 		return err
 	}
-	if stale && !res.Full && res.Operations > 0 {
-		// The rebuild after incremental pod changes changed the table:
-		// changes raced it, or the tracker missed something.
+	if stale && observed.IsZero() && !res.Full && res.Operations > 0 {
+		// The rebuild after incremental pod changes, carrying no change
+		// of its own (observed is zero: none was noted since the last
+		// sync), changed the table: the tracker missed something. A
+		// rebuild for a change the tracker cannot apply alone writes that
+		// change, and is not counted.
 		c.cfg.Metrics.TrackerCorrections.Add(float64(res.ElementsAdded + res.ElementsDeleted))
 		log.V(2).Info("Rebuild after incremental pod changes changed elements", "elementsAdded", res.ElementsAdded, "elementsDeleted", res.ElementsDeleted)
 	}

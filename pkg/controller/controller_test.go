@@ -381,3 +381,34 @@ func TestPodChangesAreElementChanges(t *testing.T) {
 	}
 	eventually(t, "the table equals a fresh load of the full build", func() bool { return h.nft.dump() == fresh.Dump() })
 }
+
+// TestTrackerCorrectionsCountOnlyChecks: a pod change the tracker cannot
+// apply alone (the last local pod of a policy's combination chain goes)
+// rebuilds, and that rebuild writes the change itself. It is no correction
+// of the incremental changes before it, and
+// nftpolicy_tracker_corrections_total, whose rise tells operators of a
+// compiler bug, must not count it.
+func TestTrackerCorrectionsCountOnlyChecks(t *testing.T) {
+	h := startWith(t, func(c *Config) { c.ProgramRefreshDelay = time.Hour },
+		testPod("x", "a", "n1", "10.0.1.1", nil), denyAll("x"))
+	eventually(t, "first sync", h.ctrl.Ready)
+	ctx := context.Background()
+	pods := h.ctrl.cfg.Metrics.SyncDuration
+	before := histogramCount(t, pods, "pods")
+	// An incremental change, not checked by a rebuild yet (the refresh
+	// delay is an hour).
+	if _, err := h.client.CoreV1().Pods("y").Create(ctx, testPod("y", "c", "n1", "10.0.1.3", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "y/c applied as a pod change", func() bool { return histogramCount(t, pods, "pods") > before })
+	if !strings.Contains(h.nft.dump(), `"x/a"`) {
+		t.Fatal("x/a is not in the table before its deletion")
+	}
+	if err := h.client.CoreV1().Pods("x").Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "x/a gone from the kernel", func() bool { return !strings.Contains(h.nft.dump(), `"x/a"`) })
+	if got := counterValue(t, h.ctrl.cfg.Metrics.TrackerCorrections); got != 0 {
+		t.Errorf("nftpolicy_tracker_corrections_total = %v after a rebuild that carried a new change, want 0", got)
+	}
+}

@@ -42,7 +42,7 @@ func NewMetrics() *Metrics {
 	return &Metrics{
 		TrackerCorrections: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nftpolicy_tracker_corrections_total",
-			Help: "Set elements a rebuild changed right after pod changes had been applied incrementally. Changes that raced the rebuild explain a few; a steady rise means the incremental compiler disagrees with the full build (a bug: please report it with the agent's logs at -v=2).",
+			Help: "Set elements changed by the check after pod changes had been applied incrementally (a rebuild that carries no new change): the incremental compiler disagreed with the full build (a bug: please report it with the agent's logs at -v=2).",
 		}),
 		SyncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "nftpolicy_sync_duration_seconds", Help: "Time to compile and apply one sync, by kind: pods (pod changes applied as element changes), policies (NetworkPolicy and ClusterNetworkPolicy changes compiled alone, the changed chains and sets written), incremental (everything rebuilt, the table's differences applied) or full (the table rewritten).",
