@@ -127,32 +127,21 @@ func Report(r *Result, quick bool) string {
 			strings.ReplaceAll(v("machine_cpu_model"), "_", " "), v("machine_mem_gib")), "", ""})
 		rows = append(rows, [5]string{"machine", "kernel, nft, Go", fmt.Sprintf("%s, nft %s, %s", v("machine_kernel"), v("machine_nft"), v("machine_go")), "", ""})
 		rows = append(rows, [5]string{"machine", "load average at start / end", v("machine_load_start") + " / " + v("machine_load_end"), "", ""})
-		var cs []string
-		for _, sec := range []string{"sync", "eval", "scale", "delay"} {
-			if c, ok := r.Get("contention_" + sec); ok {
-				cs = append(cs, sec+" "+c)
+		// The machine probes before the run and each timed section.
+		for _, probe := range [][2]string{
+			{"contention_", "contention before each timed section (wall/CPU of a fixed loop; 1 = idle)"},
+			{"cpu_speed_", "CPU speed before each timed section (MiB of SHA-256 per CPU-second of one thread; compare between runs)"},
+			{"wakeup_rtt_us_", "wake-ups before each timed section (median µs of a pipe round trip between two threads: two wake-ups; compare between runs)"},
+		} {
+			var vs []string
+			for _, sec := range []string{"start", "sync", "eval", "scale", "delay"} {
+				if c, ok := r.Get(probe[0] + sec); ok {
+					vs = append(vs, sec+" "+c)
+				}
 			}
-		}
-		if len(cs) > 0 {
-			rows = append(rows, [5]string{"machine", "contention before each timed section (wall/CPU of a fixed loop; 1 = idle)", strings.Join(cs, ", "), "", ""})
-		}
-		var sp []string
-		for _, sec := range []string{"start", "sync", "eval", "scale", "delay"} {
-			if c, ok := r.Get("cpu_speed_" + sec); ok {
-				sp = append(sp, sec+" "+c)
+			if len(vs) > 0 {
+				rows = append(rows, [5]string{"machine", probe[1], strings.Join(vs, ", "), "", ""})
 			}
-		}
-		if len(sp) > 0 {
-			rows = append(rows, [5]string{"machine", "CPU speed before each timed section (MiB of SHA-256 per CPU-second of one thread; compare between runs)", strings.Join(sp, ", "), "", ""})
-		}
-		var wk []string
-		for _, sec := range []string{"start", "sync", "eval", "scale", "delay"} {
-			if c, ok := r.Get("wakeup_rtt_us_" + sec); ok {
-				wk = append(wk, sec+" "+c)
-			}
-		}
-		if len(wk) > 0 {
-			rows = append(rows, [5]string{"machine", "wake-ups before each timed section (median µs of a pipe round trip between two threads: two wake-ups; compare between runs)", strings.Join(wk, ", "), "", ""})
 		}
 	}
 	row("connections", "hybrid: rate vs control, both paths (median of per-round ratios)", "hybrid_conn_ratio", "")
