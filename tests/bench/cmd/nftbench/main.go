@@ -7,10 +7,10 @@
 //
 //	nftbench conn  [--rounds N] [--duration D] [--max-conns N] [--workers N] [--reply] [--client-in-process]
 //	nftbench scale [--pods 1000,10000,50000,100000] [--policies 1000] [--local-pods 4]
-//	nftbench delay [--changes 20] [--interval 2ms]
+//	nftbench delay [--cycles 5] [--interval 2ms] [--mode hybrid]
 //	nftbench newpod [--pods 200] [--informer-delay 30ms] [--revocations 20]
 //	nftbench dns   [--lookups 1000] [--conns 100]
-//	nftbench contention [--name N] [--duration D]
+//	nftbench contention [--name N] [--duration D]   (contention, cpu_speed and wakeup_rtt_us lines)
 //	nftbench gobench [FILE...]   (go test -bench output -> name=value lines)
 //	nftbench report [--quick] FILE...
 //	nftbench chart FILE...       (the scale section's lines -> SVG chart)
