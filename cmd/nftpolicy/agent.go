@@ -288,7 +288,8 @@ func agent(ctx context.Context, o *agentOptions) error {
 		defer warm.Close()
 		nft = warm
 	}
-	// Pod churn goes to the kernel over netlink, in one batch per sync.
+	// Pod churn and policy edits go to the kernel over netlink, in one
+	// batch per sync.
 	elements := sets.NewNetlinkElements(compile.TableName, 0)
 	defer elements.Close()
 	syncer, err := sets.New(sets.Config{NFT: nft, Logger: log.WithName("sets"), External: compatInstaller(render),
@@ -298,7 +299,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "nftpolicy_netlink_batch_fallbacks_total",
-		Help: "Netlink element batches the kernel refused (nothing applied; a full sync followed).",
+		Help: "Netlink batches (elements, or chains, rules and sets) the kernel refused (nothing applied; a full sync followed).",
 	}, func() float64 { return float64(syncer.NetlinkFallbacks()) }))
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))

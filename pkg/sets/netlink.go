@@ -12,6 +12,7 @@ import (
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
@@ -228,7 +229,7 @@ func elementOnlyDiff(old, desired *compile.Ruleset) (diffs []setDiff, ok bool) {
 	}
 	for n, c := range desired.Chains {
 		prev, ok := old.Chains[n]
-		if !ok || prev.External != c.External || !equalRules(prev.Rules, c.Rules) {
+		if !ok || prev != c && (prev.External != c.External || !equalRules(prev.Rules, c.Rules)) {
 			return nil, false
 		}
 	}
@@ -327,20 +328,129 @@ func (s *Syncer) netlinkSync(ctx context.Context, desired *compile.Ruleset) (res
 		s.cfg.Logger.V(2).Info("Element changes go through nft", "reason", err)
 		return res, false, nil
 	}
-	err = s.cfg.Netlink.write(ctx, batch)
+	return s.netlinkWrite(ctx, desired, batch,
+		Result{Netlink: true, Operations: added + deleted, ElementsAdded: added, ElementsDeleted: deleted})
+}
+
+// netlinkWrite sends a sync's batch, whose changes res counts. handled is
+// false when the batch is too big for the socket (the caller writes the
+// sync with nft). A batch the kernel refuses changed nothing; it is counted
+// and followed at once by a full sync.
+func (s *Syncer) netlinkWrite(ctx context.Context, desired *compile.Ruleset, batch *elementBatch, res Result) (_ Result, handled bool, _ error) {
+	err := s.cfg.Netlink.write(ctx, batch)
 	if errors.Is(err, errBatchTooBig) {
-		s.cfg.Logger.V(2).Info("Element changes go through nft", "reason", err)
-		return res, false, nil
+		s.cfg.Logger.V(2).Info("Changes go through nft", "reason", err)
+		return Result{}, false, nil
 	}
 	if err != nil {
 		n := s.netlinkFallbacks.Add(1)
-		s.cfg.Logger.Error(err, "Netlink element batch failed, the kernel is unchanged; falling back to a full sync",
-			"elementsAdded", added, "elementsDeleted", deleted, "fallbacks", n)
-		res, err := s.full(ctx, desired)
-		res.NetlinkFallback = true
-		return res, true, err
+		s.cfg.Logger.Error(err, "Netlink batch failed, the kernel is unchanged; falling back to a full sync",
+			"operations", res.Operations, "elementsAdded", res.ElementsAdded, "elementsDeleted", res.ElementsDeleted,
+			"chainsWritten", res.ChainsWritten, "chainsDeleted", res.ChainsDeleted, "fallbacks", n)
+		full, err := s.full(ctx, desired)
+		full.NetlinkFallback = true
+		return full, true, err
 	}
-	return Result{Netlink: true, Operations: added + deleted, ElementsAdded: added, ElementsDeleted: deleted}, true, nil
+	return res, true, nil
+}
+
+// netlinkObjects writes a sync that changes chains, rules or set
+// declarations (a policy edit, a rebuild) as one netlink batch
+// (nlobjects.go). handled is false when a change is outside what the batch
+// can express: the caller writes the whole sync with nft.
+func (s *Syncer) netlinkObjects(ctx context.Context, desired *compile.Ruleset) (res Result, handled bool, err error) {
+	w := &nlWriter{b: s.cfg.Netlink.newBatch(64), desired: desired}
+	if err := writeDiff(s.applied, desired, w, &res); err != nil {
+		s.cfg.Logger.V(2).Info("Changes go through nft", "reason", err)
+		return Result{}, false, nil
+	}
+	res.Netlink, res.Operations = true, w.ops
+	if w.ops == 0 {
+		return res, true, nil
+	}
+	return s.netlinkWrite(ctx, desired, w.b, res)
+}
+
+// nlWriter writes a diff into a netlink batch; ops counts its operations
+// (elements, chains, rules, sets, as an nft transaction counts them).
+type nlWriter struct {
+	b       *elementBatch
+	desired *compile.Ruleset
+	ops     int
+	setIDs  uint32
+	layouts map[string]*elementLayout
+	els     [2]nlElement
+}
+
+func (w *nlWriter) addChain(c *knftables.Chain) error {
+	w.ops++
+	return w.b.addChain(c)
+}
+
+func (w *nlWriter) addSet(s *compile.Set) error {
+	w.ops++
+	w.setIDs++
+	if err := w.b.addSet(s, w.setIDs); err != nil {
+		return err
+	}
+	for i := range s.Elements {
+		if err := w.element(s, &s.Elements[i], unix.NFT_MSG_NEWSETELEM); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *nlWriter) delElement(s *compile.Set, e *knftables.Element) error {
+	return w.element(s, e, unix.NFT_MSG_DELSETELEM)
+}
+
+func (w *nlWriter) addElement(s *compile.Set, e *knftables.Element) error {
+	return w.element(s, e, unix.NFT_MSG_NEWSETELEM)
+}
+
+func (w *nlWriter) element(s *compile.Set, e *knftables.Element, op uint16) error {
+	name := s.Name()
+	l, ok := w.layouts[name]
+	if !ok {
+		lo, err := layoutOf(s)
+		if err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+		l = &lo
+		if w.layouts == nil {
+			w.layouts = map[string]*elementLayout{}
+		}
+		w.layouts[name] = l
+	}
+	w.ops++
+	if err := w.b.addElement(name, op, l, e, &w.els); err != nil {
+		return fmt.Errorf("set %s: %w", name, err)
+	}
+	return nil
+}
+
+func (w *nlWriter) flushChain(name string) error {
+	w.ops++
+	w.b.flushChain(name)
+	return nil
+}
+
+func (w *nlWriter) addRule(chain string, r *knftables.Rule) error {
+	w.ops++
+	return w.b.addRule(chain, r, func(n string) *compile.Set { return w.desired.Sets[n] })
+}
+
+func (w *nlWriter) delChain(name string) error {
+	w.ops++
+	w.b.delChain(name)
+	return nil
+}
+
+func (w *nlWriter) delSet(s *compile.Set) error {
+	w.ops++
+	w.b.delSet(s.Name())
+	return nil
 }
 
 // NetlinkFallbacks is the number of netlink element batches the kernel

@@ -264,7 +264,6 @@ func addRules(tx *knftables.Transaction, chain string, c *compile.Chain) {
 func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Result, error) {
 	var res Result
 	old := s.applied
-	tx := s.cfg.NFT.NewTransaction()
 	if !equalStrPtr(old.Table.Comment, desired.Table.Comment) {
 		// The mode changed: rewrite everything.
 		return s.full(ctx, desired)
@@ -275,7 +274,7 @@ func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Res
 		return s.full(ctx, desired)
 	}
 	for n, set := range desired.Sets {
-		if prev, ok := old.Sets[n]; ok && !sameDefinition(prev, set) {
+		if prev, ok := old.Sets[n]; ok && prev != set && !sameDefinition(prev, set) {
 			// A set or map keeps its name but not its type, flags or
 			// timeout: it must be replaced, after every rule that names it
 			// is gone, which is what a full sync does.
@@ -286,12 +285,47 @@ func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Res
 		if res, ok, err := s.netlinkSync(ctx, desired); ok {
 			return res, err
 		}
+		if res, ok, err := s.netlinkObjects(ctx, desired); ok {
+			return res, err
+		}
 	}
+	tx := s.cfg.NFT.NewTransaction()
+	_ = writeDiff(old, desired, txWriter{tx}, &res)
+	res.Operations = tx.NumOperations()
+	if res.Operations == 0 {
+		return res, nil
+	}
+	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
+		return res, fmt.Errorf("incremental sync transaction (%d operations): %w", res.Operations, err)
+	}
+	return res, nil
+}
+
+// diffWriter takes an incremental sync's changes, in the order they must
+// apply: an nft transaction (txWriter) or a netlink batch (nlWriter), which
+// may refuse a change it cannot express (errUnsupported).
+type diffWriter interface {
+	addChain(c *knftables.Chain) error
+	addSet(s *compile.Set) error
+	delElement(s *compile.Set, e *knftables.Element) error
+	addElement(s *compile.Set, e *knftables.Element) error
+	flushChain(name string) error
+	addRule(chain string, r *knftables.Rule) error
+	delChain(name string) error
+	delSet(s *compile.Set) error
+}
+
+// writeDiff writes what differs between the applied ruleset and desired,
+// when only chains' rules, sets and elements do (incremental checks the
+// rest), and stops at the first change w refuses.
+func writeDiff(old, desired *compile.Ruleset, w diffWriter, res *Result) error {
 	// 1. New chains (empty for now: rules may reference sets added below).
 	for _, n := range desired.ChainOrder {
 		if _, ok := old.Chains[n]; !ok {
 			ch := desired.Chains[n].Chain
-			tx.Add(&ch)
+			if err := w.addChain(&ch); err != nil {
+				return err
+			}
 		}
 	}
 	// 2. New sets with their elements; element changes in existing ones:
@@ -301,19 +335,25 @@ func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Res
 		set := desired.Sets[n]
 		prev, ok := old.Sets[n]
 		if !ok {
-			set.AddTo(tx)
+			if err := w.addSet(set); err != nil {
+				return err
+			}
 			res.ElementsAdded += len(set.Elements)
 			continue
 		}
-		if equalElements(prev.Elements, set.Elements) {
+		if prev == set || equalElements(prev.Elements, set.Elements) {
 			continue
 		}
 		add, del := diffElements(prev, set)
 		for _, i := range del {
-			tx.Delete(prev.Element(i))
+			if err := w.delElement(prev, &prev.Elements[i]); err != nil {
+				return err
+			}
 		}
 		for _, i := range add {
-			tx.Add(set.Element(i))
+			if err := w.addElement(set, &set.Elements[i]); err != nil {
+				return err
+			}
 		}
 		res.ElementsAdded += len(add)
 		res.ElementsDeleted += len(del)
@@ -325,13 +365,19 @@ func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Res
 			continue
 		}
 		prev, ok := old.Chains[n]
-		if ok && equalRules(prev.Rules, c.Rules) {
+		if ok && (prev == c || equalRules(prev.Rules, c.Rules)) {
 			continue
 		}
 		if ok {
-			tx.Flush(&knftables.Chain{Name: n})
+			if err := w.flushChain(n); err != nil {
+				return err
+			}
 		}
-		addRules(tx, n, c)
+		for i := range c.Rules {
+			if err := w.addRule(n, &c.Rules[i]); err != nil {
+				return err
+			}
+		}
 		res.ChainsWritten++
 	}
 	// 4. Chains no longer wanted: flush all, then delete, so that jumps
@@ -341,31 +387,60 @@ func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Res
 		n := old.ChainOrder[i]
 		if _, ok := desired.Chains[n]; !ok {
 			gone = append(gone, n)
-			tx.Flush(&knftables.Chain{Name: n})
+			if err := w.flushChain(n); err != nil {
+				return err
+			}
 		}
 	}
 	for _, n := range gone {
-		tx.Delete(&knftables.Chain{Name: n})
+		if err := w.delChain(n); err != nil {
+			return err
+		}
 		res.ChainsDeleted++
 	}
 	// 5. Sets no longer referenced.
 	for _, n := range old.SortedSetNames() {
 		if _, ok := desired.Sets[n]; !ok {
-			if old.Sets[n].Map != nil {
-				tx.Delete(&knftables.Map{Name: n})
-			} else {
-				tx.Delete(&knftables.Set{Name: n})
+			if err := w.delSet(old.Sets[n]); err != nil {
+				return err
 			}
 		}
 	}
-	res.Operations = tx.NumOperations()
-	if res.Operations == 0 {
-		return res, nil
+	return nil
+}
+
+// txWriter writes a diff into an nft transaction; it refuses nothing.
+type txWriter struct{ tx *knftables.Transaction }
+
+func (w txWriter) addChain(c *knftables.Chain) error { w.tx.Add(c); return nil }
+func (w txWriter) addSet(s *compile.Set) error       { s.AddTo(w.tx); return nil }
+func (w txWriter) delElement(s *compile.Set, e *knftables.Element) error {
+	el := *e
+	addressTo(s, &el)
+	w.tx.Delete(&el)
+	return nil
+}
+func (w txWriter) addElement(s *compile.Set, e *knftables.Element) error {
+	el := *e
+	addressTo(s, &el)
+	w.tx.Add(&el)
+	return nil
+}
+func (w txWriter) flushChain(name string) error { w.tx.Flush(&knftables.Chain{Name: name}); return nil }
+func (w txWriter) addRule(chain string, r *knftables.Rule) error {
+	rule := *r
+	rule.Chain = chain
+	w.tx.Add(&rule)
+	return nil
+}
+func (w txWriter) delChain(name string) error { w.tx.Delete(&knftables.Chain{Name: name}); return nil }
+func (w txWriter) delSet(s *compile.Set) error {
+	if s.Map != nil {
+		w.tx.Delete(&knftables.Map{Name: s.Map.Name})
+	} else {
+		w.tx.Delete(&knftables.Set{Name: s.Set.Name})
 	}
-	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
-		return res, fmt.Errorf("incremental sync transaction (%d operations): %w", res.Operations, err)
-	}
-	return res, nil
+	return nil
 }
 
 // sameDefinition reports whether two versions of a set or map have the
