@@ -50,6 +50,15 @@ type Ruleset struct {
 	DenyIDs map[string]DenyInfo
 }
 
+// ElementCount is the number of elements in all sets and maps.
+func (r *Ruleset) ElementCount() int {
+	n := 0
+	for _, s := range r.Sets {
+		n += len(s.Elements)
+	}
+	return n
+}
+
 // SortedSetNames returns the set and map names, sorted.
 func (r *Ruleset) SortedSetNames() []string {
 	out := make([]string, 0, len(r.Sets))

@@ -25,16 +25,20 @@ import (
 // ruleset equals the rebuilt one.
 //
 // A pod change is tracked in place unless it changes the ruleset's shape:
-// the first local pod of a combination of policies (a chain to create),
-// the last one (a chain to delete), or an address that another pod also
-// claims (ownership is decided over all pods). Then ApplyPod reports false
-// and the caller rebuilds.
+// the first local pod of a combination of policies (a chain to create) or
+// the last one (a chain to delete). For NetworkPolicies ApplyPod then
+// replaces the Ruleset with one that shares the previous one's sets and
+// chains (reshape), and returns the element changes of the shared sets;
+// for a combination of ClusterNetworkPolicies, and for an address
+// that another pod also claims (ownership is decided over all pods), it
+// reports false and the caller rebuilds.
 //
 // The Program is not updated by ApplyPod, ApplyPolicy or
 // ApplyClusterPolicy: Program returns the last build's, which lags the
 // tracked ruleset until the next Rebuild (Stale tells). ApplyPod updates
-// the Ruleset in place; ApplyPolicy and ApplyClusterPolicy replace it
-// with a new one that shares what did not change. It is owned
+// the Ruleset's sets in place (and replaces the Ruleset when it changes
+// its shape); ApplyPolicy and ApplyClusterPolicy replace it with a new one
+// that shares what did not change, and do not write the sets they share. It is owned
 // by the tracker and whoever applies it (a Syncer), both driven from one
 // goroutine. Not safe for concurrent use.
 type Tracker struct {
@@ -256,9 +260,11 @@ func (d Delta) Elements() (added, deleted int) {
 }
 
 // ApplyPod tracks a change of the pod with key "namespace/name": its new
-// state, or nil when it was deleted. It updates the ruleset in place and
-// returns the element changes; ok is false when the change needs a
-// Rebuild (nothing was changed then).
+// state, or nil when it was deleted. It updates the ruleset's sets in
+// place and returns the element changes; when the pod creates or deletes
+// an isolation chain, Ruleset then returns a new ruleset sharing those
+// sets (the caller writes both, with Syncer.ApplyDelta). ok is false when
+// the change needs a Rebuild (nothing was changed then).
 func (t *Tracker) ApplyPod(key string, pod *corev1.Pod) (delta Delta, ok bool) {
 	var pi *PodInfo
 	if pod != nil {
@@ -296,8 +302,12 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) 
 	if len(ips) > 0 {
 		cur = t.place(pod)
 	}
-	// The shape stays: every combination chain the pod enters exists, and
-	// every one it leaves keeps another pod.
+	// The shape: a combination chain the pod enters that no local pod
+	// uses yet must be created, one it leaves as its last local pod
+	// deleted. A NetworkPolicy isolation chain (and the policy chains it
+	// jumps to) is re-rendered here (reshape); a ClusterNetworkPolicy
+	// combination chain, with its tier-skip sets, is left to the full
+	// build.
 	var oldCombos, newCombos []string
 	if old != nil {
 		oldCombos = t.combos(old)
@@ -305,14 +315,21 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) 
 	if cur != nil {
 		newCombos = t.combos(cur)
 	}
+	reshaped := false
 	for _, n := range newCombos {
 		if !slices.Contains(oldCombos, n) && t.comboUse[n] == 0 {
-			return nil, false
+			if !isIsolationChain(n) {
+				return nil, false
+			}
+			reshaped = true
 		}
 	}
 	for _, n := range oldCombos {
 		if !slices.Contains(newCombos, n) && t.comboUse[n] <= 1 {
-			return nil, false
+			if !isIsolationChain(n) {
+				return nil, false
+			}
+			reshaped = true
 		}
 	}
 	// The DNS capture exists while a local pod is a domainNames subject,
@@ -385,6 +402,11 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) 
 	t.notePodMoved(key)
 	t.updateCombos(key, old, cur, at)
 
+	if reshaped {
+		delta = t.reshape(old, cur, changes)
+		t.stale = true
+		return delta, true
+	}
 	for _, n := range slices.Sorted(maps.Keys(changes)) {
 		d := changes[n]
 		if len(d.Add) == 0 && len(d.Delete) == 0 {
@@ -574,4 +596,127 @@ func compareElements(a, b knftables.Element) int {
 		}
 	}
 	return len(a.Key) - len(b.Key)
+}
+
+// reshape applies a pod change that creates or deletes NetworkPolicy
+// isolation chains (the pod is the first or the last local pod of a
+// combination of policies), after ApplyPodInfo's bookkeeping. It makes a
+// new Ruleset that shares the previous one's sets and chains (a Syncer
+// holds the previous one): the combinations the pod left and no other pod
+// uses deleted, with the policy chains no local pod needs any more and
+// their sets; the combinations it entered rendered, with the policy chains
+// they newly need and their sets, filled; and the pod's element changes
+// applied in place, as ApplyPodInfo applies them, to the sets the two
+// rulesets share. It returns those changes: the caller hands the new
+// ruleset and them to Syncer.ApplyDelta, which writes what differs between
+// the two rulesets (chains, new and deleted sets) and the changes.
+func (t *Tracker) reshape(old, cur *Pod, changes map[string]*SetDelta) (delta Delta) {
+	t.ownProgram()
+	p := t.cur
+	rs := t.newRuleset()
+	type combo struct {
+		d   Direction
+		ids []PolicyID
+	}
+	var left, entered []combo
+	ns := ""
+	for _, v := range []*Pod{old, cur} {
+		if v != nil {
+			ns = v.Namespace
+		}
+	}
+	for _, d := range []Direction{Ingress, Egress} {
+		var was, is []PolicyID
+		if old != nil && old.Local {
+			was = old.Policies(d)
+		}
+		if cur != nil && cur.Local {
+			is = cur.Policies(d)
+		}
+		if slices.Equal(was, is) {
+			continue
+		}
+		if n := IsolationChainName(p, d, was); len(was) > 0 && t.comboUse[n] == 0 {
+			delete(t.comboUse, n)
+			left = append(left, combo{d, was})
+		}
+		if _, ok := rs.Chains[IsolationChainName(p, d, is)]; len(is) > 0 && !ok {
+			entered = append(entered, combo{d, is})
+		}
+	}
+
+	// What goes: the chains of the combinations left, their deny-log
+	// chains, and the chains of the policies no local pod is isolated by
+	// any more in that direction (with the sets they own).
+	gone := false
+	for _, c := range left {
+		gone = t.removeChain(rs, IsolationChainName(p, c.d, c.ids)) || gone
+		if t.cfg.DenyLogGroup != 0 {
+			deny := networkPolicyDeny(p, c.d, c.ids).ID()
+			gone = t.removeChain(rs, DenyChainName(deny)) || gone
+			delete(rs.DenyIDs, deny)
+		}
+		for _, id := range c.ids {
+			n := PolicyChainName(&p.Policies[id], c.d)
+			if _, ok := rs.Chains[n]; ok && !t.isolatesLocal(ns, id, c.d) {
+				t.removeRuleChain(rs, n)
+				gone = true
+			}
+		}
+	}
+	if gone {
+		rs.ChainOrder = slices.DeleteFunc(rs.ChainOrder, func(n string) bool {
+			_, ok := rs.Chains[n]
+			return !ok
+		})
+	}
+
+	// What comes: the policy chains the entered combinations need that
+	// no other local pod needed (a policy without rules in a direction has
+	// none), then the combinations' chains.
+	r2 := &renderer{prog: p, cfg: t.r.cfg, rs: &Ruleset{Chains: map[string]*Chain{}, Sets: map[string]*Set{}}}
+	for _, c := range entered {
+		hasRules := map[PolicyID][2]bool{}
+		for _, id := range c.ids {
+			n := PolicyChainName(&p.Policies[id], c.d)
+			var h [2]bool
+			if _, ok := rs.Chains[n]; ok {
+				h[c.d] = true
+			} else if _, ok := r2.rs.Chains[n]; ok {
+				h[c.d] = true
+			} else {
+				h[c.d] = r2.policyChain(id, c.d)
+			}
+			hasRules[id] = h
+		}
+		r2.isolationChain(c.d, c.ids, hasRules)
+	}
+	t.placeRendered(rs, r2)
+	fresh := t.mergeSets(rs, r2)
+	t.fill(rs, fresh, ns)
+
+	// The pod's own element changes, in sets that are not new (those
+	// were filled with it) and still exist.
+	for _, n := range slices.Sorted(maps.Keys(changes)) {
+		d := changes[n]
+		s := rs.Sets[n]
+		if s == nil || fresh[n] || len(d.Add) == 0 && len(d.Delete) == 0 {
+			continue
+		}
+		s.apply(d)
+		delta = append(delta, *d)
+	}
+	return delta
+}
+
+// isolatesLocal reports whether a tracked local pod of the namespace is
+// isolated by the policy in that direction (its chain is then rendered).
+func (t *Tracker) isolatesLocal(ns string, id PolicyID, d Direction) bool {
+	found := false
+	t.podsIn(ns, func(_ string, v *Pod) {
+		if !found && v.Local && slices.Contains(v.Policies(d), id) {
+			found = true
+		}
+	})
+	return found
 }

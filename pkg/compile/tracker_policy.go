@@ -227,6 +227,26 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 		}
 		r2.isolationChain(c.d, c.ids, hasRules)
 	}
+	t.placeRendered(rs, r2)
+
+	fresh := t.mergeSets(rs, r2)
+
+	// The pods: new places, then the new sets filled from every pod that
+	// can be in them, then the changed pods' other elements.
+	for k, c := range changed {
+		t.views[k] = c.cur
+	}
+	t.fill(rs, fresh, ns)
+	t.applyElementChanges(rs, changed, before, fresh)
+	t.stale = true
+	return true
+}
+
+// placeRendered adds the chains a policy or pod change rendered (r2) to
+// rs, counting the shared sets they name: a chain rs has is replaced in
+// place; a new one goes where Render would have created it (a deny-log
+// chain just before its isolation chain); and the deny log's IDs.
+func (t *Tracker) placeRendered(rs *Ruleset, r2 *renderer) {
 	pendingDeny := ""
 	for _, n := range r2.rs.ChainOrder {
 		c := r2.rs.Chains[n]
@@ -262,18 +282,6 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 	if len(rs.DenyIDs) == 0 {
 		rs.DenyIDs = nil
 	}
-
-	fresh := t.mergeSets(rs, r2)
-
-	// The pods: new places, then the new sets filled from every pod that
-	// can be in them, then the changed pods' other elements.
-	for k, c := range changed {
-		t.views[k] = c.cur
-	}
-	t.fill(rs, fresh, ns)
-	t.applyElementChanges(rs, changed, before, fresh)
-	t.stale = true
-	return true
 }
 
 // scratchBuilder returns a builder that compiles one policy of either API

@@ -482,7 +482,22 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 // needs a full build (what was applied before it is in the kernel).
 func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, start, observed time.Time) (bool, error) {
 	var delta compile.Delta
-	applied := 0
+	var res sets.Result
+	write := func(rs *compile.Ruleset) error {
+		r, err := c.cfg.Syncer.ApplyDelta(ctx, rs, delta)
+		delta = nil
+		res.Full = res.Full || r.Full
+		res.Netlink = res.Netlink || r.Netlink
+		res.ElementsAdded += r.ElementsAdded
+		res.ElementsDeleted += r.ElementsDeleted
+		res.ChainsWritten += r.ChainsWritten
+		res.ChainsDeleted += r.ChainsDeleted
+		if err != nil {
+			c.cfg.Metrics.SyncFailures.Inc()
+		}
+		return err
+	}
+	applied, reshaped := 0, 0
 	complete := true
 	for key := range keys {
 		pod, err := c.podByKey(key)
@@ -492,19 +507,35 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 			complete = false
 			break
 		}
+		prev := c.tracker.Ruleset()
 		d, ok := c.tracker.ApplyPodInfo(key, pod)
 		if !ok {
 			complete = false
 			break
 		}
-		delta = append(delta, d...)
 		applied++
 		c.notePodSynced(key, pod)
+		if rs := c.tracker.Ruleset(); rs != prev {
+			// The pod created or deleted an isolation chain: the tracker
+			// has a new ruleset. The earlier pods' elements go first, to
+			// the ruleset they were applied to (a second transaction only
+			// when other pods came before this one in the sync); then the
+			// difference of the new one and this pod's elements.
+			reshaped++
+			if len(delta) > 0 {
+				if err := write(prev); err != nil {
+					return false, err
+				}
+			}
+			delta = d
+			if err := write(rs); err != nil {
+				return false, err
+			}
+			continue
+		}
+		delta = append(delta, d...)
 	}
-	rs := c.tracker.Ruleset()
-	res, err := c.cfg.Syncer.ApplyDelta(ctx, rs, delta)
-	if err != nil {
-		c.cfg.Metrics.SyncFailures.Inc()
+	if err := write(c.tracker.Ruleset()); err != nil {
 		return false, err
 	}
 	if !complete {
@@ -516,10 +547,16 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 	}
 	now := time.Now()
 	c.committed(kind, start, now, observed)
-	c.cfg.Metrics.SetElements.Add(float64(res.ElementsAdded - res.ElementsDeleted))
+	if reshaped > 0 {
+		// Sets were created and deleted whole: count them again.
+		c.cfg.Metrics.SetElements.Set(float64(c.tracker.Ruleset().ElementCount()))
+	} else {
+		c.cfg.Metrics.SetElements.Add(float64(res.ElementsAdded - res.ElementsDeleted))
+	}
 	c.scheduleRefresh()
 	c.cfg.Logger.WithName("sync").V(2).Info("Synced pod changes", "pods", applied, "elementsAdded", res.ElementsAdded,
-		"elementsDeleted", res.ElementsDeleted, "netlink", res.Netlink, "duration", now.Sub(start))
+		"elementsDeleted", res.ElementsDeleted, "chainsWritten", res.ChainsWritten, "chainsDeleted", res.ChainsDeleted,
+		"newRulesets", reshaped, "netlink", res.Netlink, "duration", now.Sub(start))
 	return true, nil
 }
 
@@ -720,11 +757,7 @@ func (c *Controller) recordGauges(prog *compile.Program, rs *compile.Ruleset) {
 		}
 	}
 	m.ProgrammedPods.Set(float64(n))
-	elems := 0
-	for _, s := range rs.Sets {
-		elems += len(s.Elements)
-	}
-	m.SetElements.Set(float64(elems))
+	m.SetElements.Set(float64(rs.ElementCount()))
 }
 
 // reportProblems logs, counts and emits an Event for each policy whose

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
@@ -150,14 +152,21 @@ func counterValue(t *testing.T, c prometheus.Metric) float64 {
 
 func eventually(t *testing.T, what string, f func() bool) {
 	t.Helper()
+	if !poll(f) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// poll reports whether f became true within 10 seconds.
+func poll(f func() bool) bool {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if f() {
-			return
+			return true
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("timed out waiting for %s", what)
+	return false
 }
 
 func TestSyncsAfterCachesAndFollowsChanges(t *testing.T) {
@@ -383,9 +392,9 @@ func TestPodChangesAreElementChanges(t *testing.T) {
 }
 
 // TestTrackerCorrectionsCountOnlyChecks: a pod change the tracker cannot
-// apply alone (the last local pod of a policy's combination chain goes)
-// rebuilds, and that rebuild writes the change itself. It is no correction
-// of the incremental changes before it, and
+// apply alone (a pod claims an address another pod holds: ownership is
+// decided over all pods) rebuilds, and that rebuild writes the change
+// itself. It is no correction of the incremental changes before it, and
 // nftpolicy_tracker_corrections_total, whose rise tells operators of a
 // compiler bug, must not count it.
 func TestTrackerCorrectionsCountOnlyChecks(t *testing.T) {
@@ -394,21 +403,92 @@ func TestTrackerCorrectionsCountOnlyChecks(t *testing.T) {
 	eventually(t, "first sync", h.ctrl.Ready)
 	ctx := context.Background()
 	pods := h.ctrl.cfg.Metrics.SyncDuration
-	before := histogramCount(t, pods, "pods")
+	before, rebuilds := histogramCount(t, pods, "pods"), histogramCount(t, pods, "incremental")
 	// An incremental change, not checked by a rebuild yet (the refresh
 	// delay is an hour).
 	if _, err := h.client.CoreV1().Pods("y").Create(ctx, testPod("y", "c", "n1", "10.0.1.3", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "y/c applied as a pod change", func() bool { return histogramCount(t, pods, "pods") > before })
-	if !strings.Contains(h.nft.dump(), `"x/a"`) {
-		t.Fatal("x/a is not in the table before its deletion")
-	}
-	if err := h.client.CoreV1().Pods("x").Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+	// x/b claims y/c's address: a rebuild.
+	if _, err := h.client.CoreV1().Pods("x").Create(ctx, testPod("x", "b", "n1", "10.0.1.3", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "x/a gone from the kernel", func() bool { return !strings.Contains(h.nft.dump(), `"x/a"`) })
+	eventually(t, "the rebuild for x/b", func() bool { return histogramCount(t, pods, "incremental") > rebuilds })
 	if got := counterValue(t, h.ctrl.cfg.Metrics.TrackerCorrections); got != 0 {
 		t.Errorf("nftpolicy_tracker_corrections_total = %v after a rebuild that carried a new change, want 0", got)
+	}
+}
+
+// TestPodChangesThatCreateChains: a pod that is the first or the last
+// local pod of a combination of NetworkPolicies creates or deletes its
+// isolation chain without a full build (sync kind "pods"), also when other
+// pods' changes come before it in the same sync (their elements must
+// reach the kernel too), and the table is then a fresh load of the full
+// build. Each round holds the table's transaction so that two pod changes
+// queue up for one sync, in either order.
+func TestPodChangesThatCreateChains(t *testing.T) {
+	h := startWith(t, func(c *Config) { c.ProgramRefreshDelay = time.Hour },
+		testPod("x", "a", "n1", "10.0.1.1", nil), denyAll("x"), denyAll("y"))
+	eventually(t, "first sync", h.ctrl.Ready)
+	ctx := context.Background()
+	syncs := h.ctrl.cfg.Metrics.SyncDuration
+	rebuilds := histogramCount(t, syncs, "incremental") + histogramCount(t, syncs, "full")
+	pods := []*corev1.Pod{testPod("x", "a", "n1", "10.0.1.1", nil)}
+	create := func(p *corev1.Pod) {
+		t.Helper()
+		if _, err := h.client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, p)
+	}
+	remove := func(ns, name string) {
+		t.Helper()
+		if err := h.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods = slices.DeleteFunc(pods, func(p *corev1.Pod) bool { return p.Namespace == ns && p.Name == name })
+	}
+	for round := 0; round < 6; round++ {
+		before := histogramCount(t, syncs, "pods")
+		h.nft.mu.Lock() // the next transaction waits
+		// x/h<round> joins x's isolation chain (elements only).
+		create(testPod("x", fmt.Sprintf("h%d", round), "n1", fmt.Sprintf("10.0.1.%d", 10+round), nil))
+		if round%2 == 0 {
+			// y/c is y's first local pod: its isolation chain is new.
+			create(testPod("y", "c", "n1", "10.0.1.3", nil))
+		} else {
+			// ... and its last: the chain goes.
+			remove("y", "c")
+		}
+		time.Sleep(50 * time.Millisecond) // both events reach the controller
+		h.nft.mu.Unlock()
+		want, err := compile.Render(compile.Build(compile.Input{NodeName: "n1", NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.1")},
+			Pods: pods, Policies: []*networkingv1.NetworkPolicy{denyAll("x"), denyAll("y")},
+			Namespaces: []*corev1.Namespace{}}), h.ctrl.cfg.Render)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh := knftables.NewFake(knftables.InetFamily, compile.TableName)
+		tx := fresh.NewTransaction()
+		want.AddTo(tx)
+		if err := fresh.Run(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		// Lines sorted: the fake lists elements in the order they came.
+		lines := func(dump string) []string { l := strings.Split(dump, "\n"); slices.Sort(l); return l }
+		var got []string
+		if !poll(func() bool {
+			got = lines(h.nft.dump())
+			return histogramCount(t, syncs, "pods") > before && slices.Equal(got, lines(fresh.Dump()))
+		}) {
+			t.Fatalf("round %d: the table is not a fresh load of the full build (-want +got):\n%s", round, cmp.Diff(lines(fresh.Dump()), got))
+		}
+	}
+	if got := histogramCount(t, syncs, "incremental") + histogramCount(t, syncs, "full"); got != rebuilds {
+		t.Errorf("%d rebuilds after the first sync: a pod change took a full build", got-rebuilds)
+	}
+	if got := counterValue(t, h.ctrl.cfg.Metrics.TrackerCorrections); got != 0 {
+		t.Errorf("nftpolicy_tracker_corrections_total = %v", got)
 	}
 }

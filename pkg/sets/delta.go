@@ -16,11 +16,14 @@ import (
 // desired (a compile.Tracker's pod changes, which update desired in place)
 // without comparing the two rulesets: the cost is the change's, not the
 // table's. It is one netlink batch when Config.Netlink is set, else one nft
-// transaction. When the Syncer does not hold desired as its applied
-// ruleset (first sync, after a failure or ForceFull), it falls back to Sync.
+// transaction. When desired is another ruleset than the applied one (a
+// pod change that created or deleted chains: the tracker's new ruleset
+// shares the applied one's sets, which delta changed in place), it writes
+// their difference and delta in one transaction. Without an applied
+// ruleset (first sync, after a failure or ForceFull) it is a full Sync.
 func (s *Syncer) ApplyDelta(ctx context.Context, desired *compile.Ruleset, delta compile.Delta) (Result, error) {
 	if s.applied != desired {
-		return s.Sync(ctx, desired)
+		return s.sync(ctx, desired, delta)
 	}
 	start := time.Now()
 	res, err := s.applyDelta(ctx, desired, delta)

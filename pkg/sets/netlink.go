@@ -358,9 +358,9 @@ func (s *Syncer) netlinkWrite(ctx context.Context, desired *compile.Ruleset, bat
 // declarations (a policy edit, a rebuild) as one netlink batch
 // (nlobjects.go). handled is false when a change is outside what the batch
 // can express: the caller writes the whole sync with nft.
-func (s *Syncer) netlinkObjects(ctx context.Context, desired *compile.Ruleset) (res Result, handled bool, err error) {
+func (s *Syncer) netlinkObjects(ctx context.Context, desired *compile.Ruleset, shared compile.Delta) (res Result, handled bool, err error) {
 	w := &nlWriter{b: s.cfg.Netlink.newBatch(64), desired: desired}
-	if err := writeDiff(s.applied, desired, w, &res); err != nil {
+	if err := writeDiff(s.applied, desired, shared, w, &res); err != nil {
 		s.cfg.Logger.V(2).Info("Changes go through nft", "reason", err)
 		return Result{}, false, nil
 	}

@@ -3,13 +3,17 @@ package sets_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
@@ -142,5 +146,77 @@ func TestNetlinkObjectsMatchNFT(t *testing.T) {
 		}
 		same(name+": policies removed", bare)
 		t.Logf("%s: %d chains, %d sets", name, len(full.Chains), len(full.Sets))
+	}
+
+	// A change the batch cannot express (here a rule with a statement the
+	// compiler does not render) sends the whole sync through nft.
+	rs := policyPairs(t)["generated cluster"][1]
+	node.syncer.ForceFull()
+	sync(node.syncer, rs)
+	odd := *rs
+	odd.Chains = maps.Clone(rs.Chains)
+	odd.Chains["extra"] = &compile.Chain{Chain: knftables.Chain{Name: "extra"},
+		Rules: []knftables.Rule{{Rule: "ct state established accept"}}}
+	odd.ChainOrder = append([]string{"extra"}, rs.ChainOrder...)
+	if res := sync(node.syncer, &odd); res.Netlink || res.Full || res.ChainsWritten != 1 {
+		t.Fatalf("a rule netlink does not write: %+v, want one chain written through nft", res)
+	}
+	same("a rule netlink does not write", &odd)
+}
+
+// TestApplyDeltaWithNewRuleset: a local pod that is the first, then the
+// last, of its combination of policies gives the tracker a new ruleset
+// sharing the applied one's sets, which it changed in place; ApplyDelta
+// writes the new chains and sets and the pod's elements in one netlink
+// batch, and the table is then the one nft loads from a full build.
+func TestApplyDeltaWithNewRuleset(t *testing.T) {
+	node, ref := newKernelNode(t, true), newKernelNode(t, false)
+	cfg := compile.RenderConfig{Mode: compile.ModeHybrid, SkipUnknownPods: true}
+	cfg.Defaults()
+	in, pod := withLonePolicy(syncBenchInput(300, 30))
+	tr, err := compile.NewTracker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tr.Rebuild(in); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := node.syncer.Sync(ctx, tr.Ruleset()); err != nil {
+		t.Fatal(err)
+	}
+	key := pod.Namespace + "/" + pod.Name
+	for _, step := range []struct {
+		name string
+		pod  *corev1.Pod
+		pods []*corev1.Pod
+	}{
+		{"first pod of its policy", pod, append(slices.Clone(in.Pods), pod)},
+		{"its last pod deleted", nil, in.Pods},
+	} {
+		prev := tr.Ruleset()
+		delta, ok := tr.ApplyPod(key, step.pod)
+		if !ok || tr.Ruleset() == prev {
+			t.Fatalf("%s: applied %v, new ruleset %v: want a new ruleset", step.name, ok, tr.Ruleset() != prev)
+		}
+		res, err := node.syncer.ApplyDelta(ctx, tr.Ruleset(), delta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Netlink || res.Full || res.ChainsWritten+res.ChainsDeleted == 0 || res.ElementsAdded+res.ElementsDeleted == 0 {
+			t.Fatalf("%s: %+v, want one netlink batch with chains and elements", step.name, res)
+		}
+		cur := in
+		cur.Pods = step.pods
+		want, err := compile.Render(compile.Build(cur), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ref.syncer.Sync(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(ref.dump(t), node.dump(t)); diff != "" {
+			t.Fatalf("%s: table differs from an nft load of the full build (-nft +netlink):\n%s", step.name, diff)
+		}
 	}
 }

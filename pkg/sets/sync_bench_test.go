@@ -14,6 +14,9 @@ import (
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -426,10 +429,74 @@ func BenchmarkSync(b *testing.B) {
 							t.report(b)
 						})
 					}
+					b.Run("pods-new-chain", func(b *testing.B) {
+						// A local pod that is the first (then, deleted, the
+						// last) of its combination of policies: the tracker
+						// creates (deletes) its isolation chain and its
+						// policy's chain with that chain's sets, and the
+						// syncer writes the new ruleset's difference.
+						s := newSyncer(b)
+						cur, pod := withLonePolicy(in)
+						tr, rs := trackerRebuild(b, cfg, cur)
+						if _, err := s.Sync(context.Background(), rs); err != nil {
+							b.Fatal(err)
+						}
+						key := pod.Namespace + "/" + pod.Name
+						var t syncTimes
+						for b.Loop() {
+							p := pod
+							if t.n%2 == 1 {
+								p = nil
+							}
+							prev := tr.Ruleset()
+							t0 := time.Now()
+							delta, ok := tr.ApplyPod(key, p)
+							if !ok || tr.Ruleset() == prev {
+								b.Fatalf("the pod needs a rebuild (%v) or left the ruleset's shape", !ok)
+							}
+							t1 := time.Now()
+							self0 := selfCPU()
+							res, err := s.ApplyDelta(context.Background(), tr.Ruleset(), delta)
+							if err != nil || res.Full {
+								b.Fatalf("ApplyDelta: full %v, %v", res.Full, err)
+							}
+							t.txSelfCPU += selfCPU() - self0
+							t.build += t1.Sub(t0)
+							t.tx += time.Since(t1)
+							t.ops += res.Operations
+							t.n++
+						}
+						t.report(b)
+					})
 				})
 			}
 		})
 	}
+}
+
+// withLonePolicy adds to the benchmark's cluster a policy that selects no
+// pod (app=lone in the first namespace, ingress from that namespace's web
+// pods on the named port http) and returns the cluster with it and a local
+// pod it selects, not yet in the cluster.
+func withLonePolicy(in compile.Input) (compile.Input, *corev1.Pod) {
+	ns := in.Namespaces[0].Name
+	http := intstr.FromString("http")
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lone"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "lone"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "web"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: &http}},
+			}},
+		}}
+	out := in
+	out.Policies = append(append([]*networkingv1.NetworkPolicy(nil), in.Policies...), np)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lone", Labels: map[string]string{"app": "lone"}},
+		Spec: corev1.PodSpec{NodeName: syncBenchNode, Containers: []corev1.Container{{Name: "main",
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.250.0.1", PodIPs: []corev1.PodIP{{IP: "10.250.0.1"}}}}
+	return out, pod
 }
 
 // BenchmarkOnePodBatch isolates the cost of writing one pod's element change

@@ -107,13 +107,19 @@ func (s *Syncer) Applied() *compile.Ruleset { return s.applied }
 
 // Sync makes the table match desired, in one transaction.
 func (s *Syncer) Sync(ctx context.Context, desired *compile.Ruleset) (Result, error) {
+	return s.sync(ctx, desired, nil)
+}
+
+// sync is Sync; shared lists element changes made in place to sets that
+// the applied ruleset and desired share (ApplyDelta).
+func (s *Syncer) sync(ctx context.Context, desired *compile.Ruleset, shared compile.Delta) (Result, error) {
 	start := time.Now()
 	var res Result
 	var err error
 	if s.applied == nil {
 		res, err = s.full(ctx, desired)
 	} else {
-		res, err = s.incremental(ctx, desired)
+		res, err = s.incremental(ctx, desired, shared)
 	}
 	res.Duration = time.Since(start)
 	if err != nil {
@@ -261,7 +267,7 @@ func addRules(tx *knftables.Transaction, chain string, c *compile.Chain) {
 
 // incremental writes only what differs from the applied ruleset: element
 // changes for pod churn, refilled chains for edited policies.
-func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Result, error) {
+func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset, shared compile.Delta) (Result, error) {
 	var res Result
 	old := s.applied
 	if !equalStrPtr(old.Table.Comment, desired.Table.Comment) {
@@ -282,15 +288,18 @@ func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset) (Res
 		}
 	}
 	if s.cfg.Netlink != nil {
-		if res, ok, err := s.netlinkSync(ctx, desired); ok {
-			return res, err
+		if shared == nil {
+			// Element changes only: no rule compared twice.
+			if res, ok, err := s.netlinkSync(ctx, desired); ok {
+				return res, err
+			}
 		}
-		if res, ok, err := s.netlinkObjects(ctx, desired); ok {
+		if res, ok, err := s.netlinkObjects(ctx, desired, shared); ok {
 			return res, err
 		}
 	}
 	tx := s.cfg.NFT.NewTransaction()
-	_ = writeDiff(old, desired, txWriter{tx}, &res)
+	_ = writeDiff(old, desired, shared, txWriter{tx}, &res)
 	res.Operations = tx.NumOperations()
 	if res.Operations == 0 {
 		return res, nil
@@ -317,8 +326,17 @@ type diffWriter interface {
 
 // writeDiff writes what differs between the applied ruleset and desired,
 // when only chains' rules, sets and elements do (incremental checks the
-// rest), and stops at the first change w refuses.
-func writeDiff(old, desired *compile.Ruleset, w diffWriter, res *Result) error {
+// rest), and stops at the first change w refuses. A set both rulesets
+// share (the same object) differs by its changes in shared, if any; other
+// sets are compared.
+func writeDiff(old, desired *compile.Ruleset, shared compile.Delta, w diffWriter, res *Result) error {
+	var inPlace map[string]*compile.SetDelta
+	for i := range shared {
+		if inPlace == nil {
+			inPlace = map[string]*compile.SetDelta{}
+		}
+		inPlace[shared[i].Set] = &shared[i]
+	}
 	// 1. New chains (empty for now: rules may reference sets added below).
 	for _, n := range desired.ChainOrder {
 		if _, ok := old.Chains[n]; !ok {
@@ -339,6 +357,21 @@ func writeDiff(old, desired *compile.Ruleset, w diffWriter, res *Result) error {
 				return err
 			}
 			res.ElementsAdded += len(set.Elements)
+			continue
+		}
+		if d := inPlace[n]; d != nil && prev == set {
+			for i := range d.Delete {
+				if err := w.delElement(set, &d.Delete[i]); err != nil {
+					return err
+				}
+			}
+			for i := range d.Add {
+				if err := w.addElement(set, &d.Add[i]); err != nil {
+					return err
+				}
+			}
+			res.ElementsAdded += len(d.Add)
+			res.ElementsDeleted += len(d.Delete)
 			continue
 		}
 		if prev == set || equalElements(prev.Elements, set.Elements) {

@@ -6,6 +6,7 @@ package incremental
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -275,7 +276,7 @@ func (w *world) otherEvent() string {
 // and checks after every step that the tracked ruleset equals the full
 // build's, in hybrid and queue mode, for each node's view.
 func TestTrackerEqualsFullBuild(t *testing.T) {
-	var fast, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol int
+	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol int
 	for _, cfg := range []compile.RenderConfig{
 		{Mode: compile.ModeHybrid, QueueVariant: compile.QueueNative},
 		{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative},
@@ -345,8 +346,12 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					var p *corev1.Pod
 					key, p, what = w.podEvent()
 					pod++
+					prev := tr.Ruleset()
 					if _, ok := tr.ApplyPod(key, p); ok {
 						fast++
+						if tr.Ruleset() != prev {
+							reshaped++
+						}
 					} else {
 						if _, _, err := tr.Rebuild(w.input()); err != nil {
 							t.Fatal(err)
@@ -365,9 +370,14 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d pod events applied in place, %d policy events applied alone (of %d; %d outside queue mode), "+
+	t.Logf("%d pod events applied by the tracker (%d of them creating or deleting isolation chains), "+
+		"%d policy events applied alone (of %d; %d outside queue mode), "+
 		"%d cluster policy events applied alone (of %d; %d trackable), %d changes rebuilt (%d pod events in all)",
-		fast, fastPol, pol, hybridPol, fastCPol, cpol, trackableCPol, rebuilt, pod)
+		fast, reshaped, fastPol, pol, hybridPol, fastCPol, cpol, trackableCPol, rebuilt, pod)
+	// Pods that create or delete isolation chains take their own path.
+	if reshaped < pod/50 {
+		t.Errorf("only %d of %d pod events created or deleted isolation chains", reshaped, pod)
+	}
 	// The check is only worth something if many cluster policy changes
 	// take the incremental path.
 	if fastCPol < cpol/4 {
@@ -385,14 +395,25 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 }
 
 // TestTrackerDelta checks that the returned delta is exactly the difference
-// between the rulesets before and after.
+// between the rulesets before and after; when a pod change replaces the
+// ruleset, between the sets the two share, and the previous ruleset keeps
+// its chains.
 func TestTrackerDelta(t *testing.T) {
 	cfg := compile.RenderConfig{Mode: compile.ModeHybrid}
+	reshaped := 0
+	defer func() {
+		if reshaped == 0 {
+			t.Error("no pod event created or deleted an isolation chain")
+		}
+	}()
 	for seed := uint64(1); seed <= 40; seed++ {
 		w := newWorld(seed, scenariogen.Nodes[0])
 		tr, _ := newTracker(t, cfg, w)
 		for step := 0; step < 60; step++ {
-			before := elementsBySet(tr.Ruleset())
+			prev := tr.Ruleset()
+			before := elementsBySet(prev)
+			chains := slices.Clone(prev.ChainOrder)
+			sets := maps.Clone(prev.Sets)
 			key, p, what := w.podEvent()
 			delta, ok := tr.ApplyPod(key, p)
 			if !ok {
@@ -401,7 +422,28 @@ func TestTrackerDelta(t *testing.T) {
 				}
 				continue
 			}
+			if cur := tr.Ruleset(); cur != prev {
+				// A new ruleset (isolation chains created or deleted): the
+				// one a Syncer holds keeps its chains, and the delta is the
+				// change of the sets the two share.
+				reshaped++
+				if !slices.Equal(chains, prev.ChainOrder) {
+					t.Fatalf("seed %d step %d (%s %s): the previous ruleset's chains changed: %v -> %v", seed, step, what, key, chains, prev.ChainOrder)
+				}
+				for n := range before {
+					if name, _, _ := strings.Cut(n, " "); cur.Sets[name] != sets[name] {
+						delete(before, n)
+					}
+				}
+			}
 			after := elementsBySet(tr.Ruleset())
+			if tr.Ruleset() != prev {
+				for n := range after {
+					if name, _, _ := strings.Cut(n, " "); tr.Ruleset().Sets[name] != sets[name] {
+						delete(after, n)
+					}
+				}
+			}
 			got := map[string]bool{}
 			for _, d := range delta {
 				for _, e := range d.Add {
