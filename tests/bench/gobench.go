@@ -60,7 +60,8 @@ func (g GoBench) min(name, unit string) float64 {
 //
 // with <kind> full, incr (one remote pod: full build and diff) or
 // incr_local, pods or pods_local (the same change through the incremental
-// compiler, the agent's path), <pods> 1k, 10k, 100k.
+// compiler, the agent's path), pods_new_chain (a local pod that creates,
+// then deletes, its policy's chains), <pods> 1k, 10k, 100k.
 func (g GoBench) Results() *Result {
 	r := &Result{}
 	const ev = "BenchmarkEvaluate/policies=10000"
@@ -76,7 +77,7 @@ func (g GoBench) Results() *Result {
 		r.Set("eval_worst_ns", round(g.median("BenchmarkEvaluateWorst/policies=10000", "ns/op"), 1))
 	}
 	kinds := [][2]string{{"full", "full"}, {"incremental-remote", "incr"}, {"incremental-local", "incr_local"},
-		{"pods-remote", "pods"}, {"pods-local", "pods_local"}}
+		{"pods-remote", "pods"}, {"pods-local", "pods_local"}, {"pods-new-chain", "pods_new_chain"}}
 	for _, backend := range []string{"fake", "kernel"} {
 		for _, pods := range []int{1000, 10000, 100000} {
 			for _, kk := range kinds {

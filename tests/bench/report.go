@@ -213,7 +213,8 @@ func Report(r *Result, quick bool) string {
 	for _, sz := range []string{"1k", "10k", "100k"} {
 		for _, backend := range []string{"kernel", "fake"} {
 			for _, k := range [][2]string{{"full", "full sync"}, {"incr", "one-pod change, full build and diff"},
-				{"pods", "one-pod change, incremental compiler (the agent's path; build = tracker)"}} {
+				{"pods", "one-pod change, incremental compiler (the agent's path; build = tracker)"},
+				{"pods_new_chain", "first / last local pod of a policy (its chains created / deleted; build = tracker)"}} {
 				base := "sync_" + backend + "_" + k[0]
 				if _, ok := r.Get(base + "_ms_" + sz); !ok {
 					continue
