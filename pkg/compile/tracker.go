@@ -26,12 +26,13 @@ import (
 //
 // A pod change is tracked in place unless it changes the ruleset's shape:
 // the first local pod of a combination of policies (a chain to create) or
-// the last one (a chain to delete). For NetworkPolicies ApplyPod then
-// replaces the Ruleset with one that shares the previous one's sets and
-// chains (reshape), and returns the element changes of the shared sets;
-// for a combination of ClusterNetworkPolicies, and for an address
-// that another pod also claims (ownership is decided over all pods), it
-// reports false and the caller rebuilds.
+// the last one (a chain to delete). ApplyPod then replaces the Ruleset
+// with one that shares the previous one's sets and chains (reshape), and
+// returns the element changes of the shared sets. For an address that
+// another pod also claims (ownership is decided over all pods), and for a
+// ClusterNetworkPolicy combination that ApplyClusterPolicy would not track
+// either (deny log, domainNames rules), it reports false and the caller
+// rebuilds.
 //
 // The Program is not updated by ApplyPod, ApplyPolicy or
 // ApplyClusterPolicy: Program returns the last build's, which lags the
@@ -304,10 +305,10 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) 
 	}
 	// The shape: a combination chain the pod enters that no local pod
 	// uses yet must be created, one it leaves as its last local pod
-	// deleted. A NetworkPolicy isolation chain (and the policy chains it
-	// jumps to) is re-rendered here (reshape); a ClusterNetworkPolicy
-	// combination chain, with its tier-skip sets, is left to the full
-	// build.
+	// deleted, with the policy chains it jumps to (reshape). A
+	// ClusterNetworkPolicy combination is left to the full build with the
+	// deny log on and for policies with domainNames rules, as
+	// ApplyClusterPolicy leaves them.
 	var oldCombos, newCombos []string
 	if old != nil {
 		oldCombos = t.combos(old)
@@ -318,7 +319,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) 
 	reshaped := false
 	for _, n := range newCombos {
 		if !slices.Contains(oldCombos, n) && t.comboUse[n] == 0 {
-			if !isIsolationChain(n) {
+			if !isIsolationChain(n) && !t.clusterComboTrackable(cur) {
 				return nil, false
 			}
 			reshaped = true
@@ -326,7 +327,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) 
 	}
 	for _, n := range oldCombos {
 		if !slices.Contains(newCombos, n) && t.comboUse[n] <= 1 {
-			if !isIsolationChain(n) {
+			if !isIsolationChain(n) && !t.clusterComboTrackable(old) {
 				return nil, false
 			}
 			reshaped = true
@@ -598,9 +599,9 @@ func compareElements(a, b knftables.Element) int {
 	return len(a.Key) - len(b.Key)
 }
 
-// reshape applies a pod change that creates or deletes NetworkPolicy
-// isolation chains (the pod is the first or the last local pod of a
-// combination of policies), after ApplyPodInfo's bookkeeping. It makes a
+// reshape applies a pod change that creates or deletes combination chains
+// (the pod is the first or the last local pod of a combination of
+// policies of either API), after ApplyPodInfo's bookkeeping. It makes a
 // new Ruleset that shares the previous one's sets and chains (a Syncer
 // holds the previous one): the combinations the pod left and no other pod
 // uses deleted, with the policy chains no local pod needs any more and
@@ -619,6 +620,7 @@ func (t *Tracker) reshape(old, cur *Pod, changes map[string]*SetDelta) (delta De
 		ids []PolicyID
 	}
 	var left, entered []combo
+	var cleft, centered []podCombo
 	ns := ""
 	for _, v := range []*Pod{old, cur} {
 		if v != nil {
@@ -633,16 +635,37 @@ func (t *Tracker) reshape(old, cur *Pod, changes map[string]*SetDelta) (delta De
 		if cur != nil && cur.Local {
 			is = cur.Policies(d)
 		}
-		if slices.Equal(was, is) {
-			continue
+		if !slices.Equal(was, is) {
+			if n := IsolationChainName(p, d, was); len(was) > 0 && t.comboUse[n] == 0 {
+				delete(t.comboUse, n)
+				left = append(left, combo{d, was})
+			}
+			if _, ok := rs.Chains[IsolationChainName(p, d, is)]; len(is) > 0 && !ok {
+				entered = append(entered, combo{d, is})
+			}
 		}
-		if n := IsolationChainName(p, d, was); len(was) > 0 && t.comboUse[n] == 0 {
-			delete(t.comboUse, n)
-			left = append(left, combo{d, was})
+		for _, tier := range []Tier{TierAdmin, TierBaseline} {
+			var was, is []ClusterPolicyID
+			if old != nil && old.Local {
+				was = old.ClusterPolicies(tier, d)
+			}
+			if cur != nil && cur.Local {
+				is = cur.ClusterPolicies(tier, d)
+			}
+			if slices.Equal(was, is) {
+				continue
+			}
+			if n := ClusterComboChainName(p, tier, d, was); len(was) > 0 && t.comboUse[n] == 0 {
+				delete(t.comboUse, n)
+				cleft = append(cleft, podCombo{tier, d, was})
+			}
+			if _, ok := rs.Chains[ClusterComboChainName(p, tier, d, is)]; len(is) > 0 && !ok {
+				centered = append(centered, podCombo{tier, d, is})
+			}
 		}
-		if _, ok := rs.Chains[IsolationChainName(p, d, is)]; len(is) > 0 && !ok {
-			entered = append(entered, combo{d, is})
-		}
+	}
+	if len(cleft) > 0 || len(centered) > 0 {
+		t.ownCluster()
 	}
 
 	// What goes: the chains of the combinations left, their deny-log
@@ -664,6 +687,23 @@ func (t *Tracker) reshape(old, cur *Pod, changes map[string]*SetDelta) (delta De
 			}
 		}
 	}
+	// A ClusterNetworkPolicy combination goes with its tier-skip sets,
+	// and so do the chains of the policies no local pod is a subject of
+	// any more in that direction.
+	for _, c := range cleft {
+		n := ClusterComboChainName(p, c.t, c.d, c.ids)
+		gone = t.removeChain(rs, n) || gone
+		delete(rs.Sets, n+famSuffix(true))
+		delete(rs.Sets, n+famSuffix(false))
+		t.r.combos = slices.DeleteFunc(t.r.combos, func(s comboSet) bool { return s.chain == n })
+		for _, id := range c.ids {
+			n := ClusterPolicyChainName(&p.ClusterPolicies[id], c.d)
+			if _, ok := rs.Chains[n]; ok && !t.clusterSubjectLocal(id, c.d) {
+				t.removeRuleChain(rs, n)
+				gone = true
+			}
+		}
+	}
 	if gone {
 		rs.ChainOrder = slices.DeleteFunc(rs.ChainOrder, func(n string) bool {
 			_, ok := rs.Chains[n]
@@ -673,8 +713,9 @@ func (t *Tracker) reshape(old, cur *Pod, changes map[string]*SetDelta) (delta De
 
 	// What comes: the policy chains the entered combinations need that
 	// no other local pod needed (a policy without rules in a direction has
-	// none), then the combinations' chains.
-	r2 := &renderer{prog: p, cfg: t.r.cfg, rs: &Ruleset{Chains: map[string]*Chain{}, Sets: map[string]*Set{}}}
+	// none), then the combinations' chains (a ClusterNetworkPolicy one
+	// with its tier-skip sets, from the tracked pods).
+	r2 := &renderer{prog: p, cfg: t.r.cfg, rs: &Ruleset{Chains: map[string]*Chain{}, Sets: map[string]*Set{}}, addrs: t.trackedSelectorAddrs}
 	for _, c := range entered {
 		hasRules := map[PolicyID][2]bool{}
 		for _, id := range c.ids {
@@ -691,9 +732,32 @@ func (t *Tracker) reshape(old, cur *Pod, changes map[string]*SetDelta) (delta De
 		}
 		r2.isolationChain(c.d, c.ids, hasRules)
 	}
+	for _, c := range centered {
+		hasRules := map[ClusterPolicyID][2]bool{}
+		for _, id := range c.ids {
+			n := ClusterPolicyChainName(&p.ClusterPolicies[id], c.d)
+			var h [2]bool
+			if _, ok := rs.Chains[n]; ok {
+				h[c.d] = true
+			} else if _, ok := r2.rs.Chains[n]; ok {
+				h[c.d] = true
+			} else {
+				h[c.d] = r2.clusterPolicyChain(id, c.d)
+			}
+			hasRules[id] = h
+		}
+		r2.clusterComboChain(c.t, c.d, c.ids, hasRules)
+	}
 	t.placeRendered(rs, r2)
+	t.r.combos = append(t.r.combos, r2.combos...)
 	fresh := t.mergeSets(rs, r2)
+	if len(centered) > 0 {
+		ns = "" // ClusterNetworkPolicy named ports resolve on subjects anywhere
+	}
 	t.fill(rs, fresh, ns)
+	if len(cleft) > 0 || len(centered) > 0 {
+		t.indexCombos()
+	}
 
 	// The pod's own element changes, in sets that are not new (those
 	// were filled with it) and still exist.
@@ -707,6 +771,33 @@ func (t *Tracker) reshape(old, cur *Pod, changes map[string]*SetDelta) (delta De
 		delta = append(delta, *d)
 	}
 	return delta
+}
+
+// clusterComboTrackable reports whether reshape may create or delete the
+// pod's ClusterNetworkPolicy combination chains: not with the deny log,
+// nor for a policy with domainNames rules (as ApplyClusterPolicy).
+func (t *Tracker) clusterComboTrackable(pod *Pod) bool {
+	if t.cfg.DenyLogGroup != 0 {
+		return false
+	}
+	ok := true
+	t.forCombos(pod, func(c podCombo, _ string) {
+		for _, id := range c.ids {
+			ok = ok && clusterRulesTrackable(&t.cur.ClusterPolicies[id])
+		}
+	})
+	return ok
+}
+
+// clusterSubjectLocal reports whether a tracked local pod is a subject of
+// the ClusterNetworkPolicy in that direction (its chain is then rendered).
+func (t *Tracker) clusterSubjectLocal(id ClusterPolicyID, d Direction) bool {
+	for _, v := range t.views {
+		if v.Local && (slices.Contains(v.ClusterPolicies(TierAdmin, d), id) || slices.Contains(v.ClusterPolicies(TierBaseline, d), id)) {
+			return true
+		}
+	}
+	return false
 }
 
 // isolatesLocal reports whether a tracked local pod of the namespace is

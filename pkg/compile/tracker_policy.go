@@ -245,7 +245,9 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bo
 // placeRendered adds the chains a policy or pod change rendered (r2) to
 // rs, counting the shared sets they name: a chain rs has is replaced in
 // place; a new one goes where Render would have created it (a deny-log
-// chain just before its isolation chain); and the deny log's IDs.
+// chain just before its isolation chain, a ClusterNetworkPolicy's chains
+// after the NetworkPolicy ones, combinations in name order); and the deny
+// log's IDs.
 func (t *Tracker) placeRendered(rs *Ruleset, r2 *renderer) {
 	pendingDeny := ""
 	for _, n := range r2.rs.ChainOrder {
@@ -258,6 +260,7 @@ func (t *Tracker) placeRendered(rs *Ruleset, r2 *renderer) {
 			continue
 		}
 		rs.Chains[n] = c
+		_, clusterChain := t.cpol.chainKeys[n]
 		switch {
 		case strings.HasPrefix(n, denyChainPrefix):
 			pendingDeny = n // placed with its isolation chain, just before it
@@ -269,6 +272,10 @@ func (t *Tracker) placeRendered(rs *Ruleset, r2 *renderer) {
 				rs.ChainOrder = slices.Insert(rs.ChainOrder, i, n)
 			}
 			pendingDeny = ""
+		case isComboChain(n):
+			rs.ChainOrder = slices.Insert(rs.ChainOrder, comboPosition(rs.ChainOrder, n), n)
+		case clusterChain:
+			rs.ChainOrder = slices.Insert(rs.ChainOrder, t.clusterChainPosition(rs.ChainOrder, n), n)
 		default:
 			rs.ChainOrder = slices.Insert(rs.ChainOrder, t.policyChainPosition(rs.ChainOrder, n), n)
 		}

@@ -516,7 +516,7 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 		applied++
 		c.notePodSynced(key, pod)
 		if rs := c.tracker.Ruleset(); rs != prev {
-			// The pod created or deleted an isolation chain: the tracker
+			// The pod created or deleted a combination chain: the tracker
 			// has a new ruleset. The earlier pods' elements go first, to
 			// the ruleset they were applied to (a second transaction only
 			// when other pods came before this one in the sync); then the

@@ -370,13 +370,13 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d pod events applied by the tracker (%d of them creating or deleting isolation chains), "+
+	t.Logf("%d pod events applied by the tracker (%d of them creating or deleting combination chains), "+
 		"%d policy events applied alone (of %d; %d outside queue mode), "+
 		"%d cluster policy events applied alone (of %d; %d trackable), %d changes rebuilt (%d pod events in all)",
 		fast, reshaped, fastPol, pol, hybridPol, fastCPol, cpol, trackableCPol, rebuilt, pod)
-	// Pods that create or delete isolation chains take their own path.
+	// Pods that create or delete combination chains take their own path.
 	if reshaped < pod/50 {
-		t.Errorf("only %d of %d pod events created or deleted isolation chains", reshaped, pod)
+		t.Errorf("only %d of %d pod events created or deleted combination chains", reshaped, pod)
 	}
 	// The check is only worth something if many cluster policy changes
 	// take the incremental path.
@@ -403,7 +403,7 @@ func TestTrackerDelta(t *testing.T) {
 	reshaped := 0
 	defer func() {
 		if reshaped == 0 {
-			t.Error("no pod event created or deleted an isolation chain")
+			t.Error("no pod event created or deleted a combination chain")
 		}
 	}()
 	for seed := uint64(1); seed <= 40; seed++ {
