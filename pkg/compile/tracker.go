@@ -716,35 +716,25 @@ func (t *Tracker) reshape(old, cur *Pod, changes map[string]*SetDelta) (delta De
 	// none), then the combinations' chains (a ClusterNetworkPolicy one
 	// with its tier-skip sets, from the tracked pods).
 	r2 := &renderer{prog: p, cfg: t.r.cfg, rs: &Ruleset{Chains: map[string]*Chain{}, Sets: map[string]*Set{}}, addrs: t.trackedSelectorAddrs}
+	// chainFor reports whether a policy's chain exists or was just
+	// rendered, else renders it (false: the policy has no rules there).
+	chainFor := func(d Direction, n string, render func() bool) (h [2]bool) {
+		_, had := rs.Chains[n]
+		_, rendered := r2.rs.Chains[n]
+		h[d] = had || rendered || render()
+		return h
+	}
 	for _, c := range entered {
 		hasRules := map[PolicyID][2]bool{}
 		for _, id := range c.ids {
-			n := PolicyChainName(&p.Policies[id], c.d)
-			var h [2]bool
-			if _, ok := rs.Chains[n]; ok {
-				h[c.d] = true
-			} else if _, ok := r2.rs.Chains[n]; ok {
-				h[c.d] = true
-			} else {
-				h[c.d] = r2.policyChain(id, c.d)
-			}
-			hasRules[id] = h
+			hasRules[id] = chainFor(c.d, PolicyChainName(&p.Policies[id], c.d), func() bool { return r2.policyChain(id, c.d) })
 		}
 		r2.isolationChain(c.d, c.ids, hasRules)
 	}
 	for _, c := range centered {
 		hasRules := map[ClusterPolicyID][2]bool{}
 		for _, id := range c.ids {
-			n := ClusterPolicyChainName(&p.ClusterPolicies[id], c.d)
-			var h [2]bool
-			if _, ok := rs.Chains[n]; ok {
-				h[c.d] = true
-			} else if _, ok := r2.rs.Chains[n]; ok {
-				h[c.d] = true
-			} else {
-				h[c.d] = r2.clusterPolicyChain(id, c.d)
-			}
-			hasRules[id] = h
+			hasRules[id] = chainFor(c.d, ClusterPolicyChainName(&p.ClusterPolicies[id], c.d), func() bool { return r2.clusterPolicyChain(id, c.d) })
 		}
 		r2.clusterComboChain(c.t, c.d, c.ids, hasRules)
 	}

@@ -376,19 +376,26 @@ func TestPodChangesAreElementChanges(t *testing.T) {
 	eventually(t, "x/a gone from the kernel after a failure", func() bool {
 		return h.nft.failures() >= 1 && !strings.Contains(h.nft.dump(), `"x/a"`)
 	})
+	fresh := h.freshLoad(t, []*corev1.Pod{testPod("x", "b", "n1", "10.0.1.2", nil)}, denyAll("x"))
+	eventually(t, "the table equals a fresh load of the full build", func() bool { return h.nft.dump() == fresh })
+}
+
+// freshLoad is the table a fake nft holds after loading the full build of
+// these objects on the harness's node.
+func (h *harness) freshLoad(t *testing.T, pods []*corev1.Pod, policies ...*networkingv1.NetworkPolicy) string {
+	t.Helper()
 	want, err := compile.Render(compile.Build(compile.Input{NodeName: "n1", NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.1")},
-		Pods: []*corev1.Pod{testPod("x", "b", "n1", "10.0.1.2", nil)}, Policies: []*networkingv1.NetworkPolicy{denyAll("x")},
-		Namespaces: []*corev1.Namespace{}}), h.ctrl.cfg.Render)
+		Pods: pods, Policies: policies, Namespaces: []*corev1.Namespace{}}), h.ctrl.cfg.Render)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fresh := knftables.NewFake(knftables.InetFamily, compile.TableName)
 	tx := fresh.NewTransaction()
 	want.AddTo(tx)
-	if err := fresh.Run(ctx, tx); err != nil {
+	if err := fresh.Run(context.Background(), tx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the table equals a fresh load of the full build", func() bool { return h.nft.dump() == fresh.Dump() })
+	return fresh.Dump()
 }
 
 // TestTrackerCorrectionsCountOnlyChecks: a pod change the tracker cannot
@@ -463,26 +470,15 @@ func TestPodChangesThatCreateChains(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // both events reach the controller
 		h.nft.mu.Unlock()
-		want, err := compile.Render(compile.Build(compile.Input{NodeName: "n1", NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.1")},
-			Pods: pods, Policies: []*networkingv1.NetworkPolicy{denyAll("x"), denyAll("y")},
-			Namespaces: []*corev1.Namespace{}}), h.ctrl.cfg.Render)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fresh := knftables.NewFake(knftables.InetFamily, compile.TableName)
-		tx := fresh.NewTransaction()
-		want.AddTo(tx)
-		if err := fresh.Run(ctx, tx); err != nil {
-			t.Fatal(err)
-		}
+		fresh := h.freshLoad(t, pods, denyAll("x"), denyAll("y"))
 		// Lines sorted: the fake lists elements in the order they came.
 		lines := func(dump string) []string { l := strings.Split(dump, "\n"); slices.Sort(l); return l }
 		var got []string
 		if !poll(func() bool {
 			got = lines(h.nft.dump())
-			return histogramCount(t, syncs, "pods") > before && slices.Equal(got, lines(fresh.Dump()))
+			return histogramCount(t, syncs, "pods") > before && slices.Equal(got, lines(fresh))
 		}) {
-			t.Fatalf("round %d: the table is not a fresh load of the full build (-want +got):\n%s", round, cmp.Diff(lines(fresh.Dump()), got))
+			t.Fatalf("round %d: the table is not a fresh load of the full build (-want +got):\n%s", round, cmp.Diff(lines(fresh), got))
 		}
 	}
 	if got := histogramCount(t, syncs, "incremental") + histogramCount(t, syncs, "full"); got != rebuilds {

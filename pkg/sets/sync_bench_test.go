@@ -413,22 +413,9 @@ func BenchmarkSync(b *testing.B) {
 							for b.Loop() {
 								cur = relabel(cur, i)
 								p := cur.Pods[i]
-								t0 := time.Now()
-								delta, ok := tr.ApplyPod(p.Namespace+"/"+p.Name, p)
-								if !ok {
-									b.Fatal("the relabel needs a rebuild")
+								if t.applyPod(b, s, tr, p.Namespace+"/"+p.Name, p) {
+									b.Fatal("the relabel changed the ruleset's shape")
 								}
-								t1 := time.Now()
-								self0 := selfCPU()
-								res, err := s.ApplyDelta(context.Background(), tr.Ruleset(), delta)
-								if err != nil || res.Full {
-									b.Fatalf("ApplyDelta: full %v, %v", res.Full, err)
-								}
-								t.txSelfCPU += selfCPU() - self0
-								t.build += t1.Sub(t0)
-								t.tx += time.Since(t1)
-								t.ops += res.Operations
-								t.n++
 							}
 							t.report(b)
 						})
@@ -452,23 +439,9 @@ func BenchmarkSync(b *testing.B) {
 							if t.n%2 == 1 {
 								p = nil
 							}
-							prev := tr.Ruleset()
-							t0 := time.Now()
-							delta, ok := tr.ApplyPod(key, p)
-							if !ok || tr.Ruleset() == prev {
-								b.Fatalf("the pod needs a rebuild (%v) or left the ruleset's shape", !ok)
+							if !t.applyPod(b, s, tr, key, p) {
+								b.Fatal("the pod left the ruleset's shape")
 							}
-							t1 := time.Now()
-							self0 := selfCPU()
-							res, err := s.ApplyDelta(context.Background(), tr.Ruleset(), delta)
-							if err != nil || res.Full {
-								b.Fatalf("ApplyDelta: full %v, %v", res.Full, err)
-							}
-							t.txSelfCPU += selfCPU() - self0
-							t.build += t1.Sub(t0)
-							t.tx += time.Since(t1)
-							t.ops += res.Operations
-							t.n++
 						}
 						t.report(b)
 					})
@@ -476,6 +449,30 @@ func BenchmarkSync(b *testing.B) {
 			}
 		})
 	}
+}
+
+// applyPod times the agent's path for one pod change: the tracker's
+// ApplyPod (build-ms) and Syncer.ApplyDelta (tx-ms). It reports whether
+// the tracker made a new ruleset (chains created or deleted).
+func (t *syncTimes) applyPod(b *testing.B, s *sets.Syncer, tr *compile.Tracker, key string, p *corev1.Pod) bool {
+	prev := tr.Ruleset()
+	t0 := time.Now()
+	delta, ok := tr.ApplyPod(key, p)
+	if !ok {
+		b.Fatal("the pod change needs a rebuild")
+	}
+	t1 := time.Now()
+	self0 := selfCPU()
+	res, err := s.ApplyDelta(context.Background(), tr.Ruleset(), delta)
+	if err != nil || res.Full {
+		b.Fatalf("ApplyDelta: full %v, %v", res.Full, err)
+	}
+	t.txSelfCPU += selfCPU() - self0
+	t.build += t1.Sub(t0)
+	t.tx += time.Since(t1)
+	t.ops += res.Operations
+	t.n++
+	return tr.Ruleset() != prev
 }
 
 // withLonePolicy adds to the benchmark's cluster a policy that selects no
