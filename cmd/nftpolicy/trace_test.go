@@ -63,15 +63,7 @@ func TestTraceAgreesWithEvaluator(t *testing.T) {
 	for _, name := range []string{"deny-and-allow", "egress-dualstack", "deny-and-allow+cnp", "cluster-tiers"} {
 		t.Run(name, func(t *testing.T) {
 			file, withCNP := strings.CutSuffix(name, "+cnp")
-			data, err := os.ReadFile("../../pkg/compile/testdata/golden/" + file + ".yaml")
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := compile.ParseScenario(data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			in := s.Input("node-1", s.NodeNames([]string{"node-1", "node-2"}), nil)
+			in := ct.GoldenInput(t, "../../pkg/compile/testdata/golden/"+file+".yaml")
 			if withCNP {
 				x := ct.NamespacesSubject(ct.Sel("kubernetes.io/metadata.name", "x"))
 				in.ClusterPolicies = append(in.ClusterPolicies,

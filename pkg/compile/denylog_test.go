@@ -19,15 +19,7 @@ import (
 // Deny rule and a Baseline Deny rule that apply to x's pods.
 func denyLogInput(t *testing.T, extra ...string) compile.Input {
 	t.Helper()
-	data, err := os.ReadFile("testdata/golden/deny-and-allow.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := compile.ParseScenario(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := s.Input("node-1", s.NodeNames([]string{"node-1", "node-2"}), nil)
+	in := ct.GoldenInput(t, "testdata/golden/deny-and-allow.yaml")
 	in.ClusterPolicies = append(in.ClusterPolicies,
 		ct.CNP("no-dns-out", "Admin", 10, ct.NamespacesSubject(ct.Sel("kubernetes.io/metadata.name", "x")),
 			ct.CNPEgress(ct.CNPRule("no-dns", "Deny", ct.ToNetworks("192.0.2.53/32")).On(ct.Proto("UDP", 53)))),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -71,15 +70,7 @@ func policyPairs(t *testing.T) map[string][2]*compile.Ruleset {
 		t.Fatal("no golden scenarios")
 	}
 	for _, sc := range scenarios {
-		data, err := os.ReadFile(sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := compile.ParseScenario(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		in := s.Input("node-1", s.NodeNames([]string{"node-1", "node-2"}), nil)
+		in := compiletest.GoldenInput(t, sc)
 		name := strings.TrimSuffix(filepath.Base(sc), ".yaml")
 		add(name, in, compile.RenderConfig{Mode: compile.ModeHybrid})
 		add(name+" deny log", in, compile.RenderConfig{Mode: compile.ModeHybrid, DenyLogGroup: 7})
@@ -98,15 +89,7 @@ func policyPairs(t *testing.T) map[string][2]*compile.Ruleset {
 // declarations that a later full sync reads back as its own.
 func TestNetlinkObjectsMatchNFT(t *testing.T) {
 	node, ref := newKernelNode(t, true), newKernelNode(t, false)
-	ctx := context.Background()
-	sync := func(s *sets.Syncer, rs *compile.Ruleset) sets.Result {
-		t.Helper()
-		res, err := s.Sync(ctx, rs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
+	sync := func(s *sets.Syncer, rs *compile.Ruleset) sets.Result { return mustSync(t, s, rs) }
 	same := func(step string, rs *compile.Ruleset) {
 		t.Helper()
 		ref.syncer.ForceFull()

@@ -122,14 +122,7 @@ func TestNetlinkSyncMatchesNFT(t *testing.T) {
 	node, ref := newKernelNode(t, true), newKernelNode(t, false)
 	in := compiletest.Cluster(600, 60, 3)
 	in.NodeName = "node-0"
-	sync := func(s *sets.Syncer, rs *compile.Ruleset) sets.Result {
-		t.Helper()
-		res, err := s.Sync(context.Background(), rs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
+	sync := func(s *sets.Syncer, rs *compile.Ruleset) sets.Result { return mustSync(t, s, rs) }
 	check := func(step string, rs *compile.Ruleset) {
 		t.Helper()
 		ref.syncer.ForceFull()
@@ -181,6 +174,16 @@ func TestNetlinkSyncMatchesNFT(t *testing.T) {
 	if netlinkSyncs == 0 {
 		t.Fatal("no change went over netlink")
 	}
+}
+
+// mustSync is Sync, failing the test on an error.
+func mustSync(t testing.TB, s *sets.Syncer, rs *compile.Ruleset) sets.Result {
+	t.Helper()
+	res, err := s.Sync(context.Background(), rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 func relabelPod(pods []*corev1.Pod, i int) {

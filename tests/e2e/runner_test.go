@@ -66,19 +66,6 @@ func evalScenario(t *testing.T, path string) []evalLine {
 	return parseLines(t, out)
 }
 
-func loadScenario(t *testing.T, path string) *compile.Scenario {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := compile.ParseScenario(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // compareRun checks the runner's verdicts against eval's, probe for probe.
 func compareRun(t *testing.T, s *compile.Scenario, want []evalLine, got []evalLine, detail func(i int) string) {
 	t.Helper()
@@ -270,7 +257,7 @@ func runBothWays(t *testing.T, name string, bound time.Duration, premise func(t 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := loadScenario(t, path)
+	s := ct.LoadScenario(t, path)
 	want := evalScenario(t, path)
 	if premise != nil {
 		premise(t, path, want)

@@ -7,6 +7,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 )
 
 // TestIncrementalSync changes the cluster after the first sync the way the
@@ -19,7 +20,7 @@ func TestIncrementalSync(t *testing.T) {
 	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
-			base := loadScenario(t, "testdata/incremental.yaml")
+			base := compiletest.LoadScenario(t, "testdata/incremental.yaml")
 			c := newCluster(t, base, Config{Mode: mode}) // queue: the variant the kernel supports
 			rep := check(t, c, base, false)
 			for n, r := range rep.Sync {

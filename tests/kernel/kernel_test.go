@@ -8,32 +8,19 @@ package kernel
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 func requireRoot(t testing.TB) {
 	t.Helper()
 	testenv.Require(t, "kernel tests", testenv.Root("create network namespaces, veths and nftables rulesets"), testenv.Binaries("ip", "nft"))
-}
-
-func loadScenario(t testing.TB, path string) *compile.Scenario {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := compile.ParseScenario(data)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return s
 }
 
 func testContext(t *testing.T) context.Context {
@@ -93,7 +80,7 @@ func TestScenarios(t *testing.T) {
 			name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 			t.Run(string(mode)+"/"+name, func(t *testing.T) {
 				t.Parallel()
-				s := loadScenario(t, f)
+				s := compiletest.LoadScenario(t, f)
 				c := newCluster(t, s, Config{Mode: mode})
 				check(t, c, s, false)
 			})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
@@ -57,7 +58,7 @@ func TestQueueMode(t *testing.T) {
 			name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 			t.Run(string(variant)+"/"+name, func(t *testing.T) {
 				t.Parallel()
-				s := loadScenario(t, f)
+				s := compiletest.LoadScenario(t, f)
 				c := newCluster(t, s, Config{Mode: compile.ModeQueue, QueueVariant: variant})
 				if _, err := c.Apply(testContext(t), s, false); err != nil {
 					if native && variant == compile.QueueXTCompat {
@@ -182,7 +183,7 @@ func TestNativeQueueVariant(t *testing.T) {
 	requireRoot(t)
 	v := kernelQueueVariant(t)
 	t.Logf("ProbeQueueVariant: %s", v)
-	s := loadScenario(t, "testdata/default-deny.yaml")
+	s := compiletest.LoadScenario(t, "testdata/default-deny.yaml")
 	c := newCluster(t, s, Config{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative})
 	var native bool
 	if err := c.Lab().InNode("node-1", func() error {
