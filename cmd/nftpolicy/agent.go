@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -51,6 +52,7 @@ type agentOptions struct {
 	queueVariant   string
 	allowMark      uint32
 	metricsAddr    string
+	profiling      bool
 	healthAddr     string
 	fullSyncPeriod time.Duration
 	refreshDelay   time.Duration
@@ -79,6 +81,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.Uint32Var(&o.allowMark, "allow-mark", 0x00100000, "packet and conntrack mark bit owned by nftpolicy (must not collide with kube-proxy's 0x4000/0x8000 or your CNI's)")
 	fs.Uint32Var(&o.maxQueueLen, "max-queue-len", queue.DefaultMaxQueueLen, "kernel queue length per queue")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9402", "address of the Prometheus /metrics endpoint; empty to disable")
+	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (/debug/pprof/) on the metrics address: heap, CPU, goroutines")
 	fs.StringVar(&o.healthAddr, "health-bind-address", ":9403", "address of /healthz and /readyz; empty to disable")
 	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
 	fs.DurationVar(&o.refreshDelay, "program-refresh-delay", controller.DefaultProgramRefreshDelay,
@@ -225,6 +228,10 @@ func agent(ctx context.Context, o *agentOptions) error {
 	errs := make(chan error, 4)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Full builds and program snapshots are bursts of garbage; the memory
+	// they free is returned to the OS once both pause.
+	release := controller.NewMemoryReleaser(controller.DefaultMemoryReleaseDelay)
+	o.state.afterWrite = release.Soon
 	// The queues are answered first, before the slower start-up steps, from
 	// the program snapshot if there is one (agent_queue.go).
 	stopQueue, done, err := o.startQueue(ctx, &render, node, eval, reg, metrics, errs)
@@ -316,7 +323,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	ctrl, err := controller.New(controller.Config{
 		Client: client, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,
-		PodCIDRs: podCIDRs, OnProgram: onProgram,
+		PodCIDRs: podCIDRs, OnProgram: onProgram, MemoryReleaser: release,
 	})
 	if err != nil {
 		return err
@@ -324,8 +331,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	reg.MustRegister(controller.NewCounterCollector(10*time.Second, metrics, log.WithName("metrics")))
 
 	if o.metricsAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux := metricsMux(reg, o.profiling)
 		go func() { errs <- wrapErr("metrics server", serve(ctx, o.metricsAddr, mux)) }()
 	}
 	if o.healthAddr != "" {
@@ -375,6 +381,21 @@ func wrapErr(what string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// metricsMux serves /metrics from reg and, with profiling, Go's profiles
+// under /debug/pprof/.
+func metricsMux(reg prometheus.Gatherer, profiling bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
 }
 
 func serve(ctx context.Context, addr string, h http.Handler) error {

@@ -17,6 +17,9 @@ import (
 // stateOptions are the flags of the agent's state on the node.
 type stateOptions struct {
 	dir string
+	// afterWrite is called after each snapshot write (the agent's
+	// memory releaser).
+	afterWrite func()
 }
 
 func (o *stateOptions) addFlags(fs *pflag.FlagSet) {
@@ -49,6 +52,7 @@ func (o *stateOptions) restore(ctx context.Context, eval *queue.Evaluator, node 
 			"pods", len(prog.Pods), "policies", len(prog.Policies), "clusterPolicies", len(prog.ClusterPolicies), "loadDuration", time.Since(start).Round(time.Microsecond))
 	}
 	eval.Snapshots = snaps
+	snaps.AfterWrite = o.afterWrite
 	go snaps.Run(ctx)
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "nftpolicy_state_snapshot_writes_total",

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -93,6 +96,37 @@ func TestChooseQueueVariantFlag(t *testing.T) {
 		}
 		if (tc.p.asked > 0) != tc.wantAsked {
 			t.Errorf("%s: prober asked %d times", tc.flag, tc.p.asked)
+		}
+	}
+}
+
+// TestProfilingFlag checks that Go's profiles are served on the metrics
+// address only with --profiling, and /metrics either way.
+func TestProfilingFlag(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "nftpolicy_test_gauge", Help: "test"}))
+	for _, tc := range []struct {
+		args      []string
+		pprofCode int
+	}{
+		{nil, http.StatusNotFound},
+		{[]string{"--profiling"}, http.StatusOK},
+	} {
+		o := parseAgentFlags(t, &stubProber{}, tc.args...)
+		mux := metricsMux(reg, o.profiling)
+		for path, want := range map[string]int{
+			"/metrics":                  http.StatusOK,
+			"/debug/pprof/":             tc.pprofCode,
+			"/debug/pprof/heap?debug=1": tc.pprofCode,
+		} {
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			if rec.Code != want {
+				t.Errorf("%v: GET %s: %d, want %d", tc.args, path, rec.Code, want)
+			}
+			if path == "/metrics" && !strings.Contains(rec.Body.String(), "nftpolicy_test_gauge") {
+				t.Errorf("%v: /metrics does not serve the registry:\n%s", tc.args, rec.Body.String())
+			}
 		}
 	}
 }

@@ -370,8 +370,8 @@ func nodeChanged(old, cur any) bool {
 // watchNodes adds the Node informer: nodes peers of ClusterNetworkPolicies
 // select nodes by label and match their addresses.
 func (c *Controller) watchNodes(inf cache.SharedIndexInformer) error {
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { c.markDirty() },
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: added(func(any) { c.markDirty() }),
 		UpdateFunc: func(old, cur any) {
 			if !sameResourceVersion(old, cur) && nodeChanged(old, cur) {
 				c.markDirty()

@@ -69,7 +69,11 @@ type Config struct {
 	// program within this delay or twice the last build's duration,
 	// whichever is longer.
 	ProgramRefreshDelay time.Duration
-	Logger              klog.Logger
+	// MemoryReleaser returns the memory full builds free to the OS; nil:
+	// one of the controller's own, with DefaultMemoryReleaseDelay. Share
+	// it with other sources of garbage (the program snapshot).
+	MemoryReleaser *MemoryReleaser
+	Logger         klog.Logger
 }
 
 // DefaultProgramRefreshDelay is Config.ProgramRefreshDelay's default.
@@ -94,6 +98,9 @@ func (c *Config) Defaults() {
 	}
 	if c.Evaluator == nil {
 		c.Evaluator = &queue.Evaluator{}
+	}
+	if c.MemoryReleaser == nil {
+		c.MemoryReleaser = NewMemoryReleaser(DefaultMemoryReleaseDelay)
 	}
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics()
@@ -156,6 +163,9 @@ type Controller struct {
 	// last sync, applied one by one by the tracker otherwise.
 	rebuild bool
 	podKeys map[string]struct{}
+	// podNoted, if set, runs at the start of every pod notification
+	// (tests: handlers as slow as a large cluster's initial list).
+	podNoted func()
 
 	// policyKeys are the NetworkPolicies changed since the last sync, applied
 	// one by one by the tracker (policies.go); policyHashes are their
@@ -175,8 +185,6 @@ type Controller struct {
 	// pod changes; lastBuild is how long the last full build took.
 	refresh   *time.Timer
 	lastBuild time.Duration
-	// release returns freed memory to the OS after full builds.
-	release *time.Timer
 
 	ready       atomic.Bool
 	lastSync    atomic.Int64  // unix nanoseconds of the last successful sync
@@ -224,25 +232,21 @@ func New(cfg Config) (*Controller, error) {
 	c.cnps = newClusterPolicies(cfg.PolicyClient, cfg.ClusterPolicyCheckPeriod, cfg.ResyncPeriod,
 		cfg.Logger.WithName("clusterpolicies"), cfg.Metrics, c.markDirty)
 	c.cnps.changedPolicy = c.markPolicy
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.markDirty() },
+	h := cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    added(func(any) { c.markDirty() }),
 		UpdateFunc: func(old, cur any) { c.markDirtyIfChanged(old, cur) },
 		DeleteFunc: func(any) { c.markDirty() },
 	}
-	podH := cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.markPod(obj) },
+	podH := cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: added(c.markPod),
 		UpdateFunc: func(old, cur any) {
 			if !sameResourceVersion(old, cur) {
 				c.markPod(cur)
 			}
 		},
-		DeleteFunc: func(obj any) { c.markPod(obj) },
+		DeleteFunc: c.markPod,
 	}
-	if _, err := podInf.Informer().AddEventHandler(podH); err != nil {
-		return nil, fmt.Errorf("adding event handler: %w", err)
-	}
-	c.synced = append(c.synced, podInf.Informer().HasSynced)
-	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{nsInf.Informer(): h, polInf.Informer(): c.policyHandler()} {
+	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{podInf.Informer(): podH, nsInf.Informer(): h, polInf.Informer(): c.policyHandler()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return nil, fmt.Errorf("adding event handler: %w", err)
 		}
@@ -262,6 +266,22 @@ func (c *Controller) markDirtyIfChanged(old, cur any) {
 	}
 }
 
+// added returns an informer's AddFunc that notes objects added after its
+// initial list. The first sync builds from the informers' stores, which
+// hold every object of the initial lists once the informers report synced;
+// the handlers' notifications of those objects come later (at 50,000 pods,
+// up to seconds later: each is a hand-off between goroutines). Noted, they
+// would follow the first sync as changes: tens of thousands of no-op pod
+// syncs, or a second full build. Waiting for the handlers instead (their
+// registrations' HasSynced) delayed the first sync by those seconds.
+func added(note func(any)) func(obj any, isInInitialList bool) {
+	return func(obj any, isInInitialList bool) {
+		if !isInInitialList {
+			note(obj)
+		}
+	}
+}
+
 // markDirty records a change that needs a full build.
 func (c *Controller) markDirty() {
 	c.mu.Lock()
@@ -273,6 +293,9 @@ func (c *Controller) markDirty() {
 
 // markPod records a pod change, which the tracker can apply alone.
 func (c *Controller) markPod(obj any) {
+	if c.podNoted != nil {
+		c.podNoted()
+	}
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -579,7 +602,8 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// the ones it replaces, mostly short-lived; at the default GOGC the
 	// collector ran through it several times (about a third of its CPU at
 	// 50k pods). The memory limit (GOMEMLIMIT, from the container's) still
-	// bounds the heap, and releaseMemory hands the pages back afterwards.
+	// bounds the heap, and the MemoryReleaser hands the pages back
+	// afterwards.
 	defer debug.SetGCPercent(debug.SetGCPercent(fullBuildGCPercent))
 	stale := false
 	if c.tracker != nil {
@@ -632,7 +656,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	c.committed(kind, start, now, observed)
 	c.recordGauges(prog, rs)
 	c.reportProblems(ctx, prog)
-	c.releaseMemory()
+	c.cfg.MemoryReleaser.Soon()
 	if first {
 		used := readProcessUsage().since(usage0)
 		log.Info("First sync committed", "policies", len(prog.Policies), "pods", len(prog.Pods), "operations", res.Operations, "duration", now.Sub(start),
@@ -657,27 +681,8 @@ func durationSince(from, to time.Time) time.Duration {
 	return to.Sub(from)
 }
 
-// releaseDelay is how long after the last full build its freed memory is
-// returned to the OS.
-const releaseDelay = 2 * time.Second
-
 // fullBuildGCPercent is GOGC during a full build and its sync.
 const fullBuildGCPercent = 400
-
-// releaseMemory returns the memory full builds freed to the OS, once the
-// builds pause for releaseDelay, in the background. A build allocates a
-// program, an index and a ruleset as large as the ones it replaces; the
-// garbage collector would keep the pages for reuse (the first list of a
-// large cluster's pods, decoded whole before the transform, leaves even
-// more), so the agent's resident memory would stay at its peak. The forced
-// collection costs about what one of the build's own collections costs.
-func (c *Controller) releaseMemory() {
-	if c.release == nil {
-		c.release = time.AfterFunc(releaseDelay, debug.FreeOSMemory)
-		return
-	}
-	c.release.Reset(releaseDelay)
-}
 
 // committed records a sync that reached the kernel.
 func (c *Controller) committed(kind string, start, now, observed time.Time) {

@@ -109,6 +109,14 @@ func start(t *testing.T, objs ...runtime.Object) *harness {
 // startWith is start with a configuration that set changes.
 func startWith(t *testing.T, set func(*Config), objs ...runtime.Object) *harness {
 	t.Helper()
+	h := newHarness(t, set, objs...)
+	h.run(t)
+	return h
+}
+
+// newHarness is startWith without starting the controller (run).
+func newHarness(t *testing.T, set func(*Config), objs ...runtime.Object) *harness {
+	t.Helper()
 	h := &harness{nft: &flakyNFT{Fake: knftables.NewFake(knftables.InetFamily, compile.TableName)}, eval: &queue.Evaluator{}, events: record.NewFakeRecorder(10)}
 	h.client = fake.NewClientset(objs...)
 	syncer, err := sets.New(sets.Config{NFT: h.nft})
@@ -124,6 +132,11 @@ func startWith(t *testing.T, set func(*Config), objs ...runtime.Object) *harness
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h
+}
+
+// run starts the controller; it stops at the end of the test.
+func (h *harness) run(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.done = make(chan error, 1)
@@ -134,7 +147,6 @@ func startWith(t *testing.T, set func(*Config), objs ...runtime.Object) *harness
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return h
 }
 
 // counterValue reads a counter (or a gauge) without a registry.
@@ -378,6 +390,32 @@ func TestPodChangesAreElementChanges(t *testing.T) {
 	})
 	fresh := h.freshLoad(t, []*corev1.Pod{testPod("x", "b", "n1", "10.0.1.2", nil)}, denyAll("x"))
 	eventually(t, "the table equals a fresh load of the full build", func() bool { return h.nft.dump() == fresh })
+}
+
+// TestInitialListsAreNotChanges: the first sync builds from the informers'
+// stores; the notifications of their initial lists, which can come after
+// it, are not applied again as changes (on a large cluster, tens of
+// thousands of no-op pod changes right after start-up).
+func TestInitialListsAreNotChanges(t *testing.T) {
+	objs := []runtime.Object{denyAll("x")}
+	for i := range 1000 {
+		objs = append(objs, testPod("x", fmt.Sprintf("p%d", i), "n2", fmt.Sprintf("10.1.%d.%d", i/250, i%250+1), nil))
+	}
+	h := newHarness(t, nil, objs...)
+	// Handlers as slow as on a large cluster: the initial list's
+	// notifications take about a second.
+	h.ctrl.podNoted = func() { time.Sleep(time.Millisecond) }
+	h.run(t)
+	eventually(t, "first sync", h.ctrl.Ready)
+	// Notifications delivered after the first sync would be synced well
+	// within this.
+	time.Sleep(time.Second)
+	syncs := h.ctrl.cfg.Metrics.SyncDuration
+	for kind, want := range map[string]uint64{"full": 1, "incremental": 0, "pods": 0, "policies": 0} {
+		if got := histogramCount(t, syncs, kind); got != want {
+			t.Errorf("%d syncs of kind %s after start-up, want %d", got, kind, want)
+		}
+	}
 }
 
 // freshLoad is the table a fake nft holds after loading the full build of

@@ -19,9 +19,9 @@ import (
 // never decides with a program older than the kernel's dispatch.
 
 // policyHandler records NetworkPolicy changes by key.
-func (c *Controller) policyHandler() cache.ResourceEventHandlerFuncs {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: c.markPolicy,
+func (c *Controller) policyHandler() cache.ResourceEventHandlerDetailedFuncs {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: added(c.markPolicy),
 		UpdateFunc: func(old, cur any) {
 			if !sameResourceVersion(old, cur) {
 				c.markPolicy(cur)

@@ -66,11 +66,7 @@ func TestPolicyChangesGoThroughTheTracker(t *testing.T) {
 // policySyncs counts the "policies" syncs: changes the tracker applied.
 func policySyncs(t *testing.T, h *harness) uint64 {
 	t.Helper()
-	var m dto.Metric
-	if err := h.ctrl.cfg.Metrics.SyncDuration.WithLabelValues("policies").(prometheus.Histogram).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.Histogram.GetSampleCount()
+	return histogramCount(t, h.ctrl.cfg.Metrics.SyncDuration, "policies")
 }
 
 // policyStep makes a policy change and checks that it was a "policies"

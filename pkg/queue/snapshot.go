@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -56,6 +58,11 @@ const snapshotVersion = 2
 // Snapshots keeps the snapshot of the program in force in a directory.
 // Attach it to an Evaluator (Evaluator.Snapshots) and run Run.
 type Snapshots struct {
+	// AfterWrite, if set before Run, is called after each snapshot
+	// written or failed: writing one of a large cluster makes megabytes
+	// of garbage (controller.MemoryReleaser.Soon).
+	AfterWrite func()
+
 	path string
 	node string
 	log  klog.Logger
@@ -154,6 +161,9 @@ func (s *Snapshots) Run(ctx context.Context) {
 			s.failed.Add(1)
 			s.log.Error(err, "Cannot write the program snapshot; a restarted agent will drop queued connections until its first sync", "path", s.path)
 		}
+		if s.AfterWrite != nil {
+			s.AfterWrite()
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -163,16 +173,13 @@ func (s *Snapshots) Run(ctx context.Context) {
 }
 
 func (s *Snapshots) write(ps *pendingSnapshot) error {
-	body, err := encodeSnapshot(s.node, ps.p.Source)
-	if err != nil {
-		return err
-	}
 	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".snapshot-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // after a successful rename: ENOENT, ignored
-	if _, err := tmp.Write(body); err != nil {
+	size, err := writeSnapshotFile(tmp, s.node, ps.p.Source)
+	if err != nil {
 		tmp.Close()
 		return err
 	}
@@ -188,8 +195,32 @@ func (s *Snapshots) write(ps *pendingSnapshot) error {
 		return err
 	}
 	s.saved.Add(1)
-	s.lastBytes.Store(int64(len(body)))
+	s.lastBytes.Store(size)
 	return nil
+}
+
+// writeSnapshotFile writes the snapshot of in to f, an empty file: the
+// checksum line is written last, over a placeholder of its size, once the
+// document has streamed past the hash. It returns the file's size.
+func writeSnapshotFile(f *os.File, node string, in compile.Input) (int64, error) {
+	var head [sha256.Size*2 + 1]byte
+	head[len(head)-1] = '\n'
+	if _, err := f.Write(head[:]); err != nil {
+		return 0, err
+	}
+	bw := bufio.NewWriterSize(f, 64<<10)
+	sum, n, err := encodeSnapshot(bw, node, in)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		return 0, err
+	}
+	hex.Encode(head[:], sum[:])
+	if _, err := f.WriteAt(head[:len(head)-1], 0); err != nil {
+		return 0, err
+	}
+	return int64(len(head)) + n, nil
 }
 
 // SnapshotStats counts snapshot writes.
@@ -267,48 +298,133 @@ func (sp snapshotPod) info() *compile.PodInfo {
 	}
 }
 
-// encodeSnapshot encodes what compile.Build reads of in, and nothing else
-// (no managed fields, annotations, images, volumes ...): a pod takes a
-// few hundred bytes. Pods are saved as compile.PodInfos (the controller's
-// form), in.Pods read into that form.
-func encodeSnapshot(node string, in compile.Input) ([]byte, error) {
-	d := snapshotDoc{Version: snapshotVersion, Node: node, Written: time.Now().UTC()}
-	for _, a := range in.NodeIPs {
-		d.NodeIPs = append(d.NodeIPs, a.String())
+// encodeSnapshot writes the document of a snapshot (what follows its
+// checksum line) to w and returns its SHA-256 and size. It encodes what
+// compile.Build reads of in, and nothing else (no managed fields,
+// annotations, images, volumes ...): a pod takes a few hundred bytes. Pods
+// are saved as compile.PodInfos (the controller's form), in.Pods read into
+// that form.
+//
+// The document streams out item by item. Marshalled whole, a snapshot of
+// 50,000 pods held some 50 MB at once: the lean copies, encoding/json's
+// buffer (pooled, so it outlives the write by up to two collections) and
+// the result. The agent's resident memory after the refresh's forced
+// collection then depended on whether a snapshot was being written.
+func encodeSnapshot(w io.Writer, node string, in compile.Input) (sum [sha256.Size]byte, size int64, err error) {
+	h := sha256.New()
+	cw := &countingWriter{w: io.MultiWriter(w, h)}
+	d := docWriter{w: cw, enc: json.NewEncoder(cw)}
+	d.raw("{")
+	d.field("version", snapshotVersion)
+	d.field("node", node)
+	d.field("written", time.Now().UTC())
+	writeArray(&d, "nodeIPs", in.NodeIPs, func(a netip.Addr) any { return a.String() })
+	writeArray(&d, "namespaces", in.Namespaces, func(ns *corev1.Namespace) any {
+		return &corev1.Namespace{ObjectMeta: leanMeta(ns.ObjectMeta)}
+	})
+	if len(in.PodInfos)+len(in.Pods) > 0 {
+		d.key("pods")
+		d.raw("[")
+		var sp snapshotPod // one, reused: not one allocation per pod
+		pod := func(i int) {
+			if i > 0 {
+				d.raw(",")
+			}
+			d.value(&sp)
+		}
+		for i, p := range in.PodInfos {
+			sp = leanPod(p)
+			pod(i)
+		}
+		for i, p := range in.Pods {
+			sp = leanPod(compile.NewPodInfo(p))
+			pod(len(in.PodInfos) + i)
+		}
+		d.raw("]")
 	}
-	for _, ns := range in.Namespaces {
-		d.Namespaces = append(d.Namespaces, &corev1.Namespace{ObjectMeta: leanMeta(ns.ObjectMeta)})
-	}
-	d.Pods = make([]snapshotPod, 0, len(in.PodInfos)+len(in.Pods))
-	for _, p := range in.PodInfos {
-		d.Pods = append(d.Pods, leanPod(p))
-	}
-	for _, p := range in.Pods {
-		d.Pods = append(d.Pods, leanPod(compile.NewPodInfo(p)))
-	}
-	for _, c := range in.PodCIDRs {
-		d.PodCIDRs = append(d.PodCIDRs, c.String())
-	}
-	for _, np := range in.Policies {
-		d.Policies = append(d.Policies, &networkingv1.NetworkPolicy{ObjectMeta: leanMeta(np.ObjectMeta), Spec: np.Spec})
-	}
-	for _, cnp := range in.ClusterPolicies {
-		d.ClusterPolicies = append(d.ClusterPolicies, &npav1beta1.ClusterNetworkPolicy{ObjectMeta: leanMeta(cnp.ObjectMeta), Spec: cnp.Spec})
-	}
-	for _, n := range in.Nodes {
-		d.Nodes = append(d.Nodes, &corev1.Node{ObjectMeta: leanMeta(n.ObjectMeta),
+	writeArray(&d, "podCIDRs", in.PodCIDRs, func(c netip.Prefix) any { return c.String() })
+	writeArray(&d, "policies", in.Policies, func(np *networkingv1.NetworkPolicy) any {
+		return &networkingv1.NetworkPolicy{ObjectMeta: leanMeta(np.ObjectMeta), Spec: np.Spec}
+	})
+	writeArray(&d, "clusterPolicies", in.ClusterPolicies, func(cnp *npav1beta1.ClusterNetworkPolicy) any {
+		return &npav1beta1.ClusterNetworkPolicy{ObjectMeta: leanMeta(cnp.ObjectMeta), Spec: cnp.Spec}
+	})
+	writeArray(&d, "nodes", in.Nodes, func(n *corev1.Node) any {
+		return &corev1.Node{ObjectMeta: leanMeta(n.ObjectMeta),
 			Spec:   corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
-			Status: corev1.NodeStatus{Addresses: n.Status.Addresses}})
+			Status: corev1.NodeStatus{Addresses: n.Status.Addresses}}
+	})
+	d.raw("}")
+	if d.err != nil {
+		return sum, 0, fmt.Errorf("encoding the program snapshot: %w", d.err)
 	}
-	body, err := json.Marshal(&d)
-	if err != nil {
-		return nil, fmt.Errorf("encoding the program snapshot: %w", err)
+	h.Sum(sum[:0])
+	return sum, cw.n, nil
+}
+
+// docWriter writes a JSON object field by field; the first error sticks.
+type docWriter struct {
+	w      io.Writer
+	enc    *json.Encoder
+	fields int
+	err    error
+}
+
+func (d *docWriter) raw(s string) {
+	if d.err == nil {
+		_, d.err = io.WriteString(d.w, s)
 	}
-	sum := sha256.Sum256(body)
-	out := make([]byte, 0, len(body)+65)
-	out = append(out, hex.EncodeToString(sum[:])...)
-	out = append(out, '\n')
-	return append(out, body...), nil
+}
+
+// value encodes v (the encoder ends it with a newline, which JSON reads as
+// space).
+func (d *docWriter) value(v any) {
+	if d.err == nil {
+		d.err = d.enc.Encode(v)
+	}
+}
+
+func (d *docWriter) key(name string) {
+	if d.fields > 0 {
+		d.raw(",")
+	}
+	d.fields++
+	d.value(name)
+	d.raw(":")
+}
+
+func (d *docWriter) field(name string, v any) {
+	d.key(name)
+	d.value(v)
+}
+
+// writeArray writes the field name with items, each as conv returns it;
+// nothing when there are none (the document's omitempty).
+func writeArray[T any](d *docWriter, name string, items []T, conv func(T) any) {
+	if len(items) == 0 {
+		return
+	}
+	d.key(name)
+	d.raw("[")
+	for i, it := range items {
+		if i > 0 {
+			d.raw(",")
+		}
+		d.value(conv(it))
+	}
+	d.raw("]")
+}
+
+// countingWriter counts what passes through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 func decodeSnapshot(node string, b []byte) (compile.Input, time.Time, error) {

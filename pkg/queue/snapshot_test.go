@@ -1,15 +1,22 @@
 package queue
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -17,13 +24,41 @@ import (
 )
 
 // snapshotInput is a node's input with NetworkPolicies, ClusterNetworkPolicies
-// (with a named port) and node addresses.
+// (with a named port), node addresses and a Node.
 func snapshotInput(pods int) compile.Input {
 	in := compiletest.Cluster(pods, 40, 3)
 	in.NodeName = "node-1"
 	in.NodeIPs = []netip.Addr{netip.MustParseAddr("192.168.0.1"), netip.MustParseAddr("fd00::1")}
 	in.ClusterPolicies = append(in.ClusterPolicies, compiletest.DevCNPs()...)
+	in.Nodes = []*corev1.Node{{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{"zone": "a"}},
+		Spec:       corev1.NodeSpec{PodCIDR: "10.0.0.0/24", PodCIDRs: []string{"10.0.0.0/24"}},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.1"}}},
+	}}
 	return in
+}
+
+// snapshotBytes writes the snapshot of in as the agent does, to a file,
+// and returns the file's bytes.
+func snapshotBytes(tb testing.TB, in compile.Input) []byte {
+	tb.Helper()
+	f, err := os.Create(filepath.Join(tb.TempDir(), "snapshot"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	size, err := writeSnapshotFile(f, "node-1", in)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if int64(len(b)) != size {
+		tb.Fatalf("writeSnapshotFile reported %d bytes, the file has %d", size, len(b))
+	}
+	return b
 }
 
 // samePrograms checks that a and b decide every connection between their
@@ -68,12 +103,24 @@ func samePrograms(t *testing.T, a, b *compile.Program) {
 
 func TestSnapshotRoundTrip(t *testing.T) {
 	in := snapshotInput(300)
+	in.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 	want := compile.Build(in)
-	body, err := encodeSnapshot("node-1", want.Source)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := snapshotBytes(t, want.Source)
 	t.Logf("%d pods: %d bytes", len(in.Pods), len(body))
+	// The document is written item by item: every field must be one that
+	// the decoder knows, and every field of the input must be in it.
+	var doc snapshotDoc
+	dec := json.NewDecoder(bytes.NewReader(body[65:]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("strict decoding: %v", err)
+	}
+	dv := reflect.ValueOf(doc)
+	for i := range dv.NumField() {
+		if dv.Field(i).IsZero() {
+			t.Errorf("the snapshot has no %s", dv.Type().Field(i).Name)
+		}
+	}
 	got, _, err := decodeSnapshot("node-1", body)
 	if err != nil {
 		t.Fatal(err)
@@ -107,10 +154,7 @@ func TestSnapshotPodInfos(t *testing.T) {
 	in.Pods = nil
 	in.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd10::/64")}
 	want := compile.Build(in)
-	body, err := encodeSnapshot("node-1", want.Source)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := snapshotBytes(t, want.Source)
 	got, _, err := decodeSnapshot("node-1", body)
 	if err != nil {
 		t.Fatal(err)
@@ -141,6 +185,8 @@ func TestSnapshotsFollowSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var afterWrites atomic.Uint64
+	s.AfterWrite = func() { afterWrites.Add(1) }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go s.Run(ctx)
@@ -189,6 +235,7 @@ func TestSnapshotsFollowSwap(t *testing.T) {
 	if st := s.Stats(); st.Saved < 2 || st.Failed != 0 || st.LastBytes == 0 {
 		t.Errorf("Stats() = %+v", st)
 	}
+	waitFor(t, "AfterWrite after every snapshot written", func() bool { return afterWrites.Load() >= s.Stats().Saved })
 }
 
 // BenchmarkSnapshot measures writing (encoding) and loading (decoding and
@@ -196,14 +243,11 @@ func TestSnapshotsFollowSwap(t *testing.T) {
 func BenchmarkSnapshot(b *testing.B) {
 	for _, pods := range []int{1000, 10000} {
 		in := snapshotInput(pods)
-		body, err := encodeSnapshot("node-1", in)
-		if err != nil {
-			b.Fatal(err)
-		}
+		body := snapshotBytes(b, in)
 		b.Run(fmt.Sprintf("encode/pods=%d", pods), func(b *testing.B) {
 			b.ReportMetric(float64(len(body)), "bytes")
 			for b.Loop() {
-				if _, err := encodeSnapshot("node-1", in); err != nil {
+				if _, _, err := encodeSnapshot(io.Discard, "node-1", in); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -251,11 +251,18 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	cpu2, _ := procCPU(pid)
 	time.Sleep(cfg.Settle)
 	cpu3, _ := procCPU(pid)
-	rss, hwm, err := procRSS(pid)
+	st, err := procStatus(pid)
 	if err != nil {
 		return err
 	}
+	rss, hwm := st["VmRSS"]/1024, st["VmHWM"]/1024
 	m, _ := agent.Metrics(ctx)
+	// What the resident memory is: anonymous (the Go heap and the
+	// runtime's) and file pages (the binary's text), and how much of the
+	// heap is garbage not yet collected.
+	cfg.Logf("scale: %d pods: RSS anon %.1f MiB file %.1f MiB; Go heap in use %.1f MiB, allocated %.1f MiB, next GC at %.1f MiB, %.0f GCs, last %.1fs ago",
+		n, st["RssAnon"]/1024, st["RssFile"]/1024, m["go_memstats_heap_inuse_bytes"]/(1<<20), m["go_memstats_heap_alloc_bytes"]/(1<<20),
+		m["go_memstats_next_gc_bytes"]/(1<<20), m["go_gc_duration_seconds_count"], float64(time.Now().UnixNano())/1e9-m["go_memstats_last_gc_time_seconds"])
 	inc := append([]time.Duration(nil), incr...)
 	res.Set("startup_s_"+sz, round(startup.Seconds(), 2))
 	res.Set("cpu_startup_s_"+sz, round(cpuStartup, 2))
@@ -267,6 +274,8 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	res.Set("rss_peak_mb_"+sz, round(hwm, 1))
 	res.Set("set_elements_"+sz, m["nftpolicy_programmed_set_elements"])
 	res.Set("go_heap_mb_"+sz, round(m["go_memstats_heap_inuse_bytes"]/(1<<20), 1))
+	res.Set("go_heap_alloc_mb_"+sz, round(m["go_memstats_heap_alloc_bytes"]/(1<<20), 1))
+	res.Set("rss_anon_mb_"+sz, round(st["RssAnon"]/1024, 1))
 	cfg.Logf("scale: %d pods: incremental p50 %v max %v; RSS %.0f MB (peak %.0f MB); idle CPU %.2f%%",
 		n, Percentile(inc, 50).Round(10*time.Microsecond), Percentile(inc, 100).Round(10*time.Microsecond), rss, hwm, (cpu3-cpu2)/cfg.Settle.Seconds()*100)
 
@@ -446,12 +455,14 @@ func cpuOf(names ...string) float64 {
 // clkTck is sysconf(_SC_CLK_TCK), 100 on Linux.
 const clkTck = 100
 
-// procRSS returns VmRSS and VmHWM (peak) of a process in MiB.
-func procRSS(pid int) (rss, hwm float64, err error) {
+// procStatus returns the numeric fields of /proc/<pid>/status (sizes in
+// kB, as the kernel writes them).
+func procStatus(pid int) (map[string]float64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
+	out := map[string]float64{}
 	for _, line := range strings.Split(string(data), "\n") {
 		k, v, ok := strings.Cut(line, ":")
 		if !ok {
@@ -461,15 +472,11 @@ func procRSS(pid int) (rss, hwm float64, err error) {
 		if len(f) == 0 {
 			continue
 		}
-		kb, _ := strconv.ParseFloat(f[0], 64)
-		switch k {
-		case "VmRSS":
-			rss = kb / 1024
-		case "VmHWM":
-			hwm = kb / 1024
+		if x, err := strconv.ParseFloat(f[0], 64); err == nil {
+			out[k] = x
 		}
 	}
-	return rss, hwm, nil
+	return out, nil
 }
 
 // firstSyncLine marks the agent's log line of its first committed sync.
