@@ -209,7 +209,7 @@ func writeSnapshotFile(f *os.File, node string, in compile.Input) (int64, error)
 		return 0, err
 	}
 	bw := bufio.NewWriterSize(f, 64<<10)
-	sum, n, err := encodeSnapshot(bw, node, in)
+	sum, err := encodeSnapshot(bw, node, in)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -220,7 +220,7 @@ func writeSnapshotFile(f *os.File, node string, in compile.Input) (int64, error)
 	if _, err := f.WriteAt(head[:len(head)-1], 0); err != nil {
 		return 0, err
 	}
-	return int64(len(head)) + n, nil
+	return f.Seek(0, io.SeekCurrent) // WriteAt leaves the offset at the end
 }
 
 // SnapshotStats counts snapshot writes.
@@ -299,7 +299,7 @@ func (sp snapshotPod) info() *compile.PodInfo {
 }
 
 // encodeSnapshot writes the document of a snapshot (what follows its
-// checksum line) to w and returns its SHA-256 and size. It encodes what
+// checksum line) to w and returns its SHA-256. It encodes what
 // compile.Build reads of in, and nothing else (no managed fields,
 // annotations, images, volumes ...): a pod takes a few hundred bytes. Pods
 // are saved as compile.PodInfos (the controller's form), in.Pods read into
@@ -310,10 +310,10 @@ func (sp snapshotPod) info() *compile.PodInfo {
 // buffer (pooled, so it outlives the write by up to two collections) and
 // the result. The agent's resident memory after the refresh's forced
 // collection then depended on whether a snapshot was being written.
-func encodeSnapshot(w io.Writer, node string, in compile.Input) (sum [sha256.Size]byte, size int64, err error) {
+func encodeSnapshot(w io.Writer, node string, in compile.Input) (sum [sha256.Size]byte, err error) {
 	h := sha256.New()
-	cw := &countingWriter{w: io.MultiWriter(w, h)}
-	d := docWriter{w: cw, enc: json.NewEncoder(cw)}
+	mw := io.MultiWriter(w, h)
+	d := docWriter{w: mw, enc: json.NewEncoder(mw)}
 	d.raw("{")
 	d.field("version", snapshotVersion)
 	d.field("node", node)
@@ -326,19 +326,13 @@ func encodeSnapshot(w io.Writer, node string, in compile.Input) (sum [sha256.Siz
 		d.key("pods")
 		d.raw("[")
 		var sp snapshotPod // one, reused: not one allocation per pod
-		pod := func(i int) {
-			if i > 0 {
-				d.raw(",")
-			}
-			d.value(&sp)
-		}
 		for i, p := range in.PodInfos {
 			sp = leanPod(p)
-			pod(i)
+			d.item(i, &sp)
 		}
 		for i, p := range in.Pods {
 			sp = leanPod(compile.NewPodInfo(p))
-			pod(len(in.PodInfos) + i)
+			d.item(len(in.PodInfos)+i, &sp)
 		}
 		d.raw("]")
 	}
@@ -356,10 +350,10 @@ func encodeSnapshot(w io.Writer, node string, in compile.Input) (sum [sha256.Siz
 	})
 	d.raw("}")
 	if d.err != nil {
-		return sum, 0, fmt.Errorf("encoding the program snapshot: %w", d.err)
+		return sum, fmt.Errorf("encoding the program snapshot: %w", d.err)
 	}
 	h.Sum(sum[:0])
-	return sum, cw.n, nil
+	return sum, nil
 }
 
 // docWriter writes a JSON object field by field; the first error sticks.
@@ -398,6 +392,14 @@ func (d *docWriter) field(name string, v any) {
 	d.value(v)
 }
 
+// item writes the i-th element of an array.
+func (d *docWriter) item(i int, v any) {
+	if i > 0 {
+		d.raw(",")
+	}
+	d.value(v)
+}
+
 // writeArray writes the field name with items, each as conv returns it;
 // nothing when there are none (the document's omitempty).
 func writeArray[T any](d *docWriter, name string, items []T, conv func(T) any) {
@@ -407,24 +409,9 @@ func writeArray[T any](d *docWriter, name string, items []T, conv func(T) any) {
 	d.key(name)
 	d.raw("[")
 	for i, it := range items {
-		if i > 0 {
-			d.raw(",")
-		}
-		d.value(conv(it))
+		d.item(i, conv(it))
 	}
 	d.raw("]")
-}
-
-// countingWriter counts what passes through it.
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 func decodeSnapshot(node string, b []byte) (compile.Input, time.Time, error) {
