@@ -27,7 +27,8 @@
 #          real agent process (tests/internal/cluster)
 #   dns    DNS learning (domainNames) in hybrid mode: hold time of a DNS
 #          reply (dns_hold_us_p50/p99), queued_packets_per_dns_reply, and
-#          that connections to a learned address are not queued
+#          that connections to a learned address are not queued;
+#          BenchmarkLearn40kNames of pkg/fqdn (dns_learn_us_p99_40k_names)
 #
 # Needs root (network namespaces, nftables, NFQUEUE), nft, and the control
 # plane binaries of hack/tools.sh. Creates only its own network namespaces;
@@ -97,6 +98,7 @@ export NFTPOLICY_BIN=$BIN
 $GO build -o "$OUT/nftbench" ./tests/bench/cmd/nftbench
 $GO test -c -o "$OUT/sets.test" ./pkg/sets
 $GO test -c -o "$OUT/queue.test" ./pkg/queue
+$GO test -c -o "$OUT/fqdn.test" ./pkg/fqdn
 NFTBENCH=$OUT/nftbench
 
 # The machine, and how much of a CPU a thread gets right now (wall/CPU of a
@@ -190,6 +192,10 @@ if section dns; then
 	log "dns: DNS replies held while learned (${DNS_ARGS[*]})"
 	contention dns
 	"$NFTBENCH" dns "${DNS_ARGS[@]}" >"$OUT/dns.txt"
+	# One pod holding 40k learned names: the p99 of one more reply's Learn.
+	"$OUT/fqdn.test" -test.run '^$' -test.bench 'BenchmarkLearn40kNames$' -test.benchtime 20000x -test.timeout 10m | tee "$OUT/dnslearn.bench" >&2
+	awk '$1 ~ /^BenchmarkLearn40kNames/ { for (i = 3; i < NF; i++) if ($(i+1) == "us-p99") v = $i } END { if (v != "") print "dns_learn_us_p99_40k_names=" v }' \
+		"$OUT/dnslearn.bench" >>"$OUT/dns.txt"
 fi
 
 {

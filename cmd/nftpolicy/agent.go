@@ -320,10 +320,14 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
+	// Hooks after each publication: revocation, and DNS learning's
+	// clean-up (added by startFQDN, before the controller runs).
+	hooks := &programHooks{}
+	hooks.add(onProgram)
 	ctrl, err := controller.New(controller.Config{
 		Client: client, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,
-		PodCIDRs: podCIDRs, OnProgram: onProgram, MemoryReleaser: release,
+		PodCIDRs: podCIDRs, OnProgram: hooks.run, MemoryReleaser: release,
 	})
 	if err != nil {
 		return err
@@ -356,7 +360,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 		return err
 	}
 	if render.LearnsDNS() {
-		stopDNS, err := o.fqdn.startFQDN(ctx, render, dnsQueue, eval, elements, client, reg, errs)
+		stopDNS, err := o.fqdn.startFQDN(ctx, render, dnsQueue, eval, elements, client, reg, errs, hooks)
 		defer stopDNS()
 		if err != nil {
 			return err

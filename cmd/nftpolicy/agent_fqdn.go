@@ -30,6 +30,26 @@ type fqdnOptions struct {
 	servers        []string
 	service        string
 	minTTL, maxTTL time.Duration
+	maxNames       int
+	maxAddrs       int
+}
+
+// programHooks are the controller's OnProgram hooks, called in the order
+// added. Hooks are added before the controller runs.
+type programHooks struct {
+	hooks []func(old, cur *compile.Program)
+}
+
+func (h *programHooks) add(f func(old, cur *compile.Program)) {
+	if f != nil {
+		h.hooks = append(h.hooks, f)
+	}
+}
+
+func (h *programHooks) run(old, cur *compile.Program) {
+	for _, f := range h.hooks {
+		f(old, cur)
+	}
 }
 
 func (o *fqdnOptions) addFlags(fs *pflag.FlagSet) {
@@ -39,6 +59,8 @@ func (o *fqdnOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.service, "dns-service", "kube-system/kube-dns", "namespace/name of the cluster DNS Service: replies from its endpoints (EndpointSlices) may be learned; empty to trust only --dns-servers")
 	fs.DurationVar(&o.minTTL, "fqdn-min-ttl", fqdn.DefaultMinTTL, "a learned address is admitted for at least this long, whatever the answer's TTL")
 	fs.DurationVar(&o.maxTTL, "fqdn-max-ttl", fqdn.DefaultMaxTTL, "a learned address is admitted for at most this long, whatever the answer's TTL")
+	fs.IntVar(&o.maxNames, "fqdn-max-names-per-pod", fqdn.DefaultMaxNamesPerPod, "learned names kept per pod; past it the names learned least recently are evicted (their addresses denied until looked up again) and counted in nftpolicy_dns_learned_evictions_total")
+	fs.IntVar(&o.maxAddrs, "fqdn-max-addresses-per-pod", fqdn.DefaultMaxAddrsPerPod, "learned name-address pairs kept per pod; past it the names learned least recently are evicted, as with --fqdn-max-names-per-pod")
 }
 
 // dnsQueueNum resolves --dns-queue-num for the connection queues base..
@@ -88,12 +110,13 @@ func (o *fqdnOptions) sources() (*fqdn.Sources, error) {
 
 // startFQDN starts DNS learning: the trusted sources (and the DNS
 // service's EndpointSlice informer), the learner, which the evaluator asks
-// about domainNames peers, and the runtime on the DNS queue. It returns
+// about domainNames peers and whose OnProgram joins hooks, and the runtime
+// on the DNS queue. It returns
 // once the queue is bound. stop, called when the agent exits, hands the
 // DNS queue over to a successor listening on the other of the DNS queue's
 // two numbers (as the connection queues are, see startQueue) and closes it.
 func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig, base uint16, eval *queue.Evaluator, elements *sets.NetlinkElements,
-	client kubernetes.Interface, reg prometheus.Registerer, errs chan<- error) (stop func(), err error) {
+	client kubernetes.Interface, reg prometheus.Registerer, errs chan<- error, hooks *programHooks) (stop func(), err error) {
 	log := klog.FromContext(ctx).WithName("fqdn")
 	stop = func() {}
 	src, err := o.sources()
@@ -110,7 +133,7 @@ func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig
 		return stop, err
 	}
 	cfg := fqdn.Config{Program: eval.Program, Trusted: src.Contains, MinTTL: o.minTTL, MaxTTL: o.maxTTL,
-		FailOpen: render.FailOpen, Metrics: m, Logger: log}
+		FailOpen: render.FailOpen, Metrics: m, Logger: log, MaxNamesPerPod: o.maxNames, MaxAddrsPerPod: o.maxAddrs}
 	if render.Mode != compile.ModeQueue {
 		// Hybrid: the kernel decides from the rules' learned sets.
 		cfg.Writer = wire.Writer{W: elements}
@@ -120,6 +143,9 @@ func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig
 		return stop, err
 	}
 	eval.Resolved = l
+	// After each publication: pods that left lose their learned elements,
+	// rules with new sets get what their pods resolved.
+	hooks.add(l.OnProgram)
 	rt, err := queue.NewRuntime(wire.RuntimeConfig(render, 0, log), wire.Decider{L: l})
 	if err != nil {
 		return stop, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,9 @@ type Element struct {
 // they are committed (pkg/sets.NetlinkElements in the agent).
 type Writer interface {
 	WriteElements(ctx context.Context, els []Element) error
+	// DeleteElements deletes the elements (their Timeout is ignored);
+	// one that is not in its set is no error. The sets must exist.
+	DeleteElements(ctx context.Context, els []Element) error
 }
 
 // Defaults of Config.
@@ -34,6 +38,17 @@ const (
 	DefaultMinTTL       = 5 * time.Second
 	DefaultMaxTTL       = time.Hour
 	DefaultWriteTimeout = time.Second
+	// DefaultMaxNamesPerPod and DefaultMaxAddrsPerPod bound what one pod's
+	// lookups may store (Config.MaxNamesPerPod, MaxAddrsPerPod). A
+	// workload resolves a few to a few tens of distinct names that its
+	// domainNames rules admit within the longest TTL (an hour); 512 names
+	// leave room for a crawler under a wildcard, and 2048 name-address
+	// pairs for names with several addresses each. At about 200 bytes of
+	// store and kernel element per pair, a pod that floods its resolver
+	// holds at most ~400 KiB of agent memory and its rules' kernel
+	// elements stay proportional, whatever it resolves.
+	DefaultMaxNamesPerPod = 512
+	DefaultMaxAddrsPerPod = 2048
 )
 
 // Config configures a Learner.
@@ -60,30 +75,54 @@ type Config struct {
 	Now func() time.Time
 	// OnHold, if set, receives each reply's hold time (benchmarks).
 	OnHold func(time.Duration)
+	// MaxNamesPerPod bounds the names one pod's learned answers are kept
+	// for, MaxAddrsPerPod its name-address pairs; past either, the names
+	// learned least recently are evicted (their kernel elements deleted)
+	// and counted. Defaults DefaultMaxNamesPerPod, DefaultMaxAddrsPerPod.
+	MaxNamesPerPod, MaxAddrsPerPod int
 }
 
 // Learner learns DNS replies (see the package documentation). It is safe
-// for concurrent use.
+// for concurrent use. What each pod learned is kept in a store of its own
+// (podStore) behind a lock of its own: a reply and the evaluator's
+// Resolved take only the receiving pod's lock, after an atomic load of the
+// pod index.
 type Learner struct {
 	cfg Config
 	idx atomic.Pointer[podIndex]
 
-	mu sync.Mutex
-	// store: pod ("namespace/name") -> name -> answer address -> expiry.
-	store map[string]map[string]map[netip.Addr]time.Time
+	// idxMu serializes building pod indexes (once per program) and the
+	// work a program change leaves for OnProgram.
+	idxMu sync.Mutex
+	// dropped are the entries of pods that stopped being local subjects
+	// of domainNames rules or changed addresses (their stores marked gone),
+	// retired collects the entries superseded by a new program's (pods
+	// whose rules changed): OnProgram deletes the former's kernel elements
+	// and re-writes the latter's answers into their new sets.
+	dropped, retired []*podEntry
+	// hooked is set once OnProgram is called: without the hook, nothing
+	// is collected for it.
+	hooked atomic.Bool
 }
 
 // podIndex maps local pods' addresses to the pod and the domainNames rules
 // that apply to it, for one program.
 type podIndex struct {
-	prog *compile.Program
-	pods map[netip.Addr]*podEntry
+	prog  *compile.Program
+	pods  map[netip.Addr]*podEntry
+	byKey map[string]*podEntry
 }
 
 type podEntry struct {
 	key   string
 	ips   []netip.Addr
 	rules []compile.FQDNRule
+	// store is the pod's learned answers, shared by the entries of every
+	// program in which the pod keeps its addresses.
+	store *podStore
+	// next is the entry of the same pod in the program that superseded
+	// this one (retired entries).
+	next *podEntry
 }
 
 // addr returns the pod's address of a family.
@@ -113,6 +152,12 @@ func New(cfg Config) (*Learner, error) {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
 	}
+	if cfg.MaxNamesPerPod <= 0 {
+		cfg.MaxNamesPerPod = DefaultMaxNamesPerPod
+	}
+	if cfg.MaxAddrsPerPod <= 0 {
+		cfg.MaxAddrsPerPod = DefaultMaxAddrsPerPod
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
@@ -122,9 +167,11 @@ func New(cfg Config) (*Learner, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Learner{cfg: cfg, store: map[string]map[string]map[netip.Addr]time.Time{}}, nil
+	return &Learner{cfg: cfg}, nil
 }
 
+// index returns the pod index of the program the kernel holds, building it
+// once per program.
 func (l *Learner) index() *podIndex {
 	p := l.cfg.Program()
 	if p == nil {
@@ -133,16 +180,31 @@ func (l *Learner) index() *podIndex {
 	if x := l.idx.Load(); x != nil && x.prog == p {
 		return x
 	}
-	x := &podIndex{prog: p, pods: map[netip.Addr]*podEntry{}}
+	return l.indexFor(p)
+}
+
+// indexFor builds (or returns) the index of p. A pod that keeps its key
+// and addresses keeps its store; the entries of the others are dropped:
+// their stores are marked gone at once, so that no reply adds to them, and
+// OnProgram deletes their kernel elements.
+func (l *Learner) indexFor(p *compile.Program) *podIndex {
+	l.idxMu.Lock()
+	defer l.idxMu.Unlock()
+	prev := l.idx.Load()
+	if prev != nil && prev.prog == p {
+		return prev
+	}
+	x := &podIndex{prog: p, pods: map[netip.Addr]*podEntry{}, byKey: map[string]*podEntry{}}
 	for _, fr := range p.FQDNRules() {
 		for _, pid := range fr.Subjects {
 			pod := &p.Pods[pid]
 			if !pod.Local || len(pod.IPs) == 0 {
 				continue
 			}
-			e := x.pods[pod.IPs[0]]
+			e := x.byKey[pod.Key]
 			if e == nil {
 				e = &podEntry{key: pod.Key, ips: pod.IPs}
+				x.byKey[pod.Key] = e
 				for _, a := range pod.IPs {
 					x.pods[a] = e
 				}
@@ -150,26 +212,33 @@ func (l *Learner) index() *podIndex {
 			e.rules = append(e.rules, fr)
 		}
 	}
-	l.idx.Store(x)
-	l.forget(x)
-	return x
-}
-
-// forget drops what pods that are no longer local subjects resolved, once
-// per program: a reused pod address must not inherit their answers. (The
-// kernel's elements of a deleted pod expire with their TTL.)
-func (l *Learner) forget(x *podIndex) {
-	keep := map[string]bool{}
-	for _, e := range x.pods {
-		keep[e.key] = true
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for k := range l.store {
-		if !keep[k] {
-			delete(l.store, k)
+	for k, e := range x.byKey {
+		var old *podEntry
+		if prev != nil {
+			old = prev.byKey[k]
+		}
+		if old != nil && slices.Equal(old.ips, e.ips) {
+			e.store = old.store
+			if l.hooked.Load() {
+				old.next = e
+				l.retired = append(l.retired, old)
+			}
+		} else {
+			e.store = newPodStore()
 		}
 	}
+	if prev != nil {
+		for k, old := range prev.byKey {
+			if e := x.byKey[k]; e == nil || e.store != old.store {
+				old.store.retire()
+				if l.hooked.Load() {
+					l.dropped = append(l.dropped, old)
+				}
+			}
+		}
+	}
+	l.idx.Store(x)
+	return x
 }
 
 // Result is what Learn did with one reply.
@@ -184,6 +253,8 @@ type Result struct {
 
 // Learn handles one DNS message from src to the local pod at dst (the
 // reply's destination). It returns once the kernel holds what was learned.
+// Its work is proportional to the reply's records and the pod's rules,
+// whatever the pod learned before; it takes the pod's lock only.
 func (l *Learner) Learn(ctx context.Context, src, dst netip.Addr, msg []byte) Result {
 	src, dst = src.Unmap(), dst.Unmap()
 	if !l.cfg.Trusted(src) {
@@ -197,28 +268,47 @@ func (l *Learner) Learn(ctx context.Context, src, dst netip.Addr, msg []byte) Re
 	if pod == nil {
 		return l.skip(CauseNoMatch, src, dst)
 	}
-	rules := pod.rules
-	answers, err := ParseReply(msg)
+	reply, err := ParseMessage(msg)
 	if err != nil {
 		return l.skip(Cause(err), src, dst)
 	}
+	for cause, n := range reply.Skipped {
+		l.cfg.Metrics.answersSkipped.WithLabelValues(cause).Add(float64(n))
+	}
 	now := l.cfg.Now()
 	var els []Element
-	type learned struct {
-		name  string
-		addrs []netip.Addr
-		ttl   time.Duration
-	}
-	var logged []learned
-	for _, a := range answers {
+	var learned []learnedName
+	// One reply may fill at most the pod's bounds: the store then evicts
+	// every other name rather than exceed them.
+	names, links := 0, 0
+	for _, a := range reply.Answers {
 		ttl := min(max(a.TTL, l.cfg.MinTTL), l.cfg.MaxTTL)
-		matched := false
-		for i := range rules {
-			fr := &rules[i]
-			if !anyNameMatches(fr.Domains, a.Names) {
-				continue
+		var rules []*compile.FQDNRule
+		for i := range pod.rules {
+			if anyNameMatches(pod.rules[i].Domains, a.Names) {
+				rules = append(rules, &pod.rules[i])
 			}
-			matched = true
+		}
+		if len(rules) == 0 {
+			continue
+		}
+		// The store keeps the names a rule of the pod matches: what
+		// Resolved and a later program's rules can ask about.
+		var kept []string
+		for _, n := range a.Names {
+			if podMatches(pod.rules, n) {
+				kept = append(kept, n)
+			}
+		}
+		if names+len(kept) > l.cfg.MaxNamesPerPod || links+len(kept)*len(a.Addrs) > l.cfg.MaxAddrsPerPod {
+			l.cfg.Metrics.answersSkipped.WithLabelValues(AnswerOverBound).Add(float64(len(a.Addrs)))
+			continue
+		}
+		names, links = names+len(kept), links+len(kept)*len(a.Addrs)
+		for _, n := range kept {
+			learned = append(learned, learnedName{name: n, addrs: a.Addrs, expiry: now.Add(ttl), ttl: ttl})
+		}
+		for _, fr := range rules {
 			// An A answer pairs with the pod's IPv4 address, an AAAA
 			// answer with its IPv6 address, whatever the reply's family.
 			for _, addr := range a.Addrs {
@@ -227,16 +317,22 @@ func (l *Learner) Learn(ctx context.Context, src, dst netip.Addr, msg []byte) Re
 				}
 			}
 		}
-		if matched {
-			logged = append(logged, learned{name: a.Names[0], addrs: a.Addrs, ttl: ttl})
-		}
 	}
-	if len(logged) == 0 {
-		if len(answers) == 0 {
+	if len(learned) == 0 {
+		if len(reply.Answers) == 0 {
 			return l.skip(CauseNoAddress, src, dst)
 		}
 		return l.skip(CauseNoMatch, src, dst)
 	}
+	st := pod.store
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.gone {
+		// The pod left the program while the reply was parsed: what it
+		// learns would outlive its removal.
+		return l.skip(CauseNoMatch, src, dst)
+	}
+	plan := st.plan(learned, l.cfg.MaxNamesPerPod, l.cfg.MaxAddrsPerPod)
 	if l.cfg.Writer != nil && len(els) > 0 {
 		wctx, cancel := context.WithTimeout(ctx, l.cfg.WriteTimeout)
 		err := l.cfg.Writer.WriteElements(wctx, els)
@@ -248,46 +344,22 @@ func (l *Learner) Learn(ctx context.Context, src, dst netip.Addr, msg []byte) Re
 			return Result{Cause: CauseWriteError, Release: l.cfg.FailOpen}
 		}
 	}
-	l.mu.Lock()
-	byName := l.store[pod.key]
-	if byName == nil {
-		byName = map[string]map[netip.Addr]time.Time{}
-		l.store[pod.key] = byName
-	}
-	n := 0
-	for _, lg := range logged {
-		for _, a := range answers {
-			if a.Names[0] != lg.name {
-				continue
-			}
-			for _, nm := range a.Names {
-				m := byName[nm]
-				if m == nil {
-					m = map[netip.Addr]time.Time{}
-					byName[nm] = m
-				}
-				for _, addr := range lg.addrs {
-					m[addr] = now.Add(lg.ttl)
-				}
-			}
+	freed := st.apply(now, plan, learned)
+	if len(plan.victims) > 0 {
+		l.cfg.Metrics.evictions.Add(float64(len(plan.victims)))
+		if v := l.cfg.Logger.V(4); v.Enabled() {
+			v.Info("Evicted learned names past the pod's bounds", "pod", pod.key, "names", len(plan.victims))
 		}
 	}
-	for nm, m := range byName {
-		for a, exp := range m {
-			if !now.Before(exp) {
-				delete(m, a)
-			}
-		}
-		if len(m) == 0 {
-			delete(byName, nm)
-		}
-		n += len(m)
+	if len(freed) > 0 && l.cfg.Writer != nil {
+		// The evicted names' addresses that no stored name resolves to
+		// leave the kernel too: the pod's elements stay bounded.
+		l.deleteElements(ctx, pod, pod.rules, freed, "evicted")
 	}
-	l.mu.Unlock()
 	l.cfg.Metrics.learned.Inc()
-	l.cfg.Metrics.podAddrs.Observe(float64(n))
+	l.cfg.Metrics.podAddrs.Observe(float64(st.links))
 	if v := l.cfg.Logger.V(2); v.Enabled() {
-		for _, lg := range logged {
+		for _, lg := range learned {
 			v.Info("Learned DNS answer", "pod", pod.key, "podIP", dst, "name", lg.name, "addresses", addrList(lg.addrs), "ttl", lg.ttl, "server", src)
 		}
 	}
@@ -311,6 +383,16 @@ func anyNameMatches(ps []compile.DomainPattern, names []string) bool {
 	return false
 }
 
+// podMatches reports whether a rule of the pod matches name.
+func podMatches(rules []compile.FQDNRule, name string) bool {
+	for i := range rules {
+		if compile.DomainsMatch(rules[i].Domains, name) {
+			return true
+		}
+	}
+	return false
+}
+
 func addrList(as []netip.Addr) string {
 	s := make([]string, len(as))
 	for i, a := range as {
@@ -321,7 +403,8 @@ func addrList(as []netip.Addr) string {
 
 // Resolved reports whether the pod at pod resolved a name matching one of
 // the patterns to peer, and the answer has not expired: the evaluator's
-// view of domainNames peers (queue.Resolver).
+// view of domainNames peers (queue.Resolver). It looks up the pod, then
+// the few names that resolved to peer, under the pod's lock only.
 func (l *Learner) Resolved(pod, peer netip.Addr, domains []compile.DomainPattern) bool {
 	x := l.index()
 	if x == nil {
@@ -331,13 +414,5 @@ func (l *Learner) Resolved(pod, peer netip.Addr, domains []compile.DomainPattern
 	if e == nil {
 		return false
 	}
-	now := l.cfg.Now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for name, m := range l.store[e.key] {
-		if exp, ok := m[peer.Unmap()]; ok && now.Before(exp) && compile.DomainsMatch(domains, name) {
-			return true
-		}
-	}
-	return false
+	return e.store.resolved(l.cfg.Now(), peer.Unmap(), domains)
 }

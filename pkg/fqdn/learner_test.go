@@ -41,10 +41,18 @@ type rr struct {
 // reply builds a DNS response to one question.
 func reply(t *testing.T, q string, qt dnsmessage.Type, truncated bool, rrs ...rr) []byte {
 	t.Helper()
+	return build(t, truncated, []dnsmessage.Question{{Name: dnsmessage.MustNewName(q), Type: qt, Class: dnsmessage.ClassINET}}, rrs)
+}
+
+// build builds a DNS response with the questions and the records, in order.
+func build(t *testing.T, truncated bool, qs []dnsmessage.Question, rrs []rr) []byte {
+	t.Helper()
 	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{Response: true, Truncated: truncated})
 	_ = b.StartQuestions()
-	if err := b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(q), Type: qt, Class: dnsmessage.ClassINET}); err != nil {
-		t.Fatal(err)
+	for _, q := range qs {
+		if err := b.Question(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	_ = b.StartAnswers()
 	for _, r := range rrs {
@@ -77,8 +85,17 @@ func orZero(s string) string {
 }
 
 type fakeWriter struct {
-	got [][]fqdn.Element
-	err error
+	got     [][]fqdn.Element
+	deleted [][]fqdn.Element
+	err     error
+}
+
+func (w *fakeWriter) DeleteElements(_ context.Context, els []fqdn.Element) error {
+	if w.err != nil {
+		return w.err
+	}
+	w.deleted = append(w.deleted, els)
+	return nil
 }
 
 func (w *fakeWriter) WriteElements(_ context.Context, els []fqdn.Element) error {

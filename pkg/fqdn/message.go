@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"slices"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -24,17 +25,44 @@ const (
 	CauseNoProgram  = "no_program"
 )
 
-// maxChain bounds CNAME chains (resolvers stop far earlier).
+// maxChain bounds the names of a CNAME chain, the question included
+// (resolvers stop far earlier).
 const maxChain = 16
 
-// Answer is one resolved name of a reply: the name (normalized), the
-// names it is an alias of or that alias it within the reply, and its
-// addresses with the chain's smallest TTL.
+// Why an answer record of a reply was not learned: the values of the cause
+// label of nftpolicy_dns_answers_not_learned_total.
+const (
+	// AnswerMapped: an AAAA record holding an IPv4-mapped address
+	// (::ffff:a.b.c.d).
+	AnswerMapped = "ipv4_mapped"
+	// AnswerNotUnicast: an unspecified, loopback, multicast or (IPv4)
+	// limited broadcast address.
+	AnswerNotUnicast = "not_unicast"
+	// AnswerOverBound: the reply alone holds more names or addresses than
+	// the pod may keep (Config.MaxNamesPerPod, MaxAddrsPerPod).
+	AnswerOverBound = "over_pod_bound"
+)
+
+// Answer is one set of addresses of a reply and the names that resolve to
+// them: the owner of the A/AAAA records and every name that reaches it
+// through the reply's CNAME records from the question.
 type Answer struct {
-	// Names holds the question name, then the CNAME targets, in chain order.
+	// Names holds the question name, then the CNAME targets, in chain
+	// order, up to the records' owner (the last).
 	Names []string
 	Addrs []netip.Addr
-	TTL   time.Duration
+	// TTL is the smallest TTL of the chain's CNAME records and the owner's
+	// address records.
+	TTL time.Duration
+}
+
+// Reply is what ParseMessage found in a DNS response.
+type Reply struct {
+	Answers []Answer
+	// Skipped counts address records not learned, by cause (AnswerMapped,
+	// AnswerNotUnicast); records not on a chain from the question are
+	// ignored without being counted.
+	Skipped map[string]int
 }
 
 // errNotLearnable carries the cause of a reply that cannot be learned.
@@ -99,116 +127,163 @@ func DNSPayload(proto uint8, packet []byte, l4 int) ([]byte, error) {
 	return nil, notLearnable(CauseMalformed)
 }
 
-// ParseReply parses a DNS response and resolves, for each question, its
-// CNAME chain within the reply and the A and AAAA records at the end of
-// the chain (records of any name of the chain count: servers put them at
-// the end, but a reply may list an alias's address too).
+// ParseReply parses a DNS response (see ParseMessage) and returns its
+// answers.
 func ParseReply(msg []byte) ([]Answer, error) {
+	r, err := ParseMessage(msg)
+	return r.Answers, err
+}
+
+// ParseMessage parses a DNS response and resolves, for each A or AAAA
+// question of class IN, which addresses each name of its CNAME chain
+// resolves to within the reply. An address is resolved by a name N only if
+// N owns the address record, or N reaches the owner through CNAME records
+// of the reply that form a chain starting at the question name: a record
+// whose owner no chain from the question reaches is ignored, whatever its
+// name, so a reply cannot make an address stand for a name that does not
+// resolve to it (a record "x A addr" next to "x CNAME www.example.com"
+// admits addr for x, never for www.example.com). The order of the records
+// does not matter. A name with more than one distinct CNAME target ends
+// its chain (the reply is inconsistent; neither target is followed);
+// loops end at the first repeated name and chains at maxChain names.
+//
+// AAAA records are learned only as IPv6 addresses: an IPv4-mapped AAAA
+// answer (::ffff:a.b.c.d) is not learned. A dual-stack socket connecting
+// to it sends IPv4 from the pod's IPv4 address to a.b.c.d, which only an A
+// answer may admit; learning it as a.b.c.d would let a name's AAAA record
+// stand in for an A record the resolver never returned, and as an IPv6
+// element it would never match a packet. Unspecified, loopback, multicast
+// and limited-broadcast addresses are not learned either: no policy means
+// to admit them by name. Both are counted in Reply.Skipped.
+func ParseMessage(msg []byte) (Reply, error) {
 	var p dnsmessage.Parser
 	h, err := p.Start(msg)
 	if err != nil {
-		return nil, notLearnable(CauseMalformed)
+		return Reply{}, notLearnable(CauseMalformed)
 	}
 	if !h.Response {
-		return nil, notLearnable(CauseNotAnswer)
+		return Reply{}, notLearnable(CauseNotAnswer)
 	}
 	if h.Truncated {
 		// Part of the answer is missing; the client retries over TCP.
-		return nil, notLearnable(CauseTruncated)
+		return Reply{}, notLearnable(CauseTruncated)
 	}
 	qs, err := p.AllQuestions()
 	if err != nil {
-		return nil, notLearnable(CauseMalformed)
+		return Reply{}, notLearnable(CauseMalformed)
 	}
-	type rec struct {
+	type owned struct {
 		addrs []netip.Addr
 		ttl   uint32
 	}
-	cname := map[string]string{}
-	cnameTTL := map[string]uint32{}
-	addrs := map[string]*rec{}
+	type alias struct {
+		target   string
+		ttl      uint32
+		conflict bool // more than one distinct target
+	}
+	var out Reply
+	cname := map[string]*alias{}
+	addrs := map[string]*owned{}
 	for {
 		rh, err := p.AnswerHeader()
 		if errors.Is(err, dnsmessage.ErrSectionDone) {
 			break
 		}
 		if err != nil {
-			return nil, notLearnable(CauseMalformed)
+			return Reply{}, notLearnable(CauseMalformed)
+		}
+		if rh.Class != dnsmessage.ClassINET {
+			if err := p.SkipAnswer(); err != nil {
+				return Reply{}, notLearnable(CauseMalformed)
+			}
+			continue
 		}
 		name := compile.NormalizeDomain(rh.Name.String())
 		switch rh.Type {
 		case dnsmessage.TypeCNAME:
 			r, err := p.CNAMEResource()
 			if err != nil {
-				return nil, notLearnable(CauseMalformed)
+				return Reply{}, notLearnable(CauseMalformed)
 			}
-			cname[name] = compile.NormalizeDomain(r.CNAME.String())
-			cnameTTL[name] = rh.TTL
+			target := compile.NormalizeDomain(r.CNAME.String())
+			switch a := cname[name]; {
+			case a == nil:
+				cname[name] = &alias{target: target, ttl: rh.TTL}
+			case a.target != target:
+				a.conflict = true
+			default:
+				a.ttl = min(a.ttl, rh.TTL)
+			}
 		case dnsmessage.TypeA, dnsmessage.TypeAAAA:
 			var a netip.Addr
 			if rh.Type == dnsmessage.TypeA {
 				r, err := p.AResource()
 				if err != nil {
-					return nil, notLearnable(CauseMalformed)
+					return Reply{}, notLearnable(CauseMalformed)
 				}
 				a = netip.AddrFrom4(r.A)
 			} else {
 				r, err := p.AAAAResource()
 				if err != nil {
-					return nil, notLearnable(CauseMalformed)
+					return Reply{}, notLearnable(CauseMalformed)
 				}
-				a = netip.AddrFrom16(r.AAAA).Unmap()
+				a = netip.AddrFrom16(r.AAAA)
+			}
+			if cause := skipAddr(a); cause != "" {
+				if out.Skipped == nil {
+					out.Skipped = map[string]int{}
+				}
+				out.Skipped[cause]++
+				continue
 			}
 			x := addrs[name]
 			if x == nil {
-				x = &rec{ttl: rh.TTL}
+				x = &owned{ttl: rh.TTL}
 				addrs[name] = x
 			}
-			x.addrs = append(x.addrs, a)
+			if !slices.Contains(x.addrs, a) {
+				x.addrs = append(x.addrs, a)
+			}
 			x.ttl = min(x.ttl, rh.TTL)
 		default:
 			if err := p.SkipAnswer(); err != nil {
-				return nil, notLearnable(CauseMalformed)
+				return Reply{}, notLearnable(CauseMalformed)
 			}
 		}
 	}
-	var out []Answer
 	for _, q := range qs {
 		if q.Class != dnsmessage.ClassINET || (q.Type != dnsmessage.TypeA && q.Type != dnsmessage.TypeAAAA) {
 			continue
 		}
+		// Walk the chain from the question: each owner of address records
+		// on it is resolved by the names before it and itself.
 		name := compile.NormalizeDomain(q.Name.String())
-		ans := Answer{}
-		ttl := ^uint32(0)
-		for i := 0; i < maxChain && name != ""; i++ {
-			if containsName(ans.Names, name) {
-				break // a CNAME loop
-			}
-			ans.Names = append(ans.Names, name)
+		var chain []string
+		ttl := ^uint32(0) // the smallest CNAME TTL so far
+		for len(chain) < maxChain && !slices.Contains(chain, name) {
+			chain = append(chain, name)
 			if r := addrs[name]; r != nil {
-				ans.Addrs = append(ans.Addrs, r.addrs...)
-				ttl = min(ttl, r.ttl)
+				out.Answers = append(out.Answers, Answer{Names: slices.Clone(chain), Addrs: r.addrs,
+					TTL: time.Duration(min(ttl, r.ttl)) * time.Second})
 			}
-			next, ok := cname[name]
-			if ok {
-				ttl = min(ttl, cnameTTL[name])
+			a := cname[name]
+			if a == nil || a.conflict {
+				break
 			}
-			name = next
+			ttl = min(ttl, a.ttl)
+			name = a.target
 		}
-		if len(ans.Addrs) == 0 {
-			continue
-		}
-		ans.TTL = time.Duration(ttl) * time.Second
-		out = append(out, ans)
 	}
 	return out, nil
 }
 
-func containsName(ns []string, n string) bool {
-	for _, x := range ns {
-		if x == n {
-			return true
-		}
+// skipAddr returns why an answer address is not learned ("" if it is).
+func skipAddr(a netip.Addr) string {
+	switch {
+	case a.Is4In6():
+		return AnswerMapped
+	case a.IsUnspecified(), a.IsLoopback(), a.IsMulticast(), a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return AnswerNotUnicast
 	}
-	return false
+	return ""
 }

@@ -10,6 +10,12 @@ type Metrics struct {
 	notLearned *prometheus.CounterVec
 	podAddrs   prometheus.Histogram
 	hold       prometheus.Histogram
+	// answersSkipped counts address records not learned, by cause;
+	// evictions the names evicted past a pod's bounds; deleteFailures the
+	// kernel deletions of learned elements that failed.
+	answersSkipped *prometheus.CounterVec
+	evictions      prometheus.Counter
+	deleteFailures prometheus.Counter
 }
 
 // NewMetrics creates the metrics, unregistered.
@@ -33,6 +39,21 @@ func NewMetrics() *Metrics {
 			Help:    "Time a queued DNS reply was held by the agent (parse, kernel write, commit) before its verdict: the delay DNS learning adds to every lookup of a pod with domainNames rules.",
 			Buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3, 250e-3, 1},
 		}),
+		answersSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nftpolicy_dns_answers_not_learned_total",
+			Help: "Address records of learned DNS replies that were not learned, by cause: ipv4_mapped (an AAAA record holding ::ffff:a.b.c.d, which only an A record may admit), not_unicast (unspecified, loopback, multicast or broadcast), over_pod_bound (one reply holding more than the pod may keep).",
+		}, []string{"cause"}),
+		evictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nftpolicy_dns_learned_evictions_total",
+			Help: "Learned names evicted, least recently learned first, because a pod's lookups exceeded its bounds (--fqdn-max-names-per-pod, --fqdn-max-addresses-per-pod); their addresses' kernel elements are deleted unless another kept name resolves to them.",
+		}),
+		deleteFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nftpolicy_dns_learned_delete_failures_total",
+			Help: "Kernel deletions of learned elements (evicted names, pods that left) that failed: those elements stay until their timeout.",
+		}),
+	}
+	for _, c := range []string{AnswerMapped, AnswerNotUnicast, AnswerOverBound} {
+		m.answersSkipped.WithLabelValues(c)
 	}
 	for _, c := range []string{CauseUntrusted, CauseMalformed, CauseTruncated, CauseSplit, CauseNotAnswer, CauseNoMatch, CauseNoAddress, CauseWriteError, CauseNoProgram} {
 		m.notLearned.WithLabelValues(c)
@@ -42,7 +63,7 @@ func NewMetrics() *Metrics {
 
 // Register registers the metrics.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.learned, m.notLearned, m.podAddrs, m.hold} {
+	for _, c := range []prometheus.Collector{m.learned, m.notLearned, m.podAddrs, m.hold, m.answersSkipped, m.evictions, m.deleteFailures} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -65,6 +65,36 @@ func TestDynamicSetKeepsElements(t *testing.T) {
 	}
 }
 
+// TestDeleteTimed: DeleteTimed removes the given elements of a dynamic set,
+// leaves the others, and is no error for an element the set lacks.
+func TestDeleteTimed(t *testing.T) {
+	k := newKernelNode(t, true)
+	ctx := context.Background()
+	rs := &compile.Ruleset{
+		Table:  knftables.Table{Comment: knftables.PtrTo("t")},
+		Chains: map[string]*compile.Chain{},
+		Sets: map[string]*compile.Set{"learned-v4": {Dynamic: true, Set: &knftables.Set{Name: "learned-v4",
+			Type: "ipv4_addr . ipv4_addr", Flags: []knftables.SetFlag{knftables.TimeoutFlag}}}},
+	}
+	if _, err := k.syncer.Sync(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	w := nsElementWriter(t, k.r)
+	el := func(pod, addr string) sets.TimedElement {
+		return sets.TimedElement{Set: "learned-v4", Pod: netip.MustParseAddr(pod), Addr: netip.MustParseAddr(addr), Timeout: time.Minute}
+	}
+	if err := w.AddTimed(ctx, []sets.TimedElement{el("10.0.0.1", "192.0.2.1"), el("10.0.0.1", "192.0.2.2"), el("10.0.0.2", "192.0.2.1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.DeleteTimed(ctx, []sets.TimedElement{el("10.0.0.1", "192.0.2.1"), el("10.0.0.1", "192.0.2.2"), el("10.0.0.9", "192.0.2.9")}); err != nil {
+		t.Fatalf("DeleteTimed, one element absent: %v", err)
+	}
+	got := string(k.nft(t, "list", "set", "inet", compile.TableName, "learned-v4"))
+	if strings.Contains(got, "10.0.0.1 .") || strings.Contains(got, "10.0.0.9") || !strings.Contains(got, "10.0.0.2 . 192.0.2.1 timeout 1m") {
+		t.Errorf("after deleting 10.0.0.1's elements (and an absent one):\n%s", got)
+	}
+}
+
 // TestNewExternalChainInstalled: an External chain that appears in an
 // incremental sync (DNS learning's, with the first domainNames rule) gets
 // its rules from the installer.

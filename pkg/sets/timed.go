@@ -25,8 +25,22 @@ type TimedElement struct {
 // element already present gets the new timeout (the kernel refreshes it).
 // Pod and Addr of an element must be of one family, the set's.
 func (w *NetlinkElements) AddTimed(ctx context.Context, els []TimedElement) error {
+	return w.writeTimed(ctx, els, false)
+}
+
+// DeleteTimed deletes the elements (their Timeout is ignored) in one
+// netlink batch, committed as one transaction or not at all. An element
+// that is not in its set is no error: each is first added without a
+// timeout (no change to one that exists), then deleted, in the same batch,
+// which works on kernels without NFT_MSG_DESTROYSETELEM (6.3). The sets
+// must exist.
+func (w *NetlinkElements) DeleteTimed(ctx context.Context, els []TimedElement) error {
+	return w.writeTimed(ctx, els, true)
+}
+
+func (w *NetlinkElements) writeTimed(ctx context.Context, els []TimedElement, del bool) error {
 	// Grouped by set, in the order the sets first appear: one message per
-	// set (or per 60 KiB of elements).
+	// set and operation (or per 60 KiB of elements).
 	var order []string
 	for _, e := range els {
 		if !e.Pod.IsValid() || !e.Addr.IsValid() || e.Pod.Is4() != e.Addr.Is4() {
@@ -36,12 +50,25 @@ func (w *NetlinkElements) AddTimed(ctx context.Context, els []TimedElement) erro
 			order = append(order, e.Set)
 		}
 	}
-	b := w.newBatch(len(els))
+	n := len(els)
+	if del {
+		n *= 2
+	}
+	b := w.newBatch(n)
 	for _, set := range order {
-		for _, e := range els {
-			if e.Set == set {
-				el := timedElement(e)
-				b.add(set, unix.NFT_MSG_NEWSETELEM, &el)
+		ops := []uint16{unix.NFT_MSG_NEWSETELEM}
+		if del {
+			ops = append(ops, unix.NFT_MSG_DELSETELEM)
+		}
+		for _, op := range ops {
+			for _, e := range els {
+				if e.Set == set {
+					el := timedElement(e)
+					if del {
+						el.timeoutMS = 0
+					}
+					b.add(set, op, &el)
+				}
 			}
 		}
 	}

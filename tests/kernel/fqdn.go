@@ -89,6 +89,8 @@ type FQDNLab struct {
 	// Pod is x/a, the policy's subject.
 	Pod     netlab.Endpoint
 	servers []*dnsserver.Server
+	// cluster is the cluster DNS's server (also in servers).
+	cluster *dnsserver.Server
 }
 
 // NewFQDNLab builds the lab. Close it.
@@ -120,6 +122,9 @@ func NewFQDNLab(ctx context.Context, cfg Config) (_ *FQDNLab, err error) {
 			srv, err := dnsserver.Listen(netip.IPv6Unspecified(), 53, recs)
 			if err == nil {
 				l.servers = append(l.servers, srv)
+				if key == "kube-system/dns" {
+					l.cluster = srv
+				}
 			}
 			return err
 		}); err != nil {

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
@@ -77,27 +75,11 @@ func (l *fqdnLab) notLearned(cause string) float64 {
 // counterValue reads one series of the learner's metrics.
 func counterValue(t *testing.T, m *fqdn.Metrics, name, cause string) float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	if err := m.Register(reg); err != nil {
-		t.Fatal(err)
-	}
-	mfs, err := reg.Gather()
+	v, err := FQDNCounter(m, name, cause)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if cause == "" || (len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == cause) {
-				if m.GetCounter() != nil {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return v
 }
 
 // TestFQDNLearning runs the domainNames cases against a real DNS server:

@@ -20,11 +20,20 @@ type Writer struct{ W *sets.NetlinkElements }
 
 // WriteElements implements fqdn.Writer: one batch, committed or not.
 func (w Writer) WriteElements(ctx context.Context, els []fqdn.Element) error {
+	return w.W.AddTimed(ctx, timed(els))
+}
+
+// DeleteElements implements fqdn.Writer: one batch, committed or not.
+func (w Writer) DeleteElements(ctx context.Context, els []fqdn.Element) error {
+	return w.W.DeleteTimed(ctx, timed(els))
+}
+
+func timed(els []fqdn.Element) []sets.TimedElement {
 	out := make([]sets.TimedElement, len(els))
 	for i, e := range els {
 		out[i] = sets.TimedElement{Set: e.Set, Pod: e.Pod, Addr: e.Addr, Timeout: e.Timeout}
 	}
-	return w.W.AddTimed(ctx, out)
+	return out
 }
 
 // Decider hands queued DNS replies to a Learner: a queue.PayloadDecider

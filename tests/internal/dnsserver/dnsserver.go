@@ -38,6 +38,19 @@ type Record struct {
 	// Clients, when not empty, limits the record to queries from these
 	// addresses (two pods may have resolved one name differently).
 	Clients []netip.Addr
+	// Raw, when not empty, is the whole answer section, in this order,
+	// for any question of Name (CNAME and Addrs are then unused): replies
+	// a resolver would pass on from a zone an attacker controls.
+	Raw []RawRecord
+}
+
+// RawRecord is one answer record of a Raw answer: a CNAME when CNAME is
+// set, else an A or AAAA record of Addr (an IPv4-mapped IPv6 address is an
+// AAAA record).
+type RawRecord struct {
+	Name, CNAME string
+	Addr        netip.Addr
+	TTL         uint32
 }
 
 // Server answers from its records until closed. Safe for concurrent use.
@@ -184,6 +197,10 @@ func (s *Server) answer(query []byte, client netip.Addr) ([]byte, bool) {
 			break
 		}
 		found = true
+		if len(r.Raw) > 0 {
+			answers = rawAnswers(r.Raw)
+			break
+		}
 		if r.Truncated {
 			resp.Truncated = true
 		}
@@ -224,6 +241,22 @@ func (s *Server) answer(query []byte, client netip.Addr) ([]byte, bool) {
 	}
 	out, err := b.Finish()
 	return out, err == nil
+}
+
+func rawAnswers(rs []RawRecord) []dnsmessage.Resource {
+	var out []dnsmessage.Resource
+	for _, r := range rs {
+		hdr := dnsmessage.ResourceHeader{Name: mustName(r.Name), Class: dnsmessage.ClassINET, TTL: r.TTL}
+		switch {
+		case r.CNAME != "":
+			out = append(out, dnsmessage.Resource{Header: hdr, Body: &dnsmessage.CNAMEResource{CNAME: mustName(r.CNAME)}})
+		case r.Addr.Is4():
+			out = append(out, dnsmessage.Resource{Header: hdr, Body: &dnsmessage.AResource{A: r.Addr.As4()}})
+		default:
+			out = append(out, dnsmessage.Resource{Header: hdr, Body: &dnsmessage.AAAAResource{AAAA: r.Addr.As16()}})
+		}
+	}
+	return out
 }
 
 func mustName(n string) dnsmessage.Name {

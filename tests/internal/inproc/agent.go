@@ -200,9 +200,7 @@ func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(no
 	old := a.Program
 	a.eval.Swap(prog)
 	a.Program = prog
-	if a.OnProgram != nil {
-		a.OnProgram(old, prog)
-	}
+	a.published(old, prog)
 	return res, nil
 }
 
@@ -323,8 +321,10 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 			return tracked, rebuilt, fmt.Errorf("applying pod %s on %s: %w", key, a.Node, err)
 		}
 	}
+	old := a.Program
 	a.eval.Swap(prog)
 	a.Program = prog
+	a.dnsPublished(old, prog)
 	return tracked, rebuilt, nil
 }
 

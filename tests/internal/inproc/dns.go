@@ -79,6 +79,23 @@ func (a *Agent) startDNS(log logr.Logger) error {
 	return err
 }
 
+// published runs the hooks after a publication, as the agent's
+// controller does: DNS learning's, then OnProgram.
+func (a *Agent) published(old, cur *compile.Program) {
+	a.dnsPublished(old, cur)
+	if a.OnProgram != nil {
+		a.OnProgram(old, cur)
+	}
+}
+
+// dnsPublished is DNS learning's hook (fqdn.Learner.OnProgram): pods that
+// left lose their learned elements, new sets get what pods resolved.
+func (a *Agent) dnsPublished(old, cur *compile.Program) {
+	if l := a.dns.Learner; l != nil {
+		l.OnProgram(old, cur)
+	}
+}
+
 // StopDNS stops the DNS queue runtime, as when the agent is down: the
 // rule's bypass flag (--fail-open) then decides what replies do.
 func (a *Agent) StopDNS() error { return a.stopDNS() }
