@@ -7,15 +7,26 @@
 //
 //  1. checks that it comes from a trusted DNS server (the cluster DNS
 //     service's endpoints, or --dns-servers); others are never learned;
-//  2. parses it with golang.org/x/net/dns/dnsmessage, follows CNAME chains
-//     within the reply and takes its A and AAAA answers;
-//  3. matches every name of a chain (the question and the CNAME targets)
-//     against the patterns of the rules that apply to the receiving pod;
-//  4. writes "pod address . answer address" into each matching rule's set
+//  2. parses it with golang.org/x/net/dns/dnsmessage (ParseMessage) and
+//     finds, for each question, which addresses each name resolves to: an
+//     address is resolved by a name only if the name owns its A or AAAA
+//     record or reaches the owner through the reply's CNAME records along
+//     a chain that starts at the question. Records no chain from the
+//     question reaches are ignored; loops and chains longer than 16 names
+//     end. A reply cannot make an address stand for a name that does not
+//     resolve to it ("x.attacker.test A addr" next to "x.attacker.test
+//     CNAME www.example.com" admits addr for x.attacker.test only);
+//  3. learns AAAA answers only as IPv6 addresses: IPv4-mapped answers
+//     (::ffff:a.b.c.d), which a dual-stack socket would reach over IPv4
+//     from the pod's IPv4 address, and unspecified, loopback, multicast and
+//     broadcast answers are not learned (counted by cause);
+//  4. matches the names that resolve to each address against the patterns
+//     of the rules that apply to the receiving pod;
+//  5. writes "pod address . answer address" into each matching rule's set
 //     with a timeout of the chain's smallest TTL, clamped, in one netlink
-//     batch (Writer), and records the answer for the userspace evaluator
-//     (Resolved);
-//  5. only then lets the kernel release the reply.
+//     batch (Writer), and records the matching names in the pod's store
+//     for the userspace evaluator (Resolved);
+//  6. only then lets the kernel release the reply.
 //
 // The pod therefore cannot open a connection to an answer before the kernel
 // admits it: the race between a lookup and the connect that follows it is
@@ -24,6 +35,38 @@
 // released unlearned and counted; a reply whose elements could not be
 // written is dropped (the pod's resolver retries) unless the agent fails
 // open.
+//
+// # The store
+//
+// Each pod's answers are kept in a store of its own, behind a lock of its
+// own, reached through the pod index (an atomic pointer, rebuilt once per
+// program): a reply takes only its pod's lock, and so does the evaluator's
+// Resolved, which looks up the pod, then the few names that resolved to
+// the peer address, then matches their patterns. A reply's work is
+// proportional to its records, not to what the pod learned before. A pod
+// keeps at most Config.MaxNamesPerPod names and MaxAddrsPerPod
+// name-address pairs (--fqdn-max-names-per-pod, --fqdn-max-addresses-per-
+// pod); past them the names it learned least recently are evicted
+// (nftpolicy_dns_learned_evictions_total) and the kernel elements of the
+// addresses no kept name resolves to are deleted, so a pod that floods its
+// resolver bounds its own memory and elements and slows no other pod.
+// Expired answers are dropped lazily.
+//
+// # Program changes
+//
+// The controller calls OnProgram after each publication. A pod that is no
+// longer a local subject of a domainNames rule, or whose addresses
+// changed, loses its store and its elements are deleted from the kernel:
+// a pod given the same address later inherits nothing. A pod whose rules
+// have sets it did not have before (a new rule, or a set replaced because
+// the rule's names changed) gets the store's unexpired answers that those
+// rules match written into them: narrowing a rule keeps what still
+// matches, widening admits only what the pod resolved. At the agent's
+// first publication the rules' sets are read back and the elements a
+// previous agent process wrote for pods that are no longer subjects are
+// deleted; an element of a pod deleted while no agent ran whose address a
+// new subject of the same rule already holds cannot be told apart and
+// stays until its timeout.
 //
 // The package imports pkg/compile only: cmd/nftpolicy wires the netlink
 // writer (pkg/sets) and the queue runtime (pkg/queue) to it.

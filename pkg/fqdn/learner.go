@@ -33,6 +33,14 @@ type Writer interface {
 	DeleteElements(ctx context.Context, els []Element) error
 }
 
+// Lister is a Writer that also reads a set's elements (their Timeout
+// unset). With it, the learner's first OnProgram deletes the elements a
+// previous agent process wrote for pods that are no longer subjects of the
+// set's rule.
+type Lister interface {
+	ListElements(ctx context.Context, set string) ([]Element, error)
+}
+
 // Defaults of Config.
 const (
 	DefaultMinTTL       = 5 * time.Second

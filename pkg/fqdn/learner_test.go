@@ -88,6 +88,8 @@ type fakeWriter struct {
 	got     [][]fqdn.Element
 	deleted [][]fqdn.Element
 	err     error
+	// discard keeps nothing (benchmarks).
+	discard bool
 }
 
 func (w *fakeWriter) DeleteElements(_ context.Context, els []fqdn.Element) error {
@@ -99,7 +101,7 @@ func (w *fakeWriter) DeleteElements(_ context.Context, els []fqdn.Element) error
 }
 
 func (w *fakeWriter) WriteElements(_ context.Context, els []fqdn.Element) error {
-	if w.err != nil {
+	if w.err != nil || w.discard {
 		return w.err
 	}
 	w.got = append(w.got, els)

@@ -31,7 +31,7 @@ func NewMetrics() *Metrics {
 		}, []string{"cause"}),
 		podAddrs: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "nftpolicy_dns_pod_learned_addresses",
-			Help:    "Unexpired learned addresses (name and address pairs) of the pod that received a learned reply, observed at each learned reply: how many elements one pod holds.",
+			Help:    "Learned name and address pairs the pod that received a learned reply holds (expired ones until dropped), observed at each learned reply: at most --fqdn-max-addresses-per-pod.",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 8),
 		}),
 		hold: prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -283,15 +283,21 @@ func (l *Learner) deleteElements(ctx context.Context, e *podEntry, rules []compi
 //     them, with their remaining TTL: narrowing a rule keeps the names
 //     that remain, and widening admits only what the pod resolved.
 //
-// Nothing is read from the kernel: elements that a previous agent process
-// wrote for pods this one never saw are not known here (see the package
-// documentation).
+// The first call (the agent's first publication) also sweeps the sets of
+// cur when the Writer is a Lister: elements that a previous agent process
+// wrote for pods that are no longer subjects of the set's rule are
+// deleted. An element of a pod deleted while no agent ran whose address a
+// new subject of the same rule already holds cannot be told from the new
+// pod's own: it stays until its timeout (at most --fqdn-max-ttl).
 func (l *Learner) OnProgram(_, cur *compile.Program) {
 	if cur == nil {
 		return
 	}
-	l.hooked.Store(true)
+	first := !l.hooked.Swap(true)
 	x := l.indexFor(cur)
+	if first {
+		l.sweep(context.Background(), x)
+	}
 	l.idxMu.Lock()
 	dropped, retired := l.dropped, l.retired
 	l.dropped, l.retired = nil, nil
@@ -336,6 +342,52 @@ func (l *Learner) OnProgram(_, cur *compile.Program) {
 		if len(added) > 0 {
 			l.rewrite(ctx, cur, added)
 		}
+	}
+}
+
+// sweep deletes, from the sets of x's rules, the elements whose pod address
+// is not a local subject of the rule.
+func (l *Learner) sweep(ctx context.Context, x *podIndex) {
+	ls, ok := l.cfg.Writer.(Lister)
+	if !ok {
+		return
+	}
+	subjects := map[string]map[netip.Addr]bool{}
+	for _, e := range x.byKey {
+		for _, r := range e.rules {
+			for _, set := range []string{r.SetV4, r.SetV6} {
+				if subjects[set] == nil {
+					subjects[set] = map[netip.Addr]bool{}
+				}
+				for _, a := range e.ips {
+					subjects[set][a] = true
+				}
+			}
+		}
+	}
+	for set, pods := range subjects {
+		lctx, cancel := context.WithTimeout(ctx, l.cfg.WriteTimeout)
+		els, err := ls.ListElements(lctx, set)
+		cancel()
+		if err != nil {
+			l.cfg.Logger.Error(err, "Cannot read a learned set; elements of pods that left while no agent ran stay until their timeout", "set", set)
+			continue
+		}
+		var stale []Element
+		for _, e := range els {
+			if !pods[e.Pod] {
+				stale = append(stale, e)
+			}
+		}
+		if len(stale) == 0 {
+			continue
+		}
+		if err := l.writeChunks(ctx, stale, true); err != nil {
+			l.cfg.Metrics.deleteFailures.Inc()
+			l.cfg.Logger.Error(err, "Cannot delete learned elements of pods that are no longer subjects; they stay until their timeout", "set", set, "elements", len(stale))
+			continue
+		}
+		l.cfg.Logger.Info("Deleted learned elements a previous agent wrote for pods that are no longer subjects", "set", set, "elements", len(stale))
 	}
 }
 

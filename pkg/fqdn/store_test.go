@@ -212,6 +212,44 @@ pods:
 	}
 }
 
+// listingWriter is a fakeWriter whose sets hold elements already.
+type listingWriter struct {
+	*fakeWriter
+	sets  map[string][]fqdn.Element
+	lists int
+}
+
+func (w *listingWriter) ListElements(_ context.Context, set string) ([]fqdn.Element, error) {
+	w.lists++
+	return w.sets[set], nil
+}
+
+// TestOnProgramSweep: the first publication deletes the elements a previous
+// agent wrote for pods that are not subjects of the set's rule (deleted
+// while no agent ran); later ones read nothing.
+func TestOnProgramSweep(t *testing.T) {
+	tl := newTestLearner(t, scenario, 0, 0)
+	set := tl.prog.FQDNRules()[0].SetV4
+	el := func(pod string) fqdn.Element {
+		return fqdn.Element{Set: set, Pod: netip.MustParseAddr(pod), Addr: netip.MustParseAddr("192.0.2.1")}
+	}
+	lw := &listingWriter{fakeWriter: tl.w, sets: map[string][]fqdn.Element{set: {el("10.0.0.1"), el("10.0.0.2"), el("10.0.0.7")}}}
+	l, err := fqdn.New(fqdn.Config{Program: func() *compile.Program { return tl.prog }, Writer: lw, Trusted: func(netip.Addr) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.OnProgram(nil, tl.prog)
+	// 10.0.0.1 is x/a, a subject; y/b (10.0.0.2) is not, 10.0.0.7 no pod.
+	if got, want := elementStrings(lw.deleted), []string{set + " 10.0.0.2 . 192.0.2.1", set + " 10.0.0.7 . 192.0.2.1"}; !slices.Equal(got, want) {
+		t.Errorf("swept %v, want %v", got, want)
+	}
+	lists := lw.lists
+	l.OnProgram(tl.prog, tl.prog)
+	if lw.lists != lists {
+		t.Errorf("a later publication read the sets again")
+	}
+}
+
 // TestOnProgramRewrite: when a pod's rules get new sets, the answers the
 // new rules still match are written into them with their remaining TTL,
 // and nothing else.
@@ -247,6 +285,7 @@ func BenchmarkLearn40kNames(b *testing.B) {
 	const stored = 40000
 	t := &testing.T{}
 	tl := newTestLearner(t, scenario, 2*stored, 4*stored)
+	tl.w.discard = true
 	msg := func(i int) []byte {
 		n := fmt.Sprintf("n%d.example.org.", i)
 		return reply(t, n, dnsmessage.TypeA, false, rr{name: n, addr: netip.AddrFrom4([4]byte{10, 100, byte(i >> 8), byte(i)}).String(), ttl: 3600})

@@ -66,7 +66,8 @@ func TestDynamicSetKeepsElements(t *testing.T) {
 }
 
 // TestDeleteTimed: DeleteTimed removes the given elements of a dynamic set,
-// leaves the others, and is no error for an element the set lacks.
+// leaves the others, and is no error for an element the set lacks;
+// ListTimed reads what is left.
 func TestDeleteTimed(t *testing.T) {
 	k := newKernelNode(t, true)
 	ctx := context.Background()
@@ -88,6 +89,9 @@ func TestDeleteTimed(t *testing.T) {
 	}
 	if err := w.DeleteTimed(ctx, []sets.TimedElement{el("10.0.0.1", "192.0.2.1"), el("10.0.0.1", "192.0.2.2"), el("10.0.0.9", "192.0.2.9")}); err != nil {
 		t.Fatalf("DeleteTimed, one element absent: %v", err)
+	}
+	if got, err := w.ListTimed(ctx, "learned-v4"); err != nil || len(got) != 1 || got[0].Pod != netip.MustParseAddr("10.0.0.2") || got[0].Addr != netip.MustParseAddr("192.0.2.1") {
+		t.Errorf("ListTimed = %+v, %v; want 10.0.0.2 . 192.0.2.1", got, err)
 	}
 	got := string(k.nft(t, "list", "set", "inet", compile.TableName, "learned-v4"))
 	if strings.Contains(got, "10.0.0.1 .") || strings.Contains(got, "10.0.0.9") || !strings.Contains(got, "10.0.0.2 . 192.0.2.1 timeout 1m") {

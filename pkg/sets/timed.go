@@ -75,6 +75,25 @@ func (w *NetlinkElements) writeTimed(ctx context.Context, els []TimedElement, de
 	return w.write(ctx, b)
 }
 
+// ListTimed returns the elements of a set of "address . address" keys (a
+// dynamic set of DNS learning), without their timeouts.
+func (w *NetlinkElements) ListTimed(ctx context.Context, set string) ([]TimedElement, error) {
+	var out []TimedElement
+	err := w.setElements(ctx, set, func(e *kernelElement) {
+		var pod, addr netip.Addr
+		switch len(e.key) {
+		case 8:
+			pod, addr = netip.AddrFrom4([4]byte(e.key[:4])), netip.AddrFrom4([4]byte(e.key[4:]))
+		case 32:
+			pod, addr = netip.AddrFrom16([16]byte(e.key[:16])), netip.AddrFrom16([16]byte(e.key[16:]))
+		default:
+			return
+		}
+		out = append(out, TimedElement{Set: set, Pod: pod, Addr: addr})
+	})
+	return out, err
+}
+
 // timedElement is the kernel element: the two addresses, the timeout.
 func timedElement(e TimedElement) nlElement {
 	ms := uint64(e.Timeout / time.Millisecond)

@@ -28,6 +28,16 @@ func (w Writer) DeleteElements(ctx context.Context, els []fqdn.Element) error {
 	return w.W.DeleteTimed(ctx, timed(els))
 }
 
+// ListElements implements fqdn.Lister.
+func (w Writer) ListElements(ctx context.Context, set string) ([]fqdn.Element, error) {
+	ts, err := w.W.ListTimed(ctx, set)
+	out := make([]fqdn.Element, len(ts))
+	for i, e := range ts {
+		out[i] = fqdn.Element{Set: e.Set, Pod: e.Pod, Addr: e.Addr}
+	}
+	return out, err
+}
+
 func timed(els []fqdn.Element) []sets.TimedElement {
 	out := make([]sets.TimedElement, len(els))
 	for i, e := range els {
