@@ -130,11 +130,15 @@ func (e *Evaluator) observeUnknown(result string, waited time.Duration) {
 	}
 }
 
-// DecideSides is Evaluate for callers that need the verdict and which side
-// denied (pkg/conntrack's revocation): allowed, whether the source's egress
+// DecideSides decides a connection with the program p (not necessarily the
+// one in force) for callers that need the verdict and which side denied
+// (pkg/conntrack's revocation): allowed, whether the source's egress
 // denied (else the destination's ingress did), and the deciding reason.
-func DecideSides(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (allowed, egressDenied bool, reason string) {
-	v := Evaluate(p, src, dst, proto, port)
+// domainNames peers are decided from e.Resolved, what pods resolved, as
+// for every other decision of the evaluator: a connection admitted only by
+// a name is allowed by p exactly when p's rules still name it.
+func (e *Evaluator) DecideSides(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (allowed, egressDenied bool, reason string) {
+	v := EvaluateResolved(p, e.Resolved, src, dst, proto, port)
 	if !v.Egress {
 		return false, true, v.EgressReason
 	}
