@@ -92,7 +92,7 @@ func (o *newPodOptions) startRevoker(ctx context.Context, eval *queue.Evaluator)
 	if err != nil {
 		return nil, fmt.Errorf("connection revocation (--revoke-connections): %w", err)
 	}
-	r, err := conntrack.NewRevoker(conntrack.Config{Decide: eval.DecideSides, Table: conn, Observer: o.metrics,
+	r, err := conntrack.NewRevoker(conntrack.Config{Decide: eval.DecideSides, DecideBefore: eval.DecideSidesBefore, Table: conn, Observer: o.metrics,
 		Logger: klog.FromContext(ctx).WithName("conntrack")})
 	if err != nil {
 		_ = conn.Close()

@@ -55,7 +55,14 @@ type Observer interface {
 
 // Config configures a Revoker.
 type Config struct {
+	// Decide decides with the new program (is the flow denied now?).
 	Decide DecideFunc
+	// DecideBefore, if set, decides with the earlier programs (did one
+	// admit the flow?); nil: Decide. The agent passes
+	// queue.Evaluator.DecideSidesBefore, which assumes that a pod whose
+	// domainNames rules are all gone, and whose answers the learner forgot
+	// with them, had resolved what those rules named.
+	DecideBefore DecideFunc
 	// Table is the conntrack table of the node's network namespace.
 	Table Table
 	// Observer, if set, receives the counts (metrics).
@@ -83,6 +90,9 @@ type Revoker struct {
 func NewRevoker(cfg Config) (*Revoker, error) {
 	if cfg.Decide == nil || cfg.Table == nil {
 		return nil, errors.New("conntrack revoker: Decide and Table are required")
+	}
+	if cfg.DecideBefore == nil {
+		cfg.DecideBefore = cfg.Decide
 	}
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = klog.Background().WithName("conntrack")
@@ -175,7 +185,7 @@ func (r *Revoker) Revoke(olds []*compile.Program, cur *compile.Program) (res Res
 			return nil
 		}
 		now := decision(r.cfg.Decide, cur, c)
-		if now.Allowed || !allowedByAny(r.cfg.Decide, olds, c) {
+		if now.Allowed || !allowedByAny(r.cfg.DecideBefore, olds, c) {
 			return nil
 		}
 		if err := r.cfg.Table.Delete(ct.Flow{ID: f.ID, Zone: f.Zone, TupleOrig: f.TupleOrig, TupleReply: f.TupleReply}); err != nil {

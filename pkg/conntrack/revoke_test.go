@@ -216,3 +216,48 @@ func TestRevokeDomainNames(t *testing.T) {
 		t.Errorf("deleted %+v (result %+v), want only x/a -> www.example.com", table.deleted, res)
 	}
 }
+
+// forgetful is a learner that forgot every answer (its pods lost their
+// last domainNames rule).
+type forgetful struct{}
+
+func (forgetful) Resolved(netip.Addr, netip.Addr, []compile.DomainPattern) bool { return false }
+
+// TestRevokeDeletedDomainRule: when a pod's last domainNames rule goes,
+// the learner forgets what it resolved; the flows the rule admitted are
+// revoked all the same (DecideBefore), and a flow the new program still
+// allows is not.
+func TestRevokeDeletedDomainRule(t *testing.T) {
+	old, _ := namesProgram(t, "www.example.com")
+	s, err := compile.ParseScenario([]byte(strings.Replace(strings.Replace(namesScenario,
+		"        - {name: names, action: Accept, to: [{domainNames: [NAMES]}], protocols: [{tcp: {destinationPort: {number: 80}}}]}\n",
+		"        - {name: ok, action: Accept, to: [{networks: [192.0.2.13/32]}]}\n", 1), "NAMES", "", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := compile.Build(s.Input("n1", nil, nil))
+	eval := &queue.Evaluator{Resolved: forgetful{}}
+	eval.Swap(cur)
+	for _, before := range []bool{false, true} {
+		table := &fakeTable{flows: []ct.Flow{
+			flow("10.0.0.1", "192.0.2.10", 80), // admitted by the deleted rule
+			flow("10.0.0.1", "192.0.2.13", 80), // allowed now by an address rule
+		}}
+		cfg := conntrack.Config{Decide: eval.DecideSides, Table: table}
+		if before {
+			cfg.DecideBefore = eval.DecideSidesBefore
+		}
+		r, err := conntrack.NewRevoker(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.Revoke([]*compile.Program{old}, cur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cut := len(table.deleted) == 1 && table.deleted[0].TupleOrig.IP.DestinationAddress == netip.MustParseAddr("192.0.2.10")
+		if before != cut || res.Deleted > 1 {
+			t.Errorf("with DecideBefore %v: deleted %+v", before, table.deleted)
+		}
+	}
+}

@@ -80,7 +80,7 @@ func RunRevoke(ctx context.Context, cfg RevokeConfig) (*Result, error) {
 		return nil, err
 	}
 	defer table.Close()
-	r, err := conntrack.NewRevoker(conntrack.Config{Decide: agent.Evaluator().DecideSides, Table: table})
+	r, err := conntrack.NewRevoker(conntrack.Config{Decide: agent.Evaluator().DecideSides, DecideBefore: agent.Evaluator().DecideSidesBefore, Table: table})
 	if err != nil {
 		return nil, err
 	}

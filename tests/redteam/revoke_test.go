@@ -67,7 +67,7 @@ func (l *revokeLab) withRevoker() *conntrack.Revoker {
 		l.t.Fatal(err)
 	}
 	l.t.Cleanup(func() { table.Close() })
-	r, err := conntrack.NewRevoker(conntrack.Config{Decide: a.Evaluator().DecideSides, Table: table, Logger: inproc.Quiet})
+	r, err := conntrack.NewRevoker(conntrack.Config{Decide: a.Evaluator().DecideSides, DecideBefore: a.Evaluator().DecideSidesBefore, Table: table, Logger: inproc.Quiet})
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func (l *revokeLab) external(addr netip.Addr) netlab.Endpoint {
 // administrator removes www.example.com from the rule. Conntrack accepts
 // established connections before any rule, so only the revoker can cut
 // the first one; the second, still allowed by a remaining name, must go
-// on.
+// on, until the rule itself is deleted.
 func TestRedTeamRevokeDomainName(t *testing.T) {
 	l := newRevokeLab(t)
 	l.withRevoker()
@@ -179,6 +179,21 @@ func TestRedTeamRevokeDomainName(t *testing.T) {
 	if last.Before(changed.Add(time.Second)) || n <= keptBefore {
 		t.Errorf("the connection to %s (a.b.example.org, still in the rule) stopped: last record %v after the change",
 			kept, last.Sub(changed).Round(time.Millisecond))
+	}
+
+	// The rule goes: x/a has no domainNames rule left, and the learner
+	// forgets what it resolved; the connection the rule admitted goes too.
+	changed = time.Now()
+	s := kernel.CloneScenario(l.s)
+	egress := &s.ClusterNetworkPolicies[0].Spec.Egress
+	*egress = slices.Delete(slices.Clone(*egress), 1, 2)
+	if _, err := l.C.Apply(l.ctx, s, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if last, n, _ := servers[kept].Log("tcp", podIP).Snapshot(); last.After(changed.Add(time.Second)) {
+		t.Errorf("the connection to %s still flows %v after its rule was deleted (%d records): not revoked",
+			kept, last.Sub(changed).Round(time.Millisecond), n)
 	}
 }
 
@@ -230,7 +245,7 @@ func TestRedTeamConntrackInflation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer table.Close()
-	r, err := conntrack.NewRevoker(conntrack.Config{Decide: a.Evaluator().DecideSides, Table: table, Logger: inproc.Quiet})
+	r, err := conntrack.NewRevoker(conntrack.Config{Decide: a.Evaluator().DecideSides, DecideBefore: a.Evaluator().DecideSidesBefore, Table: table, Logger: inproc.Quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,7 +129,7 @@ func (l *Lab) startRevoker(node string, a *inproc.Agent, obs conntrack.Observer)
 		return err
 	}
 	l.tables[node] = table
-	r, err := conntrack.NewRevoker(conntrack.Config{Decide: a.Evaluator().DecideSides, Table: table, Observer: obs, Logger: inproc.Quiet})
+	r, err := conntrack.NewRevoker(conntrack.Config{Decide: a.Evaluator().DecideSides, DecideBefore: a.Evaluator().DecideSidesBefore, Table: table, Observer: obs, Logger: inproc.Quiet})
 	if err != nil {
 		return err
 	}
