@@ -203,11 +203,11 @@ func (r *Revoker) Revoke(olds []*compile.Program, cur *compile.Program) (res Res
 		r.cfg.Logger.V(4).Info("Revoked connection", "connection", c.String(), "reason", now.Reason)
 		return nil
 	})
+	if failed > maxPassErrors {
+		errs = append(errs, fmt.Errorf("and %d more deletions failed", failed-maxPassErrors))
+	}
 	if err != nil {
 		errs = append(errs, fmt.Errorf("dumping conntrack: %w", err))
-	}
-	if failed > len(errs) {
-		errs = append(errs, fmt.Errorf("and %d more deletions failed", failed-maxPassErrors))
 	}
 	return res, errors.Join(errs...)
 }
