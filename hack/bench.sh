@@ -29,6 +29,8 @@
 #          reply (dns_hold_us_p50/p99), queued_packets_per_dns_reply, and
 #          that connections to a learned address are not queued;
 #          BenchmarkLearn40kNames of pkg/fqdn (dns_learn_us_p99_40k_names)
+#   revoke one connection-revocation pass over 200k conntrack entries: the
+#          RSS it adds (revocation_extra_rss_mb_200k_conntrack) and its time
 #
 # Needs root (network namespaces, nftables, NFQUEUE), nft, and the control
 # plane binaries of hack/tools.sh. Creates only its own network namespaces;
@@ -198,6 +200,11 @@ if section dns; then
 		"$OUT/dnslearn.bench" >>"$OUT/dns.txt"
 fi
 
+if section revoke; then
+	log "revoke: one revocation pass over 200k conntrack entries"
+	"$NFTBENCH" revoke --entries 200000 >"$OUT/revoke.txt"
+fi
+
 {
 	echo "machine_load_end=$(cut -d' ' -f1 /proc/loadavg)"
 	echo "bench_wall_s=$(($(date +%s) - began))"
@@ -205,5 +212,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,scale,delay,newpod,dns}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,scale,delay,newpod,dns,revoke}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -316,7 +316,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nftpolicy", Host: node})
 
-	onProgram, err := o.newPod.startRevoker(ctx)
+	onProgram, err := o.newPod.startRevoker(ctx, eval)
 	if err != nil {
 		return err
 	}

@@ -81,8 +81,10 @@ func (o *newPodOptions) configure(render *compile.RenderConfig, eval *queue.Eval
 }
 
 // startRevoker opens ctnetlink and runs the revoker; its OnProgram is the
-// controller's hook. Nil (no hook) when revocation is off.
-func (o *newPodOptions) startRevoker(ctx context.Context) (func(old, cur *compile.Program), error) {
+// controller's hook. Nil (no hook) when revocation is off. The revoker
+// decides with eval, and so with what pods resolved (eval.Resolved, set by
+// startFQDN before the first program is published).
+func (o *newPodOptions) startRevoker(ctx context.Context, eval *queue.Evaluator) (func(old, cur *compile.Program), error) {
 	if !o.revoke {
 		return nil, nil
 	}
@@ -90,7 +92,7 @@ func (o *newPodOptions) startRevoker(ctx context.Context) (func(old, cur *compil
 	if err != nil {
 		return nil, fmt.Errorf("connection revocation (--revoke-connections): %w", err)
 	}
-	r, err := conntrack.NewRevoker(conntrack.Config{Decide: queue.DecideSides, Table: conn, Observer: o.metrics,
+	r, err := conntrack.NewRevoker(conntrack.Config{Decide: eval.DecideSides, DecideBefore: eval.DecideSidesBefore, Table: conn, Observer: o.metrics,
 		Logger: klog.FromContext(ctx).WithName("conntrack")})
 	if err != nil {
 		_ = conn.Close()

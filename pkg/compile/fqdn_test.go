@@ -70,7 +70,10 @@ func TestRenderFQDN(t *testing.T) {
 	if len(prog.Problems) != 0 {
 		t.Fatalf("problems: %v", prog.Problems)
 	}
-	set4 := "admin-web-egress-0-fqdn-v4"
+	set4, set6 := compile.FQDNSetName(&prog.ClusterPolicies[0], 0, true), compile.FQDNSetName(&prog.ClusterPolicies[0], 0, false)
+	if !strings.HasPrefix(set4, "admin-web-egress-0-fqdn-") || !strings.HasSuffix(set4, "-v4") || strings.TrimSuffix(set4, "-v4") != strings.TrimSuffix(set6, "-v6") {
+		t.Errorf("learned sets %s and %s", set4, set6)
+	}
 	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeKernel, compile.ModeQueue} {
 		rs, err := compile.Render(prog, compile.RenderConfig{Mode: mode})
 		if err != nil {
@@ -104,7 +107,7 @@ func TestRenderFQDN(t *testing.T) {
 	}
 
 	seeds := compile.FQDNSeedElements(prog, s)
-	if len(seeds[set4]) != 2 || seeds[set4][0].Addr != netip.MustParseAddr("192.0.2.1") || len(seeds["admin-web-egress-0-fqdn-v6"]) != 1 {
+	if len(seeds[set4]) != 2 || seeds[set4][0].Addr != netip.MustParseAddr("192.0.2.1") || len(seeds[set6]) != 1 {
 		t.Errorf("seeds: %+v (example.org does not match *.example.org)", seeds)
 	}
 	ra := compile.NewResolvedAnswers(s)
@@ -125,4 +128,55 @@ func hasRuleText(c *compile.Chain, text string) bool {
 		}
 	}
 	return false
+}
+
+// TestFQDNSetFollowsNames: the learned set is named after the rule's
+// names, so that narrowing a rule replaces it (and what it learned for the
+// removed names); spelling, order and duplicates do not change it.
+func TestFQDNSetFollowsNames(t *testing.T) {
+	build := func(names string) (*compile.Program, *compile.Ruleset) {
+		t.Helper()
+		s, err := compile.ParseScenario([]byte(strings.Replace(fqdnScenario, `[www.example.com, "*.example.org"]`, names, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog := compile.Build(s.Input("n1", nil, nil))
+		if len(prog.Problems) != 0 {
+			t.Fatalf("%s: problems: %v", names, prog.Problems)
+		}
+		rs, err := compile.Render(prog, compile.RenderConfig{Mode: compile.ModeHybrid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return prog, rs
+	}
+	setOf := func(names string) string {
+		t.Helper()
+		prog, rs := build(names)
+		rules := prog.FQDNRules()
+		if len(rules) != 1 {
+			t.Fatalf("%s: %d domainNames rules", names, len(rules))
+		}
+		for _, v4 := range []bool{true, false} {
+			set := rs.Sets[rules[0].Set(v4)]
+			if set == nil || !set.Dynamic {
+				t.Fatalf("%s: the ruleset has no learned set %s", names, rules[0].Set(v4))
+			}
+			if !strings.Contains(*set.Set.Comment, "www.example.com") && strings.Contains(names, "www") {
+				t.Errorf("%s: the comment %q does not list the names", names, *set.Set.Comment)
+			}
+		}
+		return rules[0].SetV4
+	}
+	both := setOf(`[www.example.com, "*.example.org"]`)
+	for _, same := range []string{`["*.example.org", www.example.com]`, `[WWW.Example.COM., "*.example.org", www.example.com]`} {
+		if got := setOf(same); got != both {
+			t.Errorf("%s: set %s, want %s (the same names)", same, got, both)
+		}
+	}
+	for _, other := range []string{`["*.example.org"]`, `[www.example.com]`, `[www.example.com, "*.example.org", api.example.com]`, `[www.example.com, example.org]`} {
+		if got := setOf(other); got == both {
+			t.Errorf("%s: set %s, the one of other names", other, got)
+		}
+	}
 }

@@ -10,13 +10,16 @@ import (
 //
 // The kernel cannot see names, only the addresses a pod's DNS lookups
 // returned. Each egress rule with domainNames peers gets one set per family,
-// "<policy chain>-<rule>-fqdn-v4" typed "ipv4_addr . ipv4_addr" with
-// timeouts: "pod address . learned address". The rule matches
+// "<policy chain>-<rule>-fqdn-<names hash>-v4" typed "ipv4_addr . ipv4_addr"
+// with timeouts: "pod address . learned address". The rule matches
 // "ip saddr . ip daddr @set", so a pod reaches only what it resolved itself,
 // and pod churn changes elements, never rules. The agent's DNS learner
 // (pkg/fqdn) owns these elements: the desired ruleset never lists any
-// (Set.Dynamic), and syncs never delete or rewrite them. An element expires
-// with the answer's TTL; established connections stay accepted by conntrack.
+// (Set.Dynamic), and syncs never rewrite them. An element expires with the
+// answer's TTL; established connections stay accepted by conntrack (the
+// revoker cuts those a change denies, pkg/conntrack). The set is named
+// after the rule's names too (fqdnSetName): a change of the names replaces
+// it, and with it what was learned for names the rule no longer has.
 //
 // Learning: in hybrid and queue modes, DNS replies (source port 53, a reply
 // of a connection the pod opened) to a local pod that a rule with
@@ -70,10 +73,10 @@ func (r *renderer) fqdnPeer(m *Match, base, comment string, d Direction, v4 bool
 	if len(m.Domains) == 0 || d != Egress {
 		return nil
 	}
-	name := base + "-fqdn" + famSuffix(v4)
+	name := fqdnSetName(base, m.Domains, v4)
 	t := addrType(v4) + " . " + addrType(v4)
 	r.addSet(&Set{Dynamic: true, Set: &knftables.Set{Name: name, Type: t, Flags: []knftables.SetFlag{knftables.TimeoutFlag},
-		Comment: truncComment(comment + " domainNames: pod . address it resolved (learned, TTL)")}})
+		Comment: truncComment(comment + " pod . address it resolved (learned, TTL) for " + domainsKey(m.Domains))}})
 	return []string{fmt.Sprintf("%s saddr . %s daddr @%s ", famWord(v4), famWord(v4), name)}
 }
 

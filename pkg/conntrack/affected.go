@@ -174,7 +174,7 @@ func (f *fingerprinter) rule(h hash.Hash64, m *compile.Match, nothing bool, acti
 }
 
 // match hashes a rule's peers (pod sets by member, node sets by address,
-// address ranges) and ports.
+// address ranges, domain names) and ports.
 func (f *fingerprinter) match(h hash.Hash64, m *compile.Match, d compile.Direction) {
 	if m.AllPeers {
 		putUint(h, 1)
@@ -191,6 +191,12 @@ func (f *fingerprinter) match(h hash.Hash64, m *compile.Match, d compile.Directi
 		putUint(h, uint64(len(m.IPBlocks)))
 		for _, b := range m.IPBlocks {
 			putAddrs(h, []netip.Addr{b.From, b.To})
+		}
+		// domainNames: what the names resolve to is asked at decision
+		// time, the same for both programs; the names are the program's.
+		putUint(h, uint64(len(m.Domains)))
+		for _, p := range m.Domains {
+			putString(h, p.String())
 		}
 	}
 	if m.AllPorts {

@@ -6,13 +6,18 @@
 // agent hands the previous and the new program to a Revoker. It works out
 // from the delta which local pod addresses' decisions may have changed
 // (Affected: pods whose isolating NetworkPolicies or ClusterNetworkPolicies
-// changed in content or membership, new pods, reused addresses), and when
-// there are any it dumps the conntrack table once over ctnetlink, decides
-// each entry touching such an address with both programs, and deletes
-// exactly the entries allowed before and denied now. The next packet of a
-// deleted flow is a new connection to the kernel, which drops it. Nothing
-// runs on a timer and no entry that is still allowed is touched.
+// changed in content or membership, domain names included, new pods,
+// reused addresses), and when there are any it streams the conntrack table
+// once over ctnetlink, decides each entry touching such an address with
+// both programs as it arrives, and deletes exactly the entries allowed
+// before and denied now. The next packet of a deleted flow is a new
+// connection to the kernel, which drops it. Nothing runs on a timer and no
+// entry that is still allowed is touched. A pass keeps no entry: its
+// memory does not grow with the table, which pods can inflate (dump.go).
 //
-// The package decides through a DecideFunc (the agent passes the queue
-// evaluator's) so that it depends on pkg/compile only.
+// The package decides through a DecideFunc so that it depends on
+// pkg/compile only. The agent passes the queue evaluator's
+// (Evaluator.DecideSides), which decides domainNames peers from what the
+// pods resolved: a flow admitted only by a name is revoked when the rule
+// no longer names it, and kept while a remaining name still admits it.
 package conntrack

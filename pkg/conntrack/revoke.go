@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mdlayher/netlink"
 	ct "github.com/ti-mo/conntrack"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -28,7 +28,8 @@ type Decision struct {
 }
 
 // DecideFunc decides a new connection from src to dst with a program: the
-// agent passes queue.DecideSides, the evaluator's verdict.
+// agent passes the evaluator's (queue.Evaluator.DecideSides), which decides
+// domainNames peers from what pods resolved.
 type DecideFunc func(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (allowed, egressDenied bool, reason string)
 
 func decision(f DecideFunc, p *compile.Program, c Conn) Decision {
@@ -36,9 +37,12 @@ func decision(f DecideFunc, p *compile.Program, c Conn) Decision {
 	return Decision{Allowed: a, EgressDenied: e, Reason: r}
 }
 
-// Table is the conntrack table: *ct.Conn satisfies it; tests may fake it.
+// Table is the conntrack table: *KernelTable satisfies it; tests may fake it.
 type Table interface {
-	Dump(opts *ct.DumpOptions) ([]ct.Flow, error)
+	// Stream calls fn with each entry of an address family (unix.AF_INET,
+	// AF_INET6, AF_UNSPEC for both); the Flow is valid during the call
+	// only. Deletions may happen during the stream.
+	Stream(family uint8, fn func(f *ct.Flow) error) error
 	Delete(f ct.Flow) error
 }
 
@@ -51,7 +55,14 @@ type Observer interface {
 
 // Config configures a Revoker.
 type Config struct {
+	// Decide decides with the new program (is the flow denied now?).
 	Decide DecideFunc
+	// DecideBefore, if set, decides with the earlier programs (did one
+	// admit the flow?); nil: Decide. The agent passes
+	// queue.Evaluator.DecideSidesBefore, which assumes that a pod whose
+	// domainNames rules are all gone, and whose answers the learner forgot
+	// with them, had resolved what those rules named.
+	DecideBefore DecideFunc
 	// Table is the conntrack table of the node's network namespace.
 	Table Table
 	// Observer, if set, receives the counts (metrics).
@@ -80,20 +91,13 @@ func NewRevoker(cfg Config) (*Revoker, error) {
 	if cfg.Decide == nil || cfg.Table == nil {
 		return nil, errors.New("conntrack revoker: Decide and Table are required")
 	}
+	if cfg.DecideBefore == nil {
+		cfg.DecideBefore = cfg.Decide
+	}
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = klog.Background().WithName("conntrack")
 	}
 	return &Revoker{cfg: cfg, kick: make(chan struct{}, 1)}, nil
-}
-
-// Dial opens the ctnetlink socket in the network namespace netns (an fd;
-// 0: the caller's).
-func Dial(netns int) (*ct.Conn, error) {
-	c, err := ct.Dial(&netlink.Config{NetNS: netns})
-	if err != nil {
-		return nil, fmt.Errorf("opening ctnetlink: %w", err)
-	}
-	return c, nil
 }
 
 // OnProgram records a publication (controller.Config.OnProgram). It does
@@ -170,35 +174,61 @@ func (r *Revoker) Revoke(olds []*compile.Program, cur *compile.Program) (res Res
 	if len(affected) == 0 {
 		return res, nil
 	}
-	flows, err := r.cfg.Table.Dump(nil)
-	if err != nil {
-		return res, fmt.Errorf("dumping conntrack: %w", err)
-	}
-	res.Dumped = len(flows)
+	// Entries are decided as the dump streams: nothing of the table is
+	// kept (dump.go), so a table that pods inflated costs time, not memory.
 	var errs []error
-	for i := range flows {
-		f := &flows[i]
+	failed := 0
+	err = r.cfg.Table.Stream(dumpFamily(affected), func(f *ct.Flow) error {
+		res.Dumped++
 		c, ok := Forwarded(f)
 		if !ok || !affected[c.Src] && !affected[c.Dst] {
-			continue
+			return nil
 		}
 		now := decision(r.cfg.Decide, cur, c)
-		if now.Allowed || !allowedByAny(r.cfg.Decide, olds, c) {
-			continue
+		if now.Allowed || !allowedByAny(r.cfg.DecideBefore, olds, c) {
+			return nil
 		}
-		if err := r.cfg.Table.Delete(ct.Flow{ID: f.ID, TupleOrig: f.TupleOrig, TupleReply: f.TupleReply}); err != nil {
+		if err := r.cfg.Table.Delete(ct.Flow{ID: f.ID, Zone: f.Zone, TupleOrig: f.TupleOrig, TupleReply: f.TupleReply}); err != nil {
 			if !isNotFound(err) { // ended on its own meanwhile
-				errs = append(errs, fmt.Errorf("deleting %s: %w", c, err))
+				if failed++; len(errs) < maxPassErrors {
+					errs = append(errs, fmt.Errorf("deleting %s: %w", c, err))
+				}
 			}
-			continue
+			return nil
 		}
 		res.Deleted++
 		if o := r.cfg.Observer; o != nil {
 			o.ObserveRevoked(DecidingPolicy(cur, c, now))
 		}
 		r.cfg.Logger.V(4).Info("Revoked connection", "connection", c.String(), "reason", now.Reason)
+		return nil
+	})
+	if failed > maxPassErrors {
+		errs = append(errs, fmt.Errorf("and %d more deletions failed", failed-maxPassErrors))
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("dumping conntrack: %w", err))
 	}
 	return res, errors.Join(errs...)
+}
+
+// maxPassErrors bounds the deletion errors a pass reports one by one.
+const maxPassErrors = 8
+
+// dumpFamily is the address family whose entries can touch an affected
+// address: the kernel skips the others.
+func dumpFamily(affected map[netip.Addr]bool) uint8 {
+	var v4, v6 bool
+	for a := range affected {
+		v4, v6 = v4 || a.Is4(), v6 || a.Is6()
+	}
+	switch {
+	case v4 && !v6:
+		return unix.AF_INET
+	case v6 && !v4:
+		return unix.AF_INET6
+	}
+	return unix.AF_UNSPEC
 }
 
 func allowedByAny(decide DecideFunc, olds []*compile.Program, c Conn) bool {

@@ -3,6 +3,7 @@ package conntrack_test
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
+	"github.com/nftpolicy/nftpolicy/pkg/queue"
 )
 
 func pod(ns, name, ip, node string, labels map[string]string) *corev1.Pod {
@@ -68,8 +70,16 @@ type fakeTable struct {
 	deleted []ct.Flow
 }
 
-func (f *fakeTable) Dump(*ct.DumpOptions) ([]ct.Flow, error) { return f.flows, nil }
-func (f *fakeTable) Delete(fl ct.Flow) error                 { f.deleted = append(f.deleted, fl); return nil }
+func (f *fakeTable) Stream(_ uint8, fn func(*ct.Flow) error) error {
+	for i := range f.flows {
+		fl := f.flows[i]
+		if err := fn(&fl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+func (f *fakeTable) Delete(fl ct.Flow) error { f.deleted = append(f.deleted, fl); return nil }
 
 func flow(src, dst string, port uint16) ct.Flow {
 	s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
@@ -140,5 +150,114 @@ func TestRevokeDeletesExactlyTheNewlyDenied(t *testing.T) {
 	res, err = r.Revoke([]*compile.Program{cur}, compile.Build(input("server", allowFrom("x"))))
 	if err != nil || res.Dumped != 0 || len(table.deleted) != 0 {
 		t.Errorf("unchanged program: %+v %v, deleted %v", res, err, table.deleted)
+	}
+}
+
+const namesScenario = `
+pods:
+  - {namespace: x, name: a, ip: 10.0.0.1, node: n1}
+clusterNetworkPolicies:
+  - apiVersion: policy.networking.k8s.io/v1beta1
+    kind: ClusterNetworkPolicy
+    metadata: {name: web}
+    spec:
+      tier: Admin
+      priority: 1
+      subject: {namespaces: {}}
+      egress:
+        - {name: names, action: Accept, to: [{domainNames: [NAMES]}], protocols: [{tcp: {destinationPort: {number: 80}}}]}
+        - {name: rest, action: Deny, to: [{networks: [0.0.0.0/0]}]}
+dnsAnswers:
+  - {pod: x/a, name: www.example.com, ips: [192.0.2.10], ttl: 60}
+  - {pod: x/a, name: api.example.com, ips: [192.0.2.13], ttl: 60}
+`
+
+func namesProgram(t *testing.T, names string) (*compile.Program, *compile.Scenario) {
+	t.Helper()
+	s, err := compile.ParseScenario([]byte(strings.Replace(namesScenario, "NAMES", names, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := compile.Build(s.Input("n1", nil, nil))
+	if len(p.Problems) != 0 {
+		t.Fatalf("problems: %v", p.Problems)
+	}
+	return p, s
+}
+
+// TestRevokeDomainNames: a connection admitted only by a name the rule no
+// longer has is revoked; one admitted by a name it still has is not. The
+// revoker decides as the evaluator does, with what the pod resolved.
+func TestRevokeDomainNames(t *testing.T) {
+	old, s := namesProgram(t, "www.example.com, api.example.com")
+	cur, _ := namesProgram(t, "api.example.com")
+	if got := conntrack.Affected(old, cur); !slices.Equal(got, addrs("10.0.0.1")) {
+		t.Errorf("affected by removing a name: %v, want x/a", got)
+	}
+	same, _ := namesProgram(t, "api.example.com, www.example.com")
+	if got := conntrack.Affected(old, same); len(got) != 0 {
+		t.Errorf("affected by reordering the names: %v", got)
+	}
+	eval := &queue.Evaluator{Resolved: compile.NewResolvedAnswers(s)}
+	table := &fakeTable{flows: []ct.Flow{
+		flow("10.0.0.1", "192.0.2.10", 80), // www.example.com: removed
+		flow("10.0.0.1", "192.0.2.13", 80), // api.example.com: kept
+		flow("10.0.0.1", "192.0.2.99", 80), // never resolved: denied before and now, left alone
+	}}
+	r, err := conntrack.NewRevoker(conntrack.Config{Decide: eval.DecideSides, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Revoke([]*compile.Program{old}, cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Deleted != 1 || len(table.deleted) != 1 || table.deleted[0].TupleOrig.IP.DestinationAddress != netip.MustParseAddr("192.0.2.10") {
+		t.Errorf("deleted %+v (result %+v), want only x/a -> www.example.com", table.deleted, res)
+	}
+}
+
+// forgetful is a learner that forgot every answer (its pods lost their
+// last domainNames rule).
+type forgetful struct{}
+
+func (forgetful) Resolved(netip.Addr, netip.Addr, []compile.DomainPattern) bool { return false }
+
+// TestRevokeDeletedDomainRule: when a pod's last domainNames rule goes,
+// the learner forgets what it resolved; the flows the rule admitted are
+// revoked all the same (DecideBefore), and a flow the new program still
+// allows is not.
+func TestRevokeDeletedDomainRule(t *testing.T) {
+	old, _ := namesProgram(t, "www.example.com")
+	s, err := compile.ParseScenario([]byte(strings.Replace(strings.Replace(namesScenario,
+		"        - {name: names, action: Accept, to: [{domainNames: [NAMES]}], protocols: [{tcp: {destinationPort: {number: 80}}}]}\n",
+		"        - {name: ok, action: Accept, to: [{networks: [192.0.2.13/32]}]}\n", 1), "NAMES", "", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := compile.Build(s.Input("n1", nil, nil))
+	eval := &queue.Evaluator{Resolved: forgetful{}}
+	eval.Swap(cur)
+	for _, before := range []bool{false, true} {
+		table := &fakeTable{flows: []ct.Flow{
+			flow("10.0.0.1", "192.0.2.10", 80), // admitted by the deleted rule
+			flow("10.0.0.1", "192.0.2.13", 80), // allowed now by an address rule
+		}}
+		cfg := conntrack.Config{Decide: eval.DecideSides, Table: table}
+		if before {
+			cfg.DecideBefore = eval.DecideSidesBefore
+		}
+		r, err := conntrack.NewRevoker(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.Revoke([]*compile.Program{old}, cur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cut := len(table.deleted) == 1 && table.deleted[0].TupleOrig.IP.DestinationAddress == netip.MustParseAddr("192.0.2.10")
+		if before != cut || res.Deleted > 1 {
+			t.Errorf("with DecideBefore %v: deleted %+v", before, table.deleted)
+		}
 	}
 }

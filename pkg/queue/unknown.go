@@ -130,13 +130,68 @@ func (e *Evaluator) observeUnknown(result string, waited time.Duration) {
 	}
 }
 
-// DecideSides is Evaluate for callers that need the verdict and which side
-// denied (pkg/conntrack's revocation): allowed, whether the source's egress
+// DecideSides decides a connection with the program p (not necessarily the
+// one in force) for callers that need the verdict and which side denied
+// (pkg/conntrack's revocation): allowed, whether the source's egress
 // denied (else the destination's ingress did), and the deciding reason.
-func DecideSides(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (allowed, egressDenied bool, reason string) {
-	v := Evaluate(p, src, dst, proto, port)
+// domainNames peers are decided from e.Resolved, what pods resolved, as
+// for every other decision of the evaluator: a connection admitted only by
+// a name is allowed by p exactly when p's rules still name it.
+func (e *Evaluator) DecideSides(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (allowed, egressDenied bool, reason string) {
+	return sides(EvaluateResolved(p, e.Resolved, src, dst, proto, port))
+}
+
+// sides splits a verdict as DecideSides returns it.
+func sides(v Verdict) (allowed, egressDenied bool, reason string) {
 	if !v.Egress {
 		return false, true, v.EgressReason
 	}
 	return v.Ingress, false, v.IngressReason
+}
+
+// DecideSidesBefore is DecideSides for an earlier program p, to tell
+// whether p admitted a connection that is still open (pkg/conntrack's
+// revocation, Config.DecideBefore). A pod that is no longer the local
+// subject of any domainNames rule in the program in force counts as having
+// resolved every peer of p's domainNames rules: the learner forgot its
+// answers with its last such rule, and a connection that rule admitted
+// must not outlive it. Whether the connection is denied now is still
+// DecideSides' exact verdict, so only a connection denied now is ever
+// taken for one admitted before.
+func (e *Evaluator) DecideSidesBefore(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (allowed, egressDenied bool, reason string) {
+	return sides(EvaluateResolved(p, forgottenResolver{r: e.Resolved, cur: e.Program()}, src, dst, proto, port))
+}
+
+// forgottenResolver is r, and true for a pod without domainNames rules in
+// cur (DecideSidesBefore).
+type forgottenResolver struct {
+	r   Resolver
+	cur *compile.Program
+}
+
+func (f forgottenResolver) Resolved(pod, peer netip.Addr, domains []compile.DomainPattern) bool {
+	if f.r != nil && f.r.Resolved(pod, peer, domains) {
+		return true
+	}
+	return f.cur != nil && !hasDomainRules(f.cur, pod)
+}
+
+// hasDomainRules reports whether the local pod at addr is the subject of
+// an enabled egress rule with domainNames peers in p.
+func hasDomainRules(p *compile.Program, addr netip.Addr) bool {
+	id, ok := p.PodByIP(addr)
+	if !ok || !p.Pods[id].Local {
+		return false
+	}
+	pod := &p.Pods[id]
+	for _, ids := range [][]compile.ClusterPolicyID{pod.AdminEgress, pod.BaselineEgress} {
+		for _, cid := range ids {
+			for i := range p.ClusterPolicies[cid].Egress {
+				if r := &p.ClusterPolicies[cid].Egress[i]; !r.Disabled && len(r.Domains) > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

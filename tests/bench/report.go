@@ -60,6 +60,7 @@ var Targets = []target{
 	{"new_pod_leaked_packets", "==", 0},
 	{"new_pod_allowed_failed", "==", 0},
 	{"revocation_ms_p99", "<=", 1000},
+	{"revocation_extra_rss_mb_200k_conntrack", "<=", 30},
 }
 
 // Headline are the name=value lines printed last, in this order.
@@ -242,6 +243,8 @@ func Report(r *Result, quick bool) string {
 	row("new pods", "first-packet delay, p99", "new_pod_first_packet_delay_ms_p99", "ms")
 	row("revocation", "policy change to the denied flow stopping, p50", "revocation_ms_p50", "ms")
 	row("revocation", "same, p99", "revocation_ms_p99", "ms")
+	row("revocation", "RSS added by one pass over 200k conntrack entries", "revocation_extra_rss_mb_200k_conntrack", "MiB")
+	row("revocation", "that pass's duration", "revocation_pass_ms_200k_conntrack", "ms")
 
 	writeMarkdown(&b, []string{"area", "measurement", "result", "target", "met"}, rows)
 	b.WriteString("\n")

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/mdlayher/netlink"
 	ct "github.com/ti-mo/conntrack"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -67,7 +68,7 @@ type Lab struct {
 	nodes      []*corev1.Node
 
 	pubMu    sync.Mutex
-	tables   map[string]*ct.Conn
+	tables   map[string]*conntrack.KernelTable
 	revokers map[string]*conntrack.Revoker
 }
 
@@ -88,7 +89,7 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	}
 	l := &Lab{Net: nl, Agents: map[string]*inproc.Agent{}, namespaces: map[string]*corev1.Namespace{},
 		pods: map[string]*corev1.Pod{}, policies: map[string]*networkingv1.NetworkPolicy{},
-		tables: map[string]*ct.Conn{}, revokers: map[string]*conntrack.Revoker{}}
+		tables: map[string]*conntrack.KernelTable{}, revokers: map[string]*conntrack.Revoker{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.Close())
@@ -128,7 +129,7 @@ func (l *Lab) startRevoker(node string, a *inproc.Agent, obs conntrack.Observer)
 		return err
 	}
 	l.tables[node] = table
-	r, err := conntrack.NewRevoker(conntrack.Config{Decide: queue.DecideSides, Table: table, Observer: obs, Logger: inproc.Quiet})
+	r, err := conntrack.NewRevoker(conntrack.Config{Decide: a.Evaluator().DecideSides, DecideBefore: a.Evaluator().DecideSidesBefore, Table: table, Observer: obs, Logger: inproc.Quiet})
 	if err != nil {
 		return err
 	}
@@ -145,7 +146,7 @@ func (l *Lab) startRevoker(node string, a *inproc.Agent, obs conntrack.Observer)
 
 // Conntrack dumps node's conntrack table.
 func (l *Lab) Conntrack(node string) ([]ct.Flow, error) {
-	c, err := conntrack.Dial(l.Agents[node].NetnsFD())
+	c, err := ct.Dial(&netlink.Config{NetNS: l.Agents[node].NetnsFD()})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@
 //	nftbench delay [--cycles 5] [--interval 2ms] [--mode hybrid]
 //	nftbench newpod [--pods 200] [--informer-delay 30ms] [--revocations 20]
 //	nftbench dns   [--lookups 1000] [--conns 100]
+//	nftbench revoke [--entries 200000]
 //	nftbench contention [--name N] [--duration D]   (contention, cpu_speed and wakeup_rtt_us lines)
 //	nftbench gobench [FILE...]   (go test -bench output -> name=value lines)
 //	nftbench report [--quick] FILE...
@@ -50,7 +51,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|dns|restart|contention|gobench|report|chart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|dns|revoke|restart|contention|gobench|report|chart [flags]")
 	os.Exit(2)
 }
 
@@ -164,6 +165,13 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunDNS(ctx, c)
+	case "revoke":
+		var c bench.RevokeConfig
+		fs.IntVar(&c.Entries, "entries", 200000, "conntrack entries one revocation pass reads")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunRevoke(ctx, c)
 	case "restart":
 		var c bench.RestartConfig
 		fs.IntVar(&c.Restarts, "restarts", 5, "SIGKILLs of the agent (queue mode), each under its own load")
