@@ -145,6 +145,7 @@ func (r *renderer) render() {
 		r.kernelDispatch()
 	}
 	r.dnsCapture()
+	r.sourceValidation()
 	// Every set and map exists now: the pods' elements.
 	r.allPodElements()
 	// Base chains last: everything they reference exists by then.
@@ -258,7 +259,7 @@ func (r *renderer) static() {
 	if r.cfg.UsesQueue() {
 		head = append(head, rule(fmt.Sprintf("ct mark & %#08x == %#08x accept", m, m), "connection allowed earlier by the userspace evaluator"))
 	}
-	nd := rule("meta l4proto ipv6-icmp icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert } accept", "IPv6 neighbour discovery")
+	nd := ndRule()
 	fwd := append(append([]knftables.Rule(nil), head...), nd,
 		rule("ip saddr . ip daddr @self-v4 accept", "a pod can always reach itself"),
 		rule("ip6 saddr . ip6 daddr @self-v6 accept", "a pod can always reach itself"),
