@@ -87,6 +87,8 @@ type renderer struct {
 	forward, input *Chain
 	// output exists only to hold DNS learning's capture rules.
 	output *Chain
+	// prerouting holds the source-address validation (render_source.go).
+	prerouting *Chain
 	// named lists the named-port sets (by base name, in namedBases), whose
 	// elements come from the pods they resolve on.
 	named      []namedPortUser
@@ -153,6 +155,9 @@ func (r *renderer) render() {
 	r.addChain(r.forward)
 	if r.output != nil {
 		r.addChain(r.output)
+	}
+	if r.prerouting != nil {
+		r.addChain(r.prerouting)
 	}
 	var so elementSorter
 	for _, s := range r.rs.Sets {

@@ -1,8 +1,6 @@
 package compile
 
 import (
-	"slices"
-
 	"sigs.k8s.io/knftables"
 )
 
@@ -19,8 +17,11 @@ import (
 // an outside address it admits, feeds it a DNS answer, or escapes the
 // sender's own egress rules.
 //
-// The check is strict reverse-path filtering, in the kernel, before
-// anything else in forward and input:
+// The check is strict reverse-path filtering, in the kernel, in a base
+// chain of its own on the prerouting hook at priority raw (-300), before
+// conntrack: it sees every packet before forward and input do (so before
+// their DNS capture and "ct state established,related accept"), and a
+// spoofed packet never creates or refreshes a conntrack entry:
 //
 //	meta iifkind { "veth", "bridge" } fib saddr . iif oif missing counter drop
 //
@@ -33,9 +34,12 @@ import (
 // yield nothing), does not. 0.0.0.0 to a broadcast or link-local multicast
 // address (DHCP) passes (the kernel's fib expression answers the incoming
 // interface for those); IPv6 link-local sources are looked up on the
-// incoming interface only, so ND from a pod's link-local address passes;
-// the ND rule comes before the check in input, so DAD's unspecified source
-// passes too.
+// incoming interface only, so a pod's link-local traffic passes; neighbour
+// discovery is accepted before the check (DAD's source is ::; accepting it
+// in prerouting only ends this chain, forward and input still run).
+// Prerouting, not forward and input: fib's interface lookups are allowed
+// there on every kernel with nftables' fib (forward and input only since
+// Linux 5.19), and one rule covers both paths.
 //
 // Which packets are checked: those that arrive on a veth or a bridge, the
 // kinds of interface a pod's traffic enters the node through with routed
@@ -64,33 +68,30 @@ import (
 // own anti-spoofing. hostNetwork pods are the node: their traffic leaves
 // through output, which is not checked. Traffic from other nodes is not
 // checked here, since it was checked on its own node, where nftpolicy runs
-// too. RenderConfig.NoSourceValidation (--source-validation=false) turns
-// the check off for CNIs that already enforce it.
+// too. RenderConfig.NoSourceValidation (--source-validation=false) leaves
+// the chain out, for CNIs that already enforce it.
+
+// ChainPrerouting is the base chain of the source check.
+const ChainPrerouting = "prerouting"
 
 // sourceCheckComment is the drop rule's comment: what it drops and how to
 // turn it off.
 const sourceCheckComment = "spoofed source: came in on a pod interface (veth/bridge) that does not route back to it; --source-validation=false disables"
-
-// sourceCheck returns the rule that drops spoofed packets from pod
-// interfaces (see above).
-func sourceCheck() knftables.Rule {
-	return rule(`meta iifkind { "veth", "bridge" } fib saddr . iif oif missing counter drop`, sourceCheckComment)
-}
 
 // ndRule accepts IPv6 neighbour discovery, which the ruleset never filters.
 func ndRule() knftables.Rule {
 	return rule("meta l4proto ipv6-icmp icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert } accept", "IPv6 neighbour discovery")
 }
 
-// sourceValidation puts the check first in forward (before the DNS capture
-// and "ct state established,related accept": a spoofed reply is
-// established) and in input, after the ND rule there (DAD's source is ::).
+// sourceValidation renders the prerouting chain of the check (see above).
 func (r *renderer) sourceValidation() {
 	if r.cfg.NoSourceValidation {
 		return
 	}
-	r.forward.Rules = append([]knftables.Rule{sourceCheck()}, r.forward.Rules...)
-	nd := ndRule()
-	rest := slices.DeleteFunc(slices.Clone(r.input.Rules), func(x knftables.Rule) bool { return x.Rule == nd.Rule })
-	r.input.Rules = append([]knftables.Rule{nd, sourceCheck()}, rest...)
+	r.prerouting = &Chain{Chain: knftables.Chain{Name: ChainPrerouting,
+		Type: ptr(knftables.FilterType), Hook: ptr(knftables.PreroutingHook), Priority: ptr(knftables.RawPriority),
+		Policy:  ptr(knftables.AcceptPolicy),
+		Comment: ptr("before conntrack: drops packets that pods sent with a source address not their own")},
+		Rules: []knftables.Rule{ndRule(),
+			rule(`meta iifkind { "veth", "bridge" } fib saddr . iif oif missing counter drop`, sourceCheckComment)}}
 }

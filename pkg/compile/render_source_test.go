@@ -3,59 +3,48 @@ package compile
 import (
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/knftables"
 )
 
-// TestSourceValidation: in every mode the source check is forward's first
-// rule (before the DNS capture and the established accept, which a spoofed
-// reply would match) and input's second, after neighbour discovery (DAD's
-// source is ::); NoSourceValidation leaves it out and input's order as it
-// was.
+// TestSourceValidation: in every mode the source check is a prerouting
+// base chain at priority raw (before conntrack, forward and input), whose
+// neighbour discovery rule comes before the drop (DAD's source is ::);
+// forward and input do not change; NoSourceValidation leaves the chain out.
 func TestSourceValidation(t *testing.T) {
 	const check = "fib saddr . iif oif missing counter drop"
 	for _, cfg := range []RenderConfig{{Mode: ModeHybrid}, {Mode: ModeKernel}, {Mode: ModeQueue}, {Mode: ModeQueue, QueueVariant: QueueXTCompat}} {
 		for _, sc := range []string{"testdata/golden/cluster-tiers.yaml", "testdata/golden/egress-dualstack.yaml"} {
 			name := string(cfg.Mode) + " " + sc
 			rs := renderScenarioRuleset(t, sc, cfg)
-			fwd, in := rs.Chains[ChainForward].Rules, rs.Chains[ChainInput].Rules
-			if !strings.Contains(fwd[0].Rule, check) || fwd[0].Comment == nil || !strings.Contains(*fwd[0].Comment, "--source-validation=false") {
-				t.Errorf("%s: forward starts with %q", name, fwd[0].Rule)
+			c := rs.Chains[ChainPrerouting]
+			if c == nil {
+				t.Fatalf("%s: no %s chain", name, ChainPrerouting)
 			}
-			if !strings.Contains(in[0].Rule, "nd-neighbor-solicit") || !strings.Contains(in[1].Rule, check) {
-				t.Errorf("%s: input starts with %q, %q", name, in[0].Rule, in[1].Rule)
+			if *c.Chain.Hook != knftables.PreroutingHook || *c.Chain.Priority != knftables.RawPriority || *c.Chain.Policy != knftables.AcceptPolicy {
+				t.Errorf("%s: chain %+v", name, c.Chain)
 			}
-			for _, c := range []*Chain{rs.Chains[ChainForward], rs.Chains[ChainInput]} {
-				n := 0
-				for _, r := range c.Rules {
-					if strings.Contains(r.Rule, "nd-neighbor-solicit") {
-						n++
-					}
-				}
-				if n != 1 {
-					t.Errorf("%s: %s has %d neighbour discovery rules", name, c.Chain.Name, n)
-				}
+			if len(c.Rules) != 2 || !strings.Contains(c.Rules[0].Rule, "nd-neighbor-solicit") || !strings.Contains(c.Rules[1].Rule, check) ||
+				c.Rules[1].Comment == nil || !strings.Contains(*c.Rules[1].Comment, "--source-validation=false") {
+				t.Errorf("%s: prerouting rules %+v", name, c.Rules)
 			}
 
 			off := cfg
 			off.NoSourceValidation = true
-			rs = renderScenarioRuleset(t, sc, off)
-			for _, c := range rs.Chains {
-				for _, r := range c.Rules {
+			rsOff := renderScenarioRuleset(t, sc, off)
+			if rsOff.Chains[ChainPrerouting] != nil {
+				t.Errorf("%s, validation off: the prerouting chain is there", name)
+			}
+			for _, ch := range []string{ChainForward, ChainInput} {
+				on, off := rs.Chains[ch].Rules, rsOff.Chains[ch].Rules
+				if len(on) != len(off) {
+					t.Errorf("%s: %s differs with and without validation", name, ch)
+				}
+				for _, r := range off {
 					if strings.Contains(r.Rule, "fib ") {
-						t.Errorf("%s, validation off: %s has %q", name, c.Chain.Name, r.Rule)
+						t.Errorf("%s, validation off: %s has %q", name, ch, r.Rule)
 					}
 				}
-			}
-			est, nd := -1, -1
-			for i, r := range rs.Chains[ChainInput].Rules {
-				if strings.HasPrefix(r.Rule, "ct state established") {
-					est = i
-				}
-				if strings.Contains(r.Rule, "nd-neighbor-solicit") {
-					nd = i
-				}
-			}
-			if est < 0 || nd < est {
-				t.Errorf("%s, validation off: input's neighbour discovery rule moved (%d, established %d)", name, nd, est)
 			}
 		}
 	}

@@ -8,8 +8,8 @@ package redteam
 // established), the attacker's own egress rules (they key on its address).
 // The defence is the ruleset's source-address validation (pkg/compile,
 // render_source.go): a packet that arrives from a pod interface with a source
-// the node does not route back through that interface is dropped, first in
-// forward and input. Each test runs its attack with the validation switched
+// the node does not route back through that interface is dropped in
+// prerouting, before conntrack, forward and input. Each test runs its attack with the validation switched
 // off too (kernel.Config.NoSourceValidation), and asserts that it then
 // succeeds: the attack is real on this lab, so its failure with the
 // validation on is the defence's doing.
@@ -430,8 +430,8 @@ func (l *spoofLab) run(t *testing.T, attacks []spoofAttack) map[string]bool {
 	return arrived
 }
 
-// spoofDrops is the packet count of the source-validation rules in a
-// node's base chains (their comment says "spoofed").
+// spoofDrops is the packet count of a node's source-validation rule (its
+// comment says "spoofed").
 func spoofDrops(t *testing.T, l *spoofLab, node string) int {
 	t.Helper()
 	out := l.c.ListTable(node)
