@@ -487,8 +487,9 @@ func TestRedTeamSpoofedSource(t *testing.T) {
 // the scenario gets the evaluator's verdict (pods to pods on the same and
 // the other node, outside hosts, nodes to pods, pods to their node, both
 // families); a pod that must resolve its gateway through ARP and neighbour
-// discovery (its static entries deleted) still talks; and a DHCP-like
-// broadcast from 0.0.0.0 still reaches the node.
+// discovery (its static entries deleted) still talks; a pod's link-local
+// source reaches its node; and a DHCP-like broadcast from 0.0.0.0 still
+// reaches the node.
 func TestRedTeamSpoofLegitTraffic(t *testing.T) {
 	spoofRequireRoot(t)
 	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeKernel, compile.ModeQueue} {
@@ -511,6 +512,32 @@ func TestRedTeamSpoofLegitTraffic(t *testing.T) {
 			spoofCheckProbes(t, ctx, l)
 			if out, err := l.lab.Exec(l.pod(t, "friends/near"), "ip", "-6", "neigh", "show", "fe80::1"); err != nil || !strings.Contains(string(out), "lladdr") {
 				t.Errorf("the pod did not resolve fe80::1 by neighbour discovery: %v %s", err, out)
+			}
+
+			// A pod's link-local source (not ND) to its node.
+			ll := spoofListen(t, l.lab, netlab.Node("node-1"), "udp6", 9097)
+			err := l.lab.InNetns(l.pod(t, "friends/near"), func() error {
+				// The zone by index: the net package caches zone names
+				// process-wide, and every namespace has its own eth0.
+				ifi, err := net.InterfaceByName("eth0")
+				if err != nil {
+					return err
+				}
+				c, err := net.DialUDP("udp6", nil, &net.UDPAddr{IP: net.ParseIP("fe80::1"), Zone: strconv.Itoa(ifi.Index), Port: 9097})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				_, err = c.Write([]byte("LINKLOCAL"))
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !spoofWait(func() bool { return len(ll.seen("LINKLOCAL")) > 0 }) {
+				t.Errorf("a datagram from the pod's link-local address did not reach the node")
+			} else if got := ll.seen("LINKLOCAL")[0]; !strings.HasPrefix(got, "fe80:") {
+				t.Errorf("the link-local datagram came from %q", got)
 			}
 
 			// DHCP-like: 0.0.0.0:68 -> 255.255.255.255:67, to the node.
