@@ -47,6 +47,7 @@ type agentOptions struct {
 	nodeIPs        []string
 	mode           string
 	failOpen       bool
+	sourceValid    bool
 	queueNum       uint16
 	queues         uint16
 	queueVariant   string
@@ -75,6 +76,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.nodeIPs, "node-ip", nil, "this node's addresses (default: from the Node object)")
 	fs.StringVar(&o.mode, "mode", string(compile.ModeHybrid), "hybrid (the kernel decides, userspace only for what it cannot), queue (userspace decides every new connection of selected pods) or kernel (never queue)")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "let queued packets through while no agent listens or the queue is full (default: drop them)")
+	fs.BoolVar(&o.sourceValid, "source-validation", true, "drop packets that come in on a pod interface (veth or bridge) with a source address the node does not route back through it (spoofed); false for CNIs that already stop pods from spoofing")
 	fs.Uint16Var(&o.queueNum, "queue-num", 100, "first NFQUEUE number")
 	fs.Uint16Var(&o.queues, "queues", queuesPerCPU, "number of NFQUEUE queues, with CPU fanout when more than one; 0: one per CPU")
 	fs.StringVar(&o.queueVariant, "queue-variant", "auto", "queue rule: auto (probe the kernel), native (nft queue statement) or xt-compat (xtables NFQUEUE target)")
@@ -216,7 +218,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 		return err
 	}
 	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark,
-		DNSQueueNum: dnsQueue}
+		DNSQueueNum: dnsQueue, NoSourceValidation: !o.sourceValid}
 	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
 	podCIDRs, err := o.newPod.parsePodCIDRs()
 	if err != nil {

@@ -106,6 +106,11 @@ type RenderConfig struct {
 	// NoDNSLearning renders no DNS capture (a hybrid-mode kernel that
 	// cannot queue): domainNames peers then match nothing.
 	NoDNSLearning bool
+	// NoSourceValidation renders no source-address validation: packets
+	// from pod interfaces whose source the node does not route back
+	// through that interface are then not dropped (render_source.go). For
+	// CNIs that already stop pods from spoofing.
+	NoSourceValidation bool
 }
 
 // Defaults fills unset fields.

@@ -87,6 +87,8 @@ type renderer struct {
 	forward, input *Chain
 	// output exists only to hold DNS learning's capture rules.
 	output *Chain
+	// prerouting holds the source-address validation (render_source.go).
+	prerouting *Chain
 	// named lists the named-port sets (by base name, in namedBases), whose
 	// elements come from the pods they resolve on.
 	named      []namedPortUser
@@ -145,6 +147,7 @@ func (r *renderer) render() {
 		r.kernelDispatch()
 	}
 	r.dnsCapture()
+	r.sourceValidation()
 	// Every set and map exists now: the pods' elements.
 	r.allPodElements()
 	// Base chains last: everything they reference exists by then.
@@ -152,6 +155,9 @@ func (r *renderer) render() {
 	r.addChain(r.forward)
 	if r.output != nil {
 		r.addChain(r.output)
+	}
+	if r.prerouting != nil {
+		r.addChain(r.prerouting)
 	}
 	var so elementSorter
 	for _, s := range r.rs.Sets {
@@ -258,7 +264,7 @@ func (r *renderer) static() {
 	if r.cfg.UsesQueue() {
 		head = append(head, rule(fmt.Sprintf("ct mark & %#08x == %#08x accept", m, m), "connection allowed earlier by the userspace evaluator"))
 	}
-	nd := rule("meta l4proto ipv6-icmp icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert } accept", "IPv6 neighbour discovery")
+	nd := ndRule()
 	fwd := append(append([]knftables.Rule(nil), head...), nd,
 		rule("ip saddr . ip daddr @self-v4 accept", "a pod can always reach itself"),
 		rule("ip6 saddr . ip6 daddr @self-v6 accept", "a pod can always reach itself"),

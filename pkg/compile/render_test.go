@@ -19,7 +19,8 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-func renderScenario(t *testing.T, path string, cfg RenderConfig) string {
+// renderScenarioRuleset renders a scenario's ruleset for node-1.
+func renderScenarioRuleset(t *testing.T, path string, cfg RenderConfig) *Ruleset {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -34,6 +35,12 @@ func renderScenario(t *testing.T, path string, cfg RenderConfig) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rs
+}
+
+func renderScenario(t *testing.T, path string, cfg RenderConfig) string {
+	t.Helper()
+	rs := renderScenarioRuleset(t, path, cfg)
 	fake := knftables.NewFake(knftables.InetFamily, TableName)
 	tx := fake.NewTransaction()
 	rs.AddTo(tx)

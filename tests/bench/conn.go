@@ -45,6 +45,10 @@ const (
 	// the bench pods, none of whose rules match the bench traffic, so every
 	// connection walks the whole Admin tier before NetworkPolicy decides.
 	ModeHybridCNP = "hybrid_cnp"
+	// ModeHybridNoSV is hybrid mode without source-address validation
+	// (--source-validation=false): hybrid_sv_vs_nosv, hybrid's rate over
+	// this mode's round by round, is what the check costs connections.
+	ModeHybridNoSV = "hybrid_nosv"
 	// ModeQueue2 is queue mode with two queues, the rule fanning out by
 	// CPU, one reader thread each: what --queues 2 buys on two cores
 	// (measure it with --workers 2; one client thread keeps one queue busy).
@@ -56,7 +60,7 @@ const (
 
 // ConnModes and ConnPaths list them in report order.
 var (
-	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridDenyLog, ModeHybridCNP, ModeQueue, ModeQueue2}
+	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridNoSV, ModeHybridDenyLog, ModeHybridCNP, ModeQueue, ModeQueue2}
 	ConnPaths = []string{PathSame, PathCross}
 )
 
@@ -310,6 +314,10 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 			res.Set("hybrid_denylog_vs_hybrid", round(Median(roundRatios(by, ModeHybridDenyLog, ModeHybrid, rounds)), 3))
 		}
 	}
+	if slices.Contains(modes, ModeHybridNoSV) && slices.Contains(modes, ModeHybrid) {
+		// Above 1 is noise: the check only adds work.
+		res.Set("hybrid_sv_vs_nosv", round(Median(roundRatios(by, ModeHybrid, ModeHybridNoSV, rounds)), 3))
+	}
 	if slices.Contains(modes, ModeQueue2) && slices.Contains(modes, ModeQueue) {
 		res.Set("queue_q2_vs_queue", round(Median(roundRatios(by, ModeQueue2, ModeQueue, rounds)), 3))
 	}
@@ -466,6 +474,9 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 	}
 	if mode == ModeQueue2 {
 		rcfg.Mode, rcfg.Queues = compile.ModeQueue, 2
+	}
+	if mode == ModeHybridNoSV {
+		rcfg.Mode, rcfg.NoSourceValidation = compile.ModeHybrid, true
 	}
 	rcfg.Defaults()
 	if err := rcfg.Validate(); err != nil {

@@ -152,6 +152,7 @@ func Report(r *Result, quick bool) string {
 	triple("connections", "hybrid: lowest / highest per-round ratio, and rounds", [3]string{"hybrid_conn_ratio_min", "hybrid_conn_ratio_max", "conn_rounds"}, "")
 	row("connections", "hybrid with 50 Admin + 50 Baseline ClusterNetworkPolicies: rate vs control", "hybrid_conn_ratio_cnp", "")
 	row("connections", "hybrid with ClusterNetworkPolicies: rate vs hybrid without (per-round ratios)", "hybrid_cnp_vs_hybrid", "")
+	row("connections", "hybrid: rate with source validation vs without (per-round ratios)", "hybrid_sv_vs_nosv", "")
 	row("connections", "conntrack only, no nftpolicy: rate vs control, both paths", "conntrack_conn_ratio", "")
 	row("connections", "hybrid: rate vs conntrack only (nftpolicy's rules alone)", "hybrid_conn_ratio_vs_conntrack", "")
 	row("connections", "hybrid with the deny log on: rate vs control, both paths", "hybrid_conn_ratio_denylog", "")

@@ -54,6 +54,10 @@ type Config struct {
 	DenyLogRate  uint32
 	// FailOpen renders the queue rules with the bypass flag (--fail-open).
 	FailOpen bool
+	// NoSourceValidation renders no source-address validation
+	// (--source-validation=false): tests use it to show what spoofing
+	// does without it.
+	NoSourceValidation bool
 }
 
 // Cluster is a lab whose nodes enforce a scenario's policies. Its topology
@@ -115,7 +119,8 @@ func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluste
 		cfg.Prefix = netlab.RandomPrefix("npk")
 	}
 	rcfg := compile.RenderConfig{Mode: cfg.Mode, QueueVariant: cfg.QueueVariant,
-		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate, FailOpen: cfg.FailOpen}
+		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate, FailOpen: cfg.FailOpen,
+		NoSourceValidation: cfg.NoSourceValidation}
 	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == "" {
 		v, err := sets.ProbeQueueVariant(ctx)
 		if err != nil {
