@@ -87,6 +87,9 @@ type renderer struct {
 	forward, input *Chain
 	// output exists only to hold DNS learning's capture rules.
 	output *Chain
+	// dnsQueries are the base chains that capture DNS queries after the
+	// policy accepted them (render_fqdn.go).
+	dnsQueries []*Chain
 	// named lists the named-port sets (by base name, in namedBases), whose
 	// elements come from the pods they resolve on.
 	named      []namedPortUser
@@ -152,6 +155,9 @@ func (r *renderer) render() {
 	r.addChain(r.forward)
 	if r.output != nil {
 		r.addChain(r.output)
+	}
+	for _, c := range r.dnsQueries {
+		r.addChain(c)
 	}
 	var so elementSorter
 	for _, s := range r.rs.Sets {

@@ -60,6 +60,9 @@ type Config struct {
 	Now func() time.Time
 	// OnHold, if set, receives each reply's hold time (benchmarks).
 	OnHold func(time.Duration)
+	// QueryTimeout is how long a pod's query waits for its reply
+	// (HandlePacket); DefaultQueryTimeout when 0.
+	QueryTimeout time.Duration
 }
 
 // Learner learns DNS replies (see the package documentation). It is safe
@@ -67,6 +70,10 @@ type Config struct {
 type Learner struct {
 	cfg Config
 	idx atomic.Pointer[podIndex]
+
+	// track follows the pods' queries and DNS-over-TCP streams
+	// (HandlePacket).
+	track tracker
 
 	mu sync.Mutex
 	// store: pod ("namespace/name") -> name -> answer address -> expiry.
