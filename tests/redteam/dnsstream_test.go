@@ -35,6 +35,10 @@ var (
 	dnsstreamAttackr = "evil.attacker.test"
 )
 
+// dnsstreamForgedID is the transaction ID of the forged replies in TXT
+// data, and of the query the attacker sends with them.
+const dnsstreamForgedID = 0x4242
+
 // dnsstreamLab is the scenario enforced, the DNS servers running.
 type dnsstreamLab struct {
 	t   *testing.T
@@ -152,9 +156,12 @@ func dnsstreamQuery(id uint16, name string, qt dnsmessage.Type) []byte {
 }
 
 // dnsstreamTXTLookup asks the trusted server over TCP for name's TXT
-// record from x/a, with the socket's MSS set to mss before it connects:
-// the server then sends the answer in segments of at most mss bytes. It
-// returns the raw answer.
+// record from x/a, with the socket's MSS set to mss before it connects
+// (the server then sends at most mss bytes a segment), and on the same
+// connection, right after it, for www.example.com's A record with the ID
+// of the forged replies: the forged frames answer a query the pod really
+// has outstanding on that connection, so only reading the stream from its
+// boundaries tells them from answers. It returns the TXT answer.
 func (l *dnsstreamLab) dnsstreamTXTLookup(name string, mss int) ([]byte, error) {
 	var out []byte
 	err := l.c.Lab().InNetns(l.pod, func() error {
@@ -171,17 +178,27 @@ func (l *dnsstreamLab) dnsstreamTXTLookup(name string, mss int) ([]byte, error) 
 		}
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-		q := dnsstreamQuery(uint16(time.Now().UnixNano()), name, dnsmessage.TypeTXT)
-		if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...)); err != nil {
+		var qs []byte
+		for _, q := range [][]byte{dnsstreamQuery(uint16(time.Now().UnixNano()), name, dnsmessage.TypeTXT), dnsstreamQuery(dnsstreamForgedID, "www.example.com", dnsmessage.TypeA)} {
+			qs = append(append(qs, binary.BigEndian.AppendUint16(nil, uint16(len(q)))...), q...)
+		}
+		if _, err := c.Write(qs); err != nil {
 			return err
 		}
-		var n [2]byte
-		if _, err := readFull(c, n[:]); err != nil {
-			return err
+		for i := range 2 {
+			var n [2]byte
+			if _, err := readFull(c, n[:]); err != nil {
+				return err
+			}
+			msg := make([]byte, binary.BigEndian.Uint16(n[:]))
+			if _, err = readFull(c, msg); err != nil {
+				return err
+			}
+			if i == 0 {
+				out = msg
+			}
 		}
-		out = make([]byte, binary.BigEndian.Uint16(n[:]))
-		_, err = readFull(c, out)
-		return err
+		return nil
 	})
 	return out, err
 }
@@ -200,9 +217,11 @@ func readFull(c net.Conn, b []byte) (int, error) {
 
 // TestRedTeamDNSTCPMidStream: x/a asks the trusted DNS server over TCP for
 // the TXT record of a name it controls, whose data holds length-framed
-// forged replies "www.example.com A 192.0.2.14"; with TCP_MAXSEG 100 on its
-// socket the server sends the answer in small segments, and the forged
-// frames sit where segments start. The learner must read the stream as the
+// forged replies "www.example.com A 192.0.2.14", and on the same connection
+// for www.example.com with the forged replies' ID (so they answer a query
+// x/a has outstanding); with TCP_MAXSEG 100 on its socket the server sends
+// the answer in small segments, and the forged frames sit where segments
+// start. The learner must read the stream as the
 // pod does, from message boundaries, and learn nothing from it: the pod
 // must not reach 192.0.2.14.
 //
@@ -214,7 +233,7 @@ func readFull(c net.Conn, b []byte) (int, error) {
 // segment size from 52 (the smallest that holds a frame) to 100 bytes: one
 // TXT name per size, its data a forged frame at every multiple of it.
 func TestRedTeamDNSTCPMidStream(t *testing.T) {
-	forged := dnsstreamForged(t, 0x4242, "www.example.com", dnsstreamDenied)
+	forged := dnsstreamForged(t, dnsstreamForgedID, "www.example.com", dnsstreamDenied)
 	frame := string(binary.BigEndian.AppendUint16(nil, uint16(len(forged)))) + string(forged)
 	// The TXT data starts at a fixed offset of the stream: the length
 	// prefix (2), the header (12), the question (the name, type, class),
@@ -252,8 +271,8 @@ func TestRedTeamDNSTCPMidStream(t *testing.T) {
 		}
 	}
 	t.Logf("%d TXT lookups over TCP with MSS 100, forged frames at every multiple of each segment size %d-100", len(names), len(frame)+1)
-	// Each answer was read whole, from its boundary: a TXT answer, no
-	// address to learn.
+	// Each TXT answer was read whole, from its boundary: no address to
+	// learn. (The A answers, 192.0.2.10, are learned.)
 	if got := l.notLearned(fqdn.CauseNoAddress) - before; got != float64(len(names)) {
 		t.Errorf("TXT answers read whole (no_address) = %v, want %d", got, len(names))
 	}
