@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
-	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 
@@ -156,5 +155,42 @@ func TestTCPUntrackedStreams(t *testing.T) {
 	if len(w.got) != 1 {
 		t.Fatalf("%d writes", len(w.got))
 	}
-	_ = time.Second
+}
+
+// onPort moves a fuzzPacket entry to the pod's port.
+func onPort(p []byte, port uint16) []byte {
+	p = append([]byte(nil), p...)
+	off := 3 // the server's packet: the destination port
+	if p[0]&1 != 0 {
+		off = 1
+	}
+	binary.BigEndian.PutUint16(p[off:], port)
+	return p
+}
+
+func TestTCPStreamBounds(t *testing.T) {
+	w := &fakeWriter{}
+	l, _, _ := newLearner(t, w, false)
+	q := framed(query(5, "www.example.com."))
+	msg := framed(replyWithID(t, 5, "www.example.com.", "192.0.2.1"))
+	// One connection more than a pod may have followed: its oldest is no
+	// longer followed, the others are.
+	for i := range fqdn.MaxStreamsPerPod + 1 {
+		port := uint16(40000 + i)
+		handle(l, onPort(fuzzPacket(false, 6, 0x12, 100, 501, nil), port))
+		handle(l, onPort(fuzzPacket(true, 6, 0x18, 501, 101, q), port))
+	}
+	if res := handle(l, onPort(fuzzPacket(false, 6, 0x18, 101, 501, msg), 40000)); res.Cause != fqdn.CauseUntracked {
+		t.Fatalf("reply on the evicted connection: %+v", res)
+	}
+	if res := handle(l, onPort(fuzzPacket(false, 6, 0x18, 101, 501, msg), 40001)); res.Learned != 1 {
+		t.Fatalf("reply on a followed connection: %+v", res)
+	}
+	// A query longer than a query may be: the connection is not followed.
+	handle(l, onPort(fuzzPacket(false, 6, 0x12, 100, 501, nil), 41000))
+	big := binary.BigEndian.AppendUint16(nil, fqdn.MaxQueryMessage+1)
+	handle(l, onPort(fuzzPacket(true, 6, 0x18, 501, 101, big), 41000))
+	if res := handle(l, onPort(fuzzPacket(false, 6, 0x18, 101, 501, msg), 41000)); res.Cause != fqdn.CauseUntracked {
+		t.Fatalf("reply after an over-long query: %+v", res)
+	}
 }

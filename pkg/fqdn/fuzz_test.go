@@ -7,8 +7,10 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
 )
 
@@ -184,9 +186,18 @@ func FuzzHandlePacket(f *testing.F) {
 	tq := fuzzPacket(true, 6, 0x18, 500, 101, append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...))
 	tr := fuzzPacket(false, 6, 0x18, 101, 500, append(binary.BigEndian.AppendUint16(nil, uint16(len(r))), r...))
 	f.Add(append(append(append(append(synack, 0xff), tq...), 0xff), tr...))
+	sc, err := compile.ParseScenario([]byte(scenario))
+	if err != nil {
+		f.Fatal(err)
+	}
+	prog := compile.Build(sc.Input("n1", nil, nil))
 	f.Fuzz(func(t *testing.T, script []byte) {
 		w := &fakeWriter{}
-		l, _, _ := newLearner(t, w, false)
+		l, err := fqdn.New(fqdn.Config{Program: func() *compile.Program { return prog }, Writer: w,
+			Trusted: func(a netip.Addr) bool { return a == server }, Logger: logr.Discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
 		asked := false
 		for _, p := range bytes.Split(script, []byte{0xff}) {
 			if len(p) < 21 {

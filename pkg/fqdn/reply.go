@@ -231,7 +231,7 @@ func (l *Learner) serverSegment(ctx context.Context, f *flow, seg segment, src, 
 		l.untrack(f, untrackTooLong)
 		return l.skip(CauseUntracked, src, dst), true
 	}
-	if !l.keepsBuffers(f, f.up.Buffered()+len(fed.rest)) {
+	if !l.keepsBuffers(f, f.up.Buffered()+f.down.Pending(fed)) {
 		return l.skip(CauseUntracked, src, dst), true
 	}
 	queries := slices.Clone(f.queries)
@@ -304,7 +304,7 @@ func (l *Learner) clientSegment(f *flow, seg segment, now time.Time) Result {
 		l.untrack(f, untrackTooLong)
 		return Result{Release: true}
 	}
-	if !l.keepsBuffers(f, f.down.Buffered()+len(fed.rest)) {
+	if !l.keepsBuffers(f, f.down.Buffered()+f.up.Pending(fed)) {
 		return Result{Release: true}
 	}
 	for _, msg := range fed.Msgs {

@@ -76,11 +76,16 @@ type Fed struct {
 	// segment's: use them before Commit and before the next Feed.
 	Msgs [][]byte
 	next uint32
+	// grow: the unfinished message goes on, and rest is appended to it;
+	// otherwise rest replaces it.
+	grow bool
 	rest []byte
 }
 
 // Feed reads a segment whose first data byte has sequence number seq. It
-// does not change s (see Commit).
+// does not change s (see Commit). Its work is linear in the new bytes and
+// in the messages they complete: the unfinished message is copied once,
+// when it completes.
 func (s *Stream) Feed(seq uint32, data []byte) Fed {
 	if len(data) == 0 {
 		return Fed{Kind: FeedOld}
@@ -97,25 +102,54 @@ func (s *Stream) Feed(seq uint32, data []byte) Fed {
 	}
 	data = data[skip:]
 	f := Fed{Kind: FeedNew, next: s.next + uint32(len(data))}
-	// all is the unfinished message's bytes and the new ones. Appending
-	// to s.buf may write past its length in its array, never into it.
-	all := data
-	if len(s.buf) > 0 {
-		all = append(s.buf[:len(s.buf):len(s.buf)], data...)
-	}
-	for len(all) >= 2 {
-		n := int(binary.BigEndian.Uint16(all))
+	if b := len(s.buf); b > 0 {
+		// The unfinished message: its length is in the buffer, or in
+		// its first byte and the segment's.
+		var n int
+		if b >= 2 {
+			n = int(binary.BigEndian.Uint16(s.buf))
+		} else {
+			n = int(s.buf[0])<<8 | int(data[0])
+		}
 		if n > s.limit {
 			return Fed{Kind: FeedTooLong}
 		}
-		if len(all) < 2+n {
+		k := 2 + n - b // the message's bytes in this segment
+		if k > len(data) {
+			f.grow, f.rest = true, data
+			return f
+		}
+		// Copied out of s.buf's array: Commit may reuse it.
+		msg := make([]byte, 0, 2+n)
+		msg = append(append(msg, s.buf...), data[:k]...)
+		f.Msgs = append(f.Msgs, msg[2:])
+		data = data[k:]
+	}
+	for len(data) >= 2 {
+		n := int(binary.BigEndian.Uint16(data))
+		if n > s.limit {
+			return Fed{Kind: FeedTooLong}
+		}
+		if len(data) < 2+n {
 			break
 		}
-		f.Msgs = append(f.Msgs, all[2:2+n:2+n])
-		all = all[2+n:]
+		f.Msgs = append(f.Msgs, data[2:2+n:2+n])
+		data = data[2+n:]
 	}
-	f.rest = all
+	f.rest = data
 	return f
+}
+
+// Pending returns how many bytes of unfinished message s holds after
+// Commit(f): what f would make it buffer.
+func (s *Stream) Pending(f Fed) int {
+	if f.Kind != FeedNew {
+		return len(s.buf)
+	}
+	if f.grow {
+		return len(s.buf) + len(f.rest)
+	}
+	return len(f.rest)
 }
 
 // Commit applies what Feed returned for a segment that is released. A Fed
@@ -126,10 +160,12 @@ func (s *Stream) Commit(f Fed) {
 	}
 	s.next = f.next
 	switch {
+	case f.grow:
+		s.buf = append(s.buf, f.rest...)
 	case len(f.rest) == 0:
 		s.buf = nil
 	case cap(s.buf) >= len(f.rest) && cap(s.buf) <= 2*len(f.rest)+64:
-		// copy handles the overlap when rest lies in s.buf's array.
+		// rest lies in the segment, or in a message copied out of s.buf.
 		s.buf = s.buf[:len(f.rest)]
 		copy(s.buf, f.rest)
 	default:
