@@ -3,9 +3,10 @@ SHELL := /bin/bash
 GO ?= go
 BIN := _output/bin/nftpolicy
 SEEDS ?= 1-60
+FUZZTIME ?= 10s
 LONG_SEEDS ?= 1-500
 
-.PHONY: all build test test-unit vet tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean
+.PHONY: all build test test-unit fuzz vet tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean
 
 all: build
 
@@ -27,6 +28,15 @@ vet:
 # Unit tests only: no root, no tools.
 test-unit:
 	$(GO) test ./pkg/... ./cmd/...
+
+# Every fuzz target of the repository, FUZZTIME each (go test -fuzz runs
+# one target at a time). Inputs that found a bug are kept under each
+# package's testdata/fuzz/<FuzzName>/ and replayed by plain `go test`.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseReply$$' -fuzztime $(FUZZTIME) ./pkg/fqdn
+	$(GO) test -run '^$$' -fuzz '^FuzzDNSPayload$$' -fuzztime $(FUZZTIME) ./pkg/fqdn
+	$(GO) test -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZTIME) ./pkg/fqdn
+	$(GO) test -run '^$$' -fuzz '^FuzzHandlePacket$$' -fuzztime $(FUZZTIME) ./pkg/fqdn
 
 # Everything: unit, real-kernel (root, network namespaces), real API server,
 # end-to-end, and the differential check over a fixed seed range.

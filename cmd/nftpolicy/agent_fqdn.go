@@ -32,6 +32,7 @@ type fqdnOptions struct {
 	minTTL, maxTTL time.Duration
 	maxNames       int
 	maxAddrs       int
+	queryTimeout   time.Duration
 }
 
 // programHooks are the controller's OnProgram hooks, called in the order
@@ -53,7 +54,7 @@ func (h *programHooks) run(old, cur *compile.Program) {
 }
 
 func (o *fqdnOptions) addFlags(fs *pflag.FlagSet) {
-	fs.Uint16Var(&o.queueNum, "dns-queue-num", 0, "NFQUEUE holding DNS replies to pods with domainNames rules while their answers are learned; the number after it is its alternate during agent updates. "+
+	fs.Uint16Var(&o.queueNum, "dns-queue-num", 0, "NFQUEUE holding the DNS queries of pods with domainNames rules (recorded) and the replies to them while their answers are learned; the number after it is its alternate during agent updates. "+
 		"Default: right after the connection queues' two ranges, --queue-num plus twice --queues (102 and 103 with one queue)")
 	fs.StringSliceVar(&o.servers, "dns-servers", nil, "addresses or CIDRs of DNS servers whose replies may be learned, besides the endpoints of --dns-service")
 	fs.StringVar(&o.service, "dns-service", "kube-system/kube-dns", "namespace/name of the cluster DNS Service: replies from its endpoints (EndpointSlices) may be learned; empty to trust only --dns-servers")
@@ -61,6 +62,8 @@ func (o *fqdnOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.maxTTL, "fqdn-max-ttl", fqdn.DefaultMaxTTL, "a learned address is admitted for at most this long, whatever the answer's TTL")
 	fs.IntVar(&o.maxNames, "fqdn-max-names-per-pod", fqdn.DefaultMaxNamesPerPod, "learned names kept per pod; past it the names learned least recently are evicted (their addresses denied until looked up again) and counted in nftpolicy_dns_learned_evictions_total")
 	fs.IntVar(&o.maxAddrs, "fqdn-max-addresses-per-pod", fqdn.DefaultMaxAddrsPerPod, "learned name-address pairs kept per pod; past it the names learned least recently are evicted, as with --fqdn-max-names-per-pod")
+	fs.DurationVar(&o.queryTimeout, "dns-query-timeout", fqdn.DefaultQueryTimeout, "a pod's DNS query waits this long for its reply: only a reply that answers an outstanding query of the pod is learned. "+
+		"Above the pods' resolver timeout (glibc and Go: 5 s a try) a reply the resolver no longer reads could be learned; below it a slow server's answers are not")
 }
 
 // dnsQueueNum resolves --dns-queue-num for the connection queues base..
@@ -133,7 +136,8 @@ func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig
 		return stop, err
 	}
 	cfg := fqdn.Config{Program: eval.Program, Trusted: src.Contains, MinTTL: o.minTTL, MaxTTL: o.maxTTL,
-		FailOpen: render.FailOpen, Metrics: m, Logger: log, MaxNamesPerPod: o.maxNames, MaxAddrsPerPod: o.maxAddrs}
+		FailOpen: render.FailOpen, Metrics: m, Logger: log, MaxNamesPerPod: o.maxNames, MaxAddrsPerPod: o.maxAddrs,
+		QueryTimeout: o.queryTimeout}
 	if render.Mode != compile.ModeQueue {
 		// Hybrid: the kernel decides from the rules' learned sets.
 		cfg.Writer = wire.Writer{W: elements}
@@ -161,7 +165,7 @@ func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig
 	select {
 	case <-rt.Ready():
 		log.Info("Learning DNS replies for domainNames peers", "queue", render.DNSQueueNum, "dnsService", o.service, "dnsServers", o.servers,
-			"minTTL", o.minTTL, "maxTTL", o.maxTTL)
+			"minTTL", o.minTTL, "maxTTL", o.maxTTL, "queryTimeout", o.queryTimeout)
 		return stop, nil
 	case <-ctx.Done():
 		return stop, ctx.Err()

@@ -54,6 +54,7 @@ type nftSet struct {
 type nftChain struct {
 	Name   string `json:"name"`
 	Hook   string `json:"hook"`
+	Prio   int    `json:"prio"`
 	Policy string `json:"policy"`
 }
 
@@ -138,9 +139,11 @@ func TraceRuleset(data []byte, src, dst netip.Addr, proto compile.Protocol, port
 	case isNode(t.dst):
 		hook = "input"
 	}
+	// The hook's first base chain decides (the DNS query capture chains
+	// come after it and accept everything).
 	var base *nftChain
 	for _, c := range t.chains {
-		if c.Hook == hook {
+		if c.Hook == hook && (base == nil || c.Prio < base.Prio || c.Prio == base.Prio && c.Name < base.Name) {
 			base = c
 		}
 	}

@@ -89,6 +89,9 @@ type renderer struct {
 	output *Chain
 	// prerouting holds the source-address validation (render_source.go).
 	prerouting *Chain
+	// dnsQueries are the base chains that capture DNS queries after the
+	// policy accepted them (render_fqdn.go).
+	dnsQueries []*Chain
 	// named lists the named-port sets (by base name, in namedBases), whose
 	// elements come from the pods they resolve on.
 	named      []namedPortUser
@@ -158,6 +161,9 @@ func (r *renderer) render() {
 	}
 	if r.prerouting != nil {
 		r.addChain(r.prerouting)
+	}
+	for _, c := range r.dnsQueries {
+		r.addChain(c)
 	}
 	var so elementSorter
 	for _, s := range r.rs.Sets {

@@ -21,22 +21,45 @@ import (
 // after the rule's names too (fqdnSetName): a change of the names replaces
 // it, and with it what was learned for names the rule no longer has.
 //
-// Learning: in hybrid and queue modes, DNS replies (source port 53, a reply
-// of a connection the pod opened) to a local pod that a rule with
-// domainNames applies to ("fqdn-pods-v4/-v6") go to the chain "dns-replies",
-// which queues them to their own NFQUEUE (RenderConfig.DNSQueueNum). The
-// learner writes the answers' elements and only then accepts the reply, so
-// the pod cannot connect before the kernel knows the address. The capture
-// rules come first in forward (a DNS server pod, or one beyond the node)
-// and in output (a DNS server on the node's network), before
-// "ct state established,related accept": replies are established. In kernel
+// Learning: in hybrid and queue modes, the DNS traffic of local pods that a
+// rule with domainNames applies to ("fqdn-pods-v4/-v6") goes to the chain
+// "dns-replies", which queues it to its own NFQUEUE
+// (RenderConfig.DNSQueueNum), read by one reader (pkg/fqdn):
+//
+//   - the pods' queries (UDP or TCP to port 53, the original direction, to
+//     any server): the learner records each (addresses, ports, ID,
+//     question) and accepts it. They are captured in the base chains
+//     "dns-queries-forward" (a server beyond the node, or a pod) and
+//     "dns-queries-input" (a server on the node's network), at a priority
+//     after the policy's chains: only a query the policy let through is
+//     queued, and the verdict NF_ACCEPT then ends nothing but that chain.
+//   - the replies (port 53, the reply direction): UDP replies, and every
+//     segment of a TCP connection from the server (its SYN-ACK starts the
+//     learner's reassembly, FIN and RST end it, data segments are read in
+//     sequence order). They are captured first in forward and in output (a
+//     DNS server on the node's network), before "ct state
+//     established,related accept": replies are established. The learner
+//     writes the answers of a reply that answers an outstanding query and
+//     only then accepts it, so the pod cannot connect before the kernel
+//     knows the address.
+//
+// The pod's queries on a TCP connection are captured too (all its
+// segments but the SYN), so the learner reads both streams. One queue, one
+// reader: a query is always read before its reply can exist. In kernel
 // mode nothing is queued and the sets stay empty: domainNames peers match
 // nothing.
 
 // Names of the DNS learning objects.
 const (
+	// ChainDNS queues the captured DNS queries and replies (its name
+	// predates the queries; it is kept so that agents of both versions
+	// hand the queue over to each other).
 	ChainDNS    = "dns-replies"
 	ChainOutput = "output"
+	// ChainDNSQueriesForward and ChainDNSQueriesInput capture the pods'
+	// DNS queries after the policy's chains accepted them.
+	ChainDNSQueriesForward = "dns-queries-forward"
+	ChainDNSQueriesInput   = "dns-queries-input"
 	// SetFQDNPodsV4 and SetFQDNPodsV6 hold the local pods whose DNS replies
 	// are learned.
 	SetFQDNPodsV4 = "fqdn-pods-v4"
@@ -80,12 +103,19 @@ func (r *renderer) fqdnPeer(m *Match, base, comment string, d Direction, v4 bool
 	return []string{fmt.Sprintf("%s saddr . %s daddr @%s ", famWord(v4), famWord(v4), name)}
 }
 
+// dnsQueryPriority is the priority of the query capture chains: right
+// after the policy's base chains (filterPriority), so a query reaches them
+// only once the policy accepted it.
+const dnsQueryPriority = "filter - 4"
+
 // dnsCapture renders the DNS learning objects when some local pod has an
-// egress rule with domainNames peers. The output base chain exists whenever
-// the agent learns DNS, empty while no pod needs it: the kernel drops every
-// packet waiting in any queue of the namespace when a hook is removed, so
-// the first or last domainNames policy of a node must not add or delete a
-// base chain while connections and DNS replies are held.
+// egress rule with domainNames peers. The base chains output,
+// dns-queries-forward and dns-queries-input exist whenever the agent
+// learns DNS, empty while no pod needs them: the kernel drops every packet
+// waiting in any queue of the namespace when a hook is removed, so the
+// first or last domainNames policy of a node must not add or delete a base
+// chain while connections and DNS packets are held. (The input base chain
+// always exists: queries to the node's network add rules only.)
 func (r *renderer) dnsCapture() {
 	if !r.cfg.LearnsDNS() {
 		return
@@ -94,6 +124,15 @@ func (r *renderer) dnsCapture() {
 		Type: ptr(knftables.FilterType), Hook: ptr(knftables.OutputHook), Priority: ptr(knftables.BaseChainPriority(filterPriority)),
 		Policy:  ptr(knftables.AcceptPolicy),
 		Comment: ptr("from this node: only DNS replies of a DNS server on the node's network to pods with domainNames rules")}}
+	qfwd := &Chain{Chain: knftables.Chain{Name: ChainDNSQueriesForward,
+		Type: ptr(knftables.FilterType), Hook: ptr(knftables.ForwardHook), Priority: ptr(knftables.BaseChainPriority(dnsQueryPriority)),
+		Policy:  ptr(knftables.AcceptPolicy),
+		Comment: ptr("DNS queries of pods with domainNames rules, after the policy accepted them: recorded before they leave")}}
+	qin := &Chain{Chain: knftables.Chain{Name: ChainDNSQueriesInput,
+		Type: ptr(knftables.FilterType), Hook: ptr(knftables.InputHook), Priority: ptr(knftables.BaseChainPriority(dnsQueryPriority)),
+		Policy:  ptr(knftables.AcceptPolicy),
+		Comment: ptr("DNS queries of pods with domainNames rules to the node's network, after the policy accepted them")}}
+	r.dnsQueries = []*Chain{qfwd, qin}
 	rules := r.prog.FQDNRules()
 	seen := map[PodID]bool{}
 	var pods []PodID
@@ -118,22 +157,28 @@ func (r *renderer) dnsCapture() {
 			Comment: ptr("local pods with domainNames egress rules: their DNS replies are learned")}})
 	}
 	c := &Chain{Chain: knftables.Chain{Name: ChainDNS,
-		Comment: ptr(fmt.Sprintf("DNS replies held in NFQUEUE %d until their answers are learned (%s)", r.cfg.DNSQueueNum, r.cfg.QueueVariant))}}
+		Comment: ptr(fmt.Sprintf("DNS queries and replies held in NFQUEUE %d: queries recorded, replies learned (%s)", r.cfg.DNSQueueNum, r.cfg.QueueVariant))}}
 	if r.cfg.QueueVariant == QueueXTCompat {
 		c.External = true
 	} else {
 		c.Rules = []knftables.Rule{rule(DNSQueueStatement(r.cfg), "")}
 	}
 	r.addChain(c)
-	var capture []knftables.Rule
+	var capture, queries []knftables.Rule
 	for _, v4 := range []bool{true, false} {
-		for _, l4 := range []string{"udp sport 53", "tcp sport 53 tcp flags & (syn | rst) == 0"} {
+		for _, l4 := range []string{"udp sport 53", "tcp sport 53"} {
 			capture = append(capture, rule(fmt.Sprintf("%s daddr @%s %s ct state established ct direction reply goto %s", famWord(v4), fqdnPodsSet(v4), l4, ChainDNS),
 				"DNS reply to a pod with domainNames rules: learn it first"))
+		}
+		for _, l4 := range []string{"udp dport 53", "tcp dport 53 tcp flags & syn == 0"} {
+			queries = append(queries, rule(fmt.Sprintf("%s saddr @%s %s ct direction original goto %s", famWord(v4), fqdnPodsSet(v4), l4, ChainDNS),
+				"DNS query of a pod with domainNames rules: only its replies are learned"))
 		}
 	}
 	r.forward.Rules = append(append([]knftables.Rule(nil), capture...), r.forward.Rules...)
 	r.output.Rules = capture
+	qfwd.Rules = queries
+	qin.Rules = queries
 }
 
 // fqdnSubject reports whether a local pod is a subject of a

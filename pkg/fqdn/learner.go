@@ -88,6 +88,9 @@ type Config struct {
 	// learned least recently are evicted (their kernel elements deleted)
 	// and counted. Defaults DefaultMaxNamesPerPod, DefaultMaxAddrsPerPod.
 	MaxNamesPerPod, MaxAddrsPerPod int
+	// QueryTimeout is how long a pod's query waits for its reply
+	// (HandlePacket); DefaultQueryTimeout when 0.
+	QueryTimeout time.Duration
 }
 
 // Learner learns DNS replies (see the package documentation). It is safe
@@ -111,6 +114,10 @@ type Learner struct {
 	// hooked is set once OnProgram is called: without the hook, nothing
 	// is collected for it.
 	hooked atomic.Bool
+
+	// track follows the pods' queries and DNS-over-TCP streams
+	// (HandlePacket).
+	track tracker
 }
 
 // podIndex maps local pods' addresses to the pod and the domainNames rules

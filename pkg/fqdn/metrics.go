@@ -16,6 +16,7 @@ type Metrics struct {
 	answersSkipped *prometheus.CounterVec
 	evictions      prometheus.Counter
 	deleteFailures prometheus.Counter
+	capture        *captureMetrics
 }
 
 // NewMetrics creates the metrics, unregistered.
@@ -27,7 +28,7 @@ func NewMetrics() *Metrics {
 		}),
 		notLearned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nftpolicy_dns_replies_not_learned_total",
-			Help: "DNS replies released (or, for write_failed without --fail-open, dropped) without learning, by cause: untrusted_source (not from the cluster DNS endpoints or --dns-servers), malformed, truncated (TC bit: the client retries over TCP), tcp_split (a TCP answer in several segments), not_a_response, no_matching_name, no_address, write_failed (the kernel refused the elements), no_program.",
+			Help: "DNS replies released (or, for write_failed without --fail-open, dropped) without learning, by cause: untrusted_source (not from the cluster DNS endpoints or --dns-servers), unsolicited (answers no outstanding query of the pod: never asked, already answered, expired, another question), untracked_stream (a DNS-over-TCP connection that is not followed), malformed, truncated (TC bit: the client retries over TCP), not_a_response, no_matching_name, no_address, write_failed (the kernel refused the elements), no_program.",
 		}, []string{"cause"}),
 		podAddrs: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "nftpolicy_dns_pod_learned_addresses",
@@ -55,7 +56,8 @@ func NewMetrics() *Metrics {
 	for _, c := range []string{AnswerMapped, AnswerNotUnicast, AnswerOverBound} {
 		m.answersSkipped.WithLabelValues(c)
 	}
-	for _, c := range []string{CauseUntrusted, CauseMalformed, CauseTruncated, CauseSplit, CauseNotAnswer, CauseNoMatch, CauseNoAddress, CauseWriteError, CauseNoProgram} {
+	m.capture = newCaptureMetrics(m)
+	for _, c := range []string{CauseUntrusted, CauseMalformed, CauseTruncated, CauseNotAnswer, CauseNoMatch, CauseNoAddress, CauseWriteError, CauseNoProgram} {
 		m.notLearned.WithLabelValues(c)
 	}
 	return m
@@ -63,7 +65,7 @@ func NewMetrics() *Metrics {
 
 // Register registers the metrics.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.learned, m.notLearned, m.podAddrs, m.hold, m.answersSkipped, m.evictions, m.deleteFailures} {
+	for _, c := range append([]prometheus.Collector{m.learned, m.notLearned, m.podAddrs, m.hold, m.answersSkipped, m.evictions, m.deleteFailures}, m.capture.collectors()...) {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -152,15 +152,15 @@ func TestFQDNLearning(t *testing.T) {
 			}
 		}
 	})
-	t.Run("one queued packet per UDP reply", func(t *testing.T) {
+	t.Run("one queued packet per UDP query and reply", func(t *testing.T) {
 		rt := l.c.Agent("node-1").DNS().Runtime
 		before := rt.Stats().Received
 		const n = 20
 		for i := 0; i < n; i++ {
 			l.mustLookup("www.example.com", false, false, "192.0.2.10")
 		}
-		if got := rt.Stats().Received - before; got != n {
-			t.Errorf("DNS queue received %d packets for %d UDP replies, want one each", got, n)
+		if got := rt.Stats().Received - before; got != 2*n {
+			t.Errorf("DNS queue received %d packets for %d UDP lookups, want two each (the query and the reply)", got, n)
 		}
 	})
 }

@@ -46,26 +46,33 @@ func timed(els []fqdn.Element) []sets.TimedElement {
 	return out
 }
 
-// Decider hands queued DNS replies to a Learner: a queue.PayloadDecider
-// whose allow means "release the reply".
+// Decider hands the packets of the DNS queue (the pods' queries and the
+// replies to them) to a Learner: a queue.PayloadDecider whose allow means
+// "release the packet".
 type Decider struct{ L *fqdn.Learner }
 
 // Decide is never called by the Runtime (DecidePayload is); without the
-// payload there is nothing to learn, so the reply is released.
+// payload there is nothing to learn, so the packet is released.
 func (d Decider) Decide(queue.Packet) (bool, string) { return true, "" }
 
-// DecidePayload learns the reply and releases it once learned.
+// DecidePayload records a query, or learns a reply and releases it once
+// learned (fqdn.Learner.HandlePacket).
 func (d Decider) DecidePayload(p queue.Packet, packet []byte, l4 int) (bool, string) {
-	r := d.L.HandleReply(context.Background(), p.Proto, p.Src, p.Dst, packet, l4)
+	r := d.L.HandlePacket(context.Background(), p.Proto, p.Src, p.Dst, packet, l4)
 	if r.Release {
 		return true, ""
+	}
+	if r.Cause == fqdn.CauseOutOfOrder {
+		return false, "DNS-over-TCP segment dropped: it starts beyond the next byte of its stream (TCP resends it in order)"
 	}
 	return false, "DNS reply dropped: its answers could not be learned (" + r.Cause + ")"
 }
 
-// RuntimeConfig is the DNS queue's runtime: one queue, whole packets (the
-// answers are in the payload), NF_ACCEPT once learned (the reply is held,
-// not decided), the connection queues' fail mode.
+// RuntimeConfig is the DNS queue's runtime: one queue, so that one reader
+// reads each query before its reply; whole packets (the answers are in the
+// payload); NF_ACCEPT once learned (the packet is held, not decided: a
+// query reaches the queue only after the policy accepted it); the
+// connection queues' fail mode.
 func RuntimeConfig(rcfg compile.RenderConfig, netNS int, log klog.Logger) queue.RuntimeConfig {
 	return queue.RuntimeConfig{
 		QueueNum: rcfg.DNSQueueNum, Queues: 1, FailOpen: rcfg.FailOpen, CopyRange: 0xffff,

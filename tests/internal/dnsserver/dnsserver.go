@@ -1,6 +1,7 @@
 // Package dnsserver is a small authoritative DNS server for tests: it
-// answers A and AAAA questions over UDP and TCP from a fixed table of
-// names, CNAMEs and TTLs, and can mark chosen names' answers truncated. It
+// answers A, AAAA and TXT questions over UDP and TCP from a fixed table of
+// names, CNAMEs and TTLs, can mark chosen names' answers truncated and can
+// write chosen names' TCP answers in small segments. It
 // listens in whatever network namespace its sockets are created in (a
 // netlab namespace of its own, playing the cluster DNS). Lookup is the
 // matching client. Messages are built and parsed with
@@ -42,6 +43,13 @@ type Record struct {
 	// for any question of Name (CNAME and Addrs are then unused): replies
 	// a resolver would pass on from a zone an attacker controls.
 	Raw []RawRecord
+	// TXT are the name's TXT strings (each at most 255 bytes, any bytes):
+	// one TXT record answers a TXT question.
+	TXT []string
+	// TCPChunk, when not 0, writes the TCP answer in pieces of this many
+	// bytes (the length prefix included), each sent as a segment of its
+	// own: a reply split over several segments.
+	TCPChunk int
 }
 
 // RawRecord is one answer record of a Raw answer: a CNAME when CNAME is
@@ -111,7 +119,7 @@ func (s *Server) serveUDP() {
 		if err != nil {
 			return
 		}
-		if out, ok := s.answer(buf[:n], addrOf(from)); ok {
+		if out, _, ok := s.answer(buf[:n], addrOf(from)); ok {
 			_, _ = s.udp.WriteTo(out, from)
 		}
 	}
@@ -134,17 +142,38 @@ func (s *Server) serveTCP() {
 				if err != nil {
 					return
 				}
-				out, ok := s.answer(msg, addrOf(c.RemoteAddr()))
+				out, chunk, ok := s.answer(msg, addrOf(c.RemoteAddr()))
 				if !ok {
 					return
 				}
-				// Length prefix and message in one write: one segment.
-				if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(out))), out...)); err != nil {
+				if err := writeChunked(c, append(binary.BigEndian.AppendUint16(nil, uint16(len(out))), out...), chunk); err != nil {
 					return
 				}
 			}
 		}()
 	}
+}
+
+// writeChunked writes b in one write (one segment when it fits), or in
+// pieces of chunk bytes, each flushed on its own (TCP_NODELAY) after a
+// pause that lets the previous one leave.
+func writeChunked(c net.Conn, b []byte, chunk int) error {
+	if chunk <= 0 {
+		_, err := c.Write(b)
+		return err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	for len(b) > 0 {
+		n := min(chunk, len(b))
+		if _, err := c.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
 }
 
 func readTCP(r io.Reader) ([]byte, error) {
@@ -174,18 +203,19 @@ func (s *Server) lookup(name string, client netip.Addr) (Record, bool) {
 	return Record{}, false
 }
 
-// answer builds the response to a query from client; false for what is
-// not a query.
-func (s *Server) answer(query []byte, client netip.Addr) ([]byte, bool) {
+// answer builds the response to a query from client and the name's
+// TCPChunk; false for what is not a query.
+func (s *Server) answer(query []byte, client netip.Addr) ([]byte, int, bool) {
 	var p dnsmessage.Parser
 	h, err := p.Start(query)
 	if err != nil || h.Response {
-		return nil, false
+		return nil, 0, false
 	}
 	q, err := p.Question()
 	if err != nil {
-		return nil, false
+		return nil, 0, false
 	}
+	chunk := 0
 	resp := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}
 	var answers []dnsmessage.Resource
 	name := strings.ToLower(strings.TrimSuffix(q.Name.String(), "."))
@@ -197,6 +227,7 @@ func (s *Server) answer(query []byte, client netip.Addr) ([]byte, bool) {
 			break
 		}
 		found = true
+		chunk = max(chunk, r.TCPChunk)
 		if len(r.Raw) > 0 {
 			answers = rawAnswers(r.Raw)
 			break
@@ -218,6 +249,9 @@ func (s *Server) answer(query []byte, client netip.Addr) ([]byte, bool) {
 				answers = append(answers, dnsmessage.Resource{Header: hdr, Body: &dnsmessage.AAAAResource{AAAA: a.As16()}})
 			}
 		}
+		if len(r.TXT) > 0 && q.Type == dnsmessage.TypeTXT {
+			answers = append(answers, dnsmessage.Resource{Header: hdr, Body: &dnsmessage.TXTResource{TXT: r.TXT}})
+		}
 		break
 	}
 	s.mu.RUnlock()
@@ -237,10 +271,12 @@ func (s *Server) answer(query []byte, client netip.Addr) ([]byte, bool) {
 			_ = b.AResource(a.Header, *body)
 		case *dnsmessage.AAAAResource:
 			_ = b.AAAAResource(a.Header, *body)
+		case *dnsmessage.TXTResource:
+			_ = b.TXTResource(a.Header, *body)
 		}
 	}
 	out, err := b.Finish()
-	return out, err == nil
+	return out, chunk, err == nil
 }
 
 func rawAnswers(rs []RawRecord) []dnsmessage.Resource {
