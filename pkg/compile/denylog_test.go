@@ -3,6 +3,7 @@ package compile_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -72,8 +73,14 @@ func TestDenyLogRendering(t *testing.T) {
 
 	// Every drop is a goto to a deny chain; every deny chain logs its own id,
 	// which the ruleset's table and DenyIDs(prog) both resolve.
-	if regexp.MustCompile(`(?m)^add rule inet nftpolicy [^d].* drop`).MatchString(dump) {
-		t.Errorf("a drop rule outside the deny chains remains:\n%s", dump)
+	// (The per-source share chains drop what exceeds a source's share of
+	// the queue or of the log: no policy's denial.)
+	for _, m := range regexp.MustCompile(`(?m)^add rule inet nftpolicy (\S+) .* drop$`).FindAllStringSubmatch(dump, -1) {
+		switch c := m[1]; {
+		case strings.HasPrefix(c, "deny-"), c == compile.ChainDenyLogLimits, c == compile.ChainQueueHeld, c == compile.ChainQueueShare:
+		default:
+			t.Errorf("a drop rule outside the deny chains remains: %s", m[0])
+		}
 	}
 	targets := map[string]bool{}
 	for _, m := range gotoDeny.FindAllStringSubmatch(dump, -1) {
@@ -104,8 +111,17 @@ func TestDenyLogRendering(t *testing.T) {
 	if got, ok := rs.DenyIDs[want.ID()]; !ok || got != want {
 		t.Errorf("DenyIDs[%s] = %+v, %v; want %+v", want.ID(), got, ok, want)
 	}
-	if !strings.Contains(dump, `limit rate 5/second burst 10 packets counter log prefix "`+want.ID()+`" group 7`) {
-		t.Errorf("deny chain of %s does not log with the configured limit", want)
+	if !strings.Contains(dump, "add rule inet nftpolicy "+compile.DenyChainName(want.ID())+" counter jump "+compile.ChainDenyLogLimits) {
+		t.Errorf("deny chain of %s does not pass the deny log's limits", want)
+	}
+	for _, limit := range []string{
+		"update @denylog-sources-v4 { ip saddr limit rate over 5/second burst 10 packets } counter drop",
+		"update @denylog-sources-v6 { ip6 saddr limit rate over 5/second burst 10 packets } counter drop",
+		fmt.Sprintf("limit rate over %d/second burst %d packets counter drop", compile.DefaultDenyLogTotalRate, compile.DefaultDenyLogTotalBurst),
+	} {
+		if !strings.Contains(dump, "add rule inet nftpolicy "+compile.ChainDenyLogLimits+" "+limit) {
+			t.Errorf("the deny log's limits lack %q", limit)
+		}
 	}
 
 	// Ids depend only on what they describe: another policy leaves the
