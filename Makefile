@@ -4,8 +4,9 @@ GO ?= go
 BIN := _output/bin/nftpolicy
 SEEDS ?= 1-60
 LONG_SEEDS ?= 1-500
+FUZZTIME ?= 10s
 
-.PHONY: all build test test-unit vet tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean
+.PHONY: all build test test-unit vet tools deps demo bench bench-quick fuzz diff diff-long conformance conformance-npa rollout image clean
 
 all: build
 
@@ -52,6 +53,12 @@ bench: deps tools build
 
 bench-quick: deps tools build
 	bash hack/bench.sh --quick
+
+# Each fuzz target for FUZZTIME; the inputs worth keeping are in the
+# packages' testdata/fuzz/<FuzzName>/ (plain `go test` runs them).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePacket$$' -fuzztime $(FUZZTIME) ./pkg/queue
+	$(GO) test -run '^$$' -fuzz '^FuzzParseQueueMsg$$' -fuzztime $(FUZZTIME) ./pkg/queue
 
 # CONFORMANCE_FLAGS, e.g. '--mode queue', '--nodes 2', '--no-agent', '--focus RE'.
 conformance: deps build
