@@ -41,8 +41,8 @@ type Observer interface {
 
 // Defaults of RuntimeConfig.
 const (
-	DefaultQueues           = 1
-	DefaultMaxQueueLen      = 4096
+	DefaultQueues      = 1
+	DefaultMaxQueueLen = 4096
 	// DefaultMaxHeldPerSource is 1/16 of DefaultMaxQueueLen: the share of
 	// the queue the ruleset gives one source address for held connections
 	// (pkg/compile's DefaultHeldSourceBurst + 2 s * DefaultHeldSourceRate).
