@@ -59,6 +59,8 @@ var Targets = []target{
 	{"new_pod_leaked_packets", "==", 0},
 	{"new_pod_allowed_failed", "==", 0},
 	{"revocation_ms_p99", "<=", 1000},
+	{"queue_flood_other_allowed_ok", ">=", 0.99},
+	{"queue_flood_admitted_denied", "==", 0},
 }
 
 // Headline are the name=value lines printed last, in this order.
@@ -240,6 +242,8 @@ func Report(r *Result, quick bool) string {
 	row("new pods", "first-packet delay, p99", "new_pod_first_packet_delay_ms_p99", "ms")
 	row("revocation", "policy change to the denied flow stopping, p50", "revocation_ms_p50", "ms")
 	row("revocation", "same, p99", "revocation_ms_p99", "ms")
+	row("queue flood", "other pods' allowed connections that succeed while one pod floods the queue (both fail modes)", "queue_flood_other_allowed_ok", "")
+	row("queue flood", "denied connections admitted during the flood, both fail modes", "queue_flood_admitted_denied", "")
 
 	writeMarkdown(&b, []string{"area", "measurement", "result", "target", "met"}, rows)
 	b.WriteString("\n")

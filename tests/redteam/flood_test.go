@@ -25,19 +25,9 @@ func requireRootFlood(t *testing.T) {
 	}
 }
 
-// floodQueueConfig is the attack: 3,000 new connections per second to
-// pod-range addresses no pod holds, each held up to the 2 s wait for a pod
-// that never comes (6,000 held at once, more than the 4,096 the kernel
-// queue holds), for 4.5 s. The new pods become known 0.5 s after they
-// start, and their probes wait 0.95 s: the first SYN must be held and
-// decided (one the queue lost is retransmitted after 1 s, too late).
-func floodQueueConfig(failOpen bool) podlab.QueueFloodConfig {
-	return podlab.QueueFloodConfig{FailOpen: failOpen, Rate: 3000, Duration: 4500 * time.Millisecond, Warmup: 1500 * time.Millisecond,
-		Pods: 10, InformerDelay: 500 * time.Millisecond, ProbeTimeout: 950 * time.Millisecond}
-}
-
 // TestRedTeamQueueFlood: a pod floods the queue with connections to unused
-// pod-range addresses while new pods start on its node (their first
+// pod-range addresses (podlab.QueueFloodAttack: 3,000 a second) while new
+// pods start on its node (their first
 // connections are held until the agent knows them) and while it connects
 // to a new pod whose policy denies it. With either fail mode, the other
 // pods' allowed connections must succeed (>= 99%) and no denied connection
@@ -57,12 +47,12 @@ func TestRedTeamQueueFlood(t *testing.T) {
 					t.Errorf("Close: %v", err)
 				}
 			}()
-			res, err := l.RunQueueFlood(ctx, floodQueueConfig(failOpen))
+			res, err := l.RunQueueFlood(ctx, podlab.QueueFloodAttack(failOpen))
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("flooder opened %d connections; other pods' allowed connections: %d/%d; denied admitted: %d/%d (allowed connections' times %v)",
-				res.Sent, res.AllowedOK, res.Allowed, len(res.AdmittedDenied), res.Denied, res.AllowedDurations)
+			t.Logf("flooder opened %d connections (%d dropped over its share by the kernel, %d by the evaluator); other pods' allowed connections: %d/%d; denied admitted: %d/%d (allowed connections' times %v)",
+				res.Sent, res.ShareDropped, res.HeldDropped, res.AllowedOK, res.Allowed, len(res.AdmittedDenied), res.Denied, res.AllowedDurations)
 			if res.AllowedOK*100 < res.Allowed*99 {
 				t.Errorf("other pods' allowed connections during the flood: %d/%d succeeded, want >= 99%%", res.AllowedOK, res.Allowed)
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"regexp"
+	"strconv"
 	"sync"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
@@ -33,6 +36,18 @@ type QueueFloodConfig struct {
 	ProbeTimeout time.Duration
 }
 
+// QueueFloodAttack is the attack of the red-team test and the benchmark:
+// 3,000 new connections per second to pod-range addresses no pod holds,
+// each held up to the 2 s wait for a pod that never comes (6,000 held at
+// once, more than the 4,096 the kernel queue holds), for 4.5 s. Ten new
+// pods start after 1.5 s and become known 0.5 s later; their probes wait
+// 0.95 s: the first SYN must be held and decided (one the queue lost is
+// retransmitted after 1 s, too late).
+func QueueFloodAttack(failOpen bool) QueueFloodConfig {
+	return QueueFloodConfig{FailOpen: failOpen, Rate: 3000, Duration: 4500 * time.Millisecond, Warmup: 1500 * time.Millisecond,
+		Pods: 10, InformerDelay: 500 * time.Millisecond, ProbeTimeout: 950 * time.Millisecond}
+}
+
 // QueueFloodResult is what RunQueueFlood saw.
 type QueueFloodResult struct {
 	// Sent is how many connections the flooder opened.
@@ -48,6 +63,10 @@ type QueueFloodResult struct {
 	Denied int
 	// AllowedDurations are the allowed connections' times, from the SYN.
 	AllowedDurations []time.Duration
+	// ShareDropped is what node-1's kernel dropped over a source's share
+	// of the queue (the userspace-held chain's counters), HeldDropped what
+	// its evaluator dropped over a bound of held packets.
+	ShareDropped, HeldDropped uint64
 }
 
 // FloodTargets is a range of node-2's pod range that no pod holds; node-1
@@ -147,6 +166,9 @@ func (l *Lab) RunQueueFlood(ctx context.Context, cfg QueueFloodConfig) (QueueFlo
 		return res, pubErr
 	}
 	res.Sent = sent
+	res.ShareDropped = l.shareDropped()
+	st := l.Agents[Nodes[0]].Runtime.Stats()
+	res.HeldDropped = st.HeldDroppedSource + st.HeldDroppedFull
 	for i, p := range probes {
 		r := results[i]
 		if r.Err != nil {
@@ -177,6 +199,23 @@ func srvIngressPolicy() *networkingv1.NetworkPolicy {
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
 				NamespaceSelector: &metav1.LabelSelector{}, PodSelector: MatchLabels("role", "client")}}}}}}
 }
+
+// shareDropped sums the drop counters of node-1's userspace-held chain (0
+// when it cannot be listed, or has none).
+func (l *Lab) shareDropped() uint64 {
+	out, err := l.Net.NodeExec(Nodes[0], "nft", "list", "chain", "inet", compile.TableName, compile.ChainQueueHeld)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, m := range counterDrop.FindAllStringSubmatch(string(out), -1) {
+		v, _ := strconv.ParseUint(m[1], 10, 64)
+		n += v
+	}
+	return n
+}
+
+var counterDrop = regexp.MustCompile(`counter packets (\d+) bytes \d+ drop`)
 
 // routeFloodTargets routes FloodTargets from node-1 to node-2.
 func (l *Lab) routeFloodTargets() error {
