@@ -26,6 +26,10 @@
 #          sync on a node without the table, re-sync after a restart)
 #   delay  API write -> first connection observing the new verdict, with a
 #          real agent process (tests/internal/cluster)
+#   queueflood one pod floods the queue with connections held for pods that
+#          never come, in both fail modes: the other pods' allowed connections
+#          that succeed (queue_flood_other_allowed_ok) and the denied ones
+#          admitted (queue_flood_admitted_denied)
 #   dns    DNS learning (domainNames) in hybrid mode: hold time of a DNS
 #          reply (dns_hold_us_p50/p99), queued_packets_per_dns_reply, and
 #          that connections to a learned address are not queued;
@@ -191,6 +195,12 @@ if section newpod; then
 	"$NFTBENCH" newpod >"$OUT/newpod.txt"
 fi
 
+if section queueflood; then
+	log "queueflood: one pod floods the queue; other pods' allowed connections, denied ones admitted (both fail modes)"
+	contention queueflood
+	"$NFTBENCH" queueflood >"$OUT/queueflood.txt"
+fi
+
 if section dns; then
 	log "dns: DNS replies held while learned (${DNS_ARGS[*]})"
 	contention dns
@@ -213,5 +223,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,scale,delay,newpod,dns,revoke}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,scale,delay,newpod,queueflood,dns,revoke}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -75,7 +75,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.hostname, "hostname-override", "", "this node's name (default: $NODE_NAME, else the host name)")
 	fs.StringSliceVar(&o.nodeIPs, "node-ip", nil, "this node's addresses (default: from the Node object)")
 	fs.StringVar(&o.mode, "mode", string(compile.ModeHybrid), "hybrid (the kernel decides, userspace only for what it cannot), queue (userspace decides every new connection of selected pods) or kernel (never queue)")
-	fs.BoolVar(&o.failOpen, "fail-open", false, "let queued packets through while no agent listens or the queue is full (default: drop them)")
+	fs.BoolVar(&o.failOpen, "fail-open", false, "let queued packets through while no agent listens on the queue (the queue rule's bypass), and allow a connection of an unknown pod address when the pod is not programmed within --unknown-pod-wait (default: drop them); a full queue always drops")
 	fs.BoolVar(&o.sourceValid, "source-validation", true, "drop packets that come in on a pod interface (veth or bridge) with a source address the node does not route back through it (spoofed); false for CNIs that already stop pods from spoofing")
 	fs.Uint16Var(&o.queueNum, "queue-num", 100, "first NFQUEUE number")
 	fs.Uint16Var(&o.queues, "queues", queuesPerCPU, "number of NFQUEUE queues, with CPU fanout when more than one; 0: one per CPU")

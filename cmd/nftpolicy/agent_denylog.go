@@ -18,6 +18,7 @@ type denyLogOptions struct {
 	enabled      bool
 	group        uint16
 	kernelRate   uint32
+	totalRate    uint32
 	flowInterval time.Duration
 	linesPerSec  int
 }
@@ -25,7 +26,8 @@ type denyLogOptions struct {
 func (o *denyLogOptions) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.enabled, "deny-log", true, "log one line per connection the kernel path denies (NFLOG), naming the policy and rule")
 	fs.Uint16Var(&o.group, "deny-log-group", denylog.DefaultGroup, "NFLOG group of the deny log (must not be used by anything else on the node)")
-	fs.Uint32Var(&o.kernelRate, "deny-log-kernel-rate", compile.DefaultDenyLogRate, "kernel limit on deny log messages, per denying rule, per second (burst the same)")
+	fs.Uint32Var(&o.kernelRate, "deny-log-kernel-rate", compile.DefaultDenyLogRate, "kernel limit on deny log messages per source address, per second (burst twice that): one pod's denials cannot crowd out another's")
+	fs.Uint32Var(&o.totalRate, "deny-log-kernel-total-rate", compile.DefaultDenyLogTotalRate, "kernel limit on deny log messages of all sources, per second (burst twice that)")
 	fs.DurationVar(&o.flowInterval, "deny-log-flow-interval", denylog.DefaultFlowInterval, "at most one deny log line per source, destination and policy in this interval")
 	fs.IntVar(&o.linesPerSec, "deny-log-lines-per-second", denylog.DefaultLinesPerSec, "at most this many deny log lines per second overall")
 }
@@ -38,7 +40,8 @@ func (o *denyLogOptions) configureDenyLog(render *compile.RenderConfig) {
 		return
 	}
 	render.DenyLogGroup = o.group
-	render.DenyLogRate, render.DenyLogBurst = o.kernelRate, o.kernelRate
+	render.DenyLogRate, render.DenyLogBurst = o.kernelRate, 2*o.kernelRate
+	render.DenyLogTotalRate, render.DenyLogTotalBurst = o.totalRate, 2*o.totalRate
 }
 
 // startDenyLog starts the deny log reader when the ruleset logs denials.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/netip"
 	"strings"
 	"time"
@@ -22,14 +23,21 @@ type newPodOptions struct {
 	unknownPods bool
 	podCIDRs    []string
 	wait        time.Duration
-	revoke      bool
-	metrics     *newPodMetrics
+	// sourceRate and sourceBurst bound, per source address, the
+	// connections of unknown pod addresses queued per second.
+	sourceRate, sourceBurst uint32
+	revoke                  bool
+	metrics                 *newPodMetrics
 }
 
 func (o *newPodOptions) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.unknownPods, "unknown-pods", true, "queue new connections from or to an address in the pod ranges that no known pod holds, until the agent learns the pod (hybrid and queue mode)")
 	fs.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "the cluster's pod address ranges (default: every Node's spec.podCIDRs)")
 	fs.DurationVar(&o.wait, "unknown-pod-wait", queue.DefaultUnknownPodWait, "how long a connection of an unknown pod waits for the pod to be programmed before --fail-open decides it")
+	fs.Uint32Var(&o.sourceRate, "unknown-pod-source-rate", compile.DefaultHeldSourceRate,
+		"per source address, at most this many new connections of unknown pod addresses a second are queued (held until the pod is programmed); what exceeds it, and the burst, is dropped in the kernel")
+	fs.Uint32Var(&o.sourceBurst, "unknown-pod-source-burst", compile.DefaultHeldSourceBurst,
+		"burst of --unknown-pod-source-rate; a source holds at most burst + rate * --unknown-pod-wait packets in the queue")
 	fs.BoolVar(&o.revoke, "revoke-connections", true, "after a policy change, delete the conntrack entries of connections it denies (ctnetlink)")
 }
 
@@ -46,6 +54,9 @@ func (o *newPodOptions) parsePodCIDRs() ([]netip.Prefix, error) {
 	if o.wait <= 0 {
 		return nil, fmt.Errorf("--unknown-pod-wait %v: must be positive", o.wait)
 	}
+	if o.sourceRate == 0 || o.sourceBurst == 0 {
+		return nil, fmt.Errorf("--unknown-pod-source-rate %d, --unknown-pod-source-burst %d: must be positive", o.sourceRate, o.sourceBurst)
+	}
 	return out, nil
 }
 
@@ -53,10 +64,11 @@ func (o *newPodOptions) parsePodCIDRs() ([]netip.Prefix, error) {
 // evaluator, and registers the unknown-pod metrics.
 func (o *newPodOptions) configure(render *compile.RenderConfig, eval *queue.Evaluator, reg prometheus.Registerer) error {
 	render.SkipUnknownPods = !o.unknownPods
+	render.HeldSourceRate, render.HeldSourceBurst = o.sourceRate, o.sourceBurst
 	eval.UnknownPodWait = o.wait
 	m := &newPodMetrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nftpolicy_unknown_pod_decisions_total",
-			Help: "New connections of pod addresses the agent did not know yet, by result: programmed (the pod was learned within --unknown-pod-wait and policy decided), timeout_allowed or timeout_dropped (--fail-open decided at the bound)."},
+			Help: "New connections of pod addresses the agent did not know yet, by result: programmed (the pod was learned within --unknown-pod-wait and policy decided), timeout_allowed or timeout_dropped (--fail-open decided at the bound). Those dropped before being held are nftpolicy_queue_held_dropped_total."},
 			[]string{"result"}),
 		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nftpolicy_unknown_pod_wait_seconds",
 			Help:    "How long a new connection of an unknown pod address was held before its verdict.",
@@ -123,4 +135,10 @@ func (m *newPodMetrics) ObservePass(d time.Duration, _ int, err error) {
 	if err != nil {
 		m.passFailures.Inc()
 	}
+}
+
+// maxHeldPerSource is the userspace bound on one source's held packets:
+// what the kernel's per-source limit lets into the queue during one wait.
+func (o *newPodOptions) maxHeldPerSource() int {
+	return int(o.sourceBurst) + int(math.Ceil(float64(o.sourceRate)*o.wait.Seconds()))
 }

@@ -93,7 +93,7 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 	// them, so loading a large snapshot delays connections, fails none.
 	hold := make(chan struct{})
 	rt, err := queue.NewRuntime(queue.RuntimeConfig{
-		QueueNum: first, Queues: render.Queues, FailOpen: o.failOpen, MaxQueueLen: o.maxQueueLen,
+		QueueNum: first, Queues: render.Queues, FailOpen: o.failOpen, MaxQueueLen: o.maxQueueLen, MaxHeldPerSource: o.newPod.maxHeldPerSource(),
 		AllowMark: withDefaults.AllowMark, Logger: log.WithName("queue"), Observer: metrics, Hold: hold,
 	}.Defaults(), eval)
 	if err != nil {

@@ -280,7 +280,15 @@ func (t *tracer) rule(r *nftRule) (matched bool, verdict, target, step string, e
 					t.tr.DenyID = l.Prefix
 					words = append(words, fmt.Sprintf("log prefix %q", l.Prefix))
 				}
-			case "counter", "limit", "mangle":
+			case "limit", "set":
+				// A rate limit (alone, or a per-source meter: "set" is
+				// `update @set { key limit ... }`): one packet is within
+				// any budget, so "over" never matches and the others
+				// have no effect on its verdict.
+				if overLimit(k, v) {
+					return false, "", "", "", nil
+				}
+			case "counter", "mangle":
 				// No effect on the verdict of the first packet.
 			default:
 				return false, "", "", "", fmt.Errorf("expression %q: not a shape nftpolicy renders", k)
@@ -478,6 +486,33 @@ func elemMatches(e any, k any) bool {
 				hi, _ := r[1].(float64)
 				return int(lo) <= int(v) && int(v) <= int(hi)
 			}
+		}
+	}
+	return false
+}
+
+// overLimit reports whether a limit statement, or the limit of a set
+// update (a meter), is "limit rate over": it matches only packets past
+// their budget.
+func overLimit(kind string, raw json.RawMessage) bool {
+	type limit struct {
+		Inv bool `json:"inv"`
+	}
+	if kind == "limit" {
+		var l limit
+		return json.Unmarshal(raw, &l) == nil && l.Inv
+	}
+	var u struct {
+		Stmt []struct {
+			Limit *limit `json:"limit"`
+		} `json:"stmt"`
+	}
+	if json.Unmarshal(raw, &u) != nil {
+		return false
+	}
+	for _, st := range u.Stmt {
+		if st.Limit != nil && st.Limit.Inv {
+			return true
 		}
 	}
 	return false

@@ -83,7 +83,9 @@ type RenderConfig struct {
 	// QueueNum is the first NFQUEUE number; Queues how many, with CPU fanout.
 	QueueNum uint16
 	Queues   uint16
-	// FailOpen lets queued packets through while no agent listens.
+	// FailOpen lets queued packets through while no agent listens (the
+	// queue rule's bypass flag). It never admits what does not fit in a
+	// queue: overflow is dropped (render_share.go bounds each source).
 	FailOpen bool
 	// AllowMark is the packet and conntrack mark bit nftpolicy owns: the
 	// evaluator sets it in the verdict, the ruleset moves it to the
@@ -91,9 +93,17 @@ type RenderConfig struct {
 	AllowMark uint32
 	// DenyLogGroup is the NFLOG group the kernel path's drops log the
 	// denied connection's packet to (0: no deny log). DenyLogRate and
-	// DenyLogBurst limit those messages per denial, in packets per second.
-	DenyLogGroup              uint16
-	DenyLogRate, DenyLogBurst uint32
+	// DenyLogBurst limit those messages per source address, in packets
+	// per second; DenyLogTotalRate and DenyLogTotalBurst overall.
+	DenyLogGroup                        uint16
+	DenyLogRate, DenyLogBurst           uint32
+	DenyLogTotalRate, DenyLogTotalBurst uint32
+	// HeldSourceRate and HeldSourceBurst bound, per source address, the
+	// new connections of unknown pod addresses queued (and held) per
+	// second; QueueSourceRate and QueueSourceBurst queue mode's queued
+	// new connections (render_share.go).
+	HeldSourceRate, HeldSourceBurst   uint32
+	QueueSourceRate, QueueSourceBurst uint32
 	// SkipUnknownPods turns off queueing new connections of addresses in
 	// the pod ranges that no known pod holds (render_unknown.go); hybrid
 	// mode then never queues.
@@ -137,6 +147,7 @@ func (c *RenderConfig) Defaults() {
 	if c.DenyLogGroup != 0 && c.DenyLogBurst == 0 {
 		c.DenyLogBurst = DefaultDenyLogBurst
 	}
+	c.shareDefaults()
 }
 
 // Validate reports an unusable configuration.
@@ -157,6 +168,9 @@ func (c *RenderConfig) Validate() error {
 		return err
 	}
 	if err := c.validateDNSQueue(); err != nil {
+		return err
+	}
+	if err := c.validateShares(); err != nil {
 		return err
 	}
 	return c.validateDenyLog()

@@ -10,9 +10,11 @@ import (
 // Deny logging: with RenderConfig.DenyLogGroup set, every drop of the kernel
 // path (a NetworkPolicy isolation chain's default deny, a ClusterNetworkPolicy
 // Deny rule) jumps to a small per-denial chain that first sends the packet to
-// an NFLOG group, rate limited in the kernel, with a short id as the log
-// prefix, then drops it. Allowed connections never reach these chains, so
-// the kernel path's cost for them does not change.
+// an NFLOG group, with a short id as the log prefix, then drops it. The
+// messages are rate limited in the kernel per source address and overall
+// (ChainDenyLogLimits, render_share.go), not per denial: one pod's denials
+// cannot crowd out another's. Allowed connections never reach these
+// chains, so the kernel path's cost for them does not change.
 
 // Kinds of denial a DenyInfo describes.
 const (
@@ -27,10 +29,11 @@ const DenyRuleDefault = "default deny"
 // denyChainPrefix starts the names of the per-denial chains.
 const denyChainPrefix = "deny-"
 
-// Defaults of the kernel's rate limit on deny log messages, per denial.
+// Defaults of the kernel's rate limit on deny log messages, per source
+// address (render_share.go explains the numbers).
 const (
-	DefaultDenyLogRate  = 20
-	DefaultDenyLogBurst = 20
+	DefaultDenyLogRate  = 5
+	DefaultDenyLogBurst = 10
 )
 
 // DenyInfo says which policy and rule a logged drop belongs to.
@@ -135,12 +138,12 @@ func (r *renderer) dropVerdict(info DenyInfo) string {
 		r.rs.DenyIDs[id] = info
 		r.addChain(&Chain{Chain: knftables.Chain{Name: name, Comment: truncComment("logs and drops: " + info.String())},
 			Rules: []knftables.Rule{
-				// The limit guards the log statement only: over the rate the
-				// packet is still dropped, just not logged. The counters
-				// tell logged packets from all dropped ones.
-				rule(fmt.Sprintf("limit rate %d/second burst %d packets counter log prefix %q group %d",
-					r.cfg.DenyLogRate, r.cfg.DenyLogBurst, id, r.cfg.DenyLogGroup), ""),
-				rule("counter drop", ""),
+				// The limits chain drops, unlogged, what exceeds its
+				// source's or the overall budget; the rest is logged. The
+				// counters tell all dropped packets from logged ones.
+				rule("counter jump "+ChainDenyLogLimits, ""),
+				rule(fmt.Sprintf("counter log prefix %q group %d", id, r.cfg.DenyLogGroup), ""),
+				rule("drop", ""),
 			}})
 	}
 	return "goto " + name

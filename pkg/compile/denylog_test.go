@@ -3,6 +3,7 @@ package compile_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -70,12 +71,16 @@ func TestDenyLogRendering(t *testing.T) {
 		t.Errorf("ruleset differs from %s (-want +got):\n%s", golden, diff)
 	}
 
-	// Every policy drop is a goto to a deny chain (the source check's drop
-	// of spoofed packets is no policy's); every deny chain logs its own id,
-	// which the ruleset's table and DenyIDs(prog) both resolve.
-	for _, line := range regexp.MustCompile(`(?m)^add rule inet nftpolicy [^d].* drop.*$`).FindAllString(dump, -1) {
-		if !strings.Contains(line, "fib saddr . iif oif missing") {
-			t.Errorf("a drop rule outside the deny chains remains: %s", line)
+	// Every policy drop is a goto to a deny chain; every deny chain logs
+	// its own id, which the ruleset's table and DenyIDs(prog) both resolve.
+	// (The source check drops spoofed packets, and the per-source share
+	// chains what exceeds a source's share of the queue or of the log: no
+	// policy's denials.)
+	for _, m := range regexp.MustCompile(`(?m)^add rule inet nftpolicy (\S+) .* drop$`).FindAllStringSubmatch(dump, -1) {
+		switch c := m[1]; {
+		case strings.HasPrefix(c, "deny-"), c == compile.ChainDenyLogLimits, c == compile.ChainQueueHeld, c == compile.ChainQueueShare, c == compile.ChainPrerouting:
+		default:
+			t.Errorf("a drop rule outside the deny chains remains: %s", m[0])
 		}
 	}
 	targets := map[string]bool{}
@@ -107,8 +112,17 @@ func TestDenyLogRendering(t *testing.T) {
 	if got, ok := rs.DenyIDs[want.ID()]; !ok || got != want {
 		t.Errorf("DenyIDs[%s] = %+v, %v; want %+v", want.ID(), got, ok, want)
 	}
-	if !strings.Contains(dump, `limit rate 5/second burst 10 packets counter log prefix "`+want.ID()+`" group 7`) {
-		t.Errorf("deny chain of %s does not log with the configured limit", want)
+	if !strings.Contains(dump, "add rule inet nftpolicy "+compile.DenyChainName(want.ID())+" counter jump "+compile.ChainDenyLogLimits) {
+		t.Errorf("deny chain of %s does not pass the deny log's limits", want)
+	}
+	for _, limit := range []string{
+		"update @denylog-sources-v4 { ip saddr limit rate over 5/second burst 10 packets } counter drop",
+		"update @denylog-sources-v6 { ip6 saddr limit rate over 5/second burst 10 packets } counter drop",
+		fmt.Sprintf("limit rate over %d/second burst %d packets counter drop", compile.DefaultDenyLogTotalRate, compile.DefaultDenyLogTotalBurst),
+	} {
+		if !strings.Contains(dump, "add rule inet nftpolicy "+compile.ChainDenyLogLimits+" "+limit) {
+			t.Errorf("the deny log's limits lack %q", limit)
+		}
 	}
 
 	// Ids depend only on what they describe: another policy leaves the

@@ -144,6 +144,7 @@ func newRenderer(prog *Program, cfg RenderConfig) (*renderer, error) {
 
 func (r *renderer) render() {
 	r.static()
+	r.denyLogLimits()
 	if r.cfg.Mode == ModeQueue {
 		r.queueDispatch()
 	} else {
@@ -290,8 +291,8 @@ func (r *renderer) static() {
 			rule("ip daddr vmap @ingress-pods-v4", ""),
 			rule("ip6 daddr vmap @ingress-pods-v6", ""))
 		input = append(input,
-			rule("ip saddr @"+clusterEgressSet(true)+" goto "+ChainQueue, ""),
-			rule("ip6 saddr @"+clusterEgressSet(false)+" goto "+ChainQueue, ""))
+			rule("ip saddr @"+clusterEgressSet(true)+" goto "+ChainQueueShare, ""),
+			rule("ip6 saddr @"+clusterEgressSet(false)+" goto "+ChainQueueShare, ""))
 		r.queueChain()
 	}
 	r.forward = &Chain{Chain: knftables.Chain{Name: ChainForward,
@@ -330,7 +331,12 @@ func (r *renderer) tierDispatch() {
 		Rules: []knftables.Rule{rule("goto "+ChainIngress, "")}})
 }
 
+// queueChain renders the chain that queues (ChainQueue) and, after it, the
+// per-source share chains that lead to it.
 func (r *renderer) queueChain() {
+	if _, ok := r.rs.Chains[ChainQueue]; ok {
+		return
+	}
 	c := &Chain{Chain: knftables.Chain{Name: ChainQueue,
 		Comment: ptr(fmt.Sprintf("new connections decided by the userspace evaluator (NFQUEUE %s, %s)", QueueRange(r.cfg.QueueNum, r.cfg.Queues), r.cfg.QueueVariant))}}
 	if r.cfg.QueueVariant == QueueXTCompat {
@@ -339,6 +345,7 @@ func (r *renderer) queueChain() {
 		c.Rules = []knftables.Rule{rule(NativeQueueStatement(r.cfg), "")}
 	}
 	r.addChain(c)
+	r.queueShareChains()
 }
 
 // queueDispatch sends every new connection of a local pod that any policy
@@ -486,10 +493,10 @@ func (r *renderer) localPodElements(pod *Pod, pt *podText, emit func(set string,
 	}
 	if r.cfg.Mode == ModeQueue {
 		if egress {
-			vmap("egress-pods", "goto "+ChainQueue)
+			vmap("egress-pods", "goto "+ChainQueueShare)
 		}
 		if ingress {
-			vmap("ingress-pods", "goto "+ChainQueue)
+			vmap("ingress-pods", "goto "+ChainQueueShare)
 		}
 		return
 	}

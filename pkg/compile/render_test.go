@@ -116,11 +116,13 @@ func TestHybridEqualsKernelInV1(t *testing.T) {
 		}
 		full := renderScenario(t, sc, RenderConfig{Mode: ModeHybrid})
 		for _, line := range strings.Split(full, "\n") {
-			if strings.Contains(line, "goto "+ChainQueue) && !strings.Contains(line, "@known-pods-v") {
-				t.Errorf("%s: hybrid queues beyond unknown pods: %s", sc, line)
+			for _, c := range []string{ChainQueue, ChainQueueShare, ChainQueueHeld} {
+				if strings.HasSuffix(line, "goto "+c) && !strings.Contains(line, "@known-pods-v") && line != "add rule inet nftpolicy "+ChainQueueHeld+" goto "+ChainQueue {
+					t.Errorf("%s: hybrid queues beyond unknown pods: %s", sc, line)
+				}
 			}
 		}
-		if !strings.Contains(full, "!= @known-pods-v4 counter goto "+ChainQueue) {
+		if !strings.Contains(full, "!= @known-pods-v4 counter goto "+ChainQueueHeld) {
 			t.Errorf("%s: hybrid ruleset lacks the unknown-pod rule", sc)
 		}
 	}

@@ -46,6 +46,9 @@ func (c *RenderConfig) QueuesUnknownPods() bool {
 // the evaluator holds the packet until the pod is programmed (bounded) and
 // then decides with the full program. Once a pod is known, its address is
 // in known-pods and its traffic never reaches these rules' queue again.
+// Each source address gets a bounded share of the queue on the way
+// (ChainQueueHeld, render_share.go): a pod that opens connections to
+// unused pod-range addresses cannot fill it for the others.
 func (r *renderer) unknownPods() []knftables.Rule {
 	if !r.cfg.QueuesUnknownPods() {
 		return nil
@@ -66,7 +69,7 @@ func (r *renderer) unknownPods() []knftables.Rule {
 	r.queueChain()
 	for _, v4 := range []bool{true, false} {
 		for _, side := range []string{"saddr", "daddr"} {
-			out = append(out, rule(fmt.Sprintf("%s %s @%s %s %s != @%s counter goto %s", famWord(v4), side, podCIDRsSet(v4), famWord(v4), side, knownPodsSet(v4), ChainQueue),
+			out = append(out, rule(fmt.Sprintf("%s %s @%s %s %s != @%s counter goto %s", famWord(v4), side, podCIDRsSet(v4), famWord(v4), side, knownPodsSet(v4), ChainQueueHeld),
 				"unknown pod ("+side+" in the pod ranges, not yet programmed): the evaluator waits for it"))
 		}
 	}

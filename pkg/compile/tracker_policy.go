@@ -771,9 +771,11 @@ func (t *Tracker) policyChainPosition(order []string, name string) int {
 }
 
 // isStaticChain reports whether Render creates a chain before every
-// policy chain: the queue chain and the tier dispatch chains.
+// policy chain: the queue chain, the per-source share chains and the tier
+// dispatch chains.
 func isStaticChain(n string) bool {
-	if n == ChainQueue || n == ChainEgressAllow {
+	switch n {
+	case ChainQueue, ChainQueueHeld, ChainQueueShare, ChainDenyLogLimits, ChainEgressAllow:
 		return true
 	}
 	for _, d := range []Direction{Ingress, Egress} {

@@ -31,6 +31,10 @@ type Metrics struct {
 	QueueVerdicts    *prometheus.CounterVec
 	QueueDecision    prometheus.Histogram
 	QueueRuleVariant *prometheus.GaugeVec
+	// QueueHeldDropped counts held connections (of unknown pod addresses)
+	// dropped at a bound: bound=source (one source address held its share)
+	// or bound=total (every hold slot taken).
+	QueueHeldDropped *prometheus.CounterVec
 
 	// CollectorErrors counts failed reads of the collectors that ask the
 	// kernel when scraped (NewCounterCollector, NewQueueStatsCollector).
@@ -101,6 +105,10 @@ func NewMetrics() *Metrics {
 		QueueRuleVariant: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "nftpolicy_queue_rule_variant", Help: "1 for the queue rule variant in use (native or xt-compat).",
 		}, []string{"variant"}),
+		QueueHeldDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nftpolicy_queue_held_dropped_total",
+			Help: "New connections of unknown pod addresses the evaluator did not hold but dropped: bound=source (their source address held its share already), bound=total (the queue's length held already).",
+		}, []string{"bound"}),
 		CollectorErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nftpolicy_collector_errors_total",
 			Help: "Scrapes in which a collector could not read the kernel (collector=nft_counters: the nft rule counters; collector=nfqueue_stats: the kernel's queue counters); its metrics are left out of that scrape.",
@@ -113,13 +121,16 @@ func (m *Metrics) Register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.SyncDuration, m.TrackerCorrections, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency,
 		m.ProgrammedPolicies, m.ProgrammedPods, m.SetElements, m.InvalidPolicies, m.PolicyProblems,
 		m.ClusterPolicyAPI, m.ProgrammedClusterPolicies, m.InvalidClusterPolicies, m.ClusterPolicyProblems,
-		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant, m.CollectorErrors} {
+		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant, m.QueueHeldDropped, m.CollectorErrors} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// ObserveHeldDrop implements the queue runtime's queue.HeldDropObserver.
+func (m *Metrics) ObserveHeldDrop(bound string) { m.QueueHeldDropped.WithLabelValues(bound).Inc() }
 
 // ObserveVerdict implements the queue runtime's observer.
 func (m *Metrics) ObserveVerdict(allow bool, proto uint8, family uint8, d time.Duration) {

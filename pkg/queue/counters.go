@@ -43,7 +43,6 @@ type counters struct {
 	verdicts           [2][2][numProtoBuckets]atomic.Uint64
 	received           atomic.Uint64
 	malformed          atomic.Uint64
-	unparsableAccepted atomic.Uint64
 	unparsableDropped  atomic.Uint64
 	panicsAccepted     atomic.Uint64
 	panicsDropped      atomic.Uint64
@@ -56,6 +55,8 @@ type counters struct {
 	deferredPending    atomic.Int64
 	overflowDropped    atomic.Uint64
 	overflowLogs       atomic.Uint64
+	heldDroppedSource  atomic.Uint64
+	heldDroppedFull    atomic.Uint64
 }
 
 func (c *counters) count(allow bool, family, proto uint8) {
@@ -85,10 +86,9 @@ type Stats struct {
 	Verdicts []VerdictCount
 	// Malformed counts queue messages without a packet id (no verdict possible).
 	Malformed uint64
-	// UnparsableAccepted/Dropped count packets that could not be parsed,
-	// answered by FailOpen.
-	UnparsableAccepted uint64
-	UnparsableDropped  uint64
+	// UnparsableDropped counts packets that could not be parsed: dropped
+	// whatever the fail mode (their bytes are the sender's to choose).
+	UnparsableDropped uint64
 	// DeciderPanicsAccepted/Dropped count packets whose Decider panicked.
 	DeciderPanicsAccepted uint64
 	DeciderPanicsDropped  uint64
@@ -115,6 +115,11 @@ type Stats struct {
 	// them in the kernel's statistics; OverflowLogs counts its log lines.
 	OverflowDropped uint64
 	OverflowLogs    uint64
+	// HeldDroppedSource and HeldDroppedFull count held packets (a Holder's)
+	// dropped because their source address, or all sources, had as many
+	// held as allowed (RuntimeConfig.MaxHeldPerSource, MaxQueueLen).
+	HeldDroppedSource uint64
+	HeldDroppedFull   uint64
 }
 
 // Allowed returns the number of allow verdicts.
@@ -139,7 +144,6 @@ func (r *Runtime) Stats() Stats {
 	s := Stats{
 		Received:              c.received.Load(),
 		Malformed:             c.malformed.Load(),
-		UnparsableAccepted:    c.unparsableAccepted.Load(),
 		UnparsableDropped:     c.unparsableDropped.Load(),
 		DeciderPanicsAccepted: c.panicsAccepted.Load(),
 		DeciderPanicsDropped:  c.panicsDropped.Load(),
@@ -152,6 +156,8 @@ func (r *Runtime) Stats() Stats {
 		DeferredPending:       c.deferredPending.Load(),
 		OverflowDropped:       c.overflowDropped.Load(),
 		OverflowLogs:          c.overflowLogs.Load(),
+		HeldDroppedSource:     c.heldDroppedSource.Load(),
+		HeldDroppedFull:       c.heldDroppedFull.Load(),
 	}
 	for a := 0; a < 2; a++ {
 		for f := 0; f < 2; f++ {

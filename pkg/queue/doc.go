@@ -26,9 +26,10 @@
 // nftpolicy's mark bit added to the marks it already carries, which the
 // ruleset's first rule moves into the connection's mark so that the
 // connection's later packets are accepted without being queued; a denied
-// packet is dropped; a packet that cannot be decided (unparsable, or the
-// Decider panicked) is accepted without being remembered under --fail-open,
-// and dropped otherwise. It counts its verdicts (counters.go) and reads the
+// packet is dropped; an unparsable packet is dropped; a packet whose
+// Decider panicked is accepted without being remembered under --fail-open,
+// and dropped otherwise. A queue that overflows drops (never the kernel's
+// fail-open flag), and held packets are bounded per source (hold.go). It counts its verdicts (counters.go) and reads the
 // kernel's per-queue statistics (kernelstats.go), logging queue overflows
 // (overflow_linux.go).
 //

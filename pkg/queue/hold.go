@@ -3,6 +3,10 @@ package queue
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"sync"
+
+	"golang.org/x/time/rate"
 )
 
 // Holder is an optional interface of a Decider for packets it cannot decide
@@ -23,17 +27,91 @@ type Holder interface {
 }
 
 // holding is the DeferringDecider a Runtime makes of a Holder: it defers
-// the packets the Holder holds, at most cap(slots) at a time. Past that
-// (the kernel queue cannot hold many more anyway) Decide decides at once,
-// with the decision the Holder gives at its wait's bound.
+// the packets the Holder holds, at most cap(slots) at a time and at most
+// perSource from one source address. Past either bound the packet is
+// dropped at once (an overloaded queue never decides by the fail mode: a
+// dropped SYN is sent again, by when the pod is usually known), counted
+// (Stats.HeldDroppedSource, HeldDroppedFull, and the Observer's
+// ObserveHeldDrop) and logged, rate limited, with its source.
 type holding struct {
-	r     *Runtime
-	h     Holder
-	slots chan struct{}
+	r         *Runtime
+	h         Holder
+	slots     chan struct{}
+	perSource int
+	log       *rate.Limiter
+
+	mu sync.Mutex
+	// held counts the held packets per source address; an address leaves
+	// when its count returns to 0, so the map has at most cap(slots)
+	// entries.
+	held map[netip.Addr]int
 }
 
-func newHolding(r *Runtime, h Holder, max int) *holding {
-	return &holding{r: r, h: h, slots: make(chan struct{}, max)}
+// Bounds of a held packet that holding drops, as HeldDropObserver
+// receives them.
+const (
+	HeldBoundSource = "source"
+	HeldBoundTotal  = "total"
+)
+
+// ReasonHeldOverload is the reason of a held packet dropped at a bound.
+const ReasonHeldOverload = "too many connections of unknown pod addresses held (per source or in all): dropped, not decided"
+
+// HeldDropObserver is an optional interface of RuntimeConfig.Observer: one
+// call per held packet dropped at a bound (HeldBoundSource or
+// HeldBoundTotal).
+type HeldDropObserver interface {
+	ObserveHeldDrop(bound string)
+}
+
+func newHolding(r *Runtime, h Holder, max, perSource int) *holding {
+	return &holding{r: r, h: h, slots: make(chan struct{}, max), perSource: perSource,
+		log: rate.NewLimiter(1, 5), held: map[netip.Addr]int{}}
+}
+
+// take reserves a slot for a packet of src; false (and counted) when a
+// bound is reached.
+func (a *holding) take(src netip.Addr) bool {
+	a.mu.Lock()
+	n := a.held[src]
+	if n >= a.perSource {
+		a.mu.Unlock()
+		a.drop(src, HeldBoundSource, &a.r.c.heldDroppedSource)
+		return false
+	}
+	select {
+	case a.slots <- struct{}{}:
+	default:
+		a.mu.Unlock()
+		a.drop(src, HeldBoundTotal, &a.r.c.heldDroppedFull)
+		return false
+	}
+	a.held[src] = n + 1
+	a.mu.Unlock()
+	return true
+}
+
+// release frees the slot of a packet of src.
+func (a *holding) release(src netip.Addr) {
+	a.mu.Lock()
+	if n := a.held[src] - 1; n > 0 {
+		a.held[src] = n
+	} else {
+		delete(a.held, src)
+	}
+	<-a.slots
+	a.mu.Unlock()
+}
+
+func (a *holding) drop(src netip.Addr, bound string, counter interface{ Add(uint64) uint64 }) {
+	counter.Add(1)
+	if o, ok := a.r.cfg.Observer.(HeldDropObserver); ok {
+		o.ObserveHeldDrop(bound)
+	}
+	if a.log.Allow() {
+		a.r.log.Info("Dropping a new connection of an unknown pod address: too many held", "bound", bound, "src", src,
+			"perSource", a.perSource, "total", cap(a.slots))
+	}
 }
 
 // Decide implements Decider.
@@ -45,14 +123,11 @@ func (a *holding) DecideOrDefer(p Packet, later Later) (bool, string, bool) {
 		allow, reason := a.h.Decide(p)
 		return allow, reason, false
 	}
-	select {
-	case a.slots <- struct{}{}:
-	default:
-		allow, reason := a.h.Decide(p)
-		return allow, reason, false
+	if !a.take(p.Src) {
+		return false, ReasonHeldOverload, false
 	}
 	go func() {
-		defer func() { <-a.slots }()
+		defer a.release(p.Src)
 		allow, reason, ok := a.decideHeld(p)
 		var err error
 		if ok {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -59,8 +60,7 @@ func TestRuntimeKernelHolder(t *testing.T) {
 }
 
 // TestHoldingCap: past the cap of outstanding held packets, DecideOrDefer
-// decides at once with Decide (the Holder's decision at its wait's bound),
-// and a slot frees when a held decision is answered.
+// drops at once, and a slot frees when a held decision is answered.
 func TestHoldingCap(t *testing.T) {
 	g := &gateHolder{release: make(chan struct{}), waiting: make(chan struct{}, 4)}
 	r, err := NewRuntime(RuntimeConfig{QueueNum: testQueueNum, AllowMark: testAllowMark, MaxQueueLen: 1}, g)
@@ -104,5 +104,40 @@ func TestHoldingCap(t *testing.T) {
 		q.pending.Add(-1)
 		r.c.deferredPending.Add(-1)
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestHoldingPerSource: one source address holds at most MaxHeldPerSource
+// packets; past it its packets are dropped at once (not decided by the
+// Holder's fail mode), counted, while other sources keep holding.
+func TestHoldingPerSource(t *testing.T) {
+	g := &gateHolder{release: make(chan struct{}), waiting: make(chan struct{}, 4)}
+	defer close(g.release)
+	r, err := NewRuntime(RuntimeConfig{QueueNum: testQueueNum, AllowMark: testAllowMark, MaxQueueLen: 4, MaxHeldPerSource: 1}, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &qsock{queue: testQueueNum, fd: -1, closed: true}
+	later := func(id uint32) Later {
+		q.pending.Add(1)
+		r.c.deferredPending.Add(1)
+		return Later{r: r, q: q, id: id}
+	}
+	flooder := Packet{Family: 4, Proto: 6, DstPort: 80, Src: netip.MustParseAddr("10.244.1.5")}
+	other := Packet{Family: 4, Proto: 6, DstPort: 80, Src: netip.MustParseAddr("10.244.1.6")}
+	if _, _, deferred := r.deferring.DecideOrDefer(flooder, later(1)); !deferred {
+		t.Fatal("the first held packet was not deferred")
+	}
+	<-g.waiting
+	allow, reason, deferred := r.deferring.DecideOrDefer(flooder, later(2))
+	if deferred || allow || reason != ReasonHeldOverload {
+		t.Fatalf("past the source's bound: allow %v, deferred %v (%s); want a drop at once", allow, deferred, reason)
+	}
+	if _, _, deferred := r.deferring.DecideOrDefer(other, later(3)); !deferred {
+		t.Fatal("another source's packet was not held")
+	}
+	<-g.waiting
+	if s := r.Stats(); s.HeldDroppedSource != 1 || s.HeldDroppedFull != 0 {
+		t.Errorf("stats %+v, want 1 held packet dropped at the source's bound", s)
 	}
 }

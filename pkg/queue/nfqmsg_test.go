@@ -132,3 +132,30 @@ func TestHandleDatagramAllocs(t *testing.T) {
 		t.Errorf("verdicts %+v, want NF_REPEAT of packet 1 with mark 0x100", rd.vs)
 	}
 }
+
+// TestUnparsableDroppedFailOpen: a packet the parser refuses (here IPv6
+// with nine extension headers, which a pod with raw sockets can send) is
+// dropped with FailOpen too: its bytes are the sender's to choose, and
+// accepting them would admit whatever connection it opens.
+func TestUnparsableDroppedFailOpen(t *testing.T) {
+	r, err := NewRuntime(RuntimeConfig{QueueNum: 7, AllowMark: 0x100, FailOpen: true}, DeciderFunc(func(p Packet) (bool, string) {
+		return true, "test"
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := newReader(r, &qsock{queue: 7})
+	pkt := make([]byte, 40, 40+9*8+4)
+	pkt[0], pkt[6] = 0x60, 0 // next header: hop-by-hop
+	for i := 0; i < 9; i++ {
+		pkt = append(pkt, 0, 0, 0, 0, 0, 0, 0, 0) // hop-by-hop, 8 bytes, next hop-by-hop
+	}
+	pkt = append(pkt, 0, 80, 0, 80)
+	rd.handleDatagram(packetMsg(1, nil, pkt))
+	if len(rd.vs) != 1 || rd.vs[0].verdict != nfDrop {
+		t.Errorf("verdicts %+v, want NF_DROP of the unparsable packet", rd.vs)
+	}
+	if s := r.Stats(); s.UnparsableDropped != 1 {
+		t.Errorf("stats %+v, want 1 unparsable packet dropped", s)
+	}
+}

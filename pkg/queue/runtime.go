@@ -41,8 +41,12 @@ type Observer interface {
 
 // Defaults of RuntimeConfig.
 const (
-	DefaultQueues           = 1
-	DefaultMaxQueueLen      = 4096
+	DefaultQueues      = 1
+	DefaultMaxQueueLen = 4096
+	// DefaultMaxHeldPerSource is 1/16 of DefaultMaxQueueLen: the share of
+	// the queue the ruleset gives one source address for held connections
+	// (pkg/compile's DefaultHeldSourceBurst + 2 s * DefaultHeldSourceRate).
+	DefaultMaxHeldPerSource = 256
 	DefaultCopyRange        = 128
 	DefaultDenyLogPerSecond = 10
 	DefaultDenyLogBurst     = 20
@@ -56,12 +60,19 @@ type RuntimeConfig struct {
 	// Queues is the number of queues, QueueNum..QueueNum+Queues-1, one socket
 	// and one goroutine each (the rule fans out over them by CPU).
 	Queues uint16
-	// FailOpen sets the kernel's fail-open flag (accept what does not fit in
-	// the queue) and accepts packets that cannot be parsed. Without it these
-	// are dropped.
+	// FailOpen accepts, without remembering them, the packets whose
+	// Decider panicked. It never admits what does not fit: the kernel's
+	// NFQA_CFG_F_FAIL_OPEN flag (accept what overflows a queue) is never
+	// set, so a pod that floods the queue cannot make the kernel accept its
+	// own denied connections; and unparsable packets are always dropped.
+	// Fail-open for an agent that is down is the queue rule's bypass flag.
 	FailOpen bool
-	// MaxQueueLen is the kernel queue length per queue.
+	// MaxQueueLen is the kernel queue length per queue, and the bound on
+	// packets a Holder holds at once.
 	MaxQueueLen uint32
+	// MaxHeldPerSource bounds the packets a Holder holds at once from one
+	// source address; past it they are dropped (hold.go).
+	MaxHeldPerSource int
 	// CopyRange is how many bytes of each packet the kernel copies to us. It
 	// must cover the IP header, the IPv6 extension headers and 4 bytes of the
 	// transport header; a packet whose ports lie beyond it is unparsable.
@@ -105,6 +116,9 @@ func (c RuntimeConfig) Defaults() RuntimeConfig {
 	if c.MaxQueueLen == 0 {
 		c.MaxQueueLen = DefaultMaxQueueLen
 	}
+	if c.MaxHeldPerSource == 0 {
+		c.MaxHeldPerSource = DefaultMaxHeldPerSource
+	}
 	if c.CopyRange == 0 {
 		c.CopyRange = DefaultCopyRange
 	}
@@ -138,6 +152,9 @@ func (c RuntimeConfig) Validate() error {
 	if c.MaxQueueLen == 0 {
 		errs = append(errs, errors.New("maxQueueLen must not be 0"))
 	}
+	if c.MaxHeldPerSource <= 0 {
+		errs = append(errs, errors.New("maxHeldPerSource must be positive"))
+	}
 	if c.DenyLogPerSecond < 0 || c.DenyLogBurst < 0 {
 		errs = append(errs, errors.New("deny log rate and burst must not be negative"))
 	}
@@ -155,9 +172,11 @@ func (c RuntimeConfig) Validate() error {
 //   - allow: NF_REPEAT with packet mark = (original mark | AllowMark), or
 //     with AcceptOnAllow NF_ACCEPT with the mark unchanged;
 //   - deny: NF_DROP;
-//   - unparsable packet (or a panicking Decider): NF_ACCEPT when FailOpen,
-//     else NF_DROP, counted in Stats. NF_ACCEPT, not NF_REPEAT, so that such
-//     a connection is not remembered as allowed.
+//   - unparsable packet: NF_DROP, counted in Stats, whatever FailOpen: its
+//     bytes are the sender's to choose, and an agent that is up decides;
+//   - a panicking Decider: NF_ACCEPT when FailOpen, else NF_DROP, counted
+//     in Stats. NF_ACCEPT, not NF_REPEAT, so that such a connection is not
+//     remembered as allowed.
 //
 // With NF_REPEAT the packet re-enters the base chain that queued it from its
 // first rule, and the ruleset (pkg/compile, in queue mode) starts that chain
@@ -190,12 +209,15 @@ func (c RuntimeConfig) Validate() error {
 // silently ignores the attribute. The packet mark always works.
 //
 // Copy mode is "packet" with a small copy range (the headers only) and the
-// GSO flag, so that big GSO packets are neither segmented nor copied. With
-// FailOpen the kernel's NFQA_CFG_F_FAIL_OPEN flag is set too: packets that
-// do not fit in a full queue (or a full socket buffer) are accepted instead of
-// dropped. That is independent from the rule's "bypass" flag, which decides
-// what happens when no process is bound to the queue at all (see
-// pkg/sets.QueueRuleConfig).
+// GSO flag, so that big GSO packets are neither segmented nor copied. The
+// kernel's NFQA_CFG_F_FAIL_OPEN flag is cleared, whatever FailOpen: packets
+// that do not fit in a full queue (or a full socket buffer) are dropped,
+// counted by the overflow watcher. Accepting them would let a pod that
+// fills the queue (with connections held for pods not yet known) get its
+// own denied connections accepted. Fail-open is for an agent that is down:
+// the rule's "bypass" flag accepts packets while no process is bound to
+// the queue at all (see pkg/sets.QueueRuleConfig); the ruleset bounds each
+// source's share of the queue (pkg/compile render_share.go).
 type Runtime struct {
 	cfg     RuntimeConfig
 	decider Decider
@@ -236,7 +258,7 @@ func NewRuntime(cfg RuntimeConfig, decider Decider) (*Runtime, error) {
 	if dd, ok := decider.(DeferringDecider); ok {
 		r.deferring = dd
 	} else if h, ok := decider.(Holder); ok {
-		r.deferring = newHolding(r, h, int(cfg.MaxQueueLen))
+		r.deferring = newHolding(r, h, int(cfg.MaxQueueLen), cfg.MaxHeldPerSource)
 	}
 	return r, nil
 }
@@ -258,10 +280,9 @@ func (r *Runtime) Run(ctx context.Context) error {
 		return errors.New("nfqueue runtime already started")
 	}
 	r.runCtx = ctx // before any reader starts: they read it
+	// NFQA_CFG_F_FAIL_OPEN stays cleared (it is in the config's mask): an
+	// overflowing queue drops.
 	flags := uint32(nfqaCfgFGSO)
-	if r.cfg.FailOpen {
-		flags |= nfqaCfgFFailOpen
-	}
 	var socks []*qsock
 	defer func() {
 		for _, q := range socks {
@@ -383,7 +404,8 @@ func (r *Runtime) handlePacket(rd *reader, m *queueMsg) {
 
 	p, l4, err := parsePacket(m.Payload)
 	if err != nil {
-		r.failVerdict(rd, id, &r.c.unparsableAccepted, &r.c.unparsableDropped)
+		rd.verdict(id, nfDrop, false, 0)
+		r.c.unparsableDropped.Add(1)
 		if r.log.V(4).Enabled() {
 			r.log.V(4).Info("Unparsable queued packet", "queue", rd.q.queue, "len", len(m.Payload), "err", err)
 		}

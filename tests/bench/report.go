@@ -61,6 +61,8 @@ var Targets = []target{
 	{"new_pod_allowed_failed", "==", 0},
 	{"revocation_ms_p99", "<=", 1000},
 	{"revocation_extra_rss_mb_200k_conntrack", "<=", 30},
+	{"queue_flood_other_allowed_ok", ">=", 0.99},
+	{"queue_flood_admitted_denied", "==", 0},
 }
 
 // Headline are the name=value lines printed last, in this order.
@@ -246,6 +248,8 @@ func Report(r *Result, quick bool) string {
 	row("revocation", "same, p99", "revocation_ms_p99", "ms")
 	row("revocation", "RSS added by one pass over 200k conntrack entries", "revocation_extra_rss_mb_200k_conntrack", "MiB")
 	row("revocation", "that pass's duration", "revocation_pass_ms_200k_conntrack", "ms")
+	row("queue flood", "other pods' allowed connections that succeed while one pod floods the queue (both fail modes)", "queue_flood_other_allowed_ok", "")
+	row("queue flood", "denied connections admitted during the flood, both fail modes", "queue_flood_admitted_denied", "")
 
 	writeMarkdown(&b, []string{"area", "measurement", "result", "target", "met"}, rows)
 	b.WriteString("\n")

@@ -5,10 +5,8 @@ package kernel
 // the lines.
 
 import (
-	"context"
 	"net"
 	"net/netip"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/klog/v2/textlogger"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/denylog"
@@ -84,32 +81,15 @@ func TestDenyLog(t *testing.T) {
 	if _, err := c.Apply(ctx, s, false); err != nil {
 		t.Fatal(err)
 	}
-	node := c.agents["node-1"]
-
 	// The reader, bound to node-1's namespace, resolving with node-1's program.
 	got := &lines{}
 	m := denylog.NewMetrics()
-	path, err := c.Lab().NodeNetnsPath("node-1")
+	stop, err := c.RunDenyLog(ctx, "node-1", denylog.Config{Group: group, FlowInterval: time.Minute, LinesPerSecond: 100}, m, got)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nsFile, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsFile.Close()
-	l, err := denylog.New(denylog.Config{Group: group, Node: "node-1", Program: func() *compile.Program { return node.Program }, NetNS: int(nsFile.Fd()),
-		FlowInterval: time.Minute, LinesPerSecond: 100,
-		Logger: textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(got)))}, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- l.Run(rctx) }()
 	defer func() {
-		stop()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("deny log reader: %v", err)
 		}
 	}()
@@ -145,7 +125,7 @@ func TestDenyLog(t *testing.T) {
 	}
 
 	// 10,000 denied connections in one second (UDP datagrams to distinct
-	// ports: each is a new conntrack entry): the kernel logs at most its
+	// ports: each is a new conntrack entry): the kernel logs at most the source's
 	// burst plus its rate for the time taken, the rest is counted by the
 	// deny chain's counters; userspace writes no more lines for the same
 	// source, destination and policy and counts what it dropped.
@@ -200,8 +180,8 @@ func TestDenyLog(t *testing.T) {
 	if len(counts) != 2 {
 		t.Fatalf("deny chain counters: %s", out)
 	}
-	logged, _ := strconv.Atoi(counts[0][1])
-	dropped, _ := strconv.Atoi(counts[1][1])
+	dropped, _ := strconv.Atoi(counts[0][1])
+	logged, _ := strconv.Atoi(counts[1][1])
 	suppressed := dropped - logged
 	t.Logf("flood: %d datagrams in %v; kernel dropped %d, logged %d, suppressed %d; userspace received %v, wrote %d line(s)",
 		flood, elapsed.Round(time.Millisecond), dropped, logged, suppressed, received, len(got.get()))

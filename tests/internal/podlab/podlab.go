@@ -47,6 +47,9 @@ func PodIP(i, n int) netip.Addr { return netip.AddrFrom4([4]byte{10, 244, byte(i
 type Config struct {
 	// UnknownPodWait is the evaluators' bound (0: the default).
 	UnknownPodWait time.Duration
+	// FailOpen runs the agents with --fail-open: the queue rules' bypass,
+	// and an unknown pod's connection allowed at the wait's bound.
+	FailOpen bool
 	// Revoke runs a conntrack revoker on every node.
 	Revoke bool
 	// UnknownPods and Revoked, if set, observe every node's evaluator and
@@ -105,7 +108,7 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
 		}
 		l.nodes = append(l.nodes, node)
-		rcfg := compile.RenderConfig{Mode: compile.ModeHybrid, QueueVariant: variant}
+		rcfg := compile.RenderConfig{Mode: compile.ModeHybrid, QueueVariant: variant, FailOpen: cfg.FailOpen}
 		rcfg.Defaults()
 		a, err := inproc.New(nl, n, rcfg, logr.Logger{})
 		if err != nil {
@@ -113,6 +116,7 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 		}
 		l.Agents[n] = a
 		a.Evaluator().UnknownPodWait = cfg.UnknownPodWait
+		a.Evaluator().OpenWithoutProgram = cfg.FailOpen
 		a.Evaluator().UnknownPods = cfg.UnknownPods
 		if cfg.Revoke {
 			if err := l.startRevoker(n, a, cfg.Revoked); err != nil {

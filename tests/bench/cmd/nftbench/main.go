@@ -9,6 +9,7 @@
 //	nftbench scale [--pods 1000,10000,50000,100000] [--policies 1000] [--local-pods 4]
 //	nftbench delay [--cycles 5] [--interval 2ms] [--mode hybrid]
 //	nftbench newpod [--pods 200] [--informer-delay 30ms] [--revocations 20]
+//	nftbench queueflood [--rounds 3]
 //	nftbench dns   [--lookups 1000] [--conns 100]
 //	nftbench revoke [--entries 200000]
 //	nftbench contention [--name N] [--duration D]   (contention, cpu_speed and wakeup_rtt_us lines)
@@ -51,7 +52,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|dns|revoke|restart|contention|gobench|report|chart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|queueflood|dns|revoke|restart|contention|gobench|report|chart [flags]")
 	os.Exit(2)
 }
 
@@ -157,6 +158,13 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunNewPod(ctx, c)
+	case "queueflood":
+		var c bench.QueueFloodConfig
+		fs.IntVar(&c.Rounds, "rounds", 3, "floods per fail mode (each 4.5 s, 10 new pods)")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunQueueFlood(ctx, c)
 	case "dns":
 		var c bench.DNSConfig
 		fs.IntVar(&c.Lookups, "lookups", 1000, "UDP lookups timed")

@@ -1,0 +1,163 @@
+package compile
+
+import (
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/knftables"
+)
+
+// Per-source shares of what the kernel hands to userspace: the NFQUEUE and
+// the deny log's NFLOG group. Both are one resource per node that every
+// pod's packets compete for; without a per-source bound, one pod that
+// opens connections fast enough fills the queue (every other pod's queued
+// connections then fail) or spends the whole log budget (every other pod's
+// denials go unlogged). A meter (a dynamic set keyed by the source address,
+// each element a token bucket) gives each source address its own rate and
+// burst: what exceeds them is dropped and counted in the rule's counter,
+// and only that source's packets are; every other source keeps its share.
+//
+// The meters' rules use a statement (update @set { key limit ... }) that
+// the netlink writer of rules (pkg/sets nlobjects.go) does not encode, so
+// they live in static chains whose rules depend on the configuration only:
+// nft writes them with every full sync, and no incremental sync ever
+// rewrites them. The chains that may change incrementally (the deny
+// chains) only jump to them.
+
+// Names of the per-source share objects.
+const (
+	// ChainQueueHeld bounds, per source address, the new connections of
+	// unknown pod addresses sent to the queue (held there until the pod is
+	// programmed).
+	ChainQueueHeld = "userspace-held"
+	// ChainQueueShare bounds, per source address, queue mode's new
+	// connections sent to the queue (decided at once).
+	ChainQueueShare = "userspace-share"
+	// ChainDenyLogLimits bounds the deny log's messages per source address
+	// and overall; every deny chain jumps to it before logging.
+	ChainDenyLogLimits = "denylog-limits"
+)
+
+// Defaults of the per-source shares.
+//
+// The held path: a connection of an unknown pod address waits in the
+// kernel queue until the pod is programmed, up to UnknownPodWait (2 s), so
+// a source's packets in the queue at once are at most burst + rate * 2 s.
+// With the queue's default length of 4,096 packets (--max-queue-len) and a
+// share of 1/16 of it per source (256 packets), rate 64/s and burst 128
+// give 128 + 64 * 2 = 256: 16 sources flooding at once fill the queue, one
+// or a few cannot. A pod that starts fine needs a handful of connections
+// before it is known (tens of milliseconds); a known pod connecting to
+// just-started pods gets 128 at once and 64 a second more. Past its share
+// a source's SYN is dropped and retransmitted (after 1 s, 3 s), by when the
+// pod is usually known and the kernel decides without the queue.
+//
+// Queue mode's path: these connections are decided at once, so what a
+// source can take is a share of the evaluator's throughput (some 100,000
+// decisions a second per queue on one core, pkg/queue's benchmarks) and,
+// in a burst, of the queue's length: 2,000/s and a burst of 256 (1/16 of
+// the queue) per source.
+//
+// The deny log (DefaultDenyLogRate and DefaultDenyLogBurst, denylog.go):
+// per source 5 messages a second, burst 10, and 200 a second
+// overall, burst 400 (the userspace reader writes at most 50 lines a
+// second by default, after merging repeats of a flow): one pod's denials
+// take at most 1/40 of the overall budget, 40 sources' denials are all
+// logged at once.
+const (
+	DefaultHeldSourceRate    = 64
+	DefaultHeldSourceBurst   = 128
+	DefaultQueueSourceRate   = 2000
+	DefaultQueueSourceBurst  = 256
+	DefaultDenyLogTotalRate  = 200
+	DefaultDenyLogTotalBurst = 400
+	// sourceSetSize bounds each meter's elements (source addresses seen in
+	// the last sourceSetTimeout): the kernel's memory for it. A source that
+	// finds the set full is not limited, but the sources in it are.
+	sourceSetSize    = 65535
+	sourceSetTimeout = time.Minute
+)
+
+// queueShareChains renders the chains that bound each source's share of
+// the queue before the queue chain: ChainQueueHeld for the unknown-pod
+// rules, ChainQueueShare for queue mode's dispatch.
+func (r *renderer) queueShareChains() {
+	if r.cfg.QueuesUnknownPods() {
+		r.sourceLimitChain(ChainQueueHeld, "held", r.cfg.HeldSourceRate, r.cfg.HeldSourceBurst, "goto "+ChainQueue,
+			"new connections of unknown pod addresses: each source address may hold a bounded share of the queue")
+	}
+	if r.cfg.Mode == ModeQueue {
+		r.sourceLimitChain(ChainQueueShare, "queue", r.cfg.QueueSourceRate, r.cfg.QueueSourceBurst, "goto "+ChainQueue,
+			"new connections decided in userspace: each source address gets a bounded share of the queue")
+	}
+}
+
+// denyLogLimits renders ChainDenyLogLimits: a packet over its source's
+// rate or over the overall rate is dropped here unlogged (every packet
+// that reaches it is being denied); the others return to their deny chain,
+// which logs them.
+func (r *renderer) denyLogLimits() {
+	if r.cfg.DenyLogGroup == 0 {
+		return
+	}
+	c := r.sourceLimitChain(ChainDenyLogLimits, "denylog", r.cfg.DenyLogRate, r.cfg.DenyLogBurst, "",
+		"deny log budget: per source address and overall; over it a denied packet is dropped unlogged")
+	c.Rules = append(c.Rules, rule(fmt.Sprintf("limit rate over %d/second burst %d packets counter drop", r.cfg.DenyLogTotalRate, r.cfg.DenyLogTotalBurst),
+		"over the overall deny log budget"))
+}
+
+// sourceLimitChain renders a chain that drops, and counts, the packets of a
+// source address over rate/burst, per family, with its meters
+// (<prefix>-sources-v4/-v6), and ends with last (if any).
+func (r *renderer) sourceLimitChain(name, prefix string, rate, burst uint32, last, comment string) *Chain {
+	c := &Chain{Chain: knftables.Chain{Name: name, Comment: ptr(comment)}}
+	for _, v4 := range []bool{true, false} {
+		set := prefix + "-sources" + famSuffix(v4)
+		r.addSet(&Set{Dynamic: true, Set: &knftables.Set{Name: set, Type: addrType(v4),
+			Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Size: ptr(uint64(sourceSetSize)), Timeout: ptr(sourceSetTimeout),
+			Comment: ptr(fmt.Sprintf("per source address: %d packets/second, burst %d (written by the rules of %s)", rate, burst, name))}})
+		c.Rules = append(c.Rules, rule(fmt.Sprintf("update @%s { %s saddr limit rate over %d/second burst %d packets } counter drop",
+			set, famWord(v4), rate, burst), "over this source's share"))
+	}
+	if last != "" {
+		c.Rules = append(c.Rules, rule(last, ""))
+	}
+	r.addChain(c)
+	return c
+}
+
+// validateShares checks the per-source rates of a configuration.
+func (c *RenderConfig) validateShares() error {
+	for _, l := range []struct {
+		what        string
+		rate, burst uint32
+	}{
+		{"held connections per source", c.HeldSourceRate, c.HeldSourceBurst},
+		{"queued connections per source", c.QueueSourceRate, c.QueueSourceBurst},
+	} {
+		if l.rate == 0 || l.burst == 0 {
+			return fmt.Errorf("%s: rate %d/second burst %d: both must be positive", l.what, l.rate, l.burst)
+		}
+	}
+	if c.DenyLogGroup != 0 && (c.DenyLogTotalRate == 0 || c.DenyLogTotalBurst == 0) {
+		return fmt.Errorf("deny log overall rate %d/second burst %d: both must be positive", c.DenyLogTotalRate, c.DenyLogTotalBurst)
+	}
+	return nil
+}
+
+// shareDefaults fills the per-source rates left zero.
+func (c *RenderConfig) shareDefaults() {
+	def := func(v *uint32, d uint32) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.HeldSourceRate, DefaultHeldSourceRate)
+	def(&c.HeldSourceBurst, DefaultHeldSourceBurst)
+	def(&c.QueueSourceRate, DefaultQueueSourceRate)
+	def(&c.QueueSourceBurst, DefaultQueueSourceBurst)
+	if c.DenyLogGroup != 0 {
+		def(&c.DenyLogTotalRate, DefaultDenyLogTotalRate)
+		def(&c.DenyLogTotalBurst, DefaultDenyLogTotalBurst)
+	}
+}

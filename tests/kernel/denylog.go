@@ -1,0 +1,50 @@
+package kernel
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/denylog"
+)
+
+// RunDenyLog starts a deny log reader in node's namespace, resolving with
+// that node's last program and writing its lines (klog's text format, as
+// the agent writes them) to out. cfg's Group, FlowInterval and
+// LinesPerSecond are used; Node, Program, NetNS and Logger are set here.
+// stop ends the reader and returns its error.
+func (c *Cluster) RunDenyLog(ctx context.Context, node string, cfg denylog.Config, m *denylog.Metrics, out io.Writer) (stop func() error, err error) {
+	a := c.agents[node]
+	if a == nil {
+		return nil, fmt.Errorf("no node %s", node)
+	}
+	path, err := c.Lab().NodeNetnsPath(node)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Node, cfg.NetNS = node, int(ns.Fd())
+	cfg.Program = func() *compile.Program { return a.Program }
+	cfg.Logger = textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(out)))
+	l, err := denylog.New(cfg, m)
+	if err != nil {
+		ns.Close()
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Run(rctx) }()
+	return func() error {
+		cancel()
+		err := <-done
+		ns.Close()
+		return err
+	}, nil
+}
