@@ -55,8 +55,10 @@ const (
 // Queue mode's path: these connections are decided at once, so what a
 // source can take is a share of the evaluator's throughput (some 100,000
 // decisions a second per queue on one core, pkg/queue's benchmarks) and,
-// in a burst, of the queue's length: 2,000/s and a burst of 256 (1/16 of
-// the queue) per source.
+// in a burst, of the queue's length: 10,000/s and a burst of 512 (1/8 of
+// the queue) per source. The rate stays above what one busy client opens
+// through the queue on a small node (the connection benchmarks reach a few
+// thousand a second), so only a flood meets it.
 //
 // The deny log (DefaultDenyLogRate and DefaultDenyLogBurst, denylog.go):
 // per source 5 messages a second, burst 10, and 200 a second
@@ -67,8 +69,8 @@ const (
 const (
 	DefaultHeldSourceRate    = 64
 	DefaultHeldSourceBurst   = 128
-	DefaultQueueSourceRate   = 2000
-	DefaultQueueSourceBurst  = 256
+	DefaultQueueSourceRate   = 10000
+	DefaultQueueSourceBurst  = 512
 	DefaultDenyLogTotalRate  = 200
 	DefaultDenyLogTotalBurst = 400
 	// sourceSetSize bounds each meter's elements (source addresses seen in
