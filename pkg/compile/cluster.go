@@ -321,8 +321,10 @@ func (b *builder) compileClusterRule(pr *problems, cp *ClusterPolicy, pol Cluste
 		b.clusterPeer(pr, &r, path.Child(peerField).Index(i), &peers[i], resolve, failPart, &blocks, &hasAddrPeer, cp)
 	}
 	r.IPBlocks = normalizeRanges(blocks)
+	r.Domains = sortDomains(r.Domains)
 
 	r.AllPorts = len(protos) == 0
+	var seenNamed map[NamedPortRef]bool
 	if len(protos) > MaxClusterPeersOrPorts {
 		pr.add(path.Child("protocols"), "%d entries, more than %d; all are enforced", len(protos), MaxClusterPeersOrPorts)
 	}
@@ -347,10 +349,7 @@ func (b *builder) compileClusterRule(pr *problems, cp *ClusterPolicy, pol Cluste
 			if hasAddrPeer {
 				pr.add(pp.Child("destinationNamedPort"), "cannot be used with networks, nodes or domainNames peers, which have no named ports; it matches only pods")
 			}
-			ref := NamedPortRef{Name: pe.DestinationNamedPort}
-			if !slices.Contains(r.NamedPorts, ref) {
-				r.NamedPorts = append(r.NamedPorts, ref)
-			}
+			r.NamedPorts = appendNew(r.NamedPorts, &seenNamed, NamedPortRef{Name: pe.DestinationNamedPort})
 			continue
 		}
 		proto, dp, child := ProtoTCP, (*npav1beta1.Port)(nil), "tcp"
