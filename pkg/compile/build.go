@@ -338,6 +338,14 @@ func (b *builder) compile(np *networkingv1.NetworkPolicy, resolve bool) Policy {
 			}
 		}
 	}
+	if cost := NetworkPolicyCost(np); cost > MaxPolicyCost {
+		// Not compiled: the policy isolates its pods and allows nothing,
+		// as one whose podSelector cannot be parsed.
+		pr.rejectCost(cost, "no rule of it allows anything and it still isolates the pods it selects")
+		pol.Rejected = true
+		pol.Problems = pr.list
+		return pol
+	}
 	for i, r := range np.Spec.Ingress {
 		pol.Ingress = append(pol.Ingress, b.compileRule(pr, id, key, Ingress, i, spec.Child("ingress").Index(i), np.Namespace, r.From, r.Ports, resolve))
 	}

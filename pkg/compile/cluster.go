@@ -181,6 +181,18 @@ func (b *builder) compileCluster(cnp *npav1beta1.ClusterNetworkPolicy, resolve b
 		}
 	}
 	id := ClusterPolicyID(len(b.prog.ClusterPolicies))
+	if cost := ClusterPolicyCost(cnp); cost > MaxPolicyCost {
+		pr.rejectCost(cost, "its Accept rules match nothing and its Deny and Pass rules deny all traffic of its subjects (fail closed)")
+		cp.Rejected = true
+		for i, r := range cnp.Spec.Ingress {
+			cp.Ingress = append(cp.Ingress, rejectedClusterRule(&cp, id, Ingress, i, r.Name, r.Action))
+		}
+		for i, r := range cnp.Spec.Egress {
+			cp.Egress = append(cp.Egress, rejectedClusterRule(&cp, id, Egress, i, r.Name, r.Action))
+		}
+		cp.Problems = pr.list
+		return cp
+	}
 	if len(cnp.Spec.Ingress) > MaxClusterRules {
 		pr.add(spec.Child("ingress"), "%d rules, more than %d; all are enforced", len(cnp.Spec.Ingress), MaxClusterRules)
 	}

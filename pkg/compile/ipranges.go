@@ -3,6 +3,7 @@ package compile
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 )
 
@@ -108,7 +109,7 @@ func blockRanges(cidr netip.Prefix, except []netip.Prefix) []IPRange {
 			holes = append(holes, prefixRange(e))
 		}
 	}
-	sort.Slice(holes, func(i, j int) bool { return holes[i].From.Less(holes[j].From) })
+	slices.SortFunc(holes, func(a, b IPRange) int { return a.From.Compare(b.From) })
 	var out []IPRange
 	next := whole.From // the first address not yet decided
 	for _, h := range holes {
