@@ -3,9 +3,10 @@ SHELL := /bin/bash
 GO ?= go
 BIN := _output/bin/nftpolicy
 SEEDS ?= 1-60
+FUZZTIME ?= 10s
 LONG_SEEDS ?= 1-500
 
-.PHONY: all build test test-unit vet tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean
+.PHONY: all build test test-unit fuzz vet tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean
 
 all: build
 
@@ -23,6 +24,11 @@ tools:
 vet:
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+
+# Each fuzz target for FUZZTIME; what a target finds is kept under its
+# package's testdata/fuzz/<Target>/ and replayed by go test.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME) ./pkg/compile
 
 # Unit tests only: no root, no tools.
 test-unit:
