@@ -18,6 +18,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+	"github.com/nftpolicy/nftpolicy/tests/kernel"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
@@ -223,5 +224,90 @@ func policyEvent(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name
 			t.Fatalf("no Warning Event %s on %s/%s (%d events)", reason, ns, name, len(evs.Items))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// policyBuildDeadline bounds one build and sync of every node in
+// TestRedTeamHugeExceptKernel; before the fix the build alone took minutes.
+const policyBuildDeadline = 60 * time.Second
+
+// TestRedTeamHugeExceptKernel is TestRedTeamHugeExcept without an API
+// server (tests/kernel's Cluster: the agent's compiler, syncer and
+// evaluator in process, two nodes on the real kernel), so that it runs
+// where the control plane's binaries are missing: the 16,000-exception
+// policy, one just past compile.MaxPolicyCost and two ordinary ones are
+// built, synced and probed within policyBuildDeadline; the kernel agrees
+// with the evaluator on every probe; the huge policy is enforced as
+// written, the one past the bound admits nothing, and the ordinary ones
+// are in force.
+func TestRedTeamHugeExceptKernel(t *testing.T) {
+	testenv.Require(t, "red-team policy tests", testenv.Root("create network namespaces and nftables rulesets"), testenv.Binaries("ip", "nft"))
+	s := &compile.Scenario{}
+	for i, p := range []struct{ key, label, value, node string }{
+		{"tenant/a", "app", "a", "node-1"}, {"tenant/b", "app", "b", "node-1"}, {"tenant/c", "app", "c", "node-2"},
+		{"tenant/client", "role", "client", "node-2"}, {"victim/web", "app", "web", "node-1"}, {"victim/friend", "app", "friend", "node-2"},
+	} {
+		ns, name, _ := strings.Cut(p.key, "/")
+		node := strings.TrimPrefix(p.node, "node-")
+		s.Pods = append(s.Pods, compile.ScenarioPod{Namespace: ns, Name: name, Labels: map[string]string{p.label: p.value},
+			IP: fmt.Sprintf("10.244.%s.%d", node, 11+i), Node: p.node, Ports: []compile.ScenarioPort{{Port: 80}}})
+	}
+	for _, np := range []*networkingv1.NetworkPolicy{
+		compiletest.HugeExceptPolicy("tenant", "huge", "a", 16000, 80),
+		policyPastBound("tenant", "too-large", "b"),
+		compiletest.NetPol("tenant", "c", compiletest.Sel("app", "c"), compiletest.Ingress(compiletest.Peers(compiletest.PodPeer(compiletest.Sel("app", "a"))))),
+		compiletest.NetPol("victim", "web", compiletest.Sel("app", "web"), compiletest.Ingress(compiletest.Peers(compiletest.PodPeer(compiletest.Sel("app", "friend"))))),
+	} {
+		s.Policies = append(s.Policies, *np)
+	}
+	want := map[[2]string]bool{
+		{"tenant/client", "tenant/a"}:   true,  // the huge policy names the client
+		{"victim/web", "tenant/a"}:      true,  // 10.244.1.15: odd, never among the exceptions
+		{"tenant/client", "tenant/b"}:   false, // past the bound: admits nothing
+		{"tenant/a", "tenant/b"}:        false,
+		{"tenant/client", "tenant/c"}:   false,
+		{"tenant/a", "tenant/c"}:        true,
+		{"tenant/client", "victim/web"}: false,
+		{"victim/friend", "victim/web"}: true,
+	}
+	for pair := range want {
+		s.Probes = append(s.Probes, compile.Probe{From: compile.Endpoint{Pod: pair[0]}, To: compile.Endpoint{Pod: pair[1]}, Port: 80})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c, err := kernel.NewCluster(ctx, s, kernel.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	type result struct {
+		rep *kernel.Report
+		err error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		rep, err := c.Check(ctx, s, true, nil)
+		done <- result{rep, err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(policyBuildDeadline):
+		t.Fatalf("building, syncing and probing the huge policies took more than %v", policyBuildDeadline)
+	}
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	t.Logf("built, synced on both nodes and probed in %v", time.Since(start).Round(time.Millisecond))
+	if tab := res.rep.Table(); tab != "" {
+		t.Errorf("the kernel and the evaluator disagree:\n%s", tab)
+	}
+	for _, o := range res.rep.Outcomes {
+		pair := [2]string{o.Probe.From.Pod, o.Probe.To.Pod}
+		if o.Err != nil || o.Kernel != want[pair] {
+			t.Errorf("%s -> %s:80: kernel %v (%v), want %v (%s)", pair[0], pair[1], o.Kernel, o.Err, want[pair], o.EvalReason)
+		}
 	}
 }
