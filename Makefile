@@ -39,6 +39,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzHandlePacket$$' -fuzztime $(FUZZTIME) ./pkg/fqdn
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePacket$$' -fuzztime $(FUZZTIME) ./pkg/queue
 	$(GO) test -run '^$$' -fuzz '^FuzzParseQueueMsg$$' -fuzztime $(FUZZTIME) ./pkg/queue
+	$(GO) test -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME) ./pkg/compile
 
 # Everything: unit, real-kernel (root, network namespaces), real API server,
 # end-to-end, and the differential check over a fixed seed range.

@@ -21,6 +21,8 @@
 #          and one-pod incremental, against knftables.Fake and the kernel
 #          (BenchmarkPolicySync: one NetworkPolicy and one ClusterNetworkPolicy edit, tracker and rebuild)
 #   eval   BenchmarkEvaluate* of pkg/queue at 10k policies
+#   compile BenchmarkExceptCompile of pkg/compile: one policy with 16,000
+#          scattered /32 exceptions, whole build (except_compile_ms_16000)
 #   scale  a real kube-apiserver with 1k/10k/50k/100k pods on fake nodes and 1k
 #          policies, one real agent process; RSS, CPU, sync durations (first
 #          sync on a node without the table, re-sync after a restart)
@@ -106,6 +108,7 @@ $GO build -o "$OUT/nftbench" ./tests/bench/cmd/nftbench
 $GO test -c -o "$OUT/sets.test" ./pkg/sets
 $GO test -c -o "$OUT/queue.test" ./pkg/queue
 $GO test -c -o "$OUT/fqdn.test" ./pkg/fqdn
+$GO test -c -o "$OUT/compile.test" ./pkg/compile
 NFTBENCH=$OUT/nftbench
 
 # The machine, and how much of a CPU a thread gets right now (wall/CPU of a
@@ -173,6 +176,14 @@ if section eval; then
 	"$NFTBENCH" gobench "$OUT/eval.bench" >"$OUT/eval.txt"
 fi
 
+if section compile; then
+	contention compile
+	log "compile: BenchmarkExceptCompile, 16,000 exceptions"
+	"$OUT/compile.test" -test.run '^$' -test.bench 'BenchmarkExceptCompile/excepts=16000$' \
+		-test.benchtime 5x -test.count 3 -test.timeout 10m | tee "$OUT/compile.bench" >&2
+	"$NFTBENCH" gobench "$OUT/compile.bench" >"$OUT/compile.txt"
+fi
+
 if section scale; then
 	log "scale: kube-apiserver + one agent process (${SCALE_ARGS[*]})"
 	bash hack/tools.sh >/dev/null
@@ -223,5 +234,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,scale,delay,newpod,queueflood,dns,revoke}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,newpod,queueflood,dns,revoke}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -338,6 +338,14 @@ func (b *builder) compile(np *networkingv1.NetworkPolicy, resolve bool) Policy {
 			}
 		}
 	}
+	if cost := NetworkPolicyCost(np); cost > MaxPolicyCost {
+		// Not compiled: the policy isolates its pods and allows nothing,
+		// as one whose podSelector cannot be parsed.
+		pr.rejectCost(cost, "no rule of it allows anything and it still isolates the pods it selects")
+		pol.Rejected = true
+		pol.Problems = pr.list
+		return pol
+	}
 	for i, r := range np.Spec.Ingress {
 		pol.Ingress = append(pol.Ingress, b.compileRule(pr, id, key, Ingress, i, spec.Child("ingress").Index(i), np.Namespace, r.From, r.Ports, resolve))
 	}
@@ -367,6 +375,7 @@ func (b *builder) compileRule(pr *problems, pol PolicyID, key string, dir Direct
 	}
 	r.AllPeers = len(peers) == 0
 	var blocks []IPRange
+	var seenSels map[SelectorID]bool
 	for i, peer := range peers {
 		pp := path.Child(peerField).Index(i)
 		hasSel := peer.PodSelector != nil || peer.NamespaceSelector != nil
@@ -379,9 +388,7 @@ func (b *builder) compileRule(pr *problems, pol PolicyID, key string, dir Direct
 			}
 		case hasSel:
 			if id, ok := b.selectorPeer(pr, pp, ns, peer, resolve); ok {
-				if !slices.Contains(r.Selectors, id) {
-					r.Selectors = append(r.Selectors, id)
-				}
+				r.Selectors = appendNew(r.Selectors, &seenSels, id)
 				if resolve {
 					s := &b.prog.Selectors[id]
 					s.Users = append(s.Users, r.Name)
@@ -394,22 +401,43 @@ func (b *builder) compileRule(pr *problems, pol PolicyID, key string, dir Direct
 	r.IPBlocks = normalizeRanges(blocks)
 
 	r.AllPorts = len(ports) == 0
+	var seenNamed map[NamedPortRef]bool
 	for i, np := range ports {
 		p, ok := pr.parsePort(path.Child("ports").Index(i), np)
 		if !ok {
 			continue
 		}
 		if p.named != "" {
-			ref := NamedPortRef{Name: p.named, Protocol: p.proto}
-			if !slices.Contains(r.NamedPorts, ref) {
-				r.NamedPorts = append(r.NamedPorts, ref)
-			}
+			r.NamedPorts = appendNew(r.NamedPorts, &seenNamed, NamedPortRef{Name: p.named, Protocol: p.proto})
 			continue
 		}
 		r.Ports = append(r.Ports, PortRange{Protocol: p.proto, First: p.first, Last: p.last})
 	}
 	r.Ports = normalizePorts(r.Ports)
 	return r
+}
+
+// appendNew appends x to list unless the list holds it already, in constant
+// time: a rule's lists are as long as its author makes them. seen indexes
+// the list once it is long enough for scanning it to cost more.
+func appendNew[T comparable](list []T, seen *map[T]bool, x T) []T {
+	if *seen == nil {
+		if len(list) < 16 {
+			if slices.Contains(list, x) {
+				return list
+			}
+			return append(list, x)
+		}
+		*seen = make(map[T]bool, 2*len(list))
+		for _, y := range list {
+			(*seen)[y] = true
+		}
+	}
+	if (*seen)[x] {
+		return list
+	}
+	(*seen)[x] = true
+	return append(list, x)
 }
 
 // normalizePorts sorts port ranges and merges overlapping or adjacent ranges

@@ -181,6 +181,18 @@ func (b *builder) compileCluster(cnp *npav1beta1.ClusterNetworkPolicy, resolve b
 		}
 	}
 	id := ClusterPolicyID(len(b.prog.ClusterPolicies))
+	if cost := ClusterPolicyCost(cnp); cost > MaxPolicyCost {
+		pr.rejectCost(cost, "its Accept rules match nothing and its Deny and Pass rules deny all traffic of its subjects (fail closed)")
+		cp.Rejected = true
+		for i, r := range cnp.Spec.Ingress {
+			cp.Ingress = append(cp.Ingress, rejectedClusterRule(&cp, id, Ingress, i, r.Name, r.Action))
+		}
+		for i, r := range cnp.Spec.Egress {
+			cp.Egress = append(cp.Egress, rejectedClusterRule(&cp, id, Egress, i, r.Name, r.Action))
+		}
+		cp.Problems = pr.list
+		return cp
+	}
 	if len(cnp.Spec.Ingress) > MaxClusterRules {
 		pr.add(spec.Child("ingress"), "%d rules, more than %d; all are enforced", len(cnp.Spec.Ingress), MaxClusterRules)
 	}
@@ -321,8 +333,10 @@ func (b *builder) compileClusterRule(pr *problems, cp *ClusterPolicy, pol Cluste
 		b.clusterPeer(pr, &r, path.Child(peerField).Index(i), &peers[i], resolve, failPart, &blocks, &hasAddrPeer, cp)
 	}
 	r.IPBlocks = normalizeRanges(blocks)
+	r.Domains = sortDomains(r.Domains)
 
 	r.AllPorts = len(protos) == 0
+	var seenNamed map[NamedPortRef]bool
 	if len(protos) > MaxClusterPeersOrPorts {
 		pr.add(path.Child("protocols"), "%d entries, more than %d; all are enforced", len(protos), MaxClusterPeersOrPorts)
 	}
@@ -347,10 +361,7 @@ func (b *builder) compileClusterRule(pr *problems, cp *ClusterPolicy, pol Cluste
 			if hasAddrPeer {
 				pr.add(pp.Child("destinationNamedPort"), "cannot be used with networks, nodes or domainNames peers, which have no named ports; it matches only pods")
 			}
-			ref := NamedPortRef{Name: pe.DestinationNamedPort}
-			if !slices.Contains(r.NamedPorts, ref) {
-				r.NamedPorts = append(r.NamedPorts, ref)
-			}
+			r.NamedPorts = appendNew(r.NamedPorts, &seenNamed, NamedPortRef{Name: pe.DestinationNamedPort})
 			continue
 		}
 		proto, dp, child := ProtoTCP, (*npav1beta1.Port)(nil), "tcp"

@@ -449,7 +449,12 @@ func (x *EvalIndex) ContainsAddr4(m *EvalMatch, a uint32) bool {
 		rs = x.Ranges4[s.Off:s.end()]
 	}
 	// The ranges are sorted and disjoint: the first that ends at or after
-	// a is the only one that can hold it.
+	// a is the only one that can hold it. A short list is scanned; a long
+	// one (an ipBlock with many exceptions) is searched.
+	if len(rs) > 16 {
+		i := sort.Search(len(rs), func(i int) bool { return a <= rs[i].To })
+		return i < len(rs) && rs[i].From <= a
+	}
 	for _, r := range rs {
 		if a <= r.To {
 			return r.From <= a

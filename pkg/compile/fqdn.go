@@ -93,17 +93,21 @@ func clusterDomainPeer(r *ClusterRule, path *field.Path, names []npav1beta1.Doma
 			failPart(path.Index(i), "%v", err)
 			continue
 		}
-		if !slices.Contains(r.Domains, p) {
-			r.Domains = append(r.Domains, p)
-		}
+		r.Domains = append(r.Domains, p)
 	}
-	sort.Slice(r.Domains, func(i, j int) bool {
-		a, b := r.Domains[i], r.Domains[j]
+}
+
+// sortDomains sorts a rule's patterns and drops repeated ones, once all its
+// peers are compiled.
+func sortDomains(ps []DomainPattern) []DomainPattern {
+	sort.Slice(ps, func(i, j int) bool {
+		a, b := ps[i], ps[j]
 		if a.Suffix != b.Suffix {
 			return a.Suffix < b.Suffix
 		}
 		return !a.Wildcard && b.Wildcard
 	})
+	return slices.Compact(ps)
 }
 
 // FQDNRule is an egress rule with domainNames peers as DNS learning sees

@@ -3,6 +3,7 @@ package compile
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 )
 
@@ -89,32 +90,41 @@ func normalizeRanges(in []IPRange) []IPRange {
 	return out
 }
 
-// subtractRange removes hole from every range in rs.
-func subtractRange(rs []IPRange, hole IPRange) []IPRange {
-	var out []IPRange
-	for _, r := range rs {
-		if r.From.Is4() != hole.From.Is4() || hole.To.Compare(r.From) < 0 || r.To.Compare(hole.From) < 0 {
-			out = append(out, r)
-			continue
-		}
-		if r.From.Compare(hole.From) < 0 {
-			out = append(out, IPRange{From: r.From, To: hole.From.Prev()})
-		}
-		if hole.To.Compare(r.To) < 0 {
-			out = append(out, IPRange{From: hole.To.Next(), To: r.To})
-		}
-	}
-	return out
-}
-
-// blockRanges turns an ipBlock into disjoint ranges: the CIDR minus its
-// exceptions. The caller has validated that every exception lies in the CIDR.
+// blockRanges turns an ipBlock into disjoint sorted ranges: the CIDR minus
+// its exceptions. It sorts the exceptions once and subtracts them in one
+// sweep, O(n log n) in their number whatever their order, overlaps or
+// nesting: an ipBlock is written by namespace users, and one with tens of
+// thousands of exceptions must not stall the build. Exceptions of the other
+// family are ignored and those reaching outside the CIDR are clipped to it
+// (the caller has validated that every exception lies strictly in the CIDR
+// and reports those that do not).
 func blockRanges(cidr netip.Prefix, except []netip.Prefix) []IPRange {
-	rs := []IPRange{prefixRange(cidr)}
-	for _, e := range except {
-		rs = subtractRange(rs, prefixRange(e))
+	whole := prefixRange(cidr)
+	if len(except) == 0 {
+		return []IPRange{whole}
 	}
-	return rs
+	holes := make([]IPRange, 0, len(except))
+	for _, e := range except {
+		if e.Addr().Is4() == whole.From.Is4() {
+			holes = append(holes, prefixRange(e))
+		}
+	}
+	slices.SortFunc(holes, func(a, b IPRange) int { return a.From.Compare(b.From) })
+	var out []IPRange
+	next := whole.From // the first address not yet decided
+	for _, h := range holes {
+		if h.To.Less(next) || whole.To.Less(h.From) {
+			continue // already removed, or outside the CIDR
+		}
+		if next.Less(h.From) {
+			out = append(out, IPRange{From: next, To: h.From.Prev()})
+		}
+		if !h.To.Less(whole.To) {
+			return out // the hole reaches the CIDR's end
+		}
+		next = h.To.Next()
+	}
+	return append(out, IPRange{From: next, To: whole.To})
 }
 
 // rangesContain reports whether ip lies in one of the sorted disjoint ranges.

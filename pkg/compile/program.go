@@ -231,6 +231,10 @@ type Policy struct {
 	// Problems holds what made parts of the policy invalid; those parts
 	// allow nothing (see docs/semantics.md).
 	Problems []Problem
+	// Rejected is set when the policy's cost (NetworkPolicyCost) is over
+	// MaxPolicyCost: its rules were not compiled (it has none), and it
+	// isolates the pods it selects, allowing nothing.
+	Rejected bool
 }
 
 // Rules returns the policy's rules in one direction.
@@ -533,6 +537,11 @@ type ClusterPolicy struct {
 	// Problems holds what made parts of the policy invalid or unsupported;
 	// those parts are enforced safely (docs/semantics.md).
 	Problems []Problem
+	// Rejected is set when the policy's cost (ClusterPolicyCost) is over
+	// MaxPolicyCost: its rules' peers and protocols were not compiled; its
+	// Accept rules match nothing and its Deny and Pass rules deny all
+	// traffic of its subjects in their direction.
+	Rejected bool
 }
 
 // Rules returns the policy's rules in one direction.

@@ -567,6 +567,10 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 // for ingress, on the peers for egress.
 func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment string, d Direction, subject func(*Pod) bool, verdict string) []knftables.Rule {
 	peerDir := peerAddr(d)
+	// The same text from both families (a rule with no address in it)
+	// comes once; a match has as many alternatives as its author writes,
+	// so they are looked up, not scanned for.
+	var seen map[string]bool
 	for _, v4 := range []bool{true, false} {
 		// Peers: each alternative is one nft rule.
 		var peers []string
@@ -617,9 +621,14 @@ func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment stri
 		for _, pe := range peers {
 			for _, po := range ports {
 				text := pe + po + verdict
-				if !hasRule(out, text) { // family-independent rules come once
-					out = append(out, rule(text, comment))
+				if seen[text] {
+					continue
 				}
+				if seen == nil {
+					seen = map[string]bool{}
+				}
+				seen[text] = true
+				out = append(out, rule(text, comment))
 			}
 		}
 	}

@@ -159,12 +159,3 @@ func (s *Set) Element(i int) *knftables.Element {
 	}
 	return &e
 }
-
-func hasRule(rs []knftables.Rule, text string) bool {
-	for i := range rs {
-		if rs[i].Rule == text {
-			return true
-		}
-	}
-	return false
-}

@@ -549,13 +549,17 @@ func (t *Tracker) updateCombos(key string, old, cur *Pod, at func(string) *SetDe
 			want := comboElements(ranges, v4)
 			have := t.r.rs.Sets[name].Elements
 			d := at(name)
+			// A combo's ranges come from ClusterNetworkPolicy networks
+			// lists, as long as their authors make them: compared by key
+			// through a map, not pairwise.
+			haveKeys, wantKeys := elementKeys(have), elementKeys(want)
 			for i := range have {
-				if !slices.ContainsFunc(want, func(e knftables.Element) bool { return slices.Equal(e.Key, have[i].Key) }) {
+				if !wantKeys[elementKey(have[i])] {
 					d.Delete = append(d.Delete, have[i])
 				}
 			}
 			for i := range want {
-				if !slices.ContainsFunc(have, func(e knftables.Element) bool { return slices.Equal(e.Key, want[i].Key) }) {
+				if !haveKeys[elementKey(want[i])] {
 					d.Add = append(d.Add, want[i])
 				}
 			}
@@ -801,3 +805,15 @@ func (t *Tracker) isolatesLocal(ns string, id PolicyID, d Direction) bool {
 	})
 	return found
 }
+
+// elementKeys is the set of the elements' keys (elementKey).
+func elementKeys(es []knftables.Element) map[string]bool {
+	ks := make(map[string]bool, len(es))
+	for i := range es {
+		ks[elementKey(es[i])] = true
+	}
+	return ks
+}
+
+// elementKey is an element's key as one string.
+func elementKey(e knftables.Element) string { return strings.Join(e.Key, "\x00") }

@@ -284,8 +284,16 @@ func (w *clusterPolicies) report(prog *compile.Program, rec record.EventRecorder
 	}, func(i int, text string) {
 		cp := &prog.ClusterPolicies[i]
 		w.metrics.ClusterPolicyProblems.Add(float64(len(cp.Problems)))
-		log.Info("Invalid or unsupported ClusterNetworkPolicy: its Accept parts that cannot be used allow nothing, its Deny and Pass parts that cannot be used deny",
-			"clusterNetworkPolicy", cp.Name, "tier", cp.Tier, "priority", cp.Priority, "problems", text)
+		reason, what := "InvalidClusterNetworkPolicy", "unusable Accept parts allow nothing, unusable Deny and Pass parts deny"
+		if cp.Rejected {
+			reason, what = rejectedReason, "too large to compile: its Accept rules match nothing, its Deny and Pass rules deny all traffic of its subjects"
+			w.metrics.PoliciesRejected.WithLabelValues(clusterPolicyKind, "cost").Inc()
+			log.Error(nil, "ClusterNetworkPolicy too large to compile: enforced fail-closed, its Accept rules match nothing, its Deny and Pass rules deny",
+				"clusterNetworkPolicy", cp.Name, "tier", cp.Tier, "priority", cp.Priority, "problems", text)
+		} else {
+			log.Info("Invalid or unsupported ClusterNetworkPolicy: its Accept parts that cannot be used allow nothing, its Deny and Pass parts that cannot be used deny",
+				"clusterNetworkPolicy", cp.Name, "tier", cp.Tier, "priority", cp.Priority, "problems", text)
+		}
 		l := w.active()
 		if rec == nil || l == nil {
 			return
@@ -299,10 +307,16 @@ func (w *clusterPolicies) report(prog *compile.Program, rec record.EventRecorder
 		// client-go scheme does not know.
 		ref := &corev1.ObjectReference{APIVersion: ClusterPolicyGroupVersion, Kind: clusterPolicyKind,
 			Name: obj.Name, UID: obj.UID, ResourceVersion: obj.ResourceVersion}
-		rec.Eventf(ref, corev1.EventTypeWarning, "InvalidClusterNetworkPolicy",
-			"nftpolicy on %s enforces this policy safely: unusable Accept parts allow nothing, unusable Deny and Pass parts deny: %s", node, truncate(text, 900))
+		rec.Eventf(ref, corev1.EventTypeWarning, reason, "nftpolicy on %s enforces this policy safely: %s: %s", node, what, truncate(text, 900))
 	})
 	w.metrics.InvalidClusterPolicies.Set(float64(len(w.reported)))
+	rejected := 0
+	for i := range prog.ClusterPolicies {
+		if prog.ClusterPolicies[i].Rejected {
+			rejected++
+		}
+	}
+	w.metrics.RejectedPolicies.WithLabelValues(clusterPolicyKind).Set(float64(rejected))
 }
 
 // changedProblems returns, by policy key, the problems text of each of the n

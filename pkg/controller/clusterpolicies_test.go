@@ -143,7 +143,9 @@ func TestClusterPolicyProblemsReported(t *testing.T) {
 		t.Fatal("test premise: the compiler reports no problem in a Deny rule's domainNames peer")
 	}
 	good := ct.CNP("fine", "Baseline", 3, ct.NamespacesSubject(ct.Sel()))
-	client := npafake.NewSimpleClientset(bad, good)
+	// Over compile.MaxPolicyCost: rejected, and reported as such.
+	huge := ct.CNP("huge", "Admin", 4, ct.NamespacesSubject(ct.Sel()), ct.CNPEgress(ct.CNPRule("deny", "Deny", ct.ToNetworks(ct.ScatteredExcepts(compile.MaxPolicyCost, 1)...))))
+	client := npafake.NewSimpleClientset(bad, good, huge)
 	client.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{served}
 	m := NewMetrics()
 	w := newClusterPolicies(client, time.Hour, 0, logger, m, func() {})
@@ -156,10 +158,10 @@ func TestClusterPolicyProblemsReported(t *testing.T) {
 	}
 	w.check(ctx)
 	cnps, err := w.list()
-	if err != nil || len(cnps) != 2 {
-		t.Fatalf("list = %v, %v", cnps, err)
+	if err != nil || len(cnps) != 3 {
+		t.Fatalf("list = %v, %v", len(cnps), err)
 	}
-	prog := compile.Build(compile.Input{NodeName: "n1", ClusterPolicies: cnps})
+	prog := compile.Build(compile.Input{NodeName: "n1", ClusterPolicies: []*npav1beta1.ClusterNetworkPolicy{bad, good}})
 	rec := record.NewFakeRecorder(10)
 	rec.IncludeObject = true
 	w.report(prog, rec, "n1")
@@ -203,6 +205,22 @@ func TestClusterPolicyProblemsReported(t *testing.T) {
 	case <-rec.Events:
 	default:
 		t.Error("problems that came back were not reported")
+	}
+
+	w.report(compile.Build(compile.Input{NodeName: "n1", ClusterPolicies: []*npav1beta1.ClusterNetworkPolicy{good, huge}}), rec, "n1")
+	select {
+	case ev := <-rec.Events:
+		if !strings.Contains(ev, "Warning PolicyTooLarge") || !strings.Contains(ev, "too large to compile") {
+			t.Errorf("event %q does not report the rejection", ev)
+		}
+	default:
+		t.Error("no Event for the rejected ClusterNetworkPolicy")
+	}
+	if v := testutil.ToFloat64(m.RejectedPolicies.WithLabelValues("ClusterNetworkPolicy")); v != 1 {
+		t.Errorf("nftpolicy_rejected_policies{kind=ClusterNetworkPolicy} = %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(m.PoliciesRejected.WithLabelValues("ClusterNetworkPolicy", "cost")); v != 1 {
+		t.Errorf("nftpolicy_policies_rejected_total{kind=ClusterNetworkPolicy,reason=cost} = %v, want 1", v)
 	}
 }
 

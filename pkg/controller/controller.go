@@ -774,8 +774,16 @@ func (c *Controller) reportProblems(ctx context.Context, prog *compile.Program) 
 	}, func(i int, text string) {
 		pol := &prog.Policies[i]
 		c.cfg.Metrics.PolicyProblems.Add(float64(len(pol.Problems)))
-		log.Info("Invalid NetworkPolicy: the invalid parts allow nothing; the policy still isolates the pods it selects",
-			"policy", klog.KRef(pol.Namespace, pol.Name), "problems", text)
+		reason, what := "InvalidNetworkPolicy", "invalid parts allow nothing"
+		if pol.Rejected {
+			reason, what = rejectedReason, "too large to compile: it isolates the pods it selects and allows nothing"
+			c.cfg.Metrics.PoliciesRejected.WithLabelValues(kindNetworkPolicy, "cost").Inc()
+			log.Error(nil, "NetworkPolicy too large to compile: enforced fail-closed, isolating the pods it selects and allowing nothing",
+				"policy", klog.KRef(pol.Namespace, pol.Name), "problems", text)
+		} else {
+			log.Info("Invalid NetworkPolicy: the invalid parts allow nothing; the policy still isolates the pods it selects",
+				"policy", klog.KRef(pol.Namespace, pol.Name), "problems", text)
+		}
 		if c.cfg.Recorder != nil {
 			np, err := c.pols.NetworkPolicies(pol.Namespace).Get(pol.Name)
 			if err != nil {
@@ -785,11 +793,18 @@ func (c *Controller) reportProblems(ctx context.Context, prog *compile.Program) 
 				log.V(2).Info("No Event for the invalid NetworkPolicy: not in the cache any more", "policy", klog.KRef(pol.Namespace, pol.Name), "err", err)
 				return
 			}
-			c.cfg.Recorder.Eventf(np, corev1.EventTypeWarning, "InvalidNetworkPolicy",
-				"nftpolicy on %s enforces this policy safely: invalid parts allow nothing: %s", c.cfg.NodeName, truncate(text, 900))
+			c.cfg.Recorder.Eventf(np, corev1.EventTypeWarning, reason,
+				"nftpolicy on %s enforces this policy safely: %s: %s", c.cfg.NodeName, what, truncate(text, 900))
 		}
 	})
 	c.cfg.Metrics.InvalidPolicies.Set(float64(len(c.reported)))
+	rejected := 0
+	for i := range prog.Policies {
+		if prog.Policies[i].Rejected {
+			rejected++
+		}
+	}
+	c.cfg.Metrics.RejectedPolicies.WithLabelValues(kindNetworkPolicy).Set(float64(rejected))
 	c.cnps.report(prog, c.cfg.Recorder, c.cfg.NodeName)
 }
 
@@ -799,6 +814,14 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
+
+// rejectedReason is the reason of the Warning Event on an object over
+// compile.MaxPolicyCost; kindNetworkPolicy and clusterPolicyKind label
+// the rejection metrics.
+const (
+	rejectedReason    = "PolicyTooLarge"
+	kindNetworkPolicy = "NetworkPolicy"
+)
 
 // PolicyObject is the type events are recorded on; exposed for tests.
 type PolicyObject = networkingv1.NetworkPolicy

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
@@ -162,6 +163,21 @@ func counterValue(t *testing.T, c prometheus.Metric) float64 {
 	return m.Gauge.GetValue()
 }
 
+// expectEvent waits for the next Event and checks that it says each of want.
+func (h *harness) expectEvent(t *testing.T, want ...string) {
+	t.Helper()
+	select {
+	case e := <-h.events.Events:
+		for _, w := range want {
+			if !strings.Contains(e, w) {
+				t.Errorf("event %q does not say %q", e, w)
+			}
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no event saying %q", want)
+	}
+}
+
 func eventually(t *testing.T, what string, f func() bool) {
 	t.Helper()
 	if !poll(f) {
@@ -282,14 +298,7 @@ func TestInvalidPolicyIsReportedOnce(t *testing.T) {
 	bad.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8", Except: []string{"192.168.0.0/16"}}}}}}
 	h := start(t, testPod("x", "a", "n1", "10.0.1.1", nil), bad)
 	eventually(t, "first sync", h.ctrl.Ready)
-	select {
-	case e := <-h.events.Events:
-		if !strings.Contains(e, "InvalidNetworkPolicy") || !strings.Contains(e, "strict subset") {
-			t.Errorf("event %q does not explain the problem", e)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no event for the invalid policy")
-	}
+	h.expectEvent(t, "InvalidNetworkPolicy", "strict subset")
 	// An unrelated change must not repeat the event.
 	if _, err := h.client.CoreV1().Pods("x").Create(context.Background(), testPod("x", "b", "n1", "10.0.1.2", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -299,6 +308,43 @@ func TestInvalidPolicyIsReportedOnce(t *testing.T) {
 	case e := <-h.events.Events:
 		t.Errorf("event repeated: %s", e)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestTooLargePolicyIsRejected: a NetworkPolicy over compile.MaxPolicyCost
+// is reported (Warning Event PolicyTooLarge, nftpolicy_rejected_policies,
+// nftpolicy_policies_rejected_total) and enforced fail-closed: its pod is
+// isolated with nothing allowed, while a policy next to it allows as
+// written.
+func TestTooLargePolicyIsRejected(t *testing.T) {
+	huge := compiletest.HugeExceptPolicy("x", "huge", "a", compile.MaxPolicyCost, 80)
+	huge.ResourceVersion = "1"
+	allowB := denyAll("x")
+	allowB.Name = "allow-b"
+	allowB.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "b"}}
+	allowB.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}}
+	h := start(t, testPod("x", "a", "n1", "10.0.1.1", map[string]string{"app": "a"}),
+		testPod("x", "b", "n1", "10.0.1.2", map[string]string{"app": "b"}), testPod("y", "c", "n2", "10.0.2.1", nil), huge, allowB)
+	eventually(t, "first sync", h.ctrl.Ready)
+	h.expectEvent(t, "Warning PolicyTooLarge", "too large to compile")
+	m := h.ctrl.cfg.Metrics
+	if v := counterValue(t, m.RejectedPolicies.WithLabelValues("NetworkPolicy")); v != 1 {
+		t.Errorf("nftpolicy_rejected_policies{kind=NetworkPolicy} = %v, want 1", v)
+	}
+	if v := counterValue(t, m.PoliciesRejected.WithLabelValues("NetworkPolicy", "cost")); v != 1 {
+		t.Errorf("nftpolicy_policies_rejected_total{kind=NetworkPolicy,reason=cost} = %v, want 1", v)
+	}
+	// 10.0.2.1 is inside the huge policy's ipBlock 10.0.0.0/8 (its
+	// exceptions have even last octets): compiled, it would be allowed.
+	src := netip.MustParseAddr("10.0.2.1")
+	if v := h.eval.Evaluate(src, netip.MustParseAddr("10.0.1.1"), compile.ProtoTCP, 80); v.Allowed {
+		t.Errorf("the rejected policy's pod is reachable: %s", v.Reason())
+	}
+	if v := h.eval.Evaluate(src, netip.MustParseAddr("10.0.1.2"), compile.ProtoTCP, 80); !v.Allowed {
+		t.Errorf("the policy next to the rejected one does not allow: %s", v.Reason())
+	}
+	if d := h.nft.dump(); strings.Contains(d, "10.0.0.0-") || !strings.Contains(d, "ingress-isolated-") {
+		t.Errorf("the rejected policy's ranges are in the table, or its pod is not isolated:\n%.2000s", d)
 	}
 }
 

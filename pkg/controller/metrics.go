@@ -28,6 +28,12 @@ type Metrics struct {
 	InvalidClusterPolicies    prometheus.Gauge
 	ClusterPolicyProblems     prometheus.Counter
 
+	// RejectedPolicies counts the objects of each kind currently over
+	// compile.MaxPolicyCost; PoliciesRejected counts rejections, once per
+	// object version.
+	RejectedPolicies *prometheus.GaugeVec
+	PoliciesRejected *prometheus.CounterVec
+
 	QueueVerdicts    *prometheus.CounterVec
 	QueueDecision    prometheus.Histogram
 	QueueRuleVariant *prometheus.GaugeVec
@@ -95,6 +101,14 @@ func NewMetrics() *Metrics {
 		ClusterPolicyProblems: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nftpolicy_cluster_network_policy_problems_total", Help: "Problems found in ClusterNetworkPolicies, counted once per policy version.",
 		}),
+		RejectedPolicies: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nftpolicy_rejected_policies",
+			Help: "Objects (kind NetworkPolicy or ClusterNetworkPolicy) not compiled because their cost is over the bound (compile.MaxPolicyCost); each is enforced fail-closed: a NetworkPolicy isolates its pods and allows nothing, a ClusterNetworkPolicy's Accept rules match nothing and its Deny and Pass rules deny.",
+		}, []string{"kind"}),
+		PoliciesRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nftpolicy_policies_rejected_total",
+			Help: "Objects rejected and enforced fail-closed, counted once per object version, by kind and reason (cost: over compile.MaxPolicyCost).",
+		}, []string{"kind", "reason"}),
 		QueueVerdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nftpolicy_queue_verdicts_total", Help: "Verdicts given to queued packets.",
 		}, []string{"verdict", "protocol", "family"}),
@@ -120,7 +134,7 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.SyncDuration, m.TrackerCorrections, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency,
 		m.ProgrammedPolicies, m.ProgrammedPods, m.SetElements, m.InvalidPolicies, m.PolicyProblems,
-		m.ClusterPolicyAPI, m.ProgrammedClusterPolicies, m.InvalidClusterPolicies, m.ClusterPolicyProblems,
+		m.ClusterPolicyAPI, m.ProgrammedClusterPolicies, m.InvalidClusterPolicies, m.ClusterPolicyProblems, m.RejectedPolicies, m.PoliciesRejected,
 		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant, m.QueueHeldDropped, m.CollectorErrors} {
 		if err := r.Register(c); err != nil {
 			return err

@@ -333,6 +333,27 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 			},
 		},
 		{
+			// Past compile.MaxPolicyCost the rules are not compiled and
+			// fail closed as invalid ones do: the Accept rule matches
+			// nothing, the Deny rule denies all traffic of the subjects.
+			name: "a ClusterNetworkPolicy over the cost bound fails closed",
+			cnps: cnps(
+				ct.CNP("too-large-accept", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "y")), ct.CNPEgress(
+					ct.CNPRule("accept-many", "Accept", ct.ToNetworks(ScatteredExcepts(compile.MaxPolicyCost, 2)...)),
+				)),
+				ct.CNP("too-large-deny", "Admin", 2, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
+					ct.CNPRule("deny-many", "Deny", ct.ToNetworks(ScatteredExcepts(compile.MaxPolicyCost, 3)...)),
+				)),
+				adminDenyY),
+			conns: []semConn{
+				denied("x/a", "z/a", TCP, 80).why("too-large-deny (Admin, priority 2) egress rule deny-many"),
+				denied("x/a", "192.0.2.1", UDP, 53),
+				allowed("y/a", "z/a", TCP, 80), // the Accept rule matches nothing: nothing decides
+				allowed("z/a", "y/a", TCP, 80),
+			},
+			problems: []semProblem{{"too-large-accept", "spec", "too large to compile"}, {"too-large-deny", "spec", "too large to compile"}},
+		},
+		{
 			name: "a node's program: only local pods are subjects",
 			node: "n1", nodeIPs: []string{"172.18.0.1"},
 			pods: append(gridPods("x/a", "y/a"), gridPod("x/b", onNode("n2"))),

@@ -775,6 +775,48 @@ func TestInvalidPolicies(t *testing.T) {
 			},
 		},
 		{
+			// 16,000 scattered exceptions are within the bound: enforced
+			// as written (grid addresses with an odd last octet are never
+			// among the scattered ones).
+			name: "ipBlock with 16,000 exceptions within the cost bound",
+			pods: pods,
+			policies: List(
+				NetPol("x", "many-excepts", Sel("pod", "a"), Ingress(Peers(
+					IPPeer("10.0.0.0/8", append(ScatteredExcepts(16000, 1), "10.244.2.2/32")...))))),
+			conns: []semConn{
+				allowed("y/a", "x/a", TCP, 80).why("allowed by x/many-excepts ingress[0]"),
+				denied("y/b", "x/a", TCP, 80),
+				denied("192.0.2.1", "x/a", TCP, 80),
+			},
+		},
+		{
+			// Past compile.MaxPolicyCost the policy is not compiled: it
+			// isolates the pods it selects and allows nothing, and every
+			// other policy is enforced as usual.
+			name: "a policy over the cost bound isolates its pods and allows nothing",
+			pods: pods,
+			policies: List(
+				NetPol("x", "too-large", Sel("pod", "a"), Ingress(Peers(
+					IPPeer("10.0.0.0/8", ScatteredExcepts(compile.MaxPolicyCost, 1)...), NSPeer(Sel(NSName, "y"))))),
+				NetPol("x", "allow-b", Sel("pod", "b"), Ingress(Peers(NSPeer(Sel(NSName, "y")))))),
+			problems: []semProblem{{"x/too-large", "spec", "too large to compile"}},
+			conns: []semConn{
+				denied("y/a", "x/a", TCP, 80).why("x/too-large isolates x/a for ingress"),
+				denied("x/c", "x/a", TCP, 80),
+				denied("192.0.2.1", "x/a", TCP, 80),
+				allowed("x/a", "y/a", TCP, 80), // ingress only
+				allowed("y/a", "x/b", TCP, 80).why("allowed by x/allow-b ingress[0]"),
+				denied("x/c", "x/b", TCP, 80),
+			},
+			check: func(t *testing.T, prog *compile.Program) {
+				for _, p := range prog.Policies {
+					if p.Rejected != (p.Key == "x/too-large") || (p.Rejected && len(p.Ingress)+len(p.Egress) > 0) {
+						t.Errorf("%s: rejected %v with %d rules", p.Key, p.Rejected, len(p.Ingress)+len(p.Egress))
+					}
+				}
+			},
+		},
+		{
 			name: "peer with nothing or with both ipBlock and a selector",
 			pods: pods,
 			policies: List(
