@@ -1,0 +1,524 @@
+package redteam
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
+	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+)
+
+// The agent's health and metrics ports as install.yaml's DaemonSet has
+// them (host network: the node's addresses).
+const (
+	serversHealthPort  = 9403
+	serversMetricsPort = 9402
+)
+
+// serversInstallArgs returns the flags of install.yaml's DaemonSet that
+// decide how the agent serves health and metrics (addresses, protection):
+// the value of --metrics-bind-address, and the others.
+func serversInstallArgs(t *testing.T) (string, []string) {
+	t.Helper()
+	docs, err := cluster.InstallDocuments("DaemonSet")
+	if err != nil || len(docs) != 1 {
+		t.Fatalf("install.yaml's DaemonSet: %d documents, %v", len(docs), err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.Unmarshal([]byte(docs[0]), &ds); err != nil {
+		t.Fatal(err)
+	}
+	metrics, ok := "", false
+	var out []string
+	for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+		if v, found := strings.CutPrefix(a, "--metrics-bind-address="); found {
+			metrics, ok = v, true
+			continue
+		}
+		for _, p := range []string{"--metrics-", "--health-", "--profiling"} {
+			if strings.HasPrefix(a, p) {
+				out = append(out, a)
+			}
+		}
+	}
+	if !ok {
+		t.Fatal("install.yaml's DaemonSet has no --metrics-bind-address=...")
+	}
+	return metrics, out
+}
+
+// serversLab is a one- or two-node cluster whose agents serve health and
+// metrics on the node's addresses as configured, with an attacker pod per
+// node.
+type serversLab struct {
+	c        *cluster.Cluster
+	attacker map[string]netlab.Endpoint // by node
+}
+
+func (l *serversLab) nodeAddr(node string, port int) string {
+	return netip.AddrPortFrom(l.c.NodeIPs(node)[0], uint16(port)).String()
+}
+
+// serversDialIn opens n TCP connections to addr from inside ep's network
+// namespace (the sockets are created there, one after the other).
+func serversDialIn(l *netlab.Lab, ep netlab.Endpoint, addr string, n int) ([]net.Conn, error) {
+	var conns []net.Conn
+	err := l.InNetns(ep, func() error {
+		for range n {
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				return fmt.Errorf("connection %d to %s: %w", len(conns)+1, addr, err)
+			}
+			conns = append(conns, c)
+		}
+		return nil
+	})
+	return conns, err
+}
+
+// serversHTTPClient is an HTTP client whose sockets are created in ep's
+// namespace; TLS without verification (the agent's certificate is
+// self-signed, and the attacker does not care).
+func serversHTTPClient(l *netlab.Lab, ep netlab.Endpoint, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
+			err = l.InNetns(ep, func() error {
+				var d net.Dialer
+				conn, err = d.DialContext(ctx, network, addr)
+				return err
+			})
+			return conn, err
+		},
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true},
+		DisableKeepAlives: true,
+	}}
+}
+
+// serversGet fetches url with an optional bearer token; the body is
+// truncated to 64 KiB.
+func serversGet(ctx context.Context, cl *http.Client, url, token string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, string(body), err
+}
+
+// serversSockets counts the TCP sockets of the agent's network namespace
+// with local port port, by state (the kernel's hex state: "01"
+// established, ...).
+func serversSockets(pid, port int) (map[string]int, error) {
+	out := map[string]int{}
+	want := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"tcp", "tcp6"} {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) < 4 || !strings.HasSuffix(fields[1], want) || fields[2] == "0000000000000000FFFF000000000000:0000" {
+				continue
+			}
+			if fields[3] == "0A" { // the listener
+				continue
+			}
+			out[fields[3]]++
+		}
+	}
+	return out, nil
+}
+
+func serversFDs(pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return -1
+	}
+	return len(ents)
+}
+
+// serversStillOpen counts the connections the server has not closed:
+// a read that times out (rather than EOF or a reset) is an open one.
+func serversStillOpen(conns []net.Conn, readers []*bufio.Reader) int {
+	open := 0
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		var err error
+		if readers != nil && readers[i] != nil {
+			_, err = readers[i].ReadByte()
+		} else {
+			_, err = c.Read(make([]byte, 1))
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			open++
+		}
+	}
+	return open
+}
+
+// TestRedTeamIdleConnections: a pod opens thousands of connections to the
+// agent's health and metrics ports on the node's address and leaves them
+// idle: to the health port after one request each (keep-alive, as a
+// client that never sends its next request), to the metrics port without
+// sending anything. The agent must keep a bounded number of them (its file
+// descriptors and established sockets stay small), close the idle ones
+// after its timeouts, and answer the kubelet's probe of /healthz, on the
+// node's address, within the probe's 1 s throughout.
+func TestRedTeamIdleConnections(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const node = "node-1"
+	const healthConns, metricsConns = 2000, 1000
+	metricsFlag, args := serversInstallArgs(t)
+	t.Logf("install.yaml's serving flags: --metrics-bind-address=%s %v", metricsFlag, args)
+	l := startServersLabWith(t, ctx, []string{node}, args, map[string]string{node: metricsFlag})
+	a := l.c.Agent(node)
+	pid := a.Pid()
+	healthAddr, metricsAddr := l.nodeAddr(node, serversHealthPort), l.nodeAddr(node, serversMetricsPort)
+	baseFDs := serversFDs(pid)
+
+	// The kubelet's probe: from the node itself, to the node's address, 1 s.
+	kubelet := serversHTTPClient(l.c.Lab, netlab.Node(node), time.Second)
+	probe := func(when string) {
+		t.Helper()
+		code, body, err := serversGet(ctx, kubelet, "http://"+healthAddr+"/healthz", "")
+		if err != nil || code != http.StatusOK {
+			t.Errorf("%s: the kubelet's /healthz probe: %d %q %v; want 200 within 1 s", when, code, strings.TrimSpace(body), err)
+		}
+	}
+	probe("before the attack")
+
+	ep := l.attacker[node]
+	began := time.Now()
+	hc, err := serversDialIn(l.c.Lab, ep, healthAddr, healthConns)
+	defer func() {
+		for _, c := range hc {
+			c.Close()
+		}
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One request each, answered, then nothing: an idle keep-alive client.
+	readers := make([]*bufio.Reader, len(hc))
+	answered := 0
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i, c := range hc {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+			if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: node\r\n\r\n"); err != nil {
+				return
+			}
+			r := bufio.NewReader(c)
+			resp, err := http.ReadResponse(r, nil)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			_ = c.SetDeadline(time.Time{})
+			readers[i] = r
+			mu.Lock()
+			answered++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	mc, err := serversDialIn(l.c.Lab, ep, metricsAddr, metricsConns)
+	defer func() {
+		for _, c := range mc {
+			c.Close()
+		}
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("attack: %d connections to %s (%d answered, then idle) and %d silent ones to %s, opened in %v",
+		len(hc), healthAddr, answered, len(mc), metricsAddr, time.Since(began).Round(time.Millisecond))
+
+	// During the attack.
+	probe("during the attack")
+	hs, err := serversSockets(pid, serversHealthPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := serversSockets(pid, serversMetricsPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds := serversFDs(pid)
+	hOpen, mOpen := serversStillOpen(hc, readers), serversStillOpen(mc, nil)
+	t.Logf("during the attack: agent fds %d (before %d); established sockets: health %d, metrics %d; attacker's connections still open: health %d/%d, metrics %d/%d",
+		fds, baseFDs, hs["01"], ms["01"], hOpen, len(hc), mOpen, len(mc))
+	// The bounds: the listeners' limits for remote peers (health 16,
+	// metrics 64), with room for the agent's own sockets.
+	const slack = 20
+	if fds-baseFDs > 16+64+slack {
+		t.Errorf("the agent holds %d more file descriptors during the attack (%d before): its connections are not bounded", fds-baseFDs, baseFDs)
+	}
+	if hs["01"] > 16+slack || ms["01"] > 64+slack {
+		t.Errorf("established sockets during the attack: health %d, metrics %d; want at most %d and %d", hs["01"], ms["01"], 16+slack, 64+slack)
+	}
+	probe("during the attack, after counting")
+
+	// After the timeouts (health: 5 s idle; metrics: 5 s for the TLS
+	// handshake or the request's header), every idle connection is closed.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		hOpen, mOpen = serversStillOpen(hc, readers), serversStillOpen(mc, nil)
+		if hOpen+mOpen == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if hOpen+mOpen > 0 {
+		t.Errorf("%v after the attack began, the agent still holds %d idle health and %d idle metrics connections of the attacker", time.Since(began).Round(time.Second), hOpen, mOpen)
+	}
+	probe("after the attack")
+	if !a.Running() {
+		t.Fatalf("the agent exited; log tail:\n%s", a.LogTail(30))
+	}
+	if t.Failed() {
+		return
+	}
+	m := serversScrape(t, ctx, l, node)
+	refused := m[`nftpolicy_http_connections_refused_total{limit="source",server="health"}`]
+	refusedM := m[`nftpolicy_http_connections_refused_total{limit="source",server="metrics"}`]
+	t.Logf("refused (per-source limit): health %v, metrics %v", refused, refusedM)
+	if refused < healthConns-16 || refusedM < metricsConns-64 {
+		t.Errorf("refusals counted: health %v, metrics %v; want at least %d and %d", refused, refusedM, healthConns-16, metricsConns-64)
+	}
+}
+
+// startServersLabWith starts the lab with args for every agent (after the
+// harness' own, so they win) and each node's --metrics-bind-address from
+// metricsAddr ("": the flag left out, its default).
+func startServersLabWith(t *testing.T, ctx context.Context, nodes []string, args []string, metricsAddr map[string]string) *serversLab {
+	t.Helper()
+	c := cluster.Start(t, cluster.Config{Nodes: nodes, NoAgents: true, AgentArgs: args})
+	l := &serversLab{c: c, attacker: map[string]netlab.Endpoint{}}
+	if err := c.EnsureNamespace(ctx, "attacker", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		a := c.Agent(n)
+		a.MetricsAddr = metricsAddr[n]
+		if err := a.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range nodes {
+		if err := c.Agent(n).WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range nodes {
+		name := "intruder-" + n
+		if _, err := c.CreatePod(ctx, cluster.Pod{Namespace: "attacker", Name: name, Node: n}); err != nil {
+			t.Fatal(err)
+		}
+		ep, err := c.PodEndpoint("attacker/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.attacker[n] = ep
+	}
+	// The agents learn the pods (until then their connections wait as
+	// an unknown pod's): the health port answers the pod.
+	for _, n := range nodes {
+		cl := serversHTTPClient(c.Lab, l.attacker[n], time.Second)
+		url := "http://" + l.nodeAddr(n, serversHealthPort) + "/healthz"
+		for end := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			code, _, err := serversGet(ctx, cl, url, "")
+			if err == nil && code == http.StatusOK {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("the attacker pod on %s cannot reach %s: %d %v", n, url, code, err)
+			}
+		}
+	}
+	return l
+}
+
+// serversScraperToken returns the token of a ServiceAccount allowed to get
+// /metrics only (as a Prometheus would be bound), creating it once.
+func serversScraperToken(t *testing.T, ctx context.Context, l *serversLab) string {
+	t.Helper()
+	cl := l.c.Client
+	if _, err := cl.CoreV1().ServiceAccounts("attacker").Get(ctx, "scraper", metav1.GetOptions{}); err != nil {
+		if _, err := cl.CoreV1().ServiceAccounts("attacker").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "scraper"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "servers-metrics-reader"},
+			Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "servers-metrics-reader"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "servers-metrics-reader"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "attacker", Name: "scraper"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l.c.Env.ServiceAccountToken(t, "attacker", "scraper")
+}
+
+// serversScrape reads the agent's metrics from its node's loopback, with
+// the scraper's token over HTTPS (install.yaml's delegated
+// authentication).
+func serversScrape(t *testing.T, ctx context.Context, l *serversLab, node string) map[string]float64 {
+	t.Helper()
+	token := serversScraperToken(t, ctx, l)
+	cl := serversHTTPClient(l.c.Lab, netlab.Node(node), 10*time.Second)
+	url := fmt.Sprintf("https://127.0.0.1:%d/metrics", serversMetricsPort)
+	var code int
+	var body string
+	var err error
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+		// A review's answer is cached: a new binding may take a moment.
+		if code, body, err = serversGet(ctx, cl, url, token); err == nil && code == http.StatusOK {
+			break
+		}
+	}
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("scraping %s with the scraper's token: %d %q %v", url, code, trimServers(body), err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); i > 0 && err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+func trimServers(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}
+
+// TestRedTeamMetricsUnreachable: a pod tries to read the agent's metrics
+// (every policy named, with its counters) and profiles on its node's
+// address. With the flag's default address (node-2) nothing listens
+// there; with install.yaml's configuration (node-1, with --profiling
+// added) every request needs a token the API server accepts and
+// authorizes for the path: none, a forged one, and a valid token of a
+// ServiceAccount without the grant are refused (401, 401, 403); a
+// metrics reader's token reads /metrics (from a pod too: a Prometheus can
+// scrape) but not /debug/pprof/.
+func TestRedTeamMetricsUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	metricsFlag, args := serversInstallArgs(t)
+	args = append(args, "--profiling")
+	t.Logf("node-1: install.yaml's --metrics-bind-address=%s; node-2: the flag's default; both: %v", metricsFlag, args)
+	l := startServersLabWith(t, ctx, []string{"node-1", "node-2"}, args, map[string]string{"node-1": metricsFlag, "node-2": ""})
+	scraper := serversScraperToken(t, ctx, l)
+	if _, err := l.c.Client.CoreV1().ServiceAccounts("attacker").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "intruder"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	intruder := l.c.Env.ServiceAccountToken(t, "attacker", "intruder")
+
+	// node-2, default address: a pod reaches nothing on the node's
+	// addresses; the agent on the node's loopback serves (the control).
+	pod2 := serversHTTPClient(l.c.Lab, l.attacker["node-2"], 3*time.Second)
+	for _, ip := range l.c.NodeIPs("node-2") {
+		addr := netip.AddrPortFrom(ip, serversMetricsPort).String()
+		for _, path := range []string{"/metrics", "/debug/pprof/heap"} {
+			if what, ok := serversPodReads(ctx, pod2, addr, path, ""); ok {
+				t.Errorf("a pod read %s of its node's agent (default --metrics-bind-address) at %s: %s", path, addr, what)
+			}
+		}
+	}
+	host2 := serversHTTPClient(l.c.Lab, netlab.Node("node-2"), 5*time.Second)
+	if what, ok := serversPodReads(ctx, host2, fmt.Sprintf("127.0.0.1:%d", serversMetricsPort), "/metrics", scraper); !ok {
+		t.Errorf("node-2's agent does not serve /metrics on the node's loopback: %s", what)
+	}
+
+	// node-1, install.yaml: delegated authentication and authorization.
+	pod1 := serversHTTPClient(l.c.Lab, l.attacker["node-1"], 5*time.Second)
+	addr := l.nodeAddr("node-1", serversMetricsPort)
+	forged := "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6a3ViZS1zeXN0ZW06bmZ0cG9saWN5In0.c2lnbmF0dXJl"
+	for _, tc := range []struct {
+		who, token, path string
+		want             int
+	}{
+		{"no token", "", "/metrics", http.StatusUnauthorized},
+		{"a forged token", forged, "/metrics", http.StatusUnauthorized},
+		{"a valid token without the grant", intruder, "/metrics", http.StatusForbidden},
+		{"no token", "", "/debug/pprof/heap", http.StatusUnauthorized},
+		{"a valid token without the grant", intruder, "/debug/pprof/heap", http.StatusForbidden},
+		{"the metrics reader's token", scraper, "/debug/pprof/heap", http.StatusForbidden},
+		{"the metrics reader's token", scraper, "/debug/pprof/goroutine", http.StatusForbidden},
+		{"the metrics reader's token", scraper, "/metrics", http.StatusOK},
+	} {
+		if tc.want != http.StatusOK {
+			if what, ok := serversPodReads(ctx, pod1, addr, tc.path, tc.token); ok {
+				t.Errorf("a pod with %s read %s of its node's agent (install.yaml) at %s: %s", tc.who, tc.path, addr, what)
+				continue
+			}
+		}
+		code, body, err := serversGet(ctx, pod1, "https://"+addr+tc.path, tc.token)
+		if err != nil || code != tc.want {
+			t.Errorf("GET https://%s%s from a pod with %s: %d %q %v; want %d", addr, tc.path, tc.who, code, trimServers(body), err, tc.want)
+		} else {
+			t.Logf("GET %s with %s: %d", tc.path, tc.who, code)
+		}
+	}
+}
+
+// serversPodReads tries plain HTTP and HTTPS: whether a GET of path on
+// addr from the client's namespace answered 200 with the agent's metrics or profiles.
+func serversPodReads(ctx context.Context, cl *http.Client, addr, path, token string) (string, bool) {
+	var seen []string
+	for _, scheme := range []string{"http", "https"} {
+		code, body, err := serversGet(ctx, cl, scheme+"://"+addr+path, token)
+		if err == nil && code == http.StatusOK {
+			return fmt.Sprintf("%s: 200, %d bytes: %q", scheme, len(body), trimServers(body)), true
+		}
+		seen = append(seen, fmt.Sprintf("%s: %d %v", scheme, code, err))
+	}
+	return strings.Join(seen, "; "), false
+}
