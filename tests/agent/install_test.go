@@ -158,7 +158,12 @@ func TestInstallClusterRoleIsLeastPrivilege(t *testing.T) {
 	if err := yaml.UnmarshalStrict([]byte(docs[0]), &role); err != nil {
 		t.Fatal(err)
 	}
-	key := func(group, resource, verb string) string { return group + "/" + resource + ":" + verb }
+	key := func(group, resource, verb string) string {
+		if group == "" {
+			group = "core"
+		}
+		return group + "/" + resource + ":" + verb
+	}
 	granted := map[string]bool{}
 	for i, r := range role.Rules {
 		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
