@@ -532,74 +532,90 @@ func trimServers(s string) string {
 	return s
 }
 
-// TestRedTeamMetricsUnreachable: a pod tries to read the agent's metrics
-// (every policy named, with its counters) and profiles on its node's
-// address. With the flag's default address (node-2) nothing listens
-// there; with install.yaml's configuration (node-1, with --profiling
-// added) every request needs a token the API server accepts and
-// authorizes for the path: none, a forged one, and a valid token of a
-// ServiceAccount without the grant are refused (401, 401, 403); a
-// metrics reader's token reads /metrics (from a pod too: a Prometheus can
-// scrape) but not /debug/pprof/.
+// TestRedTeamMetricsUnreachable: a pod tries to read its node agent's
+// metrics (every policy named, with its counters) and profiles on the
+// node's address.
+//   - default-address: the flag's default (with --profiling): nothing
+//     listens there; the agent serves on the node's loopback (the control).
+//   - install.yaml: install.yaml's flags (with --profiling), no API
+//     server: no token gets 401, a forged one nothing readable.
+//   - install.yaml-api: the same against a real API server: no token and
+//     a forged one get 401, a valid token of a ServiceAccount without the
+//     grant 403; a metrics reader's token reads /metrics, from a pod too (a
+//     Prometheus can scrape), but not /debug/pprof/ (403).
 func TestRedTeamMetricsUnreachable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	metricsFlag, args := serversInstallArgs(t)
-	args = append(args, "--profiling")
-	t.Logf("node-1: install.yaml's --metrics-bind-address=%s; node-2: the flag's default; both: %v", metricsFlag, args)
-	l := startServersLabWith(t, ctx, []string{"node-1", "node-2"}, args, map[string]string{"node-1": metricsFlag, "node-2": ""})
-	scraper := serversScraperToken(t, ctx, l)
-	if _, err := l.c.Client.CoreV1().ServiceAccounts("attacker").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "intruder"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	intruder := l.c.Env.ServiceAccountToken(t, "attacker", "intruder")
-
-	// node-2, default address: a pod reaches nothing on the node's
-	// addresses; the agent on the node's loopback serves (the control).
-	pod2 := serversHTTPClient(l.c.Lab, l.attacker["node-2"], 3*time.Second)
-	for _, ip := range l.c.NodeIPs("node-2") {
-		addr := netip.AddrPortFrom(ip, serversMetricsPort).String()
-		for _, path := range []string{"/metrics", "/debug/pprof/heap"} {
-			if what, ok := serversPodReads(ctx, pod2, addr, path, ""); ok {
-				t.Errorf("a pod read %s of its node's agent (default --metrics-bind-address) at %s: %s", path, addr, what)
-			}
-		}
-	}
-	host2 := serversHTTPClient(l.c.Lab, netlab.Node("node-2"), 5*time.Second)
-	if what, ok := serversPodReads(ctx, host2, fmt.Sprintf("127.0.0.1:%d", serversMetricsPort), "/metrics", scraper); !ok {
-		t.Errorf("node-2's agent does not serve /metrics on the node's loopback: %s", what)
-	}
-
-	// node-1, install.yaml: delegated authentication and authorization.
-	pod1 := serversHTTPClient(l.c.Lab, l.attacker["node-1"], 5*time.Second)
-	addr := l.nodeAddr("node-1", serversMetricsPort)
+	metricsFlag, installArgs := serversInstallArgs(t)
+	paths := []string{"/metrics", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=2"}
 	forged := "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6a3ViZS1zeXN0ZW06bmZ0cG9saWN5In0.c2lnbmF0dXJl"
-	for _, tc := range []struct {
-		who, token, path string
-		want             int
-	}{
-		{"no token", "", "/metrics", http.StatusUnauthorized},
-		{"a forged token", forged, "/metrics", http.StatusUnauthorized},
-		{"a valid token without the grant", intruder, "/metrics", http.StatusForbidden},
-		{"no token", "", "/debug/pprof/heap", http.StatusUnauthorized},
-		{"a valid token without the grant", intruder, "/debug/pprof/heap", http.StatusForbidden},
-		{"the metrics reader's token", scraper, "/debug/pprof/heap", http.StatusForbidden},
-		{"the metrics reader's token", scraper, "/debug/pprof/goroutine", http.StatusForbidden},
-		{"the metrics reader's token", scraper, "/metrics", http.StatusOK},
-	} {
-		if tc.want != http.StatusOK {
-			if what, ok := serversPodReads(ctx, pod1, addr, tc.path, tc.token); ok {
-				t.Errorf("a pod with %s read %s of its node's agent (install.yaml) at %s: %s", tc.who, tc.path, addr, what)
-				continue
+
+	t.Run("default-address", func(t *testing.T) {
+		a := startServersBareAgent(t, ctx, "--health-bind-address=:9403", "--profiling")
+		pod := serversHTTPClient(a.lab, a.attacker, 3*time.Second)
+		for _, path := range paths {
+			if what, ok := serversPodReads(ctx, pod, a.addr(serversMetricsPort), path, ""); ok {
+				t.Errorf("a pod read %s of its node's agent (default --metrics-bind-address) at %s: %s", path, a.addr(serversMetricsPort), what)
 			}
 		}
-		code, body, err := serversGet(ctx, pod1, "https://"+addr+tc.path, tc.token)
-		if err != nil || code != tc.want {
-			t.Errorf("GET https://%s%s from a pod with %s: %d %q %v; want %d", addr, tc.path, tc.who, code, trimServers(body), err, tc.want)
-		} else {
-			t.Logf("GET %s with %s: %d", tc.path, tc.who, code)
+		host := serversHTTPClient(a.lab, netlab.Node(a.node), 5*time.Second)
+		if what, ok := serversPodReads(ctx, host, fmt.Sprintf("127.0.0.1:%d", serversMetricsPort), "/metrics", ""); !ok {
+			t.Errorf("the agent does not serve /metrics on the node's loopback: %s", what)
 		}
-	}
+	})
+
+	t.Run("install.yaml", func(t *testing.T) {
+		a := startServersBareAgent(t, ctx, append(installArgs, "--metrics-bind-address="+metricsFlag, "--profiling")...)
+		pod := serversHTTPClient(a.lab, a.attacker, 5*time.Second)
+		addr := a.addr(serversMetricsPort)
+		for _, path := range paths {
+			for who, token := range map[string]string{"no token": "", "a forged token": forged} {
+				if what, ok := serversPodReads(ctx, pod, addr, path, token); ok {
+					t.Errorf("a pod with %s read %s of its node's agent (install.yaml) at %s: %s", who, path, addr, what)
+				}
+			}
+			code, body, err := serversGet(ctx, pod, "https://"+addr+path, "")
+			if err != nil || code != http.StatusUnauthorized {
+				t.Errorf("GET https://%s%s from a pod without a token: %d %q %v; want 401", addr, path, code, trimServers(body), err)
+			}
+		}
+	})
+
+	t.Run("install.yaml-api", func(t *testing.T) {
+		l := startServersLabWith(t, ctx, []string{"node-1"}, append(installArgs, "--profiling"), map[string]string{"node-1": metricsFlag})
+		scraper := serversScraperToken(t, ctx, l)
+		if _, err := l.c.Client.CoreV1().ServiceAccounts("attacker").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "intruder"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		intruder := l.c.Env.ServiceAccountToken(t, "attacker", "intruder")
+		pod := serversHTTPClient(l.c.Lab, l.attacker["node-1"], 5*time.Second)
+		addr := l.nodeAddr("node-1", serversMetricsPort)
+		for _, tc := range []struct {
+			who, token, path string
+			want             int
+		}{
+			{"no token", "", "/metrics", http.StatusUnauthorized},
+			{"a forged token", forged, "/metrics", http.StatusUnauthorized},
+			{"a valid token without the grant", intruder, "/metrics", http.StatusForbidden},
+			{"a valid token without the grant", intruder, "/debug/pprof/heap", http.StatusForbidden},
+			{"the metrics reader's token", scraper, "/debug/pprof/heap", http.StatusForbidden},
+			{"the metrics reader's token", scraper, "/debug/pprof/goroutine", http.StatusForbidden},
+			{"the metrics reader's token", scraper, "/metrics", http.StatusOK},
+		} {
+			if tc.want != http.StatusOK {
+				if what, ok := serversPodReads(ctx, pod, addr, tc.path, tc.token); ok {
+					t.Errorf("a pod with %s read %s of its node's agent (install.yaml) at %s: %s", tc.who, tc.path, addr, what)
+					continue
+				}
+			}
+			code, body, err := serversGet(ctx, pod, "https://"+addr+tc.path, tc.token)
+			if err != nil || code != tc.want {
+				t.Errorf("GET https://%s%s from a pod with %s: %d %q %v; want %d", addr, tc.path, tc.who, code, trimServers(body), err, tc.want)
+			} else {
+				t.Logf("GET %s with %s: %d", tc.path, tc.who, code)
+			}
+		}
+	})
 }
 
 // serversPodReads tries plain HTTP and HTTPS: whether a GET of path on
