@@ -68,6 +68,7 @@ type agentOptions struct {
 	newPod      newPodOptions
 	fqdn        fqdnOptions
 	state       stateOptions
+	serving     servingOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -82,9 +83,9 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.queueVariant, "queue-variant", "auto", "queue rule: auto (probe the kernel), native (nft queue statement) or xt-compat (xtables NFQUEUE target)")
 	fs.Uint32Var(&o.allowMark, "allow-mark", 0x00100000, "packet and conntrack mark bit owned by nftpolicy (must not collide with kube-proxy's 0x4000/0x8000 or your CNI's)")
 	fs.Uint32Var(&o.maxQueueLen, "max-queue-len", queue.DefaultMaxQueueLen, "kernel queue length per queue")
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9402", "address of the Prometheus /metrics endpoint; empty to disable")
-	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (/debug/pprof/) on the metrics address: heap, CPU, goroutines")
-	fs.StringVar(&o.healthAddr, "health-bind-address", ":9403", "address of /healthz and /readyz; empty to disable")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9402", "address of the Prometheus /metrics endpoint (loopback by default: pods reach the host network's other addresses; see --metrics-auth); empty to disable")
+	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (/debug/pprof/) on the metrics server, behind its address and --metrics-auth: heap, CPU, goroutines")
+	fs.StringVar(&o.healthAddr, "health-bind-address", ":9403", "address of /healthz and /readyz (the kubelet probes the node's address); empty to disable")
 	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
 	fs.DurationVar(&o.refreshDelay, "program-refresh-delay", controller.DefaultProgramRefreshDelay,
 		"hybrid mode: pod changes reach the kernel at once as element changes; the program that explain and the queue's evaluator read is rebuilt this long after (at least twice the last build's duration)")
@@ -95,6 +96,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	o.newPod.addFlags(fs)
 	o.fqdn.addFlags(fs)
 	o.state.addFlags(fs)
+	o.serving.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -336,27 +338,8 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 	reg.MustRegister(controller.NewCounterCollector(10*time.Second, metrics, log.WithName("metrics")))
 
-	if o.metricsAddr != "" {
-		mux := metricsMux(reg, o.profiling)
-		go func() { errs <- wrapErr("metrics server", serve(ctx, o.metricsAddr, mux)) }()
-	}
-	if o.healthAddr != "" {
-		mux := http.NewServeMux()
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			if !ctrl.Healthy(o.livenessBudget) {
-				http.Error(w, fmt.Sprintf("no progress within %v: the sync loop is stuck", o.livenessBudget), http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprintln(w, "ok")
-		})
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if !ctrl.Ready() {
-				http.Error(w, "no sync committed yet", http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprintln(w, "ok")
-		})
-		go func() { errs <- wrapErr("health server", serve(ctx, o.healthAddr, mux)) }()
+	if err := o.startServers(ctx, reg, ctrl, client, node, errs); err != nil {
+		return err
 	}
 	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
 		return err
@@ -390,10 +373,10 @@ func wrapErr(what string, err error) error {
 }
 
 // metricsMux serves /metrics from reg and, with profiling, Go's profiles
-// under /debug/pprof/.
+// under /debug/pprof/, behind the same listener and authentication.
 func metricsMux(reg prometheus.Gatherer, profiling bool) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: metricsMaxInFlight}))
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -402,24 +385,6 @@ func metricsMux(reg prometheus.Gatherer, profiling bool) *http.ServeMux {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
-}
-
-func serve(ctx context.Context, addr string, h http.Handler) error {
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	ln, err := listenRetry(ctx, addr)
-	if err != nil {
-		return err
-	}
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
 }
 
 // compatInstaller installs the xt NFQUEUE rule over netlink when the

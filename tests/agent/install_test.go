@@ -3,9 +3,13 @@ package agent_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 )
@@ -77,6 +81,8 @@ func TestInstallManifest(t *testing.T) {
 		{"watch", cnps, true, ""},
 		{"create", "events", true, ""},
 		{"patch", "events", true, ""},
+		{"create", "tokenreviews.authentication.k8s.io", true, ""},
+		{"create", "subjectaccessreviews.authorization.k8s.io", true, ""},
 		// Nothing it does not need.
 		{"update", "pods", false, ""},
 		{"delete", "networkpolicies.networking.k8s.io", false, ""},
@@ -88,6 +94,9 @@ func TestInstallManifest(t *testing.T) {
 		{"delete", cnps, false, ""},
 		{"update", cnps, false, "status"},
 		{"patch", cnps, false, "status"},
+		{"update", "events", false, ""},
+		{"delete", "events", false, ""},
+		{"create", "events.events.k8s.io", false, ""},
 		{"get", "secrets", false, ""},
 		{"list", "configmaps", false, ""},
 	}
@@ -110,4 +119,86 @@ func TestInstallManifest(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// agentAccess is every API call the agent makes, as (API group, resource,
+// verb), and where it makes it. install.yaml's ClusterRole must grant
+// exactly these.
+var agentAccess = []struct {
+	group, resource string
+	verbs           []string
+	where           string
+}{
+	{"", "pods", []string{"list", "watch"}, "pkg/controller: the pod informer"},
+	{"", "namespaces", []string{"list", "watch"}, "pkg/controller: the namespace informer (namespaceSelector)"},
+	{"", "nodes", []string{"list", "watch"}, "pkg/controller: the node informer (nodes peers, the agent's addresses)"},
+	{"networking.k8s.io", "networkpolicies", []string{"list", "watch"}, "pkg/controller: the NetworkPolicy informer"},
+	{"policy.networking.k8s.io", "clusternetworkpolicies", []string{"list", "watch"}, "pkg/controller/clusterpolicies.go: the ClusterNetworkPolicy informer"},
+	{"discovery.k8s.io", "endpointslices", []string{"list", "watch"}, "cmd/nftpolicy/agent_fqdn.go: the --dns-service EndpointSlices"},
+	// client-go's tools/record broadcaster (cmd/nftpolicy/agent.go, through
+	// controller.EventSink): Create, and Patch when an Event recurs.
+	{"", "events", []string{"create", "patch"}, "cmd/nftpolicy/agent.go: the event broadcaster (core/v1)"},
+	{"authentication.k8s.io", "tokenreviews", []string{"create"}, "cmd/nftpolicy/agent_metricsauth.go: --metrics-auth=delegated"},
+	{"authorization.k8s.io", "subjectaccessreviews", []string{"create"}, "cmd/nftpolicy/agent_metricsauth.go: --metrics-auth=delegated"},
+}
+
+// TestInstallClusterRoleIsLeastPrivilege parses install.yaml's ClusterRole
+// and compares what it grants, rule by rule, with agentAccess: nothing
+// missing, nothing more, and no wildcard, resource name or non-resource
+// URL. No API server needed.
+func TestInstallClusterRoleIsLeastPrivilege(t *testing.T) {
+	docs, err := cluster.InstallDocuments("ClusterRole")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs) != 1 {
+		t.Fatalf("install.yaml has %d ClusterRoles, want 1", len(docs))
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict([]byte(docs[0]), &role); err != nil {
+		t.Fatal(err)
+	}
+	key := func(group, resource, verb string) string {
+		if group == "" {
+			group = "core"
+		}
+		return group + "/" + resource + ":" + verb
+	}
+	granted := map[string]bool{}
+	for i, r := range role.Rules {
+		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("rule %d: resourceNames %v, nonResourceURLs %v: the agent uses neither", i, r.ResourceNames, r.NonResourceURLs)
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if g == "*" || res == "*" || v == "*" || strings.Contains(res, "/") {
+						t.Errorf("rule %d grants %s: no wildcards or subresources", i, key(g, res, v))
+					}
+					granted[key(g, res, v)] = true
+				}
+			}
+		}
+	}
+	needed := map[string]string{}
+	for _, a := range agentAccess {
+		for _, v := range a.verbs {
+			needed[key(a.group, a.resource, v)] = a.where
+		}
+	}
+	for k, where := range needed {
+		if !granted[k] {
+			t.Errorf("install.yaml's ClusterRole lacks %s, which the agent needs (%s)", k, where)
+		}
+	}
+	var extra []string
+	for k := range granted {
+		if _, ok := needed[k]; !ok {
+			extra = append(extra, k)
+		}
+	}
+	slices.Sort(extra)
+	for _, k := range extra {
+		t.Errorf("install.yaml's ClusterRole grants %s, which the agent never uses", k)
+	}
 }

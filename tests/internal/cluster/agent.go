@@ -28,7 +28,8 @@ import (
 type Agent struct {
 	Node string
 	// MetricsAddr and HealthAddr are the agent's listen addresses inside
-	// the node namespace.
+	// the node namespace. An empty MetricsAddr, set before Start, leaves
+	// the flag out: the agent's default (Metrics cannot scrape it then).
 	MetricsAddr, HealthAddr string
 	// LogPath is the agent's log file; every start appends to it.
 	LogPath string
@@ -116,11 +117,13 @@ func (a *Agent) Args() []string {
 		"--kubeconfig", a.Kubeconfig,
 		"--hostname-override", a.Node,
 		"--mode", string(a.c.cfg.Mode),
-		"--metrics-bind-address", a.MetricsAddr,
 		"--health-bind-address", a.HealthAddr,
 		"--v", strconv.Itoa(a.c.cfg.Verbosity),
 		// One state directory per node, as a DaemonSet's hostPath would be.
 		"--state-dir", filepath.Join(a.c.logDir, "state-"+a.Node),
+	}
+	if a.MetricsAddr != "" {
+		args = append(args, "--metrics-bind-address", a.MetricsAddr)
 	}
 	return append(args, a.c.cfg.AgentArgs...)
 }
