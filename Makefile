@@ -4,9 +4,11 @@ GO ?= go
 BIN := _output/bin/nftpolicy
 SEEDS ?= 1-60
 FUZZTIME ?= 10s
+# make test runs every fuzz target briefly (the kept inputs run in go test).
+CI_FUZZTIME ?= 5s
 LONG_SEEDS ?= 1-500
 
-.PHONY: all build test test-unit fuzz vet tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean
+.PHONY: all build test test-unit fuzz redteam vet tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean
 
 all: build
 
@@ -41,6 +43,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseQueueMsg$$' -fuzztime $(FUZZTIME) ./pkg/queue
 	$(GO) test -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME) ./pkg/compile
 
+# The red-team suite alone (tests/redteam, docs/security.md): every attack
+# on the agent enacted on the real kernel; make test runs it too.
+redteam: deps tools build
+	NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -v ./tests/redteam
+
 # Everything: unit, real-kernel (root, network namespaces), real API server,
 # end-to-end, and the differential check over a fixed seed range.
 test: deps tools vet build
@@ -48,6 +55,7 @@ test: deps tools vet build
 	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
 	bash hack/diff.sh --seeds 1-20 --mode queue
 	bash hack/diff.sh --seeds 1-30 --mode hybrid --incremental
+	$(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 
 diff:
 	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
