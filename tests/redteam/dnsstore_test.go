@@ -15,7 +15,6 @@ import (
 	"github.com/nftpolicy/nftpolicy/tests/internal/dnsserver"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
-	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 // dnsstoreLab is tests/kernel's FQDN lab (x/a on node-1 may reach the
@@ -58,18 +57,7 @@ func dnsstoreScenario(t *testing.T, rename string) *compile.Scenario {
 
 func newDNSStoreLab(t *testing.T, records ...dnsserver.Record) *dnsstoreLab {
 	t.Helper()
-	testenv.Require(t, "red-team tests", testenv.Root("create network namespaces, veths and nftables rulesets"), testenv.Binaries("ip", "nft"))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	fl, err := kernel.NewFQDNLab(ctx, kernel.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := fl.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	ctx, fl := openFQDNLab(t)
 	if _, err := fl.C.Apply(ctx, dnsstoreScenario(t, ""), false); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/nftpolicy/nftpolicy/tests/internal/dnsserver"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
-	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 // The DNS stream attacks run on tests/kernel's FQDN scenario (x/a on
@@ -49,9 +48,7 @@ type dnsstreamLab struct {
 
 func newDNSStreamLab(t *testing.T, extra []dnsserver.Record) *dnsstreamLab {
 	t.Helper()
-	testenv.Require(t, "red-team tests", testenv.Root("create network namespaces, veths and nftables rulesets"), testenv.Binaries("ip", "nft"))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
+	ctx := requireLab(t)
 	text := strings.Replace(kernel.FQDNScenario, "pods:\n",
 		"pods:\n  - {namespace: z, name: evil, labels: {app: evil}, ip: 10.244.1.66, node: node-1}\n", 1)
 	s, err := compile.ParseScenario([]byte(text))

@@ -18,7 +18,6 @@ import (
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
-	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 // revokeLab is tests/kernel's FQDN lab (x/a on node-1 may reach the names
@@ -33,19 +32,7 @@ type revokeLab struct {
 
 func newRevokeLab(t *testing.T) *revokeLab {
 	t.Helper()
-	testenv.Require(t, "red-team revocation", testenv.Root("create network namespaces, nftables rulesets and conntrack entries"),
-		testenv.Binaries("ip", "nft"))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	fl, err := kernel.NewFQDNLab(ctx, kernel.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := fl.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	ctx, fl := openFQDNLab(t)
 	s, err := compile.ParseScenario([]byte(kernel.FQDNScenario))
 	if err != nil {
 		t.Fatal(err)
