@@ -104,6 +104,10 @@ type RenderConfig struct {
 	// new connections (render_share.go).
 	HeldSourceRate, HeldSourceBurst   uint32
 	QueueSourceRate, QueueSourceBurst uint32
+	// DNSPodRate and DNSPodBurst bound, per local pod address, the DNS
+	// queries and, separately, the DNS replies queued to the DNS queue
+	// per second (render_share.go).
+	DNSPodRate, DNSPodBurst uint32
 	// SkipUnknownPods turns off queueing new connections of addresses in
 	// the pod ranges that no known pod holds (render_unknown.go); hybrid
 	// mode then never queues.

@@ -43,6 +43,10 @@ import (
 //     only then accepts it, so the pod cannot connect before the kernel
 //     knows the address.
 //
+// Each pod gets a bounded share of that one queue (ChainDNSQueryShare,
+// ChainDNSReplyShare, render_share.go): one pod flooding queries cannot
+// fill it and starve every other pod's lookups.
+//
 // The pod's queries on a TCP connection are captured too (all its
 // segments but the SYN), so the learner reads both streams. One queue, one
 // reader: a query is always read before its reply can exist. In kernel
@@ -60,6 +64,11 @@ const (
 	// DNS queries after the policy's chains accepted them.
 	ChainDNSQueriesForward = "dns-queries-forward"
 	ChainDNSQueriesInput   = "dns-queries-input"
+	// ChainDNSQueryShare and ChainDNSReplyShare bound each local pod's
+	// share of the DNS queue before ChainDNS: its queries by their source
+	// address, the replies to it by their destination (render_share.go).
+	ChainDNSQueryShare = "dns-query-share"
+	ChainDNSReplyShare = "dns-reply-share"
 	// SetFQDNPodsV4 and SetFQDNPodsV6 hold the local pods whose DNS replies
 	// are learned.
 	SetFQDNPodsV4 = "fqdn-pods-v4"
@@ -164,14 +173,15 @@ func (r *renderer) dnsCapture() {
 		c.Rules = []knftables.Rule{rule(DNSQueueStatement(r.cfg), "")}
 	}
 	r.addChain(c)
+	r.dnsShareChains()
 	var capture, queries []knftables.Rule
 	for _, v4 := range []bool{true, false} {
 		for _, l4 := range []string{"udp sport 53", "tcp sport 53"} {
-			capture = append(capture, rule(fmt.Sprintf("%s daddr @%s %s ct state established ct direction reply goto %s", famWord(v4), fqdnPodsSet(v4), l4, ChainDNS),
+			capture = append(capture, rule(fmt.Sprintf("%s daddr @%s %s ct state established ct direction reply goto %s", famWord(v4), fqdnPodsSet(v4), l4, ChainDNSReplyShare),
 				"DNS reply to a pod with domainNames rules: learn it first"))
 		}
 		for _, l4 := range []string{"udp dport 53", "tcp dport 53 tcp flags & syn == 0"} {
-			queries = append(queries, rule(fmt.Sprintf("%s saddr @%s %s ct direction original goto %s", famWord(v4), fqdnPodsSet(v4), l4, ChainDNS),
+			queries = append(queries, rule(fmt.Sprintf("%s saddr @%s %s ct direction original goto %s", famWord(v4), fqdnPodsSet(v4), l4, ChainDNSQueryShare),
 				"DNS query of a pod with domainNames rules: only its replies are learned"))
 		}
 	}

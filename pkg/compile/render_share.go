@@ -66,7 +66,28 @@ const (
 // second by default, after merging repeats of a flow): one pod's denials
 // take at most 1/40 of the overall budget, 40 sources' denials are all
 // logged at once.
+//
+// The DNS queue (render_fqdn.go): every query of a pod with domainNames
+// rules and every reply to it passes through it, read by one reader.
+// Queries are keyed by the pod's source address, replies by their
+// destination (the pod): the server's address is every pod's, a share
+// keyed on it would let one pod spend every pod's. Per pod and direction
+// 1,000 packets a second, burst 256 (1/16 of the queue's 4,096): a pod
+// holds at most 512 packets of it at once, so eight pods bursting together
+// fill it, one cannot; at full rate a pod sends the reader 2,000 packets a
+// second, and the reader, at some 50 µs a reply (p50 of dns_hold_us, more
+// under contention), keeps up with several such pods. A pod's normal rate
+// is a few to hundreds of lookups a second; with a search path (up to six
+// names, A and AAAA each) a burst of 256 still covers some twenty lookups at
+// once, and a TCP reply of 64 KiB is some 45 segments. Over the share a
+// query is dropped (the pod's resolver retries it); so is a reply, rather
+// than released unlearned: a released answer would sit in the pod's
+// resolver cache for its TTL while the kernel denies its address, and a
+// TCP segment released without the learner seeing it breaks the stream's
+// reassembly, where a dropped one is resent in order.
 const (
+	DefaultDNSPodRate        = 1000
+	DefaultDNSPodBurst       = 256
 	DefaultHeldSourceRate    = 64
 	DefaultHeldSourceBurst   = 128
 	DefaultQueueSourceRate   = 10000
@@ -94,6 +115,16 @@ func (r *renderer) queueShareChains() {
 	}
 }
 
+// dnsShareChains renders the chains that bound each local pod's share of
+// the DNS queue before ChainDNS: ChainDNSQueryShare keyed by the query's
+// source, ChainDNSReplyShare by the reply's destination.
+func (r *renderer) dnsShareChains() {
+	r.sourceLimitChain(ChainDNSQueryShare, "dns-query", r.cfg.DNSPodRate, r.cfg.DNSPodBurst, "goto "+ChainDNS,
+		"DNS queries of pods with domainNames rules: each pod gets a bounded share of the DNS queue")
+	r.destLimitChain(ChainDNSReplyShare, "dns-reply", r.cfg.DNSPodRate, r.cfg.DNSPodBurst, "goto "+ChainDNS,
+		"DNS replies to pods with domainNames rules: each pod gets a bounded share of the DNS queue")
+}
+
 // denyLogLimits renders ChainDenyLogLimits: a packet over its source's
 // rate or over the overall rate is dropped here unlogged (every packet
 // that reaches it is being denied); the others return to their deny chain,
@@ -112,14 +143,27 @@ func (r *renderer) denyLogLimits() {
 // source address over rate/burst, per family, with its meters
 // (<prefix>-sources-v4/-v6), and ends with last (if any).
 func (r *renderer) sourceLimitChain(name, prefix string, rate, burst uint32, last, comment string) *Chain {
+	return r.addrLimitChain(name, prefix+"-sources", "saddr", "source", rate, burst, last, comment)
+}
+
+// destLimitChain is sourceLimitChain keyed by the destination address
+// (meters <prefix>-destinations-v4/-v6): the share of the address packets
+// go to, as the replies to a pod are.
+func (r *renderer) destLimitChain(name, prefix string, rate, burst uint32, last, comment string) *Chain {
+	return r.addrLimitChain(name, prefix+"-destinations", "daddr", "destination", rate, burst, last, comment)
+}
+
+// addrLimitChain renders a meter chain keyed by the packet's field (saddr
+// or daddr), its sets named <sets>-v4/-v6.
+func (r *renderer) addrLimitChain(name, sets, field, what string, rate, burst uint32, last, comment string) *Chain {
 	c := &Chain{Chain: knftables.Chain{Name: name, Comment: ptr(comment)}}
 	for _, v4 := range []bool{true, false} {
-		set := prefix + "-sources" + famSuffix(v4)
+		set := sets + famSuffix(v4)
 		r.addSet(&Set{Dynamic: true, Set: &knftables.Set{Name: set, Type: addrType(v4),
 			Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Size: ptr(uint64(sourceSetSize)), Timeout: ptr(sourceSetTimeout),
-			Comment: ptr(fmt.Sprintf("per source address: %d packets/second, burst %d (written by the rules of %s)", rate, burst, name))}})
-		c.Rules = append(c.Rules, rule(fmt.Sprintf("update @%s { %s saddr limit rate over %d/second burst %d packets } counter drop",
-			set, famWord(v4), rate, burst), "over this source's share"))
+			Comment: ptr(fmt.Sprintf("per %s address: %d packets/second, burst %d (written by the rules of %s)", what, rate, burst, name))}})
+		c.Rules = append(c.Rules, rule(fmt.Sprintf("update @%s { %s %s limit rate over %d/second burst %d packets } counter drop",
+			set, famWord(v4), field, rate, burst), "over this "+what+"'s share"))
 	}
 	if last != "" {
 		c.Rules = append(c.Rules, rule(last, ""))
@@ -136,6 +180,7 @@ func (c *RenderConfig) validateShares() error {
 	}{
 		{"held connections per source", c.HeldSourceRate, c.HeldSourceBurst},
 		{"queued connections per source", c.QueueSourceRate, c.QueueSourceBurst},
+		{"DNS packets per pod", c.DNSPodRate, c.DNSPodBurst},
 	} {
 		if l.rate == 0 || l.burst == 0 {
 			return fmt.Errorf("%s: rate %d/second burst %d: both must be positive", l.what, l.rate, l.burst)
@@ -158,6 +203,8 @@ func (c *RenderConfig) shareDefaults() {
 	def(&c.HeldSourceBurst, DefaultHeldSourceBurst)
 	def(&c.QueueSourceRate, DefaultQueueSourceRate)
 	def(&c.QueueSourceBurst, DefaultQueueSourceBurst)
+	def(&c.DNSPodRate, DefaultDNSPodRate)
+	def(&c.DNSPodBurst, DefaultDNSPodBurst)
 	if c.DenyLogGroup != 0 {
 		def(&c.DenyLogTotalRate, DefaultDenyLogTotalRate)
 		def(&c.DenyLogTotalBurst, DefaultDenyLogTotalBurst)

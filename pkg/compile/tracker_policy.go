@@ -734,7 +734,7 @@ func isComboChain(n string) bool {
 // isTailChain reports whether Render creates a chain after the combination
 // chains: the base chains and the DNS capture.
 func isTailChain(n string) bool {
-	return n == ChainInput || n == ChainForward || n == ChainOutput || n == ChainDNS || n == ChainDNSQueriesForward || n == ChainDNSQueriesInput
+	return n == ChainInput || n == ChainForward || n == ChainOutput || n == ChainDNS || n == ChainDNSQueryShare || n == ChainDNSReplyShare || n == ChainDNSQueriesForward || n == ChainDNSQueriesInput
 }
 
 // comboPosition is where Render would have created a new combination

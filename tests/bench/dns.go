@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
 )
@@ -47,7 +48,13 @@ func RunDNS(ctx context.Context, c DNSConfig) (*Result, error) {
 		mu.Unlock()
 	})
 	before := d.Runtime.Stats().Received
+	// One pod's lookups, paced under its share of the DNS queue (past
+	// compile.DefaultDNSPodRate a second the kernel drops queries, which a
+	// resolver would retry and Lookup does not).
+	pace := time.NewTicker(2 * time.Second / compile.DefaultDNSPodRate)
+	defer pace.Stop()
 	for i := 0; i < c.Lookups; i++ {
+		<-pace.C
 		got, err := lab.Lookup(kernel.FQDNServer, "www.example.com", false, false)
 		if err != nil || len(got) != 1 {
 			return nil, fmt.Errorf("lookup %d: %v %v", i, got, err)
