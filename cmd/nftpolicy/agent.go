@@ -331,7 +331,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	ctrl, err := controller.New(controller.Config{
 		Client: client, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,
-		PodCIDRs: podCIDRs, OnProgram: hooks.run, MemoryReleaser: release,
+		PodCIDRs: podCIDRs, OnProgram: hooks.run, OnPodApplied: hooks.runPod, MemoryReleaser: release,
 	})
 	if err != nil {
 		return err

@@ -39,6 +39,14 @@ type fqdnOptions struct {
 // added. Hooks are added before the controller runs.
 type programHooks struct {
 	hooks []func(old, cur *compile.Program)
+	// pods are the controller's OnPodApplied hooks.
+	pods []func(key string, pod *compile.PodInfo)
+}
+
+func (h *programHooks) runPod(key string, pod *compile.PodInfo) {
+	for _, f := range h.pods {
+		f(key, pod)
+	}
 }
 
 func (h *programHooks) add(f func(old, cur *compile.Program)) {
@@ -150,6 +158,9 @@ func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig
 	// After each publication: pods that left lose their learned elements,
 	// rules with new sets get what their pods resolved.
 	hooks.add(l.OnProgram)
+	// And at once when a pod's removal reaches the kernel incrementally,
+	// before a new pod can be given its address.
+	hooks.pods = append(hooks.pods, l.OnPodApplied)
 	rt, err := queue.NewRuntime(wire.RuntimeConfig(render, 0, log), wire.Decider{L: l})
 	if err != nil {
 		return stop, err

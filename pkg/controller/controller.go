@@ -53,7 +53,13 @@ type Config struct {
 	// previous program (nil at first) and the new one, from the sync loop:
 	// conntrack revocation (pkg/conntrack) cuts flows the change denies.
 	OnProgram func(old, cur *compile.Program)
-	Metrics   *Metrics
+	// OnPodApplied, if set, is called from the sync loop with each pod
+	// change the tracker applies incrementally (pod nil: deleted), before
+	// its elements are written and long before the program that has it
+	// is published: DNS learning (pkg/fqdn) deletes a departed pod's
+	// learned elements before a new pod can hold its address.
+	OnPodApplied func(key string, pod *compile.PodInfo)
+	Metrics      *Metrics
 	// Recorder emits Events on invalid policies; optional.
 	Recorder record.EventRecorder
 	// FullSyncPeriod forces a full sync now and then, repairing any change
@@ -538,6 +544,9 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 		}
 		applied++
 		c.notePodSynced(key, pod)
+		if c.cfg.OnPodApplied != nil {
+			c.cfg.OnPodApplied(key, pod)
+		}
 		if rs := c.tracker.Ruleset(); rs != prev {
 			// The pod created or deleted a combination chain: the tracker
 			// has a new ruleset. The earlier pods' elements go first, to

@@ -572,3 +572,38 @@ func TestPodChangesThatCreateChains(t *testing.T) {
 		t.Errorf("nftpolicy_tracker_corrections_total = %v", got)
 	}
 }
+
+// TestPodRemovalHookBeforePublication: a pod deletion applied
+// incrementally reaches OnPodApplied (pod nil) at once, while the program
+// the evaluator reads still has the pod (the refresh is an hour away):
+// DNS learning deletes the pod's learned elements then, not at the next
+// publication.
+func TestPodRemovalHookBeforePublication(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		removed []string
+	)
+	h := startWith(t, func(c *Config) {
+		c.ProgramRefreshDelay = time.Hour
+		c.OnPodApplied = func(key string, pod *compile.PodInfo) {
+			if pod == nil {
+				mu.Lock()
+				removed = append(removed, key)
+				mu.Unlock()
+			}
+		}
+	}, testPod("x", "a", "n1", "10.0.1.1", nil), testPod("x", "b", "n1", "10.0.1.2", nil), denyAll("x"))
+	eventually(t, "first sync", h.ctrl.Ready)
+	if err := h.client.CoreV1().Pods("x").Delete(context.Background(), "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "x/a gone from the kernel", func() bool { return !strings.Contains(h.nft.dump(), `"x/a"`) })
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(removed, []string{"x/a"}) {
+		t.Errorf("OnPodApplied saw the removals %v, want [x/a]", removed)
+	}
+	if _, ok := h.eval.Program().PodByKey("x/a"); !ok {
+		t.Errorf("the program was published at once: the test no longer shows the hook runs before publication")
+	}
+}

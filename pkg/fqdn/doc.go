@@ -82,7 +82,10 @@
 // The controller calls OnProgram after each publication. A pod that is no
 // longer a local subject of a domainNames rule, or whose addresses
 // changed, loses its store and its elements are deleted from the kernel:
-// a pod given the same address later inherits nothing. A pod whose rules
+// a pod given the same address later inherits nothing. In hybrid mode the
+// controller applies pod changes to the kernel before it publishes a
+// program; it calls OnPodApplied with each, and a departed pod's elements
+// are deleted then, before a new pod can hold its address. A pod whose rules
 // have sets it did not have before (a new rule, or a set replaced because
 // the rule's names changed) gets the store's unexpired answers that those
 // rules match written into them: narrowing a rule keeps what still

@@ -345,6 +345,34 @@ func (l *Learner) OnProgram(_, cur *compile.Program) {
 	}
 }
 
+// OnPodApplied is the controller's hook when it applies one pod's change
+// to the kernel incrementally (controller.Config.OnPodApplied, hybrid
+// mode), before the program that has the change is published. A local
+// subject that is gone (pod nil), no longer eligible, or whose addresses
+// changed loses what it learned at once: its store is emptied and marked
+// gone (no reply adds to it again) and its elements are deleted from its
+// rules' sets. Without it they would stay until the next publication
+// (OnProgram, up to the controller's program refresh delay or twice its
+// last build later), while a new pod given the address may already be in
+// the kernel and would use them. Until that publication, replies to the
+// address are not learned (the index still maps it to the retired entry):
+// the new pod's lookups of that window are released unlearned.
+func (l *Learner) OnPodApplied(key string, pod *compile.PodInfo) {
+	x := l.index()
+	if x == nil {
+		return
+	}
+	e := x.byKey[key]
+	if e == nil || pod != nil && pod.Eligible && slices.Equal(pod.IPs, e.ips) {
+		return
+	}
+	addrs := e.store.takeAll()
+	if l.cfg.Writer == nil {
+		return
+	}
+	l.deleteElements(context.Background(), e, e.rules, addrs, "pod deleted or its addresses changed")
+}
+
 // sweep deletes, from the sets of x's rules, the elements whose pod address
 // is not a local subject of the rule.
 func (l *Learner) sweep(ctx context.Context, x *podIndex) {

@@ -212,6 +212,34 @@ pods:
 	}
 }
 
+// TestOnPodAppliedPodGone: the controller applies x/a's deletion to the
+// kernel before it publishes a program without x/a: its elements go at
+// once, not at the publication, and nothing is learned for x/a again. A
+// change that keeps the pod's addresses deletes nothing.
+func TestOnPodAppliedPodGone(t *testing.T) {
+	tl := newTestLearner(t, scenario, 0, 0)
+	set := tl.prog.FQDNRules()[0].SetV4
+	tl.OnProgram(nil, tl.prog)
+	tl.learnA(t, podA4, "www.example.com", "192.0.2.1", 300)
+	a, _ := tl.prog.PodByKey("x/a")
+	kept := &compile.PodInfo{Key: "x/a", Eligible: true, IPs: tl.prog.Pods[a].IPs}
+	tl.OnPodApplied("x/a", kept)
+	if len(tl.w.deleted) != 0 || !tl.Resolved(podA4, netip.MustParseAddr("192.0.2.1"), web) {
+		t.Fatalf("a change that keeps x/a's addresses deleted %v", elementStrings(tl.w.deleted))
+	}
+	tl.OnPodApplied("x/a", nil)
+	if got, want := elementStrings(tl.w.deleted), []string{set + " 10.0.0.1 . 192.0.2.1"}; !slices.Equal(got, want) {
+		t.Errorf("x/a's deletion applied: deleted %v, want %v", got, want)
+	}
+	if tl.Resolved(podA4, netip.MustParseAddr("192.0.2.1"), web) {
+		t.Errorf("x/a's answer still resolves after its deletion was applied")
+	}
+	tl.learnA(t, podA4, "www.example.com", "192.0.2.1", 300)
+	if tl.Resolved(podA4, netip.MustParseAddr("192.0.2.1"), web) {
+		t.Errorf("a reply to x/a's former address was learned before the program without x/a")
+	}
+}
+
 // listingWriter is a fakeWriter whose sets hold elements already.
 type listingWriter struct {
 	*fakeWriter
