@@ -72,6 +72,13 @@ func policyPairs(t *testing.T) map[string][2]*compile.Ruleset {
 	for _, sc := range scenarios {
 		in := compiletest.GoldenInput(t, sc)
 		name := strings.TrimSuffix(filepath.Base(sc), ".yaml")
+		if name == "fqdn" {
+			// A node's first domainNames policy adds the DNS capture and
+			// per-pod share chains, whose meters (update @set { ... limit })
+			// the batch does not encode: that sync goes through nft by
+			// design (the last case below), and its ruleset is golden text.
+			continue
+		}
 		add(name, in, compile.RenderConfig{Mode: compile.ModeHybrid})
 		add(name+" deny log", in, compile.RenderConfig{Mode: compile.ModeHybrid, DenyLogGroup: 7})
 	}
