@@ -172,109 +172,131 @@ func ParseMessage(msg []byte) (Reply, error) {
 	if err != nil {
 		return Reply{}, notLearnable(CauseMalformed)
 	}
-	type owned struct {
-		addrs []netip.Addr
-		ttl   uint32
+	rs := answerRecords{cname: map[string]*alias{}, addrs: map[string]*owned{}}
+	if err := rs.read(&p); err != nil {
+		return Reply{}, err
 	}
-	type alias struct {
-		target   string
-		ttl      uint32
-		conflict bool // more than one distinct target
-	}
-	var out Reply
-	cname := map[string]*alias{}
-	addrs := map[string]*owned{}
-	for {
-		rh, err := p.AnswerHeader()
-		if errors.Is(err, dnsmessage.ErrSectionDone) {
-			break
-		}
-		if err != nil {
-			return Reply{}, notLearnable(CauseMalformed)
-		}
-		if rh.Class != dnsmessage.ClassINET {
-			if err := p.SkipAnswer(); err != nil {
-				return Reply{}, notLearnable(CauseMalformed)
-			}
-			continue
-		}
-		name := compile.NormalizeDomain(rh.Name.String())
-		switch rh.Type {
-		case dnsmessage.TypeCNAME:
-			r, err := p.CNAMEResource()
-			if err != nil {
-				return Reply{}, notLearnable(CauseMalformed)
-			}
-			target := compile.NormalizeDomain(r.CNAME.String())
-			switch a := cname[name]; {
-			case a == nil:
-				cname[name] = &alias{target: target, ttl: rh.TTL}
-			case a.target != target:
-				a.conflict = true
-			default:
-				a.ttl = min(a.ttl, rh.TTL)
-			}
-		case dnsmessage.TypeA, dnsmessage.TypeAAAA:
-			var a netip.Addr
-			if rh.Type == dnsmessage.TypeA {
-				r, err := p.AResource()
-				if err != nil {
-					return Reply{}, notLearnable(CauseMalformed)
-				}
-				a = netip.AddrFrom4(r.A)
-			} else {
-				r, err := p.AAAAResource()
-				if err != nil {
-					return Reply{}, notLearnable(CauseMalformed)
-				}
-				a = netip.AddrFrom16(r.AAAA)
-			}
-			if cause := skipAddr(a); cause != "" {
-				if out.Skipped == nil {
-					out.Skipped = map[string]int{}
-				}
-				out.Skipped[cause]++
-				continue
-			}
-			x := addrs[name]
-			if x == nil {
-				x = &owned{ttl: rh.TTL}
-				addrs[name] = x
-			}
-			if !slices.Contains(x.addrs, a) {
-				x.addrs = append(x.addrs, a)
-			}
-			x.ttl = min(x.ttl, rh.TTL)
-		default:
-			if err := p.SkipAnswer(); err != nil {
-				return Reply{}, notLearnable(CauseMalformed)
-			}
-		}
-	}
+	out := Reply{Skipped: rs.skipped}
 	for _, q := range qs {
 		if q.Class != dnsmessage.ClassINET || (q.Type != dnsmessage.TypeA && q.Type != dnsmessage.TypeAAAA) {
 			continue
 		}
-		// Walk the chain from the question: each owner of address records
-		// on it is resolved by the names before it and itself.
-		name := compile.NormalizeDomain(q.Name.String())
-		var chain []string
-		ttl := ^uint32(0) // the smallest CNAME TTL so far
-		for len(chain) < maxChain && !slices.Contains(chain, name) {
-			chain = append(chain, name)
-			if r := addrs[name]; r != nil {
-				out.Answers = append(out.Answers, Answer{Names: slices.Clone(chain), Addrs: r.addrs,
-					TTL: time.Duration(min(ttl, r.ttl)) * time.Second})
-			}
-			a := cname[name]
-			if a == nil || a.conflict {
-				break
-			}
-			ttl = min(ttl, a.ttl)
-			name = a.target
-		}
+		out.Answers = rs.resolve(compile.NormalizeDomain(q.Name.String()), out.Answers)
 	}
 	return out, nil
+}
+
+// answerRecords are the IN-class CNAME and address records of a reply's
+// answer section, by owner name.
+type answerRecords struct {
+	cname   map[string]*alias
+	addrs   map[string]*owned
+	skipped map[string]int
+}
+
+// owned are the learnable addresses of one owner name and their smallest
+// TTL.
+type owned struct {
+	addrs []netip.Addr
+	ttl   uint32
+}
+
+// alias is the CNAME of one owner name.
+type alias struct {
+	target   string
+	ttl      uint32
+	conflict bool // more than one distinct target
+}
+
+// read reads the answer section; any record it cannot parse makes the
+// reply malformed.
+func (rs *answerRecords) read(p *dnsmessage.Parser) error {
+	for {
+		rh, err := p.AnswerHeader()
+		if errors.Is(err, dnsmessage.ErrSectionDone) {
+			return nil
+		}
+		if err != nil {
+			return notLearnable(CauseMalformed)
+		}
+		name := compile.NormalizeDomain(rh.Name.String())
+		switch {
+		case rh.Class == dnsmessage.ClassINET && rh.Type == dnsmessage.TypeCNAME:
+			r, err := p.CNAMEResource()
+			if err != nil {
+				return notLearnable(CauseMalformed)
+			}
+			rs.addCNAME(name, compile.NormalizeDomain(r.CNAME.String()), rh.TTL)
+		case rh.Class == dnsmessage.ClassINET && rh.Type == dnsmessage.TypeA:
+			r, err := p.AResource()
+			if err != nil {
+				return notLearnable(CauseMalformed)
+			}
+			rs.addAddr(name, netip.AddrFrom4(r.A), rh.TTL)
+		case rh.Class == dnsmessage.ClassINET && rh.Type == dnsmessage.TypeAAAA:
+			r, err := p.AAAAResource()
+			if err != nil {
+				return notLearnable(CauseMalformed)
+			}
+			rs.addAddr(name, netip.AddrFrom16(r.AAAA), rh.TTL)
+		default:
+			if err := p.SkipAnswer(); err != nil {
+				return notLearnable(CauseMalformed)
+			}
+		}
+	}
+}
+
+func (rs *answerRecords) addCNAME(name, target string, ttl uint32) {
+	switch a := rs.cname[name]; {
+	case a == nil:
+		rs.cname[name] = &alias{target: target, ttl: ttl}
+	case a.target != target:
+		a.conflict = true
+	default:
+		a.ttl = min(a.ttl, ttl)
+	}
+}
+
+func (rs *answerRecords) addAddr(name string, a netip.Addr, ttl uint32) {
+	if cause := skipAddr(a); cause != "" {
+		if rs.skipped == nil {
+			rs.skipped = map[string]int{}
+		}
+		rs.skipped[cause]++
+		return
+	}
+	x := rs.addrs[name]
+	if x == nil {
+		x = &owned{ttl: ttl}
+		rs.addrs[name] = x
+	}
+	if !slices.Contains(x.addrs, a) {
+		x.addrs = append(x.addrs, a)
+	}
+	x.ttl = min(x.ttl, ttl)
+}
+
+// resolve walks the chain from a question name and appends an answer for
+// each owner of address records on it: resolved by the names before it on
+// the chain and by itself.
+func (rs *answerRecords) resolve(name string, out []Answer) []Answer {
+	var chain []string
+	ttl := ^uint32(0) // the smallest CNAME TTL so far
+	for len(chain) < maxChain && !slices.Contains(chain, name) {
+		chain = append(chain, name)
+		if r := rs.addrs[name]; r != nil {
+			out = append(out, Answer{Names: slices.Clone(chain), Addrs: r.addrs,
+				TTL: time.Duration(min(ttl, r.ttl)) * time.Second})
+		}
+		a := rs.cname[name]
+		if a == nil || a.conflict {
+			break
+		}
+		ttl = min(ttl, a.ttl)
+		name = a.target
+	}
+	return out
 }
 
 // skipAddr returns why an answer address is not learned ("" if it is).
