@@ -291,48 +291,7 @@ func (l *Learner) Learn(ctx context.Context, src, dst netip.Addr, msg []byte) Re
 		l.cfg.Metrics.answersSkipped.WithLabelValues(cause).Add(float64(n))
 	}
 	now := l.cfg.Now()
-	var els []Element
-	var learned []learnedName
-	// One reply may fill at most the pod's bounds: the store then evicts
-	// every other name rather than exceed them.
-	names, links := 0, 0
-	for _, a := range reply.Answers {
-		ttl := min(max(a.TTL, l.cfg.MinTTL), l.cfg.MaxTTL)
-		var rules []*compile.FQDNRule
-		for i := range pod.rules {
-			if anyNameMatches(pod.rules[i].Domains, a.Names) {
-				rules = append(rules, &pod.rules[i])
-			}
-		}
-		if len(rules) == 0 {
-			continue
-		}
-		// The store keeps the names a rule of the pod matches: what
-		// Resolved and a later program's rules can ask about.
-		var kept []string
-		for _, n := range a.Names {
-			if podMatches(pod.rules, n) {
-				kept = append(kept, n)
-			}
-		}
-		if names+len(kept) > l.cfg.MaxNamesPerPod || links+len(kept)*len(a.Addrs) > l.cfg.MaxAddrsPerPod {
-			l.cfg.Metrics.answersSkipped.WithLabelValues(AnswerOverBound).Add(float64(len(a.Addrs)))
-			continue
-		}
-		names, links = names+len(kept), links+len(kept)*len(a.Addrs)
-		for _, n := range kept {
-			learned = append(learned, learnedName{name: n, addrs: a.Addrs, expiry: now.Add(ttl), ttl: ttl})
-		}
-		for _, fr := range rules {
-			// An A answer pairs with the pod's IPv4 address, an AAAA
-			// answer with its IPv6 address, whatever the reply's family.
-			for _, addr := range a.Addrs {
-				if pa, ok := pod.addr(addr.Is4()); ok {
-					els = append(els, Element{Set: fr.Set(addr.Is4()), Pod: pa, Addr: addr, Timeout: ttl})
-				}
-			}
-		}
-	}
+	els, learned := l.selectAnswers(pod, reply.Answers, now)
 	if len(learned) == 0 {
 		if len(reply.Answers) == 0 {
 			return l.skip(CauseNoAddress, src, dst)
@@ -379,6 +338,53 @@ func (l *Learner) Learn(ctx context.Context, src, dst netip.Addr, msg []byte) Re
 		}
 	}
 	return Result{Learned: len(els), Release: true}
+}
+
+// selectAnswers picks, from a reply's answers, the kernel elements to write
+// for the rules of pod whose names they match, and the names to store. One
+// reply may fill at most the pod's bounds; past them its answers are
+// counted and left out.
+func (l *Learner) selectAnswers(pod *podEntry, answers []Answer, now time.Time) (els []Element, learned []learnedName) {
+	// The store then evicts every other name rather than exceed them.
+	names, links := 0, 0
+	for _, a := range answers {
+		ttl := min(max(a.TTL, l.cfg.MinTTL), l.cfg.MaxTTL)
+		var rules []*compile.FQDNRule
+		for i := range pod.rules {
+			if anyNameMatches(pod.rules[i].Domains, a.Names) {
+				rules = append(rules, &pod.rules[i])
+			}
+		}
+		if len(rules) == 0 {
+			continue
+		}
+		// The store keeps the names a rule of the pod matches: what
+		// Resolved and a later program's rules can ask about.
+		var kept []string
+		for _, n := range a.Names {
+			if podMatches(pod.rules, n) {
+				kept = append(kept, n)
+			}
+		}
+		if names+len(kept) > l.cfg.MaxNamesPerPod || links+len(kept)*len(a.Addrs) > l.cfg.MaxAddrsPerPod {
+			l.cfg.Metrics.answersSkipped.WithLabelValues(AnswerOverBound).Add(float64(len(a.Addrs)))
+			continue
+		}
+		names, links = names+len(kept), links+len(kept)*len(a.Addrs)
+		for _, n := range kept {
+			learned = append(learned, learnedName{name: n, addrs: a.Addrs, expiry: now.Add(ttl), ttl: ttl})
+		}
+		for _, fr := range rules {
+			// An A answer pairs with the pod's IPv4 address, an AAAA
+			// answer with its IPv6 address, whatever the reply's family.
+			for _, addr := range a.Addrs {
+				if pa, ok := pod.addr(addr.Is4()); ok {
+					els = append(els, Element{Set: fr.Set(addr.Is4()), Pod: pa, Addr: addr, Timeout: ttl})
+				}
+			}
+		}
+	}
+	return els, learned
 }
 
 func (l *Learner) skip(cause string, src, dst netip.Addr) Result {
