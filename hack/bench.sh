@@ -20,7 +20,7 @@
 #   sync   BenchmarkSync of pkg/sets: Build, Render and the transaction, full
 #          and one-pod incremental, against knftables.Fake and the kernel
 #          (BenchmarkPolicySync: one NetworkPolicy and one ClusterNetworkPolicy edit, tracker and rebuild)
-#   eval   BenchmarkEvaluate* of pkg/queue at 10k policies
+#   eval   BenchmarkEvaluate* of pkg/evaluate at 10k policies
 #   compile BenchmarkExceptCompile of pkg/compile: one policy with 16,000
 #          scattered /32 exceptions, whole build (except_compile_ms_16000)
 #   scale  a real kube-apiserver with 1k/10k/50k/100k pods on fake nodes and 1k
@@ -106,7 +106,7 @@ fi
 export NFTPOLICY_BIN=$BIN
 $GO build -o "$OUT/nftbench" ./tests/bench/cmd/nftbench
 $GO test -c -o "$OUT/sets.test" ./pkg/sets
-$GO test -c -o "$OUT/queue.test" ./pkg/queue
+$GO test -c -o "$OUT/evaluate.test" ./pkg/evaluate
 $GO test -c -o "$OUT/fqdn.test" ./pkg/fqdn
 $GO test -c -o "$OUT/compile.test" ./pkg/compile
 NFTBENCH=$OUT/nftbench
@@ -171,7 +171,7 @@ fi
 if section eval; then
 	contention eval
 	log "eval: BenchmarkEvaluate at 10k policies (count $EVAL_COUNT)"
-	"$OUT/queue.test" -test.run '^$' -test.bench 'BenchmarkEvaluate(|Hot|Worst)/policies=10000$' \
+	"$OUT/evaluate.test" -test.run '^$' -test.bench 'BenchmarkEvaluate(|Hot|Worst)/policies=10000$' \
 		-test.benchtime "$EVAL_TIME" -test.count "$EVAL_COUNT" -test.timeout 10m | tee "$OUT/eval.bench" >&2
 	"$NFTBENCH" gobench "$OUT/eval.bench" >"$OUT/eval.txt"
 fi

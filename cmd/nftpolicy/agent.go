@@ -36,6 +36,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
@@ -221,7 +222,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark,
 		DNSQueueNum: dnsQueue, NoSourceValidation: !o.sourceValid}
-	eval := &queue.Evaluator{OpenWithoutProgram: o.failOpen}
+	eval := &evaluate.Evaluator{OpenWithoutProgram: o.failOpen}
 	podCIDRs, err := o.newPod.parsePodCIDRs()
 	if err != nil {
 		return err

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/denylog"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 // denyLogOptions are the agent's deny log flags.
@@ -45,7 +45,7 @@ func (o *denyLogOptions) configureDenyLog(render *compile.RenderConfig) {
 }
 
 // startDenyLog starts the deny log reader when the ruleset logs denials.
-func (o *denyLogOptions) startDenyLog(ctx context.Context, render compile.RenderConfig, node string, eval *queue.Evaluator,
+func (o *denyLogOptions) startDenyLog(ctx context.Context, render compile.RenderConfig, node string, eval *evaluate.Evaluator,
 	reg prometheus.Registerer) error {
 	if render.DenyLogGroup == 0 {
 		return nil

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn/wire"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
@@ -126,7 +127,7 @@ func (o *fqdnOptions) sources() (*fqdn.Sources, error) {
 // once the queue is bound. stop, called when the agent exits, hands the
 // DNS queue over to a successor listening on the other of the DNS queue's
 // two numbers (as the connection queues are, see startQueue) and closes it.
-func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig, base uint16, eval *queue.Evaluator, elements *sets.NetlinkElements,
+func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig, base uint16, eval *evaluate.Evaluator, elements *sets.NetlinkElements,
 	client kubernetes.Interface, reg prometheus.Registerer, errs chan<- error, hooks *programHooks) (stop func(), err error) {
 	log := klog.FromContext(ctx).WithName("fqdn")
 	stop = func() {}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 // newPodOptions are the flags of the two unenforced windows: pods that send
@@ -33,7 +33,7 @@ type newPodOptions struct {
 func (o *newPodOptions) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.unknownPods, "unknown-pods", true, "queue new connections from or to an address in the pod ranges that no known pod holds, until the agent learns the pod (hybrid and queue mode)")
 	fs.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "the cluster's pod address ranges (default: every Node's spec.podCIDRs)")
-	fs.DurationVar(&o.wait, "unknown-pod-wait", queue.DefaultUnknownPodWait, "how long a connection of an unknown pod waits for the pod to be programmed before --fail-open decides it")
+	fs.DurationVar(&o.wait, "unknown-pod-wait", evaluate.DefaultUnknownPodWait, "how long a connection of an unknown pod waits for the pod to be programmed before --fail-open decides it")
 	fs.Uint32Var(&o.sourceRate, "unknown-pod-source-rate", compile.DefaultHeldSourceRate,
 		"per source address, at most this many new connections of unknown pod addresses a second are queued (held until the pod is programmed); what exceeds it, and the burst, is dropped in the kernel")
 	fs.Uint32Var(&o.sourceBurst, "unknown-pod-source-burst", compile.DefaultHeldSourceBurst,
@@ -62,7 +62,7 @@ func (o *newPodOptions) parsePodCIDRs() ([]netip.Prefix, error) {
 
 // configure applies the options to the render configuration and the
 // evaluator, and registers the unknown-pod metrics.
-func (o *newPodOptions) configure(render *compile.RenderConfig, eval *queue.Evaluator, reg prometheus.Registerer) error {
+func (o *newPodOptions) configure(render *compile.RenderConfig, eval *evaluate.Evaluator, reg prometheus.Registerer) error {
 	render.SkipUnknownPods = !o.unknownPods
 	render.HeldSourceRate, render.HeldSourceBurst = o.sourceRate, o.sourceBurst
 	eval.UnknownPodWait = o.wait
@@ -96,7 +96,7 @@ func (o *newPodOptions) configure(render *compile.RenderConfig, eval *queue.Eval
 // controller's hook. Nil (no hook) when revocation is off. The revoker
 // decides with eval, and so with what pods resolved (eval.Resolved, set by
 // startFQDN before the first program is published).
-func (o *newPodOptions) startRevoker(ctx context.Context, eval *queue.Evaluator) (func(old, cur *compile.Program), error) {
+func (o *newPodOptions) startRevoker(ctx context.Context, eval *evaluate.Evaluator) (func(old, cur *compile.Program), error) {
 	if !o.revoke {
 		return nil, nil
 	}

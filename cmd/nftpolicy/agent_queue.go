@@ -17,6 +17,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
@@ -73,7 +74,7 @@ func queueCount(flag uint16) uint16 {
 // successor listening on the other range (points the queue rule at it and
 // drains its own queues) and then closes the queues. done is true when the
 // agent must return at once (ctx ended, or err).
-func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderConfig, node string, eval *queue.Evaluator,
+func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderConfig, node string, eval *evaluate.Evaluator,
 	reg prometheus.Registerer, metrics *controller.Metrics, errs chan error) (stop func(), done bool, err error) {
 	log := klog.FromContext(ctx)
 	stop = func() {}
@@ -95,7 +96,7 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 	rt, err := queue.NewRuntime(queue.RuntimeConfig{
 		QueueNum: first, Queues: render.Queues, FailOpen: o.failOpen, MaxQueueLen: o.maxQueueLen, MaxHeldPerSource: o.newPod.maxHeldPerSource(),
 		AllowMark: withDefaults.AllowMark, Logger: log.WithName("queue"), Observer: metrics, Hold: hold,
-	}.Defaults(), eval)
+	}.Defaults(), queue.Evaluating(eval))
 	if err != nil {
 		return stop, true, err
 	}
@@ -135,7 +136,7 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 // rule here, before that sync publishes its program. With --fail-open no
 // program means accept: read at once. Polled: it only runs until the
 // first sync, and a few milliseconds more of holding cost nothing.
-func releaseHold(ctx context.Context, eval *queue.Evaluator, hold chan struct{}, failOpen bool) {
+func releaseHold(ctx context.Context, eval *evaluate.Evaluator, hold chan struct{}, failOpen bool) {
 	if failOpen || eval.Program() != nil {
 		close(hold)
 		return

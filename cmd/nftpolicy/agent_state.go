@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 // stateOptions are the flags of the agent's state on the node.
@@ -31,12 +31,12 @@ func (o *stateOptions) addFlags(fs *pflag.FlagSet) {
 // exists, publishes its program before the queues are bound. Only an
 // unusable state directory is an error; a missing or unusable snapshot
 // means starting without a program, as without --state-dir.
-func (o *stateOptions) restore(ctx context.Context, eval *queue.Evaluator, node string, reg prometheus.Registerer) error {
+func (o *stateOptions) restore(ctx context.Context, eval *evaluate.Evaluator, node string, reg prometheus.Registerer) error {
 	if o.dir == "" {
 		return nil
 	}
 	log := klog.FromContext(ctx).WithName("state")
-	snaps, err := queue.NewSnapshots(o.dir, node, log)
+	snaps, err := evaluate.NewSnapshots(o.dir, node, log)
 	if err != nil {
 		return fmt.Errorf("--state-dir %s: %w", o.dir, err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 // ProbeResult is one output line of `nftpolicy eval`.
@@ -47,7 +47,7 @@ func EvalScenario(s *compile.Scenario) []ProbeResult {
 	out := make([]ProbeResult, len(s.Probes))
 	for i, pr := range s.Probes {
 		src, dst, _ := s.ProbeAddrs(i) // validated by ParseScenario
-		v := queue.EvaluateResolved(prog, resolved, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
+		v := evaluate.EvaluateResolved(prog, resolved, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
 		out[i] = ProbeResult{Probe: i, Allowed: v.Allowed, Ingress: v.Ingress, Egress: v.Egress, Reason: v.Reason()}
 	}
 	return out

@@ -23,7 +23,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 const explainUsage = `usage:
@@ -38,19 +38,19 @@ failed. As a kubectl plugin (kubectl-nftpolicy on PATH): kubectl nftpolicy expla
 
 // ExplainResult is the output of `nftpolicy explain --output json`.
 type ExplainResult struct {
-	From          string       `json:"from"`
-	To            string       `json:"to"`
-	Source        string       `json:"source"`
-	Destination   string       `json:"destination"`
-	Protocol      string       `json:"protocol"`
-	Port          uint16       `json:"port"`
-	Allowed       bool         `json:"allowed"`
-	Egress        bool         `json:"egress"`
-	Ingress       bool         `json:"ingress"`
-	EgressReason  string       `json:"egressReason"`
-	IngressReason string       `json:"ingressReason"`
-	Reason        string       `json:"reason"`
-	NearestMiss   []queue.Miss `json:"nearestMiss"`
+	From          string          `json:"from"`
+	To            string          `json:"to"`
+	Source        string          `json:"source"`
+	Destination   string          `json:"destination"`
+	Protocol      string          `json:"protocol"`
+	Port          uint16          `json:"port"`
+	Allowed       bool            `json:"allowed"`
+	Egress        bool            `json:"egress"`
+	Ingress       bool            `json:"ingress"`
+	EgressReason  string          `json:"egressReason"`
+	IngressReason string          `json:"ingressReason"`
+	Reason        string          `json:"reason"`
+	NearestMiss   []evaluate.Miss `json:"nearestMiss"`
 	// Kernel is the trace through this node's ruleset (--from-ruleset).
 	Kernel *Trace `json:"kernel,omitempty"`
 }
@@ -119,7 +119,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return bad("%v", err)
 	}
-	ex := queue.Explain(prog, src, dst, proto, o.port)
+	ex := evaluate.Explain(prog, src, dst, proto, o.port)
 	res := ExplainResult{From: from, To: to, Source: src.String(), Destination: dst.String(), Protocol: proto.String(), Port: o.port,
 		Allowed: ex.Allowed, Egress: ex.Egress, Ingress: ex.Ingress, EgressReason: ex.EgressReason, IngressReason: ex.IngressReason,
 		Reason: ex.Reason(), NearestMiss: ex.NearestMiss}
@@ -139,7 +139,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 			ok := tr.Verdict == "accept"
 			res.Allowed, res.Egress, res.Ingress = ok, ok, ok
 			res.EgressReason, res.IngressReason, res.Reason = reasonNoModel, reasonNoModel, reasonNoModel
-			res.NearestMiss = []queue.Miss{}
+			res.NearestMiss = []evaluate.Miss{}
 		}
 	}
 	if o.output == "json" {
@@ -205,7 +205,7 @@ func printTrace(w io.Writer, r *ExplainResult) {
 	}
 }
 
-func changeText(c queue.Change) string {
+func changeText(c evaluate.Change) string {
 	switch {
 	case c.Port != 0 || c.Protocol != 0:
 		return fmt.Sprintf("connecting to %s %d", c.ProtocolName, c.Port)

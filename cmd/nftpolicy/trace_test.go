@@ -16,7 +16,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 // kernelListing renders the scenario for node-1, loads the ruleset into the
@@ -101,7 +101,7 @@ func TestTraceAgreesWithEvaluator(t *testing.T) {
 						if err != nil {
 							t.Fatalf("%s -> %s: %v", src, dst, err)
 						}
-						v := queue.Evaluate(prog, src, dst, pp.proto, pp.port)
+						v := evaluate.Evaluate(prog, src, dst, pp.proto, pp.port)
 						if (tr.Verdict == "accept") != v.Allowed {
 							t.Errorf("%s -> %s %s %d: kernel %s (%v), evaluator %v (%s)", src, dst, pp.proto, pp.port, tr.Verdict, tr.Steps, v.Allowed, v.Reason())
 						}
@@ -130,7 +130,7 @@ func TestExplainCommand(t *testing.T) {
 	var res struct {
 		Allowed, Ingress, Egress bool
 		Reason                   string
-		NearestMiss              []queue.Miss
+		NearestMiss              []evaluate.Miss
 	}
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestExplainCommand(t *testing.T) {
 	if res.Allowed || res.Ingress || !res.Egress || !strings.Contains(res.Reason, "x/allow-web, x/default-deny isolate x/web") {
 		t.Errorf("got %+v", res)
 	}
-	if len(res.NearestMiss) != 1 || res.NearestMiss[0].Condition != queue.CondPort || res.NearestMiss[0].Change.Port != 80 ||
+	if len(res.NearestMiss) != 1 || res.NearestMiss[0].Condition != evaluate.CondPort || res.NearestMiss[0].Change.Port != 80 ||
 		res.NearestMiss[0].Rule != "x/allow-web ingress[0]" {
 		t.Errorf("nearest misses %+v; want x/allow-web ingress[0] on port 80", res.NearestMiss)
 	}

@@ -7,7 +7,7 @@
 //	*Program --Render--> *Ruleset (the desired content of table inet nftpolicy)
 //
 // The Program is immutable once built and is read by both executors: the
-// kernel ruleset is rendered from it, and pkg/queue's evaluator decides
+// kernel ruleset is rendered from it, and pkg/evaluate's evaluator decides
 // from it. The package does no I/O, keeps no clock, and logs nothing: the
 // same input gives the same output, byte for byte, which the golden tests
 // rely on. Invalid policies never make Build fail: their problems are

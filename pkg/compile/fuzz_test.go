@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 // FuzzCompile feeds scenario bytes (docs/scenario-format.md) to the
@@ -113,8 +113,8 @@ func checkCompile(t *testing.T, s *compile.Scenario, in compile.Input) {
 			continue
 		}
 		proto := p.ProbeProtocol()
-		va := queue.Evaluate(a, src, dst, proto, uint16(p.Port))
-		vb := queue.Evaluate(b, src, dst, proto, uint16(p.Port))
+		va := evaluate.Evaluate(a, src, dst, proto, uint16(p.Port))
+		vb := evaluate.Evaluate(b, src, dst, proto, uint16(p.Port))
 		if va.Allowed != vb.Allowed || va.Reason() != vb.Reason() {
 			t.Fatalf("probe %d: %s, then %s", i, va.Reason(), vb.Reason())
 		}

@@ -426,7 +426,7 @@ type Program struct {
 	// Source is the input the program was built from. It shares the
 	// input's objects (which informers never modify): the agent saves it
 	// so that a restarted agent can rebuild the program in force before
-	// its first sync (pkg/queue's snapshot).
+	// its first sync (pkg/evaluate's snapshot).
 	Source Input
 }
 

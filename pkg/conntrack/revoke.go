@@ -28,7 +28,7 @@ type Decision struct {
 }
 
 // DecideFunc decides a new connection from src to dst with a program: the
-// agent passes the evaluator's (queue.Evaluator.DecideSides), which decides
+// agent passes the evaluator's (evaluate.Evaluator.DecideSides), which decides
 // domainNames peers from what pods resolved.
 type DecideFunc func(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (allowed, egressDenied bool, reason string)
 
@@ -59,7 +59,7 @@ type Config struct {
 	Decide DecideFunc
 	// DecideBefore, if set, decides with the earlier programs (did one
 	// admit the flow?); nil: Decide. The agent passes
-	// queue.Evaluator.DecideSidesBefore, which assumes that a pod whose
+	// evaluate.Evaluator.DecideSidesBefore, which assumes that a pod whose
 	// domainNames rules are all gone, and whose answers the learner forgot
 	// with them, had resolved what those rules named.
 	DecideBefore DecideFunc

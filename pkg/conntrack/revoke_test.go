@@ -14,7 +14,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 func pod(ns, name, ip, node string, labels map[string]string) *corev1.Pod {
@@ -198,7 +198,7 @@ func TestRevokeDomainNames(t *testing.T) {
 	if got := conntrack.Affected(old, same); len(got) != 0 {
 		t.Errorf("affected by reordering the names: %v", got)
 	}
-	eval := &queue.Evaluator{Resolved: compile.NewResolvedAnswers(s)}
+	eval := &evaluate.Evaluator{Resolved: compile.NewResolvedAnswers(s)}
 	table := &fakeTable{flows: []ct.Flow{
 		flow("10.0.0.1", "192.0.2.10", 80), // www.example.com: removed
 		flow("10.0.0.1", "192.0.2.13", 80), // api.example.com: kept
@@ -236,7 +236,7 @@ func TestRevokeDeletedDomainRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	cur := compile.Build(s.Input("n1", nil, nil))
-	eval := &queue.Evaluator{Resolved: forgetful{}}
+	eval := &evaluate.Evaluator{Resolved: forgetful{}}
 	eval.Swap(cur)
 	for _, before := range []bool{false, true} {
 		table := &fakeTable{flows: []ct.Flow{

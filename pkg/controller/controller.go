@@ -25,7 +25,7 @@ import (
 	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
@@ -48,7 +48,7 @@ type Config struct {
 	Render   compile.RenderConfig
 	Syncer   *sets.Syncer
 	// Evaluator receives each program after its transaction committed.
-	Evaluator *queue.Evaluator
+	Evaluator *evaluate.Evaluator
 	// OnProgram, if set, is called after each publication with the
 	// previous program (nil at first) and the new one, from the sync loop:
 	// conntrack revocation (pkg/conntrack) cuts flows the change denies.
@@ -103,7 +103,7 @@ func (c *Config) Defaults() {
 		c.ProgramRefreshDelay = DefaultProgramRefreshDelay
 	}
 	if c.Evaluator == nil {
-		c.Evaluator = &queue.Evaluator{}
+		c.Evaluator = &evaluate.Evaluator{}
 	}
 	if c.MemoryReleaser == nil {
 		c.MemoryReleaser = NewMemoryReleaser(DefaultMemoryReleaseDelay)

@@ -25,7 +25,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
@@ -95,7 +95,7 @@ func denyAll(ns string) *networkingv1.NetworkPolicy {
 type harness struct {
 	client *fake.Clientset
 	nft    *flakyNFT
-	eval   *queue.Evaluator
+	eval   *evaluate.Evaluator
 	ctrl   *Controller
 	events *record.FakeRecorder
 	cancel context.CancelFunc
@@ -118,7 +118,7 @@ func startWith(t *testing.T, set func(*Config), objs ...runtime.Object) *harness
 // newHarness is startWith without starting the controller (run).
 func newHarness(t *testing.T, set func(*Config), objs ...runtime.Object) *harness {
 	t.Helper()
-	h := &harness{nft: &flakyNFT{Fake: knftables.NewFake(knftables.InetFamily, compile.TableName)}, eval: &queue.Evaluator{}, events: record.NewFakeRecorder(10)}
+	h := &harness{nft: &flakyNFT{Fake: knftables.NewFake(knftables.InetFamily, compile.TableName)}, eval: &evaluate.Evaluator{}, events: record.NewFakeRecorder(10)}
 	h.client = fake.NewClientset(objs...)
 	syncer, err := sets.New(sets.Config{NFT: h.nft})
 	if err != nil {

@@ -424,7 +424,7 @@ func addrList(as []netip.Addr) string {
 
 // Resolved reports whether the pod at pod resolved a name matching one of
 // the patterns to peer, and the answer has not expired: the evaluator's
-// view of domainNames peers (queue.Resolver). It looks up the pod, then
+// view of domainNames peers (evaluate.Resolver). It looks up the pod, then
 // the few names that resolved to peer, under the pod's lock only.
 func (l *Learner) Resolved(pod, peer netip.Addr, domains []compile.DomainPattern) bool {
 	x := l.index()

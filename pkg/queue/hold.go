@@ -10,7 +10,8 @@ import (
 )
 
 // Holder is an optional interface of a Decider for packets it cannot decide
-// yet: a connection of a pod the agent has not learned about (unknown.go).
+// yet: a connection of a pod the agent has not learned about
+// (evaluate.Evaluator.DecideHeld, through Evaluating).
 // A decision that waits must not run on a queue's reader (the kernel keeps
 // every later packet of that queue waiting behind it), so the Runtime
 // defers a held packet (see DeferringDecider): it calls DecideHeld from a

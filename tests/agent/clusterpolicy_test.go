@@ -16,7 +16,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
@@ -180,7 +180,7 @@ func probeNode(t *testing.T, ctx context.Context, c *cluster.Cluster, step, from
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := queue.Evaluate(prog, c.PodIPs(from)[0], to, compile.ProtoTCP, nodePort)
+	v := evaluate.Evaluate(prog, c.PodIPs(from)[0], to, compile.ProtoTCP, nodePort)
 	res := c.Lab.ProbeOne(ctx, netlab.ProbeReq{From: ep, To: to, Port: nodePort, Proto: netlab.TCP, Timeout: time.Second})
 	if res.Err != nil {
 		t.Fatalf("%s: probe %s -> %s: %v", step, from, to, res.Err)

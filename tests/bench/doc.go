@@ -3,7 +3,7 @@
 // write to the first connection that observes the new verdict, and the
 // agent's footprint with tens of thousands of pods in a real API server.
 // hack/bench.sh runs it (through cmd/nftbench) together with the Go
-// benchmarks of pkg/sets and pkg/queue and prints docs/performance.md's
+// benchmarks of pkg/sets and pkg/evaluate and prints docs/performance.md's
 // table.
 //
 // Every measurement of a data path is reported against a control measured

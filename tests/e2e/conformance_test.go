@@ -19,7 +19,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/tests/e2e"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/kubeenv"
@@ -508,7 +508,7 @@ type cell struct {
 	want     bool
 	spec     e2e.ProbeSpec
 	r        e2e.ProbeResult
-	eval     queue.Verdict
+	eval     evaluate.Verdict
 }
 
 // probeCells probes every ordered pair of distinct pods for each table, all
@@ -529,7 +529,7 @@ func (s *suite) probeCells(ctx context.Context, tables map[pp]ct.TruthTable) ([]
 				}
 				cl := &cell{k: k, from: f, to: to, want: tables[k].Allowed[[2]string{f, to}],
 					spec: e2e.ProbeSpec{From: s.ep[f], To: s.ep[to], Src: ct.GridIP(f), Dst: ct.GridIP(to), Port: k.port, Proto: k.proto}}
-				cl.eval = queue.Evaluate(prog, cl.spec.Src, cl.spec.Dst, k.proto, k.port)
+				cl.eval = evaluate.Evaluate(prog, cl.spec.Src, cl.spec.Dst, k.proto, k.port)
 				cells = append(cells, cl)
 				specs = append(specs, cl.spec)
 			}

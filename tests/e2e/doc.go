@@ -7,7 +7,7 @@
 //
 //   - TestConformance runs the 48 upstream e2e NetworkPolicy cases
 //     (compiletest.NetpolCases, listed in docs/netpol-cases.md; the truth
-//     tables pkg/queue's evaluator tests read too, here on the full
+//     tables pkg/evaluate's tests read too, here on the full
 //     x,y,z x a,b,c grid) in hybrid and in
 //     queue mode, on one cluster per mode whose 9 pods are spread over both
 //     nodes. Policies are created, updated and deleted, and namespaces and

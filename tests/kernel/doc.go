@@ -15,7 +15,7 @@
 // concurrently; a probe is allowed when it connects (TCP) or is echoed
 // (UDP), denied when it times out, and anything else (refused, unreachable,
 // wrong responder) is a harness error, not a verdict. Each probe is compared
-// with queue.Evaluate on the cluster-wide program, the answer of
+// with evaluate.Evaluate on the cluster-wide program, the answer of
 // `nftpolicy eval`.
 //
 // Because both executors read one compile.Program, the comparison checks

@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
@@ -539,16 +540,16 @@ func (r *Report) Errors() []Outcome {
 
 // Evaluate decides every probe of s on the cluster-wide program, as
 // `nftpolicy eval` does.
-func Evaluate(s *compile.Scenario) []queue.Verdict {
+func Evaluate(s *compile.Scenario) []evaluate.Verdict {
 	prog := compile.Build(s.Input("", nil, nil))
 	resolved := compile.NewResolvedAnswers(s)
-	out := make([]queue.Verdict, len(s.Probes))
+	out := make([]evaluate.Verdict, len(s.Probes))
 	for i, pr := range s.Probes {
 		src, dst, err := s.ProbeAddrs(i)
 		if err != nil {
 			continue
 		}
-		out[i] = queue.EvaluateResolved(prog, resolved, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
+		out[i] = evaluate.EvaluateResolved(prog, resolved, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
 	}
 	return out
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
 )
@@ -106,11 +106,11 @@ func TestNewPodsDecidedBeforeKnown(t *testing.T) {
 			}
 		}
 	}
-	held := counts.get(queue.UnknownPodProgrammed)
+	held := counts.get(evaluate.UnknownPodProgrammed)
 	if held == 0 {
 		t.Fatal("no connection was held for an unknown pod: the test did not exercise the unknown-pod path")
 	}
-	if to := counts.get(queue.UnknownPodTimeoutDropped) + counts.get(queue.UnknownPodTimeoutAllowed); to != 0 {
+	if to := counts.get(evaluate.UnknownPodTimeoutDropped) + counts.get(evaluate.UnknownPodTimeoutAllowed); to != 0 {
 		t.Errorf("%d connections reached the wait's bound", to)
 	}
 

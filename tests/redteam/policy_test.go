@@ -15,7 +15,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
@@ -149,7 +149,7 @@ func policyAllows(t *testing.T, ctx context.Context, c *cluster.Cluster, from, t
 	if err != nil {
 		t.Fatal(err)
 	}
-	return queue.Evaluate(prog, c.PodIPs(from)[0], c.PodIPs(to)[0], compile.ProtoTCP, 80).Allowed
+	return evaluate.Evaluate(prog, c.PodIPs(from)[0], c.PodIPs(to)[0], compile.ProtoTCP, 80).Allowed
 }
 
 // policyConnect opens one TCP connection from -> to:80 on real packets.

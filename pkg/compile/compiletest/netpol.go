@@ -14,7 +14,7 @@ import (
 //
 //	NetPol("x", "allow-y", Sel("pod", "a"), Ingress(Peers(NSPeer(Sel(compile.NamespaceNameLabel, "y"))).On(Port(80, "TCP"))))
 //
-// The upstream cases (NetpolCases) and pkg/queue's evaluator tests are
+// The upstream cases (NetpolCases) and pkg/evaluate's tests are
 // written in it.
 
 // Short names for what policies in tests say most.

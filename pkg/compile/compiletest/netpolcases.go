@@ -14,7 +14,7 @@ import (
 // The 48 cases of the upstream NetworkPolicy e2e suite (kubernetes
 // test/e2e/network/netpol/network_policy.go), as truth tables over the
 // grid. docs/netpol-cases.md lists them with upstream's test names. They
-// are the one copy that pkg/queue's evaluator tests and tests/e2e's
+// are the one copy that pkg/evaluate's tests and tests/e2e's
 // real-packet suite both read.
 //
 // Conventions:

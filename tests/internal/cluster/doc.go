@@ -29,7 +29,7 @@
 //
 // Verdicts observed on real packets (ProbeAll) are compared with the
 // userspace evaluator's cluster-wide verdicts on the same API objects
-// (compile.Build + queue.Evaluate), the answer `nftpolicy eval` gives.
+// (compile.Build + evaluate.Evaluate), the answer `nftpolicy eval` gives.
 //
 // Start needs root, ip, nft and the binaries of hack/tools.sh; it skips (or
 // fails, with NFTPOLICY_REQUIRE_TOOLS set) through testenv.Require, as every

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
@@ -286,7 +286,7 @@ func (c *Cluster) ProbeAll(ctx context.Context, o ProbeOptions) (*Matrix, error)
 				continue
 			}
 			cell.Src, cell.Dst = src, dst
-			v := queue.Evaluate(prog, src, dst, proto, o.Port)
+			v := evaluate.Evaluate(prog, src, dst, proto, o.Port)
 			cell.Eval, cell.Reason = v.Allowed, v.Reason()
 			reqs = append(reqs, netlab.ProbeReq{From: from, To: dst, Port: o.Port, Proto: o.Proto, Timeout: o.Timeout})
 			reqCells = append(reqCells, cell)
@@ -340,25 +340,25 @@ func (c *Cluster) Verify(ctx context.Context, o ProbeOptions) (*Matrix, error) {
 
 // Explain returns the evaluator's verdict and reason for a connection
 // between two pods on the API's current state.
-func (c *Cluster) Explain(ctx context.Context, from, to string, port uint16, proto netlab.Proto) (queue.Verdict, error) {
+func (c *Cluster) Explain(ctx context.Context, from, to string, port uint16, proto netlab.Proto) (evaluate.Verdict, error) {
 	prog, err := c.Program(ctx)
 	if err != nil {
-		return queue.Verdict{}, err
+		return evaluate.Verdict{}, err
 	}
 	src, dst, ok := pickAddrs(c.PodIPs(from), c.PodIPs(to))
 	if !ok {
-		return queue.Verdict{}, fmt.Errorf("%s and %s share no address family", from, to)
+		return evaluate.Verdict{}, fmt.Errorf("%s and %s share no address family", from, to)
 	}
 	p := compile.ProtoTCP
 	if proto == netlab.UDP {
 		p = compile.ProtoUDP
 	}
-	return queue.Evaluate(prog, src, dst, p, port), nil
+	return evaluate.Evaluate(prog, src, dst, p, port), nil
 }
 
 // ProbeScenario runs a scenario's probes on real packets and puts each next
 // to `nftpolicy eval`'s verdict for the scenario (compile.Build of its
-// cluster-wide input + queue.Evaluate). Apply the scenario and call
+// cluster-wide input + evaluate.Evaluate). Apply the scenario and call
 // WaitProgrammed first. Only probes between pods of the harness are
 // supported; From and To of each cell are the probe's endpoints.
 func (c *Cluster) ProbeScenario(ctx context.Context, s *compile.Scenario, timeout time.Duration) ([]*Cell, error) {
@@ -388,7 +388,7 @@ func (c *Cluster) ProbeScenario(ctx context.Context, s *compile.Scenario, timeou
 		default:
 			return nil, fmt.Errorf("probes[%d]: only TCP and UDP can be probed", i)
 		}
-		v := queue.Evaluate(prog, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
+		v := evaluate.Evaluate(prog, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
 		cells[i] = &Cell{From: pr.From.Pod, To: pr.To.Pod, Src: src, Dst: dst, Eval: v.Allowed, Reason: v.Reason()}
 		reqs[i] = netlab.ProbeReq{From: from, To: dst, Port: uint16(pr.Port), Proto: proto, Timeout: timeout}
 	}

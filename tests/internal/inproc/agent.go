@@ -30,6 +30,7 @@ import (
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
@@ -60,7 +61,7 @@ type Agent struct {
 	syncer *sets.Syncer
 	rcfg   compile.RenderConfig
 	qcfg   sets.QueueRuleConfig
-	eval   queue.Evaluator
+	eval   evaluate.Evaluator
 	// elements writes element-only changes over netlink, as the agent does.
 	elements *sets.NetlinkElements
 	stopRT   context.CancelFunc
@@ -152,7 +153,7 @@ func (a *Agent) startRuntime(log logr.Logger) error {
 		AllowMark: a.rcfg.AllowMark,
 		NetNS:     int(a.netns.Fd()),
 		Logger:    log,
-	}, &a.eval)
+	}, queue.Evaluating(&a.eval))
 	if err != nil {
 		return err
 	}
@@ -353,7 +354,7 @@ func changeEach[T any](cur, next map[string]*T, apply func(key string, obj *T) e
 
 // Evaluator is the evaluator the runtime asks; set its unknown-pod fields
 // before the first Apply.
-func (a *Agent) Evaluator() *queue.Evaluator { return &a.eval }
+func (a *Agent) Evaluator() *evaluate.Evaluator { return &a.eval }
 
 // Syncer returns the agent's syncer, configured as the agent's (netlink
 // elements, one command per set, the xt-compat queue rule installed over

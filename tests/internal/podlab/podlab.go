@@ -26,7 +26,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
@@ -54,7 +54,7 @@ type Config struct {
 	Revoke bool
 	// UnknownPods and Revoked, if set, observe every node's evaluator and
 	// revoker.
-	UnknownPods queue.UnknownPodObserver
+	UnknownPods evaluate.UnknownPodObserver
 	Revoked     conntrack.Observer
 }
 

@@ -1,4 +1,4 @@
-package queue_test
+package evaluate_test
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	. "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 // TestEvaluateAllocs checks that deciding a connection allocates nothing,
@@ -25,34 +25,34 @@ func TestEvaluateAllocs(t *testing.T) {
 			Peers(IPPeer("198.51.100.0/24")))),
 	), nil))
 	ext := netip.MustParseAddr("192.0.2.7")
-	var ev queue.Evaluator
+	var ev evaluate.Evaluator
 	ev.Swap(prog)
 	for _, c := range []struct {
 		name     string
 		src, dst netip.Addr
 		port     uint16
-		want     queue.Verdict
+		want     evaluate.Verdict
 	}{
-		{"ingress allowed by named port", GridIP("y/b"), GridIP("x/a"), 80, queue.Verdict{Allowed: true, Ingress: true, Egress: true}},
-		{"ingress allowed by ipBlock", ext, GridIP("x/a"), 85, queue.Verdict{Allowed: true, Ingress: true, Egress: true}},
-		{"ingress denied", GridIP("y/a"), GridIP("x/a"), 80, queue.Verdict{Ingress: false, Egress: true}},
-		{"egress allowed", GridIP("x/b"), GridIP("y/a"), 81, queue.Verdict{Allowed: true, Ingress: true, Egress: true}},
-		{"egress denied", GridIP("x/b"), GridIP("y/a"), 80, queue.Verdict{Ingress: true, Egress: false}},
-		{"egress denied to an external host", GridIP("x/c"), ext, 80, queue.Verdict{Ingress: true, Egress: false}},
-		{"not isolated", GridIP("y/a"), GridIP("y/b"), 80, queue.Verdict{Allowed: true, Ingress: true, Egress: true}},
+		{"ingress allowed by named port", GridIP("y/b"), GridIP("x/a"), 80, evaluate.Verdict{Allowed: true, Ingress: true, Egress: true}},
+		{"ingress allowed by ipBlock", ext, GridIP("x/a"), 85, evaluate.Verdict{Allowed: true, Ingress: true, Egress: true}},
+		{"ingress denied", GridIP("y/a"), GridIP("x/a"), 80, evaluate.Verdict{Ingress: false, Egress: true}},
+		{"egress allowed", GridIP("x/b"), GridIP("y/a"), 81, evaluate.Verdict{Allowed: true, Ingress: true, Egress: true}},
+		{"egress denied", GridIP("x/b"), GridIP("y/a"), 80, evaluate.Verdict{Ingress: true, Egress: false}},
+		{"egress denied to an external host", GridIP("x/c"), ext, 80, evaluate.Verdict{Ingress: true, Egress: false}},
+		{"not isolated", GridIP("y/a"), GridIP("y/b"), 80, evaluate.Verdict{Allowed: true, Ingress: true, Egress: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var v queue.Verdict
-			if n := testing.AllocsPerRun(1000, func() { v = queue.Evaluate(prog, c.src, c.dst, TCP, c.port) }); n != 0 {
+			var v evaluate.Verdict
+			if n := testing.AllocsPerRun(1000, func() { v = evaluate.Evaluate(prog, c.src, c.dst, TCP, c.port) }); n != 0 {
 				t.Errorf("Evaluate: %v allocs per run, want 0", n)
 			}
 			if v.Allowed != c.want.Allowed || v.Ingress != c.want.Ingress || v.Egress != c.want.Egress {
 				t.Errorf("verdict allowed=%v ingress=%v egress=%v, want %v %v %v: %s",
 					v.Allowed, v.Ingress, v.Egress, c.want.Allowed, c.want.Ingress, c.want.Egress, v.Reason())
 			}
-			pkt := queue.Packet{Family: 4, Src: c.src, Dst: c.dst, Proto: uint8(TCP), SrcPort: 40000, DstPort: c.port}
+			conn := evaluate.Conn{Src: c.src, Dst: c.dst, Proto: TCP, Port: c.port}
 			var ok bool
-			if n := testing.AllocsPerRun(1000, func() { ok, _ = ev.Decide(pkt) }); n != 0 {
+			if n := testing.AllocsPerRun(1000, func() { ok, _ = ev.Decide(conn) }); n != 0 {
 				t.Errorf("Evaluator.Decide: %v allocs per run, want 0", n)
 			}
 			if ok != c.want.Allowed {
@@ -95,7 +95,7 @@ func benchPairs(prog *compile.Program, n int) []benchPair {
 	return out
 }
 
-var benchSink queue.Verdict
+var benchSink evaluate.Verdict
 
 func BenchmarkEvaluate(b *testing.B) {
 	for _, n := range []int{10, 1000, 10000} {
@@ -107,7 +107,7 @@ func BenchmarkEvaluate(b *testing.B) {
 			pairs := benchPairs(prog, 4096)
 			allowedN := 0
 			for _, p := range pairs {
-				if queue.Evaluate(prog, p.src, p.dst, TCP, p.port).Allowed {
+				if evaluate.Evaluate(prog, p.src, p.dst, TCP, p.port).Allowed {
 					allowedN++
 				}
 			}
@@ -128,7 +128,7 @@ func BenchmarkEvaluateHot(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				p := &pairs[i%len(pairs)]
-				benchSink = queue.Evaluate(prog, p.src, p.dst, TCP, p.port)
+				benchSink = evaluate.Evaluate(prog, p.src, p.dst, TCP, p.port)
 			}
 		})
 	}
@@ -150,17 +150,17 @@ func BenchmarkEvaluateWorst(b *testing.B) {
 			dst := prog.Pods[worst].IPs[0]
 			src := netip.MustParseAddr("192.0.2.1")
 			for i := range prog.Pods {
-				if v := queue.Evaluate(prog, prog.Pods[i].IPs[0], dst, TCP, 8080); !v.Ingress && len(prog.Pods[i].EgressPolicies) == 0 {
+				if v := evaluate.Evaluate(prog, prog.Pods[i].IPs[0], dst, TCP, 8080); !v.Ingress && len(prog.Pods[i].EgressPolicies) == 0 {
 					src = prog.Pods[i].IPs[0]
 					break
 				}
 			}
-			if queue.Evaluate(prog, src, dst, TCP, 8080).Allowed && n > 10 {
+			if evaluate.Evaluate(prog, src, dst, TCP, 8080).Allowed && n > 10 {
 				b.Fatal("worst case is allowed")
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				benchSink = queue.Evaluate(prog, src, dst, TCP, 8080)
+				benchSink = evaluate.Evaluate(prog, src, dst, TCP, 8080)
 			}
 			rules := 0
 			for _, id := range prog.Pods[worst].IngressPolicies {

@@ -1,4 +1,4 @@
-package queue_test
+package evaluate_test
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 // withMixedPeers adds to compiletest's cluster what it lacks: IPv6-only pods
@@ -150,7 +150,7 @@ func TestEvaluateMatchesReference(t *testing.T) {
 			for i := 0; i < 20000; i++ {
 				src, dst := addr(), addr()
 				proto, port := protos[rng.IntN(len(protos))], ports[rng.IntN(len(ports))]
-				got := queue.Evaluate(prog, src, dst, proto, port)
+				got := evaluate.Evaluate(prog, src, dst, proto, port)
 				want := refEvaluate(prog, src, dst, proto, port)
 				if got != want {
 					t.Fatalf("%s -> %s %v/%d:\n got %+v\nwant %+v", src, dst, proto, port, got, want)
@@ -161,7 +161,7 @@ func TestEvaluateMatchesReference(t *testing.T) {
 			for _, src := range wide {
 				for _, dst := range wide {
 					for _, port := range ports {
-						got := queue.Evaluate(prog, src, dst, compile.ProtoTCP, port)
+						got := evaluate.Evaluate(prog, src, dst, compile.ProtoTCP, port)
 						if want := refEvaluate(prog, src, dst, compile.ProtoTCP, port); got != want {
 							t.Fatalf("%s -> %s TCP/%d:\n got %+v\nwant %+v", src, dst, port, got, want)
 						}
@@ -189,19 +189,19 @@ func TestEvaluateMatchesReference(t *testing.T) {
 // reads: per direction the Admin tier, then the NetworkPolicies isolating
 // the pod (the first allowing rule in program order names the reason), then
 // the Baseline tier, then allow.
-func refEvaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) queue.Verdict {
+func refEvaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) evaluate.Verdict {
 	src, dst = src.Unmap(), dst.Unmap()
 	srcID, srcOK := p.PodByIP(src)
 	dstID, dstOK := p.PodByIP(dst)
-	v := queue.Verdict{Egress: true, Ingress: true, EgressReason: queue.ReasonEgressNotIsolated, IngressReason: queue.ReasonIngressNotIsolated}
+	v := evaluate.Verdict{Egress: true, Ingress: true, EgressReason: evaluate.ReasonEgressNotIsolated, IngressReason: evaluate.ReasonIngressNotIsolated}
 	if srcOK && dstOK && srcID == dstID {
-		v.Allowed, v.EgressReason, v.IngressReason = true, queue.ReasonSelf, queue.ReasonSelf
+		v.Allowed, v.EgressReason, v.IngressReason = true, evaluate.ReasonSelf, evaluate.ReasonSelf
 		return v
 	}
 	srcEnd, dstEnd := refEnd{src, srcID, srcOK}, refEnd{dst, dstID, dstOK}
 	if srcOK {
 		if !p.Pods[srcID].Local {
-			v.EgressReason = queue.ReasonNotEnforcedHere
+			v.EgressReason = evaluate.ReasonNotEnforcedHere
 		} else {
 			v.Egress, v.EgressReason = refSide(p, srcID, compile.Egress, dstEnd, dstEnd, proto, port)
 		}
@@ -210,10 +210,10 @@ func refEvaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol
 		pod := &p.Pods[dstID]
 		switch {
 		case !pod.Local:
-			v.IngressReason = queue.ReasonNotEnforcedHere
+			v.IngressReason = evaluate.ReasonNotEnforcedHere
 		case !srcOK && p.IsOwnNode(pod, src):
 			if len(pod.IngressPolicies) > 0 || len(pod.AdminIngress) > 0 || len(pod.BaselineIngress) > 0 {
-				v.IngressReason = queue.ReasonNodeTraffic
+				v.IngressReason = evaluate.ReasonNodeTraffic
 			}
 		default:
 			v.Ingress, v.IngressReason = refSide(p, dstID, compile.Ingress, srcEnd, dstEnd, proto, port)
@@ -243,7 +243,7 @@ func refSide(p *compile.Program, id compile.PodID, d compile.Direction, remote, 
 				continue
 			}
 			if !remote.ok && p.IsOwnNode(pod, remote.addr) {
-				return true, queue.ReasonNodeTraffic
+				return true, evaluate.ReasonNodeTraffic
 			}
 			var best *compile.Rule
 			for _, pid := range ids {
@@ -283,9 +283,9 @@ func refSide(p *compile.Program, id compile.PodID, d compile.Direction, remote, 
 		return true, passed
 	}
 	if d == compile.Egress {
-		return true, queue.ReasonEgressNotIsolated
+		return true, evaluate.ReasonEgressNotIsolated
 	}
-	return true, queue.ReasonIngressNotIsolated
+	return true, evaluate.ReasonIngressNotIsolated
 }
 
 // refMatch checks a rule's peers against the remote end and its ports

@@ -1,4 +1,4 @@
-package queue
+package evaluate
 
 import (
 	"context"
@@ -77,18 +77,19 @@ func unknownEnds(p *compile.Program, src, dst netip.Addr) bool {
 	return len(p.PodCIDRs) > 0 && (p.IsUnknownPodAddr(src) || p.IsUnknownPodAddr(dst))
 }
 
-// Holds implements Holder: the connection names an unknown pod address
-// under the current program. Before the first program nothing is held
-// (Decide answers OpenWithoutProgram at once).
-func (e *Evaluator) Holds(pkt Packet) bool {
+// Unknown reports whether c names an unknown pod address under the
+// program in force: its decision should wait for the pod (DecideHeld).
+// Before the first program nothing is unknown (Decide answers
+// OpenWithoutProgram at once).
+func (e *Evaluator) Unknown(c Conn) bool {
 	p := e.prog.Load()
-	return p != nil && unknownEnds(p, pkt.Src, pkt.Dst)
+	return p != nil && unknownEnds(p, c.Src, c.Dst)
 }
 
-// DecideHeld implements Holder: it waits, up to UnknownPodWait, for a
-// program in which both ends are known, and decides with it; at the bound
-// it answers OpenWithoutProgram (the agent's --fail-open).
-func (e *Evaluator) DecideHeld(ctx context.Context, pkt Packet) (bool, string) {
+// DecideHeld waits, up to UnknownPodWait, for a program in which both ends
+// of c are known, and decides with it; at the bound, or when ctx ends, it
+// answers OpenWithoutProgram (the agent's --fail-open).
+func (e *Evaluator) DecideHeld(ctx context.Context, c Conn) (bool, string) {
 	start := time.Now()
 	wait := e.UnknownPodWait
 	if wait <= 0 {
@@ -99,9 +100,9 @@ func (e *Evaluator) DecideHeld(ctx context.Context, pkt Packet) (bool, string) {
 	for {
 		ch := e.waiters.next()
 		p := e.prog.Load()
-		if p != nil && !unknownEnds(p, pkt.Src, pkt.Dst) {
+		if p != nil && !unknownEnds(p, c.Src, c.Dst) {
 			e.observeUnknown(UnknownPodProgrammed, time.Since(start))
-			return e.decideWith(p, pkt)
+			return e.decideWith(p, c)
 		}
 		select {
 		case <-ch:

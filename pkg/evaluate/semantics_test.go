@@ -1,4 +1,4 @@
-package queue_test
+package evaluate_test
 
 // Semantics tables beyond the upstream e2e cases: {policies, pods,
 // connection, want verdict}.
@@ -27,7 +27,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	. "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 type podOpt func(*corev1.Pod)
@@ -185,7 +185,7 @@ func runSemCases(t *testing.T, cases []semCase) {
 			checkProblems(t, &c, prog)
 			for _, cn := range c.conns {
 				src, dst := c.addr(t, cn.from), c.addr(t, cn.to)
-				v := queue.Evaluate(prog, src, dst, cn.proto, cn.port)
+				v := evaluate.Evaluate(prog, src, dst, cn.proto, cn.port)
 				if v.Allowed != cn.allowed {
 					t.Errorf("%s (%s) -> %s (%s) %s/%d: want %s, got %s (ingress=%v egress=%v): %s",
 						cn.from, src, cn.to, dst, cn.proto, cn.port, VerdictWord(cn.allowed), VerdictWord(v.Allowed), v.Ingress, v.Egress, v.Reason())
@@ -284,7 +284,7 @@ func TestSemantics(t *testing.T) {
 				allowed("x/a@6", "2001:db8::1", UDP, 53),
 				denied("x/a", "y/b", TCP, 80),
 				denied("x/a", "192.0.2.1", UDP, 53),
-				allowed("y/b@6", "x/a@6", TCP, 80).why(queue.ReasonIngressNotIsolated),
+				allowed("y/b@6", "x/a@6", TCP, 80).why(evaluate.ReasonIngressNotIsolated),
 			},
 		},
 
@@ -429,8 +429,8 @@ func TestSemantics(t *testing.T) {
 			conns: []semConn{
 				denied("x/h", "x/a", TCP, 80),
 				allowed("x/h", "x/b", TCP, 80).why("allowed by x/b-from-node-range ingress[0]"),
-				allowed("192.0.2.1", "x/h", TCP, 80).why(queue.ReasonIngressNotIsolated),
-				allowed("x/h", "192.0.2.1", TCP, 80).why(queue.ReasonEgressNotIsolated),
+				allowed("192.0.2.1", "x/h", TCP, 80).why(evaluate.ReasonIngressNotIsolated),
+				allowed("x/h", "192.0.2.1", TCP, 80).why(evaluate.ReasonEgressNotIsolated),
 				denied("x/a", "x/h", TCP, 80).why("x/deny-all isolates x/a for egress"),
 			},
 			check: func(t *testing.T, prog *compile.Program) {
@@ -450,12 +450,12 @@ func TestSemantics(t *testing.T) {
 			policies: List(
 				NetPol("x", "deny-all", Sel(), Types(PIn, PEg), Ingress(), Egress())),
 			conns: []semConn{
-				allowed("172.18.0.1", "x/a", TCP, 10250).why(queue.ReasonNodeTraffic),
-				allowed("x/a", "172.18.0.1", UDP, 53).why(queue.ReasonNodeTraffic),
+				allowed("172.18.0.1", "x/a", TCP, 10250).why(evaluate.ReasonNodeTraffic),
+				allowed("x/a", "172.18.0.1", UDP, 53).why(evaluate.ReasonNodeTraffic),
 				denied("172.18.0.2", "x/a", TCP, 10250).why("x/deny-all isolates x/a for ingress"),
 				denied("x/a", "172.18.0.2", TCP, 80).why("x/deny-all isolates x/a for egress"),
 				denied("x/a", "x/b", TCP, 80), // x/a's egress is enforced here
-				allowed("172.18.0.1", "x/b", TCP, 80).why(queue.ReasonNotEnforcedHere),
+				allowed("172.18.0.1", "x/b", TCP, 80).why(evaluate.ReasonNotEnforcedHere),
 			},
 		},
 
@@ -468,16 +468,16 @@ func TestSemantics(t *testing.T) {
 				NetPol("y", "deny-all", Sel(), Types(PIn, PEg), Ingress(), Egress()),
 				NetPol("x", "a-from-c", Sel("pod", "a"), Ingress(Peers(PodPeer(Sel("pod", "c")))))),
 			conns: []semConn{
-				allowed("y/b", "x/b", TCP, 80).why(queue.ReasonNotEnforcedHere),
-				allowed("x/b", "y/b", TCP, 80).why(queue.ReasonNotEnforcedHere),
+				allowed("y/b", "x/b", TCP, 80).why(evaluate.ReasonNotEnforcedHere),
+				allowed("x/b", "y/b", TCP, 80).why(evaluate.ReasonNotEnforcedHere),
 				allowed("x/c", "x/a", TCP, 80).why("allowed by x/a-from-c ingress[0]"),
 				denied("x/b", "x/a", TCP, 80),
 				denied("y/b", "x/a", TCP, 80).why("x/a-from-c isolates x/a for ingress"),
 			},
 			check: func(t *testing.T, prog *compile.Program) {
-				v := queue.Evaluate(prog, GridIP("y/b"), GridIP("x/b"), TCP, 80)
-				if v.EgressReason != queue.ReasonNotEnforcedHere {
-					t.Errorf("egress reason of a pod on n2: got %q, want %q", v.EgressReason, queue.ReasonNotEnforcedHere)
+				v := evaluate.Evaluate(prog, GridIP("y/b"), GridIP("x/b"), TCP, 80)
+				if v.EgressReason != evaluate.ReasonNotEnforcedHere {
+					t.Errorf("egress reason of a pod on n2: got %q, want %q", v.EgressReason, evaluate.ReasonNotEnforcedHere)
 				}
 			},
 		},
@@ -503,11 +503,11 @@ func TestSemantics(t *testing.T) {
 				denied("10.244.1.50", "y/a", TCP, 80).why("x/c-no-egress isolates x/new for egress"),
 				denied("10.244.1.51", "x/a", TCP, 80),
 				denied("10.244.1.60", "x/a", TCP, 80),
-				allowed("x/a", "10.244.1.51", TCP, 80).why(queue.ReasonIngressNotIsolated),
+				allowed("x/a", "10.244.1.51", TCP, 80).why(evaluate.ReasonIngressNotIsolated),
 			},
 			check: func(t *testing.T, prog *compile.Program) {
 				// x/new's labels (pod=c), not x/old's (pod=b), decide.
-				v := queue.Evaluate(prog, netip.MustParseAddr("10.244.1.50"), GridIP("x/a"), TCP, 80)
+				v := evaluate.Evaluate(prog, netip.MustParseAddr("10.244.1.50"), GridIP("x/a"), TCP, 80)
 				if v.Ingress || !strings.Contains(v.IngressReason, "x/a-from-b isolates x/a for ingress") {
 					t.Errorf("10.244.1.50 -> x/a: ingress %v (%s), want denied by x/a-from-b", v.Ingress, v.IngressReason)
 				}
@@ -567,9 +567,9 @@ func TestSemantics(t *testing.T) {
 				denied("y/a", "x/a", TCP, 80).why("x/a-egress-rules isolates x/a for ingress"),
 				allowed("x/a", "192.0.2.1", TCP, 80),
 				denied("x/a", "y/a", TCP, 80).why("x/a-egress-rules isolates x/a for egress"),
-				allowed("x/b", "y/a", TCP, 80).why(queue.ReasonEgressNotIsolated),
+				allowed("x/b", "y/a", TCP, 80).why(evaluate.ReasonEgressNotIsolated),
 				allowed("x/c", "x/b", TCP, 80),
-				allowed("x/c", "y/a", TCP, 80).why(queue.ReasonEgressNotIsolated),
+				allowed("x/c", "y/a", TCP, 80).why(evaluate.ReasonEgressNotIsolated),
 			},
 		},
 		{
@@ -577,7 +577,7 @@ func TestSemantics(t *testing.T) {
 			pods:     gridPods("x/a", "y/a"),
 			policies: List(NetPol("x", "a-no-egress", Sel("pod", "a"), Types(PEg), Egress())),
 			conns: []semConn{
-				allowed("y/a", "x/a", TCP, 80).why(queue.ReasonIngressNotIsolated),
+				allowed("y/a", "x/a", TCP, 80).why(evaluate.ReasonIngressNotIsolated),
 				denied("x/a", "y/a", TCP, 80).why("x/a-no-egress isolates x/a for egress"),
 			},
 		},

@@ -1,4 +1,4 @@
-package queue_test
+package evaluate_test
 
 import (
 	"syscall"

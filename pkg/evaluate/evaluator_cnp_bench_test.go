@@ -1,4 +1,4 @@
-package queue_test
+package evaluate_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 // cnpBenchInput is compiletest's synthetic cluster (10k pods, nPolicies
@@ -58,7 +58,7 @@ func BenchmarkEvaluateCNP(b *testing.B) {
 			}
 			allowed, byCNP := 0, 0
 			for _, p := range pairs {
-				v := queue.Evaluate(prog, p.src, p.dst, compiletest.TCP, p.port)
+				v := evaluate.Evaluate(prog, p.src, p.dst, compiletest.TCP, p.port)
 				if v.Allowed {
 					allowed++
 				}
@@ -86,7 +86,7 @@ func evaluateLoop(b *testing.B, prog *compile.Program, pairs []benchPair) {
 	start, n := threadCPU(), 0
 	for i := 0; b.Loop(); i++ {
 		p := &pairs[i%len(pairs)]
-		benchSink = queue.Evaluate(prog, p.src, p.dst, compiletest.TCP, p.port)
+		benchSink = evaluate.Evaluate(prog, p.src, p.dst, compiletest.TCP, p.port)
 		n++
 	}
 	if cpu := threadCPU() - start; cpu > 0 && n > 0 {

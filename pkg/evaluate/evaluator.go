@@ -1,4 +1,4 @@
-package queue
+package evaluate
 
 import (
 	"net/netip"
@@ -356,7 +356,7 @@ func decide(p *compile.Program, local *end, d compile.Direction, ti int32,
 	return true, rules[best].Reason
 }
 
-// Evaluator decides queued connections from the current program. The
+// Evaluator decides connections from the program in force on the node. The
 // program is swapped whole; readers never see a partial update.
 type Evaluator struct {
 	prog atomic.Pointer[compile.Program]
@@ -419,27 +419,36 @@ func (e *Evaluator) Evaluate(src, dst netip.Addr, proto compile.Protocol, port u
 	return EvaluateResolved(p, e.Resolved, src, dst, proto, port)
 }
 
-// Decide implements Decider for the NFQUEUE runtime. The reason is the
-// denying side's, or the destination's when allowed; it never allocates.
+// Conn is a new connection as the Evaluator's methods decide it.
+type Conn struct {
+	Src, Dst netip.Addr
+	Proto    compile.Protocol
+	// Port is the destination port (0 for protocols without ports).
+	Port uint16
+}
+
+// Decide decides c with the program in force for the NFQUEUE runtime
+// (queue.Evaluating). The reason is the denying side's, or the
+// destination's when allowed; it never allocates.
 //
-// A connection of an unknown pod address (see Holds) that reaches Decide
+// A connection of an unknown pod address (see Unknown) that reaches Decide
 // was not held, because too many were waiting already: it gets the
 // decision of the wait's bound, never the unrestricted verdict of an
 // address no policy knows.
-func (e *Evaluator) Decide(pkt Packet) (bool, string) {
+func (e *Evaluator) Decide(c Conn) (bool, string) {
 	p := e.prog.Load()
 	if p == nil {
 		return e.OpenWithoutProgram, ReasonNoProgram
 	}
-	if unknownEnds(p, pkt.Src, pkt.Dst) {
+	if unknownEnds(p, c.Src, c.Dst) {
 		return e.unknownAtBound(0)
 	}
-	return e.decideWith(p, pkt)
+	return e.decideWith(p, c)
 }
 
-func (e *Evaluator) decideWith(p *compile.Program, pkt Packet) (bool, string) {
+func (e *Evaluator) decideWith(p *compile.Program, c Conn) (bool, string) {
 	// With Resolved: domainNames peers match what the pod resolved.
-	v := EvaluateResolved(p, e.Resolved, pkt.Src, pkt.Dst, compile.Protocol(pkt.Proto), pkt.DstPort)
+	v := EvaluateResolved(p, e.Resolved, c.Src, c.Dst, c.Proto, c.Port)
 	if !v.Egress {
 		return false, v.EgressReason
 	}

@@ -1,4 +1,4 @@
-package queue_test
+package evaluate_test
 
 import (
 	"fmt"
@@ -9,13 +9,13 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 // applyChange re-decides a connection after a nearest miss's change: another
 // protocol and port, relabelled objects (the program is rebuilt), or another
 // remote address. It returns the verdict of the miss's direction.
-func applyChange(t *testing.T, in compile.Input, prog *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16, m queue.Miss) bool {
+func applyChange(t *testing.T, in compile.Input, prog *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16, m evaluate.Miss) bool {
 	t.Helper()
 	c := m.Change
 	switch {
@@ -66,7 +66,7 @@ func applyChange(t *testing.T, in compile.Input, prog *compile.Program, src, dst
 	default:
 		t.Fatalf("miss %+v suggests no change", m)
 	}
-	v := queue.Evaluate(prog, src, dst, proto, port)
+	v := evaluate.Evaluate(prog, src, dst, proto, port)
 	if m.Direction == compile.Egress {
 		return v.Egress
 	}
@@ -78,7 +78,7 @@ func applyChange(t *testing.T, in compile.Input, prog *compile.Program, src, dst
 // no nearest miss, and every nearest miss's change, applied, lets the
 // direction through. It counts the conditions seen.
 func checkExplanations(t *testing.T, in compile.Input, prog *compile.Program, pods []string, proto compile.Protocol, port uint16,
-	policyNames []string, seen map[queue.Condition]int) (denials, withMiss int) {
+	policyNames []string, seen map[evaluate.Condition]int) (denials, withMiss int) {
 	t.Helper()
 	for _, from := range pods {
 		for _, to := range pods {
@@ -86,8 +86,8 @@ func checkExplanations(t *testing.T, in compile.Input, prog *compile.Program, po
 				continue
 			}
 			src, dst := ct.GridIP(from), ct.GridIP(to)
-			ex := queue.Explain(prog, src, dst, proto, port)
-			if v := queue.Evaluate(prog, src, dst, proto, port); v != ex.Verdict {
+			ex := evaluate.Explain(prog, src, dst, proto, port)
+			if v := evaluate.Evaluate(prog, src, dst, proto, port); v != ex.Verdict {
 				t.Fatalf("%s -> %s: Explain's verdict %+v differs from Evaluate's %+v", from, to, ex.Verdict, v)
 			}
 			if ex.Allowed {
@@ -126,7 +126,7 @@ func checkExplanations(t *testing.T, in compile.Input, prog *compile.Program, po
 }
 
 func TestExplainNetpolCases(t *testing.T) {
-	seen := map[queue.Condition]int{}
+	seen := map[evaluate.Condition]int{}
 	var denials, withMiss int
 	for _, c := range ct.NetpolCases() {
 		t.Run(fmt.Sprintf("%02d %s", c.Num, c.Name), func(t *testing.T) {
@@ -151,7 +151,7 @@ func TestExplainNetpolCases(t *testing.T) {
 		})
 	}
 	t.Logf("%d denials, %d with nearest misses; conditions: %v", denials, withMiss, seen)
-	for _, c := range []queue.Condition{queue.CondPort, queue.CondProtocol, queue.CondPodLabel, queue.CondNamespaceLabel, queue.CondCIDR, queue.CondCIDRExcept} {
+	for _, c := range []evaluate.Condition{evaluate.CondPort, evaluate.CondProtocol, evaluate.CondPodLabel, evaluate.CondNamespaceLabel, evaluate.CondCIDR, evaluate.CondCIDRExcept} {
 		if seen[c] == 0 {
 			t.Errorf("no nearest miss on %s in the 48 cases", c)
 		}
@@ -180,11 +180,11 @@ func TestExplainClusterNetworkPolicy(t *testing.T) {
 		t.Fatalf("problems: %v", prog.Problems)
 	}
 
-	ex := queue.Explain(prog, ct.GridIP("y/a"), ct.GridIP("x/a"), ct.TCP, 80)
+	ex := evaluate.Explain(prog, ct.GridIP("y/a"), ct.GridIP("x/a"), ct.TCP, 80)
 	if ex.Allowed || !strings.Contains(ex.IngressReason, "x-guard") || !strings.Contains(ex.IngressReason, "rule rest") {
 		t.Fatalf("y/a -> x/a TCP 80: %+v; want denied by x-guard rule rest", ex.Verdict)
 	}
-	if len(ex.NearestMiss) != 1 || ex.NearestMiss[0].Condition != queue.CondPort || ex.NearestMiss[0].Change.Port != 443 ||
+	if len(ex.NearestMiss) != 1 || ex.NearestMiss[0].Condition != evaluate.CondPort || ex.NearestMiss[0].Change.Port != 443 ||
 		!strings.Contains(ex.NearestMiss[0].Rule, "web-from-y") {
 		t.Fatalf("y/a -> x/a TCP 80: nearest misses %+v; want web-from-y by port 443", ex.NearestMiss)
 	}
@@ -192,8 +192,8 @@ func TestExplainClusterNetworkPolicy(t *testing.T) {
 		t.Error("port 443 does not allow y/a -> x/a")
 	}
 
-	ex = queue.Explain(prog, ct.GridIP("y/b"), ct.GridIP("x/a"), ct.TCP, 443)
-	if len(ex.NearestMiss) != 1 || ex.NearestMiss[0].Condition != queue.CondPodLabel || ex.NearestMiss[0].Change.SetLabels["pod"] != "a" {
+	ex = evaluate.Explain(prog, ct.GridIP("y/b"), ct.GridIP("x/a"), ct.TCP, 443)
+	if len(ex.NearestMiss) != 1 || ex.NearestMiss[0].Condition != evaluate.CondPodLabel || ex.NearestMiss[0].Change.SetLabels["pod"] != "a" {
 		t.Fatalf("y/b -> x/a TCP 443: nearest misses %+v; want a pod label pod=a", ex.NearestMiss)
 	}
 	if !applyChange(t, in, prog, ct.GridIP("y/b"), ct.GridIP("x/a"), ct.TCP, 443, ex.NearestMiss[0]) {
@@ -201,8 +201,8 @@ func TestExplainClusterNetworkPolicy(t *testing.T) {
 	}
 
 	n1 := netip.MustParseAddr("172.18.0.1")
-	ex = queue.Explain(prog, ct.GridIP("x/a"), n1, ct.TCP, 10250)
-	if ex.Allowed || len(ex.NearestMiss) != 1 || ex.NearestMiss[0].Condition != queue.CondNode ||
+	ex = evaluate.Explain(prog, ct.GridIP("x/a"), n1, ct.TCP, 10250)
+	if ex.Allowed || len(ex.NearestMiss) != 1 || ex.NearestMiss[0].Condition != evaluate.CondNode ||
 		ex.NearestMiss[0].Change.Remote != netip.MustParseAddr("172.18.0.2") {
 		t.Fatalf("x/a -> n1: %+v %+v; want denied, nearest miss the zone=b node", ex.Verdict, ex.NearestMiss)
 	}

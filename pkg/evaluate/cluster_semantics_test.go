@@ -1,4 +1,4 @@
-package queue_test
+package evaluate_test
 
 // ClusterNetworkPolicy truth tables: one case per semantic point of the
 // API's doc comments (policy.networking.k8s.io v1beta1), read against the
@@ -16,7 +16,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	. "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 var (
@@ -214,7 +214,7 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 			cnps: cnps(ct.CNP("b-no-nodes", "Baseline", 1, ct.NamespacesSubject(ct.Sel()),
 				ct.CNPEgress(ct.CNPRule("no-nodes", "Deny", ct.ToNodes(ct.Sel()))))),
 			conns: []semConn{
-				allowed("x/a", "172.18.0.1", TCP, 10250).why(queue.ReasonNodeTraffic),
+				allowed("x/a", "172.18.0.1", TCP, 10250).why(evaluate.ReasonNodeTraffic),
 				denied("x/a", "172.18.0.2", TCP, 10250).why("x/deny-egress isolates"),
 				denied("y/a", "172.18.0.1", TCP, 10250).why("b-no-nodes"),
 			},
@@ -224,7 +224,7 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 			cnps: cnps(ct.CNP("deny-in", "Admin", 1, ct.NamespacesSubject(ct.Sel()),
 				ct.CNPIngress(ct.CNPRule("broken", "Deny", ct.NoPeerField())))),
 			conns: []semConn{
-				allowed("172.18.0.1", "x/a", TCP, 8080).why(queue.ReasonNodeTraffic),
+				allowed("172.18.0.1", "x/a", TCP, 8080).why(evaluate.ReasonNodeTraffic),
 				denied("172.18.0.2", "x/a", TCP, 8080).why("deny-in"),
 				denied("y/a", "x/a", TCP, 80).why("deny-in"),
 			},
@@ -360,7 +360,7 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 			cnps: cnps(adminDenyY),
 			conns: []semConn{
 				denied("x/a", "y/a", TCP, 80).why("no-y"),
-				allowed("x/b", "y/a", TCP, 80).why(queue.ReasonNotEnforcedHere),
+				allowed("x/b", "y/a", TCP, 80).why(evaluate.ReasonNotEnforcedHere),
 			},
 		},
 	}
@@ -397,8 +397,8 @@ func TestClusterEvaluateAllocs(t *testing.T) {
 		allowed("172.18.0.1", "z/a", TCP, 8080), // own node
 	} {
 		src, dst := c.addr(t, cn.from), c.addr(t, cn.to)
-		var v queue.Verdict
-		if n := testing.AllocsPerRun(1000, func() { v = queue.Evaluate(prog, src, dst, cn.proto, cn.port) }); n != 0 {
+		var v evaluate.Verdict
+		if n := testing.AllocsPerRun(1000, func() { v = evaluate.Evaluate(prog, src, dst, cn.proto, cn.port) }); n != 0 {
 			t.Errorf("%s -> %s: %v allocs per run, want 0", cn.from, cn.to, n)
 		}
 		if v.Allowed != cn.allowed {

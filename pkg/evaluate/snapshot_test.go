@@ -1,4 +1,4 @@
-package queue
+package evaluate
 
 import (
 	"bytes"
@@ -203,7 +203,7 @@ func TestSnapshotsFollowSwap(t *testing.T) {
 	}
 	p1, p2 := compile.Build(snapshotInput(100)), compile.Build(snapshotInput(200))
 	e.Swap(p1)
-	waitFor(t, "the first snapshot", func() bool { return loaded() == 100 })
+	eventually(t, "the first snapshot", func() bool { return loaded() == 100 })
 	for i := 0; i < 20; i++ {
 		p := p2
 		if i%2 == 1 {
@@ -215,7 +215,7 @@ func TestSnapshotsFollowSwap(t *testing.T) {
 		}
 	}
 	e.Swap(p2)
-	waitFor(t, "the last snapshot", func() bool { return loaded() == 200 })
+	eventually(t, "the last snapshot", func() bool { return loaded() == 200 })
 
 	// A restarted agent's evaluator takes the snapshot's program, unless a
 	// sync published one first.
@@ -235,7 +235,7 @@ func TestSnapshotsFollowSwap(t *testing.T) {
 	if st := s.Stats(); st.Saved < 2 || st.Failed != 0 || st.LastBytes == 0 {
 		t.Errorf("Stats() = %+v", st)
 	}
-	waitFor(t, "AfterWrite after every snapshot written", func() bool { return afterWrites.Load() >= s.Stats().Saved })
+	eventually(t, "AfterWrite after every snapshot written", func() bool { return afterWrites.Load() >= s.Stats().Saved })
 }
 
 // BenchmarkSnapshot measures writing (encoding) and loading (decoding and
@@ -261,5 +261,15 @@ func BenchmarkSnapshot(b *testing.B) {
 				compile.Build(got)
 			}
 		})
+	}
+}
+
+// eventually polls cond until it holds, failing t after 5 seconds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package queue_test
+package evaluate_test
 
 // The 48 upstream e2e NetworkPolicy cases (compiletest.NetpolCases, listed
 // in docs/netpol-cases.md) decided by the evaluator. tests/e2e runs the same
@@ -12,7 +12,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 // checkTruthTable evaluates every ordered pair of distinct pods and reports
@@ -26,7 +26,7 @@ func checkTruthTable(t *testing.T, prog *compile.Program, want ct.TruthTable, e 
 			if f == to {
 				continue
 			}
-			v := queue.Evaluate(prog, ct.GridIP(f), ct.GridIP(to), e.Proto, e.Port)
+			v := evaluate.Evaluate(prog, ct.GridIP(f), ct.GridIP(to), e.Proto, e.Port)
 			got.Allowed[[2]string{f, to}] = v.Allowed
 			if w := want.Allowed[[2]string{f, to}]; v.Allowed != w {
 				mismatches = append(mismatches, fmt.Sprintf("  %s -> %s: want %s, got %s (ingress=%v egress=%v): %s",

@@ -1,4 +1,4 @@
-package queue_test
+package evaluate_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 type unknownRecorder struct {
@@ -45,26 +45,26 @@ func unknownInput(withNew bool) compile.Input {
 	return in
 }
 
-func pkt(src, dst string) queue.Packet {
-	return queue.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: 6, DstPort: 80, Family: 4}
+func conn(src, dst string) evaluate.Conn {
+	return evaluate.Conn{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: compile.ProtoTCP, Port: 80}
 }
 
 func TestUnknownPodWaitsForProgram(t *testing.T) {
 	rec := &unknownRecorder{}
-	e := &queue.Evaluator{UnknownPodWait: time.Minute, UnknownPods: rec}
+	e := &evaluate.Evaluator{UnknownPodWait: time.Minute, UnknownPods: rec}
 	e.Swap(compile.Build(unknownInput(false)))
 
-	toNew := pkt("10.244.1.10", "10.244.1.20")
-	if !e.Holds(toNew) {
-		t.Fatal("a connection to an unknown address in the pod range is not held")
+	toNew := conn("10.244.1.10", "10.244.1.20")
+	if !e.Unknown(toNew) {
+		t.Fatal("a connection to an unknown address in the pod range is not Unknown")
 	}
-	for _, p := range []queue.Packet{pkt("10.244.1.10", "192.168.0.1"), pkt("192.168.0.1", "10.244.1.10"), pkt("10.244.1.10", "10.9.9.9")} {
-		if e.Holds(p) {
-			t.Errorf("%v -> %v held: both ends are known or outside the pod ranges", p.Src, p.Dst)
+	for _, p := range []evaluate.Conn{conn("10.244.1.10", "192.168.0.1"), conn("192.168.0.1", "10.244.1.10"), conn("10.244.1.10", "10.9.9.9")} {
+		if e.Unknown(p) {
+			t.Errorf("%v -> %v Unknown: both ends are known or outside the pod ranges", p.Src, p.Dst)
 		}
 	}
-	// Not held (too many waiting): decided as at the bound, fail closed.
-	if allow, reason := e.Decide(toNew); allow || reason != queue.ReasonUnknownPod {
+	// Not waited for (the runtime held too many): decided as at the bound, fail closed.
+	if allow, reason := e.Decide(toNew); allow || reason != evaluate.ReasonUnknownPod {
 		t.Errorf("Decide on an unknown address: %v %q, want a fail-closed drop", allow, reason)
 	}
 
@@ -90,15 +90,15 @@ func TestUnknownPodWaitsForProgram(t *testing.T) {
 		t.Fatal("not decided after the pod was programmed")
 	}
 	// x/deny isolates x/new for ingress: the full program denies.
-	if r.allow || r.reason == queue.ReasonUnknownPod {
+	if r.allow || r.reason == evaluate.ReasonUnknownPod {
 		t.Errorf("after programming: %+v, want denied by x/deny", r)
 	}
-	if e.Holds(toNew) {
-		t.Error("a programmed pod is still held")
+	if e.Unknown(toNew) {
+		t.Error("a programmed pod is still Unknown")
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if len(rec.results) != 2 || rec.results[0] != queue.UnknownPodTimeoutDropped || rec.results[1] != queue.UnknownPodProgrammed {
+	if len(rec.results) != 2 || rec.results[0] != evaluate.UnknownPodTimeoutDropped || rec.results[1] != evaluate.UnknownPodProgrammed {
 		t.Errorf("observed %v", rec.results)
 	}
 }
@@ -106,17 +106,17 @@ func TestUnknownPodWaitsForProgram(t *testing.T) {
 func TestUnknownPodBound(t *testing.T) {
 	for _, open := range []bool{false, true} {
 		rec := &unknownRecorder{}
-		e := &queue.Evaluator{UnknownPodWait: 30 * time.Millisecond, UnknownPods: rec, OpenWithoutProgram: open}
+		e := &evaluate.Evaluator{UnknownPodWait: 30 * time.Millisecond, UnknownPods: rec, OpenWithoutProgram: open}
 		e.Swap(compile.Build(unknownInput(false)))
 		// A program without the pod changes nothing: still waiting.
 		go e.Swap(compile.Build(unknownInput(false)))
-		allow, reason := e.DecideHeld(context.Background(), pkt("10.244.1.20", "10.244.1.10"))
-		if allow != open || reason != queue.ReasonUnknownPod {
+		allow, reason := e.DecideHeld(context.Background(), conn("10.244.1.20", "10.244.1.10"))
+		if allow != open || reason != evaluate.ReasonUnknownPod {
 			t.Errorf("failOpen=%v: at the bound %v %q", open, allow, reason)
 		}
-		want := queue.UnknownPodTimeoutDropped
+		want := evaluate.UnknownPodTimeoutDropped
 		if open {
-			want = queue.UnknownPodTimeoutAllowed
+			want = evaluate.UnknownPodTimeoutAllowed
 		}
 		if len(rec.results) != 1 || rec.results[0] != want {
 			t.Errorf("failOpen=%v: observed %v, want [%s]", open, rec.results, want)
