@@ -497,38 +497,7 @@ func TestRuntimeKernel(t *testing.T) {
 		}
 	})
 
-	t.Run("udp flow queued once", func(t *testing.T) {
-		queuedBefore, ctBefore := counter(t, tp.router, "queued"), counter(t, tp.router, "ctallowed")
-		_, err := inNS(tp.client, func() (struct{}, error) {
-			c, err := net.Dial("udp", "10.231.2.2:53")
-			if err != nil {
-				return struct{}{}, err
-			}
-			defer c.Close()
-			for i := 0; i < 5; i++ {
-				if _, err := c.Write([]byte(fmt.Sprintf("datagram %d", i))); err != nil {
-					return struct{}{}, err
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			return struct{}{}, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "5 datagrams at the server", func() bool { return sink.Load() == 5 })
-		if n := dec.count(4, unix.IPPROTO_UDP, 53); n != 1 {
-			t.Errorf("decider saw %d datagrams of a 5-datagram UDP flow without replies, want exactly 1", n)
-		}
-		if d := counter(t, tp.router, "queued") - queuedBefore; d != 1 {
-			t.Errorf("queue rule reached %d times, want 1", d)
-		}
-		// The 4 later datagrams (ct state still new: no reply) were accepted
-		// by the conntrack mark that the first one's verdict led to.
-		if d := counter(t, tp.router, "ctallowed") - ctBefore; d != 4 {
-			t.Errorf("ct-mark rule accepted %d datagrams, want 4", d)
-		}
-	})
+	t.Run("udp flow queued once", func(t *testing.T) { checkUDPFlowQueuedOnce(t, tp, dec, sink) })
 
 	t.Run("marks", func(t *testing.T) {
 		total, kmark, allowbit := counter(t, tp.router, "out_total"), counter(t, tp.router, "out_kmark"), counter(t, tp.router, "out_allowbit")
@@ -540,22 +509,61 @@ func TestRuntimeKernel(t *testing.T) {
 		}
 	})
 
-	t.Run("stats", func(t *testing.T) {
-		s := rt.Stats()
-		if s.Allowed() < 2 || s.Denied() < 3 {
-			t.Errorf("Stats() = %+v, want >= 2 allowed and >= 3 denied", s)
+	t.Run("stats", func(t *testing.T) { checkRuntimeStats(t, tp, rt, obs) })
+}
+
+// checkUDPFlowQueuedOnce sends a 5-datagram UDP flow without replies: only
+// its first datagram is queued, the conntrack mark accepts the others.
+func checkUDPFlowQueuedOnce(t *testing.T, tp *topology, dec *countingDecider, sink *atomic.Int64) {
+	queuedBefore, ctBefore := counter(t, tp.router, "queued"), counter(t, tp.router, "ctallowed")
+	_, err := inNS(tp.client, func() (struct{}, error) {
+		c, err := net.Dial("udp", "10.231.2.2:53")
+		if err != nil {
+			return struct{}{}, err
 		}
-		if int64(s.Allowed()) != obs.allow.Load() || int64(s.Denied()) != obs.deny.Load() {
-			t.Errorf("observer saw %d/%d allow/deny, stats %d/%d", obs.allow.Load(), obs.deny.Load(), s.Allowed(), s.Denied())
+		defer c.Close()
+		for i := 0; i < 5; i++ {
+			if _, err := c.Write([]byte(fmt.Sprintf("datagram %d", i))); err != nil {
+				return struct{}{}, err
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		if s.UnparsableDropped+s.VerdictErrors+s.Malformed+s.MarkLoops != 0 {
-			t.Errorf("unexpected errors in %+v", s)
-		}
-		if r := counter(t, tp.router, "repeated"); r != s.Allowed() {
-			t.Errorf("allow-mark rule matched %d times, runtime allowed %d packets", r, s.Allowed())
-		}
-		t.Logf("stats: %+v", s)
+		return struct{}{}, nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "5 datagrams at the server", func() bool { return sink.Load() == 5 })
+	if n := dec.count(4, unix.IPPROTO_UDP, 53); n != 1 {
+		t.Errorf("decider saw %d datagrams of a 5-datagram UDP flow without replies, want exactly 1", n)
+	}
+	if d := counter(t, tp.router, "queued") - queuedBefore; d != 1 {
+		t.Errorf("queue rule reached %d times, want 1", d)
+	}
+	// The 4 later datagrams (ct state still new: no reply) were accepted
+	// by the conntrack mark that the first one's verdict led to.
+	if d := counter(t, tp.router, "ctallowed") - ctBefore; d != 4 {
+		t.Errorf("ct-mark rule accepted %d datagrams, want 4", d)
+	}
+}
+
+// checkRuntimeStats checks the runtime's counters against its observer's
+// and the router's allow-mark rule.
+func checkRuntimeStats(t *testing.T, tp *topology, rt *Runtime, obs *countingObserver) {
+	s := rt.Stats()
+	if s.Allowed() < 2 || s.Denied() < 3 {
+		t.Errorf("Stats() = %+v, want >= 2 allowed and >= 3 denied", s)
+	}
+	if int64(s.Allowed()) != obs.allow.Load() || int64(s.Denied()) != obs.deny.Load() {
+		t.Errorf("observer saw %d/%d allow/deny, stats %d/%d", obs.allow.Load(), obs.deny.Load(), s.Allowed(), s.Denied())
+	}
+	if s.UnparsableDropped+s.VerdictErrors+s.Malformed+s.MarkLoops != 0 {
+		t.Errorf("unexpected errors in %+v", s)
+	}
+	if r := counter(t, tp.router, "repeated"); r != s.Allowed() {
+		t.Errorf("allow-mark rule matched %d times, runtime allowed %d packets", r, s.Allowed())
+	}
+	t.Logf("stats: %+v", s)
 }
 
 // TestRuntimeKernelNoListener checks the rule's bypass flag: without a bound
