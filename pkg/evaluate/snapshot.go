@@ -305,11 +305,10 @@ func (sp snapshotPod) info() *compile.PodInfo {
 // are saved as compile.PodInfos (the controller's form), in.Pods read into
 // that form.
 //
-// The document streams out item by item. Marshalled whole, a snapshot of
-// 50,000 pods held some 50 MB at once: the lean copies, encoding/json's
-// buffer (pooled, so it outlives the write by up to two collections) and
-// the result. The agent's resident memory after the refresh's forced
-// collection then depended on whether a snapshot was being written.
+// The document streams out item by item, so that a large cluster's
+// snapshot is never held whole (with its copies and encoding/json's pooled
+// buffer, which outlives the write): the agent's resident memory does not
+// depend on whether a snapshot is being written.
 func encodeSnapshot(w io.Writer, node string, in compile.Input) (sum [sha256.Size]byte, err error) {
 	h := sha256.New()
 	mw := io.MultiWriter(w, h)

@@ -26,11 +26,10 @@ import (
 // the runtime may hand the reader's P to other goroutines while it waits).
 // The calls that cannot block, the MSG_DONTWAIT reads and the verdict
 // writes, are raw system calls: each scheduler-visible system call may
-// wake the runtime's sysmon thread, which then polls every 20 µs; on a
-// busy queue that thread ran about once every three connections, 20 µs
-// each, and the raw calls halve it (docs/performance.md, "The queue
-// path's latency"). A verdict write re-injects the packet and takes tens
-// of µs, during which the reader keeps its P, as it would running Go code.
+// wake the runtime's sysmon thread, whose polling a busy queue then pays
+// for; the raw calls do not (docs/performance.md, "The queue path's
+// latency"). A verdict write re-injects the packet, during which the
+// reader keeps its P, as it would running Go code.
 
 // readTimeout bounds a blocking read so that the reader notices shutdown:
 // closing a netlink socket does not wake a thread blocked reading it.
