@@ -10,6 +10,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // ProbeResult is one output line of `nftpolicy eval`.
@@ -21,7 +22,7 @@ type ProbeResult struct {
 	Reason  string `json:"reason"`
 }
 
-func loadScenario(path string, stderr io.Writer) (*compile.Scenario, int) {
+func loadScenario(path string, stderr io.Writer) (*scenario.Scenario, int) {
 	if path == "" {
 		fmt.Fprintln(stderr, "nftpolicy: --scenario FILE is required")
 		return nil, exitBadInput
@@ -31,7 +32,7 @@ func loadScenario(path string, stderr io.Writer) (*compile.Scenario, int) {
 		fmt.Fprintf(stderr, "nftpolicy: reading scenario: %v\n", err)
 		return nil, exitBadInput
 	}
-	s, err := compile.ParseScenario(data)
+	s, err := scenario.Parse(data)
 	if err != nil {
 		fmt.Fprintf(stderr, "nftpolicy: %s: %v\n", path, err)
 		return nil, exitBadInput
@@ -40,10 +41,10 @@ func loadScenario(path string, stderr io.Writer) (*compile.Scenario, int) {
 }
 
 // EvalScenario decides every probe of a scenario cluster-wide.
-func EvalScenario(s *compile.Scenario) []ProbeResult {
+func EvalScenario(s *scenario.Scenario) []ProbeResult {
 	prog := compile.Build(s.Input("", nil, nil))
 	// domainNames peers match what dnsAnswers say the pods resolved.
-	resolved := compile.NewResolvedAnswers(s)
+	resolved := scenario.NewResolvedAnswers(s)
 	out := make([]ProbeResult, len(s.Probes))
 	for i, pr := range s.Probes {
 		src, dst, _ := s.ProbeAddrs(i) // validated by ParseScenario

@@ -13,6 +13,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
@@ -361,7 +362,7 @@ func (c *Cluster) Explain(ctx context.Context, from, to string, port uint16, pro
 // cluster-wide input + queue.Evaluate). Apply the scenario and call
 // WaitProgrammed first. Only probes between pods of the harness are
 // supported; From and To of each cell are the probe's endpoints.
-func (c *Cluster) ProbeScenario(ctx context.Context, s *compile.Scenario, timeout time.Duration) ([]*Cell, error) {
+func (c *Cluster) ProbeScenario(ctx context.Context, s *scenario.Scenario, timeout time.Duration) ([]*Cell, error) {
 	if timeout <= 0 {
 		timeout = DefaultProbeTimeout
 	}
