@@ -8,8 +8,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
@@ -40,15 +38,11 @@ func loadScenario(path string, stderr io.Writer) (*scenario.Scenario, int) {
 	return s, exitOK
 }
 
-// EvalScenario decides every probe of a scenario cluster-wide.
+// EvalScenario decides every probe of a scenario cluster-wide
+// (scenario.Decide).
 func EvalScenario(s *scenario.Scenario) []ProbeResult {
-	prog := compile.Build(s.Input("", nil, nil))
-	// domainNames peers match what dnsAnswers say the pods resolved.
-	resolved := scenario.NewResolvedAnswers(s)
 	out := make([]ProbeResult, len(s.Probes))
-	for i, pr := range s.Probes {
-		src, dst, _ := s.ProbeAddrs(i) // validated by ParseScenario
-		v := queue.EvaluateResolved(prog, resolved, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
+	for i, v := range s.Decide() {
 		out[i] = ProbeResult{Probe: i, Allowed: v.Allowed, Ingress: v.Ingress, Egress: v.Egress, Reason: v.Reason()}
 	}
 	return out

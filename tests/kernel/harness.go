@@ -538,22 +538,6 @@ func (r *Report) Errors() []Outcome {
 	return out
 }
 
-// Evaluate decides every probe of s on the cluster-wide program, as
-// `nftpolicy eval` does.
-func Evaluate(s *scenario.Scenario) []queue.Verdict {
-	prog := compile.Build(s.Input("", nil, nil))
-	resolved := scenario.NewResolvedAnswers(s)
-	out := make([]queue.Verdict, len(s.Probes))
-	for i, pr := range s.Probes {
-		src, dst, err := s.ProbeAddrs(i)
-		if err != nil {
-			continue
-		}
-		out[i] = queue.EvaluateResolved(prog, resolved, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
-	}
-	return out
-}
-
 // Check applies s (see Apply), runs its probes concurrently and compares
 // each with the evaluator. only, when not nil, restricts the probes run to
 // those indices.
@@ -634,7 +618,7 @@ func (c *Cluster) CheckPodEvents(ctx context.Context, before, s *scenario.Scenar
 func (c *Cluster) Probe(ctx context.Context, s *scenario.Scenario, only []int) (*Report, error) {
 	start := time.Now()
 	_, where := placement(s)
-	verdicts := Evaluate(s)
+	verdicts := s.Decide()
 	idx := only
 	if idx == nil {
 		idx = make([]int, len(s.Probes))
