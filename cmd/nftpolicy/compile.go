@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // defaultNodes are the nodes pods are spread over when a scenario names none;
@@ -19,7 +20,7 @@ var defaultNodes = []string{"node-1", "node-2"}
 
 // CompileScenario renders the ruleset one node of the scenario would get, as
 // an nft script (the canonical dump of the table).
-func CompileScenario(s *compile.Scenario, node string, nodeIPs []netip.Addr, cfg compile.RenderConfig) (string, *compile.Program, error) {
+func CompileScenario(s *scenario.Scenario, node string, nodeIPs []netip.Addr, cfg compile.RenderConfig) (string, *compile.Program, error) {
 	nodes := s.NodeNames(defaultNodes)
 	prog := compile.Build(s.Input(node, nodes, nodeIPs))
 	rs, err := compile.Render(prog, cfg)

@@ -8,8 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // ProbeResult is one output line of `nftpolicy eval`.
@@ -21,7 +20,7 @@ type ProbeResult struct {
 	Reason  string `json:"reason"`
 }
 
-func loadScenario(path string, stderr io.Writer) (*compile.Scenario, int) {
+func loadScenario(path string, stderr io.Writer) (*scenario.Scenario, int) {
 	if path == "" {
 		fmt.Fprintln(stderr, "nftpolicy: --scenario FILE is required")
 		return nil, exitBadInput
@@ -31,7 +30,7 @@ func loadScenario(path string, stderr io.Writer) (*compile.Scenario, int) {
 		fmt.Fprintf(stderr, "nftpolicy: reading scenario: %v\n", err)
 		return nil, exitBadInput
 	}
-	s, err := compile.ParseScenario(data)
+	s, err := scenario.Parse(data)
 	if err != nil {
 		fmt.Fprintf(stderr, "nftpolicy: %s: %v\n", path, err)
 		return nil, exitBadInput
@@ -39,15 +38,11 @@ func loadScenario(path string, stderr io.Writer) (*compile.Scenario, int) {
 	return s, exitOK
 }
 
-// EvalScenario decides every probe of a scenario cluster-wide.
-func EvalScenario(s *compile.Scenario) []ProbeResult {
-	prog := compile.Build(s.Input("", nil, nil))
-	// domainNames peers match what dnsAnswers say the pods resolved.
-	resolved := compile.NewResolvedAnswers(s)
+// EvalScenario decides every probe of a scenario cluster-wide
+// (scenario.Decide).
+func EvalScenario(s *scenario.Scenario) []ProbeResult {
 	out := make([]ProbeResult, len(s.Probes))
-	for i, pr := range s.Probes {
-		src, dst, _ := s.ProbeAddrs(i) // validated by ParseScenario
-		v := evaluate.EvaluateResolved(prog, resolved, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
+	for i, v := range s.Decide() {
 		out[i] = ProbeResult{Probe: i, Allowed: v.Allowed, Ingress: v.Ingress, Egress: v.Egress, Reason: v.Reason()}
 	}
 	return out

@@ -9,7 +9,7 @@ import (
 )
 
 // exampleScenario is scenario-format.md's example (plus the pod y/b it uses).
-const exampleScenario = "../../pkg/compile/testdata/example.yaml"
+const exampleScenario = "../../pkg/scenario/testdata/example.yaml"
 
 // checkEval runs `nftpolicy eval` on a scenario and compares its lines.
 func checkEval(t *testing.T, scenario string, want []string) {

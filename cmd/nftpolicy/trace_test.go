@@ -17,6 +17,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
 )
 
 // kernelListing renders the scenario for node-1, loads the ruleset into the
@@ -63,7 +64,7 @@ func TestTraceAgreesWithEvaluator(t *testing.T) {
 	for _, name := range []string{"deny-and-allow", "egress-dualstack", "deny-and-allow+cnp", "cluster-tiers"} {
 		t.Run(name, func(t *testing.T) {
 			file, withCNP := strings.CutSuffix(name, "+cnp")
-			in := ct.GoldenInput(t, "../../pkg/compile/testdata/golden/"+file+".yaml")
+			in := scenariotest.GoldenInput(t, "../../pkg/compile/testdata/golden/"+file+".yaml")
 			if withCNP {
 				x := ct.NamespacesSubject(ct.Sel("kubernetes.io/metadata.name", "x"))
 				in.ClusterPolicies = append(in.ClusterPolicies,

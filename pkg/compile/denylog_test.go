@@ -14,13 +14,14 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
 )
 
 // denyLogInput is the deny-and-allow golden scenario on node-1 plus an Admin
 // Deny rule and a Baseline Deny rule that apply to x's pods.
 func denyLogInput(t *testing.T, extra ...string) compile.Input {
 	t.Helper()
-	in := ct.GoldenInput(t, "testdata/golden/deny-and-allow.yaml")
+	in := scenariotest.GoldenInput(t, "testdata/golden/deny-and-allow.yaml")
 	in.ClusterPolicies = append(in.ClusterPolicies,
 		ct.CNP("no-dns-out", "Admin", 10, ct.NamespacesSubject(ct.Sel("kubernetes.io/metadata.name", "x")),
 			ct.CNPEgress(ct.CNPRule("no-dns", "Deny", ct.ToNetworks("192.0.2.53/32")).On(ct.Proto("UDP", 53)))),

@@ -14,12 +14,13 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // FuzzCompile feeds scenario bytes (docs/scenario-format.md) to the
-// compiler. A scenario that ParseScenario accepts is built for the cluster
+// compiler. A scenario that scenario.Parse accepts is built for the cluster
 // and for its first node and rendered in every mode; whatever it rejects
-// must come back as a *ScenarioError. The policies of any decodable
+// must come back as a *scenario.Error. The policies of any decodable
 // document, validated or not (an agent compiles what the API server
 // stores, which older servers and hand-made objects leave unvalidated), are
 // also built against the scenario's pods when it has valid ones.
@@ -27,10 +28,11 @@ import (
 // order of the input's objects (the same text twice); the evaluator gives
 // every probe a verdict, the same from both builds.
 //
-// Seeds: the scenarios of testdata/ and tests/kernel/testdata, and what
-// the fuzzer found, in testdata/fuzz/FuzzCompile.
+// Seeds: the scenarios of testdata/golden, pkg/scenario/testdata and
+// tests/kernel/testdata, and what the fuzzer found, in
+// testdata/fuzz/FuzzCompile.
 func FuzzCompile(f *testing.F) {
-	for _, glob := range []string{"testdata/*.yaml", "testdata/golden/*.yaml", "../../tests/kernel/testdata/*.yaml"} {
+	for _, glob := range []string{"../scenario/testdata/*.yaml", "testdata/golden/*.yaml", "../../tests/kernel/testdata/*.yaml"} {
 		files, _ := filepath.Glob(glob)
 		for _, file := range files {
 			data, err := os.ReadFile(file)
@@ -44,11 +46,11 @@ func FuzzCompile(f *testing.F) {
 		if len(data) > 64<<10 {
 			return // larger inputs only slow the fuzzer down
 		}
-		s, err := compile.ParseScenario(data)
+		s, err := scenario.Parse(data)
 		if err != nil {
-			var se *compile.ScenarioError
+			var se *scenario.Error
 			if !errors.As(err, &se) {
-				t.Fatalf("ParseScenario: an error that is not a ScenarioError: %T %v", err, err)
+				t.Fatalf("Parse: an error that is not a scenario.Error: %T %v", err, err)
 			}
 		}
 		if s != nil {
@@ -82,7 +84,7 @@ func FuzzCompile(f *testing.F) {
 
 // checkCompile builds and renders in, and the same input with its objects
 // in reverse order, and checks FuzzCompile's invariants.
-func checkCompile(t *testing.T, s *compile.Scenario, in compile.Input) {
+func checkCompile(t *testing.T, s *scenario.Scenario, in compile.Input) {
 	t.Helper()
 	rev := in
 	rev.Pods = reversed(in.Pods)

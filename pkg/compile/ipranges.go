@@ -154,8 +154,8 @@ func parseCIDR(s string) (netip.Prefix, error) {
 }
 
 // appendAddr parses s and appends it to out, an IPv4-mapped address as
-// IPv4, unless it is unparsable or already there. Pod, node and scenario
-// addresses are read this way.
+// IPv4, unless it is unparsable or already there. Pod and node addresses
+// are read this way.
 func appendAddr(out []netip.Addr, s string) []netip.Addr {
 	a, err := netip.ParseAddr(s)
 	if err != nil {

@@ -1,10 +1,12 @@
-package compile
+package compile_test
 
 import (
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
 // TestSourceValidation: in every mode the source check is a prerouting
@@ -13,13 +15,13 @@ import (
 // forward and input do not change; NoSourceValidation leaves the chain out.
 func TestSourceValidation(t *testing.T) {
 	const check = "fib saddr . iif oif missing counter drop"
-	for _, cfg := range []RenderConfig{{Mode: ModeHybrid}, {Mode: ModeKernel}, {Mode: ModeQueue}, {Mode: ModeQueue, QueueVariant: QueueXTCompat}} {
+	for _, cfg := range []compile.RenderConfig{{Mode: compile.ModeHybrid}, {Mode: compile.ModeKernel}, {Mode: compile.ModeQueue}, {Mode: compile.ModeQueue, QueueVariant: compile.QueueXTCompat}} {
 		for _, sc := range []string{"testdata/golden/cluster-tiers.yaml", "testdata/golden/egress-dualstack.yaml"} {
 			name := string(cfg.Mode) + " " + sc
 			rs := renderScenarioRuleset(t, sc, cfg)
-			c := rs.Chains[ChainPrerouting]
+			c := rs.Chains[compile.ChainPrerouting]
 			if c == nil {
-				t.Fatalf("%s: no %s chain", name, ChainPrerouting)
+				t.Fatalf("%s: no %s chain", name, compile.ChainPrerouting)
 			}
 			if *c.Chain.Hook != knftables.PreroutingHook || *c.Chain.Priority != knftables.RawPriority || *c.Chain.Policy != knftables.AcceptPolicy {
 				t.Errorf("%s: chain %+v", name, c.Chain)
@@ -32,10 +34,10 @@ func TestSourceValidation(t *testing.T) {
 			off := cfg
 			off.NoSourceValidation = true
 			rsOff := renderScenarioRuleset(t, sc, off)
-			if rsOff.Chains[ChainPrerouting] != nil {
+			if rsOff.Chains[compile.ChainPrerouting] != nil {
 				t.Errorf("%s, validation off: the prerouting chain is there", name)
 			}
-			for _, ch := range []string{ChainForward, ChainInput} {
+			for _, ch := range []string{compile.ChainForward, compile.ChainInput} {
 				on, off := rs.Chains[ch].Rules, rsOff.Chains[ch].Rules
 				if len(on) != len(off) {
 					t.Errorf("%s: %s differs with and without validation", name, ch)

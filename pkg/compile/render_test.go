@@ -1,4 +1,4 @@
-package compile
+package compile_test
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
 )
 
 // Golden conventions: the scenarios in testdata/golden/*.yaml; node-1 is the
@@ -20,28 +23,20 @@ import (
 var update = flag.Bool("update", false, "rewrite golden files")
 
 // renderScenarioRuleset renders a scenario's ruleset for node-1.
-func renderScenarioRuleset(t *testing.T, path string, cfg RenderConfig) *Ruleset {
+func renderScenarioRuleset(t *testing.T, path string, cfg compile.RenderConfig) *compile.Ruleset {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ParseScenario(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog := Build(s.Input("node-1", s.NodeNames([]string{"node-1", "node-2"}), nil))
-	rs, err := Render(prog, cfg)
+	prog := compile.Build(scenariotest.GoldenInput(t, path))
+	rs, err := compile.Render(prog, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rs
 }
 
-func renderScenario(t *testing.T, path string, cfg RenderConfig) string {
+func renderScenario(t *testing.T, path string, cfg compile.RenderConfig) string {
 	t.Helper()
 	rs := renderScenarioRuleset(t, path, cfg)
-	fake := knftables.NewFake(knftables.InetFamily, TableName)
+	fake := knftables.NewFake(knftables.InetFamily, compile.TableName)
 	tx := fake.NewTransaction()
 	rs.AddTo(tx)
 	if err := fake.Run(context.Background(), tx); err != nil {
@@ -57,12 +52,12 @@ func TestGolden(t *testing.T) {
 	}
 	modes := []struct {
 		suffix string
-		cfg    RenderConfig
+		cfg    compile.RenderConfig
 	}{
-		{"hybrid", RenderConfig{Mode: ModeHybrid}},
-		{"queue", RenderConfig{Mode: ModeQueue, QueueVariant: QueueNative, FailOpen: true, Queues: 2}},
-		{"queue-xt", RenderConfig{Mode: ModeQueue, QueueVariant: QueueXTCompat}},
-		{"hybrid-denylog", RenderConfig{Mode: ModeHybrid, DenyLogGroup: 7}},
+		{"hybrid", compile.RenderConfig{Mode: compile.ModeHybrid}},
+		{"queue", compile.RenderConfig{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative, FailOpen: true, Queues: 2}},
+		{"queue-xt", compile.RenderConfig{Mode: compile.ModeQueue, QueueVariant: compile.QueueXTCompat}},
+		{"hybrid-denylog", compile.RenderConfig{Mode: compile.ModeHybrid, DenyLogGroup: 7}},
 	}
 	for _, sc := range scenarios {
 		for _, m := range modes {
@@ -91,8 +86,8 @@ func TestGolden(t *testing.T) {
 func TestRenderDeterministic(t *testing.T) {
 	scenarios, _ := filepath.Glob("testdata/golden/*.yaml")
 	for _, sc := range scenarios {
-		a := renderScenario(t, sc, RenderConfig{})
-		b := renderScenario(t, sc, RenderConfig{})
+		a := renderScenario(t, sc, compile.RenderConfig{})
+		b := renderScenario(t, sc, compile.RenderConfig{})
 		if a != b {
 			t.Errorf("%s: two renders differ", sc)
 		}
@@ -105,8 +100,8 @@ func TestRenderDeterministic(t *testing.T) {
 func TestHybridEqualsKernelInV1(t *testing.T) {
 	scenarios, _ := filepath.Glob("testdata/golden/*.yaml")
 	for _, sc := range scenarios {
-		h := renderScenario(t, sc, RenderConfig{Mode: ModeHybrid, SkipUnknownPods: true, NoDNSLearning: true})
-		k := renderScenario(t, sc, RenderConfig{Mode: ModeKernel})
+		h := renderScenario(t, sc, compile.RenderConfig{Mode: compile.ModeHybrid, SkipUnknownPods: true, NoDNSLearning: true})
+		k := renderScenario(t, sc, compile.RenderConfig{Mode: compile.ModeKernel})
 		h = strings.Replace(h, "(mode hybrid)", "(mode kernel)", 1)
 		if diff := cmp.Diff(k, h); diff != "" {
 			t.Errorf("%s: hybrid differs from kernel beyond the table comment:\n%s", sc, diff)
@@ -114,27 +109,27 @@ func TestHybridEqualsKernelInV1(t *testing.T) {
 		if strings.Contains(h, "queue") {
 			t.Errorf("%s: hybrid ruleset queues something", sc)
 		}
-		full := renderScenario(t, sc, RenderConfig{Mode: ModeHybrid})
+		full := renderScenario(t, sc, compile.RenderConfig{Mode: compile.ModeHybrid})
 		for _, line := range strings.Split(full, "\n") {
-			for _, c := range []string{ChainQueue, ChainQueueShare, ChainQueueHeld} {
-				if strings.HasSuffix(line, "goto "+c) && !strings.Contains(line, "@known-pods-v") && line != "add rule inet nftpolicy "+ChainQueueHeld+" goto "+ChainQueue {
+			for _, c := range []string{compile.ChainQueue, compile.ChainQueueShare, compile.ChainQueueHeld} {
+				if strings.HasSuffix(line, "goto "+c) && !strings.Contains(line, "@known-pods-v") && line != "add rule inet nftpolicy "+compile.ChainQueueHeld+" goto "+compile.ChainQueue {
 					t.Errorf("%s: hybrid queues beyond unknown pods: %s", sc, line)
 				}
 			}
 		}
-		if !strings.Contains(full, "!= @known-pods-v4 counter goto "+ChainQueueHeld) {
+		if !strings.Contains(full, "!= @known-pods-v4 counter goto "+compile.ChainQueueHeld) {
 			t.Errorf("%s: hybrid ruleset lacks the unknown-pod rule", sc)
 		}
 	}
 }
 
 func TestRenderConfigValidate(t *testing.T) {
-	for _, c := range []RenderConfig{
+	for _, c := range []compile.RenderConfig{
 		{Mode: "fast"},
-		{Mode: ModeQueue, AllowMark: 0x4000},
-		{Mode: ModeQueue, AllowMark: 0x3},
-		{Mode: ModeQueue, QueueVariant: "magic"},
-		{Mode: ModeQueue, QueueNum: 65535, Queues: 4},
+		{Mode: compile.ModeQueue, AllowMark: 0x4000},
+		{Mode: compile.ModeQueue, AllowMark: 0x3},
+		{Mode: compile.ModeQueue, QueueVariant: "magic"},
+		{Mode: compile.ModeQueue, QueueNum: 65535, Queues: 4},
 	} {
 		c.Defaults()
 		if err := c.Validate(); err == nil {
@@ -152,27 +147,19 @@ var nftIdentifier = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_/\-.]*$`)
 // not check this; nft rejected a whole transaction over one bad name.
 func TestObjectNamesAreNftIdentifiers(t *testing.T) {
 	long := strings.Repeat("long-", 20)
-	data, err := os.ReadFile("testdata/golden/cluster-tiers.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ParseScenario(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := s.Input("node-1", s.NodeNames([]string{"node-1", "node-2"}), nil)
+	in := scenariotest.GoldenInput(t, "testdata/golden/cluster-tiers.yaml")
 	for _, np := range in.Policies {
 		np.Name = long + np.Name
 	}
 	for _, cnp := range in.ClusterPolicies {
 		cnp.Name = long + cnp.Name
 	}
-	prog := Build(in)
+	prog := compile.Build(in)
 	if len(prog.Problems) > 0 {
 		t.Fatalf("unexpected problems: %v", prog.Problems)
 	}
-	for _, mode := range []Mode{ModeHybrid, ModeQueue} {
-		rs, err := Render(prog, RenderConfig{Mode: mode})
+	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
+		rs, err := compile.Render(prog, compile.RenderConfig{Mode: mode})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +168,7 @@ func TestObjectNamesAreNftIdentifiers(t *testing.T) {
 			if !nftIdentifier.MatchString(name) {
 				t.Errorf("%s: chain name %q is not an nft identifier", mode, name)
 			}
-			if strings.Contains(name, long[:20]) && len(name) <= maxPolicyRefChars+len("baseline--ingress") {
+			if strings.Contains(name, long[:20]) && len(name) <= compile.MaxPolicyRefChars+len("baseline--ingress") {
 				cut++
 			}
 		}
@@ -190,7 +177,7 @@ func TestObjectNamesAreNftIdentifiers(t *testing.T) {
 				t.Errorf("%s: set name %q is not an nft identifier", mode, name)
 			}
 		}
-		if mode == ModeHybrid && cut == 0 {
+		if mode == compile.ModeHybrid && cut == 0 {
 			t.Errorf("no chain name was cut: the test does not exercise long names")
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 func pod(ns, name, ip, node string, labels map[string]string) *corev1.Pod {
@@ -172,9 +173,9 @@ dnsAnswers:
   - {pod: x/a, name: api.example.com, ips: [192.0.2.13], ttl: 60}
 `
 
-func namesProgram(t *testing.T, names string) (*compile.Program, *compile.Scenario) {
+func namesProgram(t *testing.T, names string) (*compile.Program, *scenario.Scenario) {
 	t.Helper()
-	s, err := compile.ParseScenario([]byte(strings.Replace(namesScenario, "NAMES", names, 1)))
+	s, err := scenario.Parse([]byte(strings.Replace(namesScenario, "NAMES", names, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestRevokeDomainNames(t *testing.T) {
 	if got := conntrack.Affected(old, same); len(got) != 0 {
 		t.Errorf("affected by reordering the names: %v", got)
 	}
-	eval := &evaluate.Evaluator{Resolved: compile.NewResolvedAnswers(s)}
+	eval := &evaluate.Evaluator{Resolved: scenario.NewResolvedAnswers(s)}
 	table := &fakeTable{flows: []ct.Flow{
 		flow("10.0.0.1", "192.0.2.10", 80), // www.example.com: removed
 		flow("10.0.0.1", "192.0.2.13", 80), // api.example.com: kept
@@ -229,7 +230,7 @@ func (forgetful) Resolved(netip.Addr, netip.Addr, []compile.DomainPattern) bool 
 // allows is not.
 func TestRevokeDeletedDomainRule(t *testing.T) {
 	old, _ := namesProgram(t, "www.example.com")
-	s, err := compile.ParseScenario([]byte(strings.Replace(strings.Replace(namesScenario,
+	s, err := scenario.Parse([]byte(strings.Replace(strings.Replace(namesScenario,
 		"        - {name: names, action: Accept, to: [{domainNames: [NAMES]}], protocols: [{tcp: {destinationPort: {number: 80}}}]}\n",
 		"        - {name: ok, action: Accept, to: [{networks: [192.0.2.13/32]}]}\n", 1), "NAMES", "", 1)))
 	if err != nil {

@@ -101,7 +101,7 @@ func Evaluate(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, p
 
 // Resolver knows what pods resolved: domainNames peers match the
 // addresses a pod itself got for a matching name (pkg/fqdn's learner in the
-// agent, compile.ResolvedAnswers for scenarios). It must be safe for
+// agent, scenario.ResolvedAnswers for scenarios). It must be safe for
 // concurrent use and must not block.
 type Resolver interface {
 	Resolved(pod, peer netip.Addr, domains []compile.DomainPattern) bool

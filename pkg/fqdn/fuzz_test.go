@@ -12,6 +12,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // FuzzParseReply: any bytes as a DNS reply. ParseReply never panics; what
@@ -186,7 +187,7 @@ func FuzzHandlePacket(f *testing.F) {
 	tq := fuzzPacket(true, 6, 0x18, 500, 101, append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...))
 	tr := fuzzPacket(false, 6, 0x18, 101, 500, append(binary.BigEndian.AppendUint16(nil, uint16(len(r))), r...))
 	f.Add(append(append(append(append(synack, 0xff), tq...), 0xff), tr...))
-	sc, err := compile.ParseScenario([]byte(scenario))
+	sc, err := scenario.Parse([]byte(webScenario))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -12,9 +12,10 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
-const scenario = `
+const webScenario = `
 pods:
   - {namespace: x, name: a, ips: [10.0.0.1, "fd00::1"], node: n1}
   - {namespace: y, name: b, ip: 10.0.0.2, node: n1}
@@ -110,7 +111,7 @@ func (w *fakeWriter) WriteElements(_ context.Context, els []fqdn.Element) error 
 
 func newLearner(t *testing.T, w fqdn.Writer, failOpen bool) (*fqdn.Learner, *compile.Program, *time.Time) {
 	t.Helper()
-	sc, err := compile.ParseScenario([]byte(scenario))
+	sc, err := scenario.Parse([]byte(webScenario))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // testLearner is a learner of a program the test can replace.
@@ -30,7 +31,7 @@ func newTestLearner(t *testing.T, sc string, maxNames, maxAddrs int) *testLearne
 	t.Helper()
 	tl := &testLearner{w: &fakeWriter{}, m: fqdn.NewMetrics(), now: time.Unix(1000, 0)}
 	tl.program = func(yaml string) *compile.Program {
-		s, err := compile.ParseScenario([]byte(yaml))
+		s, err := scenario.Parse([]byte(yaml))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +93,7 @@ func TestLearnCNAMEAttack(t *testing.T) {
 // TestLearnMappedAAAA: an IPv4-mapped AAAA answer is learned as neither
 // family; it is counted.
 func TestLearnMappedAAAA(t *testing.T) {
-	tl := newTestLearner(t, scenario, 0, 0)
+	tl := newTestLearner(t, webScenario, 0, 0)
 	r := tl.Learn(context.Background(), server, podA4, reply(t, "www.example.com.", dnsmessage.TypeAAAA, false,
 		rr{name: "www.example.com.", addr: "::ffff:203.0.113.78", ttl: 60}))
 	if r.Learned != 0 || len(tl.w.got) != 0 || r.Cause != fqdn.CauseNoAddress {
@@ -113,7 +114,7 @@ func TestLearnMappedAAAA(t *testing.T) {
 // kept name resolves to them; other pods are untouched.
 func TestStoreBounds(t *testing.T) {
 	// x/c, a second subject of rule web.
-	sc := strings.Replace(scenario, "pods:\n", "pods:\n  - {namespace: x, name: c, ip: 10.0.0.3, node: n1}\n", 1)
+	sc := strings.Replace(webScenario, "pods:\n", "pods:\n  - {namespace: x, name: c, ip: 10.0.0.3, node: n1}\n", 1)
 	tl := newTestLearner(t, sc, 4, 6)
 	podB := netip.MustParseAddr("10.0.0.3")
 	set := tl.prog.FQDNRules()[0].SetV4
@@ -161,7 +162,7 @@ func TestStoreBounds(t *testing.T) {
 // TestStoreExpiry: an expired answer is not resolved, and a name learned
 // again gets the new expiry.
 func TestStoreExpiry(t *testing.T) {
-	tl := newTestLearner(t, scenario, 0, 0)
+	tl := newTestLearner(t, webScenario, 0, 0)
 	addr := netip.MustParseAddr("192.0.2.1")
 	tl.learnA(t, podA4, "www.example.com", "192.0.2.1", 10)
 	tl.now = tl.now.Add(11 * time.Second)
@@ -178,7 +179,7 @@ func TestStoreExpiry(t *testing.T) {
 // in the store and in the kernel; a new pod given its address inherits
 // nothing.
 func TestOnProgramPodGone(t *testing.T) {
-	tl := newTestLearner(t, scenario, 0, 0)
+	tl := newTestLearner(t, webScenario, 0, 0)
 	set := tl.prog.FQDNRules()[0].SetV4
 	tl.OnProgram(nil, tl.prog)
 	tl.learnA(t, podA4, "www.example.com", "192.0.2.1", 300)
@@ -186,7 +187,7 @@ func TestOnProgramPodGone(t *testing.T) {
 pods:
   - {namespace: y, name: b, ip: 10.0.0.2, node: n1}
   - {namespace: x, name: c, ip: 10.0.0.9, node: n1}
-` + scenario[len("\npods:\n  - {namespace: x, name: a, ips: [10.0.0.1, \"fd00::1\"], node: n1}\n  - {namespace: y, name: b, ip: 10.0.0.2, node: n1}\n"):]
+` + webScenario[len("\npods:\n  - {namespace: x, name: a, ips: [10.0.0.1, \"fd00::1\"], node: n1}\n  - {namespace: y, name: b, ip: 10.0.0.2, node: n1}\n"):]
 	tl.publish(tl.program(gone))
 	if got, want := elementStrings(tl.w.deleted), []string{set + " 10.0.0.1 . 192.0.2.1"}; !slices.Equal(got, want) {
 		t.Errorf("deleted %v, want %v", got, want)
@@ -195,7 +196,7 @@ pods:
 pods:
   - {namespace: y, name: b, ip: 10.0.0.2, node: n1}
   - {namespace: x, name: new, ips: [10.0.0.1, "fd00::1"], node: n1}
-` + scenario[len("\npods:\n  - {namespace: x, name: a, ips: [10.0.0.1, \"fd00::1\"], node: n1}\n  - {namespace: y, name: b, ip: 10.0.0.2, node: n1}\n"):]
+` + webScenario[len("\npods:\n  - {namespace: x, name: a, ips: [10.0.0.1, \"fd00::1\"], node: n1}\n  - {namespace: y, name: b, ip: 10.0.0.2, node: n1}\n"):]
 	tl.publish(tl.program(reused))
 	if tl.Resolved(podA4, netip.MustParseAddr("192.0.2.1"), web) {
 		t.Errorf("the pod now at 10.0.0.1 inherited x/a's answer")
@@ -203,7 +204,7 @@ pods:
 	// Replaced at once, in one program change: the same.
 	tl.learnA(t, podA4, "www.example.com", "192.0.2.1", 300)
 	tl.w.deleted = nil
-	tl.publish(tl.program(scenario))
+	tl.publish(tl.program(webScenario))
 	if got, want := elementStrings(tl.w.deleted), []string{set + " 10.0.0.1 . 192.0.2.1"}; !slices.Equal(got, want) {
 		t.Errorf("x/new replaced by x/a at its address: deleted %v, want %v", got, want)
 	}
@@ -217,7 +218,7 @@ pods:
 // once, not at the publication, and nothing is learned for x/a again. A
 // change that keeps the pod's addresses deletes nothing.
 func TestOnPodAppliedPodGone(t *testing.T) {
-	tl := newTestLearner(t, scenario, 0, 0)
+	tl := newTestLearner(t, webScenario, 0, 0)
 	set := tl.prog.FQDNRules()[0].SetV4
 	tl.OnProgram(nil, tl.prog)
 	tl.learnA(t, podA4, "www.example.com", "192.0.2.1", 300)
@@ -256,7 +257,7 @@ func (w *listingWriter) ListElements(_ context.Context, set string) ([]fqdn.Elem
 // agent wrote for pods that are not subjects of the set's rule (deleted
 // while no agent ran); later ones read nothing.
 func TestOnProgramSweep(t *testing.T) {
-	tl := newTestLearner(t, scenario, 0, 0)
+	tl := newTestLearner(t, webScenario, 0, 0)
 	set := tl.prog.FQDNRules()[0].SetV4
 	el := func(pod string) fqdn.Element {
 		return fqdn.Element{Set: set, Pod: netip.MustParseAddr(pod), Addr: netip.MustParseAddr("192.0.2.1")}
@@ -282,14 +283,14 @@ func TestOnProgramSweep(t *testing.T) {
 // new rules still match are written into them with their remaining TTL,
 // and nothing else.
 func TestOnProgramRewrite(t *testing.T) {
-	tl := newTestLearner(t, scenario, 0, 0)
+	tl := newTestLearner(t, webScenario, 0, 0)
 	tl.OnProgram(nil, tl.prog)
 	tl.learnA(t, podA4, "www.example.com", "192.0.2.1", 300)
 	tl.learnA(t, podA4, "a.example.org", "192.0.2.2", 300)
 	tl.w.got = nil
 	tl.now = tl.now.Add(100 * time.Second)
 	// The rule moves to index 1 (a new set) and keeps only www.example.com.
-	narrowed := scenario[:len(scenario)-len("        - {name: names, action: Accept, to: [{domainNames: [Www.Example.com., \"*.example.org\"]}]}\n")] +
+	narrowed := webScenario[:len(webScenario)-len("        - {name: names, action: Accept, to: [{domainNames: [Www.Example.com., \"*.example.org\"]}]}\n")] +
 		"        - {name: first, action: Accept, to: [{networks: [198.51.100.0/24]}]}\n" +
 		"        - {name: names, action: Accept, to: [{domainNames: [www.example.com]}]}\n"
 	p := tl.program(narrowed)
@@ -312,7 +313,7 @@ func TestOnProgramRewrite(t *testing.T) {
 func BenchmarkLearn40kNames(b *testing.B) {
 	const stored = 40000
 	t := &testing.T{}
-	tl := newTestLearner(t, scenario, 2*stored, 4*stored)
+	tl := newTestLearner(t, webScenario, 2*stored, 4*stored)
 	tl.w.discard = true
 	msg := func(i int) []byte {
 		n := fmt.Sprintf("n%d.example.org.", i)

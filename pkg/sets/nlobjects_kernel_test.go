@@ -16,6 +16,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
@@ -70,7 +71,7 @@ func policyPairs(t *testing.T) map[string][2]*compile.Ruleset {
 		t.Fatal("no golden scenarios")
 	}
 	for _, sc := range scenarios {
-		in := compiletest.GoldenInput(t, sc)
+		in := scenariotest.GoldenInput(t, sc)
 		name := strings.TrimSuffix(filepath.Base(sc), ".yaml")
 		if name == "fqdn" {
 			// A node's first domainNames policy adds the DNS capture and

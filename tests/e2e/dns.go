@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/dnsserver"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
@@ -25,7 +25,7 @@ var (
 // dnsAgentArgs are the agent flags a scenario with dnsAnswers needs: trust
 // the runner's DNS, and keep learned answers for the whole run (scenario
 // answers do not expire for the evaluator either).
-func dnsAgentArgs(s *compile.Scenario) []string {
+func dnsAgentArgs(s *scenario.Scenario) []string {
 	if len(s.DNSAnswers) == 0 {
 		return nil
 	}
@@ -36,7 +36,7 @@ func dnsAgentArgs(s *compile.Scenario) []string {
 // dnsAnswers, and makes every pod look its names up (A for IPv4 answers,
 // AAAA for IPv6 ones). A failed lookup is an error: the scenario's
 // policies must let the pod reach the DNS (UDP 53 to ClusterDNSv4, or v6).
-func resolveAnswers(ctx context.Context, c *cluster.Cluster, s *compile.Scenario) error {
+func resolveAnswers(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) error {
 	if len(s.DNSAnswers) == 0 {
 		return nil
 	}
@@ -44,7 +44,7 @@ func resolveAnswers(ctx context.Context, c *cluster.Cluster, s *compile.Scenario
 	for _, a := range s.DNSAnswers {
 		r := dnsserver.Record{Name: a.Name, TTL: uint32(a.TTL), Clients: c.PodIPs(a.Pod)}
 		for _, ip := range a.IPs {
-			r.Addrs = append(r.Addrs, netip.MustParseAddr(ip)) // validated by ParseScenario
+			r.Addrs = append(r.Addrs, netip.MustParseAddr(ip)) // validated by scenario.Parse
 		}
 		recs = append(recs, r)
 	}

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
@@ -51,7 +52,7 @@ func (e *UnsupportedError) Unwrap() error { return e.Err }
 // and servers. A probe to a node on a TCP port the node's agent listens on
 // (the API relay and the agent's metrics and health ports, see
 // tests/internal/cluster) cannot be served there either.
-func Supported(s *compile.Scenario) error {
+func Supported(s *scenario.Scenario) error {
 	var errs []error
 	for i := range s.Pods {
 		if p := &s.Pods[i]; p.HostNetwork {
@@ -87,7 +88,7 @@ func agentPorts() []uint16 {
 
 // nodeForAddr returns the listed node that owns a, or "": an endpoint at a
 // node's address is that node.
-func nodeForAddr(s *compile.Scenario, a netip.Addr) string {
+func nodeForAddr(s *scenario.Scenario, a netip.Addr) string {
 	for i := range s.Nodes {
 		if slices.Contains(s.Nodes[i].Addrs(), a) {
 			return s.Nodes[i].Name
@@ -119,9 +120,9 @@ func externalNode(c *cluster.Cluster) string { return c.Nodes()[0] }
 // learn them as they would in a cluster. The cluster is torn down by tb's
 // cleanups.
 //
-// An object the API server rejects is a *compile.ScenarioError; a scenario
+// An object the API server rejects is a *scenario.Error; a scenario
 // the runner cannot simulate an *UnsupportedError.
-func RunScenario(ctx context.Context, tb testing.TB, s *compile.Scenario, cfg RunConfig) ([]Outcome, error) {
+func RunScenario(ctx context.Context, tb testing.TB, s *scenario.Scenario, cfg RunConfig) ([]Outcome, error) {
 	if err := Supported(s); err != nil {
 		return nil, err
 	}
@@ -177,7 +178,7 @@ func RunScenario(ctx context.Context, tb testing.TB, s *compile.Scenario, cfg Ru
 
 // setUp creates the scenario's objects and lab endpoints and returns the
 // probes.
-func setUp(ctx context.Context, c *cluster.Cluster, s *compile.Scenario) ([]ProbeSpec, error) {
+func setUp(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) ([]ProbeSpec, error) {
 	// What every destination must serve: container ports plus probed ports.
 	type ports struct{ tcp, udp []uint16 }
 	add := func(l *ports, proto compile.Protocol, port uint16) {
@@ -208,7 +209,7 @@ func setUp(ctx context.Context, c *cluster.Cluster, s *compile.Scenario) ([]Prob
 		pod, node string
 		addr      netip.Addr
 	}
-	endpoint := func(e compile.Endpoint, a netip.Addr) end {
+	endpoint := func(e scenario.Endpoint, a netip.Addr) end {
 		switch {
 		case e.Pod != "":
 			return end{pod: e.Pod, addr: a}
@@ -232,7 +233,7 @@ func setUp(ctx context.Context, c *cluster.Cluster, s *compile.Scenario) ([]Prob
 	for i, pr := range s.Probes {
 		src, dst, err := s.ProbeAddrs(i)
 		if err != nil {
-			return nil, &compile.ScenarioError{Err: fmt.Errorf("probes[%d]: %w", i, err)}
+			return nil, &scenario.Error{Err: fmt.Errorf("probes[%d]: %w", i, err)}
 		}
 		e := probeEnds{from: endpoint(pr.From, src), to: endpoint(pr.To, dst)}
 		ends[i] = e
@@ -372,7 +373,7 @@ const hostnameLabel = "kubernetes.io/hostname"
 // scenario's (cluster.Config.NodeIPs). Nodes the scenario does not list
 // keep the harness' label and lab addresses; eval has no Node object for
 // them, and no probe can name them.
-func labelNodes(ctx context.Context, c *cluster.Cluster, s *compile.Scenario) error {
+func labelNodes(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) error {
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
 		var remove []string
@@ -400,7 +401,7 @@ func addrsCover(have, want []netip.Addr) bool {
 }
 
 // usedNamespaces lists the namespaces pods and policies use, in order.
-func usedNamespaces(s *compile.Scenario) []string {
+func usedNamespaces(s *scenario.Scenario) []string {
 	var out []string
 	for i := range s.Pods {
 		if !slices.Contains(out, s.Pods[i].Namespace) {
@@ -419,7 +420,7 @@ func usedNamespaces(s *compile.Scenario) []string {
 // error: the scenario holds something the API server would not store.
 func apiError(err error) error {
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-		return &compile.ScenarioError{Err: err}
+		return &scenario.Error{Err: err}
 	}
 	return err
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
 	"github.com/nftpolicy/nftpolicy/tests/e2e"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 )
@@ -67,7 +69,7 @@ func evalScenario(t *testing.T, path string) []evalLine {
 }
 
 // compareRun checks the runner's verdicts against eval's, probe for probe.
-func compareRun(t *testing.T, s *compile.Scenario, want []evalLine, got []evalLine, detail func(i int) string) {
+func compareRun(t *testing.T, s *scenario.Scenario, want []evalLine, got []evalLine, detail func(i int) string) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("the runner printed %d lines, eval %d", len(got), len(want))
@@ -90,7 +92,7 @@ func compareRun(t *testing.T, s *compile.Scenario, want []evalLine, got []evalLi
 
 // runEntryPoint runs s with RunScenario in mode and compares every probe
 // with eval's verdicts.
-func runEntryPoint(t *testing.T, s *compile.Scenario, want []evalLine, mode compile.Mode) {
+func runEntryPoint(t *testing.T, s *scenario.Scenario, want []evalLine, mode compile.Mode) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -128,7 +130,7 @@ func scriptAndBinary(t *testing.T) (script, bin string) {
 
 // runScript runs hack/run-scenario.sh on the scenario file at path in mode,
 // compares every line with eval's verdicts and returns its wall time.
-func runScript(t *testing.T, path string, s *compile.Scenario, want []evalLine, mode compile.Mode) time.Duration {
+func runScript(t *testing.T, path string, s *scenario.Scenario, want []evalLine, mode compile.Mode) time.Duration {
 	t.Helper()
 	script, bin := scriptAndBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -199,18 +201,18 @@ func TestRunScenario(t *testing.T) {
 			t.Fatal(err)
 		}
 		// nftpolicy's own validation rejects it, as the API server does...
-		if _, err := compile.ParseScenario(data); err == nil || !strings.Contains(err.Error(), "must not have bits set beyond the prefix length") {
-			t.Fatalf("ParseScenario: %v; want the host-bits error", err)
+		if _, err := scenario.Parse(data); err == nil || !strings.Contains(err.Error(), "must not have bits set beyond the prefix length") {
+			t.Fatalf("scenario.Parse: %v; want the host-bits error", err)
 		}
 		// ...and so does the real API server when the scenario gets past ours.
-		var bad compile.Scenario
+		var bad scenario.Scenario
 		if err := sigsyaml.Unmarshal(data, &bad); err != nil {
 			t.Fatal(err)
 		}
 		_, err = e2e.RunScenario(ctx, t, &bad, e2e.RunConfig{})
-		var se *compile.ScenarioError
+		var se *scenario.Error
 		if !errors.As(err, &se) || !strings.Contains(err.Error(), "must not have bits set beyond the prefix length") {
-			t.Fatalf("RunScenario: %v; want a *compile.ScenarioError from the API server's validation", err)
+			t.Fatalf("RunScenario: %v; want a *scenario.Error from the API server's validation", err)
 		}
 		t.Logf("as expected: %v", err)
 	})
@@ -257,7 +259,7 @@ func runBothWays(t *testing.T, name string, bound time.Duration, premise func(t 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := ct.LoadScenario(t, path)
+	s := scenariotest.Load(t, path)
 	want := evalScenario(t, path)
 	if premise != nil {
 		premise(t, path, want)

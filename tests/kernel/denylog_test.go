@@ -18,6 +18,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/denylog"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 const denyLogScenario = `
@@ -71,7 +72,7 @@ func (ls *lines) get() []string {
 
 func TestDenyLog(t *testing.T) {
 	requireRoot(t)
-	s, err := compile.ParseScenario([]byte(denyLogScenario))
+	s, err := scenario.Parse([]byte(denyLogScenario))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/dnsserver"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
@@ -95,7 +95,7 @@ type FQDNLab struct {
 
 // NewFQDNLab builds the lab. Close it.
 func NewFQDNLab(ctx context.Context, cfg Config) (_ *FQDNLab, err error) {
-	s, err := compile.ParseScenario([]byte(FQDNScenario))
+	s, err := scenario.Parse([]byte(FQDNScenario))
 	if err != nil {
 		return nil, err
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
@@ -106,7 +106,7 @@ type labExternal struct {
 // addresses gets them on its underlay (the others, and the family s does
 // not give, get netlab's defaults); they stay for the cluster's lifetime.
 // Nothing is enforced until Apply or Check. Close it.
-func NewCluster(ctx context.Context, s *compile.Scenario, cfg Config) (_ *Cluster, err error) {
+func NewCluster(ctx context.Context, s *scenario.Scenario, cfg Config) (_ *Cluster, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("kernel: needs root to create network namespaces and nftables rulesets")
 	}
@@ -234,7 +234,7 @@ func (c *Cluster) Close() error {
 
 // placement returns the node list pods are spread over and each pod's node,
 // exactly as the compiler input places them.
-func placement(s *compile.Scenario) ([]string, map[string]string) {
+func placement(s *scenario.Scenario) ([]string, map[string]string) {
 	nodes := s.NodeNames(DefaultNodes)
 	out := map[string]string{}
 	for i := range s.Pods {
@@ -246,7 +246,7 @@ func placement(s *compile.Scenario) ([]string, map[string]string) {
 
 // podForIP returns the key of the scenario pod owning ip, or "": an ip
 // endpoint equal to a pod's address is that pod.
-func podForIP(s *compile.Scenario, ip netip.Addr) string {
+func podForIP(s *scenario.Scenario, ip netip.Addr) string {
 	for i := range s.Pods {
 		if slices.Contains(s.Pods[i].Addrs(), ip) {
 			return s.Pods[i].Key()
@@ -257,7 +257,7 @@ func podForIP(s *compile.Scenario, ip netip.Addr) string {
 
 // nodeForIP returns the name of the listed node owning ip, or "": an ip
 // endpoint equal to a node's address is that node.
-func nodeForIP(s *compile.Scenario, ip netip.Addr) string {
+func nodeForIP(s *scenario.Scenario, ip netip.Addr) string {
 	for i := range s.Nodes {
 		if slices.Contains(s.Nodes[i].Addrs(), ip) {
 			return s.Nodes[i].Name
@@ -268,7 +268,7 @@ func nodeForIP(s *compile.Scenario, ip netip.Addr) string {
 
 // served lists, per pod key, node name or external address, the TCP and
 // UDP ports s needs served: probed ports plus the pods' container ports.
-func served(s *compile.Scenario) (pods, nodes map[string][2][]uint16, exts map[netip.Addr][2][]uint16, err error) {
+func served(s *scenario.Scenario) (pods, nodes map[string][2][]uint16, exts map[netip.Addr][2][]uint16, err error) {
 	pods, nodes, exts = map[string][2][]uint16{}, map[string][2][]uint16{}, map[netip.Addr][2][]uint16{}
 	add := func(l [2][]uint16, proto compile.Protocol, port uint16) [2][]uint16 {
 		i := 0
@@ -347,7 +347,7 @@ func union(a, b []uint16) []uint16 {
 // fit grows the lab to hold s: missing pods and external hosts are created,
 // pods that moved, changed addresses or need more ports are re-created.
 // Pods the lab has and s lacks stay: nothing addresses them.
-func (c *Cluster) fit(s *compile.Scenario) error {
+func (c *Cluster) fit(s *scenario.Scenario) error {
 	nodes, where := placement(s)
 	for _, n := range nodes {
 		if !slices.Contains(c.nodes, n) {
@@ -446,7 +446,7 @@ type SyncResult map[string]sets.Result
 // gets compile.Build(s.Input(node, nodes, nil)) rendered and synced
 // (incrementally after the first sync). With full, every node's table is
 // rewritten as on a first sync.
-func (c *Cluster) Apply(ctx context.Context, s *compile.Scenario, full bool) (SyncResult, error) {
+func (c *Cluster) Apply(ctx context.Context, s *scenario.Scenario, full bool) (SyncResult, error) {
 	if err := c.fit(s); err != nil {
 		return nil, err
 	}
@@ -479,7 +479,7 @@ func (c *Cluster) Apply(ctx context.Context, s *compile.Scenario, full bool) (Sy
 // Outcome is one probe on the real kernel next to the evaluator's verdict.
 type Outcome struct {
 	Index int
-	Probe compile.Probe
+	Probe scenario.Probe
 	// Src and Dst are the addresses used; SrcNode and DstNode the nodes
 	// the endpoints sit on (external hosts: ExternalNode).
 	Src, Dst         netip.Addr
@@ -538,26 +538,10 @@ func (r *Report) Errors() []Outcome {
 	return out
 }
 
-// Evaluate decides every probe of s on the cluster-wide program, as
-// `nftpolicy eval` does.
-func Evaluate(s *compile.Scenario) []evaluate.Verdict {
-	prog := compile.Build(s.Input("", nil, nil))
-	resolved := compile.NewResolvedAnswers(s)
-	out := make([]evaluate.Verdict, len(s.Probes))
-	for i, pr := range s.Probes {
-		src, dst, err := s.ProbeAddrs(i)
-		if err != nil {
-			continue
-		}
-		out[i] = evaluate.EvaluateResolved(prog, resolved, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
-	}
-	return out
-}
-
 // Check applies s (see Apply), runs its probes concurrently and compares
 // each with the evaluator. only, when not nil, restricts the probes run to
 // those indices.
-func (c *Cluster) Check(ctx context.Context, s *compile.Scenario, full bool, only []int) (*Report, error) {
+func (c *Cluster) Check(ctx context.Context, s *scenario.Scenario, full bool, only []int) (*Report, error) {
 	start := time.Now()
 	res, err := c.Apply(ctx, s, full)
 	if err != nil {
@@ -575,7 +559,7 @@ func (c *Cluster) Check(ctx context.Context, s *compile.Scenario, full bool, onl
 // CheckAfter syncs before fully, then s incrementally on top of it, and
 // probes s (see Check): what a controller does when the cluster changes
 // from before to s.
-func (c *Cluster) CheckAfter(ctx context.Context, before, s *compile.Scenario, only []int) (*Report, error) {
+func (c *Cluster) CheckAfter(ctx context.Context, before, s *scenario.Scenario, only []int) (*Report, error) {
 	// Fit s first: re-creating a pod for s must not happen between the syncs.
 	if err := c.fit(s); err != nil {
 		return nil, err
@@ -592,7 +576,7 @@ func (c *Cluster) CheckAfter(ctx context.Context, before, s *compile.Scenario, o
 // NetworkPolicy, ClusterNetworkPolicy and pod on its own), and probes s.
 // In queue mode, where the agent rebuilds on every change, it is
 // CheckAfter.
-func (c *Cluster) CheckPodEvents(ctx context.Context, before, s *compile.Scenario, only []int) (*Report, error) {
+func (c *Cluster) CheckPodEvents(ctx context.Context, before, s *scenario.Scenario, only []int) (*Report, error) {
 	if c.rcfg.Mode == compile.ModeQueue {
 		return c.CheckAfter(ctx, before, s, only)
 	}
@@ -631,10 +615,10 @@ func (c *Cluster) CheckPodEvents(ctx context.Context, before, s *compile.Scenari
 
 // Probe runs s's probes (or those in only) against what the nodes enforce
 // now and compares them with the evaluator's verdicts for s.
-func (c *Cluster) Probe(ctx context.Context, s *compile.Scenario, only []int) (*Report, error) {
+func (c *Cluster) Probe(ctx context.Context, s *scenario.Scenario, only []int) (*Report, error) {
 	start := time.Now()
 	_, where := placement(s)
-	verdicts := Evaluate(s)
+	verdicts := s.Decide()
 	idx := only
 	if idx == nil {
 		idx = make([]int, len(s.Probes))

@@ -7,7 +7,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
 )
 
 // TestIncrementalSync changes the cluster after the first sync the way the
@@ -20,7 +21,7 @@ func TestIncrementalSync(t *testing.T) {
 	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
-			base := compiletest.LoadScenario(t, "testdata/incremental.yaml")
+			base := scenariotest.Load(t, "testdata/incremental.yaml")
 			c := newCluster(t, base, Config{Mode: mode}) // queue: the variant the kernel supports
 			rep := check(t, c, base, false)
 			for n, r := range rep.Sync {
@@ -32,20 +33,20 @@ func TestIncrementalSync(t *testing.T) {
 
 			steps := []struct {
 				name string
-				edit func(s *compile.Scenario)
+				edit func(s *scenario.Scenario)
 			}{
-				{"relabel y/d as a client", func(s *compile.Scenario) {
+				{"relabel y/d as a client", func(s *scenario.Scenario) {
 					s.Pod("y/d").Labels["role"] = "client"
 				}},
-				{"edit x/web-in: port 80 becomes 81", func(s *compile.Scenario) {
+				{"edit x/web-in: port 80 becomes 81", func(s *scenario.Scenario) {
 					p := policyNamed(t, s, "x", "web-in")
 					p.Spec.Ingress[0].Ports[0].Port.IntVal = 81
 				}},
-				{"delete x/db-in", func(s *compile.Scenario) {
+				{"delete x/db-in", func(s *scenario.Scenario) {
 					s.Policies = slices.DeleteFunc(s.Policies, func(p networkingv1.NetworkPolicy) bool { return p.Name == "db-in" })
 				}},
-				{"delete every policy", func(s *compile.Scenario) { s.Policies = nil }},
-				{"create them again", func(s *compile.Scenario) { s.Policies = CloneScenario(base).Policies }},
+				{"delete every policy", func(s *scenario.Scenario) { s.Policies = nil }},
+				{"create them again", func(s *scenario.Scenario) { s.Policies = CloneScenario(base).Policies }},
 			}
 			cur := CloneScenario(base)
 			for _, st := range steps {
@@ -83,7 +84,7 @@ func verdicts(r *Report) []bool {
 	return out
 }
 
-func policyNamed(t *testing.T, s *compile.Scenario, ns, name string) *networkingv1.NetworkPolicy {
+func policyNamed(t *testing.T, s *scenario.Scenario, ns, name string) *networkingv1.NetworkPolicy {
 	t.Helper()
 	for i := range s.Policies {
 		if s.Policies[i].Namespace == ns && s.Policies[i].Name == name {
@@ -96,7 +97,7 @@ func policyNamed(t *testing.T, s *compile.Scenario, ns, name string) *networking
 
 // mustValid checks that an edited scenario is still one the API server
 // would take, and returns an independent copy.
-func mustValid(t *testing.T, s *compile.Scenario) *compile.Scenario {
+func mustValid(t *testing.T, s *scenario.Scenario) *scenario.Scenario {
 	t.Helper()
 	out, err := Revalidate(s)
 	if err != nil {

@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
@@ -29,7 +30,7 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-func newCluster(t *testing.T, s *compile.Scenario, cfg Config) *Cluster {
+func newCluster(t *testing.T, s *scenario.Scenario, cfg Config) *Cluster {
 	t.Helper()
 	c, err := NewCluster(testContext(t), s, cfg)
 	if err != nil {
@@ -45,7 +46,7 @@ func newCluster(t *testing.T, s *compile.Scenario, cfg Config) *Cluster {
 
 // check applies s and fails the test on any disagreement or probe error,
 // printing the table and the rulesets.
-func check(t *testing.T, c *Cluster, s *compile.Scenario, full bool) *Report {
+func check(t *testing.T, c *Cluster, s *scenario.Scenario, full bool) *Report {
 	t.Helper()
 	rep, err := c.Check(testContext(t), s, full, nil)
 	if err != nil {
@@ -80,7 +81,7 @@ func TestScenarios(t *testing.T) {
 			name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 			t.Run(string(mode)+"/"+name, func(t *testing.T) {
 				t.Parallel()
-				s := compiletest.LoadScenario(t, f)
+				s := scenariotest.Load(t, f)
 				c := newCluster(t, s, Config{Mode: mode})
 				check(t, c, s, false)
 			})

@@ -8,7 +8,7 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // MinimizeProbeTimeout bounds each probe while minimizing: only a handful
@@ -21,14 +21,14 @@ type MinimizeOptions struct {
 	// Before, when set, is synced (fully) before every candidate, which is
 	// then synced incrementally on top of it: for disagreements that only
 	// an incremental sync from Before shows. It is not minimized.
-	Before *compile.Scenario
+	Before *scenario.Scenario
 	// Logf, if not nil, is told about every kept step.
 	Logf func(format string, args ...any)
 }
 
 // MinimizeResult is a minimized scenario and what it shows.
 type MinimizeResult struct {
-	Scenario *compile.Scenario
+	Scenario *scenario.Scenario
 	// Report is a full check of Scenario (full sync, every probe).
 	Report *Report
 	// Steps counts the candidate scenarios run on the kernel; Kept those
@@ -41,10 +41,10 @@ type MinimizeResult struct {
 // ones of a Check): greedily it drops policies and ClusterNetworkPolicies,
 // then rules, peers and ports (protocols), then probes, then pods,
 // container ports, namespaces and listed nodes nothing refers to, keeping each removal after which a disagreement persists. Every
-// candidate is a valid scenario (compile.ParseScenario), fully synced on
+// candidate is a valid scenario (scenario.Parse), fully synced on
 // the real kernel (or incrementally after opts.Before) and probed again;
 // only the probes of interest run until the probe stage.
-func (c *Cluster) Minimize(ctx context.Context, s *compile.Scenario, probes []int, opts MinimizeOptions) (*MinimizeResult, error) {
+func (c *Cluster) Minimize(ctx context.Context, s *scenario.Scenario, probes []int, opts MinimizeOptions) (*MinimizeResult, error) {
 	logf := opts.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -80,16 +80,16 @@ func (c *Cluster) Minimize(ctx context.Context, s *compile.Scenario, probes []in
 type minimizer struct {
 	c     *Cluster
 	ctx   context.Context
-	cur   *compile.Scenario
+	cur   *scenario.Scenario
 	focus []int // probes of cur that disagreed last
 	logf  func(string, ...any)
 	// before is synced ahead of every candidate (see MinimizeOptions).
-	before *compile.Scenario
+	before *scenario.Scenario
 
 	steps, kept int
 }
 
-func (m *minimizer) check(cand *compile.Scenario, focus []int) (*Report, error) {
+func (m *minimizer) check(cand *scenario.Scenario, focus []int) (*Report, error) {
 	if m.before == nil {
 		return m.c.Check(m.ctx, cand, true, focus)
 	}
@@ -98,12 +98,12 @@ func (m *minimizer) check(cand *compile.Scenario, focus []int) (*Report, error) 
 
 // try runs cand on the kernel (the focus probes only) and adopts it when a
 // disagreement persists.
-func (m *minimizer) try(what string, cand *compile.Scenario) (bool, error) {
+func (m *minimizer) try(what string, cand *scenario.Scenario) (bool, error) {
 	return m.tryWith(what, cand, m.focus)
 }
 
 // tryWith is try with the probes of interest given as indices into cand.
-func (m *minimizer) tryWith(what string, cand *compile.Scenario, focus []int) (bool, error) {
+func (m *minimizer) tryWith(what string, cand *scenario.Scenario, focus []int) (bool, error) {
 	valid, err := Revalidate(cand)
 	if err != nil {
 		return false, nil // the API server would reject it: not a scenario
@@ -134,7 +134,7 @@ func (m *minimizer) tryWith(what string, cand *compile.Scenario, focus []int) (b
 // each tries removing the items of a list from the end, so that indices of
 // the items not yet tried stay valid. n reads the current length; drop
 // returns a candidate without item i, or nil to skip it.
-func (m *minimizer) each(what string, n func() int, drop func(i int) *compile.Scenario) error {
+func (m *minimizer) each(what string, n func() int, drop func(i int) *scenario.Scenario) error {
 	for i := n() - 1; i >= 0; i-- {
 		if i >= n() {
 			continue
@@ -151,7 +151,7 @@ func (m *minimizer) each(what string, n func() int, drop func(i int) *compile.Sc
 }
 
 func (m *minimizer) policies() error {
-	return m.each("policy", func() int { return len(m.cur.Policies) }, func(i int) *compile.Scenario {
+	return m.each("policy", func() int { return len(m.cur.Policies) }, func(i int) *scenario.Scenario {
 		cand := CloneScenario(m.cur)
 		cand.Policies = slices.Delete(cand.Policies, i, i+1)
 		return cand
@@ -179,7 +179,7 @@ func (m *minimizer) allRules() []ruleRef {
 }
 
 // ruleLists returns pointers to a rule's peers and ports in s.
-func ruleLists(s *compile.Scenario, r ruleRef) (*[]networkingv1.NetworkPolicyPeer, *[]networkingv1.NetworkPolicyPort) {
+func ruleLists(s *scenario.Scenario, r ruleRef) (*[]networkingv1.NetworkPolicyPeer, *[]networkingv1.NetworkPolicyPort) {
 	spec := &s.Policies[r.pol].Spec
 	if r.egress {
 		return &spec.Egress[r.idx].To, &spec.Egress[r.idx].Ports
@@ -196,7 +196,7 @@ func (m *minimizer) rules() error {
 				}
 				return len(m.cur.Policies[p].Spec.Ingress)
 			}
-			err := m.each("rule", count, func(i int) *compile.Scenario {
+			err := m.each("rule", count, func(i int) *scenario.Scenario {
 				cand := CloneScenario(m.cur)
 				spec := &cand.Policies[p].Spec
 				if egress {
@@ -228,7 +228,7 @@ func (m *minimizer) ruleItems(what string, peers bool) error {
 			}
 			return len(*po)
 		}
-		err := m.each(what, count, func(i int) *compile.Scenario {
+		err := m.each(what, count, func(i int) *scenario.Scenario {
 			cand := CloneScenario(m.cur)
 			pe, po := ruleLists(cand, r)
 			if peers {
@@ -248,7 +248,7 @@ func (m *minimizer) ruleItems(what string, peers bool) error {
 // probes keeps only the probes that disagree, then drops them one by one
 // while another still disagrees.
 func (m *minimizer) probes() error {
-	subset := func(idx []int) *compile.Scenario {
+	subset := func(idx []int) *scenario.Scenario {
 		cand := CloneScenario(m.cur)
 		cand.Probes = nil
 		for _, i := range idx {
@@ -284,10 +284,10 @@ func allIndices(n int) []int {
 }
 
 // referencedPods are the pods probes name, by key or address.
-func referencedPods(s *compile.Scenario) map[string]bool {
+func referencedPods(s *scenario.Scenario) map[string]bool {
 	out := map[string]bool{}
 	for i, pr := range s.Probes {
-		for _, e := range []compile.Endpoint{pr.From, pr.To} {
+		for _, e := range []scenario.Endpoint{pr.From, pr.To} {
 			if e.Pod != "" {
 				out[e.Pod] = true
 			}
@@ -304,7 +304,7 @@ func referencedPods(s *compile.Scenario) map[string]bool {
 }
 
 func (m *minimizer) pods() error {
-	return m.each("pod", func() int { return len(m.cur.Pods) }, func(i int) *compile.Scenario {
+	return m.each("pod", func() int { return len(m.cur.Pods) }, func(i int) *scenario.Scenario {
 		if referencedPods(m.cur)[m.cur.Pods[i].Key()] {
 			return nil
 		}
@@ -316,7 +316,7 @@ func (m *minimizer) pods() error {
 
 func (m *minimizer) containerPorts() error {
 	for p := len(m.cur.Pods) - 1; p >= 0; p-- {
-		err := m.each("container port", func() int { return len(m.cur.Pods[p].Ports) }, func(i int) *compile.Scenario {
+		err := m.each("container port", func() int { return len(m.cur.Pods[p].Ports) }, func(i int) *scenario.Scenario {
 			cand := CloneScenario(m.cur)
 			cand.Pods[p].Ports = slices.Delete(cand.Pods[p].Ports, i, i+1)
 			return cand
@@ -329,7 +329,7 @@ func (m *minimizer) containerPorts() error {
 }
 
 func (m *minimizer) namespaces() error {
-	return m.each("namespace", func() int { return len(m.cur.Namespaces) }, func(i int) *compile.Scenario {
+	return m.each("namespace", func() int { return len(m.cur.Namespaces) }, func(i int) *scenario.Scenario {
 		cand := CloneScenario(m.cur)
 		cand.Namespaces = slices.Delete(cand.Namespaces, i, i+1)
 		return cand
@@ -337,7 +337,7 @@ func (m *minimizer) namespaces() error {
 }
 
 func (m *minimizer) clusterPolicies() error {
-	return m.each("cluster policy", func() int { return len(m.cur.ClusterNetworkPolicies) }, func(i int) *compile.Scenario {
+	return m.each("cluster policy", func() int { return len(m.cur.ClusterNetworkPolicies) }, func(i int) *scenario.Scenario {
 		cand := CloneScenario(m.cur)
 		cand.ClusterNetworkPolicies = slices.Delete(cand.ClusterNetworkPolicies, i, i+1)
 		return cand
@@ -345,7 +345,7 @@ func (m *minimizer) clusterPolicies() error {
 }
 
 // clusterRuleCount returns how many ingress or egress rules ClusterNetworkPolicy p of s has.
-func clusterRuleCount(s *compile.Scenario, p int, egress bool) int {
+func clusterRuleCount(s *scenario.Scenario, p int, egress bool) int {
 	spec := &s.ClusterNetworkPolicies[p].Spec
 	if egress {
 		return len(spec.Egress)
@@ -356,7 +356,7 @@ func clusterRuleCount(s *compile.Scenario, p int, egress bool) int {
 func (m *minimizer) clusterRules() error {
 	for p := len(m.cur.ClusterNetworkPolicies) - 1; p >= 0; p-- {
 		for _, egress := range []bool{true, false} {
-			err := m.each("cluster rule", func() int { return clusterRuleCount(m.cur, p, egress) }, func(i int) *compile.Scenario {
+			err := m.each("cluster rule", func() int { return clusterRuleCount(m.cur, p, egress) }, func(i int) *scenario.Scenario {
 				cand := CloneScenario(m.cur)
 				spec := &cand.ClusterNetworkPolicies[p].Spec
 				if egress {
@@ -396,7 +396,7 @@ func (m *minimizer) clusterItems() error {
 						}
 						return len(spec.Ingress[r].Protocols)
 					}
-					err := m.each("cluster rule item", count, func(i int) *compile.Scenario {
+					err := m.each("cluster rule item", count, func(i int) *scenario.Scenario {
 						cand := CloneScenario(m.cur)
 						spec := &cand.ClusterNetworkPolicies[p].Spec
 						switch {
@@ -424,7 +424,7 @@ func (m *minimizer) clusterItems() error {
 // nodes drops listed nodes that no probe names and no host-network pod
 // takes its addresses from; the lab keeps the node and its addresses.
 func (m *minimizer) nodes() error {
-	return m.each("node", func() int { return len(m.cur.Nodes) }, func(i int) *compile.Scenario {
+	return m.each("node", func() int { return len(m.cur.Nodes) }, func(i int) *scenario.Scenario {
 		name := m.cur.Nodes[i].Name
 		for _, pr := range m.cur.Probes {
 			if pr.From.Node == name || pr.To.Node == name {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/scenariogen"
 )
 
@@ -82,7 +83,7 @@ func TestDifferentialCatchesInjectedBug(t *testing.T) {
 	}
 }
 
-func catchAndMinimize(ctx context.Context, t *testing.T, c *Cluster, seed uint64, s *compile.Scenario) (bool, error) {
+func catchAndMinimize(ctx context.Context, t *testing.T, c *Cluster, seed uint64, s *scenario.Scenario) (bool, error) {
 	rep, err := c.Check(ctx, s, false, nil)
 	if err != nil {
 		return false, err

@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
@@ -58,7 +59,7 @@ func TestQueueMode(t *testing.T) {
 			name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 			t.Run(string(variant)+"/"+name, func(t *testing.T) {
 				t.Parallel()
-				s := compiletest.LoadScenario(t, f)
+				s := scenariotest.Load(t, f)
 				c := newCluster(t, s, Config{Mode: compile.ModeQueue, QueueVariant: variant})
 				if _, err := c.Apply(testContext(t), s, false); err != nil {
 					if native && variant == compile.QueueXTCompat {
@@ -121,7 +122,7 @@ probes:
 // datagram "new" and only the mark keeps it out of the queue.
 func TestQueueUDPFlowQueuedOnce(t *testing.T) {
 	requireRoot(t)
-	s, err := compile.ParseScenario([]byte(udpFlowScenario))
+	s, err := scenario.Parse([]byte(udpFlowScenario))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestNativeQueueVariant(t *testing.T) {
 	requireRoot(t)
 	v := kernelQueueVariant(t)
 	t.Logf("ProbeQueueVariant: %s", v)
-	s := compiletest.LoadScenario(t, "testdata/default-deny.yaml")
+	s := scenariotest.Load(t, "testdata/default-deny.yaml")
 	c := newCluster(t, s, Config{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative})
 	var native bool
 	if err := c.Lab().InNode("node-1", func() error {

@@ -6,35 +6,35 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // CloneScenario returns a deep copy of s.
-func CloneScenario(s *compile.Scenario) *compile.Scenario {
+func CloneScenario(s *scenario.Scenario) *scenario.Scenario {
 	data, err := json.Marshal(s)
 	if err != nil {
 		panic(fmt.Sprintf("marshalling a scenario: %v", err)) // only plain data: cannot fail
 	}
-	var out compile.Scenario
+	var out scenario.Scenario
 	if err := json.Unmarshal(data, &out); err != nil {
 		panic(fmt.Sprintf("unmarshalling a scenario: %v", err))
 	}
 	return &out
 }
 
-// Revalidate returns a copy of s as ParseScenario reads it back, or the
+// Revalidate returns a copy of s as scenario.Parse reads it back, or the
 // reason the API server would reject it.
-func Revalidate(s *compile.Scenario) (*compile.Scenario, error) {
+func Revalidate(s *scenario.Scenario) (*scenario.Scenario, error) {
 	data, err := json.Marshal(s)
 	if err != nil {
 		return nil, err
 	}
-	return compile.ParseScenario(data)
+	return scenario.Parse(data)
 }
 
 // MarshalScenario writes s in the scenario format (YAML), with a leading
 // comment.
-func MarshalScenario(s *compile.Scenario, comment string) ([]byte, error) {
+func MarshalScenario(s *scenario.Scenario, comment string) ([]byte, error) {
 	data, err := yaml.Marshal(s)
 	if err != nil {
 		return nil, err

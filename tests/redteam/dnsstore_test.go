@@ -12,6 +12,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/dnsserver"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
@@ -33,7 +34,7 @@ var dnsstoreTargets = []string{"203.0.113.77", "203.0.113.78", "203.0.113.79"}
 // dnsstoreScenario is the FQDN scenario with x/c and the targets' probes;
 // with rename, x/a is gone and a pod of that name has its addresses
 // (address reuse).
-func dnsstoreScenario(t *testing.T, rename string) *compile.Scenario {
+func dnsstoreScenario(t *testing.T, rename string) *scenario.Scenario {
 	t.Helper()
 	const podA = `{namespace: x, name: a, labels: {app: a}, ips: [10.244.1.10, "fd00:10:244:1::10"], node: node-1}`
 	y := kernel.FQDNScenario
@@ -48,7 +49,7 @@ func dnsstoreScenario(t *testing.T, rename string) *compile.Scenario {
 	for _, a := range dnsstoreTargets {
 		y += fmt.Sprintf("  - {from: {pod: x/c}, to: {ip: %s}, port: 80}\n", a)
 	}
-	s, err := compile.ParseScenario([]byte(y))
+	s, err := scenario.Parse([]byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}

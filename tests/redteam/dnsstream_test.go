@@ -16,8 +16,8 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/dnsserver"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
@@ -51,7 +51,7 @@ func newDNSStreamLab(t *testing.T, extra []dnsserver.Record) *dnsstreamLab {
 	ctx := requireLab(t)
 	text := strings.Replace(kernel.FQDNScenario, "pods:\n",
 		"pods:\n  - {namespace: z, name: evil, labels: {app: evil}, ip: 10.244.1.66, node: node-1}\n", 1)
-	s, err := compile.ParseScenario([]byte(text))
+	s, err := scenario.Parse([]byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/denylog"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
 )
@@ -112,7 +112,7 @@ func (ls *floodDenyLines) with(sub string) int {
 // so one pod cannot spend another's.
 func TestRedTeamDenyLogFlood(t *testing.T) {
 	requireRootFlood(t)
-	s, err := compile.ParseScenario([]byte(floodDenyLogScenario))
+	s, err := scenario.Parse([]byte(floodDenyLogScenario))
 	if err != nil {
 		t.Fatal(err)
 	}

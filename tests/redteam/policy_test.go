@@ -16,6 +16,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
@@ -242,15 +243,15 @@ const policyBuildDeadline = 60 * time.Second
 // are in force.
 func TestRedTeamHugeExceptKernel(t *testing.T) {
 	testenv.Require(t, "red-team policy tests", testenv.Root("create network namespaces and nftables rulesets"), testenv.Binaries("ip", "nft"))
-	s := &compile.Scenario{}
+	s := &scenario.Scenario{}
 	for i, p := range []struct{ key, label, value, node string }{
 		{"tenant/a", "app", "a", "node-1"}, {"tenant/b", "app", "b", "node-1"}, {"tenant/c", "app", "c", "node-2"},
 		{"tenant/client", "role", "client", "node-2"}, {"victim/web", "app", "web", "node-1"}, {"victim/friend", "app", "friend", "node-2"},
 	} {
 		ns, name, _ := strings.Cut(p.key, "/")
 		node := strings.TrimPrefix(p.node, "node-")
-		s.Pods = append(s.Pods, compile.ScenarioPod{Namespace: ns, Name: name, Labels: map[string]string{p.label: p.value},
-			IP: fmt.Sprintf("10.244.%s.%d", node, 11+i), Node: p.node, Ports: []compile.ScenarioPort{{Port: 80}}})
+		s.Pods = append(s.Pods, scenario.Pod{Namespace: ns, Name: name, Labels: map[string]string{p.label: p.value},
+			IP: fmt.Sprintf("10.244.%s.%d", node, 11+i), Node: p.node, Ports: []scenario.Port{{Port: 80}}})
 	}
 	for _, np := range []*networkingv1.NetworkPolicy{
 		compiletest.HugeExceptPolicy("tenant", "huge", "a", 16000, 80),
@@ -271,7 +272,7 @@ func TestRedTeamHugeExceptKernel(t *testing.T) {
 		{"victim/friend", "victim/web"}: true,
 	}
 	for pair := range want {
-		s.Probes = append(s.Probes, compile.Probe{From: compile.Endpoint{Pod: pair[0]}, To: compile.Endpoint{Pod: pair[1]}, Port: 80})
+		s.Probes = append(s.Probes, scenario.Probe{From: scenario.Endpoint{Pod: pair[0]}, To: scenario.Endpoint{Pod: pair[1]}, Port: 80})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

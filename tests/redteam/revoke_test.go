@@ -14,6 +14,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
@@ -27,13 +28,13 @@ type revokeLab struct {
 	*kernel.FQDNLab
 	t   *testing.T
 	ctx context.Context
-	s   *compile.Scenario
+	s   *scenario.Scenario
 }
 
 func newRevokeLab(t *testing.T) *revokeLab {
 	t.Helper()
 	ctx, fl := openFQDNLab(t)
-	s, err := compile.ParseScenario([]byte(kernel.FQDNScenario))
+	s, err := scenario.Parse([]byte(kernel.FQDNScenario))
 	if err != nil {
 		t.Fatal(err)
 	}

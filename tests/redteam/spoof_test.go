@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
 )
@@ -124,7 +125,7 @@ func spoofRequireRoot(t *testing.T) {
 // spoofLab is the scenario's cluster with the endpoints the attacks use.
 type spoofLab struct {
 	c   *kernel.Cluster
-	s   *compile.Scenario
+	s   *scenario.Scenario
 	lab *netlab.Lab
 }
 
@@ -133,7 +134,7 @@ func newSpoofLab(t *testing.T, cfg kernel.Config) *spoofLab {
 	spoofRequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := compile.ParseScenario([]byte(spoofScenario))
+	s, err := scenario.Parse([]byte(spoofScenario))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 )
 
@@ -16,10 +16,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// scenario has a pod on each node per namespace, a named port, an ingress
+// twoNodeScenario has a pod on each node per namespace, a named port, an ingress
 // policy and an egress policy; its probes cover both nodes and both
 // directions.
-const scenario = `
+const twoNodeScenario = `
 namespaces:
   - {name: web, labels: {team: web}}
   - {name: cli}
@@ -58,7 +58,7 @@ probes:
 // TestScenario applies a scenario through the API to real agents and checks
 // its probes, and the all-pairs matrix, against the evaluator.
 func TestScenario(t *testing.T) {
-	s, err := compile.ParseScenario([]byte(scenario))
+	s, err := scenario.Parse([]byte(twoNodeScenario))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
@@ -408,7 +409,7 @@ func (c *Cluster) DeletePolicy(ctx context.Context, namespace, name string) erro
 // the cluster's nodes as the compiler does) with their IPs and ports, and its
 // policies (created, or updated when they exist). Pods that already exist are
 // left as they are. Probes are not run (see ProbeScenario).
-func (c *Cluster) ApplyScenario(ctx context.Context, s *compile.Scenario) error {
+func (c *Cluster) ApplyScenario(ctx context.Context, s *scenario.Scenario) error {
 	nss := map[string]map[string]string{}
 	var order []string
 	for _, ns := range s.Namespaces {

@@ -13,6 +13,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
@@ -357,40 +358,26 @@ func (c *Cluster) Explain(ctx context.Context, from, to string, port uint16, pro
 }
 
 // ProbeScenario runs a scenario's probes on real packets and puts each next
-// to `nftpolicy eval`'s verdict for the scenario (compile.Build of its
-// cluster-wide input + evaluate.Evaluate). Apply the scenario and call
-// WaitProgrammed first. Only probes between pods of the harness are
-// supported; From and To of each cell are the probe's endpoints.
-func (c *Cluster) ProbeScenario(ctx context.Context, s *compile.Scenario, timeout time.Duration) ([]*Cell, error) {
+// to the verdict the scenario decides for it (scenario.Decide, which
+// `nftpolicy eval` prints: domainNames peers match its dnsAnswers). Apply
+// the scenario and call WaitProgrammed first. Only probes between pods of
+// the harness are supported; From and To of each cell are the probe's
+// endpoints.
+func (c *Cluster) ProbeScenario(ctx context.Context, s *scenario.Scenario, timeout time.Duration) ([]*Cell, error) {
 	if timeout <= 0 {
 		timeout = DefaultProbeTimeout
 	}
-	prog := compile.Build(s.Input("", nil, nil))
-	cells := make([]*Cell, len(s.Probes))
-	reqs := make([]netlab.ProbeReq, len(s.Probes))
-	for i, pr := range s.Probes {
-		if pr.From.Pod == "" || pr.To.Pod == "" {
-			return nil, fmt.Errorf("probes[%d]: only probes between pods are supported", i)
-		}
-		src, dst, err := s.ProbeAddrs(i)
+	cells, protos, err := scenarioCells(s)
+	if err != nil {
+		return nil, err
+	}
+	reqs := make([]netlab.ProbeReq, len(cells))
+	for i, cell := range cells {
+		from, err := c.PodEndpoint(cell.From)
 		if err != nil {
 			return nil, fmt.Errorf("probes[%d]: %w", i, err)
 		}
-		from, err := c.PodEndpoint(pr.From.Pod)
-		if err != nil {
-			return nil, fmt.Errorf("probes[%d]: %w", i, err)
-		}
-		proto := netlab.TCP
-		switch pr.ProbeProtocol() {
-		case compile.ProtoTCP:
-		case compile.ProtoUDP:
-			proto = netlab.UDP
-		default:
-			return nil, fmt.Errorf("probes[%d]: only TCP and UDP can be probed", i)
-		}
-		v := evaluate.Evaluate(prog, src, dst, pr.ProbeProtocol(), uint16(pr.Port))
-		cells[i] = &Cell{From: pr.From.Pod, To: pr.To.Pod, Src: src, Dst: dst, Eval: v.Allowed, Reason: v.Reason()}
-		reqs[i] = netlab.ProbeReq{From: from, To: dst, Port: uint16(pr.Port), Proto: proto, Timeout: timeout}
+		reqs[i] = netlab.ProbeReq{From: from, To: cell.Dst, Port: uint16(s.Probes[i].Port), Proto: protos[i], Timeout: timeout}
 	}
 	for i, r := range c.Lab.ProbeMany(ctx, reqs, 0) {
 		cell := cells[i]
@@ -406,4 +393,33 @@ func (c *Cluster) ProbeScenario(ctx context.Context, s *compile.Scenario, timeou
 		}
 	}
 	return cells, ctx.Err()
+}
+
+// scenarioCells gives every probe of s a cell holding the scenario's
+// verdict, and the protocol to probe it with; a probe the cluster cannot
+// run (an end that is not a pod, a protocol other than TCP and UDP) is an
+// error.
+func scenarioCells(s *scenario.Scenario) ([]*Cell, []netlab.Proto, error) {
+	verdicts := s.Decide()
+	cells := make([]*Cell, len(s.Probes))
+	protos := make([]netlab.Proto, len(s.Probes))
+	for i, pr := range s.Probes {
+		if pr.From.Pod == "" || pr.To.Pod == "" {
+			return nil, nil, fmt.Errorf("probes[%d]: only probes between pods are supported", i)
+		}
+		src, dst, err := s.ProbeAddrs(i)
+		if err != nil {
+			return nil, nil, fmt.Errorf("probes[%d]: %w", i, err)
+		}
+		switch pr.ProbeProtocol() {
+		case compile.ProtoTCP:
+			protos[i] = netlab.TCP
+		case compile.ProtoUDP:
+			protos[i] = netlab.UDP
+		default:
+			return nil, nil, fmt.Errorf("probes[%d]: only TCP and UDP can be probed", i)
+		}
+		cells[i] = &Cell{From: pr.From.Pod, To: pr.To.Pod, Src: src, Dst: dst, Eval: verdicts[i].Allowed, Reason: verdicts[i].Reason()}
+	}
+	return cells, protos, nil
 }

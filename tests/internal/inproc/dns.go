@@ -12,6 +12,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn/wire"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // seedTimeout is the timeout of seeded fqdn elements: scenario answers do
@@ -43,7 +44,7 @@ func (a *Agent) DNS() *DNSLearning { return &a.dns }
 // a scenario says pods resolved (Seed).
 type answers struct {
 	l      *fqdn.Learner
-	seeded atomic.Pointer[compile.ResolvedAnswers]
+	seeded atomic.Pointer[scenario.ResolvedAnswers]
 }
 
 func (r *answers) Resolved(pod, peer netip.Addr, ds []compile.DomainPattern) bool {
@@ -113,20 +114,20 @@ func (a *Agent) stopDNS() error {
 // Seed makes the node know what the scenario's pods resolved, as if they
 // had looked their names up: the fqdn sets of the last applied program get
 // the elements (hybrid and kernel modes), and the evaluator the answers.
-func (a *Agent) Seed(ctx context.Context, s *compile.Scenario) error {
+func (a *Agent) Seed(ctx context.Context, s *scenario.Scenario) error {
 	if a.Program == nil || len(s.DNSAnswers) == 0 {
 		return nil
 	}
 	if r, ok := a.eval.Resolved.(*answers); ok {
-		r.seeded.Store(compile.NewResolvedAnswers(s))
+		r.seeded.Store(scenario.NewResolvedAnswers(s))
 	} else {
-		a.eval.Resolved = compile.NewResolvedAnswers(s)
+		a.eval.Resolved = scenario.NewResolvedAnswers(s)
 	}
 	if a.rcfg.Mode == compile.ModeQueue {
 		return nil
 	}
 	var els []fqdn.Element
-	for set, es := range compile.FQDNSeedElements(a.Program, s) {
+	for set, es := range scenario.FQDNSeedElements(a.Program, s) {
 		for _, e := range es {
 			els = append(els, fqdn.Element{Set: set, Pod: e.Pod, Addr: e.Addr, Timeout: seedTimeout})
 		}

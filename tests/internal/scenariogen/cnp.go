@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // ClusterFraction is the share of seeds that add ClusterNetworkPolicies.
@@ -50,7 +50,7 @@ func (g *gen) clusterPart(seed uint64) {
 	withNodes := c.chance(NodeFraction)
 	if withNodes {
 		for i, name := range Nodes {
-			n := compile.ScenarioNode{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}
+			n := scenario.Node{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}
 			for _, k := range sortedKeys(nodeLabelValues) {
 				if c.chance(0.7) {
 					n.Labels[k] = pick(c, nodeLabelValues[k])
@@ -231,12 +231,12 @@ func (g *gen) nodeProbes() {
 		if g.chance(0.4) {
 			node = pick(g, Nodes)
 		}
-		pr := compile.Probe{}
+		pr := scenario.Probe{}
 		pr.Port, pr.Protocol = port()
 		if g.chance(0.6) {
-			pr.From, pr.To = compile.Endpoint{Pod: p.Key()}, compile.Endpoint{Node: node}
+			pr.From, pr.To = scenario.Endpoint{Pod: p.Key()}, scenario.Endpoint{Node: node}
 		} else {
-			pr.From, pr.To = compile.Endpoint{Node: node}, compile.Endpoint{Pod: p.Key()}
+			pr.From, pr.To = scenario.Endpoint{Node: node}, scenario.Endpoint{Pod: p.Key()}
 		}
 		g.s.Probes = append(g.s.Probes, pr)
 	}

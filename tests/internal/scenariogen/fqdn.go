@@ -6,7 +6,7 @@ import (
 
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // DomainFraction is the share of scenarios with ClusterNetworkPolicies that
@@ -49,7 +49,7 @@ func (g *gen) domainPart(seed uint64) {
 	pods := d.s.Pods
 	for k, n := 0, 2+d.intn(5); k < n; k++ {
 		p := &pods[d.intn(len(pods))]
-		a := compile.DNSAnswer{Pod: p.Key(), Name: pick(d, domainNames), TTL: 300}
+		a := scenario.DNSAnswer{Pod: p.Key(), Name: pick(d, domainNames), TTL: 300}
 		for j, m := 0, 1+d.intn(2); j < m; j++ {
 			if d.chance(0.2) {
 				// A name that resolves to a pod's address.
@@ -61,9 +61,9 @@ func (g *gen) domainPart(seed uint64) {
 		d.s.DNSAnswers = append(d.s.DNSAnswers, a)
 		// Probe what was resolved, from the pod that resolved it and from
 		// another one.
-		for _, from := range []*compile.ScenarioPod{p, &pods[d.intn(len(pods))]} {
+		for _, from := range []*scenario.Pod{p, &pods[d.intn(len(pods))]} {
 			pr := d.podProbe(from, nil)
-			pr.From, pr.To = compile.Endpoint{Pod: from.Key()}, compile.Endpoint{IP: pick(d, a.IPs)}
+			pr.From, pr.To = scenario.Endpoint{Pod: from.Key()}, scenario.Endpoint{IP: pick(d, a.IPs)}
 			if sharesFamily(from, pr.To.IP) && !ownAddr(from, pr.To.IP) {
 				d.s.Probes = append(d.s.Probes, pr)
 			}
@@ -82,7 +82,7 @@ func containsDomainName(peers []npav1beta1.ClusterNetworkPolicyEgressPeer, n npa
 	return false
 }
 
-func ownAddr(p *compile.ScenarioPod, ip string) bool {
+func ownAddr(p *scenario.Pod, ip string) bool {
 	for _, a := range p.Addrs() {
 		if a.String() == ip {
 			return true
@@ -91,7 +91,7 @@ func ownAddr(p *compile.ScenarioPod, ip string) bool {
 	return false
 }
 
-func sharesFamily(p *compile.ScenarioPod, ip string) bool {
+func sharesFamily(p *scenario.Pod, ip string) bool {
 	for _, a := range p.Addrs() {
 		if (a.Is4()) == !strings.Contains(ip, ":") {
 			return true

@@ -3,7 +3,7 @@ package scenariogen
 import (
 	"testing"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // TestDomainCoverage: some seeds get domainNames rules and answers, and the
@@ -28,7 +28,7 @@ func TestDomainCoverage(t *testing.T) {
 				break
 			}
 		}
-		if _, err := compile.ParseScenario(mustYAML(t, s)); err != nil {
+		if _, err := scenario.Parse(mustYAML(t, s)); err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
 	}
@@ -38,7 +38,7 @@ func TestDomainCoverage(t *testing.T) {
 	}
 }
 
-func mustYAML(t *testing.T, s *compile.Scenario) []byte {
+func mustYAML(t *testing.T, s *scenario.Scenario) []byte {
 	t.Helper()
 	b, err := YAML(s)
 	if err != nil {

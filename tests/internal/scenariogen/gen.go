@@ -33,7 +33,7 @@
 // fd00:192:168:1::i when dual-stack) and add probes from pods to their own
 // and the other node and from nodes to pods.
 //
-// Every scenario passes compile.ParseScenario (tested over many seeds).
+// Every scenario passes scenario.Parse (tested over many seeds).
 package scenariogen
 
 import (
@@ -50,6 +50,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // Nodes are the nodes pods are placed on.
@@ -59,11 +60,11 @@ var Nodes = []string{"node-1", "node-2"}
 const MaxPods = 8
 
 // Generate returns the scenario of a seed.
-func Generate(seed uint64) *compile.Scenario { return generate(seed, true) }
+func Generate(seed uint64) *scenario.Scenario { return generate(seed, true) }
 
 // generate is Generate with or without the domainNames stream (appended
 // last; tests of older seeds leave it out).
-func generate(seed uint64, domains bool) *compile.Scenario {
+func generate(seed uint64, domains bool) *scenario.Scenario {
 	g := &gen{r: rand.New(rand.NewPCG(seed, 0x6e667470_6f6c6963))}
 	s := g.scenario()
 	g.clusterPart(seed)
@@ -74,11 +75,11 @@ func generate(seed uint64, domains bool) *compile.Scenario {
 }
 
 // YAML marshals a scenario in the scenario format.
-func YAML(s *compile.Scenario) ([]byte, error) { return yaml.Marshal(s) }
+func YAML(s *scenario.Scenario) ([]byte, error) { return yaml.Marshal(s) }
 
 type gen struct {
 	r     *rand.Rand
-	s     *compile.Scenario
+	s     *scenario.Scenario
 	dual  bool
 	ports []int32 // numbers the policies mention, for probes to hit
 }
@@ -116,8 +117,8 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-func (g *gen) scenario() *compile.Scenario {
-	g.s = &compile.Scenario{}
+func (g *gen) scenario() *scenario.Scenario {
+	g.s = &scenario.Scenario{}
 	g.dual = g.chance(0.4)
 	g.namespaces()
 	g.pods()
@@ -132,7 +133,7 @@ func (g *gen) scenario() *compile.Scenario {
 func (g *gen) namespaces() {
 	names := []string{"x", "y", "z"}[:2+g.intn(2)]
 	for _, name := range names {
-		ns := compile.ScenarioNamespace{Name: name, Labels: map[string]string{}}
+		ns := scenario.Namespace{Name: name, Labels: map[string]string{}}
 		for _, k := range sortedKeys(nsLabelValues) {
 			if !g.chance(0.6) {
 				continue
@@ -162,7 +163,7 @@ func (g *gen) pods() {
 		if i < 2 {
 			node = 1 + i // both nodes always host pods
 		}
-		p := compile.ScenarioPod{Namespace: ns, Name: name, Node: Nodes[node-1], Labels: map[string]string{}}
+		p := scenario.Pod{Namespace: ns, Name: name, Node: Nodes[node-1], Labels: map[string]string{}}
 		for _, k := range sortedKeys(podLabelValues) {
 			if !g.chance(0.65) {
 				continue
@@ -194,7 +195,7 @@ func (g *gen) pods() {
 				continue
 			}
 			used[name] = true
-			cp := compile.ScenarioPort{Name: name, Port: pick(g, portNumbers)}
+			cp := scenario.Port{Name: name, Port: pick(g, portNumbers)}
 			switch x := g.intn(10); {
 			case x < 6:
 			case x < 7:
@@ -452,8 +453,8 @@ func (g *gen) probes() {
 				continue
 			}
 			pr := g.podProbe(a, b)
-			pr.From = compile.Endpoint{IP: last(a.Addrs()).String()}
-			pr.To = compile.Endpoint{IP: last(b.Addrs()).String()}
+			pr.From = scenario.Endpoint{IP: last(a.Addrs()).String()}
+			pr.To = scenario.Endpoint{IP: last(b.Addrs()).String()}
 			g.s.Probes = append(g.s.Probes, pr)
 		}
 	}
@@ -462,9 +463,9 @@ func (g *gen) probes() {
 		ext := g.external(p)
 		pr := g.podProbe(p, nil)
 		if g.chance(0.5) {
-			pr.From, pr.To = compile.Endpoint{Pod: p.Key()}, compile.Endpoint{IP: ext}
+			pr.From, pr.To = scenario.Endpoint{Pod: p.Key()}, scenario.Endpoint{IP: ext}
 		} else {
-			pr.From, pr.To = compile.Endpoint{IP: ext}, compile.Endpoint{Pod: p.Key()}
+			pr.From, pr.To = scenario.Endpoint{IP: ext}, scenario.Endpoint{Pod: p.Key()}
 		}
 		g.s.Probes = append(g.s.Probes, pr)
 	}
@@ -473,7 +474,7 @@ func (g *gen) probes() {
 func last(xs []netip.Addr) netip.Addr { return xs[len(xs)-1] }
 
 // external picks an external address of a family the pod has.
-func (g *gen) external(p *compile.ScenarioPod) string {
+func (g *gen) external(p *scenario.Pod) string {
 	addrs := p.Addrs()
 	if pick(g, addrs).Is4() {
 		return pick(g, externalV4)
@@ -484,15 +485,15 @@ func (g *gen) external(p *compile.ScenarioPod) string {
 // podProbe is a probe from a to b (b nil: an external destination; the
 // caller fixes the endpoints) on a port likely to matter: one of b's
 // container ports, a port the policies name, or a common one.
-func (g *gen) podProbe(a, b *compile.ScenarioPod) compile.Probe {
-	pr := compile.Probe{Protocol: "TCP"}
+func (g *gen) podProbe(a, b *scenario.Pod) scenario.Probe {
+	pr := scenario.Probe{Protocol: "TCP"}
 	if g.chance(0.35) {
 		pr.Protocol = "UDP"
 	}
 	if a != nil && b != nil {
-		pr.From, pr.To = compile.Endpoint{Pod: a.Key()}, compile.Endpoint{Pod: b.Key()}
+		pr.From, pr.To = scenario.Endpoint{Pod: a.Key()}, scenario.Endpoint{Pod: b.Key()}
 	}
-	var cands []compile.ScenarioPort
+	var cands []scenario.Port
 	if b != nil {
 		for _, cp := range b.Ports {
 			if cp.Protocol == "TCP" || cp.Protocol == "" || cp.Protocol == "UDP" {
@@ -522,7 +523,7 @@ func (g *gen) podProbe(a, b *compile.ScenarioPod) compile.Probe {
 // namespaces labelled differently and some pods with other container ports.
 // Syncing it first and then the scenario itself changes sets, maps and
 // chains the way controller events do.
-func Predecessor(seed uint64) *compile.Scenario {
+func Predecessor(seed uint64) *scenario.Scenario {
 	s := Generate(seed)
 	other := Generate(seed ^ 0x5eed_0000_0000)
 	g := &gen{r: rand.New(rand.NewPCG(seed, 0x70726564_65636573))}

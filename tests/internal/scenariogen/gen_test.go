@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 const seeds = 600
@@ -26,7 +27,7 @@ func TestValid(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
-		back, err := compile.ParseScenario(data)
+		back, err := scenario.Parse(data)
 		if err != nil {
 			t.Fatalf("seed %d: %v\n%s", seed, err, data)
 		}
@@ -34,7 +35,7 @@ func TestValid(t *testing.T) {
 			t.Fatalf("seed %d: YAML round trip (-generated +parsed):\n%s", seed, diff)
 		}
 		js, _ := json.Marshal(s)
-		if _, err := compile.ParseScenario(js); err != nil {
+		if _, err := scenario.Parse(js); err != nil {
 			t.Fatalf("seed %d: JSON: %v", seed, err)
 		}
 		if len(s.Pods) > MaxPods || len(s.Pods) < 3 {
@@ -250,7 +251,7 @@ func TestCoverage(t *testing.T) {
 	}
 }
 
-func indexOf(s *compile.Scenario, pr compile.Probe) int {
+func indexOf(s *scenario.Scenario, pr scenario.Probe) int {
 	for i := range s.Probes {
 		if s.Probes[i] == pr {
 			return i
@@ -263,7 +264,7 @@ func TestPredecessor(t *testing.T) {
 	for seed := uint64(0); seed < 200; seed++ {
 		s, p := Generate(seed), Predecessor(seed)
 		data, _ := YAML(p)
-		if _, err := compile.ParseScenario(data); err != nil {
+		if _, err := scenario.Parse(data); err != nil {
 			t.Fatalf("seed %d: %v\n%s", seed, err, data)
 		}
 		if len(p.Pods) != len(s.Pods) {

@@ -28,6 +28,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/e2e"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 )
@@ -81,7 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "run-scenario: reading scenario: %v\n", err)
 		return exitBadInput
 	}
-	s, err := compile.ParseScenario(data)
+	s, err := scenario.Parse(data)
 	if err != nil {
 		fmt.Fprintf(stderr, "run-scenario: %s: %v\n", path, err)
 		return exitBadInput
@@ -103,7 +104,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		out, err := e2e.RunScenario(ctx, tb, s, e2e.RunConfig{Mode: m, Timeout: *timeout, RetryTimeout: *retry, Logf: tb.Logf})
 		if err != nil {
 			code = exitFailure
-			if se := (*compile.ScenarioError)(nil); errors.As(err, &se) {
+			if se := (*scenario.Error)(nil); errors.As(err, &se) {
 				code = exitBadInput
 			}
 			fmt.Fprintf(stderr, "run-scenario: %s: %v\n", path, err)

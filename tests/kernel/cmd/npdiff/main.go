@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/scenariogen"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
 )
@@ -149,7 +150,7 @@ func runSeed(ctx context.Context, seed uint64, cfg kernel.Config, outDir string,
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, c.Close()) }()
-	var before *compile.Scenario
+	var before *scenario.Scenario
 	var rep *kernel.Report
 	if incremental {
 		before = scenariogen.Predecessor(seed)

@@ -1,4 +1,4 @@
-package compile_test
+package scenario_test
 
 import (
 	"errors"
@@ -7,19 +7,20 @@ import (
 	"testing"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 // testdata/example.yaml is the example of scenario-format.md plus the pod
 // y/b, which its first probe uses but the document does not define.
 
-func TestParseScenarioExample(t *testing.T) {
+func TestParseExample(t *testing.T) {
 	data, err := os.ReadFile("testdata/example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := compile.ParseScenario(data)
+	s, err := scenario.Parse(data)
 	if err != nil {
-		t.Fatalf("ParseScenario: %v", err)
+		t.Fatalf("Parse: %v", err)
 	}
 	if len(s.Namespaces) != 1 || s.Namespaces[0].Name != "x" || s.Namespaces[0].Labels["env"] != "prod" {
 		t.Errorf("namespaces: %+v", s.Namespaces)
@@ -56,7 +57,7 @@ func TestParseScenarioExample(t *testing.T) {
 
 // The example exactly as scenario-format.md prints it probes from y/b, which
 // it does not define.
-func TestParseScenarioDocumentExampleLacksPodYB(t *testing.T) {
+func TestParseDocumentExampleLacksPodYB(t *testing.T) {
 	data, err := os.ReadFile("testdata/example.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func TestParseScenarioDocumentExampleLacksPodYB(t *testing.T) {
 	if i < 0 || j < i {
 		t.Fatal("testdata/example.yaml changed shape")
 	}
-	_, err = compile.ParseScenario([]byte(doc[:i] + doc[j:]))
+	_, err = scenario.Parse([]byte(doc[:i] + doc[j:]))
 	if err == nil || !strings.Contains(err.Error(), `probes[0].from: unknown pod "y/b"`) {
 		t.Errorf("got %v, want the unknown pod y/b", err)
 	}
@@ -90,15 +91,11 @@ probes:
   - {from: {pod: y/b}, to: {pod: x/a}, port: 80}
 `
 
-func TestParseScenarioRejects(t *testing.T) {
-	if _, err := compile.ParseScenario([]byte(baseScenario)); err != nil {
+func TestParseRejects(t *testing.T) {
+	if _, err := scenario.Parse([]byte(baseScenario)); err != nil {
 		t.Fatalf("base scenario: %v", err)
 	}
-	for _, c := range []struct {
-		name, old, new string
-		// want is part of the error message.
-		want string
-	}{
+	checkRejects(t, baseScenario, []rejectCase{
 		{"unknown top-level field", "probes:", "probe:", `unknown field "probe"`},
 		{"unknown pod field", "labels: {pod: a}, ip:", "labels: {pod: a}, pip:", `unknown field "pods[0].pip"`},
 		{"unknown policy field", "podSelector:", "podSelectr:", `unknown field "policies[0].spec.podSelectr"`},
@@ -117,18 +114,29 @@ func TestParseScenarioRejects(t *testing.T) {
 		{"wrong kind", "kind: NetworkPolicy", "kind: Policy", "kind NetworkPolicy"},
 		{"probe port out of range", "port: 80}\n", "port: 0}\n", "port 0 out of range"},
 		{"not YAML", "probes:", "probes: [", "parsing"},
-	} {
+	})
+}
+
+// rejectCase turns a valid scenario into one Parse must reject: old
+// replaced by new; want is part of the error message.
+type rejectCase struct {
+	name, old, new string
+	want           string
+}
+
+func checkRejects(t *testing.T, base string, cases []rejectCase) {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if !strings.Contains(baseScenario, c.old) {
-				t.Fatalf("base scenario lacks %q", c.old)
+			if !strings.Contains(base, c.old) {
+				t.Fatalf("scenario lacks %q", c.old)
 			}
-			_, err := compile.ParseScenario([]byte(strings.Replace(baseScenario, c.old, c.new, 1)))
+			_, err := scenario.Parse([]byte(strings.Replace(base, c.old, c.new, 1)))
 			if err == nil {
 				t.Fatalf("accepted; want an error with %q", c.want)
 			}
-			var se *compile.ScenarioError
+			var se *scenario.Error
 			if !errors.As(err, &se) {
-				t.Errorf("error %T is not a *ScenarioError", err)
+				t.Errorf("error %T is not a *scenario.Error", err)
 			}
 			if !strings.Contains(err.Error(), c.want) {
 				t.Errorf("error %q does not mention %q", err, c.want)
@@ -137,20 +145,15 @@ func TestParseScenarioRejects(t *testing.T) {
 	}
 }
 
-// KNOWN BUG (failing on purpose; reported, not fixed here): ParseScenario
-// decodes with encoding/json, whose field names match case-insensitively, so
-// DisallowUnknownFields lets "podselector" or "IPs" through although
-// scenario-format.md says unknown fields are errors and kubectl's strict
-// validation rejects them. Decoding with sigs.k8s.io/json's UnmarshalStrict
-// (case-sensitive, also rejects duplicate fields), as apimachinery does,
-// fixes it.
-func TestParseScenarioRejectsCaseVariantFields(t *testing.T) {
+// Field names are case-sensitive, as kubectl's strict decoding has them:
+// "podselector" or "IPs" are unknown fields, not podSelector and ips.
+func TestParseRejectsCaseVariantFields(t *testing.T) {
 	for _, c := range []struct{ old, new string }{
 		{"podSelector:", "podselector:"},
 		{"ips: [", "IPs: ["},
 		{"probes:", "Probes:"},
 	} {
-		_, err := compile.ParseScenario([]byte(strings.Replace(baseScenario, c.old, c.new, 1)))
+		_, err := scenario.Parse([]byte(strings.Replace(baseScenario, c.old, c.new, 1)))
 		if err == nil || !strings.Contains(err.Error(), "unknown field") {
 			t.Errorf("%q instead of %q: got %v, want an unknown field error", c.new, c.old, err)
 		}
@@ -159,8 +162,8 @@ func TestParseScenarioRejectsCaseVariantFields(t *testing.T) {
 
 // YAML 1.1 reads y, n, yes, no, on and off as booleans; the scenario format
 // is YAML 1.2, where they are strings.
-func TestParseScenarioKeepsYAMLStrings(t *testing.T) {
-	s, err := compile.ParseScenario([]byte(`
+func TestParseKeepsYAMLStrings(t *testing.T) {
+	s, err := scenario.Parse([]byte(`
 namespaces:
   - {name: y, labels: {flag: on, answer: no}}
 pods:
@@ -183,8 +186,8 @@ probes:
 	}
 }
 
-func TestParseScenarioJSON(t *testing.T) {
-	s, err := compile.ParseScenario([]byte(`{"pods":[{"namespace":"x","name":"a","ip":"10.244.1.1"}],
+func TestParseJSON(t *testing.T) {
+	s, err := scenario.Parse([]byte(`{"pods":[{"namespace":"x","name":"a","ip":"10.244.1.1"}],
 		"probes":[{"from":{"ip":"192.0.2.1"},"to":{"pod":"x/a"},"port":80,"protocol":"SCTP"}]}`))
 	if err != nil {
 		t.Fatal(err)

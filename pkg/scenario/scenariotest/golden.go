@@ -1,21 +1,25 @@
-package compiletest
+// Package scenariotest reads scenario files for tests, failing the test on
+// an error. It is apart from pkg/scenario so that the product does not
+// import package testing, and apart from compiletest so that the tests of
+// the evaluator, which pkg/scenario imports, can use compiletest.
+package scenariotest
 
 import (
 	"os"
 	"testing"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
-// LoadScenario reads and parses a scenario file, failing the test on an
-// error.
-func LoadScenario(t testing.TB, path string) *compile.Scenario {
+// Load reads and parses a scenario file, failing the test on an error.
+func Load(t testing.TB, path string) *scenario.Scenario {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := compile.ParseScenario(data)
+	s, err := scenario.Parse(data)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
@@ -28,6 +32,6 @@ func LoadScenario(t testing.TB, path string) *compile.Scenario {
 // rulesets are rendered.
 func GoldenInput(t testing.TB, path string) compile.Input {
 	t.Helper()
-	s := LoadScenario(t, path)
+	s := Load(t, path)
 	return s.Input("node-1", s.NodeNames([]string{"node-1", "node-2"}), nil)
 }

@@ -1,4 +1,4 @@
-package compile
+package scenario
 
 import (
 	"encoding/json"
@@ -16,30 +16,32 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	kjson "sigs.k8s.io/json"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
 // Scenario is a small cluster, its NetworkPolicies and
 // ClusterNetworkPolicies and connections to try, in the format of
 // docs/scenario-format.md (shared with the e2e runner).
 type Scenario struct {
-	Namespaces []ScenarioNamespace `json:"namespaces,omitempty"`
+	Namespaces []Namespace `json:"namespaces,omitempty"`
 	// Nodes are the cluster's nodes as policies see them: `nodes` peers
 	// select them by label and match their IPs. Optional.
-	Nodes    []ScenarioNode               `json:"nodes,omitempty"`
-	Pods     []ScenarioPod                `json:"pods,omitempty"`
+	Nodes    []Node                       `json:"nodes,omitempty"`
+	Pods     []Pod                        `json:"pods,omitempty"`
 	Policies []networkingv1.NetworkPolicy `json:"policies,omitempty"`
 	// ClusterNetworkPolicies are decoded into the v1beta1 type whether
 	// written as v1beta1 or v1alpha2 (the same schema).
 	ClusterNetworkPolicies []npav1beta1.ClusterNetworkPolicy `json:"clusterNetworkPolicies,omitempty"`
-	// DNSAnswers record what pods resolved, for domainNames peers; they do
-	// not change verdicts while domainNames is unsupported.
+	// DNSAnswers record what pods resolved: a domainNames peer matches
+	// the addresses a pod got for a matching name.
 	DNSAnswers []DNSAnswer `json:"dnsAnswers,omitempty"`
 	Probes     []Probe     `json:"probes,omitempty"`
 }
 
-// ScenarioNode is a node: its name, labels and addresses (the InternalIP
+// Node is a node: its name, labels and addresses (the InternalIP
 // entries of its status.addresses).
-type ScenarioNode struct {
+type Node struct {
 	Name   string            `json:"name"`
 	Labels map[string]string `json:"labels,omitempty"`
 	IPs    []string          `json:"ips,omitempty"`
@@ -48,9 +50,13 @@ type ScenarioNode struct {
 }
 
 // Addrs returns the node's addresses in the order written.
-func (n *ScenarioNode) Addrs() []netip.Addr {
+func (n *Node) Addrs() []netip.Addr { return parseAddrs(n.IPs) }
+
+// parseAddrs parses addresses, an IPv4-mapped one as IPv4, leaving out
+// repeats and what does not parse (validate reports it).
+func parseAddrs(ss []string) []netip.Addr {
 	var out []netip.Addr
-	for _, s := range n.IPs {
+	for _, s := range ss {
 		if a, err := netip.ParseAddr(s); err == nil && !slices.Contains(out, a.Unmap()) {
 			out = append(out, a.Unmap())
 		}
@@ -68,14 +74,14 @@ type DNSAnswer struct {
 	TTL int32 `json:"ttl"`
 }
 
-// ScenarioNamespace is a namespace and its labels.
-type ScenarioNamespace struct {
+// Namespace is a namespace and its labels.
+type Namespace struct {
 	Name   string            `json:"name"`
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
-// ScenarioPod is a pod as the scenario describes it.
-type ScenarioPod struct {
+// Pod is a pod as the scenario describes it.
+type Pod struct {
 	Namespace   string            `json:"namespace"`
 	Name        string            `json:"name"`
 	Labels      map[string]string `json:"labels,omitempty"`
@@ -83,24 +89,21 @@ type ScenarioPod struct {
 	IPs         []string          `json:"ips,omitempty"`
 	Node        string            `json:"node,omitempty"`
 	HostNetwork bool              `json:"hostNetwork,omitempty"`
-	Ports       []ScenarioPort    `json:"ports,omitempty"`
+	Ports       []Port            `json:"ports,omitempty"`
 }
 
 // Key returns "namespace/name".
-func (p *ScenarioPod) Key() string { return p.Namespace + "/" + p.Name }
+func (p *Pod) Key() string { return p.Namespace + "/" + p.Name }
 
 // Addrs returns the pod's addresses, IPv4 first.
-func (p *ScenarioPod) Addrs() []netip.Addr {
-	var out []netip.Addr
-	for _, s := range append([]string{p.IP}, p.IPs...) {
-		out = appendAddr(out, s)
-	}
+func (p *Pod) Addrs() []netip.Addr {
+	out := parseAddrs(append([]string{p.IP}, p.IPs...))
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Is4() && !out[j].Is4() })
 	return out
 }
 
-// ScenarioPort is a container port.
-type ScenarioPort struct {
+// Port is a container port.
+type Port struct {
 	Name     string `json:"name,omitempty"`
 	Port     int32  `json:"port"`
 	Protocol string `json:"protocol,omitempty"`
@@ -133,269 +136,313 @@ func (e Endpoint) String() string {
 	return e.IP
 }
 
-// ScenarioError is a malformed scenario; `nftpolicy eval` exits 2 on it.
-type ScenarioError struct{ Err error }
+// Error is a malformed scenario; `nftpolicy eval` exits 2 on it.
+type Error struct{ Err error }
 
-func (e *ScenarioError) Error() string { return "invalid scenario: " + e.Err.Error() }
-func (e *ScenarioError) Unwrap() error { return e.Err }
+func (e *Error) Error() string { return "invalid scenario: " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
 
-// ParseScenario decodes a scenario (YAML or JSON; unknown fields are errors)
+// Parse decodes a scenario (YAML or JSON; unknown fields are errors)
 // and validates it, including every policy as the API server would.
-func ParseScenario(data []byte) (*Scenario, error) {
+func Parse(data []byte) (*Scenario, error) {
 	var s Scenario
 	// YAML 1.2 (yaml.v3): a namespace called "y" or "n" stays a string.
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &ScenarioError{fmt.Errorf("parsing: %w", err)}
+		return nil, &Error{fmt.Errorf("parsing: %w", err)}
 	}
 	jsonData, err := json.Marshal(doc)
 	if err != nil {
-		return nil, &ScenarioError{fmt.Errorf("parsing: %w", err)}
+		return nil, &Error{fmt.Errorf("parsing: %w", err)}
 	}
 	// Strict and case-sensitive, as kubectl decodes: "podselector" is an
 	// unknown field, not podSelector.
 	strictErrs, err := kjson.UnmarshalStrict(jsonData, &s)
 	if err != nil {
-		return nil, &ScenarioError{fmt.Errorf("decoding: %w", err)}
+		return nil, &Error{fmt.Errorf("decoding: %w", err)}
 	}
 	if len(strictErrs) > 0 {
-		return nil, &ScenarioError{fmt.Errorf("decoding: %w", errors.Join(strictErrs...))}
+		return nil, &Error{fmt.Errorf("decoding: %w", errors.Join(strictErrs...))}
 	}
 	if err := s.validate(); err != nil {
-		return nil, &ScenarioError{err}
+		return nil, &Error{err}
 	}
 	return &s, nil
 }
 
+// validator collects a scenario's errors, section by section; the maps
+// hold what earlier sections define for later ones to refer to.
+type validator struct {
+	s       *Scenario
+	errs    []error
+	nodes   map[string]*Node
+	nodeIPs map[netip.Addr]string
+	pods    map[string]bool
+}
+
+func (v *validator) add(format string, args ...any) {
+	v.errs = append(v.errs, fmt.Errorf(format, args...))
+}
+
 func (s *Scenario) validate() error {
-	var errs []error
-	nodeIPs := map[netip.Addr]string{}
-	nodes := map[string]*ScenarioNode{}
+	v := &validator{s: s, nodes: map[string]*Node{}, nodeIPs: map[netip.Addr]string{}, pods: map[string]bool{}}
 	for i := range s.Nodes {
-		n := &s.Nodes[i]
-		where := fmt.Sprintf("nodes[%d] (%s)", i, n.Name)
-		if msgs := validation.IsDNS1123Subdomain(n.Name); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("%s: name: %s", where, strings.Join(msgs, "; ")))
-		}
-		if nodes[n.Name] != nil {
-			errs = append(errs, fmt.Errorf("%s: duplicate node", where))
-		}
-		nodes[n.Name] = n
-		errs = append(errs, validateLabels(where+".labels", n.Labels)...)
-		for _, c := range n.PodCIDRs {
-			if _, err := netip.ParsePrefix(c); err != nil {
-				errs = append(errs, fmt.Errorf("%s: bad podCIDR %q: %v", where, c, err))
-			}
-		}
-		fams := map[bool]bool{}
-		for _, a := range n.IPs {
-			addr, err := netip.ParseAddr(a)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: bad IP %q", where, a))
-				continue
-			}
-			addr = addr.Unmap()
-			if other, ok := nodeIPs[addr]; ok {
-				errs = append(errs, fmt.Errorf("%s: IP %s already belongs to node %s", where, addr, other))
-			}
-			nodeIPs[addr] = n.Name
-			// Runners give each node one address per family.
-			if fams[addr.Is4()] {
-				errs = append(errs, fmt.Errorf("%s: at most one IP per family", where))
-			}
-			fams[addr.Is4()] = true
-		}
+		v.node(i, &s.Nodes[i])
 	}
-	nss := map[string]bool{}
-	for i, ns := range s.Namespaces {
-		if msgs := validation.IsDNS1123Label(ns.Name); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("namespaces[%d].name %q: %s", i, ns.Name, strings.Join(msgs, "; ")))
-		}
-		if nss[ns.Name] {
-			errs = append(errs, fmt.Errorf("namespaces[%d]: duplicate namespace %q", i, ns.Name))
-		}
-		nss[ns.Name] = true
-		errs = append(errs, validateLabels(fmt.Sprintf("namespaces[%d].labels", i), ns.Labels)...)
-		if v, ok := ns.Labels[NamespaceNameLabel]; ok && v != ns.Name {
-			errs = append(errs, fmt.Errorf("namespaces[%d].labels: %s must equal the namespace name", i, NamespaceNameLabel))
-		}
+	v.namespaces()
+	podIPs := map[netip.Addr]string{}
+	for i := range s.Pods {
+		v.pod(i, &s.Pods[i], podIPs)
 	}
-	pods := map[string]bool{}
-	ips := map[netip.Addr]string{}
-	for i, p := range s.Pods {
-		where := fmt.Sprintf("pods[%d] (%s)", i, p.Key())
-		if msgs := validation.IsDNS1123Label(p.Namespace); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("%s: namespace: %s", where, strings.Join(msgs, "; ")))
-		}
-		if msgs := validation.IsDNS1123Subdomain(p.Name); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("%s: name: %s", where, strings.Join(msgs, "; ")))
-		}
-		if pods[p.Key()] {
-			errs = append(errs, fmt.Errorf("%s: duplicate pod", where))
-		}
-		pods[p.Key()] = true
-		errs = append(errs, validateLabels(where+".labels", p.Labels)...)
-		all := append([]string{}, p.IPs...)
-		if p.IP != "" {
-			all = append(all, p.IP)
-		}
-		// A host-network pod on a listed node has the node's addresses.
-		onNode := nodes[p.Node]
-		nodeAddrs := p.HostNetwork && onNode != nil && len(onNode.IPs) > 0
-		if len(all) == 0 && !nodeAddrs {
-			errs = append(errs, fmt.Errorf("%s: needs ip or ips", where))
-		}
-		fams := map[bool]netip.Addr{}
-		for _, a := range all {
-			addr, err := netip.ParseAddr(a)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: bad IP %q", where, a))
-				continue
-			}
-			addr = addr.Unmap()
-			if nodeAddrs && !slices.Contains(onNode.Addrs(), addr) {
-				errs = append(errs, fmt.Errorf("%s: host-network pod has IP %s, which is not an IP of its node %s (omit ip to use the node's)", where, addr, p.Node))
-			}
-			if other, ok := ips[addr]; ok && other != p.Key() && !p.HostNetwork {
-				errs = append(errs, fmt.Errorf("%s: IP %s already belongs to %s", where, addr, other))
-			}
-			if n, ok := nodeIPs[addr]; ok && !p.HostNetwork {
-				errs = append(errs, fmt.Errorf("%s: IP %s belongs to node %s", where, addr, n))
-			}
-			if !p.HostNetwork {
-				ips[addr] = p.Key()
-			}
-			if prev, ok := fams[addr.Is4()]; ok && prev != addr {
-				errs = append(errs, fmt.Errorf("%s: at most one IP per family", where))
-			}
-			fams[addr.Is4()] = addr
-		}
-		names := map[string]bool{}
-		for j, port := range p.Ports {
-			if port.Port < 1 || port.Port > 65535 {
-				errs = append(errs, fmt.Errorf("%s.ports[%d]: port %d out of range", where, j, port.Port))
-			}
-			if port.Protocol != "" {
-				if _, ok := ParseProtocol(port.Protocol); !ok {
-					errs = append(errs, fmt.Errorf("%s.ports[%d]: unsupported protocol %q", where, j, port.Protocol))
-				}
-			}
-			if port.Name != "" {
-				if msgs := validation.IsValidPortName(port.Name); len(msgs) > 0 {
-					errs = append(errs, fmt.Errorf("%s.ports[%d]: name %q: %s", where, j, port.Name, strings.Join(msgs, "; ")))
-				}
-				if names[port.Name] {
-					errs = append(errs, fmt.Errorf("%s.ports[%d]: duplicate port name %q", where, j, port.Name))
-				}
-				names[port.Name] = true
-			}
-		}
-	}
-	pols := map[string]bool{}
-	for i := range s.Policies {
-		np := &s.Policies[i]
-		where := fmt.Sprintf("policies[%d] (%s/%s)", i, np.Namespace, np.Name)
-		if np.APIVersion != "networking.k8s.io/v1" || np.Kind != "NetworkPolicy" {
-			errs = append(errs, fmt.Errorf("%s: must be apiVersion networking.k8s.io/v1, kind NetworkPolicy (got %q, %q)", where, np.APIVersion, np.Kind))
-		}
-		if np.Namespace == "" {
-			errs = append(errs, fmt.Errorf("%s: metadata.namespace is required", where))
-		} else if msgs := validation.IsDNS1123Label(np.Namespace); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("%s: metadata.namespace: %s", where, strings.Join(msgs, "; ")))
-		}
-		if msgs := validation.IsDNS1123Subdomain(np.Name); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("%s: metadata.name: %s", where, strings.Join(msgs, "; ")))
-		}
-		if pols[policyKey(np)] {
-			errs = append(errs, fmt.Errorf("%s: duplicate policy", where))
-		}
-		pols[policyKey(np)] = true
-		for _, pr := range ValidatePolicy(np) {
-			errs = append(errs, fmt.Errorf("%s: %s: %s", where, pr.Field, pr.Message))
-		}
-	}
+	v.policies()
 	cnps := map[string]bool{}
 	for i := range s.ClusterNetworkPolicies {
-		errs = append(errs, validateScenarioCNP(i, &s.ClusterNetworkPolicies[i], cnps)...)
+		v.errs = append(v.errs, validateCNP(i, &s.ClusterNetworkPolicies[i], cnps)...)
 	}
-	for i, a := range s.DNSAnswers {
+	v.dnsAnswers()
+	for i := range s.Probes {
+		v.probe(i)
+	}
+	return errors.Join(v.errs...)
+}
+
+func (v *validator) node(i int, n *Node) {
+	where := fmt.Sprintf("nodes[%d] (%s)", i, n.Name)
+	if msgs := validation.IsDNS1123Subdomain(n.Name); len(msgs) > 0 {
+		v.add("%s: name: %s", where, strings.Join(msgs, "; "))
+	}
+	if v.nodes[n.Name] != nil {
+		v.add("%s: duplicate node", where)
+	}
+	v.nodes[n.Name] = n
+	v.errs = append(v.errs, validateLabels(where+".labels", n.Labels)...)
+	for _, c := range n.PodCIDRs {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			v.add("%s: bad podCIDR %q: %v", where, c, err)
+		}
+	}
+	fams := map[bool]bool{}
+	for _, a := range n.IPs {
+		addr, err := netip.ParseAddr(a)
+		if err != nil {
+			v.add("%s: bad IP %q", where, a)
+			continue
+		}
+		addr = addr.Unmap()
+		if other, ok := v.nodeIPs[addr]; ok {
+			v.add("%s: IP %s already belongs to node %s", where, addr, other)
+		}
+		v.nodeIPs[addr] = n.Name
+		// Runners give each node one address per family.
+		if fams[addr.Is4()] {
+			v.add("%s: at most one IP per family", where)
+		}
+		fams[addr.Is4()] = true
+	}
+}
+
+func (v *validator) namespaces() {
+	seen := map[string]bool{}
+	for i, ns := range v.s.Namespaces {
+		if msgs := validation.IsDNS1123Label(ns.Name); len(msgs) > 0 {
+			v.add("namespaces[%d].name %q: %s", i, ns.Name, strings.Join(msgs, "; "))
+		}
+		if seen[ns.Name] {
+			v.add("namespaces[%d]: duplicate namespace %q", i, ns.Name)
+		}
+		seen[ns.Name] = true
+		v.errs = append(v.errs, validateLabels(fmt.Sprintf("namespaces[%d].labels", i), ns.Labels)...)
+		if l, ok := ns.Labels[compile.NamespaceNameLabel]; ok && l != ns.Name {
+			v.add("namespaces[%d].labels: %s must equal the namespace name", i, compile.NamespaceNameLabel)
+		}
+	}
+}
+
+// pod checks pods[i]; ips maps the addresses of the pods before it (host
+// network ones excepted) to their keys.
+func (v *validator) pod(i int, p *Pod, ips map[netip.Addr]string) {
+	where := fmt.Sprintf("pods[%d] (%s)", i, p.Key())
+	if msgs := validation.IsDNS1123Label(p.Namespace); len(msgs) > 0 {
+		v.add("%s: namespace: %s", where, strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsDNS1123Subdomain(p.Name); len(msgs) > 0 {
+		v.add("%s: name: %s", where, strings.Join(msgs, "; "))
+	}
+	if v.pods[p.Key()] {
+		v.add("%s: duplicate pod", where)
+	}
+	v.pods[p.Key()] = true
+	v.errs = append(v.errs, validateLabels(where+".labels", p.Labels)...)
+	v.podAddrs(where, p, ips)
+	names := map[string]bool{}
+	for j, port := range p.Ports {
+		if port.Port < 1 || port.Port > 65535 {
+			v.add("%s.ports[%d]: port %d out of range", where, j, port.Port)
+		}
+		if port.Protocol != "" {
+			if _, ok := compile.ParseProtocol(port.Protocol); !ok {
+				v.add("%s.ports[%d]: unsupported protocol %q", where, j, port.Protocol)
+			}
+		}
+		if port.Name != "" {
+			if msgs := validation.IsValidPortName(port.Name); len(msgs) > 0 {
+				v.add("%s.ports[%d]: name %q: %s", where, j, port.Name, strings.Join(msgs, "; "))
+			}
+			if names[port.Name] {
+				v.add("%s.ports[%d]: duplicate port name %q", where, j, port.Name)
+			}
+			names[port.Name] = true
+		}
+	}
+}
+
+func (v *validator) podAddrs(where string, p *Pod, ips map[netip.Addr]string) {
+	all := append([]string{}, p.IPs...)
+	if p.IP != "" {
+		all = append(all, p.IP)
+	}
+	// A host-network pod on a listed node has the node's addresses.
+	onNode := v.nodes[p.Node]
+	nodeAddrs := p.HostNetwork && onNode != nil && len(onNode.IPs) > 0
+	if len(all) == 0 && !nodeAddrs {
+		v.add("%s: needs ip or ips", where)
+	}
+	fams := map[bool]netip.Addr{}
+	for _, a := range all {
+		addr, err := netip.ParseAddr(a)
+		if err != nil {
+			v.add("%s: bad IP %q", where, a)
+			continue
+		}
+		addr = addr.Unmap()
+		if nodeAddrs && !slices.Contains(onNode.Addrs(), addr) {
+			v.add("%s: host-network pod has IP %s, which is not an IP of its node %s (omit ip to use the node's)", where, addr, p.Node)
+		}
+		if other, ok := ips[addr]; ok && other != p.Key() && !p.HostNetwork {
+			v.add("%s: IP %s already belongs to %s", where, addr, other)
+		}
+		if n, ok := v.nodeIPs[addr]; ok && !p.HostNetwork {
+			v.add("%s: IP %s belongs to node %s", where, addr, n)
+		}
+		if !p.HostNetwork {
+			ips[addr] = p.Key()
+		}
+		if prev, ok := fams[addr.Is4()]; ok && prev != addr {
+			v.add("%s: at most one IP per family", where)
+		}
+		fams[addr.Is4()] = addr
+	}
+}
+
+func (v *validator) policies() {
+	seen := map[string]bool{}
+	for i := range v.s.Policies {
+		np := &v.s.Policies[i]
+		where := fmt.Sprintf("policies[%d] (%s/%s)", i, np.Namespace, np.Name)
+		if np.APIVersion != "networking.k8s.io/v1" || np.Kind != "NetworkPolicy" {
+			v.add("%s: must be apiVersion networking.k8s.io/v1, kind NetworkPolicy (got %q, %q)", where, np.APIVersion, np.Kind)
+		}
+		if np.Namespace == "" {
+			v.add("%s: metadata.namespace is required", where)
+		} else if msgs := validation.IsDNS1123Label(np.Namespace); len(msgs) > 0 {
+			v.add("%s: metadata.namespace: %s", where, strings.Join(msgs, "; "))
+		}
+		if msgs := validation.IsDNS1123Subdomain(np.Name); len(msgs) > 0 {
+			v.add("%s: metadata.name: %s", where, strings.Join(msgs, "; "))
+		}
+		key := np.Namespace + "/" + np.Name
+		if seen[key] {
+			v.add("%s: duplicate policy", where)
+		}
+		seen[key] = true
+		for _, pr := range compile.ValidatePolicy(np) {
+			v.add("%s: %s: %s", where, pr.Field, pr.Message)
+		}
+	}
+}
+
+func (v *validator) dnsAnswers() {
+	for i, a := range v.s.DNSAnswers {
 		where := fmt.Sprintf("dnsAnswers[%d]", i)
-		if !pods[a.Pod] {
-			errs = append(errs, fmt.Errorf("%s: unknown pod %q (write namespace/name)", where, a.Pod))
+		if !v.pods[a.Pod] {
+			v.add("%s: unknown pod %q (write namespace/name)", where, a.Pod)
 		}
 		if msgs := validation.IsDNS1123Subdomain(strings.TrimSuffix(a.Name, ".")); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("%s: name %q is not a DNS name: %s", where, a.Name, strings.Join(msgs, "; ")))
+			v.add("%s: name %q is not a DNS name: %s", where, a.Name, strings.Join(msgs, "; "))
 		}
 		if len(a.IPs) == 0 {
-			errs = append(errs, fmt.Errorf("%s: needs at least one IP", where))
+			v.add("%s: needs at least one IP", where)
 		}
 		for _, ip := range a.IPs {
 			if _, err := netip.ParseAddr(ip); err != nil {
-				errs = append(errs, fmt.Errorf("%s: bad IP %q", where, ip))
+				v.add("%s: bad IP %q", where, ip)
 			}
 		}
 		if a.TTL < 0 {
-			errs = append(errs, fmt.Errorf("%s: ttl %d is negative", where, a.TTL))
+			v.add("%s: ttl %d is negative", where, a.TTL)
 		}
 	}
-	for i, pr := range s.Probes {
-		where := fmt.Sprintf("probes[%d]", i)
-		for _, e := range []struct {
-			name string
-			ep   Endpoint
-		}{{"from", pr.From}, {"to", pr.To}} {
-			set := 0
-			for _, f := range []string{e.ep.Pod, e.ep.Node, e.ep.IP} {
-				if f != "" {
-					set++
-				}
-			}
-			switch {
-			case set > 1:
-				errs = append(errs, fmt.Errorf("%s.%s: give one of pod, node and ip", where, e.name))
-			case e.ep.Pod != "":
-				if !pods[e.ep.Pod] {
-					errs = append(errs, fmt.Errorf("%s.%s: unknown pod %q (write namespace/name)", where, e.name, e.ep.Pod))
-				}
-			case e.ep.Node != "":
-				if n := nodes[e.ep.Node]; n == nil {
-					errs = append(errs, fmt.Errorf("%s.%s: unknown node %q (list it under nodes)", where, e.name, e.ep.Node))
-				} else if len(n.IPs) == 0 {
-					errs = append(errs, fmt.Errorf("%s.%s: node %q has no ips", where, e.name, e.ep.Node))
-				}
-			case e.ep.IP != "":
-				if _, err := netip.ParseAddr(e.ep.IP); err != nil {
-					errs = append(errs, fmt.Errorf("%s.%s: bad IP %q", where, e.name, e.ep.IP))
-				}
-			default:
-				errs = append(errs, fmt.Errorf("%s.%s: needs pod, node or ip", where, e.name))
-			}
-		}
-		if pr.Port < 1 || pr.Port > 65535 {
-			errs = append(errs, fmt.Errorf("%s: port %d out of range 1-65535", where, pr.Port))
-		}
-		if pr.Protocol != "" {
-			if _, ok := ParseProtocol(pr.Protocol); !ok {
-				errs = append(errs, fmt.Errorf("%s: unsupported protocol %q", where, pr.Protocol))
-			}
-		}
-		if len(errs) == 0 {
-			if _, _, err := s.ProbeAddrs(i); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", where, err))
-			}
+}
+
+// probe checks probes[i]; its addresses only when nothing so far is wrong
+// (ProbeAddrs trusts the rest of the scenario).
+func (v *validator) probe(i int) {
+	pr := v.s.Probes[i]
+	where := fmt.Sprintf("probes[%d]", i)
+	v.endpoint(where+".from", pr.From)
+	v.endpoint(where+".to", pr.To)
+	if pr.Port < 1 || pr.Port > 65535 {
+		v.add("%s: port %d out of range 1-65535", where, pr.Port)
+	}
+	if pr.Protocol != "" {
+		if _, ok := compile.ParseProtocol(pr.Protocol); !ok {
+			v.add("%s: unsupported protocol %q", where, pr.Protocol)
 		}
 	}
-	return errors.Join(errs...)
+	if len(v.errs) == 0 {
+		if _, _, err := v.s.ProbeAddrs(i); err != nil {
+			v.add("%s: %w", where, err)
+		}
+	}
+}
+
+func (v *validator) endpoint(where string, e Endpoint) {
+	set := 0
+	for _, f := range []string{e.Pod, e.Node, e.IP} {
+		if f != "" {
+			set++
+		}
+	}
+	switch {
+	case set > 1:
+		v.add("%s: give one of pod, node and ip", where)
+	case e.Pod != "":
+		if !v.pods[e.Pod] {
+			v.add("%s: unknown pod %q (write namespace/name)", where, e.Pod)
+		}
+	case e.Node != "":
+		if n := v.nodes[e.Node]; n == nil {
+			v.add("%s: unknown node %q (list it under nodes)", where, e.Node)
+		} else if len(n.IPs) == 0 {
+			v.add("%s: node %q has no ips", where, e.Node)
+		}
+	case e.IP != "":
+		if _, err := netip.ParseAddr(e.IP); err != nil {
+			v.add("%s: bad IP %q", where, e.IP)
+		}
+	default:
+		v.add("%s: needs pod, node or ip", where)
+	}
 }
 
 // The API versions a scenario's ClusterNetworkPolicies may be written in;
 // both have the v1beta1 schema.
 var cnpAPIVersions = []string{npav1beta1.GroupName + "/v1beta1", npav1beta1.GroupName + "/v1alpha2"}
 
-// validateScenarioCNP checks one ClusterNetworkPolicy as the API server
+// validateCNP checks one ClusterNetworkPolicy as the API server
 // would (its CRD's schema and rules, plus what nftpolicy cannot enforce as
 // written), and that its name is unique among seen.
-func validateScenarioCNP(i int, cnp *npav1beta1.ClusterNetworkPolicy, seen map[string]bool) []error {
+func validateCNP(i int, cnp *npav1beta1.ClusterNetworkPolicy, seen map[string]bool) []error {
 	var errs []error
 	where := fmt.Sprintf("clusterNetworkPolicies[%d] (%s)", i, cnp.Name)
 	if !slices.Contains(cnpAPIVersions, cnp.APIVersion) || cnp.Kind != "ClusterNetworkPolicy" {
@@ -411,7 +458,7 @@ func validateScenarioCNP(i int, cnp *npav1beta1.ClusterNetworkPolicy, seen map[s
 		errs = append(errs, fmt.Errorf("%s: duplicate ClusterNetworkPolicy", where))
 	}
 	seen[cnp.Name] = true
-	for _, pr := range ValidateClusterPolicy(cnp) {
+	for _, pr := range compile.ValidateClusterPolicy(cnp) {
 		errs = append(errs, fmt.Errorf("%s: %s: %s", where, pr.Field, pr.Message))
 	}
 	return errs
@@ -431,7 +478,7 @@ func validateLabels(where string, l map[string]string) []error {
 }
 
 // Pod returns the scenario pod with the given key.
-func (s *Scenario) Pod(key string) *ScenarioPod {
+func (s *Scenario) Pod(key string) *Pod {
 	for i := range s.Pods {
 		if s.Pods[i].Key() == key {
 			return &s.Pods[i]
@@ -441,11 +488,11 @@ func (s *Scenario) Pod(key string) *ScenarioPod {
 }
 
 // ProbeProtocol returns the probe's protocol, TCP when omitted.
-func (p Probe) ProbeProtocol() Protocol {
-	if proto, ok := ParseProtocol(p.Protocol); ok {
+func (p Probe) ProbeProtocol() compile.Protocol {
+	if proto, ok := compile.ParseProtocol(p.Protocol); ok {
 		return proto
 	}
-	return ProtoTCP
+	return compile.ProtoTCP
 }
 
 // ProbeAddrs picks the addresses a probe uses: an ip endpoint fixes the
@@ -477,7 +524,7 @@ func (s *Scenario) ProbeAddrs(i int) (src, dst netip.Addr, err error) {
 }
 
 // Node returns the listed node with the given name.
-func (s *Scenario) Node(name string) *ScenarioNode {
+func (s *Scenario) Node(name string) *Node {
 	for i := range s.Nodes {
 		if s.Nodes[i].Name == name {
 			return &s.Nodes[i]
@@ -488,7 +535,7 @@ func (s *Scenario) Node(name string) *ScenarioNode {
 
 // PodAddrs returns a pod's addresses, IPv4 first: for a host-network pod
 // on a listed node with addresses, the node's.
-func (s *Scenario) PodAddrs(p *ScenarioPod) []netip.Addr {
+func (s *Scenario) PodAddrs(p *Pod) []netip.Addr {
 	if n := s.Node(p.Node); p.HostNetwork && n != nil && len(n.IPs) > 0 {
 		out := n.Addrs()
 		sort.SliceStable(out, func(i, j int) bool { return out[i].Is4() && !out[j].Is4() })
@@ -542,8 +589,8 @@ func (s *Scenario) PodNode(key string, nodes []string) string {
 
 // Input turns the scenario into compiler input for one node ("" for the
 // cluster-wide view), with pods lacking a node spread over nodes.
-func (s *Scenario) Input(node string, nodes []string, nodeIPs []netip.Addr) Input {
-	in := Input{NodeName: node, NodeIPs: nodeIPs}
+func (s *Scenario) Input(node string, nodes []string, nodeIPs []netip.Addr) compile.Input {
+	in := compile.Input{NodeName: node, NodeIPs: nodeIPs}
 	listed := map[string]bool{}
 	for _, ns := range s.Namespaces {
 		listed[ns.Name] = true
@@ -570,7 +617,7 @@ func (s *Scenario) Input(node string, nodes []string, nodeIPs []netip.Addr) Inpu
 	return in
 }
 
-func (s *Scenario) nodeObject(n *ScenarioNode) *corev1.Node {
+func (s *Scenario) nodeObject(n *Node) *corev1.Node {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels}}
 	node.Spec.PodCIDRs = append(node.Spec.PodCIDRs, n.PodCIDRs...)
 	for _, a := range n.Addrs() {
@@ -580,14 +627,14 @@ func (s *Scenario) nodeObject(n *ScenarioNode) *corev1.Node {
 }
 
 func withNameLabel(l map[string]string, name string) map[string]string {
-	out := map[string]string{NamespaceNameLabel: name}
+	out := map[string]string{compile.NamespaceNameLabel: name}
 	for k, v := range l {
 		out[k] = v
 	}
 	return out
 }
 
-func (s *Scenario) podObject(p *ScenarioPod, node string) *corev1.Pod {
+func (s *Scenario) podObject(p *Pod, node string) *corev1.Pod {
 	c := corev1.Container{Name: "main"}
 	for _, port := range p.Ports {
 		proto := corev1.ProtocolTCP
