@@ -30,7 +30,9 @@ import (
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
@@ -59,10 +61,10 @@ type Agent struct {
 	netns  *os.File // the node's namespace, for netlink sockets
 	syncer *sets.Syncer
 	rcfg   compile.RenderConfig
-	qcfg   sets.QueueRuleConfig
+	qcfg   queuerule.QueueRuleConfig
 	eval   queue.Evaluator
 	// elements writes element-only changes over netlink, as the agent does.
-	elements *sets.NetlinkElements
+	elements *nftnl.Conn
 	stopRT   context.CancelFunc
 	rtDone   chan error
 	dns      DNSLearning
@@ -91,7 +93,7 @@ func New(lab *netlab.Lab, node string, rcfg compile.RenderConfig, log logr.Logge
 			err = errors.Join(err, a.Close())
 		}
 	}()
-	a.qcfg = sets.QueueRuleConfig{
+	a.qcfg = queuerule.QueueRuleConfig{
 		QueueNum: rcfg.QueueNum,
 		Queues:   rcfg.Queues,
 		Bypass:   rcfg.FailOpen,
@@ -101,7 +103,7 @@ func New(lab *netlab.Lab, node string, rcfg compile.RenderConfig, log logr.Logge
 	}
 	// As the agent runs it: element changes over netlink, full syncs with
 	// one command per set.
-	a.elements = sets.NewNetlinkElements(compile.TableName, int(a.netns.Fd()))
+	a.elements = nftnl.NewConn(compile.TableName, int(a.netns.Fd()))
 	scfg := sets.Config{NFT: a.nft, Logger: log, Netlink: a.elements, OneCommandPerSet: true}
 	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == compile.QueueXTCompat {
 		scfg.External = a.installQueueRule
@@ -130,7 +132,7 @@ func (a *Agent) installQueueRule(ctx context.Context, chain string) error {
 		return err
 	}
 	defer conn.CloseLasting()
-	return sets.InstallCompatQueueRule(conn, compile.TableName, chain, sets.CompatRuleConfig(a.rcfg, chain))
+	return queuerule.InstallCompatQueueRule(conn, compile.TableName, chain, queuerule.CompatRuleConfig(a.rcfg, chain))
 }
 
 // CompatQueueRuleInstalled reports whether the node's queue chain holds the
@@ -141,7 +143,7 @@ func (a *Agent) CompatQueueRuleInstalled() (bool, error) {
 		return false, err
 	}
 	defer conn.CloseLasting()
-	return sets.CheckCompatQueueRule(conn, compile.TableName, compile.ChainQueue, a.qcfg)
+	return queuerule.CheckCompatQueueRule(conn, compile.TableName, compile.ChainQueue, a.qcfg)
 }
 
 func (a *Agent) startRuntime(log logr.Logger) error {
