@@ -3,10 +3,9 @@ package nftnl
 // Element text to netlink element bytes, as nft 1.0.6 writes them (checked
 // against nft itself by TestNetlinkElementsMatchNFT):
 //
-//   - A key field is in network byte order: an address is 4 or 16 bytes,
-//     inet_proto 1 byte, inet_service 2 bytes. In a concatenation every
-//     field is padded with zeroes to a multiple of 4 bytes (the kernel's
-//     32-bit registers); a key of one field is not padded.
+//   - A key field is in network byte order (keys.go). In a concatenation
+//     every field is padded with zeroes to a multiple of 4 bytes (the
+//     kernel's 32-bit registers); a key of one field is not padded.
 //   - An interval set with one key field (the kernel's rbtree) stores a range
 //     as two elements: its first value, and the value after its last one
 //     flagged NFT_SET_ELEM_INTERVAL_END. A range that ends at the largest

@@ -111,7 +111,7 @@ func parseKernelSet(ad *netlink.AttributeDecoder) (table string, k SetDecl) {
 }
 
 // nftDatatypes are the nft data type ids and key lengths of the field
-// kinds elements.go knows.
+// kinds keys.go knows.
 var nftDatatypes = map[fieldKind]uint32{
 	kindIPv4:    nftDatatypeIPv4Addr,
 	kindIPv6:    nftDatatypeIPv6Addr,
