@@ -93,3 +93,31 @@ func TestFormatFieldInvertsParseField(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseField: any text either fails or decodes to a first value no
+// greater than the last, and a single value's formatted text decodes to
+// the same bytes.
+func FuzzParseField(f *testing.F) {
+	for _, s := range []string{"10.0.0.1", "10.0.0.0/8", "10.0.0.1-10.0.0.3", "fd00::/64", "tcp", "17", "80", "1-65535", "::ffff:1.2.3.4", "1.2.3.4/33"} {
+		for k := kindIPv4; k <= kindService; k++ {
+			f.Add(uint8(k), s)
+		}
+	}
+	f.Fuzz(func(t *testing.T, kind uint8, text string) {
+		k := fieldKind(kind % uint8(kindService+1))
+		first, last := make([]byte, k.size()), make([]byte, k.size())
+		if parseField(k, text, first, last) != nil {
+			return
+		}
+		if bytes.Compare(first, last) > 0 {
+			t.Fatalf("kind %d %q: first %x after last %x", k, text, first, last)
+		}
+		if !bytes.Equal(first, last) {
+			return
+		}
+		again := make([]byte, k.size())
+		if err := parseField(k, formatField(k, first), again, make([]byte, k.size())); err != nil || !bytes.Equal(again, first) {
+			t.Fatalf("kind %d %q: %x formats as %q, which decodes to %x, %v", k, text, first, formatField(k, first), again, err)
+		}
+	})
+}
