@@ -37,7 +37,9 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
@@ -64,7 +66,7 @@ type agentOptions struct {
 	logs           *logsapi.LoggingConfiguration
 	// queueProber answers --queue-variant auto; the kernel's, in the
 	// agent's own network namespace, unless a test sets another.
-	queueProber sets.QueueProber
+	queueProber queuerule.QueueProber
 	denyLog     denyLogOptions
 	newPod      newPodOptions
 	fqdn        fqdnOptions
@@ -103,7 +105,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 }
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
-	o := &agentOptions{queueProber: sets.KernelQueueProber{}}
+	o := &agentOptions{queueProber: queuerule.KernelQueueProber{}}
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.addFlags(fs)
@@ -167,7 +169,7 @@ func builtinTypesConfig(cfg *rest.Config) *rest.Config {
 // chooseQueueVariant returns the variant the flag names, or, for auto, the
 // one the kernel supports. A kernel with neither is an error: every sync
 // in queue mode would fail.
-func chooseQueueVariant(ctx context.Context, flag string, prober sets.QueueProber) (compile.QueueVariant, error) {
+func chooseQueueVariant(ctx context.Context, flag string, prober queuerule.QueueProber) (compile.QueueVariant, error) {
 	switch flag {
 	case string(compile.QueueNative):
 		return compile.QueueNative, nil
@@ -177,9 +179,9 @@ func chooseQueueVariant(ctx context.Context, flag string, prober sets.QueueProbe
 	default:
 		return "", fmt.Errorf("--queue-variant %q: must be auto, native or xt-compat", flag)
 	}
-	v, err := sets.ChooseQueueVariant(ctx, prober)
+	v, err := queuerule.ChooseQueueVariant(ctx, prober)
 	switch {
-	case errors.Is(err, sets.ErrNoQueueSupport):
+	case errors.Is(err, queuerule.ErrNoQueueSupport):
 		return "", fmt.Errorf("--queue-variant auto: %w; queue mode cannot work on this node (use --mode hybrid or kernel, or a kernel with either)", err)
 	case err != nil:
 		return "", fmt.Errorf("--queue-variant auto: %w", err)
@@ -302,7 +304,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 	// Pod churn and policy edits go to the kernel over netlink, in one
 	// batch per sync.
-	elements := sets.NewNetlinkElements(compile.TableName, 0)
+	elements := nftnl.NewConn(compile.TableName, 0)
 	defer elements.Close()
 	syncer, err := sets.New(sets.Config{NFT: nft, Logger: log.WithName("sets"), External: compatInstaller(render),
 		Netlink: elements, OneCommandPerSet: true})
@@ -400,6 +402,6 @@ func compatInstaller(render compile.RenderConfig) sets.ExternalRules {
 			return fmt.Errorf("netlink: %w", err)
 		}
 		defer conn.CloseLasting()
-		return sets.InstallCompatQueueRule(conn, compile.TableName, chain, sets.CompatRuleConfig(render, chain))
+		return queuerule.InstallCompatQueueRule(conn, compile.TableName, chain, queuerule.CompatRuleConfig(render, chain))
 	}
 }

@@ -21,8 +21,9 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn/wire"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 )
 
 // fqdnOptions are the flags of DNS learning (domainNames peers).
@@ -127,7 +128,7 @@ func (o *fqdnOptions) sources() (*fqdn.Sources, error) {
 // once the queue is bound. stop, called when the agent exits, hands the
 // DNS queue over to a successor listening on the other of the DNS queue's
 // two numbers (as the connection queues are, see startQueue) and closes it.
-func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig, base uint16, eval *evaluate.Evaluator, elements *sets.NetlinkElements,
+func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig, base uint16, eval *evaluate.Evaluator, elements *nftnl.Conn,
 	client kubernetes.Interface, reg prometheus.Registerer, errs chan<- error, hooks *programHooks) (stop func(), err error) {
 	log := klog.FromContext(ctx).WithName("fqdn")
 	stop = func() {}
@@ -172,7 +173,7 @@ func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig
 		if render.DNSQueueNum == base {
 			succ.DNSQueueNum = base + 1
 		}
-		handOver(log, rt, render.QueueVariant, compile.ChainDNS, render.DNSQueueNum, sets.CompatRuleConfig(succ, compile.ChainDNS))
+		handOver(log, rt, render.QueueVariant, compile.ChainDNS, render.DNSQueueNum, queuerule.CompatRuleConfig(succ, compile.ChainDNS))
 	})
 	select {
 	case <-rt.Ready():

@@ -19,7 +19,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 )
 
 // queuesPerCPU is the --queues value that means one queue per CPU.
@@ -108,7 +108,7 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 		}
 		succ := *render
 		succ.QueueNum = other
-		handOver(log, rt, render.QueueVariant, compile.ChainQueue, render.QueueNum, sets.CompatRuleConfig(succ, compile.ChainQueue))
+		handOver(log, rt, render.QueueVariant, compile.ChainQueue, render.QueueNum, queuerule.CompatRuleConfig(succ, compile.ChainQueue))
 	})
 	select {
 	case <-rt.Ready():
@@ -183,7 +183,7 @@ func chooseQueueRange(log klog.Logger, first, n uint16, chain string) (uint16, e
 		return first, nil // no rule to follow: the first sync points it
 	}
 	defer conn.CloseLasting()
-	if target, ok, err := sets.QueueRuleTarget(conn, compile.TableName, chain); err == nil && ok && target == alt {
+	if target, ok, err := queuerule.QueueRuleTarget(conn, compile.TableName, chain); err == nil && ok && target == alt {
 		log.Info("The queue rule points at the alternate range (the previous agent's); listening there", "queues", compile.QueueRange(alt, n))
 		return alt, nil
 	}
@@ -224,7 +224,7 @@ func runUntilHandedOver(ctx context.Context, rt *queue.Runtime, name string, err
 // drops nothing. Without a successor
 // there is nothing to hand over to: the queues close, and the rule's
 // bypass flag decides until an agent listens.
-func handOver(log klog.Logger, rt *queue.Runtime, variant compile.QueueVariant, chain string, ours uint16, succ sets.QueueRuleConfig) {
+func handOver(log klog.Logger, rt *queue.Runtime, variant compile.QueueVariant, chain string, ours uint16, succ queuerule.QueueRuleConfig) {
 	n := rt.Config().Queues
 	start := time.Now()
 	if !waitForSuccessor(succ.QueueNum, n, handOverStart().Add(successorWait)) {
@@ -238,7 +238,7 @@ func handOver(log klog.Logger, rt *queue.Runtime, variant compile.QueueVariant, 
 		// snapshot: this agent removes it before each publication, and
 		// pods churn during an update) and would drop what it is sent.
 		synced = waitForQueueRule(conn, chain, succ.QueueNum, handOverStart().Add(successorSyncWait))
-		err = sets.PointQueueRule(context.Background(), conn, compile.TableName, chain, variant, succ)
+		err = queuerule.PointQueueRule(context.Background(), conn, compile.TableName, chain, variant, succ)
 	}
 	if err != nil {
 		log.Error(err, "Cannot point the queue rule at the successor's queues; closing ours drops the packets still sent here until its next full sync",
@@ -279,7 +279,7 @@ func waitForSuccessor(first, n uint16, deadline time.Time) bool {
 // domainNames rules), false at deadline.
 func waitForQueueRule(conn *nftables.Conn, chain string, first uint16, deadline time.Time) bool {
 	for {
-		if t, ok, err := sets.QueueRuleTarget(conn, compile.TableName, chain); err == nil && (!ok || t == first) {
+		if t, ok, err := queuerule.QueueRuleTarget(conn, compile.TableName, chain); err == nil && (!ok || t == first) {
 			return true
 		}
 		if time.Now().After(deadline) {

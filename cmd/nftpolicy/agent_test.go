@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 )
 
 // stubProber answers as a kernel with the given features would.
@@ -29,7 +29,7 @@ func (p *stubProber) NativeQueue(context.Context) (bool, error) { p.asked++; ret
 func (p *stubProber) CompatQueue(context.Context) (bool, error) { p.asked++; return p.compat, p.err }
 
 // parseAgentFlags returns the agent's options for args, with prober.
-func parseAgentFlags(t *testing.T, prober sets.QueueProber, args ...string) *agentOptions {
+func parseAgentFlags(t *testing.T, prober queuerule.QueueProber, args ...string) *agentOptions {
 	t.Helper()
 	o := &agentOptions{queueProber: prober}
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
@@ -60,7 +60,7 @@ current-context: c
 	o := parseAgentFlags(t, p, "--kubeconfig", kubeconfig, "--hostname-override", "n1", "--mode", "queue",
 		"--metrics-bind-address", "", "--health-bind-address", "")
 	err := agent(context.Background(), o)
-	if !errors.Is(err, sets.ErrNoQueueSupport) {
+	if !errors.Is(err, queuerule.ErrNoQueueSupport) {
 		t.Fatalf("agent() = %v; want an error wrapping ErrNoQueueSupport", err)
 	}
 	for _, want := range []string{"--queue-variant auto", "neither", "CONFIG_NFT_QUEUE", "NFQUEUE", "--mode hybrid"} {

@@ -18,7 +18,7 @@ import (
 // and only that source's packets are; every other source keeps its share.
 //
 // The meters' rules use a statement (update @set { key limit ... }) that
-// the netlink writer of rules (pkg/sets nlobjects.go) does not encode, so
+// the netlink writer of rules (pkg/nftnl rules.go) does not encode, so
 // they live in static chains whose rules depend on the configuration only:
 // nft writes them with every full sync, and no incremental sync ever
 // rewrites them. The chains that may change incrementally (the deny

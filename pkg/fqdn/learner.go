@@ -25,7 +25,7 @@ type Element struct {
 }
 
 // Writer commits elements to the kernel, all or none, and returns once
-// they are committed (pkg/sets.NetlinkElements in the agent).
+// they are committed (pkg/nftnl.Conn in the agent).
 type Writer interface {
 	WriteElements(ctx context.Context, els []Element) error
 	// DeleteElements deletes the elements (their Timeout is ignored);

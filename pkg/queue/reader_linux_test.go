@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 )
 
 // deferAll is a DeferringDecider that defers every IPv4 TCP packet to port
@@ -33,7 +33,7 @@ func newQueueLab(t *testing.T, addrs ...string) *topology {
 	for _, a := range addrs {
 		echoServer(t, tp.server, a)
 	}
-	loadRouter(t, tp, false, sets.QueueRuleConfig{QueueNum: testQueueNum})
+	loadRouter(t, tp, false, queuerule.QueueRuleConfig{QueueNum: testQueueNum})
 	return tp
 }
 

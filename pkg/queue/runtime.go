@@ -187,7 +187,7 @@ func (c RuntimeConfig) Validate() error {
 //	ct mark & M == M accept
 //
 // before any rule that can lead to the queue (the native queue statement, or
-// with --queue-variant xt-compat the chain pkg/sets.InstallCompatQueueRule
+// with --queue-variant xt-compat the chain pkg/queuerule.InstallCompatQueueRule
 // writes). The first rule copies the decision into the conntrack mark,
 // removes the bit from the packet mark again and accepts. The other mark
 // bits (e.g. kube-proxy's 0x4000) survive: a verdict mark replaces the whole
@@ -216,7 +216,7 @@ func (c RuntimeConfig) Validate() error {
 // fills the queue (with connections held for pods not yet known) get its
 // own denied connections accepted. Fail-open is for an agent that is down:
 // the rule's "bypass" flag accepts packets while no process is bound to
-// the queue at all (see pkg/sets.QueueRuleConfig); the ruleset bounds each
+// the queue at all (see pkg/queuerule.QueueRuleConfig); the ruleset bounds each
 // source's share of the queue (pkg/compile render_share.go).
 type Runtime struct {
 	cfg     RuntimeConfig

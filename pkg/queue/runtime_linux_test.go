@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
@@ -193,12 +193,12 @@ table inet %[1]s {
 `, testTable, pre, testAllowMark, first, testQueueCh, testKubeMark)
 }
 
-func loadRouter(t *testing.T, tp *topology, kubeMark bool, qcfg sets.QueueRuleConfig) {
+func loadRouter(t *testing.T, tp *topology, kubeMark bool, qcfg queuerule.QueueRuleConfig) {
 	t.Helper()
 	loadRouterRules(t, tp, routerRuleset(kubeMark, true), qcfg)
 }
 
-func loadRouterRules(t *testing.T, tp *topology, ruleset string, qcfg sets.QueueRuleConfig) {
+func loadRouterRules(t *testing.T, tp *topology, ruleset string, qcfg queuerule.QueueRuleConfig) {
 	t.Helper()
 	nft(t, tp.router, fmt.Sprintf("table inet %s\ndelete table inet %s\n", testTable, testTable)+ruleset)
 	installQueueRule(t, tp.router, qcfg)
@@ -218,13 +218,13 @@ func nftConn(t testing.TB, ns string) *nftables.Conn {
 	return c
 }
 
-func installQueueRule(t testing.TB, ns string, qcfg sets.QueueRuleConfig) {
+func installQueueRule(t testing.TB, ns string, qcfg queuerule.QueueRuleConfig) {
 	t.Helper()
 	c := nftConn(t, ns)
-	if err := sets.InstallCompatQueueRule(c, testTable, testQueueCh, qcfg); err != nil {
+	if err := queuerule.InstallCompatQueueRule(c, testTable, testQueueCh, qcfg); err != nil {
 		t.Fatal(err)
 	}
-	ok, err := sets.CheckCompatQueueRule(c, testTable, testQueueCh, qcfg)
+	ok, err := queuerule.CheckCompatQueueRule(c, testTable, testQueueCh, qcfg)
 	if err != nil || !ok {
 		t.Fatalf("CheckCompatQueueRule after install = %v, %v", ok, err)
 	}
@@ -426,7 +426,7 @@ func startRuntime(t *testing.T, ns string, cfg RuntimeConfig, d Decider) *Runtim
 func TestRuntimeKernel(t *testing.T) {
 	requireRoot(t)
 	tp := newTopology(t)
-	qcfg := sets.QueueRuleConfig{QueueNum: testQueueNum, Queues: 2, Fanout: true, Bypass: false, Counter: true, Comment: "nftpolicy queue"}
+	qcfg := queuerule.QueueRuleConfig{QueueNum: testQueueNum, Queues: 2, Fanout: true, Bypass: false, Counter: true, Comment: "nftpolicy queue"}
 	loadRouter(t, tp, true, qcfg)
 	echoServer(t, tp.server, ":80") // IPv4 and IPv6
 	echoServer(t, tp.server, ":81") // denied port, listener present
@@ -573,7 +573,7 @@ func TestRuntimeKernelNoListener(t *testing.T) {
 	tp := newTopology(t)
 	echoServer(t, tp.server, "0.0.0.0:80")
 
-	loadRouter(t, tp, false, sets.QueueRuleConfig{QueueNum: testQueueNum})
+	loadRouter(t, tp, false, queuerule.QueueRuleConfig{QueueNum: testQueueNum})
 	if err := tcpEcho(tp.client, "10.231.2.2:80", 1500*time.Millisecond); err == nil {
 		t.Error("without listener and without bypass: TCP 80 connected, want it dropped")
 	}
@@ -581,7 +581,7 @@ func TestRuntimeKernelNoListener(t *testing.T) {
 		t.Error("no packet reached the queue rule")
 	}
 
-	installQueueRule(t, tp.router, sets.QueueRuleConfig{QueueNum: testQueueNum, Bypass: true})
+	installQueueRule(t, tp.router, queuerule.QueueRuleConfig{QueueNum: testQueueNum, Bypass: true})
 	if err := tcpEcho(tp.client, "10.231.2.2:80", 3*time.Second); err != nil {
 		t.Errorf("without listener, with bypass: %v, want the connection to pass", err)
 	}
@@ -594,7 +594,7 @@ func TestRuntimeKernelMissingMarkRule(t *testing.T) {
 	requireRoot(t)
 	tp := newTopology(t)
 	echoServer(t, tp.server, ":80")
-	loadRouterRules(t, tp, routerRuleset(false, false), sets.QueueRuleConfig{QueueNum: testQueueNum})
+	loadRouterRules(t, tp, routerRuleset(false, false), queuerule.QueueRuleConfig{QueueNum: testQueueNum})
 	dec := &countingDecider{}
 	rt := startRuntime(t, tp.router, RuntimeConfig{QueueNum: testQueueNum, AllowMark: testAllowMark}, dec)
 	if err := tcpEcho(tp.client, "10.231.2.2:80", 3*time.Second); err != nil {
@@ -617,7 +617,7 @@ func TestRuntimeKernelFailOpenQueueFull(t *testing.T) {
 			tp := newTopology(t)
 			echoServer(t, tp.server, "0.0.0.0:80")
 			echoServer(t, tp.server, "0.0.0.0:81")
-			loadRouter(t, tp, false, sets.QueueRuleConfig{QueueNum: testQueueNum})
+			loadRouter(t, tp, false, queuerule.QueueRuleConfig{QueueNum: testQueueNum})
 
 			release := make(chan struct{})
 			held := make(chan struct{}, 1)
@@ -694,7 +694,7 @@ table inet %[1]s {
 	}
 }
 `, testTable, testQueueCh))
-	qcfg := sets.QueueRuleConfig{QueueNum: 3, Queues: 2, Bypass: true, Fanout: true, Comment: "nftpolicy-queue"}
+	qcfg := queuerule.QueueRuleConfig{QueueNum: 3, Queues: 2, Bypass: true, Fanout: true, Comment: "nftpolicy-queue"}
 	installQueueRule(t, ns, qcfg)
 	conn := nftConn(t, ns)
 
@@ -713,7 +713,7 @@ table inet %[1]s {
 	qcfg2 := qcfg
 	qcfg2.QueueNum = 10
 	installQueueRule(t, ns, qcfg2)
-	if ok, _ := sets.CheckCompatQueueRule(conn, testTable, testQueueCh, qcfg); ok {
+	if ok, _ := queuerule.CheckCompatQueueRule(conn, testTable, testQueueCh, qcfg); ok {
 		t.Error("old queue rule still matches after reinstall")
 	}
 
@@ -725,7 +725,7 @@ table inet %[1]s {
 		fmt.Sprintf("add table inet %[1]s\nadd chain inet %[1]s %[2]s\nadd set inet %[1]s allowed { type ipv4_addr; }\nflush set inet %[1]s allowed", testTable, testQueueCh),
 	} {
 		nft(t, ns, tx)
-		if ok, err := sets.CheckCompatQueueRule(conn, testTable, testQueueCh, qcfg2); !ok || err != nil {
+		if ok, err := queuerule.CheckCompatQueueRule(conn, testTable, testQueueCh, qcfg2); !ok || err != nil {
 			t.Fatalf("nft transaction %d (%q) disturbed the queue rule: %v, %v", i, tx, ok, err)
 		}
 	}
@@ -764,13 +764,13 @@ table inet %[1]s {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := sets.CheckCompatQueueRule(conn, testTable, testQueueCh, qcfg2); !ok || err != nil {
+	if ok, err := queuerule.CheckCompatQueueRule(conn, testTable, testQueueCh, qcfg2); !ok || err != nil {
 		t.Fatalf("knftables transaction disturbed the queue rule: %v, %v", ok, err)
 	}
 
 	// Flushing the dedicated chain removes the rule: callers reinstall.
 	nft(t, ns, fmt.Sprintf("flush chain inet %s %s", testTable, testQueueCh))
-	if ok, _ := sets.CheckCompatQueueRule(conn, testTable, testQueueCh, qcfg2); ok {
+	if ok, _ := queuerule.CheckCompatQueueRule(conn, testTable, testQueueCh, qcfg2); ok {
 		t.Error("rule reported present after flushing its chain")
 	}
 }
@@ -780,7 +780,7 @@ table inet %[1]s {
 // which ProbeNativeQueue tells apart from a syntax error).
 func TestProbeQueueVariant(t *testing.T) {
 	requireRoot(t)
-	v, err := sets.ProbeQueueVariant(context.Background())
+	v, err := queuerule.ProbeQueueVariant(context.Background())
 	if err != nil {
 		t.Fatalf("ProbeQueueVariant: %v", err)
 	}
@@ -796,13 +796,13 @@ func TestProbeQueueVariant(t *testing.T) {
 	}
 
 	ns := newNetNS(t, "p")
-	for _, cfg := range []sets.QueueRuleConfig{
+	for _, cfg := range []queuerule.QueueRuleConfig{
 		{QueueNum: 3},
 		{QueueNum: 3, Bypass: true},
 		{QueueNum: 0, Queues: 2, Bypass: true, Fanout: true},
 		{QueueNum: 10, Queues: 4},
 	} {
-		stmt := sets.NativeQueueStatement(cfg)
+		stmt := queuerule.NativeQueueStatement(cfg)
 		def := fmt.Sprintf("table inet t {\n\tchain c {\n\t\ttype filter hook forward priority 0;\n\t\t%s\n\t}\n}\n", stmt)
 		cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-c", "-f", "-")
 		cmd.Stdin = strings.NewReader(def)
@@ -819,13 +819,13 @@ func TestProbeQueueVariant(t *testing.T) {
 		}
 	}
 	// ProbeNativeQueue (in ns) must not report a syntax error as "not native".
-	native, err := inNS(ns, func() (bool, error) { return sets.ProbeNativeQueue(context.Background()) })
+	native, err := inNS(ns, func() (bool, error) { return queuerule.ProbeNativeQueue(context.Background()) })
 	if err != nil || native != (v == compile.QueueNative) {
 		t.Errorf("ProbeNativeQueue = %v, %v", native, err)
 	}
-	sets.NFTBinary = "sh"
-	defer func() { sets.NFTBinary = "nft" }()
-	_, err = inNS(ns, func() (bool, error) { return sets.ProbeNativeQueue(context.Background()) })
+	queuerule.NFTBinary = "sh"
+	defer func() { queuerule.NFTBinary = "nft" }()
+	_, err = inNS(ns, func() (bool, error) { return queuerule.ProbeNativeQueue(context.Background()) })
 	if err == nil {
 		t.Error("ProbeNativeQueue with a broken nft binary: want an error")
 	}

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 )
 
 // ApplyDelta writes element changes that turned the applied ruleset into
@@ -41,14 +41,14 @@ func (s *Syncer) applyDelta(ctx context.Context, desired *compile.Ruleset, delta
 		return res, nil
 	}
 	if s.cfg.Netlink != nil {
-		batch, err := s.cfg.Netlink.encodeDelta(desired, delta, added+deleted)
+		batch, err := encodeDelta(s.cfg.Netlink, desired, delta, added+deleted)
 		if err == nil {
-			err = s.cfg.Netlink.write(ctx, batch)
+			err = s.cfg.Netlink.Write(ctx, batch)
 			if err == nil {
 				res.Netlink = true
 				return res, nil
 			}
-			if !errors.Is(err, errBatchTooBig) {
+			if !errors.Is(err, nftnl.ErrBatchTooBig) {
 				n := s.netlinkFallbacks.Add(1)
 				s.cfg.Logger.Error(err, "Netlink element batch failed, the kernel is unchanged; falling back to a full sync",
 					"elementsAdded", added, "elementsDeleted", deleted, "fallbacks", n)
@@ -86,32 +86,31 @@ func (s *Syncer) applyDelta(ctx context.Context, desired *compile.Ruleset, delta
 	return res, nil
 }
 
-// encodeDelta encodes element changes (elements of them) into one batch:
-// deletions first, as encodeDiffs.
-func (w *NetlinkElements) encodeDelta(desired *compile.Ruleset, delta compile.Delta, elements int) (*elementBatch, error) {
-	layouts := make([]elementLayout, len(delta))
+// encodeDelta encodes element changes (elements of them) into one batch
+// of w: deletions first, as encodeDiffs.
+func encodeDelta(w *nftnl.Conn, desired *compile.Ruleset, delta compile.Delta, elements int) (*nftnl.Batch, error) {
+	layouts := make([]nftnl.Layout, len(delta))
 	for i, d := range delta {
 		set := desired.Sets[d.Set]
 		if set == nil {
 			return nil, fmt.Errorf("element changes for %s, which the ruleset does not have", d.Set)
 		}
 		var err error
-		if layouts[i], err = layoutOf(set); err != nil {
+		if layouts[i], err = nftnl.LayoutOf(set); err != nil {
 			return nil, fmt.Errorf("set %s: %w", d.Set, err)
 		}
 	}
-	b := w.newBatch(elements)
-	var els [2]nlElement
+	b := w.NewBatch(elements)
 	for i, d := range delta {
 		for j := range d.Delete {
-			if err := b.addElement(d.Set, unix.NFT_MSG_DELSETELEM, &layouts[i], &d.Delete[j], &els); err != nil {
+			if err := b.DeleteElement(d.Set, &layouts[i], &d.Delete[j]); err != nil {
 				return nil, fmt.Errorf("set %s: %w", d.Set, err)
 			}
 		}
 	}
 	for i, d := range delta {
 		for j := range d.Add {
-			if err := b.addElement(d.Set, unix.NFT_MSG_NEWSETELEM, &layouts[i], &d.Add[j], &els); err != nil {
+			if err := b.AddElement(d.Set, &layouts[i], &d.Add[j]); err != nil {
 				return nil, fmt.Errorf("set %s: %w", d.Set, err)
 			}
 		}

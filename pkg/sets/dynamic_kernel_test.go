@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
@@ -32,8 +33,8 @@ func TestDynamicSetKeepsElements(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := nsElementWriter(t, k.r)
-	el := sets.TimedElement{Set: "learned-v4", Pod: netip.MustParseAddr("10.0.0.1"), Addr: netip.MustParseAddr("192.0.2.1"), Timeout: 30 * time.Second}
-	if err := w.AddTimed(ctx, []sets.TimedElement{el}); err != nil {
+	el := nftnl.TimedElement{Set: "learned-v4", Pod: netip.MustParseAddr("10.0.0.1"), Addr: netip.MustParseAddr("192.0.2.1"), Timeout: 30 * time.Second}
+	if err := w.AddTimed(ctx, []nftnl.TimedElement{el}); err != nil {
 		t.Fatal(err)
 	}
 	has := func() string { return string(k.nft(t, "list", "set", "inet", compile.TableName, "learned-v4")) }
@@ -41,7 +42,7 @@ func TestDynamicSetKeepsElements(t *testing.T) {
 		t.Fatalf("element not written:\n%s", has())
 	}
 	el.Timeout = time.Hour
-	if err := w.AddTimed(ctx, []sets.TimedElement{el}); err != nil {
+	if err := w.AddTimed(ctx, []nftnl.TimedElement{el}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(has(), "timeout 1h") {
@@ -62,40 +63,6 @@ func TestDynamicSetKeepsElements(t *testing.T) {
 	}
 	if strings.Contains(has(), "192.0.2.1") {
 		t.Errorf("a set whose declaration changed kept its elements:\n%s", has())
-	}
-}
-
-// TestDeleteTimed: DeleteTimed removes the given elements of a dynamic set,
-// leaves the others, and is no error for an element the set lacks;
-// ListTimed reads what is left.
-func TestDeleteTimed(t *testing.T) {
-	k := newKernelNode(t, true)
-	ctx := context.Background()
-	rs := &compile.Ruleset{
-		Table:  knftables.Table{Comment: knftables.PtrTo("t")},
-		Chains: map[string]*compile.Chain{},
-		Sets: map[string]*compile.Set{"learned-v4": {Dynamic: true, Set: &knftables.Set{Name: "learned-v4",
-			Type: "ipv4_addr . ipv4_addr", Flags: []knftables.SetFlag{knftables.TimeoutFlag}}}},
-	}
-	if _, err := k.syncer.Sync(ctx, rs); err != nil {
-		t.Fatal(err)
-	}
-	w := nsElementWriter(t, k.r)
-	el := func(pod, addr string) sets.TimedElement {
-		return sets.TimedElement{Set: "learned-v4", Pod: netip.MustParseAddr(pod), Addr: netip.MustParseAddr(addr), Timeout: time.Minute}
-	}
-	if err := w.AddTimed(ctx, []sets.TimedElement{el("10.0.0.1", "192.0.2.1"), el("10.0.0.1", "192.0.2.2"), el("10.0.0.2", "192.0.2.1")}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.DeleteTimed(ctx, []sets.TimedElement{el("10.0.0.1", "192.0.2.1"), el("10.0.0.1", "192.0.2.2"), el("10.0.0.9", "192.0.2.9")}); err != nil {
-		t.Fatalf("DeleteTimed, one element absent: %v", err)
-	}
-	if got, err := w.ListTimed(ctx, "learned-v4"); err != nil || len(got) != 1 || got[0].Pod != netip.MustParseAddr("10.0.0.2") || got[0].Addr != netip.MustParseAddr("192.0.2.1") {
-		t.Errorf("ListTimed = %+v, %v; want 10.0.0.2 . 192.0.2.1", got, err)
-	}
-	got := string(k.nft(t, "list", "set", "inet", compile.TableName, "learned-v4"))
-	if strings.Contains(got, "10.0.0.1 .") || strings.Contains(got, "10.0.0.9") || !strings.Contains(got, "10.0.0.2 . 192.0.2.1 timeout 1m") {
-		t.Errorf("after deleting 10.0.0.1's elements (and an absent one):\n%s", got)
 	}
 }
 

@@ -9,12 +9,12 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 )
 
 // A full sync is one nft transaction so that packets never meet a
-// half-written table. Most of its time is nft parsing set elements (at 50k
-// pods, 87k elements: about two thirds of nft's CPU), which the netlink
-// writer sends without parsing; but a netlink batch and an nft transaction
+// half-written table. Most of its time is nft parsing set elements, which
+// the netlink writer sends without parsing; but a netlink batch and an nft transaction
 // are two kernel transactions, and between them the rules would see sets
 // not yet filled. When the table has no base chain, though, nothing in it
 // sees a packet: a node's first agent (after a boot, or on a new node), or
@@ -36,7 +36,7 @@ import (
 // unhooked reports whether a full sync may fill the sets before hooking
 // the table: existing (the netlink listing) has no base chain.
 func (s *Syncer) unhooked(existing map[string][]string) bool {
-	return s.cfg.Netlink != nil && len(existing[baseChains]) == 0
+	return s.cfg.Netlink != nil && len(existing[nftnl.BaseChains]) == 0
 }
 
 // fullUnhooked is the full sync of a table without base chains (above).
@@ -51,8 +51,8 @@ func (s *Syncer) fullUnhooked(ctx context.Context, desired *compile.Ruleset, exi
 			continue
 		}
 		res.ElementsAdded += len(set.Elements)
-		if _, err := layoutOf(set); err != nil || len(set.Elements) == 0 {
-			if err != nil && !errors.Is(err, errUnsupported) {
+		if _, err := nftnl.LayoutOf(set); err != nil || len(set.Elements) == 0 {
+			if err != nil && !errors.Is(err, nftnl.ErrUnsupported) {
 				return res, fmt.Errorf("set %s: %w", n, err)
 			}
 			s.addSet(tx, set)
@@ -74,9 +74,9 @@ func (s *Syncer) fullUnhooked(ctx context.Context, desired *compile.Ruleset, exi
 
 	tx = s.cfg.NFT.NewTransaction()
 	if len(diffs) > 0 {
-		batch, added, _, err := s.cfg.Netlink.encodeDiffs(diffs)
+		batch, added, _, err := encodeDiffs(s.cfg.Netlink, diffs)
 		if err == nil {
-			err = s.cfg.Netlink.write(ctx, batch)
+			err = s.cfg.Netlink.Write(ctx, batch)
 		}
 		if err == nil {
 			res.NetlinkFill = true

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
@@ -48,9 +49,9 @@ func TestFullSyncUnhooked(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := &recordingNFT{nsNFT: nft}
-		w := sets.NewNetlinkElements(compile.TableName, int(nsFile(t, k.r).Fd()))
+		w := nftnl.NewConn(compile.TableName, int(nsFile(t, k.r).Fd()))
 		if refused {
-			w = sets.NewNetlinkElements("not-"+compile.TableName, int(nsFile(t, k.r).Fd()))
+			w = nftnl.NewConn("not-"+compile.TableName, int(nsFile(t, k.r).Fd()))
 		}
 		t.Cleanup(func() { w.Close() })
 		s, err := sets.New(sets.Config{NFT: rec, Netlink: w, OneCommandPerSet: true})

@@ -10,6 +10,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
@@ -62,7 +63,7 @@ func BenchmarkFullSync(b *testing.B) {
 				if err != nil {
 					return err
 				}
-				return sets.InstallCompatQueueRule(conn, compile.TableName, chain, sets.CompatRuleConfig(cfg, chain))
+				return queuerule.InstallCompatQueueRule(conn, compile.TableName, chain, queuerule.CompatRuleConfig(cfg, chain))
 			}})
 		if err != nil {
 			b.Fatal(err)

@@ -9,21 +9,22 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 )
 
 // A full sync over a table that is hooked (an agent restarted on its node,
-// a periodic repair, a fallback after a refused batch) used to delete every
-// set and map and write them again whole: at 50k pods, nft parsed 87k
-// elements (0.8 s of CPU) to write what the kernel mostly had already. With
-// the netlink writer, the sync reads the kernel's sets instead, as the
-// dataplane has them, and compares them with the desired ones:
+// a periodic repair, a fallback after a refused batch) mostly finds what it
+// would write: deleting every set and map and writing them again whole has
+// nft parse every element for nothing. With the netlink writer, the sync
+// reads the kernel's sets instead, as the dataplane has them, and compares
+// them with the desired ones:
 //
 //   - a set or map whose kernel declaration is the one nft writes for the
 //     desired declaration (sameKernelDeclaration) is kept; anything else of
 //     the table is deleted and written again, as before;
 //   - a kept set's elements are dumped over netlink and compared with the
 //     desired elements in kernel form (key, data or verdict, comment and
-//     flags: the bytes nft writes, elements.go), so a value, a verdict or a
+//     flags: the bytes nft writes, pkg/nftnl), so a value, a verdict or a
 //     comment changed by hand is seen;
 //   - what differs goes into the one nft transaction that also flushes and
 //     refills the chains: element deletions and additions, or, when they
@@ -52,22 +53,43 @@ type resyncSet struct {
 // handled is false when the kernel's sets could not be read (the caller
 // then rewrites them whole); an error of the transaction is returned with
 // handled true.
-func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existing map[string][]string, decls map[string]*kernelSet) (res Result, handled bool, err error) {
+func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existing map[string][]string, decls map[string]*nftnl.SetDecl) (res Result, handled bool, err error) {
 	res = Result{Full: true}
 	readStart := time.Now()
+	keep, err := s.planKept(ctx, desired, decls)
+	if err != nil {
+		return res, false, err
+	}
+	res.ReadDuration = time.Since(readStart)
+
+	tx := s.cfg.NFT.NewTransaction()
+	s.clearUnkept(tx, desired, existing, keep, &res)
+	s.refill(tx, desired, keep, &res)
+	addAllRules(tx, desired, &res)
+	res.Operations = tx.NumOperations()
+	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
+		return res, true, fmt.Errorf("full sync transaction (%d operations): %w", res.Operations, err)
+	}
+	return res, true, nil
+}
+
+// planKept returns the plans of the desired sets the re-sync keeps, by
+// name: those whose kernel declaration is the desired one, their elements
+// compared with the kernel's (dynamic sets are kept unread).
+func (s *Syncer) planKept(ctx context.Context, desired *compile.Ruleset, decls map[string]*nftnl.SetDecl) (map[string]*resyncSet, error) {
 	keep := map[string]*resyncSet{}
 	var compare []candidate
 	for _, n := range desired.SortedSetNames() {
 		set := desired.Sets[n]
 		k, ok := decls[n]
-		if !ok || !sameKernelDeclaration(k, set) {
+		if !ok || !k.Matches(set) {
 			continue
 		}
 		if set.Dynamic {
 			keep[n] = &resyncSet{set: set}
 			continue
 		}
-		l, err := layoutOf(set)
+		l, err := nftnl.LayoutOf(set)
 		if err != nil {
 			// A set the element reader cannot compare (a type it does not
 			// know): written whole.
@@ -76,11 +98,16 @@ func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existin
 		compare = append(compare, candidate{n, set, l})
 	}
 	if err := s.compareSets(ctx, compare, keep); err != nil {
-		return res, false, err
+		return nil, err
 	}
-	res.ReadDuration = time.Since(readStart)
+	return keep, nil
+}
 
-	tx := s.cfg.NFT.NewTransaction()
+// clearUnkept adds to tx the table and the desired chains, and what empties
+// the table but the kept sets: every chain flushed, the kept sets' planned
+// deletions (a flush, or elements), every other set and map deleted, chains
+// no longer wanted deleted.
+func (s *Syncer) clearUnkept(tx *knftables.Transaction, desired *compile.Ruleset, existing map[string][]string, keep map[string]*resyncSet, res *Result) {
 	tx.Add(&knftables.Table{Comment: desired.Table.Comment})
 	for _, n := range desired.ChainOrder {
 		ch := desired.Chains[n].Chain
@@ -111,7 +138,7 @@ func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existin
 		}
 	}
 	// Sets and maps not kept: deleted (maps before chains: their verdict
-	// elements jump to chains), added again below.
+	// elements jump to chains), added again by refill.
 	for _, n := range existing["map"] {
 		if keep[n] == nil {
 			tx.Delete(&knftables.Map{Name: n})
@@ -128,6 +155,11 @@ func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existin
 			res.ChainsDeleted++
 		}
 	}
+}
+
+// refill adds to tx the sets not kept, with their elements, and the kept
+// sets' planned additions.
+func (s *Syncer) refill(tx *knftables.Transaction, desired *compile.Ruleset, keep map[string]*resyncSet, res *Result) {
 	for _, n := range desired.SortedSetNames() {
 		set := desired.Sets[n]
 		p := keep[n]
@@ -147,12 +179,6 @@ func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existin
 			res.ElementsUnchanged += len(set.Elements) - len(p.add)
 		}
 	}
-	addAllRules(tx, desired, &res)
-	res.Operations = tx.NumOperations()
-	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
-		return res, true, fmt.Errorf("full sync transaction (%d operations): %w", res.Operations, err)
-	}
-	return res, true, nil
 }
 
 // candidate is a desired set whose kernel declaration is the desired one:
@@ -160,7 +186,7 @@ func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existin
 type candidate struct {
 	name   string
 	set    *compile.Set
-	layout elementLayout
+	layout nftnl.Layout
 }
 
 // compareSets reads the kernel's elements of the candidates and stores
@@ -229,32 +255,32 @@ type kernelElementState struct {
 
 // emptyPayload is the payload of an element with neither data nor
 // userdata (most set elements): shared, not allocated per element.
-var emptyPayload = string(appendPayload(nil, false, 0, "", nil, nil))
+var emptyPayload = string(new(nftnl.KernelElement).AppendPayload(nil))
 
 // readKernelSet dumps the kernel's elements of a set.
 func (s *Syncer) readKernelSet(ctx context.Context, name string) kernelElements {
 	k := kernelElements{byID: map[string]int32{}}
 	var pl []byte
-	k.err = s.cfg.Netlink.setElements(ctx, name, func(e *kernelElement) {
-		if e.other {
+	k.err = s.cfg.Netlink.SetElements(ctx, name, func(e *nftnl.KernelElement) {
+		if e.Foreign() {
 			k.odd = true
 			return
 		}
-		id := string(appendIdentity(nil, e.key, e.keyEnd, e.flags))
-		pl = appendPayload(pl[:0], e.hasVerdict, e.verdict, e.chain, e.data, e.udata)
+		id := string(e.AppendIdentity(nil))
+		pl = e.AppendPayload(pl[:0])
 		payload := emptyPayload
 		if string(pl) != emptyPayload {
 			payload = string(pl)
 		}
 		k.byID[id] = int32(len(k.els))
-		k.els = append(k.els, kernelElementState{id: id, payload: payload, keyLen: len(e.key)})
+		k.els = append(k.els, kernelElementState{id: id, payload: payload, keyLen: len(e.Key())})
 	})
 	return k
 }
 
 // planSet compares the kernel's elements of a kept set with the desired
 // ones and plans what makes them equal.
-func planSet(name string, set *compile.Set, l *elementLayout, k kernelElements) (*resyncSet, error) {
+func planSet(name string, set *compile.Set, l *nftnl.Layout, k kernelElements) (*resyncSet, error) {
 	kernel, odd := k.byID, k.odd
 	plan := &resyncSet{set: set}
 	if len(k.els) == 0 && !odd {
@@ -271,19 +297,18 @@ func planSet(name string, set *compile.Set, l *elementLayout, k kernelElements) 
 	}
 	var add []int
 	var changed []int
-	var id, pl, udata []byte
-	var els [2]nlElement
+	var id, pl []byte
+	var els [2]nftnl.Element
 	for i := range set.Elements {
-		n, err := l.encode(&set.Elements[i], false, &els)
+		n, err := l.Encode(&set.Elements[i], &els)
 		if err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 		for j := range n {
 			e := &els[j]
 			// Reused buffers: a lookup by string(buf) does not allocate.
-			id = appendIdentity(id[:0], e.key(), e.keyEnd(), e.flags)
-			udata = e.appendUdata(udata[:0])
-			pl = appendPayload(pl[:0], e.hasVerdict, e.verdict, e.chain, e.data(), udata)
+			id = e.AppendIdentity(id[:0])
+			pl = e.AppendPayload(pl[:0])
 			var h *kernelElementState
 			if j, ok := kernel[string(id)]; ok {
 				h = &k.els[j]
@@ -298,7 +323,7 @@ func planSet(name string, set *compile.Set, l *elementLayout, k kernelElements) 
 				h.seen = true
 				continue
 			}
-			if l.interval {
+			if l.Interval() {
 				// Any difference rewrites an interval set.
 				plan.rewrite = true
 				return plan, nil
@@ -311,7 +336,7 @@ func planSet(name string, set *compile.Set, l *elementLayout, k kernelElements) 
 			extra = append(extra, []byte(e.id[:e.keyLen]))
 		}
 	}
-	if l.interval && len(extra) > 0 {
+	if l.Interval() && len(extra) > 0 {
 		plan.rewrite = true
 		return plan, nil
 	}
@@ -328,7 +353,7 @@ func planSet(name string, set *compile.Set, l *elementLayout, k kernelElements) 
 		add = append(add, i)
 	}
 	for _, key := range extra {
-		k, err := l.decodeKey(key)
+		k, err := l.DecodeKey(key)
 		if err != nil {
 			// The key is not one this reader can write back: a flush
 			// removes it.
@@ -371,7 +396,7 @@ func joinList(items []string) string { return strings.Join(items, ", ") }
 // table whole: the kernel's sets could not be read, or the transaction
 // failed (the kernel changed since the dump, or holds something the
 // comparison missed), which changed nothing.
-func (s *Syncer) resync(ctx context.Context, desired *compile.Ruleset, existing map[string][]string, decls map[string]*kernelSet) (Result, bool) {
+func (s *Syncer) resync(ctx context.Context, desired *compile.Ruleset, existing map[string][]string, decls map[string]*nftnl.SetDecl) (Result, bool) {
 	res, handled, err := s.fullDiff(ctx, desired, existing, decls)
 	switch {
 	case !handled:

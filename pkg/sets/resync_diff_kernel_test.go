@@ -15,6 +15,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
@@ -236,7 +237,7 @@ func TestResyncKeepsDynamicSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := nsElementWriter(t, k.r)
-	if err := w.AddTimed(ctx, []sets.TimedElement{{Set: "learned-v4", Pod: netip.MustParseAddr("10.0.0.1"),
+	if err := w.AddTimed(ctx, []nftnl.TimedElement{{Set: "learned-v4", Pod: netip.MustParseAddr("10.0.0.1"),
 		Addr: netip.MustParseAddr("192.0.2.1"), Timeout: time.Hour}}); err != nil {
 		t.Fatal(err)
 	}

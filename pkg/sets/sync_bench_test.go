@@ -21,6 +21,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
@@ -147,8 +148,8 @@ func nsFile(tb testing.TB, r *nsRunner) *os.File {
 }
 
 // nsElementWriter is a netlink element writer for the runner's namespace.
-func nsElementWriter(tb testing.TB, r *nsRunner) *sets.NetlinkElements {
-	w := sets.NewNetlinkElements(compile.TableName, int(nsFile(tb, r).Fd()))
+func nsElementWriter(tb testing.TB, r *nsRunner) *nftnl.Conn {
+	w := nftnl.NewConn(compile.TableName, int(nsFile(tb, r).Fd()))
 	tb.Cleanup(func() { w.Close() })
 	return w
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 )
 
 // ExternalRules installs the rules of a chain that nft cannot write (the
@@ -29,7 +30,7 @@ type Config struct {
 	External ExternalRules
 	// Netlink, when set, writes the syncs that only change set and map
 	// elements (pod churn) in one netlink batch instead of through nft.
-	Netlink *NetlinkElements
+	Netlink *nftnl.Conn
 	// OneCommandPerSet makes full syncs write each set's elements as one
 	// "add element" command instead of one command per element: nft parses
 	// it in half the time. Only for the real nft (knftables.New): the Fake
@@ -213,6 +214,20 @@ func (s *Syncer) clearTable(tx *knftables.Transaction, desired *compile.Ruleset,
 	}
 }
 
+// listExisting returns the names of the objects of the table, over netlink
+// when the Syncer has a netlink writer, else through nft; and, over
+// netlink only, the declarations of its sets and maps (nil otherwise).
+func (s *Syncer) listExisting(ctx context.Context) (map[string][]string, map[string]*nftnl.SetDecl, error) {
+	if s.cfg.Netlink != nil {
+		return s.cfg.Netlink.ListTable(ctx)
+	}
+	existing, err := s.cfg.NFT.ListAll(ctx)
+	if err != nil && !knftables.IsNotFound(err) {
+		return nil, nil, err
+	}
+	return existing, nil, nil
+}
+
 // ensureExternal creates the table and external chains and has their rules
 // installed. It runs only on full syncs: the rules never change otherwise.
 func (s *Syncer) ensureExternal(ctx context.Context, desired *compile.Ruleset) error {
@@ -312,7 +327,7 @@ func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset, shar
 
 // diffWriter takes an incremental sync's changes, in the order they must
 // apply: an nft transaction (txWriter) or a netlink batch (nlWriter), which
-// may refuse a change it cannot express (errUnsupported).
+// may refuse a change it cannot express (nftnl.ErrUnsupported).
 type diffWriter interface {
 	addChain(c *knftables.Chain) error
 	addSet(s *compile.Set) error
@@ -330,13 +345,6 @@ type diffWriter interface {
 // share (the same object) differs by its changes in shared, if any; other
 // sets are compared.
 func writeDiff(old, desired *compile.Ruleset, shared compile.Delta, w diffWriter, res *Result) error {
-	var inPlace map[string]*compile.SetDelta
-	for i := range shared {
-		if inPlace == nil {
-			inPlace = map[string]*compile.SetDelta{}
-		}
-		inPlace[shared[i].Set] = &shared[i]
-	}
 	// 1. New chains (empty for now: rules may reference sets added below).
 	for _, n := range desired.ChainOrder {
 		if _, ok := old.Chains[n]; !ok {
@@ -346,50 +354,18 @@ func writeDiff(old, desired *compile.Ruleset, shared compile.Delta, w diffWriter
 			}
 		}
 	}
-	// 2. New sets with their elements; element changes in existing ones:
-	// deletions first, so that an element whose value changed (a pod moved
-	// to another isolation chain) is replaced within the transaction.
+	// 2. New sets with their elements; element changes in existing ones.
+	var inPlace map[string]*compile.SetDelta
+	for i := range shared {
+		if inPlace == nil {
+			inPlace = map[string]*compile.SetDelta{}
+		}
+		inPlace[shared[i].Set] = &shared[i]
+	}
 	for _, n := range desired.SortedSetNames() {
-		set := desired.Sets[n]
-		prev, ok := old.Sets[n]
-		if !ok {
-			if err := w.addSet(set); err != nil {
-				return err
-			}
-			res.ElementsAdded += len(set.Elements)
-			continue
+		if err := writeSetDiff(old.Sets[n], desired.Sets[n], inPlace[n], w, res); err != nil {
+			return err
 		}
-		if d := inPlace[n]; d != nil && prev == set {
-			for i := range d.Delete {
-				if err := w.delElement(set, &d.Delete[i]); err != nil {
-					return err
-				}
-			}
-			for i := range d.Add {
-				if err := w.addElement(set, &d.Add[i]); err != nil {
-					return err
-				}
-			}
-			res.ElementsAdded += len(d.Add)
-			res.ElementsDeleted += len(d.Delete)
-			continue
-		}
-		if prev == set || equalElements(prev.Elements, set.Elements) {
-			continue
-		}
-		add, del := diffElements(prev, set)
-		for _, i := range del {
-			if err := w.delElement(prev, &prev.Elements[i]); err != nil {
-				return err
-			}
-		}
-		for _, i := range add {
-			if err := w.addElement(set, &set.Elements[i]); err != nil {
-				return err
-			}
-		}
-		res.ElementsAdded += len(add)
-		res.ElementsDeleted += len(del)
 	}
 	// 3. Chains whose rules changed are refilled; new chains filled.
 	for _, n := range desired.ChainOrder {
@@ -413,8 +389,60 @@ func writeDiff(old, desired *compile.Ruleset, shared compile.Delta, w diffWriter
 		}
 		res.ChainsWritten++
 	}
-	// 4. Chains no longer wanted: flush all, then delete, so that jumps
-	// between them do not block deletion.
+	return writeRemovals(old, desired, w, res)
+}
+
+// writeSetDiff writes the changes of one desired set: the set and its
+// elements when it is new (prev nil); else the element changes, from d when
+// the applied ruleset shares the set, by comparison otherwise. Deletions go
+// first, so that an element whose value changed (a pod moved to another
+// isolation chain) is replaced within the transaction.
+func writeSetDiff(prev, set *compile.Set, d *compile.SetDelta, w diffWriter, res *Result) error {
+	if prev == nil {
+		res.ElementsAdded += len(set.Elements)
+		return w.addSet(set)
+	}
+	var del, add []*knftables.Element
+	delFrom := prev
+	switch {
+	case d != nil && prev == set:
+		delFrom = set
+		for i := range d.Delete {
+			del = append(del, &d.Delete[i])
+		}
+		for i := range d.Add {
+			add = append(add, &d.Add[i])
+		}
+	case prev == set || equalElements(prev.Elements, set.Elements):
+		return nil
+	default:
+		addIdx, delIdx := diffElements(prev, set)
+		for _, i := range delIdx {
+			del = append(del, &prev.Elements[i])
+		}
+		for _, i := range addIdx {
+			add = append(add, &set.Elements[i])
+		}
+	}
+	for _, e := range del {
+		if err := w.delElement(delFrom, e); err != nil {
+			return err
+		}
+	}
+	for _, e := range add {
+		if err := w.addElement(set, e); err != nil {
+			return err
+		}
+	}
+	res.ElementsAdded += len(add)
+	res.ElementsDeleted += len(del)
+	return nil
+}
+
+// writeRemovals writes the deletions of chains, sets and maps desired no
+// longer has: chains flushed all, then deleted, so that jumps between them
+// do not block deletion; then the sets no longer referenced.
+func writeRemovals(old, desired *compile.Ruleset, w diffWriter, res *Result) error {
 	var gone []string
 	for i := len(old.ChainOrder) - 1; i >= 0; i-- {
 		n := old.ChainOrder[i]
@@ -431,7 +459,6 @@ func writeDiff(old, desired *compile.Ruleset, shared compile.Delta, w diffWriter
 		}
 		res.ChainsDeleted++
 	}
-	// 5. Sets no longer referenced.
 	for _, n := range old.SortedSetNames() {
 		if _, ok := desired.Sets[n]; !ok {
 			if err := w.delSet(old.Sets[n]); err != nil {

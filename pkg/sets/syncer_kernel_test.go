@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -241,5 +242,39 @@ func TestNetlinkFallback(t *testing.T) {
 	}
 	if diff := cmp.Diff(ref.dump(t), node.dump(t)); diff != "" {
 		t.Fatalf("after the fallback (-want +got):\n%s", diff)
+	}
+}
+
+// TestKernelFullSyncReplacesOldSetDefinitions loads a table whose set and
+// map have other definitions than the desired ones into a real kernel:
+// adding the desired set over it fails, and a full sync replaces both.
+func TestKernelFullSyncReplacesOldSetDefinitions(t *testing.T) {
+	rs, set, vmap, old := sets.OldDefinitions(t)
+	k := newKernelNode(t, false)
+	ctx := context.Background()
+	nft, err := newNSNFT(k.r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := nft.NewTransaction()
+	old(tx)
+	if err := nft.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	// What an incremental or flush-based sync would write fails.
+	tx = nft.NewTransaction()
+	def := *rs.Sets[set].Set
+	tx.Add(&def)
+	if err := nft.Run(ctx, tx); err == nil {
+		t.Errorf("the kernel took set %s over its old definition: this test no longer shows the problem", set)
+	}
+	if _, err := k.syncer.Sync(ctx, rs); err != nil {
+		t.Fatalf("full sync over old definitions: %v", err)
+	}
+	for _, obj := range [][2]string{{"set", set}, {"map", vmap}} {
+		out := string(k.nft(t, "list", obj[0], "inet", compile.TableName, obj[1]))
+		if strings.Contains(out, "inet_service") || strings.Contains(out, "inet_proto") || strings.Contains(out, "timeout") {
+			t.Errorf("%s %s kept its old definition:\n%s", obj[0], obj[1], out)
+		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
@@ -164,7 +164,7 @@ func BenchmarkConnect(b *testing.B) {
 
 // queueVariant probes the kernel's queue rule variant for a benchmark.
 func queueVariant(b testing.TB) compile.QueueVariant {
-	v, err := sets.ProbeQueueVariant(context.Background())
+	v, err := queuerule.ProbeQueueVariant(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}

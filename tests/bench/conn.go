@@ -22,7 +22,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
@@ -158,7 +158,7 @@ func RunConn(ctx context.Context, cfg ConnConfig) (*Result, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("conn: needs root (network namespaces, nftables, NFQUEUE)")
 	}
-	variant, err := sets.ProbeQueueVariant(ctx)
+	variant, err := queuerule.ProbeQueueVariant(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("probing the queue variant: %w", err)
 	}

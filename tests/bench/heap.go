@@ -12,7 +12,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 )
@@ -25,7 +25,7 @@ import (
 func agentHeapProfile(ctx context.Context, c *cluster.Cluster, path string, logf func(string, ...any)) error {
 	render := compile.RenderConfig{Mode: c.Mode()}
 	if render.UsesQueue() {
-		v, err := sets.ProbeQueueVariant(ctx)
+		v, err := queuerule.ProbeQueueVariant(ctx)
 		if err != nil {
 			return err
 		}

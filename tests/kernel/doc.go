@@ -10,7 +10,7 @@
 // process inherits it); in queue mode also a queue.Runtime bound to NFQUEUE
 // in that namespace, deciding with the evaluator of that node's program, and
 // with the xt-compat variant the queue rule written over netlink by
-// sets.InstallCompatQueueRule as the syncer's External installer. Probes are
+// queuerule.InstallCompatQueueRule as the syncer's External installer. Probes are
 // real TCP connections and UDP datagrams between the namespaces, run
 // concurrently; a probe is allowed when it connects (TCP) or is echoed
 // (UDP), denied when it times out, and anything else (refused, unreachable,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
@@ -38,7 +39,7 @@ type Config struct {
 	// Mode is the enforcement mode; empty means hybrid.
 	Mode compile.Mode
 	// QueueVariant is the queue rule of queue mode; empty means what
-	// sets.ProbeQueueVariant finds on this kernel.
+	// queuerule.ProbeQueueVariant finds on this kernel.
 	QueueVariant compile.QueueVariant
 	// Prefix of the lab's namespaces; empty means a random "npk-xxxxxx".
 	Prefix string
@@ -123,7 +124,7 @@ func NewCluster(ctx context.Context, s *scenario.Scenario, cfg Config) (_ *Clust
 		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate, FailOpen: cfg.FailOpen,
 		NoSourceValidation: cfg.NoSourceValidation}
 	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == "" {
-		v, err := sets.ProbeQueueVariant(ctx)
+		v, err := queuerule.ProbeQueueVariant(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("probing the queue variant: %w", err)
 		}

@@ -12,15 +12,15 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
 // kernelQueueVariant is what the agent-side probe finds on this kernel.
 func kernelQueueVariant(t *testing.T) compile.QueueVariant {
 	t.Helper()
-	v, err := sets.ProbeQueueVariant(context.Background())
+	v, err := queuerule.ProbeQueueVariant(context.Background())
 	if err != nil {
 		t.Fatalf("ProbeQueueVariant: %v", err)
 	}
@@ -189,7 +189,7 @@ func TestNativeQueueVariant(t *testing.T) {
 	var native bool
 	if err := c.Lab().InNode("node-1", func() error {
 		var err error
-		native, err = sets.ProbeNativeQueue(context.Background())
+		native, err = queuerule.ProbeNativeQueue(context.Background())
 		return err
 	}); err != nil {
 		t.Fatalf("ProbeNativeQueue in node-1: %v", err)

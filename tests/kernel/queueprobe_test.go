@@ -11,7 +11,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
@@ -62,7 +62,7 @@ func TestQueueProbeKeepsQueuedPackets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sets.InstallCompatQueueRule(conn, "qtest", "to-queue", sets.QueueRuleConfig{QueueNum: queueNum}); err != nil {
+	if err := queuerule.InstallCompatQueueRule(conn, "qtest", "to-queue", queuerule.QueueRuleConfig{QueueNum: queueNum}); err != nil {
 		t.Fatalf("installing the queue rule: %v", err)
 	}
 
@@ -126,11 +126,11 @@ func TestQueueProbeKeepsQueuedPackets(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	probe("the native probe", func() error { _, err := sets.ProbeNativeQueue(ctx); return err })
+	probe("the native probe", func() error { _, err := queuerule.ProbeNativeQueue(ctx); return err })
 	if n := queued(); n != 1 {
 		t.Errorf("after the native queue probe: %d packets waiting, want 1 (the probe dropped the queued packet)", n)
 	}
-	probe("the xt probe", func() error { _, err := sets.KernelQueueProber{NetNS: ns}.CompatQueue(ctx); return err })
+	probe("the xt probe", func() error { _, err := queuerule.KernelQueueProber{NetNS: ns}.CompatQueue(ctx); return err })
 	if n := queued(); n != 1 {
 		t.Errorf("after the xt NFQUEUE probe: %d packets waiting, want 1 (the probe dropped the queued packet)", n)
 	}

@@ -11,12 +11,12 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
 // Writer writes learned elements with a pkg/sets netlink element writer.
-type Writer struct{ W *sets.NetlinkElements }
+type Writer struct{ W *nftnl.Conn }
 
 // WriteElements implements fqdn.Writer: one batch, committed or not.
 func (w Writer) WriteElements(ctx context.Context, els []fqdn.Element) error {
@@ -38,10 +38,10 @@ func (w Writer) ListElements(ctx context.Context, set string) ([]fqdn.Element, e
 	return out, err
 }
 
-func timed(els []fqdn.Element) []sets.TimedElement {
-	out := make([]sets.TimedElement, len(els))
+func timed(els []fqdn.Element) []nftnl.TimedElement {
+	out := make([]nftnl.TimedElement, len(els))
 	for i, e := range els {
-		out[i] = sets.TimedElement{Set: e.Set, Pod: e.Pod, Addr: e.Addr, Timeout: e.Timeout}
+		out[i] = nftnl.TimedElement{Set: e.Set, Pod: e.Pod, Addr: e.Addr, Timeout: e.Timeout}
 	}
 	return out
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
@@ -199,7 +199,7 @@ func (c *Cluster) waitQueueRule(ctx context.Context, node string, num uint16) er
 				return err
 			}
 			defer conn.CloseLasting()
-			target, ok, err = sets.QueueRuleTarget(conn, compile.TableName, compile.ChainQueue)
+			target, ok, err = queuerule.QueueRuleTarget(conn, compile.TableName, compile.ChainQueue)
 			return err
 		})
 		if err != nil {

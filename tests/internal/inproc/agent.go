@@ -31,7 +31,9 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
@@ -60,10 +62,10 @@ type Agent struct {
 	netns  *os.File // the node's namespace, for netlink sockets
 	syncer *sets.Syncer
 	rcfg   compile.RenderConfig
-	qcfg   sets.QueueRuleConfig
+	qcfg   queuerule.QueueRuleConfig
 	eval   evaluate.Evaluator
 	// elements writes element-only changes over netlink, as the agent does.
-	elements *sets.NetlinkElements
+	elements *nftnl.Conn
 	stopRT   context.CancelFunc
 	rtDone   chan error
 	dns      DNSLearning
@@ -92,7 +94,7 @@ func New(lab *netlab.Lab, node string, rcfg compile.RenderConfig, log logr.Logge
 			err = errors.Join(err, a.Close())
 		}
 	}()
-	a.qcfg = sets.QueueRuleConfig{
+	a.qcfg = queuerule.QueueRuleConfig{
 		QueueNum: rcfg.QueueNum,
 		Queues:   rcfg.Queues,
 		Bypass:   rcfg.FailOpen,
@@ -102,7 +104,7 @@ func New(lab *netlab.Lab, node string, rcfg compile.RenderConfig, log logr.Logge
 	}
 	// As the agent runs it: element changes over netlink, full syncs with
 	// one command per set.
-	a.elements = sets.NewNetlinkElements(compile.TableName, int(a.netns.Fd()))
+	a.elements = nftnl.NewConn(compile.TableName, int(a.netns.Fd()))
 	scfg := sets.Config{NFT: a.nft, Logger: log, Netlink: a.elements, OneCommandPerSet: true}
 	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == compile.QueueXTCompat {
 		scfg.External = a.installQueueRule
@@ -131,7 +133,7 @@ func (a *Agent) installQueueRule(ctx context.Context, chain string) error {
 		return err
 	}
 	defer conn.CloseLasting()
-	return sets.InstallCompatQueueRule(conn, compile.TableName, chain, sets.CompatRuleConfig(a.rcfg, chain))
+	return queuerule.InstallCompatQueueRule(conn, compile.TableName, chain, queuerule.CompatRuleConfig(a.rcfg, chain))
 }
 
 // CompatQueueRuleInstalled reports whether the node's queue chain holds the
@@ -142,7 +144,7 @@ func (a *Agent) CompatQueueRuleInstalled() (bool, error) {
 		return false, err
 	}
 	defer conn.CloseLasting()
-	return sets.CheckCompatQueueRule(conn, compile.TableName, compile.ChainQueue, a.qcfg)
+	return queuerule.CheckCompatQueueRule(conn, compile.TableName, compile.ChainQueue, a.qcfg)
 }
 
 func (a *Agent) startRuntime(log logr.Logger) error {

@@ -27,7 +27,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
-	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
@@ -78,7 +78,7 @@ type Lab struct {
 // New creates the lab: nodes, agents (hybrid mode, the queue variant this
 // kernel supports) and an empty first program. Close it.
 func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
-	variant, err := sets.ProbeQueueVariant(ctx)
+	variant, err := queuerule.ProbeQueueVariant(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("probing the queue variant: %w", err)
 	}

@@ -1,4 +1,4 @@
-package sets
+package nftnl
 
 import (
 	"bytes"
@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -46,10 +44,10 @@ const (
 	nftDatatypeInetService  = 13   // TYPE_INET_SERVICE
 )
 
-// kernelSet is the declaration of a named set or map as the kernel holds
+// SetDecl is the declaration of a named set or map as the kernel holds
 // it: what decides whether the desired set of that name may be kept and
 // only its elements compared.
-type kernelSet struct {
+type SetDecl struct {
 	name              string
 	flags             uint32
 	keyType, keyLen   uint32
@@ -69,7 +67,7 @@ type kernelSet struct {
 
 // parseKernelSet reads one NFT_MSG_NEWSET reply's attributes; table is
 // the table it names.
-func parseKernelSet(ad *netlink.AttributeDecoder) (table string, k kernelSet) {
+func parseKernelSet(ad *netlink.AttributeDecoder) (table string, k SetDecl) {
 	for ad.Next() {
 		switch ad.Type() {
 		case unix.NFTA_SET_TABLE:
@@ -113,7 +111,7 @@ func parseKernelSet(ad *netlink.AttributeDecoder) (table string, k kernelSet) {
 }
 
 // nftDatatypes are the nft data type ids and key lengths of the field
-// kinds elements.go knows.
+// kinds keys.go knows.
 var nftDatatypes = map[fieldKind]uint32{
 	kindIPv4:    nftDatatypeIPv4Addr,
 	kindIPv6:    nftDatatypeIPv6Addr,
@@ -136,12 +134,12 @@ func typeOfFields(fields []fieldKind) (id, length uint32) {
 	return id, length
 }
 
-// sameKernelDeclaration reports whether the kernel's declaration k is the
+// Matches reports whether the kernel's declaration k is the
 // one nft writes for the desired set or map d. Anything it cannot tell
 // (a typeof declaration, a data type it does not know, an attribute it
 // does not compare) is a difference: the set is then replaced, which is
 // always correct.
-func sameKernelDeclaration(k *kernelSet, d *compile.Set) bool {
+func (k *SetDecl) Matches(d *compile.Set) bool {
 	if k.other || (d.Map != nil) != (k.flags&unix.NFT_SET_MAP != 0) {
 		return false
 	}
@@ -286,11 +284,12 @@ func sameSetUserdata(udata []byte, comment *string, autoMerge *bool, concat bool
 			return false
 		}
 	}
-	return equalStrPtr(gotComment, comment) && merge == (autoMerge != nil && *autoMerge)
+	sameComment := gotComment == nil && comment == nil || gotComment != nil && comment != nil && *gotComment == *comment
+	return sameComment && merge == (autoMerge != nil && *autoMerge)
 }
 
-// kernelElement is one element of a set as the kernel dumps it.
-type kernelElement struct {
+// KernelElement is one element of a set as the kernel dumps it.
+type KernelElement struct {
 	key, keyEnd []byte
 	flags       uint32
 	hasVerdict  bool
@@ -303,12 +302,12 @@ type kernelElement struct {
 	other bool
 }
 
-// setElements dumps the elements of the table's set or map name. The
+// SetElements dumps the elements of the table's set or map name. The
 // replies are walked by hand (nla), not with netlink.AttributeDecoder,
-// whose closures cost more than the kernel's dump at 50k elements; the
+// whose closures per attribute cost more than the kernel's dump; the
 // element's byte slices point into the reply and are valid during fn
 // only.
-func (w *NetlinkElements) setElements(ctx context.Context, name string, fn func(*kernelElement)) error {
+func (w *Conn) SetElements(ctx context.Context, name string, fn func(*KernelElement)) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.conn == nil {
@@ -332,7 +331,7 @@ func (w *NetlinkElements) setElements(ctx context.Context, name string, fn func(
 				if list.typ != unix.NFTA_LIST_ELEM {
 					continue
 				}
-				var e kernelElement
+				var e KernelElement
 				if err := parseKernelElement(list.nested(), &e); err != nil {
 					return err
 				}
@@ -395,7 +394,7 @@ func (a *nla) err() error {
 }
 
 // parseKernelElement reads one NFTA_LIST_ELEM.
-func parseKernelElement(ne *nla, e *kernelElement) error {
+func parseKernelElement(ne *nla, e *KernelElement) error {
 	value := func(a *nla) ([]byte, error) {
 		var v []byte
 		d := a.nested()
@@ -461,7 +460,7 @@ func parseKernelElement(ne *nla, e *kernelElement) error {
 // dumpMessages runs one nf_tables dump request of the inet family with
 // these attributes and hands each reply's attributes to fn. The caller
 // holds w.mu and a connection.
-func (w *NetlinkElements) dumpMessages(ctx context.Context, msgType uint16, attrs []byte, fn func([]byte) error) error {
+func (w *Conn) dumpMessages(ctx context.Context, msgType uint16, attrs []byte, fn func([]byte) error) error {
 	deadline := time.Now().Add(w.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -492,9 +491,14 @@ func (w *NetlinkElements) dumpMessages(ctx context.Context, msgType uint16, attr
 	return nil
 }
 
-// identity is what names an element in a set: its key, key end and flags
-// (an interval's end element has the start's neighbour as key). Keys of a
-// set all have its key length, so the concatenation is unambiguous.
+// An element's identity is what names it in a set: its key, key end and
+// flags (an interval's end element has the start's neighbour as key). Keys
+// of a set all have its key length, so the concatenation is unambiguous.
+// Its payload is the rest: its data or verdict and its userdata (the
+// comment, the open-interval flag). A re-sync compares both, the desired
+// elements' (Element, from Layout.Encode) with the kernel's
+// (KernelElement, from Conn.SetElements).
+
 func appendIdentity(b, key, keyEnd []byte, flags uint32) []byte {
 	b = append(b, key...)
 	b = append(b, '|')
@@ -502,54 +506,44 @@ func appendIdentity(b, key, keyEnd []byte, flags uint32) []byte {
 	return append(b, byte(flags))
 }
 
-// payload is the rest of an element: its data or verdict and its userdata
-// (the comment, the open-interval flag), which a re-sync compares too.
-func appendPayload(b []byte, hasVerdict bool, verdict int32, chain string, data, udata []byte) []byte {
+// appendPayload appends the payload but its userdata, which comes last.
+func appendPayload(b []byte, hasVerdict bool, verdict int32, chain string, data []byte) []byte {
 	if hasVerdict {
 		b = binary.BigEndian.AppendUint32(b, uint32(verdict))
 		b = append(b, chain...)
 	}
 	b = append(b, 0)
 	b = append(b, data...)
-	b = append(b, 0)
-	return append(b, udata...)
+	return append(b, 0)
 }
 
-// decodeKey returns the text form of a key of a set without the interval
-// flag, in the forms nft reads back: addresses, and protocols and ports as
-// numbers.
-func (l *elementLayout) decodeKey(key []byte) ([]string, error) {
-	out := make([]string, 0, len(l.key))
-	concat := len(l.key) > 1
-	for _, k := range l.key {
-		n := k.size()
-		if len(key) < n {
-			return nil, fmt.Errorf("key %x is shorter than the set's type", key)
-		}
-		f := key[:n]
-		switch k {
-		case kindIPv4:
-			out = append(out, netip.AddrFrom4([4]byte(f)).String())
-		case kindIPv6:
-			out = append(out, netip.AddrFrom16([16]byte(f)).String())
-		case kindProto:
-			out = append(out, strconv.Itoa(int(f[0])))
-		case kindService:
-			out = append(out, strconv.Itoa(int(binary.BigEndian.Uint16(f))))
-		}
-		if concat {
-			n = (n + 3) &^ 3
-		}
-		if len(key) < n {
-			return nil, fmt.Errorf("key %x is shorter than the set's type", key)
-		}
-		key = key[n:]
-	}
-	if len(key) != 0 {
-		return nil, fmt.Errorf("key has %d bytes more than the set's type", len(key))
-	}
-	return out, nil
+// AppendIdentity appends the element's identity to b.
+func (e *Element) AppendIdentity(b []byte) []byte {
+	return appendIdentity(b, e.key(), e.keyEnd(), e.flags)
 }
+
+// AppendPayload appends the element's payload to b.
+func (e *Element) AppendPayload(b []byte) []byte {
+	return e.appendUdata(appendPayload(b, e.hasVerdict, e.verdict, e.chain, e.data()))
+}
+
+// AppendIdentity appends the element's identity to b; its first
+// len(e.Key()) bytes are the key.
+func (e *KernelElement) AppendIdentity(b []byte) []byte {
+	return appendIdentity(b, e.key, e.keyEnd, e.flags)
+}
+
+// AppendPayload appends the element's payload to b.
+func (e *KernelElement) AppendPayload(b []byte) []byte {
+	return append(appendPayload(b, e.hasVerdict, e.verdict, e.chain, e.data), e.udata...)
+}
+
+// Key is the element's key, valid while the element is.
+func (e *KernelElement) Key() []byte { return e.key }
+
+// Foreign reports an element the desired ones never have: a catch-all
+// element, one with a timeout, an expression or an object reference.
+func (e *KernelElement) Foreign() bool { return e.other }
 
 func allZero(b []byte) bool {
 	for _, c := range b {

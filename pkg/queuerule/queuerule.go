@@ -1,4 +1,4 @@
-package sets
+package queuerule
 
 // How the NFQUEUE statement is expressed in nftpolicy's table.
 //

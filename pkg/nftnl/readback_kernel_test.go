@@ -1,4 +1,4 @@
-package sets
+package nftnl
 
 import (
 	"context"
@@ -67,9 +67,9 @@ add set inet decls other-concat { type ipv4_addr . inet_proto ; comment "comment
 add map inet decls verdict-v-data { type ipv4_addr : verdict ; }
 `
 	nftIn(t, ns, text, "-f", "-")
-	w := NewNetlinkElements(table, int(f.Fd()))
+	w := NewConn(table, int(f.Fd()))
 	t.Cleanup(func() { w.Close() })
-	_, decls, err := w.tableListing(context.Background())
+	_, decls, err := w.ListTable(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ add map inet decls verdict-v-data { type ipv4_addr : verdict ; }
 		k := decls[s.Name()]
 		if k == nil {
 			t.Errorf("%s: not listed", s.Name())
-		} else if !sameKernelDeclaration(k, s) {
+		} else if !k.Matches(s) {
 			t.Errorf("%s: the kernel's declaration %+v does not compare equal to the one nft wrote it from", s.Name(), *k)
 		}
 	}
@@ -85,7 +85,7 @@ add map inet decls verdict-v-data { type ipv4_addr : verdict ; }
 		k := decls[n]
 		if k == nil {
 			t.Errorf("%s: not listed", n)
-		} else if sameKernelDeclaration(k, s) {
+		} else if k.Matches(s) {
 			t.Errorf("%s: the kernel's declaration %+v compares equal to a different desired one", n, *k)
 		}
 	}

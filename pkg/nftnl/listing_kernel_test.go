@@ -1,4 +1,4 @@
-package sets
+package nftnl
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // the anonymous sets of rules.
 func TestTableObjects(t *testing.T) {
 	ns, f := scratchNetns(t)
-	w := NewNetlinkElements(compile.TableName, int(f.Fd()))
+	w := NewConn(compile.TableName, int(f.Fd()))
 	t.Cleanup(func() { w.Close() })
 	got, err := w.tableObjects(context.Background())
 	if err != nil {
@@ -52,7 +52,7 @@ add set ip nftpolicy ipset { type ipv4_addr ; }
 		slices.Sort(names)
 	}
 	want := map[string][]string{
-		baseChains: {"forward"},
+		BaseChains: {"forward"},
 		"chain":    {"forward", "isolated"},
 		"set":      {"peers-v4", "ports-v4", "ranges-v4"},
 		"map":      {"counters-v4", "ingress-pods-v4", "marks-v4"},
@@ -60,4 +60,10 @@ add set ip nftpolicy ipset { type ipv4_addr ; }
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("table objects (-want +got):\n%s", diff)
 	}
+}
+
+// tableObjects is ListTable's names.
+func (w *Conn) tableObjects(ctx context.Context) (map[string][]string, error) {
+	objs, _, err := w.ListTable(ctx)
+	return objs, err
 }

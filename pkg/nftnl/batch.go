@@ -1,4 +1,4 @@
-package sets
+package nftnl
 
 import (
 	"encoding/binary"
@@ -12,10 +12,10 @@ import (
 // netlink header, a struct nfgenmsg and attributes. A nested attribute's
 // header is written as a placeholder and its length patched once its
 // contents are written, so no element costs an allocation of its own; the
-// whole batch then goes to the kernel in one write (NetlinkElements.write).
-// At 50k pods (87k elements) an attribute encoder built a closure, a slice
-// and a copy per nesting level of every element: about 100 MB of garbage
-// per full sync, which a starting agent pays as fresh heap pages.
+// whole batch then goes to the kernel in one write (Conn.Write). An
+// attribute encoder that builds a closure, a slice and a copy per nesting
+// level of every element makes garbage in proportion to the set sizes on
+// every full sync, which a starting agent pays as fresh heap pages.
 //
 // Byte order: netlink and attribute headers are the host's; the nftables
 // values in them (flags, verdict codes, timeouts, struct nfgenmsg's
@@ -30,8 +30,8 @@ const (
 	nfgenmsgLen = 4
 )
 
-// elementBatch is one nfnetlink batch of element messages being encoded.
-type elementBatch struct {
+// Batch is one nfnetlink batch of element messages being encoded.
+type Batch struct {
 	table string
 	buf   []byte
 	// msgs is the number of element messages (the acknowledgements the
@@ -44,12 +44,16 @@ type elementBatch struct {
 	op                  uint16
 	msgStart, listStart int
 	done                bool
+	// setIDs numbers the sets the batch adds (NFTA_SET_ID), as nft does.
+	setIDs uint32
+	// scratch holds the kernel elements of the element being added.
+	scratch [2]Element
 }
 
-// newElementBatch starts a batch for the table; sizeHint is the expected
+// newBatch starts a batch for the table; sizeHint is the expected
 // size in bytes (the buffer grows past it if needed).
-func newElementBatch(table string, sizeHint int) *elementBatch {
-	b := &elementBatch{table: table, buf: make([]byte, 0, sizeHint), listStart: -1}
+func newBatch(table string, sizeHint int) *Batch {
+	b := &Batch{table: table, buf: make([]byte, 0, sizeHint), listStart: -1}
 	b.batchMessage(unix.NFNL_MSG_BATCH_BEGIN)
 	return b
 }
@@ -59,7 +63,7 @@ func newElementBatch(table string, sizeHint int) *elementBatch {
 const elementSizeHint = 64
 
 // batchMessage writes BATCH_BEGIN or BATCH_END.
-func (b *elementBatch) batchMessage(typ uint16) {
+func (b *Batch) batchMessage(typ uint16) {
 	b.buf = appendNlmsghdr(b.buf, nlmsgHeaderLen+nfgenmsgLen, typ, unix.NLM_F_REQUEST)
 	b.buf = append(b.buf, unix.AF_UNSPEC, unix.NFNETLINK_V0)
 	b.buf = binary.BigEndian.AppendUint16(b.buf, unix.NFNL_SUBSYS_NFTABLES)
@@ -78,7 +82,7 @@ func appendNlmsghdr(b []byte, length int, typ, flags uint16) []byte {
 // additions (NFT_MSG_NEWSETELEM): to the open message when it is the same
 // set and operation and the element list stays below elementListBytes,
 // else to a new message.
-func (b *elementBatch) add(set string, op uint16, e *nlElement) {
+func (b *Batch) add(set string, op uint16, e *Element) {
 	n := e.encodedLen()
 	if b.listStart < 0 || b.op != op || b.set != set || len(b.buf)-b.listStart-nlaHeaderLen+n > elementListBytes {
 		b.endMessage()
@@ -87,7 +91,7 @@ func (b *elementBatch) add(set string, op uint16, e *nlElement) {
 	b.appendElement(e)
 }
 
-func (b *elementBatch) startMessage(set string, op uint16) {
+func (b *Batch) startMessage(set string, op uint16) {
 	flags := uint16(unix.NLM_F_REQUEST | unix.NLM_F_ACK)
 	if op == unix.NFT_MSG_NEWSETELEM {
 		flags |= unix.NLM_F_CREATE
@@ -104,7 +108,7 @@ func (b *elementBatch) startMessage(set string, op uint16) {
 
 // endMessage closes the open element message, if any: the element list's
 // and the message's lengths.
-func (b *elementBatch) endMessage() {
+func (b *Batch) endMessage() {
 	if b.listStart < 0 {
 		return
 	}
@@ -115,7 +119,7 @@ func (b *elementBatch) endMessage() {
 
 // finish closes the batch and returns its bytes; nil when it has no
 // element message.
-func (b *elementBatch) finish() []byte {
+func (b *Batch) finish() []byte {
 	if b.msgs == 0 {
 		return nil
 	}
@@ -129,7 +133,7 @@ func (b *elementBatch) finish() []byte {
 
 // encodedLen is the size of the element's NFTA_LIST_ELEM attribute
 // (appendElement writes exactly this much).
-func (e *nlElement) encodedLen() int {
+func (e *Element) encodedLen() int {
 	n := nlaHeaderLen + 2*nlaHeaderLen + align4(int(e.keyLen))
 	if e.keyEndLen > 0 {
 		n += 2*nlaHeaderLen + align4(int(e.keyEndLen))
@@ -157,7 +161,7 @@ func (e *nlElement) encodedLen() int {
 
 // appendElement writes one NFTA_LIST_ELEM, in the order nft writes its
 // attributes.
-func (b *elementBatch) appendElement(e *nlElement) {
+func (b *Batch) appendElement(e *Element) {
 	el := b.nest(unix.NFTA_LIST_ELEM)
 	k := b.nest(unix.NFTA_SET_ELEM_KEY)
 	b.appendBytes(unix.NFTA_DATA_VALUE, e.key())
@@ -199,25 +203,25 @@ func (b *elementBatch) appendElement(e *nlElement) {
 	b.endNest(el)
 }
 
-func (b *elementBatch) attrHeader(typ uint16, payload int) {
+func (b *Batch) attrHeader(typ uint16, payload int) {
 	b.buf = binary.NativeEndian.AppendUint16(b.buf, uint16(nlaHeaderLen+payload))
 	b.buf = binary.NativeEndian.AppendUint16(b.buf, typ)
 }
 
-func (b *elementBatch) pad() {
+func (b *Batch) pad() {
 	for len(b.buf)%4 != 0 {
 		b.buf = append(b.buf, 0)
 	}
 }
 
-func (b *elementBatch) appendBytes(typ uint16, v []byte) {
+func (b *Batch) appendBytes(typ uint16, v []byte) {
 	b.attrHeader(typ, len(v))
 	b.buf = append(b.buf, v...)
 	b.pad()
 }
 
 // appendString writes a NUL-terminated string attribute.
-func (b *elementBatch) appendString(typ uint16, s string) {
+func (b *Batch) appendString(typ uint16, s string) {
 	b.attrHeader(typ, len(s)+1)
 	b.buf = append(b.buf, s...)
 	b.buf = append(b.buf, 0)
@@ -225,25 +229,35 @@ func (b *elementBatch) appendString(typ uint16, s string) {
 }
 
 // nest opens a nested attribute and returns its offset for endNest.
-func (b *elementBatch) nest(typ uint16) int {
+func (b *Batch) nest(typ uint16) int {
 	at := len(b.buf)
 	b.attrHeader(unix.NLA_F_NESTED|typ, 0)
 	return at
 }
 
-func (b *elementBatch) endNest(at int) {
+func (b *Batch) endNest(at int) {
 	binary.NativeEndian.PutUint16(b.buf[at:], uint16(len(b.buf)-at))
 }
 
-// addElement encodes an element of the text form (forDelete: op is
-// NFT_MSG_DELSETELEM) and adds it.
-func (b *elementBatch) addElement(set string, op uint16, l *elementLayout, e *knftables.Element, scratch *[2]nlElement) error {
-	n, err := l.encode(e, op == unix.NFT_MSG_DELSETELEM, scratch)
+// AddElement encodes an element of the text form of the set (l is its
+// layout) and adds it (NFT_MSG_NEWSETELEM).
+func (b *Batch) AddElement(set string, l *Layout, e *knftables.Element) error {
+	return b.element(set, unix.NFT_MSG_NEWSETELEM, l, e)
+}
+
+// DeleteElement encodes an element of the text form of the set and adds
+// its deletion (NFT_MSG_DELSETELEM): the key alone.
+func (b *Batch) DeleteElement(set string, l *Layout, e *knftables.Element) error {
+	return b.element(set, unix.NFT_MSG_DELSETELEM, l, e)
+}
+
+func (b *Batch) element(set string, op uint16, l *Layout, e *knftables.Element) error {
+	n, err := l.encode(e, op == unix.NFT_MSG_DELSETELEM, &b.scratch)
 	if err != nil {
 		return err
 	}
 	for i := range n {
-		b.add(set, op, &scratch[i])
+		b.add(set, op, &b.scratch[i])
 	}
 	return nil
 }

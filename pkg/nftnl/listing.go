@@ -1,4 +1,4 @@
-package sets
+package nftnl
 
 import (
 	"context"
@@ -7,16 +7,14 @@ import (
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
-	"sigs.k8s.io/knftables"
 )
 
 // A full sync needs the names of the table's chains, sets and maps (what to
 // flush and delete). knftables' ListAll runs `nft --json --terse list
 // table`, and nft 1.0.6 fetches every rule and every set element for it
-// before printing only the names: at 50k pods (87k elements) that is 0.6 s
-// of CPU before the transaction even starts, on every restart of the agent
-// and every periodic full sync. Dumping the chains and sets over netlink
-// returns their declarations alone (no rules, no elements).
+// before printing only the names, on every restart of the agent and every
+// periodic full sync. Dumping the chains and sets over netlink returns
+// their declarations alone (no rules, no elements).
 
 // NFT_SET_* flags of a set's declaration (linux/netfilter/nf_tables.h).
 const (
@@ -25,24 +23,18 @@ const (
 	nftSetObject    = 0x40
 )
 
-// baseChains is the key of tableObjects' answer that lists the chains
+// BaseChains is the key of ListTable's answer that lists the chains
 // hooked to the network stack (among those of "chain"); no object type
 // has that name.
-const baseChains = "base chain"
+const BaseChains = "base chain"
 
-// tableObjects returns the names of the table's chains ("chain"), sets
+// ListTable returns the names of the table's chains ("chain"), sets
 // ("set") and maps ("map", verdict and data maps and object maps alike), as
-// ListAll does, and of its base chains (baseChains); anonymous sets (the
-// { a, b } of rules) are not listed, nft's listing does not show them
-// either. A table that does not exist has none.
-func (w *NetlinkElements) tableObjects(ctx context.Context) (map[string][]string, error) {
-	objs, _, err := w.tableListing(ctx)
-	return objs, err
-}
-
-// tableListing is tableObjects with the declarations of the sets and maps
-// it names, by name.
-func (w *NetlinkElements) tableListing(ctx context.Context) (map[string][]string, map[string]*kernelSet, error) {
+// knftables' ListAll does, and of its base chains (BaseChains); anonymous
+// sets (the { a, b } of rules) are not listed, nft's listing does not show
+// them either. A table that does not exist has none. The second map holds the
+// declarations of the sets and maps it names, by name.
+func (w *Conn) ListTable(ctx context.Context) (map[string][]string, map[string]*SetDecl, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.conn == nil {
@@ -51,7 +43,7 @@ func (w *NetlinkElements) tableListing(ctx context.Context) (map[string][]string
 		}
 	}
 	out := map[string][]string{}
-	decls := map[string]*kernelSet{}
+	decls := map[string]*SetDecl{}
 	err := w.dump(ctx, unix.NFT_MSG_GETCHAIN, unix.NFTA_CHAIN_TABLE, func(ad *netlink.AttributeDecoder) {
 		var table, name string
 		hooked := false
@@ -68,7 +60,7 @@ func (w *NetlinkElements) tableListing(ctx context.Context) (map[string][]string
 		if table == w.table && name != "" {
 			out["chain"] = append(out["chain"], name)
 			if hooked {
-				out[baseChains] = append(out[baseChains], name)
+				out[BaseChains] = append(out[BaseChains], name)
 			}
 		}
 	})
@@ -89,7 +81,7 @@ func (w *NetlinkElements) tableListing(ctx context.Context) (map[string][]string
 	if errors.Is(err, unix.ENOENT) {
 		// The set dump names the table, and the kernel refuses to dump
 		// the sets of a table that does not exist.
-		return map[string][]string{}, map[string]*kernelSet{}, nil
+		return map[string][]string{}, map[string]*SetDecl{}, nil
 	}
 	if err != nil {
 		// A dump cut short may leave replies queued: never read them as
@@ -103,7 +95,7 @@ func (w *NetlinkElements) tableListing(ctx context.Context) (map[string][]string
 // dump runs one nf_tables dump request of the inet family, restricted to
 // the table where the kernel supports it (replies are filtered by the
 // caller anyway), and hands each reply's attributes to fn.
-func (w *NetlinkElements) dump(ctx context.Context, msgType uint16, tableAttr uint16, fn func(*netlink.AttributeDecoder)) error {
+func (w *Conn) dump(ctx context.Context, msgType uint16, tableAttr uint16, fn func(*netlink.AttributeDecoder)) error {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(tableAttr, w.table)
 	attrs, err := ae.Encode()
@@ -119,18 +111,4 @@ func (w *NetlinkElements) dump(ctx context.Context, msgType uint16, tableAttr ui
 		fn(ad)
 		return ad.Err()
 	})
-}
-
-// listExisting returns the names of the objects of the table, over netlink
-// when the Syncer has a netlink writer, else through nft; and, over
-// netlink only, the declarations of its sets and maps (nil otherwise).
-func (s *Syncer) listExisting(ctx context.Context) (map[string][]string, map[string]*kernelSet, error) {
-	if s.cfg.Netlink != nil {
-		return s.cfg.Netlink.tableListing(ctx)
-	}
-	existing, err := s.cfg.NFT.ListAll(ctx)
-	if err != nil && !knftables.IsNotFound(err) {
-		return nil, nil, err
-	}
-	return existing, nil, nil
 }

@@ -1,4 +1,4 @@
-package sets
+package nftnl
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ func (e *refElement) encodedLen() int {
 	return 4 + 8 + len(e.key) + 8 + len(e.keyEnd) + 8 + 16 + len(e.chain) + 8 + len(e.data) + 4 + len(e.udata) + 8 + 12
 }
 
-func refEncode(l *elementLayout, e *knftables.Element, forDelete bool) ([]refElement, error) {
+func refEncode(l *Layout, e *knftables.Element, forDelete bool) ([]refElement, error) {
 	if len(e.Key) != len(l.key) {
 		return nil, fmt.Errorf("element %q has %d key fields, the set's type has %d", strings.Join(e.Key, " . "), len(e.Key), len(l.key))
 	}
@@ -440,56 +440,54 @@ func equivalenceSets(r *rand.Rand) []propSet {
 // with the batch encoder and with the reference (the encoder it replaced)
 // and compares the bytes.
 func TestElementBatchMatchesReference(t *testing.T) {
-	w := NewNetlinkElements("nftpolicy", 0)
+	w := NewConn("nftpolicy", 0)
 	for seed := uint64(1); seed <= 20; seed++ {
 		r := rand.New(rand.NewPCG(seed, 7))
 		sets := equivalenceSets(r)
-		var diffs []setDiff
+		var changes []testChange
 		var ref []refChanges
 		for _, p := range sets {
-			l, err := layoutOf(p.set)
+			l, err := LayoutOf(p.set)
 			if err != nil {
 				t.Fatalf("%s: %v", p.set.Name(), err)
 			}
 			// The pool is both the old and the new elements: a random part
 			// of it deleted, another added.
-			cur := *p.set
-			cur.Elements = p.pool
-			d := setDiff{name: p.set.Name(), prev: &cur, set: &cur}
-			rc := refChanges{set: d.name}
+			d := testChange{set: p.set}
+			rc := refChanges{set: p.set.Name()}
 			for i := range p.pool {
 				e := &p.pool[i]
 				for _, forDelete := range []bool{false, true} {
-					var els [2]nlElement
+					var els [2]Element
 					n, err := l.encode(e, forDelete, &els)
 					if err != nil {
-						t.Fatalf("%s %v: %v", d.name, e.Key, err)
+						t.Fatalf("%s %v: %v", rc.set, e.Key, err)
 					}
 					for j := range n {
 						checkEncodedLen(t, &els[j])
 					}
 					ref, err := refEncode(&l, e, forDelete)
 					if err != nil {
-						t.Fatalf("%s %v: reference: %v", d.name, e.Key, err)
+						t.Fatalf("%s %v: reference: %v", rc.set, e.Key, err)
 					}
 					switch r.IntN(3) {
 					case 0:
 						if forDelete {
-							d.del = append(d.del, i)
+							d.del = append(d.del, *e)
 							rc.del = append(rc.del, ref...)
 						}
 					case 1:
 						if !forDelete {
-							d.add = append(d.add, i)
+							d.add = append(d.add, *e)
 							rc.add = append(rc.add, ref...)
 						}
 					}
 				}
 			}
-			diffs = append(diffs, d)
+			changes = append(changes, d)
 			ref = append(ref, rc)
 		}
-		b, _, _, err := w.encodeDiffs(diffs)
+		b, err := encodeChanges(w, changes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -509,9 +507,9 @@ func TestElementBatchMatchesReference(t *testing.T) {
 }
 
 // checkEncodedLen compares encodedLen with the bytes appendElement writes.
-func checkEncodedLen(t *testing.T, e *nlElement) {
+func checkEncodedLen(t *testing.T, e *Element) {
 	t.Helper()
-	var b elementBatch
+	var b Batch
 	b.appendElement(e)
 	if len(b.buf) != e.encodedLen() {
 		t.Fatalf("element %x: encodedLen %d, %d bytes written", e.key(), e.encodedLen(), len(b.buf))
@@ -522,7 +520,7 @@ func checkEncodedLen(t *testing.T, e *nlElement) {
 // element lists stay below the attribute limit, with the same elements as
 // the reference's, and encodedLen is the exact size of what is written.
 func TestElementBatchSplitsLists(t *testing.T) {
-	w := NewNetlinkElements("nftpolicy", 0)
+	w := NewConn("nftpolicy", 0)
 	s := &compile.Set{Map: &knftables.Map{Name: "pods6", Type: "ipv6_addr : verdict"}}
 	for i := range 6000 {
 		s.Elements = append(s.Elements, knftables.Element{
@@ -531,17 +529,17 @@ func TestElementBatchSplitsLists(t *testing.T) {
 			Comment: ptrStr(fmt.Sprintf("namespace-%d/pod-%d", i%37, i)),
 		})
 	}
-	l, err := layoutOf(s)
+	l, err := LayoutOf(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := setDiff{name: "pods6", prev: s, set: s}
+	d := testChange{set: s}
 	rc := refChanges{set: "pods6"}
-	var els [2]nlElement
+	var els [2]Element
 	for i := range s.Elements {
-		d.add = append(d.add, i)
+		d.add = append(d.add, s.Elements[i])
 		if i%3 == 0 {
-			d.del = append(d.del, i)
+			d.del = append(d.del, s.Elements[i])
 			del, _ := refEncode(&l, &s.Elements[i], true)
 			rc.del = append(rc.del, del...)
 		}
@@ -553,7 +551,7 @@ func TestElementBatchSplitsLists(t *testing.T) {
 		}
 		checkEncodedLen(t, &els[0])
 	}
-	b, _, _, err := w.encodeDiffs([]setDiff{d})
+	b, err := encodeChanges(w, []testChange{d})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,8 +573,8 @@ func TestElementBatchSplitsLists(t *testing.T) {
 // TestElementBatchTimed: AddTimed's elements (a key of two addresses and a
 // timeout) are the reference's.
 func TestElementBatchTimed(t *testing.T) {
-	w := NewNetlinkElements("nftpolicy", 0)
-	b := w.newBatch(2)
+	w := NewConn("nftpolicy", 0)
+	b := w.NewBatch(2)
 	var ref []refChanges
 	for _, e := range []TimedElement{
 		{Set: "fqdn4", Pod: netip.MustParseAddr("10.0.0.1"), Addr: netip.MustParseAddr("192.0.2.1"), Timeout: 90 * time.Second},
@@ -593,4 +591,34 @@ func TestElementBatchTimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareBatches(t, refWire(t, want), parseBatch(t, b.finish()))
+}
+
+// testChange is one set's element changes in text form.
+type testChange struct {
+	set      *compile.Set
+	del, add []knftables.Element
+}
+
+// encodeChanges encodes changes into one batch of w as a sync does: every
+// set's deletions, then every set's additions.
+func encodeChanges(w *Conn, changes []testChange) (*Batch, error) {
+	b := w.NewBatch(0)
+	for _, del := range []bool{true, false} {
+		for _, c := range changes {
+			l, err := LayoutOf(c.set)
+			if err != nil {
+				return nil, err
+			}
+			els, write := c.add, b.AddElement
+			if del {
+				els, write = c.del, b.DeleteElement
+			}
+			for i := range els {
+				if err := write(c.set.Name(), &l, &els[i]); err != nil {
+					return nil, fmt.Errorf("set %s: %w", c.set.Name(), err)
+				}
+			}
+		}
+	}
+	return b, nil
 }

@@ -1,4 +1,4 @@
-package sets
+package nftnl
 
 import (
 	"context"
@@ -24,7 +24,7 @@ type TimedElement struct {
 // as one transaction or not at all, and returns once it is committed. An
 // element already present gets the new timeout (the kernel refreshes it).
 // Pod and Addr of an element must be of one family, the set's.
-func (w *NetlinkElements) AddTimed(ctx context.Context, els []TimedElement) error {
+func (w *Conn) AddTimed(ctx context.Context, els []TimedElement) error {
 	return w.writeTimed(ctx, els, false)
 }
 
@@ -34,11 +34,11 @@ func (w *NetlinkElements) AddTimed(ctx context.Context, els []TimedElement) erro
 // timeout (no change to one that exists), then deleted, in the same batch,
 // which works on kernels without NFT_MSG_DESTROYSETELEM (6.3). The sets
 // must exist.
-func (w *NetlinkElements) DeleteTimed(ctx context.Context, els []TimedElement) error {
+func (w *Conn) DeleteTimed(ctx context.Context, els []TimedElement) error {
 	return w.writeTimed(ctx, els, true)
 }
 
-func (w *NetlinkElements) writeTimed(ctx context.Context, els []TimedElement, del bool) error {
+func (w *Conn) writeTimed(ctx context.Context, els []TimedElement, del bool) error {
 	// Grouped by set, in the order the sets first appear: one message per
 	// set and operation (or per 60 KiB of elements).
 	var order []string
@@ -54,7 +54,7 @@ func (w *NetlinkElements) writeTimed(ctx context.Context, els []TimedElement, de
 	if del {
 		n *= 2
 	}
-	b := w.newBatch(n)
+	b := w.NewBatch(n)
 	for _, set := range order {
 		ops := []uint16{unix.NFT_MSG_NEWSETELEM}
 		if del {
@@ -72,14 +72,14 @@ func (w *NetlinkElements) writeTimed(ctx context.Context, els []TimedElement, de
 			}
 		}
 	}
-	return w.write(ctx, b)
+	return w.Write(ctx, b)
 }
 
 // ListTimed returns the elements of a set of "address . address" keys (a
 // dynamic set of DNS learning), without their timeouts.
-func (w *NetlinkElements) ListTimed(ctx context.Context, set string) ([]TimedElement, error) {
+func (w *Conn) ListTimed(ctx context.Context, set string) ([]TimedElement, error) {
 	var out []TimedElement
-	err := w.setElements(ctx, set, func(e *kernelElement) {
+	err := w.SetElements(ctx, set, func(e *KernelElement) {
 		var pod, addr netip.Addr
 		switch len(e.key) {
 		case 8:
@@ -95,13 +95,13 @@ func (w *NetlinkElements) ListTimed(ctx context.Context, set string) ([]TimedEle
 }
 
 // timedElement is the kernel element: the two addresses, the timeout.
-func timedElement(e TimedElement) nlElement {
+func timedElement(e TimedElement) Element {
 	ms := uint64(e.Timeout / time.Millisecond)
 	if ms == 0 {
 		ms = 1
 	}
 	n := e.Pod.BitLen() / 8
-	el := nlElement{keyLen: uint8(2 * n), timeoutMS: ms}
+	el := Element{keyLen: uint8(2 * n), timeoutMS: ms}
 	putAddr(el.keyBuf[:n], e.Pod)
 	putAddr(el.keyBuf[n:2*n], e.Addr)
 	return el

@@ -1,4 +1,4 @@
-package sets
+package nftnl
 
 import (
 	"errors"
@@ -103,8 +103,8 @@ func TestParseRule(t *testing.T) {
 		`log prefix "a \"b\"" group 7`,
 		"ip saddr { 10.0.0.1 } accept",
 	} {
-		if _, err := parseRule(rule, ruleSets); !errors.Is(err, errUnsupported) {
-			t.Errorf("%q: err %v, want errUnsupported", rule, err)
+		if _, err := parseRule(rule, ruleSets); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%q: err %v, want ErrUnsupported", rule, err)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package sets
+package nftnl
 
 import (
 	"bytes"
@@ -78,11 +78,11 @@ func TestElementEncoding(t *testing.T) {
 		want: []refElement{{key: []byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, hasVerdict: true, verdict: -4, chain: "ingress-x"}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := layoutOf(tc.set)
+			l, err := LayoutOf(tc.set)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var out [2]nlElement
+			var out [2]Element
 			n, err := l.encode(&tc.el, false, &out)
 			if err != nil {
 				t.Fatal(err)
@@ -100,7 +100,7 @@ func TestElementEncoding(t *testing.T) {
 				}
 			}
 			// A deletion carries the keys and flags only.
-			var del [2]nlElement
+			var del [2]Element
 			nd, err := l.encode(&tc.el, true, &del)
 			if err != nil {
 				t.Fatal(err)
@@ -140,11 +140,11 @@ func TestElementEncodingErrors(t *testing.T) {
 		{vmap, knftables.Element{Key: []string{"10.0.0.1"}, Value: []string{"reject"}}, "unknown"},
 		{vmap, knftables.Element{Key: []string{"10.0.0.1"}, Comment: ptrStr(strings.Repeat("c", 200)), Value: []string{"accept"}}, "comment longer"},
 	} {
-		l, err := layoutOf(tc.set)
+		l, err := LayoutOf(tc.set)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out [2]nlElement
+		var out [2]Element
 		_, err = l.encode(&tc.el, false, &out)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %v: error %v, want one containing %q", tc.set.Name(), tc.el.Key, err, tc.want)
@@ -159,7 +159,7 @@ func TestElementEncodingErrors(t *testing.T) {
 		set("ipv6_addr . ipv6_addr . ipv6_addr . ipv6_addr . inet_service"),
 		{Map: &knftables.Map{Name: "m", Type: "ipv4_addr : ipv6_addr . ipv6_addr . ipv6_addr . ipv6_addr . inet_proto"}},
 	} {
-		if _, err := layoutOf(s); err == nil {
+		if _, err := LayoutOf(s); err == nil {
 			t.Errorf("layout of %+v: no error", s)
 		}
 	}

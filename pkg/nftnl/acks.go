@@ -1,4 +1,4 @@
-package sets
+package nftnl
 
 import (
 	"encoding/binary"
@@ -21,7 +21,7 @@ const ackBufferBytes = 8 << 10
 // readAcks waits until each of the msgs element messages whose sequence
 // numbers follow first (BATCH_BEGIN's) is acknowledged. Any error reply
 // refuses the batch: the kernel aborted all of it.
-func (w *NetlinkElements) readAcks(rc syscall.RawConn, first uint32, msgs int) error {
+func (w *Conn) readAcks(rc syscall.RawConn, first uint32, msgs int) error {
 	if w.ackBuf == nil {
 		w.ackBuf = make([]byte, ackBufferBytes)
 	}

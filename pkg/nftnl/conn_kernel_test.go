@@ -1,4 +1,4 @@
-package sets
+package nftnl
 
 import (
 	"context"
@@ -249,7 +249,7 @@ func TestNetlinkElementsMatchNFT(t *testing.T) {
 		sets := propSets(r)
 		// Fresh tables a (nft) and b (netlink), the same declarations.
 		a, b := fmt.Sprintf("a%d", seed), fmt.Sprintf("b%d", seed)
-		w := NewNetlinkElements(b, int(f.Fd()))
+		w := NewConn(b, int(f.Fd()))
 		defer w.Close()
 		for _, table := range []string{a, b} {
 			tx := knftables.NewFake(knftables.InetFamily, table).NewTransaction()
@@ -322,7 +322,7 @@ func TestNetlinkElementsMatchNFT(t *testing.T) {
 			}
 			runTx(t, ns, tx)
 			runTx(t, ns, addTx)
-			if err := w.write(context.Background(), testBatch(t, w, changes)); err != nil {
+			if err := w.Write(context.Background(), testBatch(t, w, changes)); err != nil {
 				t.Fatalf("seed %d round %d: netlink batch: %v", seed, round, err)
 			}
 			want, got := listSets(t, ns, a), listSets(t, ns, b)
@@ -352,14 +352,14 @@ func TestNetlinkBatchAllOrNothing(t *testing.T) {
 		"add set inet t cidrs { type ipv4_addr ; flags interval ; }\n"+
 		"add element inet t peers { 10.0.0.1 comment \"x/a\" }\n", "-f", "-")
 	before := listSets(t, ns, "t")
-	w := NewNetlinkElements("t", int(f.Fd()))
+	w := NewConn("t", int(f.Fd()))
 	defer w.Close()
 	el := func(key string) []knftables.Element {
 		return []knftables.Element{{Key: []string{key}, Comment: ptrStr("y/b")}}
 	}
 	peers, cidrs := set("ipv4_addr"), set("ipv4_addr", knftables.IntervalFlag)
 	peers.Set.Name, cidrs.Set.Name = "peers", "cidrs"
-	err := w.write(context.Background(), testBatch(t, w, []testChange{
+	err := w.Write(context.Background(), testBatch(t, w, []testChange{
 		{set: peers, add: el("10.0.0.2")},
 		{set: cidrs, add: el("192.168.0.0/16")},
 		{set: peers, del: el("10.9.9.9")}, // not in the set
@@ -375,7 +375,7 @@ func TestNetlinkBatchAllOrNothing(t *testing.T) {
 	if diff := cmp.Diff(before, listSets(t, ns, "t")); diff != "" {
 		t.Fatalf("the refused batch changed the kernel (-before +after):\n%s", diff)
 	}
-	if err := w.write(context.Background(), testBatch(t, w, []testChange{{set: peers, add: el("10.0.0.2")}})); err != nil {
+	if err := w.Write(context.Background(), testBatch(t, w, []testChange{{set: peers, add: el("10.0.0.2")}})); err != nil {
 		t.Fatalf("batch after a failure: %v", err)
 	}
 	// An element with a comment is listed as an object: look for the
@@ -392,13 +392,13 @@ func TestNetlinkBatchAllOrNothing(t *testing.T) {
 func BenchmarkNetlinkWriter(b *testing.B) {
 	ns, f := scratchNetns(b)
 	nftIn(b, ns, "add table inet t\nadd set inet t peers { type ipv4_addr ; }\n", "-f", "-")
-	w := NewNetlinkElements("t", int(f.Fd()))
+	w := NewConn("t", int(f.Fd()))
 	defer w.Close()
 	peers := set("ipv4_addr")
 	peers.Set.Name = "peers"
 	e := []knftables.Element{{Key: []string{"10.2.0.1"}, Comment: ptrStr("ns/new-pod")}}
-	add := []setDiff{{name: "peers", prev: peers, set: &compile.Set{Set: peers.Set, Elements: e}, add: []int{0}}}
-	del := []setDiff{{name: "peers", prev: &compile.Set{Set: peers.Set, Elements: e}, set: peers, del: []int{0}}}
+	add := []testChange{{set: peers, add: e}}
+	del := []testChange{{set: peers, del: e}}
 	i := 0
 	for b.Loop() {
 		d := add
@@ -406,9 +406,9 @@ func BenchmarkNetlinkWriter(b *testing.B) {
 			d = del
 		}
 		i++
-		batch, _, _, err := w.encodeDiffs(d)
+		batch, err := encodeChanges(w, d)
 		if err == nil {
-			err = w.write(context.Background(), batch)
+			err = w.Write(context.Background(), batch)
 		}
 		if err != nil {
 			b.Fatal(err)
@@ -416,29 +416,10 @@ func BenchmarkNetlinkWriter(b *testing.B) {
 	}
 }
 
-// testChange is one set's element changes in text form.
-type testChange struct {
-	set      *compile.Set
-	del, add []knftables.Element
-}
-
-// testBatch encodes changes as a sync does (encodeDiffs).
-func testBatch(t testing.TB, w *NetlinkElements, changes []testChange) *elementBatch {
+// testBatch encodes changes as a sync does (encodeChanges).
+func testBatch(t testing.TB, w *Conn, changes []testChange) *Batch {
 	t.Helper()
-	var diffs []setDiff
-	for _, c := range changes {
-		prev, cur := *c.set, *c.set
-		prev.Elements, cur.Elements = c.del, c.add
-		d := setDiff{name: c.set.Name(), prev: &prev, set: &cur}
-		for i := range c.del {
-			d.del = append(d.del, i)
-		}
-		for i := range c.add {
-			d.add = append(d.add, i)
-		}
-		diffs = append(diffs, d)
-	}
-	b, _, _, err := w.encodeDiffs(diffs)
+	b, err := encodeChanges(w, changes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,13 +433,13 @@ func testBatch(t testing.TB, w *NetlinkElements, changes []testChange) *elementB
 func TestNetlinkWriterAfterBatchDeadline(t *testing.T) {
 	ns, f := scratchNetns(t)
 	nftIn(t, ns, "add table inet t\nadd chain inet t c\nadd set inet t peers { type ipv4_addr ; }\n", "-f", "-")
-	w := NewNetlinkElements("t", int(f.Fd()))
+	w := NewConn("t", int(f.Fd()))
 	defer w.Close()
 	w.timeout = 50 * time.Millisecond
 	peers := set("ipv4_addr")
 	peers.Set.Name = "peers"
 	for i, key := range []string{"10.0.0.1", "10.0.0.2"} {
-		if err := w.write(context.Background(), testBatch(t, w, []testChange{{set: peers, add: []knftables.Element{{Key: []string{key}}}}})); err != nil {
+		if err := w.Write(context.Background(), testBatch(t, w, []testChange{{set: peers, add: []knftables.Element{{Key: []string{key}}}}})); err != nil {
 			t.Fatalf("batch %d: %v", i, err)
 		}
 		time.Sleep(3 * w.timeout)

@@ -1,12 +1,11 @@
-package sets
+package nftnl
 
 // Element text to netlink element bytes, as nft 1.0.6 writes them (checked
 // against nft itself by TestNetlinkElementsMatchNFT):
 //
-//   - A key field is in network byte order: an address is 4 or 16 bytes,
-//     inet_proto 1 byte, inet_service 2 bytes. In a concatenation every
-//     field is padded with zeroes to a multiple of 4 bytes (the kernel's
-//     32-bit registers); a key of one field is not padded.
+//   - A key field is in network byte order (keys.go). In a concatenation
+//     every field is padded with zeroes to a multiple of 4 bytes (the
+//     kernel's 32-bit registers); a key of one field is not padded.
 //   - An interval set with one key field (the kernel's rbtree) stores a range
 //     as two elements: its first value, and the value after its last one
 //     flagged NFT_SET_ELEM_INTERVAL_END. A range that ends at the largest
@@ -25,8 +24,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net/netip"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -35,35 +32,6 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
-// fieldKind is a data type that may appear in a set's key or a map's data.
-type fieldKind uint8
-
-const (
-	kindIPv4 fieldKind = iota
-	kindIPv6
-	kindProto
-	kindService
-)
-
-func (k fieldKind) size() int {
-	switch k {
-	case kindIPv4:
-		return 4
-	case kindIPv6:
-		return 16
-	case kindProto:
-		return 1
-	}
-	return 2
-}
-
-var fieldKinds = map[string]fieldKind{
-	"ipv4_addr":    kindIPv4,
-	"ipv6_addr":    kindIPv6,
-	"inet_proto":   kindProto,
-	"inet_service": kindService,
-}
-
 // Element flags and userdata types of the kernel and libnftnl.
 const (
 	udataSetElemComment  = 0 // NFTNL_UDATA_SET_ELEM_COMMENT
@@ -71,21 +39,21 @@ const (
 	setElemFIntervalOpen = 1 // NFTNL_SET_ELEM_F_INTERVAL_OPEN
 )
 
-// elementLayout is what a set's or map's declaration says about the bytes
+// Layout is what a set's or map's declaration says about the bytes
 // of its elements.
-type elementLayout struct {
+type Layout struct {
 	key      []fieldKind
 	data     []fieldKind // data of a non-verdict map
 	verdict  bool        // a verdict map
 	interval bool
 }
 
-// errUnsupported marks a set the netlink path cannot write (a typeof
+// ErrUnsupported marks a set the netlink path cannot write (a typeof
 // declaration, a data type it does not know): its changes go through nft.
-var errUnsupported = errors.New("not supported by the netlink element writer")
+var ErrUnsupported = errors.New("not supported by the netlink element writer")
 
-// layoutOf reads a set's or map's declaration.
-func layoutOf(s *compile.Set) (elementLayout, error) {
+// LayoutOf reads a set's or map's declaration.
+func LayoutOf(s *compile.Set) (Layout, error) {
 	var typ, typeOf string
 	var flags []knftables.SetFlag
 	isMap := s.Map != nil
@@ -94,12 +62,12 @@ func layoutOf(s *compile.Set) (elementLayout, error) {
 	} else if s.Set != nil {
 		typ, typeOf, flags = s.Set.Type, s.Set.TypeOf, s.Set.Flags
 	} else {
-		return elementLayout{}, errors.New("neither a set nor a map")
+		return Layout{}, errors.New("neither a set nor a map")
 	}
 	if typeOf != "" || typ == "" {
-		return elementLayout{}, fmt.Errorf("%w: typeof declaration %q", errUnsupported, typeOf)
+		return Layout{}, fmt.Errorf("%w: typeof declaration %q", ErrUnsupported, typeOf)
 	}
-	var l elementLayout
+	var l Layout
 	for _, f := range flags {
 		switch f {
 		case knftables.IntervalFlag:
@@ -108,55 +76,30 @@ func layoutOf(s *compile.Set) (elementLayout, error) {
 		default:
 			// Timeouts and dynamic sets have element attributes this
 			// writer does not produce.
-			return elementLayout{}, fmt.Errorf("%w: set flag %q", errUnsupported, f)
+			return Layout{}, fmt.Errorf("%w: set flag %q", ErrUnsupported, f)
 		}
 	}
 	keyType := typ
 	if isMap {
 		k, v, ok := strings.Cut(typ, " : ")
 		if !ok {
-			return elementLayout{}, fmt.Errorf("map type %q has no data type", typ)
+			return Layout{}, fmt.Errorf("map type %q has no data type", typ)
 		}
 		keyType = k
 		if strings.TrimSpace(v) == "verdict" {
 			l.verdict = true
 		} else if l.data, ok = parseKinds(v); !ok {
-			return elementLayout{}, fmt.Errorf("%w: map data type %q", errUnsupported, v)
+			return Layout{}, fmt.Errorf("%w: map data type %q", ErrUnsupported, v)
 		}
 	}
 	var ok bool
 	if l.key, ok = parseKinds(keyType); !ok {
-		return elementLayout{}, fmt.Errorf("%w: key type %q", errUnsupported, keyType)
+		return Layout{}, fmt.Errorf("%w: key type %q", ErrUnsupported, keyType)
 	}
 	if valueLen(l.key) > maxValueLen || valueLen(l.data) > maxValueLen {
-		return elementLayout{}, fmt.Errorf("%w: type %q longer than %d bytes", errUnsupported, typ, maxValueLen)
+		return Layout{}, fmt.Errorf("%w: type %q longer than %d bytes", ErrUnsupported, typ, maxValueLen)
 	}
 	return l, nil
-}
-
-// valueLen is the length of a key or data of these fields: in a
-// concatenation every field is padded to 4 bytes.
-func valueLen(fields []fieldKind) int {
-	if len(fields) == 1 {
-		return fields[0].size()
-	}
-	n := 0
-	for _, k := range fields {
-		n += align4(k.size())
-	}
-	return n
-}
-
-func parseKinds(s string) ([]fieldKind, bool) {
-	var out []fieldKind
-	for _, f := range strings.Split(s, " . ") {
-		k, ok := fieldKinds[strings.TrimSpace(f)]
-		if !ok {
-			return nil, false
-		}
-		out = append(out, k)
-	}
-	return out, true
 }
 
 // verdict codes (include/uapi/linux/netfilter/nf_tables.h, netfilter.h).
@@ -168,10 +111,10 @@ var verdictCodes = map[string]int32{
 // kernel takes.
 const maxValueLen = 64
 
-// nlElement is one kernel element, held in fixed arrays so that encoding
+// Element is one kernel element, held in fixed arrays so that encoding
 // an element allocates nothing: chain and comment point into the element's
 // text.
-type nlElement struct {
+type Element struct {
 	keyBuf, keyEndBuf, dataBuf [maxValueLen]byte
 	keyLen, keyEndLen, dataLen uint8
 	flags                      uint32 // NFT_SET_ELEM_INTERVAL_END
@@ -187,10 +130,10 @@ type nlElement struct {
 	timeoutMS uint64
 }
 
-func (e *nlElement) key() []byte { return e.keyBuf[:e.keyLen] }
+func (e *Element) key() []byte { return e.keyBuf[:e.keyLen] }
 
 // keyEnd is nil when the element has none.
-func (e *nlElement) keyEnd() []byte {
+func (e *Element) keyEnd() []byte {
 	if e.keyEndLen == 0 {
 		return nil
 	}
@@ -198,7 +141,7 @@ func (e *nlElement) keyEnd() []byte {
 }
 
 // data is nil when the element has none.
-func (e *nlElement) data() []byte {
+func (e *Element) data() []byte {
 	if e.dataLen == 0 {
 		return nil
 	}
@@ -207,7 +150,7 @@ func (e *nlElement) data() []byte {
 
 // appendUdata appends the element's userdata TLVs, as libnftnl writes
 // them: the comment with its terminating NUL, then the flags.
-func (e *nlElement) appendUdata(b []byte) []byte {
+func (e *Element) appendUdata(b []byte) []byte {
 	if e.hasComment {
 		b = append(b, udataSetElemComment, byte(len(e.comment)+1))
 		b = append(b, e.comment...)
@@ -221,7 +164,7 @@ func (e *nlElement) appendUdata(b []byte) []byte {
 }
 
 // udataLen is len(e.appendUdata(nil)).
-func (e *nlElement) udataLen() int {
+func (e *Element) udataLen() int {
 	n := 0
 	if e.hasComment {
 		n += 2 + len(e.comment) + 1
@@ -232,16 +175,25 @@ func (e *nlElement) udataLen() int {
 	return n
 }
 
+// Encode converts one element of the text form, to be added, into the
+// kernel elements that represent it (encode).
+func (l *Layout) Encode(e *knftables.Element, out *[2]Element) (int, error) {
+	return l.encode(e, false, out)
+}
+
+// Interval reports a set with the interval flag.
+func (l *Layout) Interval() bool { return l.interval }
+
 // encode converts one element of the text form into the kernel elements
 // that represent it (one, or two for a range of an interval set with one
 // key field), stored in out; it returns how many. forDelete leaves out
 // what a deletion does not carry (data, comments).
-func (l *elementLayout) encode(e *knftables.Element, forDelete bool, out *[2]nlElement) (int, error) {
+func (l *Layout) encode(e *knftables.Element, forDelete bool, out *[2]Element) (int, error) {
 	if len(e.Key) != len(l.key) {
 		return 0, fmt.Errorf("element %q has %d key fields, the set's type has %d", strings.Join(e.Key, " . "), len(e.Key), len(l.key))
 	}
 	el := &out[0]
-	*el = nlElement{}
+	*el = Element{}
 	concat := len(l.key) > 1
 	// The last values go to keyEndBuf, which only a concatenated interval
 	// set keeps.
@@ -310,7 +262,7 @@ func (l *elementLayout) encode(e *knftables.Element, forDelete bool, out *[2]nlE
 		return 1, nil
 	}
 	after := &out[1]
-	*after = nlElement{keyLen: el.keyLen, flags: unix.NFT_SET_ELEM_INTERVAL_END}
+	*after = Element{keyLen: el.keyLen, flags: unix.NFT_SET_ELEM_INTERVAL_END}
 	copy(after.keyBuf[:], el.keyEndBuf[:el.keyLen])
 	clear(el.keyEndBuf[:el.keyLen])
 	if !increment(after.key()) {
@@ -333,115 +285,6 @@ func increment(b []byte) bool {
 		}
 	}
 	return false
-}
-
-// parseField writes the first and last value of a field's text, in network
-// byte order, to first and last (each k.size() bytes): a value, an address
-// prefix, or a range "a-b".
-func parseField(k fieldKind, s string, first, last []byte) error {
-	switch k {
-	case kindIPv4, kindIPv6:
-		a, b, err := parseAddrRange(s)
-		if err != nil {
-			return err
-		}
-		if a.Is4() != (k == kindIPv4) || b.Is4() != (k == kindIPv4) {
-			return fmt.Errorf("address %q is not of the set's family", s)
-		}
-		putAddr(first, a)
-		putAddr(last, b)
-		return nil
-	case kindProto:
-		if p, ok := compile.ProtocolByName(s); ok {
-			first[0], last[0] = byte(p), byte(p)
-			return nil
-		}
-		n, err := strconv.ParseUint(s, 10, 8)
-		if err != nil {
-			return fmt.Errorf("protocol %q: not a number 0-255 or a known name", s)
-		}
-		first[0], last[0] = byte(n), byte(n)
-		return nil
-	case kindService:
-		lo, hi, isRange := strings.Cut(s, "-")
-		a, err := strconv.ParseUint(lo, 10, 16)
-		if err != nil {
-			return fmt.Errorf("port %q: not a number 0-65535", s)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.ParseUint(hi, 10, 16); err != nil || b < a {
-				return fmt.Errorf("port range %q: not an ascending range of numbers 0-65535", s)
-			}
-		}
-		binary.BigEndian.PutUint16(first, uint16(a))
-		binary.BigEndian.PutUint16(last, uint16(b))
-		return nil
-	}
-	return fmt.Errorf("unknown field kind %d", k)
-}
-
-// putAddr writes an address in network byte order (4 or 16 bytes).
-func putAddr(b []byte, a netip.Addr) {
-	if a.Is4() {
-		v := a.As4()
-		copy(b, v[:])
-		return
-	}
-	v := a.As16()
-	copy(b, v[:])
-}
-
-func parseAddrRange(s string) (netip.Addr, netip.Addr, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return netip.Addr{}, netip.Addr{}, err
-		}
-		if p != p.Masked() {
-			return netip.Addr{}, netip.Addr{}, fmt.Errorf("prefix %q has host bits set", s)
-		}
-		return p.Addr(), lastAddr(p), nil
-	}
-	if lo, hi, ok := strings.Cut(s, "-"); ok {
-		a, err := netip.ParseAddr(lo)
-		if err != nil {
-			return netip.Addr{}, netip.Addr{}, err
-		}
-		b, err := netip.ParseAddr(hi)
-		if err != nil {
-			return netip.Addr{}, netip.Addr{}, err
-		}
-		if a.Is4() != b.Is4() || b.Less(a) {
-			return netip.Addr{}, netip.Addr{}, fmt.Errorf("address range %q is not ascending within one family", s)
-		}
-		return a, b, nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Addr{}, netip.Addr{}, err
-	}
-	if a.Zone() != "" || a.Is4In6() {
-		return netip.Addr{}, netip.Addr{}, fmt.Errorf("address %q: zones and IPv4-mapped forms are not set elements", s)
-	}
-	return a, a, nil
-}
-
-// lastAddr is the last address of a prefix, computed in an array (no
-// allocation).
-func lastAddr(p netip.Prefix) netip.Addr {
-	if p.Addr().Is4() {
-		a := p.Addr().As4()
-		for i := p.Bits(); i < 32; i++ {
-			a[i/8] |= 0x80 >> (i % 8)
-		}
-		return netip.AddrFrom4(a)
-	}
-	a := p.Addr().As16()
-	for i := p.Bits(); i < 128; i++ {
-		a[i/8] |= 0x80 >> (i % 8)
-	}
-	return netip.AddrFrom16(a)
 }
 
 // parseVerdict reads "accept", "drop", "continue", "return", "jump C" or

@@ -1,4 +1,4 @@
-package sets
+package queuerule
 
 import (
 	"context"
@@ -6,12 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
-	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
@@ -142,54 +140,6 @@ func TestKernelQueueProber(t *testing.T) {
 		}
 		for _, tb := range tables {
 			t.Errorf("the probe left table %s behind", tb.Name)
-		}
-		return nil
-	})
-}
-
-// TestKernelFullSyncReplacesOldSetDefinitions loads a table whose set and
-// map have other definitions than the desired ones into a real kernel:
-// adding the desired set over it fails, and a full sync replaces both.
-func TestKernelFullSyncReplacesOldSetDefinitions(t *testing.T) {
-	requireKernel(t)
-	// Without the unknown-pod rules: they queue, and this kernel may lack
-	// the native queue statement.
-	rs := baseWorld().rulesetWith(t, compile.RenderConfig{Mode: compile.ModeHybrid, SkipUnknownPods: true})
-	set, vmap, old := oldDefinitions(t, rs)
-	inScratchNetNS(t, func(*os.File) error {
-		ctx := context.Background()
-		nft, err := knftables.New(knftables.InetFamily, compile.TableName)
-		if err != nil {
-			return err
-		}
-		tx := nft.NewTransaction()
-		old(tx)
-		if err := nft.Run(ctx, tx); err != nil {
-			return err
-		}
-		// What an incremental or flush-based sync would write fails.
-		tx = nft.NewTransaction()
-		def := *rs.Sets[set].Set
-		tx.Add(&def)
-		if err := nft.Run(ctx, tx); err == nil {
-			t.Errorf("the kernel took set %s over its old definition: this test no longer shows the problem", set)
-		}
-		s, err := New(Config{NFT: nft})
-		if err != nil {
-			return err
-		}
-		if _, err := s.Sync(ctx, rs); err != nil {
-			t.Errorf("full sync over old definitions: %v", err)
-			return nil
-		}
-		for _, obj := range []string{"set " + set, "map " + vmap} {
-			out, err := exec.Command("nft", "list", strings.Fields(obj)[0], "inet", compile.TableName, strings.Fields(obj)[1]).CombinedOutput()
-			if err != nil {
-				return errors.New(string(out))
-			}
-			if strings.Contains(string(out), "inet_service") || strings.Contains(string(out), "inet_proto") || strings.Contains(string(out), "timeout") {
-				t.Errorf("%s kept its old definition:\n%s", obj, out)
-			}
 		}
 		return nil
 	})

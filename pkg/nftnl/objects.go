@@ -1,10 +1,8 @@
-package sets
+package nftnl
 
 import (
 	"encoding/binary"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
@@ -13,11 +11,10 @@ import (
 )
 
 // Chains, rules and set declarations over netlink: the rest of what an
-// incremental sync writes (element messages are nlbatch.go's), so that a
+// incremental sync writes (element messages are batch.go's), so that a
 // policy edit is one netlink batch, as pod churn is, instead of an nft
-// process. A waiting nft takes about 5 ms per transaction on the lab VM,
-// most of it parsing and building its cache, whatever the change's size;
-// that was half of a policy edit's programming delay.
+// process, which parses and builds its cache on every transaction whatever
+// the change's size.
 //
 // The messages are those nft 1.0.6 sends for the forms the compiler
 // renders: the same attributes, the same expressions, the same userdata,
@@ -26,7 +23,7 @@ import (
 // writes every golden ruleset both ways and compares the kernel's listings,
 // expressions included. Anything outside these forms (base chains, a rule
 // with another statement, a typed set this file does not know) is
-// errUnsupported: the whole sync then goes through nft.
+// ErrUnsupported: the whole sync then goes through nft.
 
 // Attributes and values missing from x/sys/unix (more in readback.go).
 const (
@@ -43,7 +40,7 @@ const (
 // beginObject ends any open element message and starts an object message
 // (NFT_MSG_NEWCHAIN, ...) of the batch's table family, counted for its
 // acknowledgement; endObject patches its length.
-func (b *elementBatch) beginObject(op uint16, flags uint16) {
+func (b *Batch) beginObject(op uint16, flags uint16) {
 	b.endMessage()
 	b.msgStart = len(b.buf)
 	b.buf = appendNlmsghdr(b.buf, 0, unix.NFNL_SUBSYS_NFTABLES<<8|op, unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags)
@@ -51,22 +48,22 @@ func (b *elementBatch) beginObject(op uint16, flags uint16) {
 	b.msgs++
 }
 
-func (b *elementBatch) endObject() {
+func (b *Batch) endObject() {
 	binary.NativeEndian.PutUint32(b.buf[b.msgStart:], uint32(len(b.buf)-b.msgStart))
 }
 
-func (b *elementBatch) appendU32(typ uint16, v uint32) {
+func (b *Batch) appendU32(typ uint16, v uint32) {
 	b.attrHeader(typ, 4)
 	b.buf = binary.BigEndian.AppendUint32(b.buf, v)
 }
 
-func (b *elementBatch) appendU64(typ uint16, v uint64) {
+func (b *Batch) appendU64(typ uint16, v uint64) {
 	b.attrHeader(typ, 8)
 	b.buf = binary.BigEndian.AppendUint64(b.buf, v)
 }
 
 // appendComment writes userdata holding only a comment TLV.
-func (b *elementBatch) appendComment(attr uint16, typ byte, comment *string) {
+func (b *Batch) appendComment(attr uint16, typ byte, comment *string) {
 	if comment == nil {
 		return
 	}
@@ -78,16 +75,16 @@ func (b *elementBatch) appendComment(attr uint16, typ byte, comment *string) {
 // than 128 bytes; a TLV's length is one byte).
 func checkComment(c *string) error {
 	if c != nil && len(*c) > 128 {
-		return fmt.Errorf("%w: comment of %d bytes", errUnsupported, len(*c))
+		return fmt.Errorf("%w: comment of %d bytes", ErrUnsupported, len(*c))
 	}
 	return nil
 }
 
-// addChain writes NFT_MSG_NEWCHAIN for a regular chain (base chains are
+// AddChain writes NFT_MSG_NEWCHAIN for a regular chain (base chains are
 // nft's: their hooks are written by full syncs).
-func (b *elementBatch) addChain(c *knftables.Chain) error {
+func (b *Batch) AddChain(c *knftables.Chain) error {
 	if c.Type != nil || c.Hook != nil || c.Priority != nil || c.Device != nil || c.Policy != nil || c.Handle != nil {
-		return fmt.Errorf("%w: base chain %s", errUnsupported, c.Name)
+		return fmt.Errorf("%w: base chain %s", ErrUnsupported, c.Name)
 	}
 	if err := checkComment(c.Comment); err != nil {
 		return err
@@ -100,39 +97,38 @@ func (b *elementBatch) addChain(c *knftables.Chain) error {
 	return nil
 }
 
-// delChain writes NFT_MSG_DELCHAIN (the chain must be empty and unused by
+// DelChain writes NFT_MSG_DELCHAIN (the chain must be empty and unused by
 // the end of the batch).
-func (b *elementBatch) delChain(name string) {
+func (b *Batch) DelChain(name string) {
 	b.beginObject(unix.NFT_MSG_DELCHAIN, 0)
 	b.appendString(unix.NFTA_CHAIN_TABLE, b.table)
 	b.appendString(unix.NFTA_CHAIN_NAME, name)
 	b.endObject()
 }
 
-// flushChain deletes every rule of the chain (NFT_MSG_DELRULE without a
+// FlushChain deletes every rule of the chain (NFT_MSG_DELRULE without a
 // handle).
-func (b *elementBatch) flushChain(name string) {
+func (b *Batch) FlushChain(name string) {
 	b.beginObject(unix.NFT_MSG_DELRULE, 0)
 	b.appendString(unix.NFTA_RULE_TABLE, b.table)
 	b.appendString(unix.NFTA_RULE_CHAIN, name)
 	b.endObject()
 }
 
-// delSet writes NFT_MSG_DELSET (for a map too).
-func (b *elementBatch) delSet(name string) {
+// DelSet writes NFT_MSG_DELSET (for a map too).
+func (b *Batch) DelSet(name string) {
 	b.beginObject(unix.NFT_MSG_DELSET, 0)
 	b.appendString(unix.NFTA_SET_TABLE, b.table)
 	b.appendString(unix.NFTA_SET_NAME, name)
 	b.endObject()
 }
 
-// addSet writes NFT_MSG_NEWSET for a set or verdict map of the types the
+// AddSet writes NFT_MSG_NEWSET for a set or verdict map of the types the
 // compiler declares (addresses, protocols, ports and their
 // concatenations, with or without intervals, commented); its elements
-// follow as element messages. id numbers the sets a batch adds, as nft
-// does.
-func (b *elementBatch) addSet(s *compile.Set, id uint32) error {
-	l, err := layoutOf(s)
+// follow as element messages (AddElement).
+func (b *Batch) AddSet(s *compile.Set) error {
+	l, err := LayoutOf(s)
 	if err != nil {
 		return err
 	}
@@ -141,13 +137,13 @@ func (b *elementBatch) addSet(s *compile.Set, id uint32) error {
 	if s.Map != nil {
 		m := s.Map
 		if m.Timeout != nil || m.GCInterval != nil || m.Size != nil || m.Policy != nil || m.Handle != nil || len(m.Flags) > 0 || !l.verdict {
-			return fmt.Errorf("%w: map %s's declaration", errUnsupported, m.Name)
+			return fmt.Errorf("%w: map %s's declaration", ErrUnsupported, m.Name)
 		}
 		name, comment = m.Name, m.Comment
 	} else {
 		st := s.Set
 		if st.Timeout != nil || st.GCInterval != nil || st.Size != nil || st.Policy != nil || st.AutoMerge != nil || st.Handle != nil {
-			return fmt.Errorf("%w: set %s's declaration", errUnsupported, st.Name)
+			return fmt.Errorf("%w: set %s's declaration", ErrUnsupported, st.Name)
 		}
 		name, comment = st.Name, st.Comment
 	}
@@ -157,7 +153,7 @@ func (b *elementBatch) addSet(s *compile.Set, id uint32) error {
 	concat := len(l.key) > 1
 	if !concat && l.key[0] != kindIPv4 && l.key[0] != kindIPv6 {
 		// A lone protocol or port: nft writes another byte order.
-		return fmt.Errorf("%w: set %s keyed by one protocol or port", errUnsupported, name)
+		return fmt.Errorf("%w: set %s keyed by one protocol or port", ErrUnsupported, name)
 	}
 	var flags uint32
 	keyType, keyLen := typeOfFields(l.key)
@@ -194,7 +190,8 @@ func (b *elementBatch) addSet(s *compile.Set, id uint32) error {
 		b.appendU32(unix.NFTA_SET_DATA_TYPE, unix.NFT_DATA_VERDICT)
 		b.appendU32(unix.NFTA_SET_DATA_LEN, 0)
 	}
-	b.appendU32(unix.NFTA_SET_ID, id)
+	b.setIDs++
+	b.appendU32(unix.NFTA_SET_ID, b.setIDs)
 	if l.interval && concat {
 		desc := b.nest(unix.NFTA_SET_DESC)
 		fields := b.nest(nftaSetDescConcat)
@@ -216,12 +213,12 @@ func appendUdataU32(b []byte, typ byte, v uint32) []byte {
 	return appendUdata(b, typ, binary.NativeEndian.AppendUint32(nil, v))
 }
 
-// addRule writes NFT_MSG_NEWRULE appending the rule to the chain. sets
+// AddRule writes NFT_MSG_NEWRULE appending the rule to the chain. sets
 // resolves the sets the rule names (their declarations decide the
 // expressions).
-func (b *elementBatch) addRule(chain string, r *knftables.Rule, sets func(string) *compile.Set) error {
+func (b *Batch) AddRule(chain string, r *knftables.Rule, sets func(string) *compile.Set) error {
 	if r.Index != nil || r.Handle != nil {
-		return fmt.Errorf("%w: positioned rule in %s", errUnsupported, chain)
+		return fmt.Errorf("%w: positioned rule in %s", ErrUnsupported, chain)
 	}
 	if err := checkComment(r.Comment); err != nil {
 		return err
@@ -261,7 +258,7 @@ type nlExpr struct {
 	group                     int32 // log: -1 none
 }
 
-func (b *elementBatch) appendExpr(e *nlExpr) {
+func (b *Batch) appendExpr(e *nlExpr) {
 	el := b.nest(unix.NFTA_LIST_ELEM)
 	b.appendString(unix.NFTA_EXPR_NAME, e.name)
 	d := b.nest(unix.NFTA_EXPR_DATA)
@@ -326,217 +323,4 @@ func (b *elementBatch) appendExpr(e *nlExpr) {
 	}
 	b.endNest(d)
 	b.endNest(el)
-}
-
-// A selector field of a rule: what it loads and the set key kind it is.
-type ruleField struct {
-	kind fieldKind
-	// nfproto is the network protocol the field needs (0: none).
-	nfproto byte
-	meta    bool
-	base    uint32 // payload base
-	offset  uint32
-}
-
-var ruleFields = map[string]ruleField{
-	"ip saddr":     {kind: kindIPv4, nfproto: unix.NFPROTO_IPV4, base: unix.NFT_PAYLOAD_NETWORK_HEADER, offset: 12},
-	"ip daddr":     {kind: kindIPv4, nfproto: unix.NFPROTO_IPV4, base: unix.NFT_PAYLOAD_NETWORK_HEADER, offset: 16},
-	"ip6 saddr":    {kind: kindIPv6, nfproto: unix.NFPROTO_IPV6, base: unix.NFT_PAYLOAD_NETWORK_HEADER, offset: 8},
-	"ip6 daddr":    {kind: kindIPv6, nfproto: unix.NFPROTO_IPV6, base: unix.NFT_PAYLOAD_NETWORK_HEADER, offset: 24},
-	"meta l4proto": {kind: kindProto, meta: true},
-	"th dport":     {kind: kindService, base: unix.NFT_PAYLOAD_TRANSPORT_HEADER, offset: 2},
-}
-
-// concatReg is the register nft loads a concatenation's field at this byte
-// offset of the key into: a 16-byte register where one starts, else a
-// 4-byte one.
-func concatReg(offset int) uint32 {
-	if offset%16 == 0 {
-		return unix.NFT_REG_1 + uint32(offset/16)
-	}
-	return nftReg32 + uint32(offset/4)
-}
-
-// parseRule turns a rule of the compiler's forms into expressions:
-//
-//	rule     = { match } { stmt } [ verdict ]
-//	match    = field { "." field } [ "!=" | "vmap" ] "@"set
-//	field    = ("ip" | "ip6") ("saddr" | "daddr") | "meta l4proto" | "th dport"
-//	stmt     = "counter" | "limit rate" N"/second burst" M "packets"
-//	         | "log" [ "prefix" "quoted" ] [ "group" N ]
-//	verdict  = "accept" | "drop" | ("jump" | "goto") chain
-//
-// Anything else is errUnsupported.
-func parseRule(text string, sets func(string) *compile.Set) ([]nlExpr, error) {
-	toks, err := ruleTokens(text)
-	if err != nil {
-		return nil, err
-	}
-	var out []nlExpr
-	var nfproto byte // the network protocol the rule has checked
-	unsupported := func(what string) ([]nlExpr, error) {
-		return nil, fmt.Errorf("%w: %s", errUnsupported, what)
-	}
-	for i := 0; i < len(toks); {
-		t := toks[i]
-		switch t {
-		case "ip", "ip6", "meta", "th":
-			var fields []ruleField
-			for {
-				if i+1 >= len(toks) {
-					return unsupported("a field without a set")
-				}
-				f, ok := ruleFields[toks[i]+" "+toks[i+1]]
-				if !ok {
-					return unsupported("field " + toks[i] + " " + toks[i+1])
-				}
-				fields = append(fields, f)
-				i += 2
-				if i < len(toks) && toks[i] == "." {
-					i++
-					continue
-				}
-				break
-			}
-			var inv, vmap bool
-			if i < len(toks) && (toks[i] == "!=" || toks[i] == "vmap") {
-				inv, vmap = toks[i] == "!=", toks[i] == "vmap"
-				i++
-			}
-			if i >= len(toks) || !strings.HasPrefix(toks[i], "@") {
-				return unsupported("a match that is not a set lookup")
-			}
-			name := toks[i][1:]
-			i++
-			set := sets(name)
-			if set == nil {
-				return unsupported("set " + name + " is not in the ruleset")
-			}
-			l, err := layoutOf(set)
-			if err != nil {
-				return nil, err
-			}
-			if len(l.key) != len(fields) || vmap != l.verdict || (set.Map != nil && !vmap) {
-				return unsupported("lookup of " + name + " does not match its type")
-			}
-			offset := 0
-			for k, f := range fields {
-				if f.kind != l.key[k] {
-					return unsupported("lookup of " + name + " does not match its type")
-				}
-				reg := uint32(unix.NFT_REG_1)
-				if k > 0 {
-					reg = concatReg(offset)
-				}
-				if f.nfproto != 0 && nfproto != f.nfproto {
-					if nfproto != 0 || k > 0 {
-						return unsupported("a network protocol check inside a concatenation")
-					}
-					nfproto = f.nfproto
-					out = append(out,
-						nlExpr{name: "meta", key: unix.NFT_META_NFPROTO, reg: unix.NFT_REG_1},
-						nlExpr{name: "cmp", reg: unix.NFT_REG_1, cmpData: f.nfproto})
-				}
-				if f.meta {
-					out = append(out, nlExpr{name: "meta", key: unix.NFT_META_L4PROTO, reg: reg})
-					if l.interval && len(fields) > 1 {
-						if k > 0 {
-							return unsupported("a protocol inside an interval concatenation")
-						}
-						out = append(out, nlExpr{name: "byteorder", reg: reg})
-					}
-				} else {
-					out = append(out, nlExpr{name: "payload", reg: reg, base: f.base, offset: f.offset, length: uint32(f.kind.size())})
-				}
-				offset += align4(f.kind.size())
-			}
-			out = append(out, nlExpr{name: "lookup", reg: unix.NFT_REG_1, set: name, inv: inv, vmap: vmap})
-		case "counter":
-			out = append(out, nlExpr{name: "counter"})
-			i++
-		case "limit":
-			if i+5 >= len(toks) || toks[i+1] != "rate" || toks[i+3] != "burst" || toks[i+5] != "packets" {
-				return unsupported("limit")
-			}
-			r, ok := strings.CutSuffix(toks[i+2], "/second")
-			rate, err1 := strconv.ParseUint(r, 10, 32)
-			burst, err2 := strconv.ParseUint(toks[i+4], 10, 32)
-			if !ok || err1 != nil || err2 != nil {
-				return unsupported("limit " + toks[i+2] + " burst " + toks[i+4])
-			}
-			out = append(out, nlExpr{name: "limit", rate: uint32(rate), burst: uint32(burst)})
-			i += 6
-		case "log":
-			e := nlExpr{name: "log", group: -1}
-			i++
-			for i+1 < len(toks) && (toks[i] == "prefix" || toks[i] == "group") {
-				if toks[i] == "prefix" {
-					p, ok := unquote(toks[i+1])
-					if !ok {
-						return unsupported("log prefix " + toks[i+1])
-					}
-					e.prefix = &p
-				} else {
-					g, err := strconv.ParseUint(toks[i+1], 10, 16)
-					if err != nil {
-						return unsupported("log group " + toks[i+1])
-					}
-					e.group = int32(g)
-				}
-				i += 2
-			}
-			out = append(out, e)
-		case "accept", "drop", "jump", "goto":
-			e := nlExpr{name: "immediate", verdict: verdictCodes[t]}
-			i++
-			if t == "jump" || t == "goto" {
-				if i >= len(toks) {
-					return unsupported(t + " without a chain")
-				}
-				e.chain = toks[i]
-				i++
-			}
-			if i != len(toks) {
-				return unsupported("statements after the verdict")
-			}
-			out = append(out, e)
-		default:
-			return unsupported("statement " + t)
-		}
-	}
-	return out, nil
-}
-
-// ruleTokens splits a rule at spaces; a double-quoted string (without
-// quotes or backslashes inside) is one token, quotes kept.
-func ruleTokens(s string) ([]string, error) {
-	var toks []string
-	for s = strings.TrimSpace(s); s != ""; s = strings.TrimLeft(s, " ") {
-		if s[0] == '"' {
-			end := strings.IndexByte(s[1:], '"')
-			if end < 0 || strings.ContainsRune(s[1:end+1], '\\') {
-				return nil, fmt.Errorf("%w: quoting in %q", errUnsupported, s)
-			}
-			toks = append(toks, s[:end+2])
-			s = s[end+2:]
-			continue
-		}
-		n := strings.IndexByte(s, ' ')
-		if n < 0 {
-			n = len(s)
-		}
-		if strings.ContainsAny(s[:n], "\"\\{}") {
-			return nil, fmt.Errorf("%w: token %q", errUnsupported, s[:n])
-		}
-		toks = append(toks, s[:n])
-		s = s[n:]
-	}
-	return toks, nil
-}
-
-func unquote(t string) (string, bool) {
-	if len(t) < 2 || t[0] != '"' || t[len(t)-1] != '"' {
-		return "", false
-	}
-	return t[1 : len(t)-1], true
 }

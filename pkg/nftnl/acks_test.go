@@ -1,4 +1,4 @@
-package sets
+package nftnl
 
 import (
 	"encoding/binary"
@@ -81,7 +81,7 @@ func TestReadAcks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var w NetlinkElements
+			var w Conn
 			err = w.readAcks(rc, first, msgs)
 			switch {
 			case tc.want == "" && tc.is == nil:
