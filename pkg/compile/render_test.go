@@ -50,27 +50,34 @@ func renderScenario(t *testing.T, path string, cfg RenderConfig) string {
 	return fake.Dump()
 }
 
-func TestGolden(t *testing.T) {
+func TestGolden(t *testing.T) { checkGoldens(t, "testdata/golden", *update) }
+
+// goldenModes are the configurations each golden scenario is rendered in,
+// by the suffix of its golden file.
+var goldenModes = []struct {
+	suffix string
+	cfg    RenderConfig
+}{
+	{"hybrid", RenderConfig{Mode: ModeHybrid}},
+	{"queue", RenderConfig{Mode: ModeQueue, QueueVariant: QueueNative, FailOpen: true, Queues: 2}},
+	{"queue-xt", RenderConfig{Mode: ModeQueue, QueueVariant: QueueXTCompat}},
+	{"hybrid-denylog", RenderConfig{Mode: ModeHybrid, DenyLogGroup: 7}},
+}
+
+// checkGoldens renders every golden scenario in every mode and compares
+// the ruleset with its golden file in dir, or (update) writes the file.
+func checkGoldens(t *testing.T, dir string, update bool) {
 	scenarios, _ := filepath.Glob("testdata/golden/*.yaml")
 	if len(scenarios) == 0 {
 		t.Fatal("no golden scenarios")
 	}
-	modes := []struct {
-		suffix string
-		cfg    RenderConfig
-	}{
-		{"hybrid", RenderConfig{Mode: ModeHybrid}},
-		{"queue", RenderConfig{Mode: ModeQueue, QueueVariant: QueueNative, FailOpen: true, Queues: 2}},
-		{"queue-xt", RenderConfig{Mode: ModeQueue, QueueVariant: QueueXTCompat}},
-		{"hybrid-denylog", RenderConfig{Mode: ModeHybrid, DenyLogGroup: 7}},
-	}
 	for _, sc := range scenarios {
-		for _, m := range modes {
+		for _, m := range goldenModes {
 			name := strings.TrimSuffix(filepath.Base(sc), ".yaml") + "." + m.suffix
 			t.Run(name, func(t *testing.T) {
 				got := renderScenario(t, sc, m.cfg)
-				golden := filepath.Join("testdata/golden", name+".nft")
-				if *update {
+				golden := filepath.Join(dir, name+".nft")
+				if update {
 					if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
 						t.Fatal(err)
 					}
