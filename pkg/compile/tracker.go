@@ -31,8 +31,8 @@ import (
 // returns the element changes of the shared sets. For an address that
 // another pod also claims (ownership is decided over all pods), and for a
 // ClusterNetworkPolicy combination that ApplyClusterPolicy would not track
-// either (deny log, domainNames rules), it reports false and the caller
-// rebuilds.
+// either (deny log, domainNames rules), it returns why (a Fallback) and
+// the caller rebuilds.
 //
 // The Program is not updated by ApplyPod, ApplyPolicy or
 // ApplyClusterPolicy: Program returns the last build's, which lags the
