@@ -295,17 +295,11 @@ func (b *builder) compileClusterRule(pr *problems, cp *ClusterPolicy, pol Cluste
 	if len(name) > MaxClusterRuleName {
 		pr.add(path.Child("name"), "longer than %d characters", MaxClusterRuleName)
 	}
-	broken := false // the rule cannot be used as written
-	switch action {
-	case npav1beta1.ClusterNetworkPolicyRuleActionAccept:
-		r.Action = ActionAccept
-	case npav1beta1.ClusterNetworkPolicyRuleActionDeny:
-		r.Action = ActionDeny
-	case npav1beta1.ClusterNetworkPolicyRuleActionPass:
-		r.Action = ActionPass
-	default:
+	var known bool
+	r.Action, known = clusterRuleAction(action)
+	broken := !known // the rule cannot be used as written
+	if broken {
 		pr.add(path.Child("action"), "unsupported value %q: must be Accept, Deny or Pass; the rule denies all traffic", action)
-		r.Action, broken = ActionDeny, true
 	}
 	// failPart records a part that cannot be used: for Accept it matches
 	// nothing, for Deny and Pass the whole rule fails closed.
@@ -386,6 +380,19 @@ func (b *builder) compileClusterRule(pr *problems, cp *ClusterPolicy, pol Cluste
 	}
 	r.Reason = clusterReason(cp, &r)
 	return r
+}
+
+// clusterRuleAction is a rule's action; an unknown one denies (false).
+func clusterRuleAction(a npav1beta1.ClusterNetworkPolicyRuleAction) (Action, bool) {
+	switch a {
+	case npav1beta1.ClusterNetworkPolicyRuleActionAccept:
+		return ActionAccept, true
+	case npav1beta1.ClusterNetworkPolicyRuleActionDeny:
+		return ActionDeny, true
+	case npav1beta1.ClusterNetworkPolicyRuleActionPass:
+		return ActionPass, true
+	}
+	return ActionDeny, false
 }
 
 // clusterPort validates a destinationPort. Without one the entry matches

@@ -53,21 +53,7 @@ const (
 	QueueXTCompat QueueVariant = "xt-compat"
 )
 
-// Names of the static objects in the table.
 const (
-	TableName        = "nftpolicy"
-	ChainForward     = "forward"
-	ChainInput       = "input"
-	ChainEgress      = "egress"
-	ChainIngress     = "ingress"
-	ChainEgressAllow = "egress-allowed"
-	ChainQueue       = "userspace"
-	MapIngressPodsV4 = "ingress-pods-v4"
-	MapIngressPodsV6 = "ingress-pods-v6"
-	MapEgressPodsV4  = "egress-pods-v4"
-	MapEgressPodsV6  = "egress-pods-v6"
-	SetSelfV4        = "self-v4"
-	SetSelfV6        = "self-v6"
 	// The hooks' priority: after conntrack and Service DNAT, before SNAT.
 	filterPriority    = "filter - 5"
 	defaultAllowMark  = 0x00100000

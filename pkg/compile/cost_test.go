@@ -75,8 +75,11 @@ func TestTrackerRejectsAsBuild(t *testing.T) {
 		np   *networkingv1.NetworkPolicy
 		cnp  *npav1beta1.ClusterNetworkPolicy
 	}{{"huge policy", huge, nil}, {"huge ClusterNetworkPolicy", huge, hugeCNP}, {"both small again", small, smallCNP}} {
-		if !tr.ApplyPolicy("ns-0000/huge", step.np) || !tr.ApplyClusterPolicy("huge", step.cnp) {
-			t.Fatalf("%s: not tracked", step.name)
+		if f := tr.ApplyPolicy("ns-0000/huge", step.np); f != compile.NoFallback {
+			t.Fatalf("%s: NetworkPolicy not tracked: %s", step.name, f)
+		}
+		if f := tr.ApplyClusterPolicy("huge", step.cnp); f != compile.NoFallback {
+			t.Fatalf("%s: ClusterNetworkPolicy not tracked: %s", step.name, f)
 		}
 		in.Policies = append(slices.Clone(base), step.np)
 		in.ClusterPolicies = nil

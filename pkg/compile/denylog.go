@@ -26,9 +26,6 @@ const (
 // of the isolating policies matched.
 const DenyRuleDefault = "default deny"
 
-// denyChainPrefix starts the names of the per-denial chains.
-const denyChainPrefix = "deny-"
-
 // Defaults of the kernel's rate limit on deny log messages, per source
 // address (render_share.go explains the numbers).
 const (
@@ -65,9 +62,6 @@ func (d DenyInfo) String() string {
 	}
 	return fmt.Sprintf("%s %s %s %s", d.Kind, d.Policy, d.Direction, d.Rule)
 }
-
-// DenyChainName is the chain that logs and drops one denial's packets.
-func DenyChainName(id string) string { return denyChainPrefix + id }
 
 func networkPolicyDeny(p *Program, d Direction, ids []PolicyID) DenyInfo {
 	return DenyInfo{Kind: DenyKindNetworkPolicy, Policy: strings.ReplaceAll(comboKey(p, ids), ",", ", "), Rule: DenyRuleDefault, Direction: d}
@@ -122,10 +116,11 @@ func DenyIDs(p *Program) map[string]DenyInfo {
 	return out
 }
 
-// dropVerdict is the verdict of a rule that drops a denied connection's
-// packet: "drop", or with deny logging a goto to the denial's chain, which
-// it creates on first use and records in the ruleset's DenyIDs.
-func (r *renderer) dropVerdict(info DenyInfo) string {
+// dropVerdict is the verdict of a rule of chain from that drops a denied
+// connection's packet: "drop", or with deny logging a goto to the denial's
+// chain, which it creates on first use, just before from, and records in
+// the ruleset's DenyIDs.
+func (r *renderer) dropVerdict(info DenyInfo, from *Chain) string {
 	if r.cfg.DenyLogGroup == 0 {
 		return "drop"
 	}
@@ -136,7 +131,9 @@ func (r *renderer) dropVerdict(info DenyInfo) string {
 			r.rs.DenyIDs = map[string]DenyInfo{}
 		}
 		r.rs.DenyIDs[id] = info
-		r.addChain(&Chain{Chain: knftables.Chain{Name: name, Comment: truncComment("logs and drops: " + info.String())},
+		place := from.place
+		place.deny = true
+		r.addChain(&Chain{Chain: knftables.Chain{Name: name, Comment: truncComment("logs and drops: " + info.String())}, place: place,
 			Rules: []knftables.Rule{
 				// The limits chain drops, unlogged, what exceeds its
 				// source's or the overall budget; the rest is logged. The

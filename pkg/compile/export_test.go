@@ -1,4 +1,18 @@
 package compile
 
+import "testing"
+
+// testNameFormat differs from names in every part: nothing but names.go
+// may know the format.
+var testNameFormat = nameFormat{hashLen: 12, peers: "sel-", nodes: "nodesel-", isolated: "iso", deny: "logdrop-"}
+
+// UseTestNameFormat makes the generated names follow another format until
+// the test ends.
+func UseTestNameFormat(t testing.TB) {
+	saved := names
+	names = testNameFormat
+	t.Cleanup(func() { names = saved })
+}
+
 // MaxPolicyRefChars lets the external tests check names against the cut.
 const MaxPolicyRefChars = maxPolicyRefChars

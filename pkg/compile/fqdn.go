@@ -133,25 +133,6 @@ func (r *FQDNRule) Set(v4 bool) string {
 	return r.SetV6
 }
 
-// FQDNSetName is the set of learned addresses of one family for an egress
-// rule with domainNames peers:
-// "<policy chain>-<rule index>-fqdn-<names hash>-v4" (fqdnSetName).
-func FQDNSetName(cp *ClusterPolicy, ruleIndex int, v4 bool) string {
-	return fqdnSetName(ClusterPolicyChainName(cp, Egress)+"-"+itoa(ruleIndex), cp.Egress[ruleIndex].Domains, v4)
-}
-
-// fqdnSetName names a rule's learned set after the rule (base) and a short
-// hash of its patterns (sorted and deduplicated by clusterDomainPeer). The
-// set's elements were learned for exactly those names: when the names
-// change, the set is another one, created empty, and the syncs delete the
-// old one with everything it learned, so a name removed from a rule stops
-// admitting new connections as soon as the change is programmed, not when
-// its answers' TTLs end. The learner writes what is still valid for the
-// new names into the new set.
-func fqdnSetName(base string, domains []DomainPattern, v4 bool) string {
-	return base + "-fqdn-" + shortHash(domainsKey(domains)) + famSuffix(v4)
-}
-
 // domainsKey is the patterns as the API spells them, comma-separated.
 func domainsKey(domains []DomainPattern) string {
 	names := make([]string, len(domains))

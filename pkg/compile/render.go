@@ -1,8 +1,6 @@
 package compile
 
 import (
-	"crypto/sha256"
-	"encoding/base32"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -27,43 +25,12 @@ func truncText(s string) string {
 	return s
 }
 
-func shortHash(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return strings.ToLower(base32.StdEncoding.EncodeToString(h[:])[:8])
-}
-
-// policyRef is a policy's readable part of object names: "ns/name",
-// shortened with a hash when long.
-func policyRef(p *Policy) string {
-	ref := p.Key
-	if len(ref) > maxPolicyRefChars {
-		ref = ref[:maxPolicyRefChars-9] + "_" + shortHash(p.Key)
-	}
-	return ref
-}
-
-// PolicyChainName is the chain holding a policy's rules in one direction.
-func PolicyChainName(p *Policy, d Direction) string { return d.String() + "-" + policyRef(p) }
-
-// IsolationChainName is the chain for the pods isolated by exactly this
-// combination of policies in one direction.
-func IsolationChainName(p *Program, d Direction, ids []PolicyID) string {
-	return d.String() + "-isolated-" + shortHash(comboKey(p, ids))
-}
-
 func comboKey(p *Program, ids []PolicyID) string {
 	keys := make([]string, len(ids))
 	for i, id := range ids {
 		keys[i] = p.Policies[id].Key
 	}
 	return strings.Join(keys, ",")
-}
-
-func famSuffix(v4 bool) string {
-	if v4 {
-		return "-v4"
-	}
-	return "-v6"
 }
 
 func famWord(v4 bool) string {
@@ -111,6 +78,9 @@ type renderer struct {
 	// full is set while a full render emits every pod's elements
 	// (render_elements.go).
 	full *fullRender
+	// late is set once the policies' chains are rendered: the chains
+	// created from then on come after them (groupTail).
+	late bool
 }
 
 // subjectOfPolicy reports whether a pod is isolated by NetworkPolicy id in
@@ -150,6 +120,7 @@ func (r *renderer) render() {
 	} else {
 		r.kernelDispatch()
 	}
+	r.late = true
 	r.dnsCapture()
 	r.sourceValidation()
 	// Every set and map exists now: the pods' elements.
@@ -175,6 +146,9 @@ func (r *renderer) render() {
 func (r *renderer) addChain(c *Chain) {
 	if _, ok := r.rs.Chains[c.Chain.Name]; ok {
 		return
+	}
+	if r.late && c.place.group == groupStatic {
+		c.place.group = groupTail
 	}
 	r.rs.Chains[c.Chain.Name] = c
 	r.rs.ChainOrder = append(r.rs.ChainOrder, c.Chain.Name)
@@ -206,57 +180,40 @@ type tierChains struct {
 }
 
 func tiers(d Direction) tierChains {
+	tc := tierChains{entry: tierChainName(TierAdmin, d), networkPolicy: tierChainName(0, d), baseline: tierChainName(TierBaseline, d)}
 	if d == Egress {
-		return tierChains{entry: ChainEgress, networkPolicy: "egress-networkpolicy", baseline: "egress-baseline",
-			allowed: "goto " + ChainEgressAllow, addr: "saddr"}
+		tc.allowed, tc.addr = "goto "+ChainEgressAllow, "saddr"
+	} else {
+		tc.allowed, tc.addr = "accept", "daddr"
 	}
-	return tierChains{entry: ChainIngress, networkPolicy: "ingress-networkpolicy", baseline: "ingress-baseline",
-		allowed: "accept", addr: "daddr"}
+	return tc
 }
-
-// Map names of one direction's dispatch: pod IP -> the chain deciding its
-// new connections in a tier. The NetworkPolicy maps keep their names.
-func tierMap(t Tier, d Direction, v4 bool) string { return tierMapPrefix(t, d) + famSuffix(v4) }
-
-func tierMapPrefix(t Tier, d Direction) string {
-	switch t {
-	case TierAdmin:
-		return d.String() + "-admin-pods"
-	case TierBaseline:
-		return d.String() + "-baseline-pods"
-	}
-	return d.String() + "-pods"
-}
-
-// clusterEgressSet holds the local pods with ClusterNetworkPolicy egress
-// rules: only their traffic to the node itself is filtered (input hook).
-func clusterEgressSet(v4 bool) string { return "cluster-egress-pods" + famSuffix(v4) }
 
 func (r *renderer) static() {
 	kernel := r.cfg.Mode != ModeQueue
 	for _, v4 := range []bool{true, false} {
 		for _, d := range []Direction{Egress, Ingress} {
-			r.addSet(&Set{Map: &knftables.Map{Name: tierMap(0, d, v4), Type: addrType(v4) + " : verdict",
+			r.addSet(&Set{Map: &knftables.Map{Name: tierMapName(0, d, v4), Type: addrType(v4) + " : verdict",
 				Comment: ptr("local pods isolated for " + d.String() + " by NetworkPolicies -> the chain that decides their new connections")}})
 			if kernel {
 				for _, t := range []Tier{TierAdmin, TierBaseline} {
-					r.addSet(&Set{Map: &knftables.Map{Name: tierMap(t, d, v4), Type: addrType(v4) + " : verdict",
+					r.addSet(&Set{Map: &knftables.Map{Name: tierMapName(t, d, v4), Type: addrType(v4) + " : verdict",
 						Comment: ptr("local pods with " + t.String() + " ClusterNetworkPolicy " + d.String() + " rules -> their policies, in precedence order")}})
 				}
 			}
 		}
-		r.addSet(&Set{Set: &knftables.Set{Name: "self" + famSuffix(v4), Type: addrType(v4) + " . " + addrType(v4),
+		r.addSet(&Set{Set: &knftables.Set{Name: selfSetName(v4), Type: addrType(v4) + " . " + addrType(v4),
 			Comment: ptr("local pods that policies select, twice: a pod can always reach itself")}})
-		r.addSet(&Set{Set: &knftables.Set{Name: clusterEgressSet(v4), Type: addrType(v4),
+		r.addSet(&Set{Set: &knftables.Set{Name: clusterEgressSetName(v4), Type: addrType(v4),
 			Comment: ptr("local pods with ClusterNetworkPolicy egress rules: their traffic to this node is decided too")}})
 		if kernel {
-			r.addSet(&Set{Set: &knftables.Set{Name: "node-ips" + famSuffix(v4), Type: addrType(v4),
+			r.addSet(&Set{Set: &knftables.Set{Name: nodeIPsSetName(v4), Type: addrType(v4),
 				Comment: ptr("this node's addresses: NetworkPolicy never isolates a pod from its own node")}})
 		}
 	}
 	for _, ip := range r.prog.NodeIPs {
 		if kernel {
-			s := r.rs.Sets["node-ips"+famSuffix(ip.Is4())]
+			s := r.rs.Sets[nodeIPsSetName(ip.Is4())]
 			s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String()}})
 		}
 	}
@@ -273,26 +230,26 @@ func (r *renderer) static() {
 	}
 	nd := ndRule()
 	fwd := append(append([]knftables.Rule(nil), head...), nd,
-		rule("ip saddr . ip daddr @self-v4 accept", "a pod can always reach itself"),
-		rule("ip6 saddr . ip6 daddr @self-v6 accept", "a pod can always reach itself"),
+		rule("ip saddr . ip daddr @"+selfSetName(true)+" accept", "a pod can always reach itself"),
+		rule("ip6 saddr . ip6 daddr @"+selfSetName(false)+" accept", "a pod can always reach itself"),
 	)
 	input := append(append([]knftables.Rule(nil), head...), nd)
 	fwd = append(fwd, r.unknownPods()...)
 	if kernel {
 		fwd = append(fwd, rule("goto "+ChainEgress, ""))
 		input = append(input,
-			rule("ip saddr @"+clusterEgressSet(true)+" goto "+ChainEgress, ""),
-			rule("ip6 saddr @"+clusterEgressSet(false)+" goto "+ChainEgress, ""))
+			rule("ip saddr @"+clusterEgressSetName(true)+" goto "+ChainEgress, ""),
+			rule("ip6 saddr @"+clusterEgressSetName(false)+" goto "+ChainEgress, ""))
 		r.tierDispatch()
 	} else {
 		fwd = append(fwd,
-			rule("ip saddr vmap @egress-pods-v4", ""),
-			rule("ip6 saddr vmap @egress-pods-v6", ""),
-			rule("ip daddr vmap @ingress-pods-v4", ""),
-			rule("ip6 daddr vmap @ingress-pods-v6", ""))
+			rule("ip saddr vmap @"+tierMapName(0, Egress, true), ""),
+			rule("ip6 saddr vmap @"+tierMapName(0, Egress, false), ""),
+			rule("ip daddr vmap @"+tierMapName(0, Ingress, true), ""),
+			rule("ip6 daddr vmap @"+tierMapName(0, Ingress, false), ""))
 		input = append(input,
-			rule("ip saddr @"+clusterEgressSet(true)+" goto "+ChainQueueShare, ""),
-			rule("ip6 saddr @"+clusterEgressSet(false)+" goto "+ChainQueueShare, ""))
+			rule("ip saddr @"+clusterEgressSetName(true)+" goto "+ChainQueueShare, ""),
+			rule("ip6 saddr @"+clusterEgressSetName(false)+" goto "+ChainQueueShare, ""))
 		r.queueChain()
 	}
 	r.forward = &Chain{Chain: knftables.Chain{Name: ChainForward,
@@ -312,20 +269,18 @@ func (r *renderer) static() {
 func (r *renderer) tierDispatch() {
 	for _, d := range []Direction{Egress, Ingress} {
 		tc := tiers(d)
-		chain := func(name, comment string, next string, maps ...string) {
+		chain := func(name, comment string, next string, t Tier) {
 			c := &Chain{Chain: knftables.Chain{Name: name, Comment: ptr(comment)}}
 			for _, v4 := range []bool{true, false} {
-				for _, m := range maps {
-					c.Rules = append(c.Rules, rule(fmt.Sprintf("%s %s vmap @%s%s", famWord(v4), tc.addr, m, famSuffix(v4)), ""))
-				}
+				c.Rules = append(c.Rules, rule(fmt.Sprintf("%s %s vmap @%s", famWord(v4), tc.addr, tierMapName(t, d, v4)), ""))
 			}
 			c.Rules = append(c.Rules, rule(next, ""))
 			r.addChain(c)
 		}
-		chain(tc.baseline, d.String()+" of local pods, tier 3: Baseline ClusterNetworkPolicies", tc.allowed, tierMapPrefix(TierBaseline, d))
-		chain(tc.networkPolicy, d.String()+" of local pods, tier 2: NetworkPolicies (they decide for the pods they isolate)", "goto "+tc.baseline, tierMapPrefix(0, d))
+		chain(tc.baseline, d.String()+" of local pods, tier 3: Baseline ClusterNetworkPolicies", tc.allowed, TierBaseline)
+		chain(tc.networkPolicy, d.String()+" of local pods, tier 2: NetworkPolicies (they decide for the pods they isolate)", "goto "+tc.baseline, 0)
 		chain(tc.entry, "new connections "+map[Direction]string{Egress: "from", Ingress: "to"}[d]+" local pods, tier 1: Admin ClusterNetworkPolicies",
-			"goto "+tc.networkPolicy, tierMapPrefix(TierAdmin, d))
+			"goto "+tc.networkPolicy, TierAdmin)
 	}
 	r.addChain(&Chain{Chain: knftables.Chain{Name: ChainEgressAllow, Comment: ptr("egress allowed: the destination's ingress decides next")},
 		Rules: []knftables.Rule{rule("goto "+ChainIngress, "")}})
@@ -360,40 +315,25 @@ func (r *renderer) kernelDispatch() {
 	// Which policies are used, per direction, and the distinct combinations.
 	used := map[PolicyID][2]bool{}
 	cused := map[ClusterPolicyID][2]bool{}
-	type combo struct {
-		d    Direction
-		t    Tier // 0: NetworkPolicy
-		ids  []PolicyID
-		cids []ClusterPolicyID
-	}
 	combos := map[string]combo{}
 	for i := range r.prog.Pods {
 		pod := &r.prog.Pods[i]
 		if !pod.Local {
 			continue
 		}
-		for _, d := range []Direction{Ingress, Egress} {
-			ids := pod.Policies(d)
-			for _, id := range ids {
+		podCombos(pod, func(c combo) {
+			for _, id := range c.ids {
 				u := used[id]
-				u[d] = true
+				u[c.d] = true
 				used[id] = u
 			}
-			if len(ids) > 0 {
-				combos[IsolationChainName(r.prog, d, ids)] = combo{d: d, ids: ids}
+			for _, id := range c.cids {
+				u := cused[id]
+				u[c.d] = true
+				cused[id] = u
 			}
-			for _, t := range []Tier{TierAdmin, TierBaseline} {
-				cids := pod.ClusterPolicies(t, d)
-				for _, id := range cids {
-					u := cused[id]
-					u[d] = true
-					cused[id] = u
-				}
-				if len(cids) > 0 {
-					combos[ClusterComboChainName(r.prog, t, d, cids)] = combo{d: d, t: t, cids: cids}
-				}
-			}
-		}
+			combos[c.name(r.prog)] = c
+		})
 	}
 	// Policy chains first, in policy order.
 	hasRules := map[PolicyID][2]bool{}
@@ -422,12 +362,75 @@ func (r *renderer) kernelDispatch() {
 	// depend on the order of the pods.
 	for _, n := range slices.Sorted(maps.Keys(combos)) {
 		c := combos[n]
-		if c.t == 0 {
-			r.isolationChain(c.d, c.ids, hasRules)
-		} else {
-			r.clusterComboChain(c.t, c.d, c.cids, chasRules)
+		r.comboChain(c, func(i int) bool {
+			if c.t == 0 {
+				return hasRules[c.ids[i]][c.d]
+			}
+			return chasRules[c.cids[i]][c.d]
+		})
+	}
+}
+
+// combo is a combination chain: for the local pods isolated by exactly the
+// NetworkPolicies ids (tier 0), or that exactly the ClusterNetworkPolicies
+// cids of tier t apply to, in direction d.
+type combo struct {
+	t    Tier
+	d    Direction
+	ids  []PolicyID
+	cids []ClusterPolicyID
+}
+
+// podCombos calls f with each combination chain that dispatches a local
+// pod's new connections (kernel and hybrid modes).
+func podCombos(pod *Pod, f func(combo)) {
+	for _, d := range []Direction{Ingress, Egress} {
+		if ids := pod.Policies(d); len(ids) > 0 {
+			f(combo{d: d, ids: ids})
+		}
+		for _, t := range []Tier{TierAdmin, TierBaseline} {
+			if cids := pod.ClusterPolicies(t, d); len(cids) > 0 {
+				f(combo{t: t, d: d, cids: cids})
+			}
 		}
 	}
+}
+
+func (c combo) name(p *Program) string {
+	if c.t == 0 {
+		return IsolationChainName(p, c.d, c.ids)
+	}
+	return ClusterComboChainName(p, c.t, c.d, c.cids)
+}
+
+// size is the number of policies in the combination.
+func (c combo) size() int { return len(c.ids) + len(c.cids) }
+
+// ruleChainName is the rule chain of the combination's policy i.
+func (c combo) ruleChainName(p *Program, i int) string {
+	if c.t == 0 {
+		return PolicyChainName(&p.Policies[c.ids[i]], c.d)
+	}
+	return ClusterPolicyChainName(&p.ClusterPolicies[c.cids[i]], c.d)
+}
+
+// comboChain renders a combination chain; hasRules(i) reports whether its
+// policy i has a rule chain to jump to.
+func (r *renderer) comboChain(c combo, hasRules func(i int) bool) {
+	if c.t == 0 {
+		r.isolationChain(c.d, c.ids, hasRules)
+	} else {
+		r.clusterComboChain(c.t, c.d, c.cids, hasRules)
+	}
+}
+
+// ruleChain renders the rule chain of a combination's policy i; false when
+// the policy has no rule in the direction (no chain).
+func (r *renderer) ruleChain(c combo, i int) bool {
+	if c.t == 0 {
+		return r.policyChain(c.ids[i], c.d)
+	}
+	return r.clusterPolicyChain(c.cids[i], c.d)
 }
 
 // podElements emits what one pod contributes to the sets and maps whose
@@ -475,10 +478,10 @@ func (r *renderer) localPodElements(pod *Pod, pt *podText, emit func(set string,
 	if !egress && !ingress {
 		return
 	}
-	vmap := func(prefix string, verdict string) {
+	vmap := func(t Tier, d Direction, verdict string) {
 		value := []string{verdict}
 		for i, ip := range pod.IPs {
-			emit(prefix+famSuffix(ip.Is4()), knftables.Element{Key: pt.addrKey(i), Value: value, Comment: pt.comment})
+			emit(tierMapName(t, d, ip.Is4()), knftables.Element{Key: pt.addrKey(i), Value: value, Comment: pt.comment})
 		}
 	}
 	for i, ip := range pod.IPs {
@@ -486,51 +489,43 @@ func (r *renderer) localPodElements(pod *Pod, pt *podText, emit func(set string,
 		// the input chain dispatches ClusterNetworkPolicy egress subjects.
 		self := r.strs(2)
 		self[0], self[1] = pt.addrs[i], pt.addrs[i]
-		emit("self"+famSuffix(ip.Is4()), knftables.Element{Key: self, Comment: pt.comment})
+		emit(selfSetName(ip.Is4()), knftables.Element{Key: self, Comment: pt.comment})
 		if cnpEgress {
-			emit(clusterEgressSet(ip.Is4()), knftables.Element{Key: pt.addrKey(i), Comment: pt.comment})
+			emit(clusterEgressSetName(ip.Is4()), knftables.Element{Key: pt.addrKey(i), Comment: pt.comment})
 		}
 	}
 	if r.cfg.Mode == ModeQueue {
 		if egress {
-			vmap("egress-pods", "goto "+ChainQueueShare)
+			vmap(0, Egress, "goto "+ChainQueueShare)
 		}
 		if ingress {
-			vmap("ingress-pods", "goto "+ChainQueueShare)
+			vmap(0, Ingress, "goto "+ChainQueueShare)
 		}
 		return
 	}
-	for _, d := range []Direction{Ingress, Egress} {
-		if ids := pod.Policies(d); len(ids) > 0 {
-			vmap(d.String()+"-pods", "goto "+IsolationChainName(r.prog, d, ids))
-		}
-		for _, t := range []Tier{TierAdmin, TierBaseline} {
-			if cids := pod.ClusterPolicies(t, d); len(cids) > 0 {
-				vmap(tierMapPrefix(t, d), "goto "+ClusterComboChainName(r.prog, t, d, cids))
-			}
-		}
-	}
+	podCombos(pod, func(c combo) { vmap(c.t, c.d, "goto "+c.name(r.prog)) })
 }
 
-func (r *renderer) isolationChain(d Direction, ids []PolicyID, hasRules map[PolicyID][2]bool) string {
+func (r *renderer) isolationChain(d Direction, ids []PolicyID, hasRules func(i int) bool) string {
 	name := IsolationChainName(r.prog, d, ids)
 	if _, ok := r.rs.Chains[name]; ok {
 		return name
 	}
 	keys := comboKey(r.prog, ids)
-	c := &Chain{Chain: knftables.Chain{Name: name, Comment: truncComment("isolated for " + d.String() + " by " + strings.ReplaceAll(keys, ",", ", "))}}
+	c := &Chain{Chain: knftables.Chain{Name: name, Comment: truncComment("isolated for " + d.String() + " by " + strings.ReplaceAll(keys, ",", ", "))},
+		place: chainPlace{group: groupCombo, key: name}}
 	if d == Egress {
 		// Only the input chain sends a pod's traffic to its own node here.
 		c.Rules = append(c.Rules,
-			rule("ip daddr @node-ips-v4 accept", "to this node: NetworkPolicy never isolates a pod from its node"),
-			rule("ip6 daddr @node-ips-v6 accept", "to this node: NetworkPolicy never isolates a pod from its node"))
+			rule("ip daddr @"+nodeIPsSetName(true)+" accept", "to this node: NetworkPolicy never isolates a pod from its node"),
+			rule("ip6 daddr @"+nodeIPsSetName(false)+" accept", "to this node: NetworkPolicy never isolates a pod from its node"))
 	}
-	for _, id := range ids {
-		if hasRules[id][d] {
+	for i, id := range ids {
+		if hasRules(i) {
 			c.Rules = append(c.Rules, rule("jump "+PolicyChainName(&r.prog.Policies[id], d), ""))
 		}
 	}
-	c.Rules = append(c.Rules, rule("counter "+r.dropVerdict(networkPolicyDeny(r.prog, d, ids)), "default deny "+d.String()+": "+strings.ReplaceAll(keys, ",", ", ")))
+	c.Rules = append(c.Rules, rule("counter "+r.dropVerdict(networkPolicyDeny(r.prog, d, ids), c), "default deny "+d.String()+": "+strings.ReplaceAll(keys, ",", ", ")))
 	r.addChain(c)
 	return name
 }
@@ -539,7 +534,7 @@ func (r *renderer) isolationChain(d Direction, ids []PolicyID, hasRules map[Poli
 // whether the chain has any rule (a policy that only isolates has none).
 func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 	pol := &r.prog.Policies[id]
-	c := &Chain{Chain: knftables.Chain{Name: PolicyChainName(pol, d)}}
+	c := &Chain{Chain: knftables.Chain{Name: PolicyChainName(pol, d)}, place: chainPlace{group: groupPolicy, key: policyChainKey(pol.Key, d)}}
 	// Chain comments depend only on the name: syncs never rewrite them.
 	c.Chain.Comment = truncComment(pol.Key + " " + d.String())
 	verdict := "accept"
@@ -551,8 +546,7 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 		if rl.MatchesNothing() {
 			continue
 		}
-		base := PolicyChainName(pol, d) + "-" + itoa(ri)
-		c.Rules = r.matchRules(c.Rules, &rl.Match, base, rl.Name, d, subjectOfPolicy(id, d), "counter "+verdict)
+		r.matchRules(c, &rl.Match, ruleSetBase(c.Chain.Name, ri), rl.Name, d, subjectOfPolicy(id, d), "counter "+verdict)
 	}
 	if len(c.Rules) == 0 {
 		return false
@@ -561,66 +555,23 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 	return true
 }
 
-// matchRules appends one nft rule per peer and port alternative of a match,
-// both families, each ending in verdict. Sets the rules use are named after
-// base. Named ports resolve on the subjects (the local pods subject reports)
-// for ingress, on the peers for egress.
-func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment string, d Direction, subject func(*Pod) bool, verdict string) []knftables.Rule {
-	peerDir := peerAddr(d)
+// matchRules appends to a rule chain one nft rule per peer and port
+// alternative of a match, both families, each ending in verdict, and
+// records the shared sets they name. Sets the rules use are named after
+// base and owned by the chain. Named ports resolve on the subjects (the
+// local pods subject reports) for ingress, on the peers for egress.
+func (r *renderer) matchRules(c *Chain, m *Match, base, comment string, d Direction, subject func(*Pod) bool, verdict string) {
 	// The same text from both families (a rule with no address in it)
 	// comes once; a match has as many alternatives as its author writes,
 	// so they are looked up, not scanned for.
 	var seen map[string]bool
 	for _, v4 := range []bool{true, false} {
-		// Peers: each alternative is one nft rule.
-		var peers []string
-		if m.AllPeers {
-			peers = []string{""}
-		} else {
-			for _, sid := range m.Selectors {
-				set := r.peerSet(sid, v4)
-				peers = append(peers, fmt.Sprintf("%s %s @%s ", famWord(v4), peerDir, set))
-			}
-			for _, nid := range m.Nodes {
-				if set := r.nodeSet(nid, v4); set != "" {
-					peers = append(peers, fmt.Sprintf("%s %s @%s ", famWord(v4), peerDir, set))
-				}
-			}
-			if blocks := familyRanges(m.IPBlocks, v4); len(blocks) > 0 {
-				name := base + "-cidrs" + famSuffix(v4)
-				s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
-					Comment: truncComment(comment + " address peers")}})
-				for _, b := range blocks {
-					s.Elements = append(s.Elements, knftables.Element{Key: []string{b.String()}})
-				}
-				peers = append(peers, fmt.Sprintf("%s %s @%s ", famWord(v4), peerDir, name))
-			}
-			peers = append(peers, r.fqdnPeer(m, base, comment, d, v4)...)
-		}
-		// Ports: each alternative is one nft rule.
-		var ports []string
-		if m.AllPorts {
-			ports = []string{""}
-		} else {
-			if len(m.Ports) > 0 {
-				name := base + "-ports"
-				s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: "inet_proto . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag},
-					Comment: truncComment(comment + " ports")}})
-				if len(s.Elements) == 0 {
-					for _, p := range m.Ports {
-						s.Elements = append(s.Elements, knftables.Element{Key: []string{p.Protocol.Name(), portText(p)}})
-					}
-				}
-				ports = append(ports, "meta l4proto . th dport @"+name+" ")
-			}
-			if len(m.NamedPorts) > 0 {
-				name := r.namedPortSet(base+"-named", m, comment, d, subject, v4)
-				ports = append(ports, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s ", famWord(v4), name))
-			}
-		}
+		peers := r.peerAlternatives(c, m, base, comment, d, v4)
+		ports := r.portAlternatives(c, m, base, comment, d, subject, v4)
 		for _, pe := range peers {
+			named := false
 			for _, po := range ports {
-				text := pe + po + verdict
+				text := pe.text + po + verdict
 				if seen[text] {
 					continue
 				}
@@ -628,11 +579,74 @@ func (r *renderer) matchRules(out []knftables.Rule, m *Match, base, comment stri
 					seen = map[string]bool{}
 				}
 				seen[text] = true
-				out = append(out, rule(text, comment))
+				c.Rules = append(c.Rules, rule(text, comment))
+				if pe.shared != "" && !named {
+					c.shares = append(c.shares, pe.shared)
+					named = true
+				}
 			}
 		}
 	}
-	return out
+}
+
+// peerAlternative is the peer part of a rule's text, and the shared set
+// it names ("" for none).
+type peerAlternative struct{ text, shared string }
+
+// peerAlternatives are a match's peers of one family: each is one nft rule.
+func (r *renderer) peerAlternatives(c *Chain, m *Match, base, comment string, d Direction, v4 bool) []peerAlternative {
+	if m.AllPeers {
+		return []peerAlternative{{}}
+	}
+	var peers []peerAlternative
+	in := func(set string) string { return fmt.Sprintf("%s %s @%s ", famWord(v4), peerAddr(d), set) }
+	for _, sid := range m.Selectors {
+		set := r.peerSet(sid, v4)
+		peers = append(peers, peerAlternative{in(set), set})
+	}
+	for _, nid := range m.Nodes {
+		if set := r.nodeSet(nid, v4); set != "" {
+			peers = append(peers, peerAlternative{in(set), set})
+		}
+	}
+	if blocks := familyRanges(m.IPBlocks, v4); len(blocks) > 0 {
+		name := ruleCIDRsSetName(base, v4)
+		s := r.addSet(&Set{owner: c.Chain.Name, Set: &knftables.Set{Name: name, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+			Comment: truncComment(comment + " address peers")}})
+		for _, b := range blocks {
+			s.Elements = append(s.Elements, knftables.Element{Key: []string{b.String()}})
+		}
+		peers = append(peers, peerAlternative{text: in(name)})
+	}
+	if text := r.fqdnPeer(c, m, base, comment, d, v4); text != "" {
+		peers = append(peers, peerAlternative{text: text})
+	}
+	return peers
+}
+
+// portAlternatives are a match's ports of one family: each is one nft
+// rule.
+func (r *renderer) portAlternatives(c *Chain, m *Match, base, comment string, d Direction, subject func(*Pod) bool, v4 bool) []string {
+	if m.AllPorts {
+		return []string{""}
+	}
+	var ports []string
+	if len(m.Ports) > 0 {
+		name := rulePortsSetName(base)
+		s := r.addSet(&Set{owner: c.Chain.Name, Set: &knftables.Set{Name: name, Type: "inet_proto . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag},
+			Comment: truncComment(comment + " ports")}})
+		if len(s.Elements) == 0 {
+			for _, p := range m.Ports {
+				s.Elements = append(s.Elements, knftables.Element{Key: []string{p.Protocol.Name(), portText(p)}})
+			}
+		}
+		ports = append(ports, "meta l4proto . th dport @"+name+" ")
+	}
+	if len(m.NamedPorts) > 0 {
+		name := r.namedPortSet(c.Chain.Name, base, m, comment, d, subject, v4)
+		ports = append(ports, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s ", famWord(v4), name))
+	}
+	return ports
 }
 
 func portText(p PortRange) string {
@@ -652,15 +666,11 @@ func familyRanges(rs []IPRange, v4 bool) []IPRange {
 	return out
 }
 
-// PeerSetName is the set holding the addresses of one family of a shared
-// pod-selecting peer.
-func PeerSetName(s *Selector, v4 bool) string { return "peers-" + shortHash(s.Key) + famSuffix(v4) }
-
 func (r *renderer) peerSet(id SelectorID, v4 bool) string {
 	sel := &r.prog.Selectors[id]
 	name := PeerSetName(sel, v4)
 	// Created empty: podElements fills it with its members.
-	r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(sel.Description)}})
+	r.addSet(&Set{shared: true, Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(sel.Description)}})
 	r.peerSets.note(id, v4, name)
 	return name
 }
@@ -669,8 +679,11 @@ func (r *renderer) peerSet(id SelectorID, v4 bool) string {
 // port) for every pod a named port of the match can resolve on: the
 // policy's subjects for ingress; for egress the pods among the match's peers.
 type namedPortUser struct {
-	base string // the set is base-v4 or base-v6
-	m    *Match
+	// base is the rule's (ruleSetBase), owner its chain; sets are the
+	// set's names, IPv4 and IPv6.
+	base, owner string
+	sets        [2]string
+	m           *Match
 	// subject reports whether a pod is a subject of the rule's policy (ingress).
 	subject func(*Pod) bool
 }
@@ -695,7 +708,7 @@ func (u *namedPortUser) elements(r *renderer, pod *Pod, pt *podText, emit func(s
 			for i, ip := range pod.IPs {
 				key := r.strs(3)
 				key[0], key[1], key[2] = pt.addrs[i], cp.Protocol.Name(), port
-				emit(u.base+famSuffix(ip.Is4()), knftables.Element{Key: key, Comment: comment})
+				emit(u.sets[famIndex(ip.Is4())], knftables.Element{Key: key, Comment: comment})
 			}
 		}
 	}
@@ -703,20 +716,20 @@ func (u *namedPortUser) elements(r *renderer, pod *Pod, pt *podText, emit func(s
 
 // namedPortSet creates a rule's named-port set of one family (podElements
 // fills it) and registers the rule once for both families.
-func (r *renderer) namedPortSet(base string, m *Match, comment string, d Direction, subject func(*Pod) bool, v4 bool) string {
-	name := base + famSuffix(v4)
+func (r *renderer) namedPortSet(owner, base string, m *Match, comment string, d Direction, subject func(*Pod) bool, v4 bool) string {
+	name := ruleNamedSetName(base, v4)
 	if _, ok := r.rs.Sets[name]; !ok && !r.namedBases[base] {
 		if r.namedBases == nil {
 			r.namedBases = map[string]bool{}
 		}
 		r.namedBases[base] = true
-		u := namedPortUser{base: base, m: m}
+		u := namedPortUser{base: base, owner: owner, m: m, sets: [2]string{ruleNamedSetName(base, true), ruleNamedSetName(base, false)}}
 		if d == Ingress {
 			u.subject = subject
 		}
 		r.named = append(r.named, u)
 	}
-	r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4) + " . inet_proto . inet_service",
+	r.addSet(&Set{owner: owner, Set: &knftables.Set{Name: name, Type: addrType(v4) + " . inet_proto . inet_service",
 		Comment: truncComment(comment + " named ports, resolved per destination pod")}})
 	return name
 }

@@ -9,30 +9,6 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// clusterPolicyRef is a ClusterNetworkPolicy's readable part of object
-// names, shortened with a hash when long.
-func clusterPolicyRef(p *ClusterPolicy) string {
-	ref := p.Name
-	if len(ref) > maxPolicyRefChars {
-		ref = ref[:maxPolicyRefChars-9] + "_" + shortHash(p.Name)
-	}
-	return ref
-}
-
-func tierWord(t Tier) string { return strings.ToLower(t.String()) }
-
-// ClusterPolicyChainName is the chain holding a ClusterNetworkPolicy's rules
-// in one direction: "admin-<name>-egress", "baseline-<name>-ingress".
-func ClusterPolicyChainName(p *ClusterPolicy, d Direction) string {
-	return tierWord(p.Tier) + "-" + clusterPolicyRef(p) + "-" + d.String()
-}
-
-// ClusterComboChainName is the chain for the pods that exactly this list of
-// ClusterNetworkPolicies of one tier applies to, in one direction.
-func ClusterComboChainName(p *Program, t Tier, d Direction, ids []ClusterPolicyID) string {
-	return d.String() + "-" + tierWord(t) + "-" + shortHash(clusterComboKey(p, ids))
-}
-
 func clusterComboKey(p *Program, ids []ClusterPolicyID) string {
 	names := make([]string, len(ids))
 	for i, id := range ids {
@@ -63,7 +39,8 @@ func clusterVerdict(t Tier, d Direction, a Action) string {
 func (r *renderer) clusterPolicyChain(id ClusterPolicyID, d Direction) bool {
 	cp := &r.prog.ClusterPolicies[id]
 	name := ClusterPolicyChainName(cp, d)
-	c := &Chain{Chain: knftables.Chain{Name: name, Comment: truncComment(cp.Label + " " + d.String())}}
+	c := &Chain{Chain: knftables.Chain{Name: name, Comment: truncComment(cp.Label + " " + d.String())},
+		place: chainPlace{group: groupClusterPolicy, key: policyChainKey(cp.Name, d)}}
 	for ri := range cp.Rules(d) {
 		rl := &cp.Rules(d)[ri]
 		if rl.MatchesNothing() {
@@ -72,9 +49,9 @@ func (r *renderer) clusterPolicyChain(id ClusterPolicyID, d Direction) bool {
 		comment := fmt.Sprintf("%s %s rule %s (%s)", cp.Name, d, rl.Name, rl.Action)
 		verdict := clusterVerdict(cp.Tier, d, rl.Action)
 		if rl.Action == ActionDeny {
-			verdict = r.dropVerdict(clusterPolicyDeny(cp, rl))
+			verdict = r.dropVerdict(clusterPolicyDeny(cp, rl), c)
 		}
-		c.Rules = r.matchRules(c.Rules, &rl.Match, name+"-"+itoa(ri), comment, d, subjectOfClusterPolicy(cp.Tier, id, d), "counter "+verdict)
+		r.matchRules(c, &rl.Match, ruleSetBase(name, ri), comment, d, subjectOfClusterPolicy(cp.Tier, id, d), "counter "+verdict)
 	}
 	if len(c.Rules) == 0 {
 		return false
@@ -85,7 +62,7 @@ func (r *renderer) clusterPolicyChain(id ClusterPolicyID, d Direction) bool {
 
 // clusterComboChain jumps to the policies of one tier that apply to a set of
 // pods, in precedence order; when none decides, the next tier does.
-func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID, hasRules map[ClusterPolicyID][2]bool) string {
+func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID, hasRules func(i int) bool) string {
 	name := ClusterComboChainName(r.prog, t, d, ids)
 	if _, ok := r.rs.Chains[name]; ok {
 		return name
@@ -96,7 +73,8 @@ func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID,
 		labels[i] = fmt.Sprintf("%s (%d)", cp.Name, cp.Priority)
 	}
 	c := &Chain{Chain: knftables.Chain{Name: name,
-		Comment: truncComment(t.String() + " ClusterNetworkPolicies for " + d.String() + ", in precedence order: " + strings.Join(labels, ", "))}}
+		Comment: truncComment(t.String() + " ClusterNetworkPolicies for " + d.String() + ", in precedence order: " + strings.Join(labels, ", "))},
+		place: chainPlace{group: groupCombo, key: name}}
 	tc := tiers(d)
 	next := "goto " + tc.networkPolicy
 	if t == TierBaseline {
@@ -109,17 +87,17 @@ func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID,
 		addrs = r.addrs
 	}
 	if ranges, ok := comboRanges(r.prog, d, ids, addrs); ok {
-		r.combos = append(r.combos, comboSet{chain: name, d: d, ids: ids})
+		r.combos = append(r.combos, comboSet{chain: name, d: d, ids: ids, sets: [2]string{tierSkipSetName(name, true), tierSkipSetName(name, false)}})
 		for _, v4 := range []bool{true, false} {
-			set := name + famSuffix(v4)
+			set := tierSkipSetName(name, v4)
 			s := r.addSet(&Set{Set: &knftables.Set{Name: set, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
 				Comment: truncComment("every address a rule of " + name + " names")}})
 			s.Elements = comboElements(ranges, v4)
 			c.Rules = append(c.Rules, rule(fmt.Sprintf("%s %s != @%s %s", famWord(v4), peerAddr(d), set, next), "no rule of these policies names the "+peerWord(d)))
 		}
 	}
-	for _, id := range ids {
-		if hasRules[id][d] {
+	for i, id := range ids {
+		if hasRules(i) {
 			c.Rules = append(c.Rules, rule("jump "+ClusterPolicyChainName(&r.prog.ClusterPolicies[id], d), ""))
 		}
 	}
@@ -145,9 +123,10 @@ func peerWord(d Direction) string {
 }
 
 // comboSet is a ClusterNetworkPolicy combination chain with a tier-skip
-// set: its sets are chain-v4 and chain-v6.
+// set: sets are its sets' names, IPv4 and IPv6.
 type comboSet struct {
 	chain string
+	sets  [2]string
 	d     Direction
 	ids   []ClusterPolicyID
 }
@@ -207,9 +186,6 @@ func subjectOfClusterPolicy(t Tier, id ClusterPolicyID, d Direction) func(*Pod) 
 	return func(p *Pod) bool { return slices.Contains(p.ClusterPolicies(t, d), id) }
 }
 
-// NodeSetName is the set holding the addresses of one family of a nodes peer.
-func NodeSetName(s *NodeSet, v4 bool) string { return "nodes-" + shortHash(s.Key) + famSuffix(v4) }
-
 // nodeSet renders a nodes peer's addresses of one family; a set with no
 // address of the family is still created (nodes may gain addresses).
 func (r *renderer) nodeSet(id NodeSetID, v4 bool) string {
@@ -218,7 +194,7 @@ func (r *renderer) nodeSet(id NodeSetID, v4 bool) string {
 	if _, ok := r.rs.Sets[name]; ok {
 		return name
 	}
-	s := r.addSet(&Set{Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(ns.Description)}})
+	s := r.addSet(&Set{shared: true, Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(ns.Description)}})
 	// Addresses are sorted; a node name per address for the listing.
 	for _, a := range ns.Addrs {
 		if a.Is4() != v4 {

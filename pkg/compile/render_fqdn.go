@@ -53,28 +53,6 @@ import (
 // mode nothing is queued and the sets stay empty: domainNames peers match
 // nothing.
 
-// Names of the DNS learning objects.
-const (
-	// ChainDNS queues the captured DNS queries and replies (its name
-	// predates the queries; it is kept so that agents of both versions
-	// hand the queue over to each other).
-	ChainDNS    = "dns-replies"
-	ChainOutput = "output"
-	// ChainDNSQueriesForward and ChainDNSQueriesInput capture the pods'
-	// DNS queries after the policy's chains accepted them.
-	ChainDNSQueriesForward = "dns-queries-forward"
-	ChainDNSQueriesInput   = "dns-queries-input"
-	// ChainDNSQueryShare and ChainDNSReplyShare bound each local pod's
-	// share of the DNS queue before ChainDNS: its queries by their source
-	// address, the replies to it by their destination (render_share.go).
-	ChainDNSQueryShare = "dns-query-share"
-	ChainDNSReplyShare = "dns-reply-share"
-	// SetFQDNPodsV4 and SetFQDNPodsV6 hold the local pods whose DNS replies
-	// are learned.
-	SetFQDNPodsV4 = "fqdn-pods-v4"
-	SetFQDNPodsV6 = "fqdn-pods-v6"
-)
-
 // LearnsDNS reports whether the ruleset queues DNS replies for domainNames
 // peers: in hybrid and queue modes, unless NoDNSLearning.
 func (c *RenderConfig) LearnsDNS() bool { return c.Mode != ModeKernel && !c.NoDNSLearning }
@@ -100,16 +78,17 @@ func DNSQueueStatement(cfg RenderConfig) string {
 }
 
 // fqdnPeer is matchRules' peer alternative for a rule's domainNames: the
-// rule's learned set of the family. Only egress rules have them.
-func (r *renderer) fqdnPeer(m *Match, base, comment string, d Direction, v4 bool) []string {
+// rule's learned set of the family, owned by its chain c. Only egress rules
+// have them ("" for none).
+func (r *renderer) fqdnPeer(c *Chain, m *Match, base, comment string, d Direction, v4 bool) string {
 	if len(m.Domains) == 0 || d != Egress {
-		return nil
+		return ""
 	}
 	name := fqdnSetName(base, m.Domains, v4)
 	t := addrType(v4) + " . " + addrType(v4)
-	r.addSet(&Set{Dynamic: true, Set: &knftables.Set{Name: name, Type: t, Flags: []knftables.SetFlag{knftables.TimeoutFlag},
+	r.addSet(&Set{Dynamic: true, owner: c.Chain.Name, Set: &knftables.Set{Name: name, Type: t, Flags: []knftables.SetFlag{knftables.TimeoutFlag},
 		Comment: truncComment(comment + " pod . address it resolved (learned, TTL) for " + domainsKey(m.Domains))}})
-	return []string{fmt.Sprintf("%s saddr . %s daddr @%s ", famWord(v4), famWord(v4), name)}
+	return fmt.Sprintf("%s saddr . %s daddr @%s ", famWord(v4), famWord(v4), name)
 }
 
 // dnsQueryPriority is the priority of the query capture chains: right
@@ -217,11 +196,4 @@ func (r *renderer) fqdnPodElements(pod *Pod, pt *podText, emit func(set string, 
 	for i, ip := range pod.IPs {
 		emit(fqdnPodsSet(ip.Is4()), knftables.Element{Key: pt.addrKey(i), Comment: pt.comment})
 	}
-}
-
-func fqdnPodsSet(v4 bool) string {
-	if v4 {
-		return SetFQDNPodsV4
-	}
-	return SetFQDNPodsV6
 }

@@ -24,20 +24,6 @@ import (
 // rewrites them. The chains that may change incrementally (the deny
 // chains) only jump to them.
 
-// Names of the per-source share objects.
-const (
-	// ChainQueueHeld bounds, per source address, the new connections of
-	// unknown pod addresses sent to the queue (held there until the pod is
-	// programmed).
-	ChainQueueHeld = "userspace-held"
-	// ChainQueueShare bounds, per source address, queue mode's new
-	// connections sent to the queue (decided at once).
-	ChainQueueShare = "userspace-share"
-	// ChainDenyLogLimits bounds the deny log's messages per source address
-	// and overall; every deny chain jumps to it before logging.
-	ChainDenyLogLimits = "denylog-limits"
-)
-
 // Defaults of the per-source shares.
 //
 // The held path: a connection of an unknown pod address waits in the
@@ -106,11 +92,11 @@ const (
 // rules, ChainQueueShare for queue mode's dispatch.
 func (r *renderer) queueShareChains() {
 	if r.cfg.QueuesUnknownPods() {
-		r.sourceLimitChain(ChainQueueHeld, "held", r.cfg.HeldSourceRate, r.cfg.HeldSourceBurst, "goto "+ChainQueue,
+		r.sourceLimitChain(ChainQueueHeld, meterHeld, r.cfg.HeldSourceRate, r.cfg.HeldSourceBurst, "goto "+ChainQueue,
 			"new connections of unknown pod addresses: each source address may hold a bounded share of the queue")
 	}
 	if r.cfg.Mode == ModeQueue {
-		r.sourceLimitChain(ChainQueueShare, "queue", r.cfg.QueueSourceRate, r.cfg.QueueSourceBurst, "goto "+ChainQueue,
+		r.sourceLimitChain(ChainQueueShare, meterQueue, r.cfg.QueueSourceRate, r.cfg.QueueSourceBurst, "goto "+ChainQueue,
 			"new connections decided in userspace: each source address gets a bounded share of the queue")
 	}
 }
@@ -119,9 +105,9 @@ func (r *renderer) queueShareChains() {
 // the DNS queue before ChainDNS: ChainDNSQueryShare keyed by the query's
 // source, ChainDNSReplyShare by the reply's destination.
 func (r *renderer) dnsShareChains() {
-	r.sourceLimitChain(ChainDNSQueryShare, "dns-query", r.cfg.DNSPodRate, r.cfg.DNSPodBurst, "goto "+ChainDNS,
+	r.sourceLimitChain(ChainDNSQueryShare, meterDNSQuery, r.cfg.DNSPodRate, r.cfg.DNSPodBurst, "goto "+ChainDNS,
 		"DNS queries of pods with domainNames rules: each pod gets a bounded share of the DNS queue")
-	r.destLimitChain(ChainDNSReplyShare, "dns-reply", r.cfg.DNSPodRate, r.cfg.DNSPodBurst, "goto "+ChainDNS,
+	r.destLimitChain(ChainDNSReplyShare, meterDNSReply, r.cfg.DNSPodRate, r.cfg.DNSPodBurst, "goto "+ChainDNS,
 		"DNS replies to pods with domainNames rules: each pod gets a bounded share of the DNS queue")
 }
 
@@ -133,32 +119,35 @@ func (r *renderer) denyLogLimits() {
 	if r.cfg.DenyLogGroup == 0 {
 		return
 	}
-	c := r.sourceLimitChain(ChainDenyLogLimits, "denylog", r.cfg.DenyLogRate, r.cfg.DenyLogBurst, "",
+	c := r.sourceLimitChain(ChainDenyLogLimits, meterDenyLog, r.cfg.DenyLogRate, r.cfg.DenyLogBurst, "",
 		"deny log budget: per source address and overall; over it a denied packet is dropped unlogged")
 	c.Rules = append(c.Rules, rule(fmt.Sprintf("limit rate over %d/second burst %d packets counter drop", r.cfg.DenyLogTotalRate, r.cfg.DenyLogTotalBurst),
 		"over the overall deny log budget"))
 }
 
 // sourceLimitChain renders a chain that drops, and counts, the packets of a
-// source address over rate/burst, per family, with its meters
-// (<prefix>-sources-v4/-v6), and ends with last (if any).
+// source address over rate/burst, per family, with its meters (named after
+// prefix, meterSetName), and ends with last (if any).
 func (r *renderer) sourceLimitChain(name, prefix string, rate, burst uint32, last, comment string) *Chain {
-	return r.addrLimitChain(name, prefix+"-sources", "saddr", "source", rate, burst, last, comment)
+	return r.addrLimitChain(name, prefix, true, rate, burst, last, comment)
 }
 
-// destLimitChain is sourceLimitChain keyed by the destination address
-// (meters <prefix>-destinations-v4/-v6): the share of the address packets
-// go to, as the replies to a pod are.
+// destLimitChain is sourceLimitChain keyed by the destination address:
+// the share of the address packets go to, as the replies to a pod are.
 func (r *renderer) destLimitChain(name, prefix string, rate, burst uint32, last, comment string) *Chain {
-	return r.addrLimitChain(name, prefix+"-destinations", "daddr", "destination", rate, burst, last, comment)
+	return r.addrLimitChain(name, prefix, false, rate, burst, last, comment)
 }
 
-// addrLimitChain renders a meter chain keyed by the packet's field (saddr
-// or daddr), its sets named <sets>-v4/-v6.
-func (r *renderer) addrLimitChain(name, sets, field, what string, rate, burst uint32, last, comment string) *Chain {
+// addrLimitChain renders a meter chain keyed by the packet's source or
+// destination address, its meters named after prefix.
+func (r *renderer) addrLimitChain(name, prefix string, bySource bool, rate, burst uint32, last, comment string) *Chain {
+	field, what := "saddr", "source"
+	if !bySource {
+		field, what = "daddr", "destination"
+	}
 	c := &Chain{Chain: knftables.Chain{Name: name, Comment: ptr(comment)}}
 	for _, v4 := range []bool{true, false} {
-		set := sets + famSuffix(v4)
+		set := meterSetName(prefix, bySource, v4)
 		r.addSet(&Set{Dynamic: true, Set: &knftables.Set{Name: set, Type: addrType(v4),
 			Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Size: ptr(uint64(sourceSetSize)), Timeout: ptr(sourceSetTimeout),
 			Comment: ptr(fmt.Sprintf("per %s address: %d packets/second, burst %d (written by the rules of %s)", what, rate, burst, name))}})

@@ -71,9 +71,6 @@ import (
 // too. RenderConfig.NoSourceValidation (--source-validation=false) leaves
 // the chain out, for CNIs that already enforce it.
 
-// ChainPrerouting is the base chain of the source check.
-const ChainPrerouting = "prerouting"
-
 // sourceCheckComment is the drop rule's comment: what it drops and how to
 // turn it off.
 const sourceCheckComment = "spoofed source: came in on a pod interface (veth/bridge) that does not route back to it; --source-validation=false disables"

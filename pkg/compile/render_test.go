@@ -45,27 +45,34 @@ func renderScenario(t *testing.T, path string, cfg compile.RenderConfig) string 
 	return fake.Dump()
 }
 
-func TestGolden(t *testing.T) {
+func TestGolden(t *testing.T) { checkGoldens(t, "testdata/golden", *update) }
+
+// goldenModes are the configurations each golden scenario is rendered in,
+// by the suffix of its golden file.
+var goldenModes = []struct {
+	suffix string
+	cfg    compile.RenderConfig
+}{
+	{"hybrid", compile.RenderConfig{Mode: compile.ModeHybrid}},
+	{"queue", compile.RenderConfig{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative, FailOpen: true, Queues: 2}},
+	{"queue-xt", compile.RenderConfig{Mode: compile.ModeQueue, QueueVariant: compile.QueueXTCompat}},
+	{"hybrid-denylog", compile.RenderConfig{Mode: compile.ModeHybrid, DenyLogGroup: 7}},
+}
+
+// checkGoldens renders every golden scenario in every mode and compares
+// the ruleset with its golden file in dir, or (update) writes the file.
+func checkGoldens(t *testing.T, dir string, update bool) {
 	scenarios, _ := filepath.Glob("testdata/golden/*.yaml")
 	if len(scenarios) == 0 {
 		t.Fatal("no golden scenarios")
 	}
-	modes := []struct {
-		suffix string
-		cfg    compile.RenderConfig
-	}{
-		{"hybrid", compile.RenderConfig{Mode: compile.ModeHybrid}},
-		{"queue", compile.RenderConfig{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative, FailOpen: true, Queues: 2}},
-		{"queue-xt", compile.RenderConfig{Mode: compile.ModeQueue, QueueVariant: compile.QueueXTCompat}},
-		{"hybrid-denylog", compile.RenderConfig{Mode: compile.ModeHybrid, DenyLogGroup: 7}},
-	}
 	for _, sc := range scenarios {
-		for _, m := range modes {
+		for _, m := range goldenModes {
 			name := strings.TrimSuffix(filepath.Base(sc), ".yaml") + "." + m.suffix
 			t.Run(name, func(t *testing.T) {
 				got := renderScenario(t, sc, m.cfg)
-				golden := filepath.Join("testdata/golden", name+".nft")
-				if *update {
+				golden := filepath.Join(dir, name+".nft")
+				if update {
 					if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
 						t.Fatal(err)
 					}

@@ -8,29 +8,6 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// Names of the unknown-pod objects: every address the program knows, and
-// the cluster's pod ranges.
-const (
-	SetKnownPodsV4 = "known-pods-v4"
-	SetKnownPodsV6 = "known-pods-v6"
-	SetPodCIDRsV4  = "pod-cidrs-v4"
-	SetPodCIDRsV6  = "pod-cidrs-v6"
-)
-
-func knownPodsSet(v4 bool) string {
-	if v4 {
-		return SetKnownPodsV4
-	}
-	return SetKnownPodsV6
-}
-
-func podCIDRsSet(v4 bool) string {
-	if v4 {
-		return SetPodCIDRsV4
-	}
-	return SetPodCIDRsV6
-}
-
 // QueuesUnknownPods reports whether the ruleset sends new connections of
 // unknown addresses in the pod ranges to the userspace evaluator: in
 // hybrid and queue mode unless SkipUnknownPods; never in kernel mode.

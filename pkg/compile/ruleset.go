@@ -15,6 +15,61 @@ type Chain struct {
 	// External chains have their rules installed outside knftables (the
 	// xt-compat queue rule); syncs create them but never flush them.
 	External bool
+	// place is where Render creates the chain, so that the tracker puts a
+	// new one where a full render has it.
+	place chainPlace
+	// shares lists the shared sets (peer and node sets) its rules name,
+	// once per peer alternative: such a set exists while a rule names it.
+	shares []string
+}
+
+// chainPlace orders chains as Render creates them: by group, then by key
+// within the group; a deny log chain right before the chain whose drops
+// it logs (same group and key).
+type chainPlace struct {
+	group chainGroup
+	key   string
+	deny  bool
+}
+
+// chainGroup is a group of chains Render creates together, in this order.
+type chainGroup uint8
+
+const (
+	// groupStatic: the chains that do not depend on the policies (queue,
+	// shares, tier dispatch), created first.
+	groupStatic chainGroup = iota
+	// groupPolicy: NetworkPolicy rule chains, by policy key then ingress
+	// before egress (policyChainKey).
+	groupPolicy
+	// groupClusterPolicy: ClusterNetworkPolicy rule chains, by name then
+	// direction.
+	groupClusterPolicy
+	// groupCombo: the combination chains of both APIs, by name.
+	groupCombo
+	// groupTail: the DNS capture and the base chains, created last.
+	groupTail
+)
+
+// before reports whether Render creates a chain at place a before one at b.
+func (a chainPlace) before(b chainPlace) bool {
+	if a.group != b.group {
+		return a.group < b.group
+	}
+	if a.key != b.key {
+		return a.key < b.key
+	}
+	return a.deny && !b.deny
+}
+
+// policyChainKey orders a policy's rule chain as Render creates them: by
+// policy key or name (NUL after it, so that "x/a" sorts before "x/a-b"),
+// then ingress before egress.
+func policyChainKey(policy string, d Direction) string {
+	if d == Ingress {
+		return policy + "\x000"
+	}
+	return policy + "\x001"
 }
 
 // Set is a desired set or map and its elements, sorted.
@@ -27,6 +82,11 @@ type Set struct {
 	// fqdn sets, with timeouts): Elements stays empty and syncs keep the
 	// kernel's elements as long as the declaration does not change.
 	Dynamic bool
+	// owner is the rule chain a rule's set belongs to (it goes with it).
+	owner string
+	// shared sets (peer and node sets) can be named by rules of several
+	// policies: one exists while a rendered rule names it.
+	shared bool
 }
 
 // Name returns the set's or map's name.

@@ -31,8 +31,8 @@ import (
 // returns the element changes of the shared sets. For an address that
 // another pod also claims (ownership is decided over all pods), and for a
 // ClusterNetworkPolicy combination that ApplyClusterPolicy would not track
-// either (deny log, domainNames rules), it reports false and the caller
-// rebuilds.
+// either (deny log, domainNames rules), it returns why (a Fallback) and
+// the caller rebuilds.
 //
 // The Program is not updated by ApplyPod, ApplyPolicy or
 // ApplyClusterPolicy: Program returns the last build's, which lags the
@@ -150,8 +150,8 @@ func (t *Tracker) index(pods []*PodInfo) {
 	for i := range p.Pods {
 		pod := &p.Pods[i]
 		t.views[pod.Key] = pod
-		for _, n := range t.combos(pod) {
-			t.comboUse[n]++
+		for _, c := range t.combos(pod) {
+			t.comboUse[c.name]++
 		}
 		if t.r.fqdnSubject(pod) {
 			t.fqdnUse++
@@ -223,23 +223,31 @@ func (t *Tracker) fqdnSubjectOf(pod *Pod) bool {
 	return false
 }
 
-// combos names the combination chains a local pod is dispatched to.
-func (t *Tracker) combos(pod *Pod) []string {
-	if !pod.Local || t.cfg.Mode == ModeQueue {
+// namedCombo is a combination chain and its name.
+type namedCombo struct {
+	combo
+	name string
+}
+
+// combos lists the combination chains a local pod is dispatched to (none
+// for nil).
+func (t *Tracker) combos(pod *Pod) []namedCombo {
+	if pod == nil || !pod.Local || t.cfg.Mode == ModeQueue {
 		return nil
 	}
-	var out []string
-	for _, d := range []Direction{Ingress, Egress} {
-		if ids := pod.Policies(d); len(ids) > 0 {
-			out = append(out, IsolationChainName(t.cur, d, ids))
-		}
-		for _, tier := range []Tier{TierAdmin, TierBaseline} {
-			if ids := pod.ClusterPolicies(tier, d); len(ids) > 0 {
-				out = append(out, ClusterComboChainName(t.cur, tier, d, ids))
-			}
+	var out []namedCombo
+	podCombos(pod, func(c combo) { out = append(out, namedCombo{c, c.name(t.cur)}) })
+	return out
+}
+
+// hasCombo reports whether a list of combination chains has one by name.
+func hasCombo(cs []namedCombo, name string) bool {
+	for _, c := range cs {
+		if c.name == name {
+			return true
 		}
 	}
-	return out
+	return false
 }
 
 // SetDelta is the element changes of one set or map.
@@ -264,9 +272,10 @@ func (d Delta) Elements() (added, deleted int) {
 // state, or nil when it was deleted. It updates the ruleset's sets in
 // place and returns the element changes; when the pod creates or deletes
 // an isolation chain, Ruleset then returns a new ruleset sharing those
-// sets (the caller writes both, with Syncer.ApplyDelta). ok is false when
-// the change needs a Rebuild (nothing was changed then).
-func (t *Tracker) ApplyPod(key string, pod *corev1.Pod) (delta Delta, ok bool) {
+// sets (the caller writes both, with Syncer.ApplyDelta). A Fallback other
+// than NoFallback tells why the change needs a Rebuild (nothing was
+// changed then).
+func (t *Tracker) ApplyPod(key string, pod *corev1.Pod) (Delta, Fallback) {
 	var pi *PodInfo
 	if pod != nil {
 		if pi = t.cache.pods[pod]; pi == nil {
@@ -277,111 +286,167 @@ func (t *Tracker) ApplyPod(key string, pod *corev1.Pod) (delta Delta, ok bool) {
 }
 
 // ApplyPodInfo is ApplyPod for a pod already read.
-func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) {
+func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 	if t.r == nil {
-		return nil, false
+		return nil, FallbackNotBuilt
 	}
 	old := t.views[key]
 	var ips []netip.Addr
 	if pod != nil && pod.takesPart() {
 		ips = pod.IPs
 	}
-	// Address ownership is decided over all pods, and a node address in
-	// the pod ranges is known as the node's only while no pod holds it:
-	// any contest rebuilds.
-	for _, ip := range t.claimed[key] {
-		if t.claims[ip] > 1 || t.nodeAddrs[ip] {
-			return nil, false
-		}
-	}
-	for _, ip := range ips {
-		if t.claims[ip] > 0 && !slices.Contains(t.claimed[key], ip) || t.nodeAddrs[ip] {
-			return nil, false
-		}
+	if f := t.contested(key, ips); f != NoFallback {
+		return nil, f
 	}
 	var cur *Pod
 	if len(ips) > 0 {
 		cur = t.place(pod)
 	}
-	// The shape: a combination chain the pod enters that no local pod
-	// uses yet must be created, one it leaves as its last local pod
-	// deleted, with the policy chains it jumps to (reshape). A
-	// ClusterNetworkPolicy combination is left to the full build with the
-	// deny log on and for policies with domainNames rules, as
-	// ApplyClusterPolicy leaves them.
-	var oldCombos, newCombos []string
-	if old != nil {
-		oldCombos = t.combos(old)
+	oldCombos, newCombos := t.combos(old), t.combos(cur)
+	reshaped, f := t.reshapes(old, cur, oldCombos, newCombos)
+	if f != NoFallback {
+		return nil, f
 	}
-	if cur != nil {
-		newCombos = t.combos(cur)
+	fqdnDelta, f := t.fqdnChange(old, cur)
+	if f != NoFallback {
+		return nil, f
 	}
+
+	changes := setChanges{}
+	before := t.elementsOf(old)
+	after := t.elementsOf(cur)
+	for id, e := range before {
+		if _, ok := after[id]; !ok {
+			d := changes.at(e.set)
+			d.Delete = append(d.Delete, e.e)
+		}
+	}
+	for id, e := range after {
+		if _, ok := before[id]; !ok {
+			d := changes.at(e.set)
+			d.Add = append(d.Add, e.e)
+		}
+	}
+	t.notePod(key, ips, old, cur, oldCombos, newCombos, fqdnDelta)
+	// Then the tier-skip sets that list the pod's selectors.
+	t.updateCombos(key, old, cur, changes)
+
+	var delta Delta
+	if reshaped {
+		delta = t.reshape(old, cur, oldCombos, newCombos, changes)
+		t.stale = true
+		return delta, NoFallback
+	}
+	for _, n := range slices.Sorted(maps.Keys(changes)) {
+		d := changes[n]
+		if len(d.Add) == 0 && len(d.Delete) == 0 {
+			continue
+		}
+		t.r.rs.Sets[n].apply(d)
+		delta = append(delta, *d)
+	}
+	if len(delta) > 0 || old != nil || cur != nil {
+		t.stale = true
+	}
+	return delta, NoFallback
+}
+
+// setChanges collects element changes by set.
+type setChanges map[string]*SetDelta
+
+// at returns the changes of a set, created empty.
+func (c setChanges) at(set string) *SetDelta {
+	d := c[set]
+	if d == nil {
+		d = &SetDelta{Set: set}
+		c[set] = d
+	}
+	return d
+}
+
+// contested tells whether a pod's addresses, before (as tracked) and after
+// (ips), are contested: address ownership is decided over all pods, and a
+// node address in the pod ranges is known as the node's only while no pod
+// holds it.
+func (t *Tracker) contested(key string, ips []netip.Addr) Fallback {
+	for _, ip := range t.claimed[key] {
+		if t.nodeAddrs[ip] {
+			return FallbackNodeAddress
+		}
+		if t.claims[ip] > 1 {
+			return FallbackAddressShared
+		}
+	}
+	for _, ip := range ips {
+		if t.nodeAddrs[ip] {
+			return FallbackNodeAddress
+		}
+		if t.claims[ip] > 0 && !slices.Contains(t.claimed[key], ip) {
+			return FallbackAddressShared
+		}
+	}
+	return NoFallback
+}
+
+// reshapes reports whether a pod change changes the ruleset's shape: a
+// combination chain the pod enters that no local pod uses yet must be
+// created, one it leaves as its last local pod deleted, with the policy
+// chains it jumps to (reshape). A ClusterNetworkPolicy combination is left
+// to the full build with the deny log on and for policies with domainNames
+// rules, as ApplyClusterPolicy leaves them.
+func (t *Tracker) reshapes(old, cur *Pod, oldCombos, newCombos []namedCombo) (bool, Fallback) {
 	reshaped := false
-	for _, n := range newCombos {
-		if !slices.Contains(oldCombos, n) && t.comboUse[n] == 0 {
-			if !isIsolationChain(n) && !t.clusterComboTrackable(cur) {
-				return nil, false
+	for _, c := range newCombos {
+		if !hasCombo(oldCombos, c.name) && t.comboUse[c.name] == 0 {
+			if f := t.clusterComboTrackable(c.combo, cur); f != NoFallback {
+				return false, f
 			}
 			reshaped = true
 		}
 	}
-	for _, n := range oldCombos {
-		if !slices.Contains(newCombos, n) && t.comboUse[n] <= 1 {
-			if !isIsolationChain(n) && !t.clusterComboTrackable(old) {
-				return nil, false
+	for _, c := range oldCombos {
+		if !hasCombo(newCombos, c.name) && t.comboUse[c.name] <= 1 {
+			if f := t.clusterComboTrackable(c.combo, old); f != NoFallback {
+				return false, f
 			}
 			reshaped = true
 		}
 	}
-	// The DNS capture exists while a local pod is a domainNames subject,
-	// and lists the subjects of the policies the last build saw with one.
+	return reshaped, NoFallback
+}
+
+// fqdnChange returns how a pod change moves the number of DNS capture
+// subjects. The DNS capture exists while a local pod is a domainNames
+// subject, and lists the subjects of the policies the last build saw with
+// one.
+func (t *Tracker) fqdnChange(old, cur *Pod) (int, Fallback) {
 	fqdnDelta := 0
 	if old != nil && t.r.fqdnSubject(old) {
 		fqdnDelta--
 	}
 	if cur != nil {
 		if t.fqdnSubjectOf(cur) != t.r.fqdnSubject(cur) {
-			return nil, false
+			return 0, FallbackDNSCapture
 		}
 		if t.r.fqdnSubject(cur) {
 			fqdnDelta++
 		}
 	}
 	if t.fqdnUse > 0 && t.fqdnUse+fqdnDelta == 0 {
-		return nil, false
+		return 0, FallbackDNSCapture
 	}
+	return fqdnDelta, NoFallback
+}
 
-	changes := map[string]*SetDelta{}
-	at := func(set string) *SetDelta {
-		d := changes[set]
-		if d == nil {
-			d = &SetDelta{Set: set}
-			changes[set] = d
-		}
-		return d
-	}
-	before := t.elementsOf(old)
-	after := t.elementsOf(cur)
-	for id, e := range before {
-		if _, ok := after[id]; !ok {
-			d := at(e.set)
-			d.Delete = append(d.Delete, e.e)
-		}
-	}
-	for id, e := range after {
-		if _, ok := before[id]; !ok {
-			d := at(e.set)
-			d.Add = append(d.Add, e.e)
-		}
-	}
-
-	// Bookkeeping, then the tier-skip sets that list the pod's selectors.
+// notePod records a pod change: the combinations' and DNS capture's uses,
+// the address claims, the pod's view.
+func (t *Tracker) notePod(key string, ips []netip.Addr, old, cur *Pod, oldCombos, newCombos []namedCombo, fqdnDelta int) {
 	t.fqdnUse += fqdnDelta
-	for _, n := range oldCombos {
-		t.comboUse[n]--
+	for _, c := range oldCombos {
+		t.comboUse[c.name]--
 	}
-	for _, n := range newCombos {
-		t.comboUse[n]++
+	for _, c := range newCombos {
+		t.comboUse[c.name]++
 	}
 	for _, ip := range t.claimed[key] {
 		if t.claims[ip]--; t.claims[ip] == 0 {
@@ -401,25 +466,6 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (delta Delta, ok bool) 
 		delete(t.views, key)
 	}
 	t.notePodMoved(key)
-	t.updateCombos(key, old, cur, at)
-
-	if reshaped {
-		delta = t.reshape(old, cur, changes)
-		t.stale = true
-		return delta, true
-	}
-	for _, n := range slices.Sorted(maps.Keys(changes)) {
-		d := changes[n]
-		if len(d.Add) == 0 && len(d.Delete) == 0 {
-			continue
-		}
-		t.r.rs.Sets[n].apply(d)
-		delta = append(delta, *d)
-	}
-	if len(delta) > 0 || old != nil || cur != nil {
-		t.stale = true
-	}
-	return delta, true
 }
 
 // place computes where a pod stands in the last build's program: the
@@ -511,7 +557,7 @@ func ElementID(e *knftables.Element) string {
 
 // updateCombos refreshes the tier-skip sets naming a selector whose members
 // or their addresses changed with this pod.
-func (t *Tracker) updateCombos(key string, old, cur *Pod, at func(string) *SetDelta) {
+func (t *Tracker) updateCombos(key string, old, cur *Pod, changes setChanges) {
 	var touched []int
 	check := func(p *Pod) {
 		if p == nil {
@@ -545,10 +591,10 @@ func (t *Tracker) updateCombos(key string, old, cur *Pod, at func(string) *SetDe
 		c := t.r.combos[ci]
 		ranges, _ := comboRanges(t.cur, c.d, c.ids, t.selectorAddrs)
 		for _, v4 := range []bool{true, false} {
-			name := c.chain + famSuffix(v4)
+			name := c.sets[famIndex(v4)]
 			want := comboElements(ranges, v4)
 			have := t.r.rs.Sets[name].Elements
-			d := at(name)
+			d := changes.at(name)
 			// A combo's ranges come from ClusterNetworkPolicy networks
 			// lists, as long as their authors make them: compared by key
 			// through a map, not pairwise.
@@ -601,209 +647,6 @@ func compareElements(a, b knftables.Element) int {
 		}
 	}
 	return len(a.Key) - len(b.Key)
-}
-
-// reshape applies a pod change that creates or deletes combination chains
-// (the pod is the first or the last local pod of a combination of
-// policies of either API), after ApplyPodInfo's bookkeeping. It makes a
-// new Ruleset that shares the previous one's sets and chains (a Syncer
-// holds the previous one): the combinations the pod left and no other pod
-// uses deleted, with the policy chains no local pod needs any more and
-// their sets; the combinations it entered rendered, with the policy chains
-// they newly need and their sets, filled; and the pod's element changes
-// applied in place, as ApplyPodInfo applies them, to the sets the two
-// rulesets share. It returns those changes: the caller hands the new
-// ruleset and them to Syncer.ApplyDelta, which writes what differs between
-// the two rulesets (chains, new and deleted sets) and the changes.
-func (t *Tracker) reshape(old, cur *Pod, changes map[string]*SetDelta) (delta Delta) {
-	t.ownProgram()
-	p := t.cur
-	rs := t.newRuleset()
-	type combo struct {
-		d   Direction
-		ids []PolicyID
-	}
-	var left, entered []combo
-	var cleft, centered []podCombo
-	ns := ""
-	for _, v := range []*Pod{old, cur} {
-		if v != nil {
-			ns = v.Namespace
-		}
-	}
-	for _, d := range []Direction{Ingress, Egress} {
-		var was, is []PolicyID
-		if old != nil && old.Local {
-			was = old.Policies(d)
-		}
-		if cur != nil && cur.Local {
-			is = cur.Policies(d)
-		}
-		if !slices.Equal(was, is) {
-			if n := IsolationChainName(p, d, was); len(was) > 0 && t.comboUse[n] == 0 {
-				delete(t.comboUse, n)
-				left = append(left, combo{d, was})
-			}
-			if _, ok := rs.Chains[IsolationChainName(p, d, is)]; len(is) > 0 && !ok {
-				entered = append(entered, combo{d, is})
-			}
-		}
-		for _, tier := range []Tier{TierAdmin, TierBaseline} {
-			var was, is []ClusterPolicyID
-			if old != nil && old.Local {
-				was = old.ClusterPolicies(tier, d)
-			}
-			if cur != nil && cur.Local {
-				is = cur.ClusterPolicies(tier, d)
-			}
-			if slices.Equal(was, is) {
-				continue
-			}
-			if n := ClusterComboChainName(p, tier, d, was); len(was) > 0 && t.comboUse[n] == 0 {
-				delete(t.comboUse, n)
-				cleft = append(cleft, podCombo{tier, d, was})
-			}
-			if _, ok := rs.Chains[ClusterComboChainName(p, tier, d, is)]; len(is) > 0 && !ok {
-				centered = append(centered, podCombo{tier, d, is})
-			}
-		}
-	}
-	if len(cleft) > 0 || len(centered) > 0 {
-		t.ownCluster()
-	}
-
-	// What goes: the chains of the combinations left, their deny-log
-	// chains, and the chains of the policies no local pod is isolated by
-	// any more in that direction (with the sets they own).
-	gone := false
-	for _, c := range left {
-		gone = t.removeChain(rs, IsolationChainName(p, c.d, c.ids)) || gone
-		if t.cfg.DenyLogGroup != 0 {
-			deny := networkPolicyDeny(p, c.d, c.ids).ID()
-			gone = t.removeChain(rs, DenyChainName(deny)) || gone
-			delete(rs.DenyIDs, deny)
-		}
-		for _, id := range c.ids {
-			n := PolicyChainName(&p.Policies[id], c.d)
-			if _, ok := rs.Chains[n]; ok && !t.isolatesLocal(ns, id, c.d) {
-				t.removeRuleChain(rs, n)
-				gone = true
-			}
-		}
-	}
-	// A ClusterNetworkPolicy combination goes with its tier-skip sets,
-	// and so do the chains of the policies no local pod is a subject of
-	// any more in that direction.
-	for _, c := range cleft {
-		n := ClusterComboChainName(p, c.t, c.d, c.ids)
-		gone = t.removeChain(rs, n) || gone
-		delete(rs.Sets, n+famSuffix(true))
-		delete(rs.Sets, n+famSuffix(false))
-		t.r.combos = slices.DeleteFunc(t.r.combos, func(s comboSet) bool { return s.chain == n })
-		for _, id := range c.ids {
-			n := ClusterPolicyChainName(&p.ClusterPolicies[id], c.d)
-			if _, ok := rs.Chains[n]; ok && !t.clusterSubjectLocal(id, c.d) {
-				t.removeRuleChain(rs, n)
-				gone = true
-			}
-		}
-	}
-	if gone {
-		rs.ChainOrder = slices.DeleteFunc(rs.ChainOrder, func(n string) bool {
-			_, ok := rs.Chains[n]
-			return !ok
-		})
-	}
-
-	// What comes: the policy chains the entered combinations need that
-	// no other local pod needed (a policy without rules in a direction has
-	// none), then the combinations' chains (a ClusterNetworkPolicy one
-	// with its tier-skip sets, from the tracked pods).
-	r2 := &renderer{prog: p, cfg: t.r.cfg, rs: &Ruleset{Chains: map[string]*Chain{}, Sets: map[string]*Set{}}, addrs: t.trackedSelectorAddrs}
-	// chainFor reports whether a policy's chain exists or was just
-	// rendered, else renders it (false: the policy has no rules there).
-	chainFor := func(d Direction, n string, render func() bool) (h [2]bool) {
-		_, had := rs.Chains[n]
-		_, rendered := r2.rs.Chains[n]
-		h[d] = had || rendered || render()
-		return h
-	}
-	for _, c := range entered {
-		hasRules := map[PolicyID][2]bool{}
-		for _, id := range c.ids {
-			hasRules[id] = chainFor(c.d, PolicyChainName(&p.Policies[id], c.d), func() bool { return r2.policyChain(id, c.d) })
-		}
-		r2.isolationChain(c.d, c.ids, hasRules)
-	}
-	for _, c := range centered {
-		hasRules := map[ClusterPolicyID][2]bool{}
-		for _, id := range c.ids {
-			hasRules[id] = chainFor(c.d, ClusterPolicyChainName(&p.ClusterPolicies[id], c.d), func() bool { return r2.clusterPolicyChain(id, c.d) })
-		}
-		r2.clusterComboChain(c.t, c.d, c.ids, hasRules)
-	}
-	t.placeRendered(rs, r2)
-	t.r.combos = append(t.r.combos, r2.combos...)
-	fresh := t.mergeSets(rs, r2)
-	if len(centered) > 0 {
-		ns = "" // ClusterNetworkPolicy named ports resolve on subjects anywhere
-	}
-	t.fill(rs, fresh, ns)
-	if len(cleft) > 0 || len(centered) > 0 {
-		t.indexCombos()
-	}
-
-	// The pod's own element changes, in sets that are not new (those
-	// were filled with it) and still exist.
-	for _, n := range slices.Sorted(maps.Keys(changes)) {
-		d := changes[n]
-		s := rs.Sets[n]
-		if s == nil || fresh[n] || len(d.Add) == 0 && len(d.Delete) == 0 {
-			continue
-		}
-		s.apply(d)
-		delta = append(delta, *d)
-	}
-	return delta
-}
-
-// clusterComboTrackable reports whether reshape may create or delete the
-// pod's ClusterNetworkPolicy combination chains: not with the deny log,
-// nor for a policy with domainNames rules (as ApplyClusterPolicy).
-func (t *Tracker) clusterComboTrackable(pod *Pod) bool {
-	if t.cfg.DenyLogGroup != 0 {
-		return false
-	}
-	ok := true
-	t.forCombos(pod, func(c podCombo, _ string) {
-		for _, id := range c.ids {
-			ok = ok && clusterRulesTrackable(&t.cur.ClusterPolicies[id])
-		}
-	})
-	return ok
-}
-
-// clusterSubjectLocal reports whether a tracked local pod is a subject of
-// the ClusterNetworkPolicy in that direction (its chain is then rendered).
-func (t *Tracker) clusterSubjectLocal(id ClusterPolicyID, d Direction) bool {
-	for _, v := range t.views {
-		if v.Local && (slices.Contains(v.ClusterPolicies(TierAdmin, d), id) || slices.Contains(v.ClusterPolicies(TierBaseline, d), id)) {
-			return true
-		}
-	}
-	return false
-}
-
-// isolatesLocal reports whether a tracked local pod of the namespace is
-// isolated by the policy in that direction (its chain is then rendered).
-func (t *Tracker) isolatesLocal(ns string, id PolicyID, d Direction) bool {
-	found := false
-	t.podsIn(ns, func(_ string, v *Pod) {
-		if !found && v.Local && slices.Contains(v.Policies(d), id) {
-			found = true
-		}
-	})
-	return found
 }
 
 // elementKeys is the set of the elements' keys (elementKey).

@@ -7,7 +7,6 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"sigs.k8s.io/knftables"
 )
 
 // policyState is what the tracker learns, after a Rebuild, to apply
@@ -19,10 +18,6 @@ type policyState struct {
 	// policy keeps its index (nothing refers to it any more): the indices
 	// the tracked pods hold stay valid without renumbering.
 	ids map[string]PolicyID
-	// chainKeys orders the NetworkPolicy chains as Render creates them:
-	// chain name -> policy key, NUL (so that "x/a" sorts before "x/a-b" as
-	// the keys do), then "0" for ingress or "1" for egress.
-	chainKeys map[string]string
 	// peerRefs counts, per peer or node set, the chain rules that name it: a peer
 	// set exists while a rendered rule uses its selector.
 	peerRefs map[string]int
@@ -39,257 +34,295 @@ type policyState struct {
 // with the previous one, so that sets.Syncer.Sync can diff the two (the
 // chains and sets a policy owns are no element changes).
 //
-// ok is false when the change is not tracked: queue mode (the evaluator
-// decides every selected pod's connections and must have the current
-// program, so every change there is a full build), or a key that does not
-// name the object. Nothing was changed then; the caller rebuilds. The
-// Program lags, as it does for pod changes: Stale reports true until the
-// next Rebuild.
-func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) (ok bool) {
-	if t.r == nil || t.cfg.Mode == ModeQueue {
-		return false
-	}
-	if np != nil && policyKey(np) != key {
-		return false
-	}
-	t.ownProgram()
-	cur := t.cur
-	id, existed := t.pol.ids[key]
-	if !existed && np == nil {
-		return true // never seen: Build would not see it either
-	}
+// The change is not tracked (a Fallback other than NoFallback tells why)
+// in queue mode (the evaluator decides every selected pod's connections
+// and must have the current program, so every change there is a full
+// build), or for a key that does not name the object. Nothing was changed
+// then; the caller rebuilds. The Program lags, as it does for pod changes:
+// Stale reports true until the next Rebuild.
+func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) Fallback {
 	ns, _, _ := strings.Cut(key, "/")
+	return t.applyPolicyChange(&npChange{key: key, ns: ns, np: np})
+}
 
-	// Compile the new version with the tracker's selectors: a peer that
-	// selects what an existing selector selects shares its ID (and set).
-	nid := id
-	if !existed {
-		nid = PolicyID(len(cur.Policies))
+// policyKind is the part of a policy change (applyPolicyChange) that
+// depends on the policy's API: npChange or cnpChange.
+type policyKind interface {
+	// check tells why the change cannot be tracked (NoFallback when it
+	// can), before anything changed.
+	check(t *Tracker) Fallback
+	// own makes the program's policies of the kind the tracker's own.
+	own(t *Tracker)
+	// find returns the policy's ID, a new one when it did not exist;
+	// deleted reports whether the change deletes it.
+	find(t *Tracker) (id int, existed bool)
+	deleted() bool
+	// install compiles the new version into the tracker's program in
+	// place of the old one.
+	install(t *Tracker, id int, existed bool)
+	// reselect calls f with each tracked local pod the policy may select,
+	// before or after the change, as it is and as it is after the change
+	// (the same pointer when its policies do not change).
+	reselect(t *Tracker, f func(key string, old, cur *Pod))
+	// cluster reports whether the policy is a ClusterNetworkPolicy; has
+	// whether a combination chain of its API lists it.
+	cluster() bool
+	has(c combo) bool
+	// oldChains are the policy's rule chains before the change.
+	oldChains() []string
+	// ruleChain renders the policy's rule chain in direction d with r;
+	// false when it has no rule there.
+	ruleChain(r *renderer, d Direction) bool
+	// namespace is where its subjects are ("" for any namespace).
+	namespace() string
+}
+
+// policyEdit is where a changed policy stands among the tracked pods.
+type policyEdit struct {
+	// changed are the pods whose policies or selectors change.
+	changed map[string]podChange
+	// old and new are the combination chains of the policy's API that
+	// list it or that a changed pod leaves (old) or enters (new), by name.
+	old, new map[string]combo
+	// used reports, per direction, whether a local pod has the policy
+	// after the change (its rule chain is rendered).
+	used [2]bool
+}
+
+// applyPolicyChange is ApplyPolicy and ApplyClusterPolicy: it installs the
+// new version of the policy, reselects its subjects, deletes its chains
+// and the combination chains that list it or that no local pod uses any
+// more, renders its chains and the combinations its subjects are in, and
+// updates the elements of the pods that moved.
+func (t *Tracker) applyPolicyChange(k policyKind) Fallback {
+	if t.r == nil {
+		return FallbackNotBuilt
 	}
-	var oldPol Policy
-	if existed {
-		oldPol = cur.Policies[id]
+	if t.cfg.Mode == ModeQueue {
+		return FallbackQueueMode
 	}
-	firstNewSel := SelectorID(len(cur.Selectors))
-	newPol := Policy{Namespace: ns, Name: key[len(ns)+1:], Key: key}
-	target := labels.Nothing()
-	if np != nil {
-		sb := t.scratchBuilder()
-		sb.prog.Policies = cur.Policies[:nid:nid]
-		newPol = sb.compilePolicy(np)
-		target = sb.targets[0]
-		t.adopt(sb)
+	if f := k.check(t); f != NoFallback {
+		return f
 	}
+	k.own(t)
+	id, existed := k.find(t)
+	if !existed && k.deleted() {
+		return NoFallback // never seen: Build would not see it either
+	}
+	// The new version is compiled with the tracker's selectors: a peer
+	// that selects what an existing selector selects shares its ID (and
+	// set).
+	firstNewSel := SelectorID(len(t.cur.Selectors))
+	k.install(t, id, existed)
 	newSels := t.indexSelectorsFrom(firstNewSel)
-	if existed {
-		cur.Policies[id] = newPol
-		t.b.targets[id] = target
-	} else {
-		cur.Policies = append(cur.Policies, newPol)
-		t.b.targets = append(t.b.targets, target)
-		t.pol.ids[key] = nid
-		for d, n := range policyChainNames(&newPol) {
-			t.pol.chainKeys[n] = chainKey(key, d)
+	e := t.reselectPods(k)
+	t.addSelectorMembers(newSels, e.changed)
+	before := t.moveChanged(k, e)
+
+	// What goes: the policy's chains and the sets they own, and every
+	// combination chain that lists it (rendered again below) or that no
+	// local pod uses any more.
+	rs := t.newRuleset()
+	for _, n := range k.oldChains() {
+		t.removeRuleChain(rs, n)
+	}
+	for n, c := range e.old {
+		if t.comboUse[n] > 0 && !k.has(c) {
+			continue
+		}
+		if t.comboUse[n] <= 0 {
+			delete(t.comboUse, n)
+		}
+		t.dropCombo(rs, c, n)
+	}
+	dropDeletedChains(rs)
+
+	// What comes: the policy's chains in the directions it has a local
+	// pod in, then every combination chain not in the ruleset.
+	r2 := t.subRenderer()
+	for _, d := range []Direction{Ingress, Egress} {
+		if e.used[d] {
+			k.ruleChain(r2, d)
 		}
 	}
-	t.placePolicy(ns, nid, np != nil)
-	if np == nil {
-		delete(t.pol.ids, key)
+	for _, n := range slices.Sorted(maps.Keys(e.new)) {
+		if _, ok := rs.Chains[n]; !ok {
+			r2.comboChain(e.new[n], t.ruleChains(rs, r2, e.new[n], false))
+		}
 	}
+	t.placeRendered(rs, r2)
+	t.r.combos = append(t.r.combos, r2.combos...)
+	fresh := t.mergeSets(rs, r2)
 
-	// Where the policy stands among the tracked pods: its subjects before
-	// and after, the combinations of policies they are in, and the pods
-	// that the new selectors select.
-	changed := map[string]podChange{}
-	var used [2]bool
-	type combo struct {
-		d   Direction
-		ids []PolicyID
+	// The pods: the new sets filled from every pod that can be in them,
+	// then the changed pods' other elements.
+	t.fill(rs, fresh, k.namespace())
+	t.applyElementChanges(rs, e.changed, before, fresh)
+	if k.cluster() {
+		t.indexCombos()
 	}
-	oldCombos := map[string]combo{}
-	newCombos := map[string]combo{}
-	t.podsIn(ns, func(k string, v *Pod) {
+	t.stale = true
+	return NoFallback
+}
+
+// reselectPods finds where a changed policy stands among the tracked
+// local pods: its subjects before and after and the combinations of its
+// API that list it.
+func (t *Tracker) reselectPods(k policyKind) *policyEdit {
+	e := &policyEdit{changed: map[string]podChange{}, old: map[string]combo{}, new: map[string]combo{}}
+	k.reselect(t, func(key string, v, nv *Pod) {
+		if nv != v {
+			e.changed[key] = podChange{v, nv}
+		}
+		for _, c := range t.combos(v) {
+			if (c.t != 0) == k.cluster() && k.has(c.combo) {
+				e.old[c.name] = c.combo
+			}
+		}
+		for _, c := range t.combos(nv) {
+			if (c.t != 0) == k.cluster() && k.has(c.combo) {
+				e.new[c.name] = c.combo
+				e.used[c.d] = true
+			}
+		}
+	})
+	return e
+}
+
+// moveChanged returns what the pods whose policies change contribute
+// before the change, by pod key; it records the combinations they leave
+// and enter and their uses, and tracks the changed pods as they are after
+// the change (the tier-skip sets of new combination chains list the
+// members of their selectors as tracked now).
+func (t *Tracker) moveChanged(k policyKind, e *policyEdit) map[string]map[string]setElement {
+	before := make(map[string]map[string]setElement, len(e.changed))
+	for key, c := range e.changed {
+		if samePolicyLists(c.old, c.cur) {
+			continue
+		}
+		before[key] = t.elementsOf(c.old)
+		for _, nc := range t.combos(c.old) {
+			t.comboUse[nc.name]--
+			if (nc.t != 0) == k.cluster() {
+				e.old[nc.name] = nc.combo
+			}
+		}
+		for _, nc := range t.combos(c.cur) {
+			t.comboUse[nc.name]++
+			if (nc.t != 0) == k.cluster() {
+				e.new[nc.name] = nc.combo
+			}
+		}
+	}
+	for key, c := range e.changed {
+		t.views[key] = c.cur
+	}
+	return before
+}
+
+// samePolicyLists reports whether two versions of a pod have the same
+// policies of both APIs in every tier and direction.
+func samePolicyLists(a, b *Pod) bool {
+	return slices.Equal(a.IngressPolicies, b.IngressPolicies) && slices.Equal(a.EgressPolicies, b.EgressPolicies) &&
+		slices.Equal(a.AdminIngress, b.AdminIngress) && slices.Equal(a.AdminEgress, b.AdminEgress) &&
+		slices.Equal(a.BaselineIngress, b.BaselineIngress) && slices.Equal(a.BaselineEgress, b.BaselineEgress)
+}
+
+// npChange is a NetworkPolicy change (ApplyPolicy).
+type npChange struct {
+	key, ns string
+	np      *networkingv1.NetworkPolicy
+	// Set by install: the policy's ID, whether it existed, its chains
+	// before, its target and the directions it isolates after.
+	id       PolicyID
+	existed  bool
+	old      []string
+	target   labels.Selector
+	isolates [2]bool
+}
+
+func (k *npChange) check(t *Tracker) Fallback {
+	if k.np != nil && policyKey(k.np) != k.key {
+		return FallbackKeyMismatch
+	}
+	return NoFallback
+}
+
+func (k *npChange) own(t *Tracker) { t.ownProgram() }
+
+func (k *npChange) find(t *Tracker) (int, bool) { return findID(t.pol.ids, k.key, len(t.cur.Policies)) }
+func (k *npChange) deleted() bool               { return k.np == nil }
+
+// findID returns the ID of a policy by key, or the next one (n) when
+// there is none.
+func findID[ID ~int32](ids map[string]ID, key string, n int) (int, bool) {
+	if id, ok := ids[key]; ok {
+		return int(id), true
+	}
+	return n, false
+}
+
+func (k *npChange) install(t *Tracker, i int, existed bool) {
+	cur, id := t.cur, PolicyID(i)
+	if existed {
+		k.old = []string{PolicyChainName(&cur.Policies[id], Ingress), PolicyChainName(&cur.Policies[id], Egress)}
+	}
+	newPol, target := Policy{Namespace: k.ns, Name: k.key[len(k.ns)+1:], Key: k.key}, labels.Nothing()
+	if k.np != nil {
+		sb := t.scratchBuilder()
+		sb.prog.Policies = cur.Policies[:id:id]
+		newPol, target = sb.compilePolicy(k.np), sb.targets[0]
+		t.adopt(sb)
+	}
+	installAt(&cur.Policies, i, newPol)
+	installAt(&t.b.targets, i, target)
+	t.pol.ids[k.key] = id
+	t.placePolicy(k.ns, id, k.np != nil)
+	if k.np == nil {
+		delete(t.pol.ids, k.key)
+	}
+	k.id, k.existed, k.target = id, existed, target
+	k.isolates = [2]bool{Ingress: newPol.IsolatesIngress, Egress: newPol.IsolatesEgress}
+}
+
+// installAt puts v at index i of a list, appended when i is its length.
+func installAt[T any](list *[]T, i int, v T) {
+	if i < len(*list) {
+		(*list)[i] = v
+	} else {
+		*list = append(*list, v)
+	}
+}
+
+// reselect visits the namespace's local pods: a NetworkPolicy selects
+// pods of its own namespace only.
+func (k *npChange) reselect(t *Tracker, f func(key string, old, cur *Pod)) {
+	t.podsIn(k.ns, func(key string, v *Pod) {
 		if !v.Local {
 			return
 		}
+		match := k.np != nil && k.target.Matches(labels.Set(v.Labels))
 		var was, is [2]bool
-		match := np != nil && target.Matches(labels.Set(v.Labels))
-		is[Ingress] = match && newPol.IsolatesIngress
-		is[Egress] = match && newPol.IsolatesEgress
 		for _, d := range []Direction{Ingress, Egress} {
-			if existed && slices.Contains(v.Policies(d), id) {
-				was[d] = true
-				oldCombos[IsolationChainName(cur, d, v.Policies(d))] = combo{d, v.Policies(d)}
-			}
+			was[d] = k.existed && slices.Contains(v.Policies(d), k.id)
+			is[d] = match && k.isolates[d]
 		}
 		nv := v
 		if was != is {
 			c := *v
-			c.IngressPolicies = t.withPolicy(v.IngressPolicies, nid, is[Ingress])
-			c.EgressPolicies = t.withPolicy(v.EgressPolicies, nid, is[Egress])
+			c.IngressPolicies = t.withPolicy(v.IngressPolicies, k.id, is[Ingress])
+			c.EgressPolicies = t.withPolicy(v.EgressPolicies, k.id, is[Egress])
 			nv = &c
-			changed[k] = podChange{v, nv}
 		}
-		for _, d := range []Direction{Ingress, Egress} {
-			if is[d] {
-				used[d] = true
-				newCombos[IsolationChainName(cur, d, nv.Policies(d))] = combo{d, nv.Policies(d)}
-			}
-		}
+		f(key, v, nv)
 	})
-	t.addSelectorMembers(newSels, changed)
-
-	// What the changed pods contribute now, before the ruleset changes,
-	// and every combination they leave or enter (with the policy or not).
-	before := make(map[string]map[string]setElement, len(changed))
-	for k, c := range changed {
-		if !slices.Equal(c.old.IngressPolicies, c.cur.IngressPolicies) || !slices.Equal(c.old.EgressPolicies, c.cur.EgressPolicies) {
-			before[k] = t.elementsOf(c.old)
-			for _, d := range []Direction{Ingress, Egress} {
-				if ids := c.old.Policies(d); len(ids) > 0 {
-					oldCombos[IsolationChainName(cur, d, ids)] = combo{d, ids}
-				}
-				if ids := c.cur.Policies(d); len(ids) > 0 {
-					newCombos[IsolationChainName(cur, d, ids)] = combo{d, ids}
-				}
-			}
-		}
-	}
-
-	rs := t.newRuleset()
-	gone := false
-	removeChain := func(n string) {
-		if t.removeChain(rs, n) {
-			gone = true
-		}
-	}
-
-	// The policy's chains and the sets named after them go; the named-port
-	// sets stop being filled.
-	if existed {
-		for _, n := range policyChainNames(&oldPol) {
-			t.removeRuleChain(rs, n)
-			gone = true
-		}
-	}
-
-	// Combination chains: the count of local pods in each.
-	for _, c := range changed {
-		for _, n := range t.combos(c.old) {
-			t.comboUse[n]--
-		}
-		for _, n := range t.combos(c.cur) {
-			t.comboUse[n]++
-		}
-	}
-	for n, c := range oldCombos {
-		if t.comboUse[n] > 0 {
-			continue
-		}
-		delete(t.comboUse, n)
-		removeChain(n)
-		if t.cfg.DenyLogGroup != 0 {
-			deny := networkPolicyDeny(cur, c.d, c.ids).ID()
-			removeChain(DenyChainName(deny))
-			delete(rs.DenyIDs, deny)
-		}
-	}
-
-	if gone {
-		rs.ChainOrder = slices.DeleteFunc(rs.ChainOrder, func(n string) bool {
-			_, ok := rs.Chains[n]
-			return !ok
-		})
-	}
-
-	// Render what is new: the policy's chains in the directions it
-	// isolates a local pod, then every combination it is in.
-	// A renderer of its own collects them (the configuration is the
-	// tracker's, validated by NewTracker).
-	r2 := &renderer{prog: cur, cfg: t.r.cfg, rs: &Ruleset{Chains: map[string]*Chain{}, Sets: map[string]*Set{}}}
-	var has [2]bool
-	for _, d := range []Direction{Ingress, Egress} {
-		if used[d] {
-			has[d] = r2.policyChain(nid, d)
-		}
-	}
-	for _, n := range slices.Sorted(maps.Keys(newCombos)) {
-		c := newCombos[n]
-		hasRules := map[PolicyID][2]bool{}
-		for _, x := range c.ids {
-			var h [2]bool
-			if x == nid {
-				h = has
-			} else if _, ok := rs.Chains[PolicyChainName(&cur.Policies[x], c.d)]; ok {
-				h[c.d] = true
-			}
-			hasRules[x] = h
-		}
-		r2.isolationChain(c.d, c.ids, hasRules)
-	}
-	t.placeRendered(rs, r2)
-
-	fresh := t.mergeSets(rs, r2)
-
-	// The pods: new places, then the new sets filled from every pod that
-	// can be in them, then the changed pods' other elements.
-	for k, c := range changed {
-		t.views[k] = c.cur
-	}
-	t.fill(rs, fresh, ns)
-	t.applyElementChanges(rs, changed, before, fresh)
-	t.stale = true
-	return true
 }
 
-// placeRendered adds the chains a policy or pod change rendered (r2) to
-// rs, counting the shared sets they name: a chain rs has is replaced in
-// place; a new one goes where Render would have created it (a deny-log
-// chain just before its isolation chain, a ClusterNetworkPolicy's chains
-// after the NetworkPolicy ones, combinations in name order); and the deny
-// log's IDs.
-func (t *Tracker) placeRendered(rs *Ruleset, r2 *renderer) {
-	pendingDeny := ""
-	for _, n := range r2.rs.ChainOrder {
-		c := r2.rs.Chains[n]
-		t.countPeerRefs(c, +1)
-		if prev, ok := rs.Chains[n]; ok {
-			t.countPeerRefs(prev, -1)
-			rs.Chains[n] = c
-			pendingDeny = ""
-			continue
-		}
-		rs.Chains[n] = c
-		_, clusterChain := t.cpol.chainKeys[n]
-		switch {
-		case strings.HasPrefix(n, denyChainPrefix):
-			pendingDeny = n // placed with its isolation chain, just before it
-		case isIsolationChain(n):
-			i := comboPosition(rs.ChainOrder, n)
-			if pendingDeny != "" {
-				rs.ChainOrder = slices.Insert(rs.ChainOrder, i, pendingDeny, n)
-			} else {
-				rs.ChainOrder = slices.Insert(rs.ChainOrder, i, n)
-			}
-			pendingDeny = ""
-		case isComboChain(n):
-			rs.ChainOrder = slices.Insert(rs.ChainOrder, comboPosition(rs.ChainOrder, n), n)
-		case clusterChain:
-			rs.ChainOrder = slices.Insert(rs.ChainOrder, t.clusterChainPosition(rs.ChainOrder, n), n)
-		default:
-			rs.ChainOrder = slices.Insert(rs.ChainOrder, t.policyChainPosition(rs.ChainOrder, n), n)
-		}
-	}
-	for id, info := range r2.rs.DenyIDs {
-		if rs.DenyIDs == nil {
-			rs.DenyIDs = map[string]DenyInfo{}
-		}
-		rs.DenyIDs[id] = info
-	}
-	if len(rs.DenyIDs) == 0 {
-		rs.DenyIDs = nil
-	}
-}
+func (k *npChange) cluster() bool                           { return false }
+func (k *npChange) has(c combo) bool                        { return slices.Contains(c.ids, k.id) }
+func (k *npChange) oldChains() []string                     { return k.old }
+func (k *npChange) namespace() string                       { return k.ns }
+func (k *npChange) ruleChain(r *renderer, d Direction) bool { return r.policyChain(k.id, d) }
 
 // scratchBuilder returns a builder that compiles one policy of either API
 // into the tracker's program: it shares the tracker's selectors (a peer
@@ -318,11 +351,6 @@ func (t *Tracker) adopt(sb *builder) {
 	t.cur.NodeSets = sb.prog.NodeSets
 	t.b.selMatch = sb.selMatch
 }
-
-// chainKey orders a policy's rule chain as Render creates them: by policy
-// key (NUL after it, so that "x/a" sorts before "x/a-b"), then ingress (0)
-// before egress (1).
-func chainKey(policy string, d int) string { return policy + "\x00" + string(rune('0'+d)) }
 
 // podChange is a tracked pod before and after a policy change.
 type podChange struct{ old, cur *Pod }
@@ -365,138 +393,6 @@ func (t *Tracker) addSelectorMembers(newSels []SelectorID, changed map[string]po
 	}
 }
 
-// newRuleset replaces the tracked ruleset with a shallow copy that a
-// policy change can edit: the previous one, which a Syncer may hold,
-// keeps its chains and sets.
-func (t *Tracker) newRuleset() *Ruleset {
-	old := t.r.rs
-	rs := &Ruleset{Table: old.Table, Chains: maps.Clone(old.Chains), Sets: maps.Clone(old.Sets),
-		ChainOrder: slices.Clone(old.ChainOrder), DenyIDs: maps.Clone(old.DenyIDs)}
-	t.r.rs = rs
-	return rs
-}
-
-// removeChain deletes a chain (not yet from ChainOrder) and uncounts the
-// peer sets it names; false when there was none.
-func (t *Tracker) removeChain(rs *Ruleset, n string) bool {
-	c, ok := rs.Chains[n]
-	if !ok {
-		return false
-	}
-	t.countPeerRefs(c, -1)
-	delete(rs.Chains, n)
-	return true
-}
-
-// removeRuleChain deletes a policy's rule chain and the sets named after
-// it; its named-port sets stop being filled.
-func (t *Tracker) removeRuleChain(rs *Ruleset, n string) {
-	t.removeChain(rs, n)
-	for s := range rs.Sets {
-		if ownedBy(s, n) {
-			delete(rs.Sets, s)
-		}
-	}
-	t.r.named = slices.DeleteFunc(t.r.named, func(u namedPortUser) bool {
-		if ownedBy(u.base+"-v4", n) {
-			delete(t.r.namedBases, u.base)
-			return true
-		}
-		return false
-	})
-}
-
-// mergeSets adds the sets a policy change rendered (r2) to rs, and drops
-// the peer sets no rule names any more. The policy's own sets come from
-// the render (addresses and ports filled, named ports filled by fill); a
-// peer set is new when no other rule used its selector, and goes when no
-// rule does any more. It returns the sets that fill must fill.
-func (t *Tracker) mergeSets(rs *Ruleset, r2 *renderer) map[string]bool {
-	fresh := map[string]bool{}
-	for n, s := range r2.rs.Sets {
-		if _, ok := rs.Sets[n]; ok && isSharedSet(n) {
-			continue
-		}
-		s.Elements = sortElements(s.Elements)
-		rs.Sets[n] = s
-		fresh[n] = true
-	}
-	for sid, names := range r2.peerSets {
-		for f, n := range names {
-			if n != "" && fresh[n] {
-				t.r.peerSets.note(SelectorID(sid), f == 0, n)
-			}
-		}
-	}
-	for _, u := range r2.named {
-		if t.r.namedBases == nil {
-			t.r.namedBases = map[string]bool{}
-		}
-		t.r.namedBases[u.base] = true
-		t.r.named = append(t.r.named, u)
-	}
-	for n, refs := range t.pol.peerRefs {
-		if refs > 0 {
-			continue
-		}
-		delete(t.pol.peerRefs, n)
-		delete(rs.Sets, n)
-		for sid, names := range t.r.peerSets {
-			for f := range names {
-				if names[f] == n {
-					t.r.peerSets[sid][f] = ""
-				}
-			}
-		}
-	}
-	return fresh
-}
-
-// applyElementChanges edits, in rs, the elements the changed pods
-// contributed before (before, by pod key) into those they contribute now;
-// fresh sets were filled whole.
-func (t *Tracker) applyElementChanges(rs *Ruleset, changed map[string]podChange, before map[string]map[string]setElement, fresh map[string]bool) {
-	owned := map[string]bool{}
-	for k, b := range before {
-		after := t.elementsOf(changed[k].cur)
-		diff := map[string]*SetDelta{}
-		at := func(set string) *SetDelta {
-			if fresh[set] || rs.Sets[set] == nil {
-				return nil
-			}
-			d := diff[set]
-			if d == nil {
-				d = &SetDelta{Set: set}
-				diff[set] = d
-			}
-			return d
-		}
-		for eid, e := range b {
-			if _, ok := after[eid]; !ok {
-				if d := at(e.set); d != nil {
-					d.Delete = append(d.Delete, e.e)
-				}
-			}
-		}
-		for eid, e := range after {
-			if _, ok := b[eid]; !ok {
-				if d := at(e.set); d != nil {
-					d.Add = append(d.Add, e.e)
-				}
-			}
-		}
-		for n, d := range diff {
-			if !owned[n] {
-				s := *rs.Sets[n]
-				s.Elements = slices.Clone(s.Elements)
-				rs.Sets[n] = &s
-				owned[n] = true
-			}
-			rs.Sets[n].apply(d)
-		}
-	}
-}
-
 // ownProgram makes cur the tracker's own copy of the program, and indexes
 // what policy changes need, on the first policy change after a Rebuild.
 func (t *Tracker) ownProgram() {
@@ -516,18 +412,14 @@ func (t *Tracker) ownProgram() {
 	t.r.prog = t.cur
 	t.b.targets = slices.Clone(t.b.targets)
 	t.b.selMatch = slices.Clone(t.b.selMatch)
-	t.pol = policyState{owned: true, ids: map[string]PolicyID{}, chainKeys: map[string]string{}, peerRefs: map[string]int{}}
+	t.pol = policyState{owned: true, ids: map[string]PolicyID{}, peerRefs: map[string]int{}}
 	for i := range c.Policies {
-		p := &c.Policies[i]
-		if _, dup := t.pol.ids[p.Key]; !dup {
-			t.pol.ids[p.Key] = PolicyID(i)
-		}
-		for d, n := range policyChainNames(p) {
-			t.pol.chainKeys[n] = chainKey(p.Key, d)
+		if _, dup := t.pol.ids[c.Policies[i].Key]; !dup {
+			t.pol.ids[c.Policies[i].Key] = PolicyID(i)
 		}
 	}
 	for _, ch := range t.r.rs.Chains {
-		t.countPeerRefs(ch, +1)
+		t.countShares(ch, +1)
 	}
 }
 
@@ -584,207 +476,6 @@ func (t *Tracker) selects(sid SelectorID, pod *Pod) bool {
 		}
 	}
 	return m.podSel.Matches(labels.Set(pod.Labels))
-}
-
-// fill adds every tracked pod's elements of the fresh sets: the peer sets
-// of selectors no rule used before, and the named-port sets of the policy
-// just rendered: a NetworkPolicy of namespace ns, or with ns "" a
-// ClusterNetworkPolicy, whose subjects can be in any namespace. It visits
-// the pods that can be in them.
-func (t *Tracker) fill(rs *Ruleset, fresh map[string]bool, ns string) {
-	if len(fresh) == 0 {
-		return
-	}
-	emit := func(set string, e knftables.Element) {
-		if fresh[set] {
-			s := rs.Sets[set]
-			s.Elements = append(s.Elements, e)
-		}
-	}
-	seen := map[string]bool{}
-	visit := func(k string, v *Pod) {
-		if !seen[k] {
-			seen[k] = true
-			t.r.podElements(v, emit)
-		}
-	}
-	for sid := range t.r.peerSets {
-		for _, n := range t.r.peerSets[sid] {
-			if fresh[n] {
-				t.selectorPods(SelectorID(sid), func(k string, v *Pod) {
-					if v.InSelector(SelectorID(sid)) {
-						visit(k, v)
-					}
-				})
-				break
-			}
-		}
-	}
-	for i := range t.r.named {
-		u := &t.r.named[i]
-		if !fresh[u.base+"-v4"] && !fresh[u.base+"-v6"] {
-			continue
-		}
-		covered := func(k string, v *Pod) {
-			if u.covers(v) {
-				visit(k, v)
-			}
-		}
-		switch {
-		case u.subject != nil && ns != "":
-			t.podsIn(ns, covered)
-		case u.subject != nil:
-			for _, n := range t.namespaces() {
-				t.podsIn(n, covered)
-			}
-		case u.m.AllPeers || len(u.m.IPBlocks) > 0:
-			for k, v := range t.views {
-				covered(k, v)
-			}
-		default:
-			for _, sid := range u.m.Selectors {
-				t.selectorPods(sid, covered)
-			}
-		}
-	}
-	for n := range fresh {
-		s := rs.Sets[n]
-		s.Elements = sortElements(s.Elements)
-	}
-}
-
-// countPeerRefs adds n for each shared set a chain's rules name: the peer
-// sets and the node sets of ClusterNetworkPolicy nodes peers.
-func (t *Tracker) countPeerRefs(c *Chain, n int) {
-	for i := range c.Rules {
-		text := c.Rules[i].Rule
-		for {
-			j := strings.IndexByte(text, '@')
-			if j < 0 {
-				break
-			}
-			text = text[j+1:]
-			end := strings.IndexByte(text, ' ')
-			if end < 0 {
-				end = len(text)
-			}
-			if name := text[:end]; isSharedSet(name) {
-				t.pol.peerRefs[name] += n
-			}
-			text = text[end:]
-		}
-	}
-}
-
-// isSharedSet reports whether rules of several policies can name a set:
-// a peer set or a node set, which exists while a rendered rule names it.
-func isSharedSet(name string) bool {
-	return strings.HasPrefix(name, "peers-") || strings.HasPrefix(name, "nodes-")
-}
-
-// policyChainNames are a policy's chains, ingress and egress.
-func policyChainNames(p *Policy) [2]string {
-	return [2]string{PolicyChainName(p, Ingress), PolicyChainName(p, Egress)}
-}
-
-// ownedBy reports whether a set is one of a policy chain's rule sets:
-// <chain>-<rule index>-ports, -cidrs-v4/-v6 or -named-v4/-v6.
-func ownedBy(set, chain string) bool {
-	rest, ok := strings.CutPrefix(set, chain+"-")
-	if !ok {
-		return false
-	}
-	i := 0
-	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
-		i++
-	}
-	if i == 0 || i == len(rest) || rest[i] != '-' {
-		return false
-	}
-	switch rest[i+1:] {
-	case "ports", "cidrs-v4", "cidrs-v6", "named-v4", "named-v6":
-		return true
-	}
-	return false
-}
-
-// isIsolationChain reports whether a chain is a NetworkPolicy combination
-// chain (policy chains hold a "/" in their names).
-func isIsolationChain(n string) bool {
-	return (strings.HasPrefix(n, "ingress-isolated-") || strings.HasPrefix(n, "egress-isolated-")) && !strings.Contains(n, "/")
-}
-
-// isComboChain reports whether a chain is a combination chain of either
-// API: Render creates them after every policy chain, in name order.
-func isComboChain(n string) bool {
-	if isIsolationChain(n) {
-		return true
-	}
-	if strings.Contains(n, "/") {
-		return false
-	}
-	for _, p := range []string{"ingress-admin-", "ingress-baseline-", "egress-admin-", "egress-baseline-"} {
-		if rest, ok := strings.CutPrefix(n, p); ok && len(rest) == 8 {
-			return true
-		}
-	}
-	return false
-}
-
-// isTailChain reports whether Render creates a chain after the combination
-// chains: the base chains and the DNS capture.
-func isTailChain(n string) bool {
-	return n == ChainInput || n == ChainForward || n == ChainOutput || n == ChainDNS || n == ChainDNSQueryShare || n == ChainDNSReplyShare || n == ChainDNSQueriesForward || n == ChainDNSQueriesInput
-}
-
-// comboPosition is where Render would have created a new combination
-// chain: before the first combination chain named after it or the base
-// chains, and before the deny chain that goes with that chain.
-func comboPosition(order []string, name string) int {
-	i := 0
-	for ; i < len(order); i++ {
-		if isTailChain(order[i]) || isComboChain(order[i]) && order[i] > name {
-			break
-		}
-	}
-	if i > 0 && i < len(order) && isIsolationChain(order[i]) && strings.HasPrefix(order[i-1], denyChainPrefix) {
-		i--
-	}
-	return i
-}
-
-// policyChainPosition is where Render would have created a new
-// NetworkPolicy chain: after the static chains and the policy chains that
-// come before it (policy key, then ingress before egress).
-func (t *Tracker) policyChainPosition(order []string, name string) int {
-	key := t.pol.chainKeys[name]
-	for i, n := range order {
-		if isStaticChain(n) {
-			continue
-		}
-		if k, ok := t.pol.chainKeys[n]; ok && k < key {
-			continue
-		}
-		return i
-	}
-	return len(order)
-}
-
-// isStaticChain reports whether Render creates a chain before every
-// policy chain: the queue chain, the per-source share chains and the tier
-// dispatch chains.
-func isStaticChain(n string) bool {
-	switch n {
-	case ChainQueue, ChainQueueHeld, ChainQueueShare, ChainDenyLogLimits, ChainEgressAllow:
-		return true
-	}
-	for _, d := range []Direction{Ingress, Egress} {
-		tc := tiers(d)
-		if n == tc.entry || n == tc.networkPolicy || n == tc.baseline {
-			return true
-		}
-	}
-	return false
 }
 
 // notePodMoved records that a pod changed since the last build.

@@ -6,6 +6,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
 // ClusterNetworkPolicy changes take the NetworkPolicy path (policies.go):
@@ -47,13 +49,24 @@ func (c *Controller) applyClusterPolicy(name string) (term uint64, ok bool) {
 		log.Error(fmt.Errorf("reading a ClusterNetworkPolicy from the cache: %w", err), "Rebuilding", "clusterPolicy", name)
 		return 0, false
 	}
-	if !ok || !c.tracker.ApplyClusterPolicy(name, cnp) {
+	if !ok {
+		return 0, false
+	}
+	if f := c.tracker.ApplyClusterPolicy(name, cnp); f != compile.NoFallback {
+		c.fellBack(f, "clusterPolicy", name)
 		return 0, false
 	}
 	if cnp != nil {
 		term = objectTerm('C', "", cnp.Name, cnp.ResourceVersion)
 	}
 	return term, true
+}
+
+// fellBack counts and logs a change the tracker left to a full rebuild;
+// kind and key name the changed object.
+func (c *Controller) fellBack(f compile.Fallback, kind, key string) {
+	c.cfg.Metrics.IncrementalFallbacks.WithLabelValues(string(f)).Inc()
+	c.cfg.Logger.WithName("sync").V(2).Info("Change left to a full rebuild", "reason", string(f), kind, key)
 }
 
 // clusterPolicyTerms are the fingerprint terms of the ClusterNetworkPolicies

@@ -537,8 +537,9 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 			break
 		}
 		prev := c.tracker.Ruleset()
-		d, ok := c.tracker.ApplyPodInfo(key, pod)
-		if !ok {
+		d, f := c.tracker.ApplyPodInfo(key, pod)
+		if f != compile.NoFallback {
+			c.fellBack(f, "pod", key)
 			complete = false
 			break
 		}

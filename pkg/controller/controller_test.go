@@ -607,3 +607,45 @@ func TestPodRemovalHookBeforePublication(t *testing.T) {
 		t.Errorf("the program was published at once: the test no longer shows the hook runs before publication")
 	}
 }
+
+// TestFallbackIsCountedWithItsReason: a pod change the tracker leaves to a
+// full rebuild (its address is another pod's) counts in
+// nftpolicy_incremental_fallbacks_total under its reason and is logged
+// with it at -v=2; a change the tracker applies counts nothing.
+func TestFallbackIsCountedWithItsReason(t *testing.T) {
+	var logs logLines
+	h := startWith(t, func(c *Config) { c.Logger = logs.logger(2) }, testPod("x", "a", "n1", "10.0.1.1", nil), denyAll("x"))
+	eventually(t, "first sync", h.ctrl.Ready)
+	ctx := context.Background()
+	fallbacks := h.ctrl.cfg.Metrics.IncrementalFallbacks
+	shared := fallbacks.WithLabelValues(string(compile.FallbackAddressShared))
+	total := func() float64 {
+		n := 0.0
+		for _, f := range compile.Fallbacks() {
+			n += counterValue(t, fallbacks.WithLabelValues(string(f)))
+		}
+		return n
+	}
+	if _, err := h.client.CoreV1().Pods("x").Create(ctx, testPod("x", "b", "n1", "10.0.1.2", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "x/b in the kernel", func() bool { return strings.Contains(h.nft.dump(), `10.0.1.2 comment "x/b"`) })
+	if n := total(); n != 0 {
+		t.Fatalf("a tracked pod change counted %v fallbacks", n)
+	}
+	// x/c takes x/a's address: ownership is decided over all pods.
+	if _, err := h.client.CoreV1().Pods("x").Create(ctx, testPod("x", "c", "n1", "10.0.1.1", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the fallback counted", func() bool { return counterValue(t, shared) == 1 })
+	if n := total(); n != 1 {
+		t.Errorf("%v fallbacks counted, want 1 (address-shared)", n)
+	}
+	logged := false
+	for _, l := range logs.take() {
+		logged = logged || strings.Contains(l, `"reason"="address-shared"`) && strings.Contains(l, `"pod"="x/c"`)
+	}
+	if !logged {
+		t.Error("the fallback's reason was not logged at -v=2")
+	}
+}

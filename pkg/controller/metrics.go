@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 )
 
@@ -45,11 +46,19 @@ type Metrics struct {
 	// CollectorErrors counts failed reads of the collectors that ask the
 	// kernel when scraped (NewCounterCollector, NewQueueStatsCollector).
 	CollectorErrors *prometheus.CounterVec
+
+	// IncrementalFallbacks counts the changes the tracker left to a full
+	// rebuild, by reason (compile.Fallback).
+	IncrementalFallbacks *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics, unregistered.
 func NewMetrics() *Metrics {
-	return &Metrics{
+	m := &Metrics{
+		IncrementalFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nftpolicy_incremental_fallbacks_total",
+			Help: "Pod, NetworkPolicy and ClusterNetworkPolicy changes the incremental compiler left to a full rebuild, by reason (not-built, queue-mode, key-mismatch, deny-log, domain-names, address-shared, node-address, dns-capture).",
+		}, []string{"reason"}),
 		TrackerCorrections: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nftpolicy_tracker_corrections_total",
 			Help: "Set elements changed by the check after pod changes had been applied incrementally (a rebuild that carries no new change): the incremental compiler disagreed with the full build (a bug: please report it with the agent's logs at -v=2).",
@@ -128,11 +137,15 @@ func NewMetrics() *Metrics {
 			Help: "Scrapes in which a collector could not read the kernel (collector=nft_counters: the nft rule counters; collector=nfqueue_stats: the kernel's queue counters); its metrics are left out of that scrape.",
 		}, []string{"collector"}),
 	}
+	for _, f := range compile.Fallbacks() {
+		m.IncrementalFallbacks.WithLabelValues(string(f)) // every reason exported, from 0
+	}
+	return m
 }
 
 // Register adds every metric to the registerer.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.SyncDuration, m.TrackerCorrections, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency,
+	for _, c := range []prometheus.Collector{m.SyncDuration, m.TrackerCorrections, m.IncrementalFallbacks, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency,
 		m.ProgrammedPolicies, m.ProgrammedPods, m.SetElements, m.InvalidPolicies, m.PolicyProblems,
 		m.ClusterPolicyAPI, m.ProgrammedClusterPolicies, m.InvalidClusterPolicies, m.ClusterPolicyProblems, m.RejectedPolicies, m.PoliciesRejected,
 		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant, m.QueueHeldDropped, m.CollectorErrors} {

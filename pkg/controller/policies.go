@@ -7,6 +7,8 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
 // NetworkPolicy changes in hybrid and kernel mode go through the tracker
@@ -75,8 +77,9 @@ func (c *Controller) syncPolicies(ctx context.Context, keys map[string]struct{},
 				return false, nil
 			}
 		}
-		if !c.tracker.ApplyPolicy(key, np) {
+		if f := c.tracker.ApplyPolicy(key, np); f != compile.NoFallback {
 			// The tracker is left for a Rebuild; nothing was written.
+			c.fellBack(f, "policy", key)
 			return false, nil
 		}
 		terms[key] = 0

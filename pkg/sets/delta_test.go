@@ -54,9 +54,9 @@ func TestApplyDeltaWritesOnlyTheChange(t *testing.T) {
 				}
 			}
 		}
-		delta, ok := tr.ApplyPod(st.key, st.pod)
-		if !ok {
-			t.Fatalf("%s: needs a rebuild", st.what)
+		delta, f := tr.ApplyPod(st.key, st.pod)
+		if f != compile.NoFallback {
+			t.Fatalf("%s: needs a rebuild (%s)", st.what, f)
 		}
 		n := len(rec.txs)
 		res, err := s.ApplyDelta(context.Background(), tr.Ruleset(), delta)

@@ -186,9 +186,9 @@ func TestApplyDeltaWithNewRuleset(t *testing.T) {
 		{"its last pod deleted", nil, in.Pods},
 	} {
 		prev := tr.Ruleset()
-		delta, ok := tr.ApplyPod(key, step.pod)
-		if !ok || tr.Ruleset() == prev {
-			t.Fatalf("%s: applied %v, new ruleset %v: want a new ruleset", step.name, ok, tr.Ruleset() != prev)
+		delta, f := tr.ApplyPod(key, step.pod)
+		if f != compile.NoFallback || tr.Ruleset() == prev {
+			t.Fatalf("%s: fallback %q, new ruleset %v: want a new ruleset", step.name, f, tr.Ruleset() != prev)
 		}
 		res, err := node.syncer.ApplyDelta(ctx, tr.Ruleset(), delta)
 		if err != nil {

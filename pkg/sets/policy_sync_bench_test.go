@@ -78,11 +78,11 @@ func BenchmarkPolicySync(b *testing.B) {
 										b.Fatal(err)
 									}
 								case "tracker":
-									if !tr.ApplyPolicy(key, cur.Policies[i]) {
+									if tr.ApplyPolicy(key, cur.Policies[i]) != compile.NoFallback {
 										b.Fatal("the edit needs a rebuild")
 									}
 								default:
-									if !tr.ApplyClusterPolicy(cedited.Name, cur.ClusterPolicies[ci]) {
+									if tr.ApplyClusterPolicy(cedited.Name, cur.ClusterPolicies[ci]) != compile.NoFallback {
 										b.Fatal("the cluster policy edit needs a rebuild")
 									}
 								}

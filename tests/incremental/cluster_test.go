@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/tests/internal/scenariogen"
 )
 
@@ -92,4 +93,28 @@ func domainPeers(cnp *npav1beta1.ClusterNetworkPolicy) bool {
 		}
 	}
 	return false
+}
+
+// policyFallback is why ApplyPolicy leaves a NetworkPolicy change to a
+// rebuild in a mode: only in queue mode.
+func policyFallback(mode compile.Mode) compile.Fallback {
+	if mode == compile.ModeQueue {
+		return compile.FallbackQueueMode
+	}
+	return compile.NoFallback
+}
+
+// clusterFallback is why ApplyClusterPolicy leaves a change from old to
+// cnp to a rebuild: queue mode, the deny log, or domainNames peers before
+// or after.
+func clusterFallback(mode compile.Mode, cfg compile.RenderConfig, old, cnp *npav1beta1.ClusterNetworkPolicy) compile.Fallback {
+	switch {
+	case mode == compile.ModeQueue:
+		return compile.FallbackQueueMode
+	case cfg.DenyLogGroup != 0:
+		return compile.FallbackDenyLog
+	case domainPeers(old) || domainPeers(cnp):
+		return compile.FallbackDomainNames
+	}
+	return compile.NoFallback
 }

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -310,7 +311,11 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					if mode != compile.ModeQueue {
 						hybridPol++
 					}
-					if tr.ApplyPolicy(key, np) {
+					f := tr.ApplyPolicy(key, np)
+					if want := policyFallback(mode); f != want {
+						t.Fatalf("mode %s seed %d step %d (%s %s): fallback %q, want %q", mode, seed, step, what, key, f, want)
+					}
+					if f == compile.NoFallback {
 						fastPol++
 					} else {
 						if _, _, err := tr.Rebuild(w.input()); err != nil {
@@ -324,19 +329,16 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					cpol++
 					// What the tracker applies alone: outside queue mode and
 					// the deny log, without domainNames peers.
-					trackable := mode != compile.ModeQueue && cfg.DenyLogGroup == 0 && !domainPeers(old) && !domainPeers(cnp)
-					if trackable {
+					want := clusterFallback(mode, cfg, old, cnp)
+					if want == compile.NoFallback {
 						trackableCPol++
 					}
-					if tr.ApplyClusterPolicy(key, cnp) {
+					if f := tr.ApplyClusterPolicy(key, cnp); f != want {
+						t.Fatalf("mode %s seed %d step %d (%s %s): fallback %q, want %q", mode, seed, step, what, key, f, want)
+					}
+					if want == compile.NoFallback {
 						fastCPol++
-						if !trackable {
-							t.Fatalf("mode %s seed %d step %d (%s %s): applied a change the tracker leaves to the full build", mode, seed, step, what, key)
-						}
 					} else {
-						if trackable {
-							t.Fatalf("mode %s seed %d step %d (%s %s): a trackable cluster policy change needs a rebuild", mode, seed, step, what, key)
-						}
 						if _, _, err := tr.Rebuild(w.input()); err != nil {
 							t.Fatal(err)
 						}
@@ -347,7 +349,7 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					key, p, what = w.podEvent()
 					pod++
 					prev := tr.Ruleset()
-					if _, ok := tr.ApplyPod(key, p); ok {
+					if _, f := tr.ApplyPod(key, p); f == compile.NoFallback {
 						fast++
 						if tr.Ruleset() != prev {
 							reshaped++
@@ -363,7 +365,9 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if diff := cmp.Diff(want, tr.Ruleset(), cmpopts.EquateEmpty()); diff != "" {
+				// Unexported fields too: what the renderer records for the
+				// tracker must be what a full render records.
+				if diff := cmp.Diff(want, tr.Ruleset(), cmpopts.EquateEmpty(), cmp.Exporter(func(reflect.Type) bool { return true })); diff != "" {
 					t.Fatalf("mode %s seed %d node %s step %d (%s %s): tracked ruleset differs from the full build (-full +tracked):\n%s",
 						mode, seed, node, step, what, key, diff)
 				}
@@ -415,8 +419,8 @@ func TestTrackerDelta(t *testing.T) {
 			chains := slices.Clone(prev.ChainOrder)
 			sets := maps.Clone(prev.Sets)
 			key, p, what := w.podEvent()
-			delta, ok := tr.ApplyPod(key, p)
-			if !ok {
+			delta, f := tr.ApplyPod(key, p)
+			if f != compile.NoFallback {
 				if _, _, err := tr.Rebuild(w.input()); err != nil {
 					t.Fatal(err)
 				}
@@ -504,18 +508,18 @@ func TestApplyPolicyLeavesTheProgram(t *testing.T) {
 		for step := 0; step < 60; step++ {
 			if step%3 == 1 {
 				name, _, cnp, _ := w.clusterEvent()
-				if !tr.ApplyClusterPolicy(name, cnp) {
+				if tr.ApplyClusterPolicy(name, cnp) != compile.NoFallback {
 					break // domainNames peers: the rebuild would publish another program
 				}
 				applied++
 			} else if step%3 == 0 {
 				key, np, _ := w.policyEvent()
-				if !tr.ApplyPolicy(key, np) {
+				if tr.ApplyPolicy(key, np) != compile.NoFallback {
 					t.Fatalf("seed %d step %d: a policy change in hybrid mode needs a rebuild", seed, step)
 				}
 				applied++
 			} else if key, p, _ := w.podEvent(); true {
-				if _, ok := tr.ApplyPod(key, p); !ok {
+				if _, f := tr.ApplyPod(key, p); f != compile.NoFallback {
 					break // the rebuild would publish another program
 				}
 			}

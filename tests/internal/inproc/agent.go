@@ -262,8 +262,8 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 		return 0, 0, err
 	}
 	// policy syncs one policy change the tracker applied, or rebuilds.
-	policy := func(key string, ok bool) error {
-		if !ok {
+	policy := func(key string, f compile.Fallback) error {
+		if f != compile.NoFallback {
 			rebuilt++
 			return rebuild()
 		}
@@ -311,8 +311,8 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 		} else {
 			pods[key] = p
 		}
-		delta, ok := tr.ApplyPod(key, p)
-		if !ok {
+		delta, f := tr.ApplyPod(key, p)
+		if f != compile.NoFallback {
 			rebuilt++
 			if err := rebuild(); err != nil {
 				return tracked, rebuilt, err

@@ -1,0 +1,54 @@
+package compile
+
+// Fallback is why the Tracker did not apply a change (ApplyPod,
+// ApplyPolicy, ApplyClusterPolicy): the caller rebuilds, and nothing was
+// changed. NoFallback means the change was applied. The reasons:
+//
+//   - not-built: there was no Rebuild yet.
+//   - queue-mode: a policy change in queue mode, where the evaluator
+//     decides every selected pod's connections from the program, which
+//     only a build updates.
+//   - key-mismatch: the key or name given does not name the object.
+//   - deny-log: a ClusterNetworkPolicy change, or a pod's first or last
+//     use of a ClusterNetworkPolicy combination, with the deny log on
+//     (deny chains are placed with the rule chains only by a full render).
+//   - domain-names: a ClusterNetworkPolicy with domainNames peers before or
+//     after the change, or a pod's first or last use of a combination with
+//     one: the DNS capture, its subjects and the learned addresses are
+//     shared state the build alone decides.
+//   - address-shared: an address the pod has or had is claimed by another
+//     pod too (ownership is decided over all pods).
+//   - node-address: an address the pod has or had is a node's (known as
+//     the node's only while no pod holds it).
+//   - dns-capture: the pod starts or stops being captured for DNS learning
+//     in a way that changes the capture's shape (its first subject, its
+//     last, or a subject of a policy the last build did not capture for).
+type Fallback string
+
+// NoFallback means the change was applied.
+const NoFallback Fallback = ""
+
+// Changes of any kind.
+const FallbackNotBuilt Fallback = "not-built"
+
+// Policy changes.
+const (
+	FallbackQueueMode   Fallback = "queue-mode"
+	FallbackKeyMismatch Fallback = "key-mismatch"
+	FallbackDenyLog     Fallback = "deny-log"
+	FallbackDomainNames Fallback = "domain-names"
+)
+
+// Pod changes (a pod's first or last use of a combination chain can also
+// give deny-log or domain-names).
+const (
+	FallbackAddressShared Fallback = "address-shared"
+	FallbackNodeAddress   Fallback = "node-address"
+	FallbackDNSCapture    Fallback = "dns-capture"
+)
+
+// Fallbacks lists every reason a change can fall back, for metrics.
+func Fallbacks() []Fallback {
+	return []Fallback{FallbackNotBuilt, FallbackQueueMode, FallbackKeyMismatch, FallbackDenyLog,
+		FallbackDomainNames, FallbackAddressShared, FallbackNodeAddress, FallbackDNSCapture}
+}
