@@ -8,7 +8,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
-	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
 // TestAgentRevokesDeniedFlows: the real agents, a real API server, and
@@ -38,7 +38,7 @@ func TestAgentRevokesDeniedFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	webIP := c.PodIPs("x/web")[0]
-	srv, err := podlab.StartFlowServer(c.Lab, web, webIP)
+	srv, err := lab.StartFlowServer(c.Lab, web, webIP)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestAgentRevokesDeniedFlows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := podlab.StartFlows(flowCtx, c.Lab, ep, webIP); err != nil {
+		if err := lab.StartFlows(flowCtx, c.Lab, ep, webIP); err != nil {
 			t.Fatal(err)
 		}
 	}

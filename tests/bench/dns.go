@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
-	"github.com/nftpolicy/nftpolicy/tests/kernel"
 )
 
 // DNSConfig configures RunDNS.
@@ -22,8 +22,8 @@ type DNSConfig struct {
 	Logf  func(string, ...any)
 }
 
-// RunDNS measures DNS learning in hybrid mode on the FQDN lab of
-// tests/kernel (a real DNS server in a pod namespace, the pod's node
+// RunDNS measures DNS learning in hybrid mode on the FQDN lab
+// (tests/internal/lab: a real DNS server in a pod namespace, the pod's node
 // learning its replies): how long the agent holds a reply (parse, netlink
 // write, commit), how many packets are queued per reply, and that the
 // connections that follow are not queued.
@@ -34,12 +34,12 @@ func RunDNS(ctx context.Context, c DNSConfig) (*Result, error) {
 	if c.Conns <= 0 {
 		c.Conns = 100
 	}
-	lab, err := kernel.NewFQDNLab(ctx, kernel.Config{})
+	fl, err := lab.NewFQDNLab(ctx, lab.Config{})
 	if err != nil {
 		return nil, err
 	}
-	defer lab.Close()
-	d := lab.C.Agent("node-1").DNS()
+	defer fl.Close()
+	d := fl.Agent("node-1").DNS()
 	var mu sync.Mutex
 	var holds []time.Duration
 	d.ObserveHolds(func(t time.Duration) {
@@ -55,7 +55,7 @@ func RunDNS(ctx context.Context, c DNSConfig) (*Result, error) {
 	defer pace.Stop()
 	for i := 0; i < c.Lookups; i++ {
 		<-pace.C
-		got, err := lab.Lookup(kernel.FQDNServer, "www.example.com", false, false)
+		got, err := fl.Lookup(lab.FQDNServer, "www.example.com", false, false)
 		if err != nil || len(got) != 1 {
 			return nil, fmt.Errorf("lookup %d: %v %v", i, got, err)
 		}
@@ -72,7 +72,7 @@ func RunDNS(ctx context.Context, c DNSConfig) (*Result, error) {
 	afterLookups := d.Runtime.Stats().Received
 	denied := 0
 	for i := 0; i < c.Conns; i++ {
-		ok, err := lab.C.Lab().Probe(ctx, lab.Pod, kernel.FQDNRecords[0].Addrs[0], 80, netlab.TCP, time.Second)
+		ok, err := fl.Net().Probe(ctx, fl.Pod, lab.FQDNRecords[0].Addrs[0], 80, netlab.TCP, time.Second)
 		if err != nil {
 			return nil, err
 		}
@@ -86,7 +86,7 @@ func RunDNS(ctx context.Context, c DNSConfig) (*Result, error) {
 	r.Set("dns_hold_us_p99", micros(Percentile(hs, 99)))
 	r.Set("queued_packets_per_dns_reply", round(float64(queued)/float64(c.Lookups), 3))
 	connQueued := d.Runtime.Stats().Received - afterLookups
-	if st, ok := lab.C.QueueStats("node-1"); ok {
+	if st, ok := fl.QueueStats("node-1"); ok {
 		connQueued += st.Received
 	}
 	r.Set("dns_hybrid_conn_queued_packets", connQueued)

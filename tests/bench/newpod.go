@@ -9,7 +9,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
 // NewPodConfig configures RunNewPod.
@@ -32,13 +32,13 @@ type NewPodConfig struct {
 // the change to the flow's last record at the server).
 func RunNewPod(ctx context.Context, cfg NewPodConfig) (*Result, error) {
 	res := &Result{}
-	l, err := podlab.New(ctx, podlab.Config{Revoke: true})
+	l, err := lab.New(ctx, nil, lab.Config{Revoke: true})
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
 	l.NewPodPolicies()
-	srv := podlab.PodSpec{Namespace: "x", Name: "srv", IP: podlab.PodIP(0, 0), Labels: map[string]string{"app": "srv"},
+	srv := lab.PodSpec{Namespace: "x", Name: "srv", IP: lab.PodIP(0, 0), Labels: map[string]string{"app": "srv"},
 		TCPPorts: []uint16{80}, UDPPorts: []uint16{53}}
 	if err := l.StartPod(srv); err != nil {
 		return nil, err
@@ -48,28 +48,28 @@ func RunNewPod(ctx context.Context, cfg NewPodConfig) (*Result, error) {
 		return nil, err
 	}
 	cfg.Logf("new pods: %d, informer delay %v", cfg.Pods, cfg.InformerDelay)
-	outcomes, err := l.RunNewPods(ctx, srv.IP, cfg.Pods, cfg.InformerDelay)
+	rep, err := l.RunNewPods(ctx, srv.IP, cfg.Pods, cfg.InformerDelay)
 	if err != nil {
 		return nil, err
 	}
 	leaked, failed := 0, 0
 	var delays []time.Duration
 	denied := map[netip.Addr]bool{}
-	for _, o := range outcomes {
+	for _, o := range rep.Outcomes {
 		switch {
-		case o.Res.Err != nil:
-			return nil, o.Res.Err
-		case !o.Allowed && o.Res.Connected:
+		case o.Err != nil:
+			return nil, o.Err
+		case !o.Want && o.Connected:
 			leaked++
-		case !o.Allowed:
-			denied[o.Pod.IP] = true
-		case o.Res.Connected:
-			delays = append(delays, o.Res.Duration)
+		case !o.Want:
+			denied[o.Src] = true
+		case o.Connected:
+			delays = append(delays, o.Duration)
 		default:
 			failed++
 		}
 	}
-	for _, node := range podlab.Nodes {
+	for _, node := range l.Nodes() {
 		flows, err := l.Conntrack(node)
 		if err != nil {
 			return nil, err
@@ -89,20 +89,20 @@ func RunNewPod(ctx context.Context, cfg NewPodConfig) (*Result, error) {
 	// x/srv, which admits role=client only; each round relabels one.
 	cfg.Logf("revocation: %d label changes", cfg.Revocations)
 	l.SetPolicy(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "srv-from-clients"},
-		Spec: networkingv1.NetworkPolicySpec{PodSelector: *podlab.MatchLabels("app", "srv"),
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: *lab.MatchLabels("app", "srv"),
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
-				NamespaceSelector: &metav1.LabelSelector{}, PodSelector: podlab.MatchLabels("role", "client")}}}}}})
-	fs, err := podlab.StartFlowServer(l.Net, podlab.PodEndpoint(srv), srv.IP)
+				NamespaceSelector: &metav1.LabelSelector{}, PodSelector: lab.MatchLabels("role", "client")}}}}}})
+	fs, err := lab.StartFlowServer(l.Net(), srv.Endpoint(), srv.IP)
 	if err != nil {
 		return nil, err
 	}
 	defer fs.Close()
 	flowCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	var clients []podlab.PodSpec
+	var clients []lab.PodSpec
 	for i := 0; i < cfg.Revocations; i++ {
-		c := podlab.PodSpec{Namespace: "y", Name: fmt.Sprintf("c%03d", i), Node: i % 2, IP: podlab.PodIP(i%2, 200+i/2),
+		c := lab.PodSpec{Namespace: "y", Name: fmt.Sprintf("c%03d", i), Node: i % 2, IP: lab.PodIP(i%2, 200+i/2),
 			Labels: map[string]string{"role": "client"}}
 		if err := l.StartPod(c); err != nil {
 			return nil, err
@@ -115,7 +115,7 @@ func RunNewPod(ctx context.Context, cfg NewPodConfig) (*Result, error) {
 		return nil, err
 	}
 	for _, c := range clients {
-		if err := podlab.StartFlows(flowCtx, l.Net, podlab.PodEndpoint(c), srv.IP); err != nil {
+		if err := lab.StartFlows(flowCtx, l.Net(), c.Endpoint(), srv.IP); err != nil {
 			return nil, err
 		}
 	}

@@ -3,7 +3,7 @@ package bench
 import (
 	"context"
 
-	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
 // QueueFloodConfig configures RunQueueFlood.
@@ -13,7 +13,7 @@ type QueueFloodConfig struct {
 	Logf   func(format string, args ...any)
 }
 
-// RunQueueFlood plays podlab.QueueFloodAttack (one pod floods the queue
+// RunQueueFlood plays lab.QueueFloodAttack (one pod floods the queue
 // with connections held for pods that never come, while new pods start and
 // the flooder connects to a new pod its policy denies) Rounds times with a
 // fail-closed agent and Rounds times with a --fail-open one:
@@ -32,11 +32,13 @@ func RunQueueFlood(ctx context.Context, cfg QueueFloodConfig) (*Result, error) {
 			if err != nil {
 				return nil, err
 			}
+			roundAllowed, roundOK := r.Allowed()
+			admittedDenied := r.Admitted()
 			cfg.Logf("%s round %d: flooder opened %d connections; other pods' allowed %d/%d; denied admitted %d/%d %v",
-				mode, i+1, r.Sent, r.AllowedOK, r.Allowed, len(r.AdmittedDenied), r.Denied, r.AdmittedDenied)
-			ok += r.AllowedOK
-			allowed += r.Allowed
-			modeAdmitted += len(r.AdmittedDenied)
+				mode, i+1, r.Sent, roundOK, roundAllowed, len(admittedDenied), len(r.Outcomes)-roundAllowed, admittedDenied)
+			ok += roundOK
+			allowed += roundAllowed
+			modeAdmitted += len(admittedDenied)
 		}
 		res.Set("queue_flood_admitted_denied_"+mode, modeAdmitted)
 		admitted += modeAdmitted
@@ -46,11 +48,11 @@ func RunQueueFlood(ctx context.Context, cfg QueueFloodConfig) (*Result, error) {
 	return res, nil
 }
 
-func queueFloodRound(ctx context.Context, failOpen bool) (podlab.QueueFloodResult, error) {
-	l, err := podlab.New(ctx, podlab.Config{FailOpen: failOpen})
+func queueFloodRound(ctx context.Context, failOpen bool) (lab.QueueFloodResult, error) {
+	l, err := lab.New(ctx, nil, lab.Config{FailOpen: failOpen})
 	if err != nil {
-		return podlab.QueueFloodResult{}, err
+		return lab.QueueFloodResult{}, err
 	}
 	defer l.Close()
-	return l.RunQueueFlood(ctx, podlab.QueueFloodAttack(failOpen))
+	return l.RunQueueFlood(ctx, lab.QueueFloodAttack(failOpen))
 }

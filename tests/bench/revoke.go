@@ -16,7 +16,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
-	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
 // RevokeConfig configures RunRevoke.
@@ -30,38 +30,38 @@ type RevokeConfig struct {
 // adds to the agent's resident memory
 // (revocation_extra_rss_mb_<entries/1000>k_conntrack: the process's peak
 // RSS during the pass minus its RSS before) and how long it takes
-// (revocation_pass_ms_<n>k_conntrack). node-1 of a podlab gets Entries UDP
+// (revocation_pass_ms_<n>k_conntrack). node-1 of a lab gets Entries UDP
 // entries from x/a to ports of x/b (both on node-1), written over
 // ctnetlink with a ten-minute timeout (as many UDP flows of a pod would
 // make, without waiting for them); an edit of x/b's policy that changes no
 // verdict makes every entry decided and none deleted. The revoker
 // runs in this process, as in the agent.
 func RunRevoke(ctx context.Context, cfg RevokeConfig) (*Result, error) {
-	l, err := podlab.New(ctx, podlab.Config{})
+	l, err := lab.New(ctx, nil, lab.Config{})
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
 	l.Namespace("x", nil)
-	a := podlab.PodSpec{Namespace: "x", Name: "a", Node: 0, IP: podlab.PodIP(0, 0), Labels: map[string]string{"app": "a"}}
-	b := podlab.PodSpec{Namespace: "x", Name: "b", Node: 0, IP: podlab.PodIP(0, 1), Labels: map[string]string{"app": "b"}}
-	for _, p := range []podlab.PodSpec{a, b} {
+	a := lab.PodSpec{Namespace: "x", Name: "a", Node: 0, IP: lab.PodIP(0, 0), Labels: map[string]string{"app": "a"}}
+	b := lab.PodSpec{Namespace: "x", Name: "b", Node: 0, IP: lab.PodIP(0, 1), Labels: map[string]string{"app": "b"}}
+	for _, p := range []lab.PodSpec{a, b} {
 		l.Know(p)
 	}
 	policy := func(extra bool) *networkingv1.NetworkPolicy {
-		peers := []networkingv1.NetworkPolicyPeer{{PodSelector: podlab.MatchLabels("app", "a")}}
+		peers := []networkingv1.NetworkPolicyPeer{{PodSelector: lab.MatchLabels("app", "a")}}
 		if extra {
-			peers = append(peers, networkingv1.NetworkPolicyPeer{PodSelector: podlab.MatchLabels("app", "none")})
+			peers = append(peers, networkingv1.NetworkPolicyPeer{PodSelector: lab.MatchLabels("app", "none")})
 		}
 		return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "to-b"},
-			Spec: networkingv1.NetworkPolicySpec{PodSelector: *podlab.MatchLabels("app", "b"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: *lab.MatchLabels("app", "b"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: peers}}}}
 	}
 	l.SetPolicy(policy(false))
 	if err := l.Publish(ctx); err != nil {
 		return nil, err
 	}
-	agent := l.Agents[podlab.Nodes[0]]
+	agent := l.Agent(lab.DefaultNodes[0])
 	old := agent.Program
 
 	start := time.Now()

@@ -10,10 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	sigsyaml "sigs.k8s.io/yaml"
 	"strings"
 	"testing"
 	"time"
+
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"

@@ -19,6 +19,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/denylog"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
 const denyLogScenario = `
@@ -77,7 +78,7 @@ func TestDenyLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	const group, kernelRate = 11, 20
-	c := newCluster(t, s, Config{DenyLogGroup: group, DenyLogRate: kernelRate})
+	c := newLab(t, s, lab.Config{DenyLogGroup: group, DenyLogRate: kernelRate})
 	ctx := testContext(t)
 	if _, err := c.Apply(ctx, s, false); err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func TestDenyLog(t *testing.T) {
 	// One denied connection (its SYN retransmitted within the probe's
 	// timeout): exactly one line, naming both pods and the policies.
 	rep, err := c.Probe(ctx, s, []int{1})
-	if err != nil || rep.Outcomes[0].Err != nil || rep.Outcomes[0].Kernel {
+	if err != nil || rep.Outcomes[0].Err != nil || rep.Outcomes[0].Connected {
 		t.Fatalf("denied probe: %v %+v", err, rep.Outcomes)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -117,7 +118,7 @@ func TestDenyLog(t *testing.T) {
 
 	// An allowed connection logs nothing.
 	rep, err = c.Probe(ctx, s, []int{0})
-	if err != nil || rep.Outcomes[0].Err != nil || !rep.Outcomes[0].Kernel {
+	if err != nil || rep.Outcomes[0].Err != nil || !rep.Outcomes[0].Connected {
 		t.Fatalf("allowed probe: %v %+v", err, rep.Outcomes)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -138,7 +139,7 @@ func TestDenyLog(t *testing.T) {
 	web := netip.MustParseAddr("10.244.1.10")
 	const flood = 10000
 	start := time.Now()
-	err = c.Lab().InNetns(ep, func() error {
+	err = c.Net().InNetns(ep, func() error {
 		conn, err := net.ListenUDP("udp4", nil)
 		if err != nil {
 			return err
@@ -173,7 +174,7 @@ func TestDenyLog(t *testing.T) {
 	// The deny chain's counters: every datagram dropped, the suppressed
 	// ones are the dropped minus the logged.
 	info := compile.DenyInfo{Kind: compile.DenyKindNetworkPolicy, Policy: "x/allow-web, x/default-deny", Rule: compile.DenyRuleDefault, Direction: compile.Ingress}
-	out, err := c.Lab().NodeExec("node-1", "nft", "list", "chain", "inet", compile.TableName, compile.DenyChainName(info.ID()))
+	out, err := c.Net().NodeExec("node-1", "nft", "list", "chain", "inet", compile.TableName, compile.DenyChainName(info.ID()))
 	if err != nil {
 		t.Fatalf("listing the deny chain: %v: %s", err, out)
 	}

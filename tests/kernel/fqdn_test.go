@@ -12,20 +12,19 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
 // fqdnLab is the FQDN lab of a test.
 type fqdnLab struct {
-	*FQDNLab
-	t   *testing.T
-	c   *Cluster
-	pod netlab.Endpoint
+	*lab.FQDNLab
+	t *testing.T
 }
 
-func newFQDNLab(t *testing.T, cfg Config) *fqdnLab {
+func newFQDNLab(t *testing.T, cfg lab.Config) *fqdnLab {
 	requireRoot(t)
-	fl, err := NewFQDNLab(testContext(t), cfg)
+	fl, err := lab.NewFQDNLab(testContext(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,16 +33,12 @@ func newFQDNLab(t *testing.T, cfg Config) *fqdnLab {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return &fqdnLab{FQDNLab: fl, t: t, c: fl.C, pod: fl.Pod}
-}
-
-func (l *fqdnLab) lookup(server netip.Addr, name string, v6, tcp bool) ([]netip.Addr, error) {
-	return l.Lookup(server, name, v6, tcp)
+	return &fqdnLab{FQDNLab: fl, t: t}
 }
 
 func (l *fqdnLab) mustLookup(name string, v6, tcp bool, want string) {
 	l.t.Helper()
-	got, err := l.lookup(FQDNServer, name, v6, tcp)
+	got, err := l.Lookup(lab.FQDNServer, name, v6, tcp)
 	if err != nil {
 		l.t.Fatalf("lookup %s: %v", name, err)
 	}
@@ -54,7 +49,7 @@ func (l *fqdnLab) mustLookup(name string, v6, tcp bool, want string) {
 
 func (l *fqdnLab) probe(addr string, port uint16) bool {
 	l.t.Helper()
-	ok, err := l.c.Lab().Probe(context.Background(), l.pod, netip.MustParseAddr(addr), port, netlab.TCP, time.Second)
+	ok, err := l.Net().Probe(context.Background(), l.Pod, netip.MustParseAddr(addr), port, netlab.TCP, time.Second)
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -64,18 +59,18 @@ func (l *fqdnLab) probe(addr string, port uint16) bool {
 func (l *fqdnLab) expect(addr string, want bool, why string) {
 	l.t.Helper()
 	if got := l.probe(addr, 80); got != want {
-		l.t.Errorf("x/a -> %s:80 connected = %v, want %v (%s)\n%s", addr, got, want, why, l.c.ListTable("node-1"))
+		l.t.Errorf("x/a -> %s:80 connected = %v, want %v (%s)\n%s", addr, got, want, why, l.ListTable("node-1"))
 	}
 }
 
 func (l *fqdnLab) notLearned(cause string) float64 {
-	return counterValue(l.t, l.c.Agent("node-1").DNS().Metrics, "nftpolicy_dns_replies_not_learned_total", cause)
+	return counterValue(l.t, l.Agent("node-1").DNS().Metrics, "nftpolicy_dns_replies_not_learned_total", cause)
 }
 
 // counterValue reads one series of the learner's metrics.
 func counterValue(t *testing.T, m *fqdn.Metrics, name, cause string) float64 {
 	t.Helper()
-	v, err := FQDNCounter(m, name, cause)
+	v, err := lab.FQDNCounter(m, name, cause)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,12 +80,12 @@ func counterValue(t *testing.T, m *fqdn.Metrics, name, cause string) float64 {
 // TestFQDNLearning runs the domainNames cases against a real DNS server:
 // a pod reaches exactly the addresses it resolved, after the lookup.
 func TestFQDNLearning(t *testing.T) {
-	l := newFQDNLab(t, Config{})
+	l := newFQDNLab(t, lab.Config{})
 	// Hybrid mode's connection queue holds only pods the agent does not
 	// know yet: every connection of this test is decided by the kernel.
 	defer func() {
 		for _, n := range []string{"node-1", "node-2"} {
-			if st, ok := l.c.QueueStats(n); ok && st.Received > 0 {
+			if st, ok := l.QueueStats(n); ok && st.Received > 0 {
 				t.Errorf("%s queued %d connection packets of known pods in hybrid mode", n, st.Received)
 			}
 		}
@@ -106,7 +101,7 @@ func TestFQDNLearning(t *testing.T) {
 	t.Run("exact name, AAAA", func(t *testing.T) {
 		l.mustLookup("www.example.com", true, false, "2001:db8::10")
 		if !l.probe("2001:db8::10", 80) {
-			t.Errorf("x/a -> [2001:db8::10]:80 denied after its AAAA lookup\n%s", l.c.ListTable("node-1"))
+			t.Errorf("x/a -> [2001:db8::10]:80 denied after its AAAA lookup\n%s", l.ListTable("node-1"))
 		}
 	})
 	t.Run("wildcard", func(t *testing.T) {
@@ -133,7 +128,7 @@ func TestFQDNLearning(t *testing.T) {
 	})
 	t.Run("untrusted server", func(t *testing.T) {
 		before := l.notLearned(fqdn.CauseUntrusted)
-		got, err := l.lookup(FQDNRogueServer, "www.example.com", false, false)
+		got, err := l.Lookup(lab.FQDNRogueServer, "www.example.com", false, false)
 		if err != nil || len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.14") {
 			t.Fatalf("lookup through the rogue server = %v, %v", got, err)
 		}
@@ -143,7 +138,7 @@ func TestFQDNLearning(t *testing.T) {
 		}
 	})
 	t.Run("evaluator agrees", func(t *testing.T) {
-		ln := l.c.Agent("node-1").DNS().Learner
+		ln := l.Agent("node-1").DNS().Learner
 		web := []compile.DomainPattern{{Suffix: "www.example.com"}, {Suffix: "example.org", Wildcard: true}, {Suffix: "api.example.com"}}
 		pod := netip.MustParseAddr("10.244.1.10")
 		for addr, want := range map[string]bool{"192.0.2.10": true, "192.0.2.11": true, "192.0.2.13": true, "192.0.2.12": false, "192.0.2.14": false, "192.0.2.16": false} {
@@ -153,7 +148,7 @@ func TestFQDNLearning(t *testing.T) {
 		}
 	})
 	t.Run("one queued packet per UDP query and reply", func(t *testing.T) {
-		rt := l.c.Agent("node-1").DNS().Runtime
+		rt := l.Agent("node-1").DNS().Runtime
 		before := rt.Stats().Received
 		const n = 20
 		for i := 0; i < n; i++ {
@@ -168,14 +163,14 @@ func TestFQDNLearning(t *testing.T) {
 // TestFQDNTTLExpiry: once an answer's TTL passed, an established
 // connection goes on, a new one is denied until the pod looks up again.
 func TestFQDNTTLExpiry(t *testing.T) {
-	l := newFQDNLab(t, Config{})
-	ext, ok := l.c.exts[netip.MustParseAddr("192.0.2.17")]
+	l := newFQDNLab(t, lab.Config{})
+	ext, ok := l.ExternalEndpoint(netip.MustParseAddr("192.0.2.17"))
 	if !ok {
 		t.Fatal("no external host 192.0.2.17")
 	}
 	// A server that keeps connections open, on a port of rule "web".
 	var ln net.Listener
-	if err := l.c.Lab().InNetns(netlab.Ext(ext.name), func() error {
+	if err := l.Net().InNetns(ext, func() error {
 		var err error
 		ln, err = net.Listen("tcp", "192.0.2.17:8080")
 		return err
@@ -204,7 +199,7 @@ func TestFQDNTTLExpiry(t *testing.T) {
 	}()
 	dial := func() (net.Conn, error) {
 		var c net.Conn
-		err := l.c.Lab().InNetns(l.pod, func() error {
+		err := l.Net().InNetns(l.Pod, func() error {
 			var err error
 			c, err = net.DialTimeout("tcp", "192.0.2.17:8080", time.Second)
 			return err
@@ -237,7 +232,7 @@ func TestFQDNTTLExpiry(t *testing.T) {
 	}
 	if c, err := dial(); err == nil {
 		c.Close()
-		t.Errorf("a new connection after the TTL expired was allowed\n%s", l.c.ListTable("node-1"))
+		t.Errorf("a new connection after the TTL expired was allowed\n%s", l.ListTable("node-1"))
 	}
 	l.mustLookup("short.example.org", false, false, "192.0.2.17")
 	c, err := dial()
@@ -252,18 +247,18 @@ func TestFQDNTTLExpiry(t *testing.T) {
 // lookup the learned set is flushed, so every connect depends on the reply
 // just learned.
 func TestFQDNRace(t *testing.T) {
-	l := newFQDNLab(t, Config{})
-	set := compile.FQDNSetName(&l.c.Agent("node-1").Program.ClusterPolicies[0], 1, true)
+	l := newFQDNLab(t, lab.Config{})
+	set := compile.FQDNSetName(&l.Agent("node-1").Program.ClusterPolicies[0], 1, true)
 	iterations := 1000
 	if testing.Short() {
 		iterations = 100
 	}
 	failures := 0
 	for i := 0; i < iterations; i++ {
-		if out, err := l.c.Lab().NodeExec("node-1", "nft", "flush", "set", "inet", compile.TableName, set); err != nil {
+		if out, err := l.Net().NodeExec("node-1", "nft", "flush", "set", "inet", compile.TableName, set); err != nil {
 			t.Fatalf("flush %s: %v: %s", set, err, out)
 		}
-		if _, err := l.lookup(FQDNServer, "www.example.com", false, false); err != nil {
+		if _, err := l.Lookup(lab.FQDNServer, "www.example.com", false, false); err != nil {
 			t.Fatalf("iteration %d: lookup: %v", i, err)
 		}
 		if !l.probe("192.0.2.10", 80) {
@@ -281,11 +276,11 @@ func TestFQDNRace(t *testing.T) {
 func TestFQDNAgentDown(t *testing.T) {
 	for _, failOpen := range []bool{false, true} {
 		t.Run(fmt.Sprintf("failOpen=%v", failOpen), func(t *testing.T) {
-			l := newFQDNLab(t, Config{FailOpen: failOpen})
-			if err := l.c.Agent("node-1").StopDNS(); err != nil {
+			l := newFQDNLab(t, lab.Config{FailOpen: failOpen})
+			if err := l.Agent("node-1").StopDNS(); err != nil {
 				t.Fatal(err)
 			}
-			got, err := l.lookup(FQDNServer, "www.example.com", false, false)
+			got, err := l.Lookup(lab.FQDNServer, "www.example.com", false, false)
 			if !failOpen {
 				if err == nil {
 					t.Fatalf("fail closed: the lookup got %v while no agent listens", got)

@@ -9,6 +9,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
 // TestIncrementalSync changes the cluster after the first sync the way the
@@ -22,7 +23,7 @@ func TestIncrementalSync(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			base := scenariotest.Load(t, "testdata/incremental.yaml")
-			c := newCluster(t, base, Config{Mode: mode}) // queue: the variant the kernel supports
+			c := newLab(t, base, lab.Config{Mode: mode}) // queue: the variant the kernel supports
 			rep := check(t, c, base, false)
 			for n, r := range rep.Sync {
 				if !r.Full {
@@ -46,9 +47,9 @@ func TestIncrementalSync(t *testing.T) {
 					s.Policies = slices.DeleteFunc(s.Policies, func(p networkingv1.NetworkPolicy) bool { return p.Name == "db-in" })
 				}},
 				{"delete every policy", func(s *scenario.Scenario) { s.Policies = nil }},
-				{"create them again", func(s *scenario.Scenario) { s.Policies = CloneScenario(base).Policies }},
+				{"create them again", func(s *scenario.Scenario) { s.Policies = lab.CloneScenario(base).Policies }},
 			}
-			cur := CloneScenario(base)
+			cur := lab.CloneScenario(base)
 			for _, st := range steps {
 				st.edit(cur)
 				s := mustValid(t, cur)
@@ -76,10 +77,10 @@ func TestIncrementalSync(t *testing.T) {
 	}
 }
 
-func verdicts(r *Report) []bool {
+func verdicts(r *lab.Report) []bool {
 	out := make([]bool, len(r.Outcomes))
 	for i, o := range r.Outcomes {
-		out[i] = o.Kernel
+		out[i] = o.Connected
 	}
 	return out
 }
@@ -99,7 +100,7 @@ func policyNamed(t *testing.T, s *scenario.Scenario, ns, name string) *networkin
 // would take, and returns an independent copy.
 func mustValid(t *testing.T, s *scenario.Scenario) *scenario.Scenario {
 	t.Helper()
-	out, err := Revalidate(s)
+	out, err := lab.Revalidate(s)
 	if err != nil {
 		t.Fatalf("edited scenario: %v", err)
 	}

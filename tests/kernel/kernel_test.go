@@ -1,9 +1,9 @@
 package kernel
 
-// Real-kernel tests: each scenario under testdata/ runs in a netlab cluster
-// of two nodes (node-1 10.244.1.x, node-2 10.244.2.x by the scenarios'
-// convention; external hosts hang off node-1) and every probe must get the
-// evaluator's verdict. They need root and the nft binary; each test builds
+// Real-kernel tests: each scenario under testdata/ runs in a lab
+// (tests/internal/lab) of two nodes (node-1 10.244.1.x, node-2 10.244.2.x
+// by the scenarios' convention; external hosts hang off node-1) and every
+// probe must get the evaluator's verdict. They need root and the nft binary; each test builds
 // its own namespaces, so they run in parallel.
 
 import (
@@ -16,6 +16,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
@@ -30,11 +31,11 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-func newCluster(t *testing.T, s *scenario.Scenario, cfg Config) *Cluster {
+func newLab(t *testing.T, s *scenario.Scenario, cfg lab.Config) *lab.Lab {
 	t.Helper()
-	c, err := NewCluster(testContext(t), s, cfg)
+	c, err := lab.New(testContext(t), s, cfg)
 	if err != nil {
-		t.Fatalf("NewCluster: %v", err)
+		t.Fatalf("lab.New: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := c.Close(); err != nil {
@@ -46,7 +47,7 @@ func newCluster(t *testing.T, s *scenario.Scenario, cfg Config) *Cluster {
 
 // check applies s and fails the test on any disagreement or probe error,
 // printing the table and the rulesets.
-func check(t *testing.T, c *Cluster, s *scenario.Scenario, full bool) *Report {
+func check(t *testing.T, c *lab.Lab, s *scenario.Scenario, full bool) *lab.Report {
 	t.Helper()
 	rep, err := c.Check(testContext(t), s, full, nil)
 	if err != nil {
@@ -57,7 +58,7 @@ func check(t *testing.T, c *Cluster, s *scenario.Scenario, full bool) *Report {
 	}
 	allowed := 0
 	for _, o := range rep.Outcomes {
-		if o.Kernel {
+		if o.Connected {
 			allowed++
 		}
 	}
@@ -82,7 +83,7 @@ func TestScenarios(t *testing.T) {
 			t.Run(string(mode)+"/"+name, func(t *testing.T) {
 				t.Parallel()
 				s := scenariotest.Load(t, f)
-				c := newCluster(t, s, Config{Mode: mode})
+				c := newLab(t, s, lab.Config{Mode: mode})
 				check(t, c, s, false)
 			})
 		}

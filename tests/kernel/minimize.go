@@ -9,6 +9,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
 // MinimizeProbeTimeout bounds each probe while minimizing: only a handful
@@ -30,7 +31,7 @@ type MinimizeOptions struct {
 type MinimizeResult struct {
 	Scenario *scenario.Scenario
 	// Report is a full check of Scenario (full sync, every probe).
-	Report *Report
+	Report *lab.Report
 	// Steps counts the candidate scenarios run on the kernel; Kept those
 	// that still disagreed and became the new scenario.
 	Steps, Kept int
@@ -44,23 +45,23 @@ type MinimizeResult struct {
 // candidate is a valid scenario (scenario.Parse), fully synced on
 // the real kernel (or incrementally after opts.Before) and probed again;
 // only the probes of interest run until the probe stage.
-func (c *Cluster) Minimize(ctx context.Context, s *scenario.Scenario, probes []int, opts MinimizeOptions) (*MinimizeResult, error) {
+func Minimize(ctx context.Context, c *lab.Lab, s *scenario.Scenario, probes []int, opts MinimizeOptions) (*MinimizeResult, error) {
 	logf := opts.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	saved := c.cfg.ProbeTimeout
-	c.cfg.ProbeTimeout = min(saved, MinimizeProbeTimeout)
-	defer func() { c.cfg.ProbeTimeout = saved }()
+	saved := c.ProbeTimeout()
+	c.SetProbeTimeout(min(saved, MinimizeProbeTimeout))
+	defer c.SetProbeTimeout(saved)
 
-	m := &minimizer{c: c, ctx: ctx, cur: CloneScenario(s), focus: append([]int(nil), probes...), logf: logf, before: opts.Before}
+	m := &minimizer{c: c, ctx: ctx, cur: lab.CloneScenario(s), focus: append([]int(nil), probes...), logf: logf, before: opts.Before}
 	if len(m.focus) == 0 {
 		return nil, fmt.Errorf("minimize: no probe to keep")
 	}
 	if ok, err := m.try("original", m.cur); err != nil {
 		return nil, err
 	} else if !ok {
-		return nil, fmt.Errorf("minimize: the scenario does not disagree (with the shorter probe timeout %v)", c.cfg.ProbeTimeout)
+		return nil, fmt.Errorf("minimize: the scenario does not disagree (with the shorter probe timeout %v)", c.ProbeTimeout())
 	}
 	stages := []func() error{m.policies, m.clusterPolicies, m.rules, m.clusterRules, m.peers, m.ports, m.clusterItems,
 		m.probes, m.pods, m.containerPorts, m.namespaces, m.nodes}
@@ -69,7 +70,7 @@ func (c *Cluster) Minimize(ctx context.Context, s *scenario.Scenario, probes []i
 			return nil, err
 		}
 	}
-	c.cfg.ProbeTimeout = saved
+	c.SetProbeTimeout(saved)
 	rep, err := m.check(m.cur, nil)
 	if err != nil {
 		return nil, err
@@ -78,7 +79,7 @@ func (c *Cluster) Minimize(ctx context.Context, s *scenario.Scenario, probes []i
 }
 
 type minimizer struct {
-	c     *Cluster
+	c     *lab.Lab
 	ctx   context.Context
 	cur   *scenario.Scenario
 	focus []int // probes of cur that disagreed last
@@ -89,7 +90,7 @@ type minimizer struct {
 	steps, kept int
 }
 
-func (m *minimizer) check(cand *scenario.Scenario, focus []int) (*Report, error) {
+func (m *minimizer) check(cand *scenario.Scenario, focus []int) (*lab.Report, error) {
 	if m.before == nil {
 		return m.c.Check(m.ctx, cand, true, focus)
 	}
@@ -104,7 +105,7 @@ func (m *minimizer) try(what string, cand *scenario.Scenario) (bool, error) {
 
 // tryWith is try with the probes of interest given as indices into cand.
 func (m *minimizer) tryWith(what string, cand *scenario.Scenario, focus []int) (bool, error) {
-	valid, err := Revalidate(cand)
+	valid, err := lab.Revalidate(cand)
 	if err != nil {
 		return false, nil // the API server would reject it: not a scenario
 	}
@@ -152,7 +153,7 @@ func (m *minimizer) each(what string, n func() int, drop func(i int) *scenario.S
 
 func (m *minimizer) policies() error {
 	return m.each("policy", func() int { return len(m.cur.Policies) }, func(i int) *scenario.Scenario {
-		cand := CloneScenario(m.cur)
+		cand := lab.CloneScenario(m.cur)
 		cand.Policies = slices.Delete(cand.Policies, i, i+1)
 		return cand
 	})
@@ -197,7 +198,7 @@ func (m *minimizer) rules() error {
 				return len(m.cur.Policies[p].Spec.Ingress)
 			}
 			err := m.each("rule", count, func(i int) *scenario.Scenario {
-				cand := CloneScenario(m.cur)
+				cand := lab.CloneScenario(m.cur)
 				spec := &cand.Policies[p].Spec
 				if egress {
 					spec.Egress = slices.Delete(spec.Egress, i, i+1)
@@ -229,7 +230,7 @@ func (m *minimizer) ruleItems(what string, peers bool) error {
 			return len(*po)
 		}
 		err := m.each(what, count, func(i int) *scenario.Scenario {
-			cand := CloneScenario(m.cur)
+			cand := lab.CloneScenario(m.cur)
 			pe, po := ruleLists(cand, r)
 			if peers {
 				*pe = slices.Delete(*pe, i, i+1)
@@ -249,7 +250,7 @@ func (m *minimizer) ruleItems(what string, peers bool) error {
 // while another still disagrees.
 func (m *minimizer) probes() error {
 	subset := func(idx []int) *scenario.Scenario {
-		cand := CloneScenario(m.cur)
+		cand := lab.CloneScenario(m.cur)
 		cand.Probes = nil
 		for _, i := range idx {
 			cand.Probes = append(cand.Probes, m.cur.Probes[i])
@@ -293,7 +294,7 @@ func referencedPods(s *scenario.Scenario) map[string]bool {
 			}
 		}
 		if src, dst, err := s.ProbeAddrs(i); err == nil {
-			for _, a := range []string{podForIP(s, src), podForIP(s, dst)} {
+			for _, a := range []string{lab.PodForIP(s, src), lab.PodForIP(s, dst)} {
 				if a != "" {
 					out[a] = true
 				}
@@ -308,7 +309,7 @@ func (m *minimizer) pods() error {
 		if referencedPods(m.cur)[m.cur.Pods[i].Key()] {
 			return nil
 		}
-		cand := CloneScenario(m.cur)
+		cand := lab.CloneScenario(m.cur)
 		cand.Pods = slices.Delete(cand.Pods, i, i+1)
 		return cand
 	})
@@ -317,7 +318,7 @@ func (m *minimizer) pods() error {
 func (m *minimizer) containerPorts() error {
 	for p := len(m.cur.Pods) - 1; p >= 0; p-- {
 		err := m.each("container port", func() int { return len(m.cur.Pods[p].Ports) }, func(i int) *scenario.Scenario {
-			cand := CloneScenario(m.cur)
+			cand := lab.CloneScenario(m.cur)
 			cand.Pods[p].Ports = slices.Delete(cand.Pods[p].Ports, i, i+1)
 			return cand
 		})
@@ -330,7 +331,7 @@ func (m *minimizer) containerPorts() error {
 
 func (m *minimizer) namespaces() error {
 	return m.each("namespace", func() int { return len(m.cur.Namespaces) }, func(i int) *scenario.Scenario {
-		cand := CloneScenario(m.cur)
+		cand := lab.CloneScenario(m.cur)
 		cand.Namespaces = slices.Delete(cand.Namespaces, i, i+1)
 		return cand
 	})
@@ -338,7 +339,7 @@ func (m *minimizer) namespaces() error {
 
 func (m *minimizer) clusterPolicies() error {
 	return m.each("cluster policy", func() int { return len(m.cur.ClusterNetworkPolicies) }, func(i int) *scenario.Scenario {
-		cand := CloneScenario(m.cur)
+		cand := lab.CloneScenario(m.cur)
 		cand.ClusterNetworkPolicies = slices.Delete(cand.ClusterNetworkPolicies, i, i+1)
 		return cand
 	})
@@ -357,7 +358,7 @@ func (m *minimizer) clusterRules() error {
 	for p := len(m.cur.ClusterNetworkPolicies) - 1; p >= 0; p-- {
 		for _, egress := range []bool{true, false} {
 			err := m.each("cluster rule", func() int { return clusterRuleCount(m.cur, p, egress) }, func(i int) *scenario.Scenario {
-				cand := CloneScenario(m.cur)
+				cand := lab.CloneScenario(m.cur)
 				spec := &cand.ClusterNetworkPolicies[p].Spec
 				if egress {
 					spec.Egress = slices.Delete(spec.Egress, i, i+1)
@@ -397,7 +398,7 @@ func (m *minimizer) clusterItems() error {
 						return len(spec.Ingress[r].Protocols)
 					}
 					err := m.each("cluster rule item", count, func(i int) *scenario.Scenario {
-						cand := CloneScenario(m.cur)
+						cand := lab.CloneScenario(m.cur)
 						spec := &cand.ClusterNetworkPolicies[p].Spec
 						switch {
 						case egress && peers:
@@ -431,7 +432,7 @@ func (m *minimizer) nodes() error {
 				return nil
 			}
 		}
-		cand := CloneScenario(m.cur)
+		cand := lab.CloneScenario(m.cur)
 		cand.Nodes = slices.Delete(cand.Nodes, i, i+1)
 		return cand
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/scenariogen"
 )
 
@@ -63,7 +64,7 @@ func TestDifferentialCatchesInjectedBug(t *testing.T) {
 			defer cancel()
 			for seed := uint64(1); seed <= 20; seed++ {
 				s := scenariogen.Generate(seed)
-				c, err := NewCluster(ctx, s, Config{MutateRuleset: bug})
+				c, err := lab.New(ctx, s, lab.Config{MutateRuleset: bug})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -83,7 +84,7 @@ func TestDifferentialCatchesInjectedBug(t *testing.T) {
 	}
 }
 
-func catchAndMinimize(ctx context.Context, t *testing.T, c *Cluster, seed uint64, s *scenario.Scenario) (bool, error) {
+func catchAndMinimize(ctx context.Context, t *testing.T, c *lab.Lab, seed uint64, s *scenario.Scenario) (bool, error) {
 	rep, err := c.Check(ctx, s, false, nil)
 	if err != nil {
 		return false, err
@@ -100,7 +101,7 @@ func catchAndMinimize(ctx context.Context, t *testing.T, c *Cluster, seed uint64
 		return false, nil
 	}
 	t.Logf("seed %d: %d of %d probes disagree", seed, len(bad), len(s.Probes))
-	m, err := c.Minimize(ctx, s, bad, MinimizeOptions{Logf: t.Logf})
+	m, err := Minimize(ctx, c, s, bad, MinimizeOptions{Logf: t.Logf})
 	if err != nil {
 		return false, err
 	}
@@ -110,10 +111,10 @@ func catchAndMinimize(ctx context.Context, t *testing.T, c *Cluster, seed uint64
 	if len(m.Scenario.Policies) >= len(s.Policies) && len(m.Scenario.Probes) >= len(s.Probes) {
 		t.Errorf("not minimized: %d policies/%d probes, was %d/%d", len(m.Scenario.Policies), len(m.Scenario.Probes), len(s.Policies), len(s.Probes))
 	}
-	if _, err := Revalidate(m.Scenario); err != nil {
+	if _, err := lab.Revalidate(m.Scenario); err != nil {
 		t.Errorf("the minimized scenario is invalid: %v", err)
 	}
-	data, _ := MarshalScenario(m.Scenario, fmt.Sprintf("seed %d minimized in %d steps", seed, m.Steps))
+	data, _ := lab.MarshalScenario(m.Scenario, fmt.Sprintf("seed %d minimized in %d steps", seed, m.Steps))
 	t.Logf("minimized from %d policies/%d probes to %d/%d in %d steps:\n%s\n%s",
 		len(s.Policies), len(s.Probes), len(m.Scenario.Policies), len(m.Scenario.Probes), m.Steps, data, m.Report.Table())
 

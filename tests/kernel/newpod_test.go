@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
-	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
 )
 
 // unknownCounts counts the evaluators' unknown-pod decisions by result.
@@ -51,7 +51,7 @@ func TestNewPodsDecidedBeforeKnown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	counts := &unknownCounts{}
-	l, err := podlab.New(ctx, podlab.Config{UnknownPods: counts})
+	l, err := lab.New(ctx, nil, lab.Config{UnknownPods: counts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestNewPodsDecidedBeforeKnown(t *testing.T) {
 		}
 	}()
 	l.NewPodPolicies()
-	srv := podlab.PodSpec{Namespace: "x", Name: "srv", Node: 0, IP: podlab.PodIP(0, 0), Labels: map[string]string{"app": "srv"},
+	srv := lab.PodSpec{Namespace: "x", Name: "srv", Node: 0, IP: lab.PodIP(0, 0), Labels: map[string]string{"app": "srv"},
 		TCPPorts: []uint16{80}, UDPPorts: []uint16{53}}
 	if err := l.StartPod(srv); err != nil {
 		t.Fatal(err)
@@ -71,31 +71,33 @@ func TestNewPodsDecidedBeforeKnown(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	results, err := l.RunNewPods(ctx, srv.IP, n, informerDelay)
+	rep, err := l.RunNewPods(ctx, srv.IP, n, informerDelay)
 	if err != nil {
 		t.Fatal(err)
 	}
+	results := rep.Outcomes
 
 	denied := map[netip.Addr]string{}
 	var delays []time.Duration
 	for _, o := range results {
-		if o.Res.Err != nil {
-			t.Fatalf("%s: probe: %v", o.Pod.Name, o.Res.Err)
+		pod := o.Probe.From.Pod
+		if o.Err != nil {
+			t.Fatalf("%s: probe: %v", pod, o.Err)
 		}
 		switch {
-		case o.Allowed && !o.Res.Connected:
-			t.Errorf("%s (%s, allowed): not connected (%s after %v)", o.Pod.Name, o.Proto, o.Res.Reason, o.Res.Duration)
-		case !o.Allowed && o.Res.Connected:
-			t.Errorf("%s (%s, denied): connected", o.Pod.Name, o.Proto)
-		case o.Allowed:
-			delays = append(delays, o.Res.Duration)
+		case o.Want && !o.Connected:
+			t.Errorf("%s (%s, allowed): not connected (%s after %v)", pod, o.Proto, o.Reason, o.Duration)
+		case !o.Want && o.Connected:
+			t.Errorf("%s (%s, denied): connected", pod, o.Proto)
+		case o.Want:
+			delays = append(delays, o.Duration)
 		default:
-			denied[o.Pod.IP] = o.Pod.Name
+			denied[o.Src] = pod
 		}
 	}
 	// A packet admitted through either node's forward hook leaves a
 	// confirmed conntrack entry; a dropped first packet leaves none.
-	for _, node := range podlab.Nodes {
+	for _, node := range l.Nodes() {
 		flows, err := l.Conntrack(node)
 		if err != nil {
 			t.Fatal(err)
@@ -115,21 +117,27 @@ func TestNewPodsDecidedBeforeKnown(t *testing.T) {
 	}
 
 	// Programmed pods never reach the queue again.
+	received := func(node string) uint64 {
+		st, _ := l.QueueStats(node)
+		return st.Received
+	}
 	before := map[string]uint64{}
-	for _, node := range podlab.Nodes {
-		before[node] = l.QueueReceived(node)
+	for _, node := range l.Nodes() {
+		before[node] = received(node)
 	}
 	var again []netlab.ProbeReq
 	for _, o := range results[:min(n, 40)] {
-		again = append(again, netlab.ProbeReq{From: podlab.PodEndpoint(o.Pod), To: srv.IP, Port: o.Port, Proto: o.Proto, Timeout: 2 * time.Second})
+		req := o.ProbeReq
+		req.Timeout = 2 * time.Second
+		again = append(again, req)
 	}
-	for i, r := range l.Net.ProbeMany(ctx, again, 8) {
-		if r.Connected != results[i].Allowed {
-			t.Errorf("%s again: connected=%v, want %v", results[i].Pod.Name, r.Connected, results[i].Allowed)
+	for i, r := range l.Net().ProbeMany(ctx, again, 8) {
+		if r.Connected != results[i].Want {
+			t.Errorf("%s again: connected=%v, want %v", results[i].Probe.From.Pod, r.Connected, results[i].Want)
 		}
 	}
-	for _, node := range podlab.Nodes {
-		if got := l.QueueReceived(node); got != before[node] {
+	for _, node := range l.Nodes() {
+		if got := received(node); got != before[node] {
 			t.Errorf("%s: %d packets of programmed pods were queued", node, got-before[node])
 		}
 	}

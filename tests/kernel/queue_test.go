@@ -15,6 +15,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
 // kernelQueueVariant is what the agent-side probe finds on this kernel.
@@ -38,7 +39,7 @@ func queueVariants(t *testing.T) (variants []compile.QueueVariant, native bool) 
 	return variants, native
 }
 
-func received(c *Cluster) map[string]queue.Stats {
+func received(c *lab.Lab) map[string]queue.Stats {
 	out := map[string]queue.Stats{}
 	for _, n := range c.Nodes() {
 		if st, ok := c.QueueStats(n); ok {
@@ -60,7 +61,7 @@ func TestQueueMode(t *testing.T) {
 			t.Run(string(variant)+"/"+name, func(t *testing.T) {
 				t.Parallel()
 				s := scenariotest.Load(t, f)
-				c := newCluster(t, s, Config{Mode: compile.ModeQueue, QueueVariant: variant})
+				c := newLab(t, s, lab.Config{Mode: compile.ModeQueue, QueueVariant: variant})
 				if _, err := c.Apply(testContext(t), s, false); err != nil {
 					if native && variant == compile.QueueXTCompat {
 						// ProbeQueueVariant stops at native: xt_NFQUEUE may be absent.
@@ -126,7 +127,7 @@ func TestQueueUDPFlowQueuedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newCluster(t, s, Config{Mode: compile.ModeQueue}) // the variant the kernel supports
+	c := newLab(t, s, lab.Config{Mode: compile.ModeQueue}) // the variant the kernel supports
 	check(t, c, s, false)
 	ep, _ := c.PodEndpoint("x/a")
 	dst := netip.MustParseAddr("10.244.2.53")
@@ -138,7 +139,7 @@ func TestQueueUDPFlowQueuedOnce(t *testing.T) {
 		t.Run(fmt.Sprint(tc.port), func(t *testing.T) {
 			before := received(c)
 			var conn *net.UDPConn
-			if err := c.Lab().InNetns(ep, func() error {
+			if err := c.Net().InNetns(ep, func() error {
 				var err error
 				conn, err = net.ListenUDP("udp4", nil) // unconnected: ICMP errors are not reported
 				return err
@@ -185,9 +186,9 @@ func TestNativeQueueVariant(t *testing.T) {
 	v := kernelQueueVariant(t)
 	t.Logf("ProbeQueueVariant: %s", v)
 	s := scenariotest.Load(t, "testdata/default-deny.yaml")
-	c := newCluster(t, s, Config{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative})
+	c := newLab(t, s, lab.Config{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative})
 	var native bool
-	if err := c.Lab().InNode("node-1", func() error {
+	if err := c.Net().InNode("node-1", func() error {
 		var err error
 		native, err = queuerule.ProbeNativeQueue(context.Background())
 		return err

@@ -13,12 +13,12 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
 func ingressFrom(name string, peer *metav1.LabelSelector) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: name},
-		Spec: networkingv1.NetworkPolicySpec{PodSelector: *podlab.MatchLabels("app", "srv"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: *lab.MatchLabels("app", "srv"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: peer}}}}}}
 }
 
@@ -33,7 +33,7 @@ func TestRevocation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	counts := &revokedCounts{}
-	l, err := podlab.New(ctx, podlab.Config{Revoke: true, Revoked: counts})
+	l, err := lab.New(ctx, nil, lab.Config{Revoke: true, Revoked: counts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,51 +44,51 @@ func TestRevocation(t *testing.T) {
 	}()
 	l.Namespace("x", nil)
 	l.Namespace("y", nil)
-	srv := podlab.PodSpec{Namespace: "x", Name: "srv", Node: 0, IP: podlab.PodIP(0, 0), Labels: map[string]string{"app": "srv"}}
-	client := func(name string, node, n int, labels ...string) podlab.PodSpec {
-		return podlab.PodSpec{Namespace: "y", Name: name, Node: node, IP: podlab.PodIP(node, n), Labels: podlab.MatchLabels(labels...).MatchLabels}
+	srv := lab.PodSpec{Namespace: "x", Name: "srv", Node: 0, IP: lab.PodIP(0, 0), Labels: map[string]string{"app": "srv"}}
+	client := func(name string, node, n int, labels ...string) lab.PodSpec {
+		return lab.PodSpec{Namespace: "y", Name: name, Node: node, IP: lab.PodIP(node, n), Labels: lab.MatchLabels(labels...).MatchLabels}
 	}
 	c1 := client("c1", 1, 1, "role", "client", "tier", "gold") // denied by the label change
 	c2 := client("c2", 0, 2, "role", "client")                 // denied by the policy edit
 	c3 := client("c3", 1, 3, "role", "client", "tier", "gold", "name", "c3")
 	c4 := client("c4", 0, 4, "role", "client", "tier", "gold") // denied by the delete
-	for _, p := range []podlab.PodSpec{srv, c1, c2, c3, c4} {
+	for _, p := range []lab.PodSpec{srv, c1, c2, c3, c4} {
 		if err := l.StartPod(p); err != nil {
 			t.Fatal(err)
 		}
 		l.Know(p)
 	}
-	l.SetPolicy(ingressFrom("allow", podlab.MatchLabels("role", "client")))
-	l.SetPolicy(ingressFrom("allow-c3", podlab.MatchLabels("name", "c3")))
+	l.SetPolicy(ingressFrom("allow", lab.MatchLabels("role", "client")))
+	l.SetPolicy(ingressFrom("allow-c3", lab.MatchLabels("name", "c3")))
 	// x/srv sends nothing new: a revoked flow cannot come back as a
 	// connection from the server.
 	l.SetPolicy(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "srv-no-egress"},
-		Spec: networkingv1.NetworkPolicySpec{PodSelector: *podlab.MatchLabels("app", "srv"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}})
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: *lab.MatchLabels("app", "srv"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}})
 	if err := l.Publish(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s, err := podlab.StartFlowServer(l.Net, podlab.PodEndpoint(srv), srv.IP)
+	s, err := lab.StartFlowServer(l.Net(), srv.Endpoint(), srv.IP)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	flowCtx, stopFlows := context.WithCancel(ctx)
 	defer stopFlows()
-	for _, c := range []podlab.PodSpec{c1, c2, c3, c4} {
-		if err := podlab.StartFlows(flowCtx, l.Net, podlab.PodEndpoint(c), srv.IP); err != nil {
+	for _, c := range []lab.PodSpec{c1, c2, c3, c4} {
+		if err := lab.StartFlows(flowCtx, l.Net(), c.Endpoint(), srv.IP); err != nil {
 			t.Fatal(err)
 		}
 	}
 	time.Sleep(500 * time.Millisecond)
 
 	var stops []time.Duration
-	alive := map[string]podlab.PodSpec{"c1": c1, "c2": c2, "c3": c3, "c4": c4}
+	alive := map[string]lab.PodSpec{"c1": c1, "c2": c2, "c3": c3, "c4": c4}
 	for _, step := range []struct {
 		name   string
 		change func()
 		denied string
 	}{
-		{"policy edit", func() { l.SetPolicy(ingressFrom("allow", podlab.MatchLabels("role", "client", "tier", "gold"))) }, "c2"},
+		{"policy edit", func() { l.SetPolicy(ingressFrom("allow", lab.MatchLabels("role", "client", "tier", "gold"))) }, "c2"},
 		{"label change", func() { c1.Labels = map[string]string{"role": "client", "tier": "silver"}; l.Know(c1) }, "c1"},
 		{"policy delete", func() { l.DeletePolicy("x", "allow") }, "c4"},
 	} {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/tests/internal/dnsserver"
-	"github.com/nftpolicy/nftpolicy/tests/kernel"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
 // dnsfloodDuration bounds the attack: long enough for the victim's lookups
@@ -48,7 +48,7 @@ func dnsfloodQuery(t *testing.T, name string) []byte {
 func dnsfloodRun(t *testing.T, l *dnsstoreLab, key string, server netip.Addr, stop <-chan struct{}) func() uint64 {
 	t.Helper()
 	var conns []*net.UDPConn
-	if err := l.C.Lab().InNetns(l.endpoint(key), func() error {
+	if err := l.Net().InNetns(l.endpoint(key), func() error {
 		for range dnsfloodSockets {
 			c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(server, 53)))
 			if err != nil {
@@ -115,7 +115,7 @@ func TestRedTeamDNSQueryFlood(t *testing.T) {
 	// answers the flood, so replies to x/c are queued too; the cluster DNS
 	// stays free for x/a.
 	stop := make(chan struct{})
-	wait := dnsfloodRun(t, l, "x/c", kernel.FQDNRogueServer, stop)
+	wait := dnsfloodRun(t, l, "x/c", lab.FQDNRogueServer, stop)
 	deadline := time.Now().Add(dnsfloodDuration)
 	time.Sleep(500 * time.Millisecond) // let the queue fill
 	type try struct {
@@ -127,9 +127,9 @@ func TestRedTeamDNSQueryFlood(t *testing.T) {
 		tr := tries[i%len(tries)]
 		lookups++
 		var got []netip.Addr
-		err := l.C.Lab().InNetns(l.endpoint("x/a"), func() error {
+		err := l.Net().InNetns(l.endpoint("x/a"), func() error {
 			var err error
-			got, err = dnsserver.Lookup(netip.AddrPortFrom(kernel.FQDNServer, 53), tr.name, false, false, time.Second)
+			got, err = dnsserver.Lookup(netip.AddrPortFrom(lab.FQDNServer, 53), tr.name, false, false, time.Second)
 			return err
 		})
 		switch {
@@ -149,12 +149,12 @@ func TestRedTeamDNSQueryFlood(t *testing.T) {
 	t.Logf("x/c sent %d queries in %v (%.0f/s); x/a: %d lookups, %d failed", sent, dnsfloodDuration, float64(sent)/dnsfloodDuration.Seconds(), lookups, failed)
 	// The kernel's queues of node-1 (number, ..., overflow drops in the
 	// 6th column) and the share chains' counters.
-	queues, _ := l.C.Lab().NodeExec("node-1", "cat", "/proc/net/netfilter/nfnetlink_queue")
+	queues, _ := l.Net().NodeExec("node-1", "cat", "/proc/net/netfilter/nfnetlink_queue")
 	t.Logf("node-1 queues (queue_dropped is the 6th field):\n%s", queues)
 	// (Named, not pkg/compile's constants: the test also runs on the code
 	// before the share chains.)
 	for _, c := range []string{"dns-query-share", "dns-reply-share"} {
-		out, _ := l.C.Lab().NodeExec("node-1", "nft", "list", "chain", "inet", compile.TableName, c)
+		out, _ := l.Net().NodeExec("node-1", "nft", "list", "chain", "inet", compile.TableName, c)
 		t.Logf("%s", out)
 	}
 	if failed > 0 {

@@ -14,16 +14,16 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/dnsserver"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
-	"github.com/nftpolicy/nftpolicy/tests/kernel"
 )
 
-// dnsstoreLab is tests/kernel's FQDN lab (x/a on node-1 may reach the
+// dnsstoreLab is the lab's FQDN lab (x/a on node-1 may reach the
 // names of rule "web": www.example.com, *.example.org, api.example.com, on
 // TCP 80; everything else is denied) with a second subject pod, x/c, and
 // external hosts at the attack's addresses.
 type dnsstoreLab struct {
-	*kernel.FQDNLab
+	*lab.FQDNLab
 	t   *testing.T
 	ctx context.Context
 }
@@ -37,7 +37,7 @@ var dnsstoreTargets = []string{"203.0.113.77", "203.0.113.78", "203.0.113.79"}
 func dnsstoreScenario(t *testing.T, rename string) *scenario.Scenario {
 	t.Helper()
 	const podA = `{namespace: x, name: a, labels: {app: a}, ips: [10.244.1.10, "fd00:10:244:1::10"], node: node-1}`
-	y := kernel.FQDNScenario
+	y := lab.FQDNScenario
 	if !strings.Contains(y, podA) {
 		t.Fatalf("FQDNScenario no longer has the pod %s", podA)
 	}
@@ -59,10 +59,10 @@ func dnsstoreScenario(t *testing.T, rename string) *scenario.Scenario {
 func newDNSStoreLab(t *testing.T, records ...dnsserver.Record) *dnsstoreLab {
 	t.Helper()
 	ctx, fl := openFQDNLab(t)
-	if _, err := fl.C.Apply(ctx, dnsstoreScenario(t, ""), false); err != nil {
+	if _, err := fl.Apply(ctx, dnsstoreScenario(t, ""), false); err != nil {
 		t.Fatal(err)
 	}
-	fl.SetClusterDNS(append(slices.Clone(kernel.FQDNRecords), records...))
+	fl.SetClusterDNS(append(slices.Clone(lab.FQDNRecords), records...))
 	return &dnsstoreLab{FQDNLab: fl, t: t, ctx: ctx}
 }
 
@@ -71,9 +71,9 @@ func (l *dnsstoreLab) lookup(key, name string, v6 bool) []netip.Addr {
 	l.t.Helper()
 	ep := l.endpoint(key)
 	var out []netip.Addr
-	if err := l.C.Lab().InNetns(ep, func() error {
+	if err := l.Net().InNetns(ep, func() error {
 		var err error
-		out, err = dnsserver.Lookup(netip.AddrPortFrom(kernel.FQDNServer, 53), name, v6, false, 2*time.Second)
+		out, err = dnsserver.Lookup(netip.AddrPortFrom(lab.FQDNServer, 53), name, v6, false, 2*time.Second)
 		return err
 	}); err != nil {
 		l.t.Fatalf("%s: lookup %s: %v", key, name, err)
@@ -83,7 +83,7 @@ func (l *dnsstoreLab) lookup(key, name string, v6 bool) []netip.Addr {
 
 func (l *dnsstoreLab) endpoint(key string) netlab.Endpoint {
 	l.t.Helper()
-	ep, ok := l.C.PodEndpoint(key)
+	ep, ok := l.PodEndpoint(key)
 	if !ok {
 		l.t.Fatalf("no pod %s in the lab", key)
 	}
@@ -93,7 +93,7 @@ func (l *dnsstoreLab) endpoint(key string) netlab.Endpoint {
 // connects reports whether the pod's TCP connection to addr:80 succeeds.
 func (l *dnsstoreLab) connects(key, addr string) bool {
 	l.t.Helper()
-	ok, err := l.C.Lab().Probe(l.ctx, l.endpoint(key), netip.MustParseAddr(addr), 80, netlab.TCP, time.Second)
+	ok, err := l.Net().Probe(l.ctx, l.endpoint(key), netip.MustParseAddr(addr), 80, netlab.TCP, time.Second)
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func (l *dnsstoreLab) connects(key, addr string) bool {
 // metric reads one counter of node-1's learner metrics.
 func (l *dnsstoreLab) metric(name, label string) float64 {
 	l.t.Helper()
-	v, err := kernel.FQDNCounter(l.C.Agent("node-1").DNS().Metrics, name, label)
+	v, err := lab.FQDNCounter(l.Agent("node-1").DNS().Metrics, name, label)
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -132,9 +132,9 @@ func TestRedTeamDNSCNAMEChain(t *testing.T) {
 		t.Fatalf("the attacker's lookup got %v", got)
 	}
 	if l.connects("x/a", "203.0.113.77") {
-		t.Errorf("x/a reached 203.0.113.77, which only x.attacker.test resolves to, after a CNAME x.attacker.test -> www.example.com\n%s", l.C.ListTable("node-1"))
+		t.Errorf("x/a reached 203.0.113.77, which only x.attacker.test resolves to, after a CNAME x.attacker.test -> www.example.com\n%s", l.ListTable("node-1"))
 	}
-	if l.C.Agent("node-1").DNS().Learner.Resolved(netip.MustParseAddr("10.244.1.10"), netip.MustParseAddr("203.0.113.77"), webDomains) {
+	if l.Agent("node-1").DNS().Learner.Resolved(netip.MustParseAddr("10.244.1.10"), netip.MustParseAddr("203.0.113.77"), webDomains) {
 		t.Errorf("the evaluator takes 203.0.113.77 for a name of rule web")
 	}
 	// Legitimate chains.
@@ -160,7 +160,7 @@ func TestRedTeamDNSMappedAAAA(t *testing.T) {
 		t.Fatalf("AAAA lookup got %v, want the mapped address", got)
 	}
 	if l.connects("x/a", "203.0.113.78") {
-		t.Errorf("x/a reached 203.0.113.78 after an AAAA answer ::ffff:203.0.113.78\n%s", l.C.ListTable("node-1"))
+		t.Errorf("x/a reached 203.0.113.78 after an AAAA answer ::ffff:203.0.113.78\n%s", l.ListTable("node-1"))
 	}
 	if got := l.metric("nftpolicy_dns_answers_not_learned_total", fqdn.AnswerMapped); got != before+1 {
 		t.Errorf("mapped answers counted %v, want %v", got, before+1)
@@ -174,19 +174,19 @@ func TestRedTeamDNSAddressReuse(t *testing.T) {
 	l := newDNSStoreLab(t)
 	l.lookup("x/a", "www.example.com", false)
 	if !l.connects("x/a", "192.0.2.10") {
-		t.Fatalf("x/a cannot reach www.example.com after resolving it\n%s", l.C.ListTable("node-1"))
+		t.Fatalf("x/a cannot reach www.example.com after resolving it\n%s", l.ListTable("node-1"))
 	}
-	if err := l.C.RemoveLabPod("x/a"); err != nil {
+	if err := l.RemovePod("x/a"); err != nil {
 		t.Fatal(err)
 	}
 	// x/a deleted and x/b created at its addresses, seen in one program
 	// change (the harder case: no program without a pod at the address).
 	reused := dnsstoreScenario(t, "b")
-	if _, err := l.C.Apply(l.ctx, reused, false); err != nil {
+	if _, err := l.Apply(l.ctx, reused, false); err != nil {
 		t.Fatal(err)
 	}
 	if l.connects("x/b", "192.0.2.10") {
-		t.Errorf("x/b, at x/a's former address, reached www.example.com without resolving it\n%s", l.C.ListTable("node-1"))
+		t.Errorf("x/b, at x/a's former address, reached www.example.com without resolving it\n%s", l.ListTable("node-1"))
 	}
 	l.lookup("x/b", "www.example.com", false)
 	if !l.connects("x/b", "192.0.2.10") {
@@ -210,7 +210,7 @@ func TestRedTeamDNSNameFlood(t *testing.T) {
 		mu    sync.Mutex
 		holds []time.Duration
 	)
-	dns := l.C.Agent("node-1").DNS()
+	dns := l.Agent("node-1").DNS()
 	dns.ObserveHolds(func(d time.Duration) {
 		mu.Lock()
 		holds = append(holds, d)
@@ -234,8 +234,8 @@ func TestRedTeamDNSNameFlood(t *testing.T) {
 	if !l.connects("x/c", "192.0.2.10") {
 		t.Errorf("x/c cannot reach www.example.com during x/a's flood")
 	}
-	set := compile.FQDNSetName(&l.C.Agent("node-1").Program.ClusterPolicies[0], 1, true)
-	out, err := l.C.Lab().NodeExec("node-1", "nft", "list", "set", "inet", compile.TableName, set)
+	set := compile.FQDNSetName(&l.Agent("node-1").Program.ClusterPolicies[0], 1, true)
+	out, err := l.Net().NodeExec("node-1", "nft", "list", "set", "inet", compile.TableName, set)
 	if err != nil {
 		t.Fatalf("list %s: %v: %s", set, err, out)
 	}

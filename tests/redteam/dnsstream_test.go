@@ -19,11 +19,11 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/dnsserver"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
-	"github.com/nftpolicy/nftpolicy/tests/kernel"
 )
 
-// The DNS stream attacks run on tests/kernel's FQDN scenario (x/a on
+// The DNS stream attacks run on the lab's FQDN scenario (x/a on
 // node-1 may reach the names of rule "web"; the trusted DNS server is
 // kube-system/dns on node-2) with one more pod on node-1, z/evil, that no
 // policy selects: the spoofer. 192.0.2.14 is the denied address every
@@ -41,7 +41,7 @@ const dnsstreamForgedID = 0x4242
 // dnsstreamLab is the scenario enforced, the DNS servers running.
 type dnsstreamLab struct {
 	t   *testing.T
-	c   *kernel.Cluster
+	c   *lab.Lab
 	pod netlab.Endpoint // x/a
 	srv *dnsserver.Server
 }
@@ -49,13 +49,13 @@ type dnsstreamLab struct {
 func newDNSStreamLab(t *testing.T, extra []dnsserver.Record) *dnsstreamLab {
 	t.Helper()
 	ctx := requireLab(t)
-	text := strings.Replace(kernel.FQDNScenario, "pods:\n",
+	text := strings.Replace(lab.FQDNScenario, "pods:\n",
 		"pods:\n  - {namespace: z, name: evil, labels: {app: evil}, ip: 10.244.1.66, node: node-1}\n", 1)
 	s, err := scenario.Parse([]byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := kernel.NewCluster(ctx, s, kernel.Config{})
+	c, err := lab.New(ctx, s, lab.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,16 +73,16 @@ func newDNSStreamLab(t *testing.T, extra []dnsserver.Record) *dnsstreamLab {
 	}
 	l.pod, _ = c.PodEndpoint("x/a")
 	dns, _ := c.PodEndpoint("kube-system/dns")
-	if err := c.Lab().InNetns(dns, func() error {
+	if err := c.Net().InNetns(dns, func() error {
 		var err error
-		l.srv, err = dnsserver.Listen(netip.IPv6Unspecified(), 53, append(append([]dnsserver.Record(nil), kernel.FQDNRecords...), extra...))
+		l.srv, err = dnsserver.Listen(netip.IPv6Unspecified(), 53, append(append([]dnsserver.Record(nil), lab.FQDNRecords...), extra...))
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range c.Nodes() {
 		if d := c.Agent(n).DNS(); d.Sources != nil {
-			d.Sources.SetEndpoints([]netip.Addr{kernel.FQDNServer})
+			d.Sources.SetEndpoints([]netip.Addr{lab.FQDNServer})
 		}
 	}
 	return l
@@ -91,7 +91,7 @@ func newDNSStreamLab(t *testing.T, extra []dnsserver.Record) *dnsstreamLab {
 // reaches reports whether x/a connects to addr:80.
 func (l *dnsstreamLab) reaches(addr netip.Addr) bool {
 	l.t.Helper()
-	ok, err := l.c.Lab().Probe(context.Background(), l.pod, addr, 80, netlab.TCP, time.Second)
+	ok, err := l.c.Net().Probe(context.Background(), l.pod, addr, 80, netlab.TCP, time.Second)
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func dnsstreamQuery(id uint16, name string, qt dnsmessage.Type) []byte {
 // boundaries tells them from answers. It returns the TXT answer.
 func (l *dnsstreamLab) dnsstreamTXTLookup(name string, mss int) ([]byte, error) {
 	var out []byte
-	err := l.c.Lab().InNetns(l.pod, func() error {
+	err := l.c.Net().InNetns(l.pod, func() error {
 		d := net.Dialer{Timeout: 2 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
 			var serr error
 			if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG, mss) }); err != nil {
@@ -169,7 +169,7 @@ func (l *dnsstreamLab) dnsstreamTXTLookup(name string, mss int) ([]byte, error) 
 			}
 			return serr
 		}}
-		c, err := d.Dial("tcp", netip.AddrPortFrom(kernel.FQDNServer, 53).String())
+		c, err := d.Dial("tcp", netip.AddrPortFrom(lab.FQDNServer, 53).String())
 		if err != nil {
 			return err
 		}
@@ -283,7 +283,7 @@ func TestRedTeamDNSTCPMidStream(t *testing.T) {
 // address is the attacker's choice.
 func (l *dnsstreamLab) dnsstreamSpoof(src, dst netip.AddrPort, payload []byte) error {
 	evil, _ := l.c.PodEndpoint("z/evil")
-	return l.c.Lab().InNetns(evil, func() error {
+	return l.c.Net().InNetns(evil, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
 		if err != nil {
 			return err
@@ -321,9 +321,9 @@ func TestRedTeamDNSSpoofedReply(t *testing.T) {
 	}
 	const id = 0x5151
 	var conn *net.UDPConn
-	if err := l.c.Lab().InNetns(l.pod, func() error {
+	if err := l.c.Net().InNetns(l.pod, func() error {
 		var err error
-		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(kernel.FQDNServer, 53)))
+		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.FQDNServer, 53)))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -341,7 +341,7 @@ func TestRedTeamDNSSpoofedReply(t *testing.T) {
 	before := l.notLearned(fqdn.CauseUnsolicited)
 	forged := dnsstreamForged(t, id, "www.example.com", dnsstreamDenied)
 	for i := 0; i < 3; i++ {
-		if err := l.dnsstreamSpoof(netip.AddrPortFrom(kernel.FQDNServer, 53), netip.AddrPortFrom(dnsstreamVictim, port), forged); err != nil {
+		if err := l.dnsstreamSpoof(netip.AddrPortFrom(lab.FQDNServer, 53), netip.AddrPortFrom(dnsstreamVictim, port), forged); err != nil {
 			t.Fatalf("spoof: %v", err)
 		}
 	}
@@ -379,9 +379,9 @@ func TestRedTeamDNSLegitLookups(t *testing.T) {
 	lookup := func(name string, tcp bool) {
 		t.Helper()
 		var got []netip.Addr
-		err := l.c.Lab().InNetns(l.pod, func() error {
+		err := l.c.Net().InNetns(l.pod, func() error {
 			var err error
-			got, err = dnsserver.Lookup(netip.AddrPortFrom(kernel.FQDNServer, 53), name, false, tcp, 2*time.Second)
+			got, err = dnsserver.Lookup(netip.AddrPortFrom(lab.FQDNServer, 53), name, false, tcp, 2*time.Second)
 			return err
 		})
 		if err != nil || len(got) != 1 {
@@ -408,11 +408,11 @@ func TestRedTeamDNSLegitLookups(t *testing.T) {
 	}
 	// Two queries pipelined on one TCP connection, answers in small
 	// segments: both are learned.
-	l.srv.Set(append(append([]dnsserver.Record(nil), kernel.FQDNRecords...),
+	l.srv.Set(append(append([]dnsserver.Record(nil), lab.FQDNRecords...),
 		dnsserver.Record{Name: "one.example.org", Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.12")}, TTL: 300, TCPChunk: 5},
 		dnsserver.Record{Name: "two.example.org", Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.13")}, TTL: 300}))
-	err := l.c.Lab().InNetns(l.pod, func() error {
-		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(kernel.FQDNServer, 53).String(), 2*time.Second)
+	err := l.c.Net().InNetns(l.pod, func() error {
+		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(lab.FQDNServer, 53).String(), 2*time.Second)
 		if err != nil {
 			return err
 		}

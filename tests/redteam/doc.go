@@ -5,8 +5,8 @@
 // attack fails; each was shown to succeed on the code without its defence
 // (the commit that added the defence says how).
 //
-// The suite builds its nodes and pods as network namespaces (tests/kernel's
-// Cluster and netlab), needs root and skips without it, and never touches
+// The suite builds its nodes and pods as network namespaces (tests/internal/lab
+// and netlab), needs root and skips without it, and never touches
 // the caller's namespace, firewall or routes. Floods are bounded in count
 // and time. `make test` runs it; `go test ./tests/redteam -run NAME -v`
 // runs one attack.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/tests/kernel"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
@@ -23,12 +23,12 @@ func requireLab(t *testing.T) context.Context {
 	return ctx
 }
 
-// openFQDNLab starts tests/kernel's FQDN lab (x/a on node-1 with rule
+// openFQDNLab starts the lab's FQDN lab (x/a on node-1 with rule
 // "web"'s names, the DNS servers on node-2), closed when the test ends.
-func openFQDNLab(t *testing.T) (context.Context, *kernel.FQDNLab) {
+func openFQDNLab(t *testing.T) (context.Context, *lab.FQDNLab) {
 	t.Helper()
 	ctx := requireLab(t)
-	fl, err := kernel.NewFQDNLab(ctx, kernel.Config{})
+	fl, err := lab.NewFQDNLab(ctx, lab.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

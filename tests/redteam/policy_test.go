@@ -18,8 +18,8 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
-	"github.com/nftpolicy/nftpolicy/tests/kernel"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
@@ -233,7 +233,7 @@ func policyEvent(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name
 const policyBuildDeadline = 60 * time.Second
 
 // TestRedTeamHugeExceptKernel is TestRedTeamHugeExcept without an API
-// server (tests/kernel's Cluster: the agent's compiler, syncer and
+// server (tests/internal/lab: the agent's compiler, syncer and
 // evaluator in process, two nodes on the real kernel), so that it runs
 // where the control plane's binaries are missing: the 16,000-exception
 // policy, one just past compile.MaxPolicyCost and two ordinary ones are
@@ -276,14 +276,14 @@ func TestRedTeamHugeExceptKernel(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := kernel.NewCluster(ctx, s, kernel.Config{})
+	c, err := lab.New(ctx, s, lab.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 
 	type result struct {
-		rep *kernel.Report
+		rep *lab.Report
 		err error
 	}
 	done := make(chan result, 1)
@@ -307,8 +307,8 @@ func TestRedTeamHugeExceptKernel(t *testing.T) {
 	}
 	for _, o := range res.rep.Outcomes {
 		pair := [2]string{o.Probe.From.Pod, o.Probe.To.Pod}
-		if o.Err != nil || o.Kernel != want[pair] {
-			t.Errorf("%s -> %s:80: kernel %v (%v), want %v (%s)", pair[0], pair[1], o.Kernel, o.Err, want[pair], o.EvalReason)
+		if o.Err != nil || o.Connected != want[pair] {
+			t.Errorf("%s -> %s:80: kernel %v (%v), want %v (%s)", pair[0], pair[1], o.Connected, o.Err, want[pair], o.WantReason)
 		}
 	}
 }

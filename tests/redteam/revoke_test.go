@@ -16,16 +16,15 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
-	"github.com/nftpolicy/nftpolicy/tests/internal/podlab"
-	"github.com/nftpolicy/nftpolicy/tests/kernel"
 )
 
-// revokeLab is tests/kernel's FQDN lab (x/a on node-1 may reach the names
+// revokeLab is the lab's FQDN lab (x/a on node-1 may reach the names
 // of rule "web" on TCP 80 and 8080, kube-system, and nothing else) with
 // its scenario, which the attacks edit.
 type revokeLab struct {
-	*kernel.FQDNLab
+	*lab.FQDNLab
 	t   *testing.T
 	ctx context.Context
 	s   *scenario.Scenario
@@ -34,7 +33,7 @@ type revokeLab struct {
 func newRevokeLab(t *testing.T) *revokeLab {
 	t.Helper()
 	ctx, fl := openFQDNLab(t)
-	s, err := scenario.Parse([]byte(kernel.FQDNScenario))
+	s, err := scenario.Parse([]byte(lab.FQDNScenario))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +48,7 @@ const revokeNode = "node-1"
 // resolved).
 func (l *revokeLab) withRevoker() *conntrack.Revoker {
 	l.t.Helper()
-	a := l.C.Agent(revokeNode)
+	a := l.Agent(revokeNode)
 	table, err := conntrack.Dial(a.NetnsFD())
 	if err != nil {
 		l.t.Fatal(err)
@@ -72,9 +71,9 @@ func (l *revokeLab) withRevoker() *conntrack.Revoker {
 // edit publishes the scenario changed by f; rule "web" is f's argument.
 func (l *revokeLab) edit(f func(web *npav1beta1.ClusterNetworkPolicyEgressRule)) {
 	l.t.Helper()
-	s := kernel.CloneScenario(l.s)
+	s := lab.CloneScenario(l.s)
 	f(&s.ClusterNetworkPolicies[0].Spec.Egress[1])
-	if _, err := l.C.Apply(l.ctx, s, false); err != nil {
+	if _, err := l.Apply(l.ctx, s, false); err != nil {
 		l.t.Fatal(err)
 	}
 	l.s = s
@@ -90,7 +89,7 @@ func (l *revokeLab) narrow(name string) {
 
 func (l *revokeLab) lookup(name, want string) {
 	l.t.Helper()
-	got, err := l.Lookup(kernel.FQDNServer, name, false, false)
+	got, err := l.Lookup(lab.FQDNServer, name, false, false)
 	if err != nil || len(got) != 1 || got[0].String() != want {
 		l.t.Fatalf("lookup %s = %v, %v; want %s", name, got, err, want)
 	}
@@ -98,7 +97,7 @@ func (l *revokeLab) lookup(name, want string) {
 
 func (l *revokeLab) connects(addr string) bool {
 	l.t.Helper()
-	ok, err := l.C.Lab().Probe(l.ctx, l.Pod, netip.MustParseAddr(addr), 80, netlab.TCP, time.Second)
+	ok, err := l.Net().Probe(l.ctx, l.Pod, netip.MustParseAddr(addr), 80, netlab.TCP, time.Second)
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -108,13 +107,11 @@ func (l *revokeLab) connects(addr string) bool {
 // external is the lab's external host with the address.
 func (l *revokeLab) external(addr netip.Addr) netlab.Endpoint {
 	l.t.Helper()
-	for _, ep := range l.C.Lab().Endpoints() {
-		if ips, _ := l.C.Lab().IPs(ep); ep.Kind == netlab.KindExternal && slices.Contains(ips, addr) {
-			return ep
-		}
+	ep, ok := l.ExternalEndpoint(addr)
+	if !ok {
+		l.t.Fatalf("no external host has %s", addr)
 	}
-	l.t.Fatalf("no external host has %s", addr)
-	return netlab.Endpoint{}
+	return ep
 }
 
 // TestRedTeamRevokeDomainName: x/a resolves www.example.com and
@@ -129,18 +126,18 @@ func TestRedTeamRevokeDomainName(t *testing.T) {
 	l.lookup("www.example.com", "192.0.2.10")
 	l.lookup("a.b.example.org", "192.0.2.11")
 	removed, kept := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.11")
-	servers := map[netip.Addr]*podlab.FlowServer{}
+	servers := map[netip.Addr]*lab.FlowServer{}
 	flowCtx, stop := context.WithCancel(l.ctx)
 	defer stop()
 	for _, a := range []netip.Addr{removed, kept} {
-		s, err := podlab.StartFlowServer(l.C.Lab(), l.external(a), a)
+		s, err := lab.StartFlowServer(l.Net(), l.external(a), a)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close()
 		servers[a] = s
 		// TCP 8080 is one of the rule's ports (the UDP flow is denied).
-		if err := podlab.StartFlows(flowCtx, l.C.Lab(), l.Pod, a); err != nil {
+		if err := lab.StartFlows(flowCtx, l.Net(), l.Pod, a); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -172,10 +169,10 @@ func TestRedTeamRevokeDomainName(t *testing.T) {
 	// The rule goes: x/a has no domainNames rule left, and the learner
 	// forgets what it resolved; the connection the rule admitted goes too.
 	changed = time.Now()
-	s := kernel.CloneScenario(l.s)
+	s := lab.CloneScenario(l.s)
 	egress := &s.ClusterNetworkPolicies[0].Spec.Egress
 	*egress = slices.Delete(slices.Clone(*egress), 1, 2)
-	if _, err := l.C.Apply(l.ctx, s, false); err != nil {
+	if _, err := l.Apply(l.ctx, s, false); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond)
@@ -194,15 +191,15 @@ func TestRedTeamRevokeNarrowedNames(t *testing.T) {
 	l := newRevokeLab(t)
 	l.lookup("www.example.com", "192.0.2.10")
 	if !l.connects("192.0.2.10") {
-		t.Fatalf("x/a cannot reach www.example.com's address after resolving it\n%s", l.C.ListTable(revokeNode))
+		t.Fatalf("x/a cannot reach www.example.com's address after resolving it\n%s", l.ListTable(revokeNode))
 	}
-	before := l.C.Agent(revokeNode).Program.FQDNRules()
+	before := l.Agent(revokeNode).Program.FQDNRules()
 	l.narrow("www.example.com")
 	if l.connects("192.0.2.10") {
-		t.Errorf("x/a still connects to 192.0.2.10 after www.example.com left the rule (the answer's TTL is 300 s)\n%s", l.C.ListTable(revokeNode))
+		t.Errorf("x/a still connects to 192.0.2.10 after www.example.com left the rule (the answer's TTL is 300 s)\n%s", l.ListTable(revokeNode))
 	}
-	after := l.C.Agent(revokeNode).Program.FQDNRules()
-	listing := l.C.ListTable(revokeNode)
+	after := l.Agent(revokeNode).Program.FQDNRules()
+	listing := l.ListTable(revokeNode)
 	for i := range before {
 		for _, v4 := range []bool{true, false} {
 			if old := before[i].Set(v4); old == after[i].Set(v4) || strings.Contains(listing, "set "+old+" {") {
@@ -210,8 +207,8 @@ func TestRedTeamRevokeNarrowedNames(t *testing.T) {
 			}
 		}
 	}
-	// The evaluator (queue mode, unknown pods) agrees with the kernel.
-	if v := l.C.Agent(revokeNode).Evaluator().Evaluate(netip.MustParseAddr("10.244.1.10"), netip.MustParseAddr("192.0.2.10"), compile.ProtoTCP, 80); v.Allowed {
+	// The evaluator (queue mode, unknown pods) agrees with the lab.
+	if v := l.Agent(revokeNode).Evaluator().Evaluate(netip.MustParseAddr("10.244.1.10"), netip.MustParseAddr("192.0.2.10"), compile.ProtoTCP, 80); v.Allowed {
 		t.Errorf("the evaluator admits x/a -> 192.0.2.10:80 after narrowing: %+v", v)
 	}
 }
@@ -227,7 +224,7 @@ const revokeInflation = 50000
 // revoker materialized the dump (about 2 KB per entry).
 func TestRedTeamConntrackInflation(t *testing.T) {
 	l := newRevokeLab(t)
-	a := l.C.Agent(revokeNode)
+	a := l.Agent(revokeNode)
 	table, err := conntrack.Dial(a.NetnsFD())
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +235,7 @@ func TestRedTeamConntrackInflation(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := revokeFloodUDP(l.C.Lab(), l.Pod, kernel.FQDNServer, revokeInflation); err != nil {
+	if err := revokeFloodUDP(l.Net(), l.Pod, lab.FQDNServer, revokeInflation); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("x/a sent %d UDP flows in %v", revokeInflation, time.Since(start).Round(time.Millisecond))

@@ -10,7 +10,7 @@ package redteam
 // render_source.go): a packet that arrives from a pod interface with a source
 // the node does not route back through that interface is dropped in
 // prerouting, before conntrack, forward and input. Each test runs its attack with the validation switched
-// off too (kernel.Config.NoSourceValidation), and asserts that it then
+// off too (lab.Config.NoSourceValidation), and asserts that it then
 // succeeds: the attack is real on this lab, so its failure with the
 // validation on is the defence's doing.
 
@@ -33,8 +33,8 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
-	"github.com/nftpolicy/nftpolicy/tests/kernel"
 )
 
 // spoofScenario: on node-1 the attacker, a victim and a pod the victims
@@ -124,12 +124,12 @@ func spoofRequireRoot(t *testing.T) {
 
 // spoofLab is the scenario's cluster with the endpoints the attacks use.
 type spoofLab struct {
-	c   *kernel.Cluster
+	c   *lab.Lab
 	s   *scenario.Scenario
 	lab *netlab.Lab
 }
 
-func newSpoofLab(t *testing.T, cfg kernel.Config) *spoofLab {
+func newSpoofLab(t *testing.T, cfg lab.Config) *spoofLab {
 	t.Helper()
 	spoofRequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -138,9 +138,9 @@ func newSpoofLab(t *testing.T, cfg kernel.Config) *spoofLab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := kernel.NewCluster(ctx, s, cfg)
+	c, err := lab.New(ctx, s, cfg)
 	if err != nil {
-		t.Fatalf("NewCluster: %v", err)
+		t.Fatalf("lab.New: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := c.Close(); err != nil {
@@ -150,7 +150,7 @@ func newSpoofLab(t *testing.T, cfg kernel.Config) *spoofLab {
 	if _, err := c.Apply(ctx, s, true); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	return &spoofLab{c: c, s: s, lab: c.Lab()}
+	return &spoofLab{c: c, s: s, lab: c.Net()}
 }
 
 func (l *spoofLab) pod(t *testing.T, key string) netlab.Endpoint {
@@ -455,7 +455,7 @@ func TestRedTeamSpoofedSource(t *testing.T) {
 	spoofRequireRoot(t)
 	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeKernel, compile.ModeQueue} {
 		t.Run(string(mode), func(t *testing.T) {
-			l := newSpoofLab(t, kernel.Config{Mode: mode})
+			l := newSpoofLab(t, lab.Config{Mode: mode})
 			attacks := l.attacks(t)
 			arrived := l.run(t, attacks)
 			for _, a := range attacks {
@@ -469,7 +469,7 @@ func TestRedTeamSpoofedSource(t *testing.T) {
 		})
 	}
 	t.Run("control: validation off", func(t *testing.T) {
-		l := newSpoofLab(t, kernel.Config{Mode: compile.ModeHybrid, NoSourceValidation: true})
+		l := newSpoofLab(t, lab.Config{Mode: compile.ModeHybrid, NoSourceValidation: true})
 		attacks := l.attacks(t)
 		arrived := l.run(t, attacks)
 		var missing []string
@@ -495,7 +495,7 @@ func TestRedTeamSpoofLegitTraffic(t *testing.T) {
 	spoofRequireRoot(t)
 	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeKernel, compile.ModeQueue} {
 		t.Run(string(mode), func(t *testing.T) {
-			l := newSpoofLab(t, kernel.Config{Mode: mode})
+			l := newSpoofLab(t, lab.Config{Mode: mode})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			spoofCheckProbes(t, ctx, l)
@@ -568,7 +568,7 @@ func spoofCheckProbes(t *testing.T, ctx context.Context, l *spoofLab) {
 		if o.Err != nil {
 			errs = append(errs, fmt.Errorf("probe %d: %w", o.Index, o.Err))
 		}
-		if o.Kernel {
+		if o.Connected {
 			allowed++
 		}
 	}

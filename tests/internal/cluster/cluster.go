@@ -56,7 +56,7 @@ type Config struct {
 }
 
 // Cluster is a running control plane, lab and agents. Its methods are safe
-// for concurrent use. tests/kernel.Cluster is the API-less counterpart for
+// for concurrent use. tests/internal/lab.Lab is the API-less counterpart for
 // generated scenarios (see there why there are two).
 type Cluster struct {
 	// Env is the control plane; Client an admin client of it.

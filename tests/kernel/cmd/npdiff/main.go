@@ -1,6 +1,6 @@
 // Command npdiff is the differential tester: for each seed it generates a
 // scenario (tests/internal/scenariogen), runs it on the real kernel in a
-// netlab cluster of two nodes (tests/kernel) and compares every probe with
+// lab of two nodes (tests/internal/lab) and compares every probe with
 // the userspace evaluator's verdict on the cluster-wide program. It prints
 // one line per seed and, last, "scenarios=N probes=M disagreements=D"; it
 // exits 1 on any disagreement or harness error (2 on bad usage), after
@@ -24,6 +24,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/scenariogen"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
 )
@@ -50,7 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	mode := fs.String("mode", "hybrid", "enforcement mode: hybrid, queue or kernel")
 	variant := fs.String("queue-variant", "", "queue mode: native or xt-compat (default: what the kernel supports)")
 	out := fs.String("out", os.TempDir(), "directory for the minimized scenarios (npdiff-seed-N.yaml)")
-	timeout := fs.Duration("timeout", kernel.DefaultProbeTimeout, "timeout of one probe (a denied probe takes all of it)")
+	timeout := fs.Duration("timeout", lab.DefaultProbeTimeout, "timeout of one probe (a denied probe takes all of it)")
 	incremental := fs.Bool("incremental", false, "sync an earlier state of each cluster first (scenariogen.Predecessor), then the scenario incrementally: in hybrid mode as the agent does, the namespace and cluster policy changes rebuilt, then each changed NetworkPolicy and each changed pod on its own through the incremental compiler (compile.Tracker; pod-events and pod-rebuilds count both kinds)")
 	noMin := fs.Bool("no-minimize", false, "write disagreeing scenarios as generated")
 	verbose := fs.Bool("v", false, "print the minimizer's steps and every disagreement table")
@@ -76,7 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	cfg := kernel.Config{Mode: compile.Mode(*mode), QueueVariant: compile.QueueVariant(*variant), ProbeTimeout: *timeout}
+	cfg := lab.Config{Mode: compile.Mode(*mode), QueueVariant: compile.QueueVariant(*variant), ProbeTimeout: *timeout}
 	var scenarios, probes, disagreements, harnessErrors, podEvents, podRebuilds int
 	var total time.Duration
 	for seed := first; seed <= last; seed++ {
@@ -139,19 +140,19 @@ type seedResult struct {
 	pods, policies, probes, allowed int
 	disagreements, errors           int
 	file                            string
-	// podEvents and podRebuilds: see kernel.Report.
+	// podEvents and podRebuilds: see lab.Report.
 	podEvents, podRebuilds int
 }
 
-func runSeed(ctx context.Context, seed uint64, cfg kernel.Config, outDir string, incremental, minimize, verbose bool, stderr io.Writer) (_ *seedResult, err error) {
+func runSeed(ctx context.Context, seed uint64, cfg lab.Config, outDir string, incremental, minimize, verbose bool, stderr io.Writer) (_ *seedResult, err error) {
 	s := scenariogen.Generate(seed)
-	c, err := kernel.NewCluster(ctx, s, cfg)
+	c, err := lab.New(ctx, s, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, c.Close()) }()
 	var before *scenario.Scenario
-	var rep *kernel.Report
+	var rep *lab.Report
 	if incremental {
 		before = scenariogen.Predecessor(seed)
 		rep, err = c.CheckPodEvents(ctx, before, s, nil)
@@ -176,7 +177,7 @@ func runSeed(ctx context.Context, seed uint64, cfg kernel.Config, outDir string,
 	}
 	var bad []int
 	for _, o := range rep.Outcomes {
-		if o.Kernel {
+		if o.Connected {
 			res.allowed++
 		}
 		if o.Disagrees() {
@@ -199,7 +200,7 @@ func runSeed(ctx context.Context, seed uint64, cfg kernel.Config, outDir string,
 		if verbose {
 			logf = func(f string, a ...any) { fmt.Fprintf(stderr, "seed %d: "+f+"\n", append([]any{seed}, a...)...) }
 		}
-		m, err := c.Minimize(ctx, s, bad, kernel.MinimizeOptions{Before: before, Logf: logf})
+		m, err := kernel.Minimize(ctx, c, s, bad, kernel.MinimizeOptions{Before: before, Logf: logf})
 		if err != nil {
 			fmt.Fprintf(stderr, "seed %d: minimizing: %v (writing the scenario as generated)\n", seed, err)
 		} else {
@@ -212,14 +213,14 @@ func runSeed(ctx context.Context, seed uint64, cfg kernel.Config, outDir string,
 		}
 	}
 	note += "\n\n" + strings.TrimSpace(summary(finalRep))
-	data, err := kernel.MarshalScenario(final, note)
+	data, err := lab.MarshalScenario(final, note)
 	if err != nil {
 		return nil, err
 	}
 	res.file = filepath.Join(outDir, fmt.Sprintf("npdiff-seed-%d.yaml", seed))
 	if before != nil {
 		// The disagreement needs the earlier state synced first.
-		bdata, err := kernel.MarshalScenario(before, fmt.Sprintf("npdiff seed %d: earlier state, synced fully before %s, which is synced incrementally", seed, filepath.Base(res.file)))
+		bdata, err := lab.MarshalScenario(before, fmt.Sprintf("npdiff seed %d: earlier state, synced fully before %s, which is synced incrementally", seed, filepath.Base(res.file)))
 		if err != nil {
 			return nil, err
 		}
@@ -234,18 +235,18 @@ func runSeed(ctx context.Context, seed uint64, cfg kernel.Config, outDir string,
 }
 
 // summary lists the disagreeing probes for the file's header.
-func summary(r *kernel.Report) string {
+func summary(r *lab.Report) string {
 	var b strings.Builder
 	for _, o := range r.Disagreements() {
 		kernelWord, evalWord := "denied", "denied"
-		if o.Kernel {
+		if o.Connected {
 			kernelWord = "allowed"
 		}
-		if o.Eval {
+		if o.Want {
 			evalWord = "allowed"
 		}
 		fmt.Fprintf(&b, "probe %d %s -> %s %d/%s: kernel %s, evaluator %s (%s)\n",
-			o.Index, o.Probe.From, o.Probe.To, o.Probe.Port, o.Probe.ProbeProtocol(), kernelWord, evalWord, o.EvalReason)
+			o.Index, o.Probe.From, o.Probe.To, o.Probe.Port, o.Probe.ProbeProtocol(), kernelWord, evalWord, o.WantReason)
 	}
 	return b.String()
 }

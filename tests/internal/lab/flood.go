@@ -1,4 +1,4 @@
-package podlab
+package lab
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
 
@@ -50,19 +51,11 @@ func QueueFloodAttack(failOpen bool) QueueFloodConfig {
 
 // QueueFloodResult is what RunQueueFlood saw.
 type QueueFloodResult struct {
+	// Report holds the other pods' connections (role=client ones should
+	// connect, the others not) and the flooder's own to x/victim (denied).
+	*Report
 	// Sent is how many connections the flooder opened.
 	Sent int
-	// AllowedOK / Allowed: the other pods' allowed connections that
-	// connected, of how many.
-	AllowedOK, Allowed int
-	// AdmittedDenied lists the denied connections that connected: the
-	// other pods' denied ones and the flooder's own to a new pod whose
-	// policy denies it.
-	AdmittedDenied []string
-	// Denied is how many denied connections were tried.
-	Denied int
-	// AllowedDurations are the allowed connections' times, from the SYN.
-	AllowedDurations []time.Duration
 	// ShareDropped is what node-1's kernel dropped over a source's share
 	// of the queue (the userspace-held chain's counters), HeldDropped what
 	// its evaluator dropped over a bound of held packets.
@@ -107,7 +100,7 @@ func (l *Lab) RunQueueFlood(ctx context.Context, cfg QueueFloodConfig) (QueueFlo
 	var sent int
 	floodErr := make(chan error, 1)
 	go func() {
-		err := l.Net.InNetns(PodEndpoint(flooder), func() error {
+		err := l.net.InNetns(flooder.Endpoint(), func() error {
 			var err error
 			sent, err = floodConnects(floodCtx, cfg.Rate)
 			return err
@@ -120,36 +113,38 @@ func (l *Lab) RunQueueFlood(ctx context.Context, cfg QueueFloodConfig) (QueueFlo
 		return res, fmt.Errorf("flood ended early: %v", err)
 	}
 
-	type probe struct {
-		req     netlab.ProbeReq
-		allowed bool
+	var outs []Outcome
+	probe := func(from PodSpec, to netip.Addr, want bool, why string) {
+		o := Outcome{Index: len(outs), Src: from.IP, SrcNode: DefaultNodes[from.Node], Want: want, WantReason: why}
+		o.Probe = scenario.Probe{From: scenario.Endpoint{Pod: from.Key()}, To: scenario.Endpoint{IP: to.String()}, Port: 80}
+		o.ProbeReq = netlab.ProbeReq{From: from.Endpoint(), To: to, Port: 80, Proto: netlab.TCP, Timeout: cfg.ProbeTimeout}
+		outs = append(outs, o)
 	}
-	var probes []probe
 	var newPods []PodSpec
 	for i := 0; i < cfg.Pods; i++ {
 		p := PodSpec{Namespace: "new", Name: fmt.Sprintf("f%03d", i), IP: PodIP(0, 1+i), Labels: map[string]string{}}
-		allowed := i%2 == 0
-		if allowed {
+		if i%2 == 0 {
 			p.Labels["role"] = "client"
+			probe(p, srv.IP, true, "role=client may reach x/srv")
+		} else {
+			probe(p, srv.IP, false, "not role=client: default-deny egress")
 		}
 		newPods = append(newPods, p)
-		probes = append(probes, probe{netlab.ProbeReq{From: PodEndpoint(p), To: srv.IP, Port: 80, Proto: netlab.TCP, Timeout: cfg.ProbeTimeout}, allowed})
 	}
 	victim := PodSpec{Namespace: "x", Name: "victim", IP: PodIP(0, 99), Labels: map[string]string{"app": "srv"}, TCPPorts: []uint16{80}}
 	newPods = append(newPods, victim)
-	probes = append(probes, probe{netlab.ProbeReq{From: PodEndpoint(flooder), To: victim.IP, Port: 80, Proto: netlab.TCP, Timeout: cfg.ProbeTimeout}, false})
+	probe(flooder, victim.IP, false, "x/victim admits role=client only")
 	for _, p := range newPods {
 		if err := l.StartPod(p); err != nil {
 			return res, err
 		}
 	}
-	results := make([]netlab.ProbeResult, len(probes))
 	var wg sync.WaitGroup
-	for i, p := range probes {
+	for i := range outs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = l.Net.ProbeOne(ctx, p.req)
+			outs[i].ProbeResult = l.net.ProbeOne(ctx, outs[i].ProbeReq)
 		}()
 	}
 	time.Sleep(cfg.InformerDelay)
@@ -165,28 +160,13 @@ func (l *Lab) RunQueueFlood(ctx context.Context, cfg QueueFloodConfig) (QueueFlo
 	if pubErr != nil {
 		return res, pubErr
 	}
-	res.Sent = sent
-	res.ShareDropped = l.shareDropped()
-	st := l.Agents[Nodes[0]].Runtime.Stats()
-	res.HeldDropped = st.HeldDroppedSource + st.HeldDroppedFull
-	for i, p := range probes {
-		r := results[i]
-		if r.Err != nil {
-			return res, fmt.Errorf("%v: %w", p.req, r.Err)
-		}
-		if p.allowed {
-			res.Allowed++
-			res.AllowedDurations = append(res.AllowedDurations, r.Duration)
-			if r.Connected {
-				res.AllowedOK++
-			}
-			continue
-		}
-		res.Denied++
-		if r.Connected {
-			res.AdmittedDenied = append(res.AdmittedDenied, p.req.String())
+	for _, o := range outs {
+		if o.Err != nil {
+			return res, fmt.Errorf("%v: %w", o.ProbeReq, o.Err)
 		}
 	}
+	st, _ := l.QueueStats(DefaultNodes[0])
+	res = QueueFloodResult{Report: l.report(outs), Sent: sent, ShareDropped: l.shareDropped(), HeldDropped: st.HeldDroppedSource + st.HeldDroppedFull}
 	return res, nil
 }
 
@@ -203,7 +183,7 @@ func srvIngressPolicy() *networkingv1.NetworkPolicy {
 // shareDropped sums the drop counters of node-1's userspace-held chain (0
 // when it cannot be listed, or has none).
 func (l *Lab) shareDropped() uint64 {
-	out, err := l.Net.NodeExec(Nodes[0], "nft", "list", "chain", "inet", compile.TableName, compile.ChainQueueHeld)
+	out, err := l.net.NodeExec(DefaultNodes[0], "nft", "list", "chain", "inet", compile.TableName, compile.ChainQueueHeld)
 	if err != nil {
 		return 0
 	}
@@ -219,19 +199,19 @@ var counterDrop = regexp.MustCompile(`counter packets (\d+) bytes \d+ drop`)
 
 // routeFloodTargets routes FloodTargets from node-1 to node-2.
 func (l *Lab) routeFloodTargets() error {
-	ips, err := l.Net.IPs(netlab.Node(Nodes[1]))
+	ips, err := l.net.IPs(netlab.Node(DefaultNodes[1]))
 	if err != nil {
 		return err
 	}
 	for _, ip := range ips {
 		if ip.Is4() {
-			if out, err := l.Net.NodeExec(Nodes[0], "ip", "route", "replace", FloodTargets.String(), "via", ip.String()); err != nil {
+			if out, err := l.net.NodeExec(DefaultNodes[0], "ip", "route", "replace", FloodTargets.String(), "via", ip.String()); err != nil {
 				return fmt.Errorf("routing %s via %s: %v: %s", FloodTargets, ip, err, out)
 			}
 			return nil
 		}
 	}
-	return fmt.Errorf("%s has no IPv4 address", Nodes[1])
+	return fmt.Errorf("%s has no IPv4 address", DefaultNodes[1])
 }
 
 // floodConnects opens rate TCP connections per second, each to the next

@@ -1,4 +1,4 @@
-package podlab
+package lab
 
 import (
 	"context"

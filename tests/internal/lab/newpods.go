@@ -1,4 +1,4 @@
-package podlab
+package lab
 
 import (
 	"context"
@@ -12,46 +12,40 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
-
-// NewPodOutcome is one new pod's first connection.
-type NewPodOutcome struct {
-	Pod PodSpec
-	// Allowed is what the policies say (role=client pods may connect).
-	Allowed bool
-	Proto   netlab.Proto
-	Port    uint16
-	Res     netlab.ProbeResult
-}
 
 // RunNewPods creates n pods in namespace "new", one after another,
 // alternating nodes, half of them role=client; each makes one connection
 // to srv (TCP 80 or UDP 53, alternating) the moment its interface is up,
 // and the agents learn the pod informerDelay later (one Publish per pod).
 // It returns when every connection has succeeded or timed out.
-func (l *Lab) RunNewPods(ctx context.Context, srv netip.Addr, n int, informerDelay time.Duration) ([]NewPodOutcome, error) {
-	results := make([]NewPodOutcome, n)
+func (l *Lab) RunNewPods(ctx context.Context, srv netip.Addr, n int, informerDelay time.Duration) (*Report, error) {
+	outs := make([]Outcome, n)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for i := 0; i < n; i++ {
 		p := PodSpec{Namespace: "new", Name: fmt.Sprintf("p%03d", i), Node: i % 2, IP: PodIP(i%2, 1+i/2), Labels: map[string]string{}}
-		o := NewPodOutcome{Pod: p, Allowed: (i/2)%2 == 0, Proto: netlab.TCP, Port: 80}
-		if o.Allowed {
+		o := Outcome{Index: i, Src: p.IP, SrcNode: DefaultNodes[p.Node], Want: (i/2)%2 == 0, WantReason: "not role=client: default-deny egress"}
+		o.Probe = scenario.Probe{From: scenario.Endpoint{Pod: p.Key()}, To: scenario.Endpoint{IP: srv.String()}, Port: 80, Protocol: "TCP"}
+		if o.Want {
 			p.Labels["role"] = "client"
+			o.WantReason = "role=client may reach x/srv"
 		}
 		if (i/4)%2 == 1 {
-			o.Proto, o.Port = netlab.UDP, 53
+			o.Probe.Port, o.Probe.Protocol = 53, "UDP"
 		}
+		o.ProbeReq = netlab.ProbeReq{From: p.Endpoint(), To: srv, Port: uint16(o.Probe.Port), Proto: netlabProto(o.Probe.ProbeProtocol()), Timeout: 8 * time.Second}
 		if err := l.StartPod(p); err != nil {
 			return nil, err
 		}
 		wg.Add(1)
-		go func(i int, o NewPodOutcome) {
+		go func() {
 			defer wg.Done()
-			o.Res = l.Net.ProbeOne(ctx, netlab.ProbeReq{From: PodEndpoint(o.Pod), To: srv, Port: o.Port, Proto: o.Proto, Timeout: 8 * time.Second})
-			results[i] = o
-		}(i, o)
+			o.ProbeResult = l.net.ProbeOne(ctx, o.ProbeReq)
+			outs[i] = o
+		}()
 		time.Sleep(informerDelay)
 		l.Know(p)
 		if err := l.Publish(ctx); err != nil {
@@ -59,16 +53,7 @@ func (l *Lab) RunNewPods(ctx context.Context, srv netip.Addr, n int, informerDel
 		}
 	}
 	wg.Wait()
-	return results, nil
-}
-
-// MatchLabels is a label selector matching the given key, value pairs.
-func MatchLabels(kv ...string) *metav1.LabelSelector {
-	m := map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
-	}
-	return &metav1.LabelSelector{MatchLabels: m}
+	return l.report(outs), nil
 }
 
 func ports(tcp, udp int32) []networkingv1.NetworkPolicyPort {

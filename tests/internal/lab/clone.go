@@ -1,4 +1,4 @@
-package kernel
+package lab
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package kernel
+package lab
 
 import (
 	"context"
@@ -17,12 +17,12 @@ import (
 // the agent writes them) to out. cfg's Group, FlowInterval and
 // LinesPerSecond are used; Node, Program, NetNS and Logger are set here.
 // stop ends the reader and returns its error.
-func (c *Cluster) RunDenyLog(ctx context.Context, node string, cfg denylog.Config, m *denylog.Metrics, out io.Writer) (stop func() error, err error) {
-	a := c.agents[node]
+func (l *Lab) RunDenyLog(ctx context.Context, node string, cfg denylog.Config, m *denylog.Metrics, out io.Writer) (stop func() error, err error) {
+	a := l.agents[node]
 	if a == nil {
 		return nil, fmt.Errorf("no node %s", node)
 	}
-	path, err := c.Lab().NodeNetnsPath(node)
+	path, err := l.net.NodeNetnsPath(node)
 	if err != nil {
 		return nil, err
 	}
@@ -33,14 +33,14 @@ func (c *Cluster) RunDenyLog(ctx context.Context, node string, cfg denylog.Confi
 	cfg.Node, cfg.NetNS = node, int(ns.Fd())
 	cfg.Program = func() *compile.Program { return a.Program }
 	cfg.Logger = textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(out)))
-	l, err := denylog.New(cfg, m)
+	r, err := denylog.New(cfg, m)
 	if err != nil {
 		ns.Close()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- l.Run(rctx) }()
+	go func() { done <- r.Run(rctx) }()
 	return func() error {
 		cancel()
 		err := <-done

@@ -1,4 +1,4 @@
-package kernel
+package lab
 
 import (
 	"context"
@@ -7,13 +7,12 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
 	"github.com/nftpolicy/nftpolicy/tests/internal/dnsserver"
-	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
-
-// Agent returns a node's in-process agent (its DNS learning, its runtimes).
-func (c *Cluster) Agent(node string) *inproc.Agent { return c.agents[node] }
 
 // FQDNScenario: x/a (node-1) may reach kube-system and, on TCP 80 and
 // 8080, the names of rule "web"; everything else is denied. The DNS
@@ -85,7 +84,7 @@ func addrs(ss ...string) []netip.Addr {
 // FQDNLab is FQDNScenario enforced, with both DNS servers running and the
 // cluster DNS trusted by every node's learner.
 type FQDNLab struct {
-	C *Cluster
+	*Lab
 	// Pod is x/a, the policy's subject.
 	Pod     netlab.Endpoint
 	servers []*dnsserver.Server
@@ -99,11 +98,11 @@ func NewFQDNLab(ctx context.Context, cfg Config) (_ *FQDNLab, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := NewCluster(ctx, s, cfg)
+	c, err := New(ctx, s, cfg)
 	if err != nil {
 		return nil, err
 	}
-	l := &FQDNLab{C: c}
+	l := &FQDNLab{Lab: c}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.Close())
@@ -118,7 +117,7 @@ func NewFQDNLab(ctx context.Context, cfg Config) (_ *FQDNLab, err error) {
 		"kube-system/rogue": {{Name: "www.example.com", Addrs: addrs("192.0.2.14"), TTL: 300}},
 	} {
 		ep, _ := c.PodEndpoint(key)
-		if err := c.Lab().InNetns(ep, func() error {
+		if err := c.Net().InNetns(ep, func() error {
 			srv, err := dnsserver.Listen(netip.IPv6Unspecified(), 53, recs)
 			if err == nil {
 				l.servers = append(l.servers, srv)
@@ -142,7 +141,7 @@ func NewFQDNLab(ctx context.Context, cfg Config) (_ *FQDNLab, err error) {
 // Lookup resolves name from x/a through server.
 func (l *FQDNLab) Lookup(server netip.Addr, name string, v6, tcp bool) ([]netip.Addr, error) {
 	var out []netip.Addr
-	err := l.C.Lab().InNetns(l.Pod, func() error {
+	err := l.Net().InNetns(l.Pod, func() error {
 		var err error
 		out, err = dnsserver.Lookup(netip.AddrPortFrom(server, 53), name, v6, tcp, 2*time.Second)
 		return err
@@ -150,11 +149,42 @@ func (l *FQDNLab) Lookup(server netip.Addr, name string, v6, tcp bool) ([]netip.
 	return out, err
 }
 
-// Close stops the DNS servers and the cluster.
+// Close stops the DNS servers and the lab.
 func (l *FQDNLab) Close() error {
 	var errs []error
 	for _, s := range l.servers {
 		errs = append(errs, s.Close())
 	}
-	return errors.Join(append(errs, l.C.Close())...)
+	return errors.Join(append(errs, l.Lab.Close())...)
+}
+
+// SetClusterDNS replaces the cluster DNS server's records (FQDNRecords
+// at first).
+func (l *FQDNLab) SetClusterDNS(records []dnsserver.Record) { l.cluster.Set(records) }
+
+// FQDNCounter reads one counter of a learner's metrics: the series whose
+// only label has the value label, or the first series when label is "";
+// 0 when there is none.
+func FQDNCounter(m *fqdn.Metrics, name, label string) (float64, error) {
+	reg := prometheus.NewPedanticRegistry()
+	if err := m.Register(reg); err != nil {
+		return 0, err
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			if label == "" || (len(s.GetLabel()) == 1 && s.GetLabel()[0].GetValue() == label) {
+				if s.GetCounter() != nil {
+					return s.GetCounter().GetValue(), nil
+				}
+			}
+		}
+	}
+	return 0, nil
 }
