@@ -7,8 +7,16 @@ FUZZTIME ?= 10s
 # make test runs every fuzz target briefly (the kept inputs run in go test).
 CI_FUZZTIME ?= 5s
 LONG_SEEDS ?= 1-500
+# make lint: staticcheck at a pinned version, installed under _output (go
+# install pkg@version builds outside this module: go.mod stays untouched).
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(CURDIR)/_output/tools/staticcheck@$(STATICCHECK_VERSION)/staticcheck
+# make lint: no function longer than FUNCLEN_MAX lines (tables aside) in
+# pkg/ and cmd/, but for the packages in FUNCLEN_EXEMPT.
+FUNCLEN_MAX ?= 100
+FUNCLEN_EXEMPT ?= pkg/compile pkg/sets
 
-.PHONY: all build test test-unit fuzz redteam vet tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean
+.PHONY: all build test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean
 
 all: build
 
@@ -26,6 +34,14 @@ tools:
 vet:
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+
+# vet and gofmt, staticcheck, and function lengths (hack/funclen).
+lint: vet $(STATICCHECK)
+	$(STATICCHECK) ./...
+	$(GO) run ./hack/funclen -max $(FUNCLEN_MAX) cmd $(filter-out $(FUNCLEN_EXEMPT),$(wildcard pkg/*))
+
+$(STATICCHECK):
+	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # Unit tests only: no root, no tools.
 test-unit:
@@ -48,9 +64,9 @@ fuzz:
 redteam: deps tools build
 	NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -v ./tests/redteam
 
-# Everything: unit, real-kernel (root, network namespaces), real API server,
-# end-to-end, and the differential check over a fixed seed range.
-test: deps tools vet build
+# Everything: lint, unit, real-kernel (root, network namespaces), real API
+# server, end-to-end, and the differential check over a fixed seed range.
+test: deps tools lint build
 	NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout 40m ./...
 	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
 	bash hack/diff.sh --seeds 1-20 --mode queue

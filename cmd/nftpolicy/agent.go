@@ -155,7 +155,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 
 // builtinTypesConfig is cfg for the API's built-in types (pods,
 // namespaces, nodes, NetworkPolicies, events), which the API server also
-// serves as protobuf: decoding a list of 50k pods from protobuf costs a
+// serves as protobuf: decoding a large pod list from protobuf costs a
 // fraction of the CPU and garbage of JSON, at start-up when it competes
 // with the first sync and on every watch event after. Custom resources
 // have no protobuf encoding; their client keeps cfg's JSON.
@@ -189,32 +189,18 @@ func chooseQueueVariant(ctx context.Context, flag string, prober queuerule.Queue
 	return v, nil
 }
 
+// agent runs the agent until ctx ends or a part fails: the queues first,
+// then the API clients, the ruleset's writer, the controller and the
+// servers around it.
 func agent(ctx context.Context, o *agentOptions) error {
 	log := klog.FromContext(ctx)
-	mode, err := compile.ParseMode(o.mode)
+	mode, node, nodeIPs, err := o.parse()
 	if err != nil {
 		return err
 	}
-	node, err := o.nodeName()
+	metrics, reg, err := newRegistry()
 	if err != nil {
 		return err
-	}
-	if o.livenessBudget < controller.MinHealthBudget {
-		return fmt.Errorf("--liveness-timeout %v: must be at least %v (the agent's heartbeat is every second)", o.livenessBudget, controller.MinHealthBudget)
-	}
-	var nodeIPs []netip.Addr
-	for _, s := range o.nodeIPs {
-		a, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil {
-			return fmt.Errorf("--node-ip: %w", err)
-		}
-		nodeIPs = append(nodeIPs, a)
-	}
-	metrics := controller.NewMetrics()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := metrics.Register(reg); err != nil {
-		return fmt.Errorf("registering metrics: %w", err)
 	}
 
 	o.queues = queueCount(o.queues)
@@ -246,82 +232,20 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if done || err != nil {
 		return err
 	}
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		return fmt.Errorf("loading client configuration: %w", err)
-	}
-	cfg.UserAgent = "nftpolicy/" + node
-	client, err := kubernetes.NewForConfig(builtinTypesConfig(cfg))
-	if err != nil {
-		return fmt.Errorf("creating client: %w", err)
-	}
-	// ClusterNetworkPolicy is a custom resource: JSON only.
-	policyClient, err := npaclient.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("creating the ClusterNetworkPolicy client: %w", err)
-	}
-
-	if render.UsesQueue() || render.LearnsDNS() {
-		v, err := chooseQueueVariant(ctx, o.queueVariant, o.queueProber)
-		if err != nil && render.Mode != compile.ModeQueue {
-			// Hybrid mode works without queueing, but for what only
-			// userspace can decide.
-			log.Error(err, "Nothing can be queued on this node: connections of pods this agent has not seen yet are not held, and domainNames peers match nothing")
-			render.NoDNSLearning = true
-			render.SkipUnknownPods = true
-			v = compile.QueueNative
-		} else if err != nil {
-			return err
-		}
-		render.QueueVariant = v
-		metrics.QueueRuleVariant.WithLabelValues(string(v)).Set(1)
-		log.Info("Queue rule variant chosen", "variant", v, "queues", compile.QueueRange(render.QueueNum, render.Queues), "failOpen", o.failOpen)
-	}
-	if render.LearnsDNS() {
-		// Before the first sync, which points the DNS queue rule there.
-		if render.DNSQueueNum, err = chooseDNSQueue(log, dnsQueue); err != nil {
-			return err
-		}
-	}
-	o.denyLog.configureDenyLog(&render)
-	render.Defaults()
-	if err := render.Validate(); err != nil {
-		return err
-	}
-
-	plainNFT, err := knftables.New(knftables.InetFamily, compile.TableName)
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
-	// Transactions go to an nft process started in advance: a policy
-	// change does not wait for nft to start.
-	var nft knftables.Interface = plainNFT
-	if warm, err := sets.NewWarmNFT(plainNFT, log.WithName("nft")); err != nil {
-		log.Info("Each transaction starts its own nft process", "reason", err)
-	} else {
-		defer warm.Close()
-		nft = warm
-	}
-	// Pod churn and policy edits go to the kernel over netlink, in one
-	// batch per sync.
-	elements := nftnl.NewConn(compile.TableName, 0)
-	defer elements.Close()
-	syncer, err := sets.New(sets.Config{NFT: nft, Logger: log.WithName("sets"), External: compatInstaller(render),
-		Netlink: elements, OneCommandPerSet: true})
+	client, policyClient, err := apiClients(o.kubeconfig, node)
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "nftpolicy_netlink_batch_fallbacks_total",
-		Help: "Netlink batches (elements, or chains, rules and sets) the kernel refused (nothing applied; a full sync followed).",
-	}, func() float64 { return float64(syncer.NetlinkFallbacks()) }))
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(controller.EventSink{
-		Sink: &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, Logger: log.WithName("events"),
-	})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nftpolicy", Host: node})
+	if err := o.finishRenderConfig(ctx, &render, dnsQueue, metrics); err != nil {
+		return err
+	}
+	syncer, elements, closeSyncer, err := newSyncer(render, reg, log)
+	defer closeSyncer()
+	if err != nil {
+		return err
+	}
+	recorder, stopEvents := eventRecorder(ctx, client, node, log)
+	defer stopEvents()
 
 	onProgram, err := o.newPod.startRevoker(ctx, eval)
 	if err != nil {
@@ -366,6 +290,143 @@ func agent(ctx context.Context, o *agentOptions) error {
 	case err := <-errs:
 		return err
 	}
+}
+
+// parse checks the flags the agent reads first: the mode, the node's name
+// and addresses, the liveness budget.
+func (o *agentOptions) parse() (mode compile.Mode, node string, nodeIPs []netip.Addr, err error) {
+	if mode, err = compile.ParseMode(o.mode); err != nil {
+		return "", "", nil, err
+	}
+	if node, err = o.nodeName(); err != nil {
+		return "", "", nil, err
+	}
+	if o.livenessBudget < controller.MinHealthBudget {
+		return "", "", nil, fmt.Errorf("--liveness-timeout %v: must be at least %v (the agent's heartbeat is every second)", o.livenessBudget, controller.MinHealthBudget)
+	}
+	for _, s := range o.nodeIPs {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return "", "", nil, fmt.Errorf("--node-ip: %w", err)
+		}
+		nodeIPs = append(nodeIPs, a)
+	}
+	return mode, node, nodeIPs, nil
+}
+
+// newRegistry returns the agent's metrics, registered with the Go and
+// process collectors in a registry of their own.
+func newRegistry() (*controller.Metrics, *prometheus.Registry, error) {
+	metrics := controller.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := metrics.Register(reg); err != nil {
+		return nil, nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	return metrics, reg, nil
+}
+
+// apiClients returns the clients of the built-in types (protobuf) and of
+// ClusterNetworkPolicies.
+func apiClients(kubeconfig, node string) (kubernetes.Interface, npaclient.Interface, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading client configuration: %w", err)
+	}
+	cfg.UserAgent = "nftpolicy/" + node
+	client, err := kubernetes.NewForConfig(builtinTypesConfig(cfg))
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating client: %w", err)
+	}
+	// ClusterNetworkPolicy is a custom resource: JSON only.
+	policyClient, err := npaclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the ClusterNetworkPolicy client: %w", err)
+	}
+	return client, policyClient, nil
+}
+
+// finishRenderConfig completes render with what the kernel supports: the
+// queue rule's variant (without one, hybrid mode queues nothing), the DNS
+// queue's number, and the deny log's settings; then validates it.
+func (o *agentOptions) finishRenderConfig(ctx context.Context, render *compile.RenderConfig, dnsQueue uint16, metrics *controller.Metrics) error {
+	log := klog.FromContext(ctx)
+	if render.UsesQueue() || render.LearnsDNS() {
+		v, err := chooseQueueVariant(ctx, o.queueVariant, o.queueProber)
+		if err != nil && render.Mode != compile.ModeQueue {
+			// Hybrid mode works without queueing, but for what only
+			// userspace can decide.
+			log.Error(err, "Nothing can be queued on this node: connections of pods this agent has not seen yet are not held, and domainNames peers match nothing")
+			render.NoDNSLearning = true
+			render.SkipUnknownPods = true
+			v = compile.QueueNative
+		} else if err != nil {
+			return err
+		}
+		render.QueueVariant = v
+		metrics.QueueRuleVariant.WithLabelValues(string(v)).Set(1)
+		log.Info("Queue rule variant chosen", "variant", v, "queues", compile.QueueRange(render.QueueNum, render.Queues), "failOpen", o.failOpen)
+	}
+	if render.LearnsDNS() {
+		// Before the first sync, which points the DNS queue rule there.
+		n, err := chooseDNSQueue(log, dnsQueue)
+		if err != nil {
+			return err
+		}
+		render.DNSQueueNum = n
+	}
+	o.denyLog.configureDenyLog(render)
+	render.Defaults()
+	return render.Validate()
+}
+
+// newSyncer returns the syncer that writes the node's table, and the
+// netlink writer it shares with DNS learning; closeAll releases both and
+// the nft process kept in advance, also after an error.
+func newSyncer(render compile.RenderConfig, reg *prometheus.Registry, log klog.Logger) (syncer *sets.Syncer, elements *nftnl.Conn, closeAll func(), err error) {
+	var closers []func()
+	closeAll = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	plainNFT, err := knftables.New(knftables.InetFamily, compile.TableName)
+	if err != nil {
+		return nil, nil, closeAll, fmt.Errorf("nftables: %w", err)
+	}
+	// Transactions go to an nft process started in advance: a policy
+	// change does not wait for nft to start.
+	var nft knftables.Interface = plainNFT
+	if warm, err := sets.NewWarmNFT(plainNFT, log.WithName("nft")); err != nil {
+		log.Info("Each transaction starts its own nft process", "reason", err)
+	} else {
+		closers = append(closers, func() { warm.Close() })
+		nft = warm
+	}
+	// Pod churn and policy edits go to the kernel over netlink, in one
+	// batch per sync.
+	elements = nftnl.NewConn(compile.TableName, 0)
+	closers = append(closers, func() { elements.Close() })
+	syncer, err = sets.New(sets.Config{NFT: nft, Logger: log.WithName("sets"), External: compatInstaller(render),
+		Netlink: elements, OneCommandPerSet: true})
+	if err != nil {
+		return nil, nil, closeAll, err
+	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nftpolicy_netlink_batch_fallbacks_total",
+		Help: "Netlink batches (elements, or chains, rules and sets) the kernel refused (nothing applied; a full sync followed).",
+	}, func() float64 { return float64(syncer.NetlinkFallbacks()) }))
+	return syncer, elements, closeAll, nil
+}
+
+// eventRecorder returns a recorder of the agent's Events (as component
+// nftpolicy on node) and the function that stops sending them.
+func eventRecorder(ctx context.Context, client kubernetes.Interface, node string, log klog.Logger) (record.EventRecorder, func()) {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(controller.EventSink{
+		Sink: &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, Logger: log.WithName("events"),
+	})
+	return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nftpolicy", Host: node}), broadcaster.Shutdown
 }
 
 func wrapErr(what string, err error) error {

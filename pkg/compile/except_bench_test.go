@@ -92,10 +92,7 @@ func hugeDimension(in *compile.Input, dim string, n int) {
 			})
 		}
 	case "cnp-networks":
-		var cidrs []string
-		for _, e := range compiletest.ScatteredExcepts(n, 7) {
-			cidrs = append(cidrs, e)
-		}
+		cidrs := compiletest.ScatteredExcepts(n, 7)
 		in.ClusterPolicies = append(in.ClusterPolicies, compiletest.CNP("huge", "Admin", 10,
 			compiletest.NamespacesSubject(compiletest.Sel()),
 			compiletest.CNPEgress(compiletest.CNPRule("deny", "Deny", compiletest.ToNetworks(cidrs...)))))

@@ -174,7 +174,7 @@ func rule(text, comment string) knftables.Rule {
 // to each tier, in evaluation order, and where a connection goes when every
 // tier let it through.
 type tierChains struct {
-	entry, admin, networkPolicy, baseline, allowed string
+	entry, networkPolicy, baseline, allowed string
 	// addr is the address the direction dispatches on: the local pod's.
 	addr string
 }

@@ -16,7 +16,7 @@ import (
 // A revocation pass reads the whole conntrack table, whose size pods
 // control: every UDP datagram to a new port is an entry. The ctnetlink
 // library's Dump collects every message of the dump and then decodes every
-// entry into a Flow (about 2 KB per entry, 400 MiB for 200k entries).
+// entry into a Flow, so its memory grows with the table.
 // KernelTable reads the dump itself instead: one datagram at a time into
 // one fixed buffer, each entry decoded in place into one reused Flow and
 // handed to the caller, which keeps nothing but what it deletes. A pass's

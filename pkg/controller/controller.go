@@ -610,10 +610,9 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	var rs *compile.Ruleset
 	// A full build allocates a program, an index and a ruleset as large as
 	// the ones it replaces, mostly short-lived; at the default GOGC the
-	// collector ran through it several times (about a third of its CPU at
-	// 50k pods). The memory limit (GOMEMLIMIT, from the container's) still
-	// bounds the heap, and the MemoryReleaser hands the pages back
-	// afterwards.
+	// collector would run through it several times. The memory limit
+	// (GOMEMLIMIT, from the container's) still bounds the heap, and the
+	// MemoryReleaser hands the pages back afterwards.
 	defer debug.SetGCPercent(debug.SetGCPercent(fullBuildGCPercent))
 	stale := false
 	if c.tracker != nil {

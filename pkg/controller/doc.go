@@ -1,9 +1,12 @@
-// Package controller connects the API to the dataplane: client-go informers
-// for NetworkPolicies, Namespaces, Pods and Nodes (slimmed by a transform to
-// what policies read), an informer for ClusterNetworkPolicies that runs
-// while discovery says their CRD is served, event handlers that only mark
-// the state dirty, and one sync loop that compiles, applies one
-// transaction, and then publishes the program to the evaluator. Nothing is
+// Package controller keeps the node's ruleset and the evaluator's program in
+// step with the API objects.
+//
+// It runs client-go informers for NetworkPolicies, Namespaces, Pods and
+// Nodes (slimmed by a transform to what policies read), an informer for
+// ClusterNetworkPolicies that runs while discovery says their CRD is
+// served, event handlers that only mark the state dirty, and one sync loop
+// that compiles, applies one transaction, and then publishes the program
+// to the evaluator. Nothing is
 // written to the kernel before every informer has synced (the
 // ClusterNetworkPolicy one is waited for a bounded time: its CRD may be
 // missing, or unreadable). It also reports invalid policies of both APIs

@@ -15,14 +15,13 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	. "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
-	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
 
 var (
 	cnpNodes = []*corev1.Node{
-		ct.Node("n1", []string{"172.18.0.1"}, "zone", "a"),
-		ct.Node("n2", []string{"172.18.0.2"}, "zone", "b"),
+		Node("n1", []string{"172.18.0.1"}, "zone", "a"),
+		Node("n2", []string{"172.18.0.2"}, "zone", "b"),
 	}
 	cnpNSLabels = map[string]map[string]string{"x": {"ns": "x"}, "y": {"ns": "y"}, "z": {"ns": "z"}}
 	icmp        = compile.Protocol(1)
@@ -45,8 +44,8 @@ func cnpCase(c semCase) semCase {
 }
 
 func TestClusterNetworkPolicySemantics(t *testing.T) {
-	adminDenyY := ct.CNP("no-y", "Admin", 10, ct.NamespacesSubject(ct.Sel("ns", "x")),
-		ct.CNPEgress(ct.CNPRule("no-y", "Deny", ct.ToNamespaces(ct.Sel("ns", "y")))))
+	adminDenyY := CNP("no-y", "Admin", 10, NamespacesSubject(Sel("ns", "x")),
+		CNPEgress(CNPRule("no-y", "Deny", ToNamespaces(Sel("ns", "y")))))
 	v1AllowAllEgress := NetPol("x", "allow-all-egress", Sel(), Types(PEg), Egress(Peers()))
 	v1DenyIngress := NetPol("x", "deny-ingress", Sel(), Types(PIn))
 
@@ -64,8 +63,8 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		{
 			name:     "Admin Accept overrides a NetworkPolicy that denies",
 			policies: List(v1DenyIngress),
-			cnps: cnps(ct.CNP("from-y", "Admin", 5, ct.NamespacesSubject(ct.Sel("ns", "x")),
-				ct.CNPIngress(ct.CNPRule("from-y", "Accept", ct.ToNamespaces(ct.Sel("ns", "y")))))),
+			cnps: cnps(CNP("from-y", "Admin", 5, NamespacesSubject(Sel("ns", "x")),
+				CNPIngress(CNPRule("from-y", "Accept", ToNamespaces(Sel("ns", "y")))))),
 			conns: []semConn{
 				allowed("y/a", "x/a", TCP, 80).why("allowed by ClusterNetworkPolicy from-y (Admin, priority 5) ingress rule from-y"),
 				denied("z/a", "x/a", TCP, 80).why("x/deny-ingress isolates x/a for ingress"),
@@ -73,8 +72,8 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		},
 		{
 			name: "egress Accept still needs the destination's ingress",
-			cnps: cnps(ct.CNP("x-out", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")),
-				ct.CNPEgress(ct.CNPRule("all", "Accept", ct.ToNamespaces(ct.Sel()))))),
+			cnps: cnps(CNP("x-out", "Admin", 1, NamespacesSubject(Sel("ns", "x")),
+				CNPEgress(CNPRule("all", "Accept", ToNamespaces(Sel()))))),
 			policies: List(NetPol("y", "deny-ingress", Sel(), Types(PIn))),
 			conns: []semConn{
 				denied("x/a", "y/a", TCP, 80).why("y/deny-ingress isolates y/a for ingress"),
@@ -84,10 +83,10 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		{
 			name: "priority: lower number first; equal priority: by name",
 			cnps: cnps(
-				ct.CNP("b-deny", "Admin", 20, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("d", "Deny", ct.ToNamespaces(ct.Sel("ns", "y"))))),
-				ct.CNP("a-accept", "Admin", 10, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("a", "Accept", ct.ToPods(ct.Sel("ns", "y"), ct.Sel("pod", "a"))))),
-				ct.CNP("c-deny", "Admin", 30, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("d", "Deny", ct.ToNamespaces(ct.Sel("ns", "z"))))),
-				ct.CNP("b-accept", "Admin", 30, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("a", "Accept", ct.ToNamespaces(ct.Sel("ns", "z"))))),
+				CNP("b-deny", "Admin", 20, NamespacesSubject(Sel("ns", "x")), CNPEgress(CNPRule("d", "Deny", ToNamespaces(Sel("ns", "y"))))),
+				CNP("a-accept", "Admin", 10, NamespacesSubject(Sel("ns", "x")), CNPEgress(CNPRule("a", "Accept", ToPods(Sel("ns", "y"), Sel("pod", "a"))))),
+				CNP("c-deny", "Admin", 30, NamespacesSubject(Sel("ns", "x")), CNPEgress(CNPRule("d", "Deny", ToNamespaces(Sel("ns", "z"))))),
+				CNP("b-accept", "Admin", 30, NamespacesSubject(Sel("ns", "x")), CNPEgress(CNPRule("a", "Accept", ToNamespaces(Sel("ns", "z"))))),
 			),
 			conns: []semConn{
 				allowed("x/a", "y/a", TCP, 80).why("a-accept (Admin, priority 10)"),
@@ -97,10 +96,10 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		},
 		{
 			name: "rules in written order: the first that matches decides",
-			cnps: cnps(ct.CNP("order", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
-				ct.CNPRule("accept-80", "Accept", ct.ToNamespaces(ct.Sel("ns", "y"))).On(ct.Proto("TCP", 80)),
-				ct.CNPRule("deny-y", "Deny", ct.ToNamespaces(ct.Sel("ns", "y"))),
-				ct.CNPRule("accept-81", "Accept", ct.ToNamespaces(ct.Sel("ns", "y"))).On(ct.Proto("TCP", 81)),
+			cnps: cnps(CNP("order", "Admin", 1, NamespacesSubject(Sel("ns", "x")), CNPEgress(
+				CNPRule("accept-80", "Accept", ToNamespaces(Sel("ns", "y"))).On(Proto("TCP", 80)),
+				CNPRule("deny-y", "Deny", ToNamespaces(Sel("ns", "y"))),
+				CNPRule("accept-81", "Accept", ToNamespaces(Sel("ns", "y"))).On(Proto("TCP", 81)),
 			))),
 			conns: []semConn{
 				allowed("x/a", "y/a", TCP, 80).why("egress rule accept-80"),
@@ -111,8 +110,8 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		{
 			name: "Pass skips the rest of the Admin tier; NetworkPolicy decides next",
 			cnps: cnps(
-				ct.CNP("pass-y", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("pass", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))))),
-				ct.CNP("deny-all", "Admin", 2, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("deny", "Deny", ct.ToNamespaces(ct.Sel())))),
+				CNP("pass-y", "Admin", 1, NamespacesSubject(Sel("ns", "x")), CNPEgress(CNPRule("pass", "Pass", ToNamespaces(Sel("ns", "y"))))),
+				CNP("deny-all", "Admin", 2, NamespacesSubject(Sel("ns", "x")), CNPEgress(CNPRule("deny", "Deny", ToNamespaces(Sel())))),
 			),
 			policies: List(NetPol("x", "only-b", Sel("pod", "a"), Types(PEg), Egress(Peers(PodNSPeer(Sel("pod", "b"), Sel("ns", "y")))))),
 			conns: []semConn{
@@ -125,8 +124,8 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		{
 			name: "Baseline applies only where no NetworkPolicy isolates the pod",
 			cnps: cnps(
-				ct.CNP("baseline-deny", "Baseline", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPIngress(ct.CNPRule("deny-all", "Deny", ct.ToNamespaces(ct.Sel())))),
-				ct.CNP("baseline-accept-z", "Baseline", 0, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPIngress(ct.CNPRule("z", "Accept", ct.ToNamespaces(ct.Sel("ns", "z"))))),
+				CNP("baseline-deny", "Baseline", 1, NamespacesSubject(Sel("ns", "x")), CNPIngress(CNPRule("deny-all", "Deny", ToNamespaces(Sel())))),
+				CNP("baseline-accept-z", "Baseline", 0, NamespacesSubject(Sel("ns", "x")), CNPIngress(CNPRule("z", "Accept", ToNamespaces(Sel("ns", "z"))))),
 			),
 			policies: List(NetPol("x", "a-from-y", Sel("pod", "a"), Ingress(Peers(NSPeer(Sel("ns", "y")))))),
 			conns: []semConn{
@@ -139,8 +138,8 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		{
 			name: "Baseline Pass falls through to the default: allow",
 			cnps: cnps(
-				ct.CNP("bp", "Baseline", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("pass-y", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))))),
-				ct.CNP("bd", "Baseline", 2, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(ct.CNPRule("deny", "Deny", ct.ToNamespaces(ct.Sel())))),
+				CNP("bp", "Baseline", 1, NamespacesSubject(Sel("ns", "x")), CNPEgress(CNPRule("pass-y", "Pass", ToNamespaces(Sel("ns", "y"))))),
+				CNP("bd", "Baseline", 2, NamespacesSubject(Sel("ns", "x")), CNPEgress(CNPRule("deny", "Deny", ToNamespaces(Sel())))),
 			),
 			conns: []semConn{
 				allowed("x/a", "y/a", TCP, 80).why("passed by ClusterNetworkPolicy bp (Baseline, priority 1) egress rule pass-y"),
@@ -151,8 +150,8 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 			name: "subjects: pods of matching namespaces; host-network pods never",
 			pods: append(gridPods("x/a", "y/a", "y/b", "z/a"),
 				mkPod("x/host", []string{"172.18.0.1"}, hostNetwork())),
-			cnps: cnps(ct.CNP("pods-subject", "Admin", 1, ct.PodsSubject(ct.Sel("ns", "y"), ct.Sel("pod", "b")),
-				ct.CNPIngress(ct.CNPRule("deny", "Deny", ct.ToNamespaces(ct.Sel()))))),
+			cnps: cnps(CNP("pods-subject", "Admin", 1, PodsSubject(Sel("ns", "y"), Sel("pod", "b")),
+				CNPIngress(CNPRule("deny", "Deny", ToNamespaces(Sel()))))),
 			conns: []semConn{
 				denied("x/a", "y/b", TCP, 80).why("pods-subject"),
 				allowed("x/a", "y/a", TCP, 80),
@@ -166,8 +165,8 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		},
 		{
 			name: "a policy without rules in a direction does not affect it",
-			cnps: cnps(ct.CNP("egress-only", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")),
-				ct.CNPEgress(ct.CNPRule("deny-y", "Deny", ct.ToNamespaces(ct.Sel("ns", "y")))))),
+			cnps: cnps(CNP("egress-only", "Admin", 1, NamespacesSubject(Sel("ns", "x")),
+				CNPEgress(CNPRule("deny-y", "Deny", ToNamespaces(Sel("ns", "y")))))),
 			policies: List(v1DenyIngress),
 			conns: []semConn{
 				denied("y/a", "x/a", TCP, 80).why("x/deny-ingress isolates"),
@@ -180,10 +179,10 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 				mkPod("x/a", []string{"10.244.1.1", "fd00:10:244:1::1"}),
 				mkPod("y/a", []string{"10.244.2.1", "fd00:10:244:2::1"}),
 			},
-			cnps: cnps(ct.CNP("no-internet", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")),
-				ct.CNPEgress(
-					ct.CNPRule("keep-10.244.2", "Accept", ct.ToNetworks("10.244.2.0/24")),
-					ct.CNPRule("deny-v4", "Deny", ct.ToNetworks("0.0.0.0/0")),
+			cnps: cnps(CNP("no-internet", "Admin", 1, NamespacesSubject(Sel("ns", "x")),
+				CNPEgress(
+					CNPRule("keep-10.244.2", "Accept", ToNetworks("10.244.2.0/24")),
+					CNPRule("deny-v4", "Deny", ToNetworks("0.0.0.0/0")),
 				))),
 			conns: []semConn{
 				allowed("x/a", "y/a", TCP, 80).why("keep-10.244.2"),
@@ -195,9 +194,9 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		{
 			name: "nodes peers: node addresses by label; a pod's own node too",
 			pods: append(gridPods("x/a", "y/a"), gridPod("x/b", onNode("n2"))),
-			cnps: cnps(ct.CNP("nodes", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
-				ct.CNPRule("kubelet-zone-a", "Accept", ct.ToNodes(ct.Sel("zone", "a"))).On(ct.Proto("TCP", 10250)),
-				ct.CNPRule("no-nodes", "Deny", ct.ToNodes(ct.Sel())),
+			cnps: cnps(CNP("nodes", "Admin", 1, NamespacesSubject(Sel("ns", "x")), CNPEgress(
+				CNPRule("kubelet-zone-a", "Accept", ToNodes(Sel("zone", "a"))).On(Proto("TCP", 10250)),
+				CNPRule("no-nodes", "Deny", ToNodes(Sel())),
 			))),
 			conns: []semConn{
 				allowed("x/a", "172.18.0.1", TCP, 10250).why("kubelet-zone-a"), // own node
@@ -211,8 +210,8 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		{
 			name:     "NetworkPolicy allows a pod's own node; Baseline is not consulted for isolated pods",
 			policies: List(NetPol("x", "deny-egress", Sel(), Types(PEg))),
-			cnps: cnps(ct.CNP("b-no-nodes", "Baseline", 1, ct.NamespacesSubject(ct.Sel()),
-				ct.CNPEgress(ct.CNPRule("no-nodes", "Deny", ct.ToNodes(ct.Sel()))))),
+			cnps: cnps(CNP("b-no-nodes", "Baseline", 1, NamespacesSubject(Sel()),
+				CNPEgress(CNPRule("no-nodes", "Deny", ToNodes(Sel()))))),
 			conns: []semConn{
 				allowed("x/a", "172.18.0.1", TCP, 10250).why(evaluate.ReasonNodeTraffic),
 				denied("x/a", "172.18.0.2", TCP, 10250).why("x/deny-egress isolates"),
@@ -221,8 +220,8 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		},
 		{
 			name: "ingress from the pod's own node is never filtered",
-			cnps: cnps(ct.CNP("deny-in", "Admin", 1, ct.NamespacesSubject(ct.Sel()),
-				ct.CNPIngress(ct.CNPRule("broken", "Deny", ct.NoPeerField())))),
+			cnps: cnps(CNP("deny-in", "Admin", 1, NamespacesSubject(Sel()),
+				CNPIngress(CNPRule("broken", "Deny", NoPeerField())))),
 			conns: []semConn{
 				allowed("172.18.0.1", "x/a", TCP, 8080).why(evaluate.ReasonNodeTraffic),
 				denied("172.18.0.2", "x/a", TCP, 8080).why("deny-in"),
@@ -232,12 +231,12 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		},
 		{
 			name: "protocols: number, range, protocol-wide, named port on the destination, absent: everything",
-			cnps: cnps(ct.CNP("ports", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
-				ct.CNPRule("tcp-80", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.Proto("TCP", 80)),
-				ct.CNPRule("udp-range", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.ProtoRange("UDP", 1000, 2000)),
-				ct.CNPRule("sctp-81", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.Proto("SCTP", 81)),
-				ct.CNPRule("named", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.DestinationNamedPort("serve-81-udp")),
-				ct.CNPRule("deny-y", "Deny", ct.ToNamespaces(ct.Sel("ns", "y"))),
+			cnps: cnps(CNP("ports", "Admin", 1, NamespacesSubject(Sel("ns", "x")), CNPEgress(
+				CNPRule("tcp-80", "Accept", ToNamespaces(Sel())).On(Proto("TCP", 80)),
+				CNPRule("udp-range", "Accept", ToNamespaces(Sel())).On(ProtoRange("UDP", 1000, 2000)),
+				CNPRule("sctp-81", "Accept", ToNamespaces(Sel())).On(Proto("SCTP", 81)),
+				CNPRule("named", "Accept", ToNamespaces(Sel())).On(DestinationNamedPort("serve-81-udp")),
+				CNPRule("deny-y", "Deny", ToNamespaces(Sel("ns", "y"))),
 			))),
 			conns: []semConn{
 				allowed("x/a", "y/a", TCP, 80).why("tcp-80"),
@@ -254,9 +253,9 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		{
 			name: "a named port resolves only on pods, never on nodes or networks",
 			pods: append(gridPods("x/a", "y/a"), gridPod("y/b", containerPorts(cport("web", 8080, corev1.ProtocolTCP)))),
-			cnps: cnps(ct.CNP("named", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
-				ct.CNPRule("web", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.DestinationNamedPort("web")),
-				ct.CNPRule("deny", "Deny", ct.ToNetworks("0.0.0.0/0")),
+			cnps: cnps(CNP("named", "Admin", 1, NamespacesSubject(Sel("ns", "x")), CNPEgress(
+				CNPRule("web", "Accept", ToNamespaces(Sel())).On(DestinationNamedPort("web")),
+				CNPRule("deny", "Deny", ToNetworks("0.0.0.0/0")),
 			))),
 			conns: []semConn{
 				allowed("x/a", "y/b", TCP, 8080).why("named"),
@@ -267,12 +266,12 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		{
 			name: "fail closed: a peer with no field matches nothing in Accept, everything in Deny and Pass",
 			cnps: cnps(
-				ct.CNP("accept-broken", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")),
-					ct.CNPEgress(ct.CNPRule("broken", "Accept", ct.NoPeerField(), ct.ToNamespaces(ct.Sel("ns", "z"))))),
-				ct.CNP("pass-broken", "Admin", 2, ct.NamespacesSubject(ct.Sel("ns", "y")),
-					ct.CNPEgress(ct.CNPRule("broken", "Pass", ct.NoPeerField()))),
-				ct.CNP("deny-x", "Baseline", 1, ct.NamespacesSubject(ct.Sel("ns", "x")),
-					ct.CNPEgress(ct.CNPRule("deny", "Deny", ct.ToNamespaces(ct.Sel())))),
+				CNP("accept-broken", "Admin", 1, NamespacesSubject(Sel("ns", "x")),
+					CNPEgress(CNPRule("broken", "Accept", NoPeerField(), ToNamespaces(Sel("ns", "z"))))),
+				CNP("pass-broken", "Admin", 2, NamespacesSubject(Sel("ns", "y")),
+					CNPEgress(CNPRule("broken", "Pass", NoPeerField()))),
+				CNP("deny-x", "Baseline", 1, NamespacesSubject(Sel("ns", "x")),
+					CNPEgress(CNPRule("deny", "Deny", ToNamespaces(Sel())))),
 			),
 			conns: []semConn{
 				allowed("x/a", "z/a", TCP, 80).why("accept-broken"), // the valid peer still works
@@ -286,9 +285,9 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		},
 		{
 			name: "domainNames: an address the pod never resolved is not matched",
-			cnps: cnps(ct.CNP("fqdn", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
-				ct.CNPRule("example", "Accept", ct.ToDomains("www.example.com")),
-				ct.CNPRule("deny", "Deny", ct.ToNetworks("0.0.0.0/0")),
+			cnps: cnps(CNP("fqdn", "Admin", 1, NamespacesSubject(Sel("ns", "x")), CNPEgress(
+				CNPRule("example", "Accept", ToDomains("www.example.com")),
+				CNPRule("deny", "Deny", ToNetworks("0.0.0.0/0")),
 			))),
 			conns: []semConn{
 				denied("x/a", "192.0.2.1", TCP, 443).why("fqdn (Admin, priority 1) egress rule deny"),
@@ -296,8 +295,8 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		},
 		{
 			name: "domainNames in a Deny rule (the API allows them in Accept rules only) fail closed",
-			cnps: cnps(ct.CNP("fqdn-deny", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
-				ct.CNPRule("bad", "Deny", ct.ToDomains("www.example.com")),
+			cnps: cnps(CNP("fqdn-deny", "Admin", 1, NamespacesSubject(Sel("ns", "x")), CNPEgress(
+				CNPRule("bad", "Deny", ToDomains("www.example.com")),
 			))),
 			conns: []semConn{
 				denied("x/a", "z/a", TCP, 80).why("fqdn-deny (Admin, priority 1) egress rule bad"),
@@ -306,11 +305,11 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		},
 		{
 			name: "invalid subject: every pod, Accept rules off, Pass rules deny",
-			cnps: cnps(ct.CNP("bad-subject", "Admin", 1,
+			cnps: cnps(CNP("bad-subject", "Admin", 1,
 				npav1beta1.ClusterNetworkPolicySubject{Namespaces: ptrTo(Expr("ns", "Bogus", "x"))},
-				ct.CNPEgress(
-					ct.CNPRule("accept-z", "Accept", ct.ToNamespaces(ct.Sel("ns", "z"))),
-					ct.CNPRule("pass-y", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))),
+				CNPEgress(
+					CNPRule("accept-z", "Accept", ToNamespaces(Sel("ns", "z"))),
+					CNPRule("pass-y", "Pass", ToNamespaces(Sel("ns", "y"))),
 				))),
 			conns: []semConn{
 				allowed("x/a", "z/a", TCP, 80),                   // the Accept rule is off: nothing decides
@@ -320,9 +319,9 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 		},
 		{
 			name: "invalid ports and ranges fail closed in Deny rules",
-			cnps: cnps(ct.CNP("bad-range", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
-				ct.CNPRule("accept-bad", "Accept", ct.ToNamespaces(ct.Sel())).On(ct.ProtoRange("TCP", 90, 80)),
-				ct.CNPRule("deny-bad", "Deny", ct.ToNamespaces(ct.Sel("ns", "y"))).On(ct.Proto("UDP", 70000)),
+			cnps: cnps(CNP("bad-range", "Admin", 1, NamespacesSubject(Sel("ns", "x")), CNPEgress(
+				CNPRule("accept-bad", "Accept", ToNamespaces(Sel())).On(ProtoRange("TCP", 90, 80)),
+				CNPRule("deny-bad", "Deny", ToNamespaces(Sel("ns", "y"))).On(Proto("UDP", 70000)),
 			))),
 			conns: []semConn{
 				denied("x/a", "z/a", TCP, 85).why("deny-bad"), // the broken Deny denies everything
@@ -338,11 +337,11 @@ func TestClusterNetworkPolicySemantics(t *testing.T) {
 			// nothing, the Deny rule denies all traffic of the subjects.
 			name: "a ClusterNetworkPolicy over the cost bound fails closed",
 			cnps: cnps(
-				ct.CNP("too-large-accept", "Admin", 1, ct.NamespacesSubject(ct.Sel("ns", "y")), ct.CNPEgress(
-					ct.CNPRule("accept-many", "Accept", ct.ToNetworks(ScatteredExcepts(compile.MaxPolicyCost, 2)...)),
+				CNP("too-large-accept", "Admin", 1, NamespacesSubject(Sel("ns", "y")), CNPEgress(
+					CNPRule("accept-many", "Accept", ToNetworks(ScatteredExcepts(compile.MaxPolicyCost, 2)...)),
 				)),
-				ct.CNP("too-large-deny", "Admin", 2, ct.NamespacesSubject(ct.Sel("ns", "x")), ct.CNPEgress(
-					ct.CNPRule("deny-many", "Deny", ct.ToNetworks(ScatteredExcepts(compile.MaxPolicyCost, 3)...)),
+				CNP("too-large-deny", "Admin", 2, NamespacesSubject(Sel("ns", "x")), CNPEgress(
+					CNPRule("deny-many", "Deny", ToNetworks(ScatteredExcepts(compile.MaxPolicyCost, 3)...)),
 				)),
 				adminDenyY),
 			conns: []semConn{
@@ -378,13 +377,13 @@ func TestClusterEvaluateAllocs(t *testing.T) {
 	c := cnpCase(semCase{
 		policies: List(NetPol("y", "deny-in", Sel(), Types(PIn))),
 		cnps: cnps(
-			ct.CNP("admin", "Admin", 1, ct.NamespacesSubject(ct.Sel()), ct.CNPEgress(
-				ct.CNPRule("pass-y", "Pass", ct.ToNamespaces(ct.Sel("ns", "y"))),
-				ct.CNPRule("no-nodes", "Deny", ct.ToNodes(ct.Sel("zone", "b"))),
-				ct.CNPRule("no-net", "Deny", ct.ToNetworks("192.0.2.0/24")).On(ct.DestinationNamedPort("serve-80-tcp"), ct.ProtoRange("TCP", 1000, 2000)),
+			CNP("admin", "Admin", 1, NamespacesSubject(Sel()), CNPEgress(
+				CNPRule("pass-y", "Pass", ToNamespaces(Sel("ns", "y"))),
+				CNPRule("no-nodes", "Deny", ToNodes(Sel("zone", "b"))),
+				CNPRule("no-net", "Deny", ToNetworks("192.0.2.0/24")).On(DestinationNamedPort("serve-80-tcp"), ProtoRange("TCP", 1000, 2000)),
 			)),
-			ct.CNP("baseline", "Baseline", 1, ct.NamespacesSubject(ct.Sel("ns", "z")),
-				ct.CNPIngress(ct.CNPRule("x", "Accept", ct.ToPods(ct.Sel("ns", "x"), ct.Sel("pod", "a"))))),
+			CNP("baseline", "Baseline", 1, NamespacesSubject(Sel("ns", "z")),
+				CNPIngress(CNPRule("x", "Accept", ToPods(Sel("ns", "x"), Sel("pod", "a"))))),
 		),
 	})
 	prog := compile.Build(c.input())

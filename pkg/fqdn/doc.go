@@ -96,6 +96,6 @@
 // new subject of the same rule already holds cannot be told apart and
 // stays until its timeout.
 //
-// The package imports pkg/compile only: cmd/nftpolicy wires the netlink
-// writer (pkg/sets) and the queue runtime (pkg/queue) to it.
+// The package imports pkg/compile only: pkg/fqdn/wire connects it to the
+// netlink writer (pkg/sets) and the queue runtime (pkg/queue).
 package fqdn

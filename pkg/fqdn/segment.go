@@ -33,7 +33,7 @@ func parseSegment(proto uint8, packet []byte, l4 int) (segment, error) {
 	if l4 <= 0 || l4 > len(packet) || len(packet) < 1 {
 		return s, notLearnable(CauseMalformed)
 	}
-	end := len(packet)
+	var end int
 	switch packet[0] >> 4 {
 	case 4:
 		if len(packet) < 20 {

@@ -214,13 +214,6 @@ func (s *podStore) takeAll() []netip.Addr {
 	return out
 }
 
-// size returns the store's names and name-address pairs.
-func (s *podStore) size() (names, links int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.names), s.links
-}
-
 // elementBatch bounds the elements of one kernel write made outside a
 // reply (deletions, re-writes after a program change).
 const elementBatch = 1024

@@ -328,7 +328,6 @@ func (a *serversBareAgent) addr(port int) string {
 func TestRedTeamIdleConnections(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	const node = "node-1"
 	const healthConns, metricsConns = 2000, 1000
 	metricsFlag, args := serversInstallArgs(t)
 	a := startServersBareAgent(t, ctx, append(args, "--metrics-bind-address="+metricsFlag)...)

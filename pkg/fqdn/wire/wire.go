@@ -1,7 +1,3 @@
-// Package wire connects DNS learning (pkg/fqdn) to the kernel: the netlink
-// element writer of pkg/sets and an NFQUEUE runtime of pkg/queue on the DNS
-// queue. The agent and the in-process test agent both use it; pkg/fqdn
-// itself stays free of those packages.
 package wire
 
 import (

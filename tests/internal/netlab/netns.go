@@ -30,14 +30,6 @@ type nsHandle struct {
 	fd int          // -1 once closed
 }
 
-func openNS(name string) (*nsHandle, error) {
-	fd, err := unix.Open(filepath.Join(NetnsDir, name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open netns %s: %w", name, err)
-	}
-	return &nsHandle{name: name, fd: fd}, nil
-}
-
 func (h *nsHandle) path() string { return filepath.Join(NetnsDir, h.name) }
 
 // close waits for in-flight users of the fd and closes it.
