@@ -11,7 +11,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
-	"github.com/nftpolicy/nftpolicy/tests/internal/scenariogen"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariogen"
 )
 
 // isPolicyChain tells a policy's own chain ("ingress-ns/name") from the

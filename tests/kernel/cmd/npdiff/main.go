@@ -1,5 +1,5 @@
 // Command npdiff is the differential tester: for each seed it generates a
-// scenario (tests/internal/scenariogen), runs it on the real kernel in a
+// scenario (pkg/scenario/scenariogen), runs it on the real kernel in a
 // lab of two nodes (tests/internal/lab) and compares every probe with
 // the userspace evaluator's verdict on the cluster-wide program. It prints
 // one line per seed and, last, "scenarios=N probes=M disagreements=D"; it
@@ -25,7 +25,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
-	"github.com/nftpolicy/nftpolicy/tests/internal/scenariogen"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariogen"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
 )
 

@@ -1,7 +1,8 @@
-// Package incremental checks compile.Tracker, the incremental compiler,
-// against the full build: after every change of a long random sequence, the
-// ruleset the tracker keeps must equal Render(Build(the same objects)).
-package incremental
+package compile_test
+
+// The tracker against the full build: after every change of a long random
+// sequence (pkg/scenario/scenariogen), the ruleset the tracker keeps must
+// equal Render(Build(the same objects)).
 
 import (
 	"flag"
@@ -24,7 +25,7 @@ import (
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/tests/internal/scenariogen"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariogen"
 )
 
 var (

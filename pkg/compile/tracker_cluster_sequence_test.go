@@ -1,4 +1,4 @@
-package incremental
+package compile_test
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/tests/internal/scenariogen"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariogen"
 )
 
 // clusterSpecs are the ClusterNetworkPolicy specs of a seed's scenario and
