@@ -10,8 +10,8 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
-	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariogen"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
 // isPolicyChain tells a policy's own chain ("ingress-ns/name") from the

@@ -24,8 +24,8 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
-	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariogen"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/kernel"
 )
 
