@@ -214,7 +214,7 @@ func (r *renderer) static() {
 	for _, ip := range r.prog.NodeIPs {
 		if kernel {
 			s := r.rs.Sets[nodeIPsSetName(ip.Is4())]
-			s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String()}})
+			s.Elements = append(s.Elements, AddrElement(ip, nil))
 		}
 	}
 	m := r.cfg.AllowMark
@@ -442,13 +442,13 @@ func (r *renderer) ruleChain(c combo, i int) bool {
 // the ruleset depends on a single pod, except the tier-skip sets of
 // ClusterNetworkPolicy combination chains (comboRanges), which list every
 // address their rules name: pod churn is these elements.
-func (r *renderer) podElements(pod *Pod, emit func(set string, e knftables.Element)) {
+func (r *renderer) podElements(pod *Pod, emit func(set string, e Element)) {
 	pt := r.podText(pod)
 	r.podElementsWith(pod, &pt, emit)
 }
 
-// podElementsWith is podElements with the pod's texts.
-func (r *renderer) podElementsWith(pod *Pod, pt *podText, emit func(set string, e knftables.Element)) {
+// podElementsWith is podElements with the pod's shared comment.
+func (r *renderer) podElementsWith(pod *Pod, pt *podText, emit func(set string, e Element)) {
 	r.knownPodElements(pod, pt, emit)
 	r.fqdnPodElements(pod, pt, emit)
 	if pod.Local {
@@ -460,9 +460,9 @@ func (r *renderer) podElementsWith(pod *Pod, pt *podText, emit func(set string, 
 			if name == "" {
 				continue
 			}
-			for i, ip := range pod.IPs {
+			for _, ip := range pod.IPs {
 				if ip.Is4() == v4 {
-					emit(name, knftables.Element{Key: pt.addrKey(i), Comment: pt.comment})
+					emit(name, AddrElement(ip, pt.comment))
 				}
 			}
 		}
@@ -471,7 +471,7 @@ func (r *renderer) podElementsWith(pod *Pod, pt *podText, emit func(set string, 
 }
 
 // localPodElements emits a local pod's self and dispatch elements.
-func (r *renderer) localPodElements(pod *Pod, pt *podText, emit func(set string, e knftables.Element)) {
+func (r *renderer) localPodElements(pod *Pod, pt *podText, emit func(set string, e Element)) {
 	cnpEgress := len(pod.AdminEgress) > 0 || len(pod.BaselineEgress) > 0
 	egress := len(pod.EgressPolicies) > 0 || cnpEgress
 	ingress := len(pod.IngressPolicies) > 0 || len(pod.AdminIngress) > 0 || len(pod.BaselineIngress) > 0
@@ -479,19 +479,16 @@ func (r *renderer) localPodElements(pod *Pod, pt *podText, emit func(set string,
 		return
 	}
 	vmap := func(t Tier, d Direction, verdict string) {
-		value := []string{verdict}
-		for i, ip := range pod.IPs {
-			emit(tierMapName(t, d, ip.Is4()), knftables.Element{Key: pt.addrKey(i), Value: value, Comment: pt.comment})
+		for _, ip := range pod.IPs {
+			emit(tierMapName(t, d, ip.Is4()), Element{Addr: ip, Value: verdict, Comment: pt.comment})
 		}
 	}
-	for i, ip := range pod.IPs {
+	for _, ip := range pod.IPs {
 		// A pod can always reach itself, before any policy is consulted;
 		// the input chain dispatches ClusterNetworkPolicy egress subjects.
-		self := r.strs(2)
-		self[0], self[1] = pt.addrs[i], pt.addrs[i]
-		emit(selfSetName(ip.Is4()), knftables.Element{Key: self, Comment: pt.comment})
+		emit(selfSetName(ip.Is4()), Element{Addr: ip, Shape: ShapeAddrAddr, Comment: pt.comment})
 		if cnpEgress {
-			emit(clusterEgressSetName(ip.Is4()), knftables.Element{Key: pt.addrKey(i), Comment: pt.comment})
+			emit(clusterEgressSetName(ip.Is4()), AddrElement(ip, pt.comment))
 		}
 	}
 	if r.cfg.Mode == ModeQueue {
@@ -614,7 +611,7 @@ func (r *renderer) peerAlternatives(c *Chain, m *Match, base, comment string, d 
 		s := r.addSet(&Set{owner: c.Chain.Name, Set: &knftables.Set{Name: name, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
 			Comment: truncComment(comment + " address peers")}})
 		for _, b := range blocks {
-			s.Elements = append(s.Elements, knftables.Element{Key: []string{b.String()}})
+			s.Elements = append(s.Elements, RangeElement(b))
 		}
 		peers = append(peers, peerAlternative{text: in(name)})
 	}
@@ -637,7 +634,7 @@ func (r *renderer) portAlternatives(c *Chain, m *Match, base, comment string, d 
 			Comment: truncComment(comment + " ports")}})
 		if len(s.Elements) == 0 {
 			for _, p := range m.Ports {
-				s.Elements = append(s.Elements, knftables.Element{Key: []string{p.Protocol.Name(), portText(p)}})
+				s.Elements = append(s.Elements, Element{Ports: p, Shape: ShapeProtoPorts})
 			}
 		}
 		ports = append(ports, "meta l4proto . th dport @"+name+" ")
@@ -647,13 +644,6 @@ func (r *renderer) portAlternatives(c *Chain, m *Match, base, comment string, d 
 		ports = append(ports, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s ", famWord(v4), name))
 	}
 	return ports
-}
-
-func portText(p PortRange) string {
-	if p.First == p.Last {
-		return itoa(int(p.First))
-	}
-	return itoa(int(p.First)) + "-" + itoa(int(p.Last))
 }
 
 func familyRanges(rs []IPRange, v4 bool) []IPRange {
@@ -695,7 +685,7 @@ func (u *namedPortUser) covers(pod *Pod) bool {
 	return matchCoversPod(u.m, pod)
 }
 
-func (u *namedPortUser) elements(r *renderer, pod *Pod, pt *podText, emit func(set string, e knftables.Element)) {
+func (u *namedPortUser) elements(r *renderer, pod *Pod, pt *podText, emit func(set string, e Element)) {
 	for _, np := range u.m.NamedPorts {
 		for _, cp := range pod.Ports {
 			if cp.Name != np.Name || (np.Protocol != 0 && cp.Protocol != np.Protocol) {
@@ -704,11 +694,10 @@ func (u *namedPortUser) elements(r *renderer, pod *Pod, pt *podText, emit func(s
 			if n, ok := pod.NamedPort(np.Name, cp.Protocol); !ok || n != cp.Port {
 				continue // an earlier container port of that name and protocol wins
 			}
-			comment, port := truncComment(pod.Key+" "+np.Name), itoa(int(cp.Port))
-			for i, ip := range pod.IPs {
-				key := r.strs(3)
-				key[0], key[1], key[2] = pt.addrs[i], cp.Protocol.Name(), port
-				emit(u.sets[famIndex(ip.Is4())], knftables.Element{Key: key, Comment: comment})
+			comment := truncComment(pod.Key + " " + np.Name)
+			ports := PortRange{Protocol: cp.Protocol, First: cp.Port, Last: cp.Port}
+			for _, ip := range pod.IPs {
+				emit(u.sets[famIndex(ip.Is4())], Element{Addr: ip, Ports: ports, Shape: ShapeAddrProtoPort, Comment: comment})
 			}
 		}
 	}

@@ -163,10 +163,10 @@ func comboRanges(p *Program, d Direction, ids []ClusterPolicyID, addrs func(Sele
 }
 
 // comboElements are the elements of one family of a tier-skip set.
-func comboElements(ranges []IPRange, v4 bool) []knftables.Element {
-	var out []knftables.Element
+func comboElements(ranges []IPRange, v4 bool) []Element {
+	var out []Element
 	for _, rg := range familyRanges(ranges, v4) {
-		out = append(out, knftables.Element{Key: []string{rg.String()}})
+		out = append(out, RangeElement(rg))
 	}
 	return out
 }
@@ -208,7 +208,7 @@ func (r *renderer) nodeSet(id NodeSetID, v4 bool) string {
 				}
 			}
 		}
-		s.Elements = append(s.Elements, knftables.Element{Key: []string{a.String()}, Comment: truncComment(node)})
+		s.Elements = append(s.Elements, AddrElement(a, truncComment(node)))
 	}
 	return name
 }

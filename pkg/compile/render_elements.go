@@ -3,106 +3,55 @@ package compile
 import (
 	"net/netip"
 	"slices"
-	"strings"
-
-	"sigs.k8s.io/knftables"
 )
 
 // Allocations of a full render's pod elements.
 //
-// A full render at 50k pods emits about 87k pod elements. Built one by one
-// they were most of the render's garbage: a key slice, an address string
-// and a comment per element, and each set's element slice grown by append
-// (Go grows large slices by a quarter at a time, so a 50k-element set
-// allocated several times its final size). The garbage is fresh heap pages
-// during an agent's first sync. What is here builds the same elements,
-// byte for byte, with fewer and larger allocations:
+// A full render at 50k pods emits about 87k pod elements, most of the
+// render's garbage when built one by one. What is here builds them with
+// fewer and larger allocations:
 //
-//   - a pod's address strings are made once per render of the pod and
-//     every single-address key is a one-element window onto them; a full
-//     render makes all pods' addresses as substrings of one string;
+//   - elements are typed (Element): a pod's address is in the element,
+//     no text is made for it;
 //   - a pod's comment is one string shared by all its elements (a full
 //     render's are elements of one slice);
-//   - the other keys come from a chunked arena during a full render;
 //   - a full render sizes the known-pods and peer sets (most of the
 //     elements) for their elements before emitting them, and gathers the
 //     other sets' elements in chunks copied once into a slice of the
 //     exact size;
-//   - sorting permutes the elements in place, with the parsed sort keys in
+//   - sorting permutes the elements in place, with the permutation in
 //     scratch space reused from set to set.
 //
 // It also skips, for remote pods, the named-port users that resolve on
 // local subjects only: asking each of them about each pod was a sixth of
 // the render's CPU at 50k pods.
 //
-// Sharing is safe because nobody writes into an element's Key, Value or
-// Comment once it is emitted: the tracker inserts, deletes and replaces
-// whole elements, each set in its own element slice, and pkg/sets only
-// reads (TestTrackerEditsKeepSharedElements). Every shared slice is capped at its length, so
-// an append makes a copy instead of writing into a neighbour.
+// Sharing a comment is safe because nobody writes into an element once it
+// is emitted: the tracker inserts, deletes and replaces whole elements,
+// each set in its own element slice, and pkg/sets only reads
+// (TestTrackerEditsKeepSharedElements).
 
-// podText is what all of one pod's elements share.
+// podText is what all of one pod's elements share: the pod's key,
+// truncated to nftables' limit (nft refuses a longer comment, and with it
+// the whole transaction).
 type podText struct {
-	// addrs are the pod's addresses as text, index for index with Pod.IPs.
-	addrs []string
-	// comment is the pod's key, truncated to nftables' limit (nft
-	// refuses a longer comment, and with it the whole transaction).
 	comment *string
 }
 
-// podText renders a pod's address strings and comments.
+// podText makes a pod's comment.
 func (r *renderer) podText(pod *Pod) podText {
-	pt := podText{addrs: make([]string, len(pod.IPs)), comment: truncComment(pod.Key)}
-	for i, ip := range pod.IPs {
-		pt.addrs[i] = ip.String()
-	}
-	return pt
+	return podText{comment: truncComment(pod.Key)}
 }
 
-// podTexts are every pod's texts, made for a full render with a handful
-// of allocations: all addresses are substrings of one string, the pods'
-// address lists windows onto one slice, their comments elements of
-// another. Elements keep them alive together, as they keep the ruleset.
-type podTexts struct {
-	addrs    []string
-	comments []string
-}
-
-func newPodTexts(pods []Pod) podTexts {
-	n, size := 0, 0
+// podComments are every pod's comments, made for a full render as the
+// elements of one slice. Elements keep them alive together, as they keep
+// the ruleset.
+func podComments(pods []Pod) []string {
+	out := make([]string, len(pods))
 	for i := range pods {
-		for _, ip := range pods[i].IPs {
-			n++
-			w := len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")
-			if ip.Is4() {
-				w = len("255.255.255.255")
-			}
-			size += w + len(ip.Zone()) + 1
-		}
+		out[i] = truncText(pods[i].Key)
 	}
-	var all strings.Builder
-	all.Grow(size)
-	ends := make([]int, n)
-	var buf [64]byte
-	k := 0
-	for i := range pods {
-		for _, ip := range pods[i].IPs {
-			all.Write(appendAddrText(buf[:0], ip))
-			ends[k] = all.Len()
-			k++
-		}
-	}
-	text := all.String()
-	pt := podTexts{addrs: make([]string, n), comments: make([]string, len(pods))}
-	start := 0
-	for k, end := range ends {
-		pt.addrs[k] = text[start:end]
-		start = end
-	}
-	for i := range pods {
-		pt.comments[i] = truncText(pods[i].Key)
-	}
-	return pt
+	return out
 }
 
 // appendAddrText appends an address as netip.Addr.String writes it.
@@ -113,15 +62,9 @@ func appendAddrText(b []byte, ip netip.Addr) []byte {
 	return ip.AppendTo(b)
 }
 
-// addrKey is the key of a one-address element: address i alone, capped so
-// that an append copies.
-func (pt *podText) addrKey(i int) []string { return pt.addrs[i : i+1 : i+1] }
-
 // fullRender is what a full render keeps while it emits every pod's
 // elements.
 type fullRender struct {
-	// arena serves the strings of keys (strs).
-	arena []string
 	// peerNamed lists the named-port users (indexes into renderer.named)
 	// whose sets can hold a remote pod: those resolving on peers. The
 	// others resolve on local subjects only, and a full render would
@@ -129,29 +72,9 @@ type fullRender struct {
 	peerNamed []int
 }
 
-// strsChunk is how many strings the arena allocates at a time (16 KiB).
-const strsChunk = 1024
-
-// strs returns n empty strings for a key. During a full render they come
-// from an arena: one allocation per strsChunk strings instead of one per
-// key. Outside one (the tracker's edits) each key is its own allocation,
-// so that an element the tracker keeps does not hold a chunk alive.
-func (r *renderer) strs(n int) []string {
-	f := r.full
-	if f == nil {
-		return make([]string, n)
-	}
-	if len(f.arena) < n {
-		f.arena = make([]string, max(n, strsChunk))
-	}
-	s := f.arena[:n:n]
-	f.arena = f.arena[n:]
-	return s
-}
-
 // namedElements emits a pod's elements of the named-port sets that cover
 // it, in the order of renderer.named.
-func (r *renderer) namedElements(pod *Pod, pt *podText, emit func(set string, e knftables.Element)) {
+func (r *renderer) namedElements(pod *Pod, pt *podText, emit func(set string, e Element)) {
 	if r.full != nil && !pod.Local {
 		for _, i := range r.full.peerNamed {
 			if r.named[i].covers(pod) {
@@ -174,7 +97,7 @@ func (r *renderer) allPodElements() {
 	// Sets sized for their elements take them directly; the others (and
 	// any set whose room runs out) gather them in chunks.
 	pending := map[*Set]*elementChunks{}
-	emit := func(set string, e knftables.Element) {
+	emit := func(set string, e Element) {
 		s := r.rs.Sets[set]
 		if len(s.Elements) < cap(s.Elements) {
 			s.Elements = append(s.Elements, e)
@@ -193,14 +116,10 @@ func (r *renderer) allPodElements() {
 			r.full.peerNamed = append(r.full.peerNamed, i)
 		}
 	}
-	texts := newPodTexts(r.prog.Pods)
-	off := 0
+	comments := podComments(r.prog.Pods)
 	for i := range r.prog.Pods {
-		pod := &r.prog.Pods[i]
-		end := off + len(pod.IPs)
-		pt := podText{addrs: texts.addrs[off:end:end], comment: &texts.comments[i]}
-		r.podElementsWith(pod, &pt, emit)
-		off = end
+		pt := podText{comment: &comments[i]}
+		r.podElementsWith(&r.prog.Pods[i], &pt, emit)
 	}
 	r.full = nil
 	for _, c := range pending {
@@ -260,7 +179,7 @@ func (r *renderer) presizePodSets() {
 // flush, into the set's elements.
 type elementChunks struct {
 	set    *Set
-	chunks [][]knftables.Element
+	chunks [][]Element
 	n      int
 }
 
@@ -269,14 +188,14 @@ const (
 	maxElementChunk = 1024
 )
 
-func (c *elementChunks) add(e knftables.Element) {
+func (c *elementChunks) add(e Element) {
 	k := len(c.chunks)
 	if k == 0 || len(c.chunks[k-1]) == cap(c.chunks[k-1]) {
 		size := minElementChunk
 		if k > 0 {
 			size = min(2*cap(c.chunks[k-1]), maxElementChunk)
 		}
-		c.chunks = append(c.chunks, make([]knftables.Element, 0, size))
+		c.chunks = append(c.chunks, make([]Element, 0, size))
 		k++
 	}
 	c.chunks[k-1] = append(c.chunks[k-1], e)
@@ -285,7 +204,7 @@ func (c *elementChunks) add(e knftables.Element) {
 
 // flush appends the gathered elements to the set's, in the order added.
 func (c *elementChunks) flush() {
-	out := make([]knftables.Element, len(c.set.Elements), len(c.set.Elements)+c.n)
+	out := make([]Element, len(c.set.Elements), len(c.set.Elements)+c.n)
 	copy(out, c.set.Elements)
 	for _, ch := range c.chunks {
 		out = append(out, ch...)
@@ -297,46 +216,30 @@ func (c *elementChunks) flush() {
 // sortElements orders elements by key, addresses numerically, and drops
 // duplicates (two port names of one pod may resolve to the same number),
 // keeping the first one emitted. It sorts es in place.
-func sortElements(es []knftables.Element) []knftables.Element {
+func sortElements(es []Element) []Element {
 	var so elementSorter
 	return so.sort(es)
 }
 
-// elementSorter sorts sets' elements; its scratch space (the sort keys,
-// parsed once per field, and the permutation) serves set after set.
+// elementSorter sorts sets' elements; its scratch space (the permutation)
+// serves set after set.
 type elementSorter struct {
-	keys []fieldSortKey
 	perm []int32
 }
 
 // sort is sortElements with the sorter's scratch space.
-func (so *elementSorter) sort(es []knftables.Element) []knftables.Element {
+func (so *elementSorter) sort(es []Element) []Element {
 	n := len(es)
 	if n < 2 {
 		return es
 	}
-	width := 0
-	for i := range es {
-		width = max(width, len(es[i].Key))
-	}
-	so.keys = slices.Grow(so.keys[:0], n*width)[:n*width]
 	so.perm = slices.Grow(so.perm[:0], n)[:n]
-	keys, perm := so.keys, so.perm
-	for i := range es {
-		for j, k := range es[i].Key {
-			keys[i*width+j] = fieldKey(k)
-		}
+	perm := so.perm
+	for i := range perm {
 		perm[i] = int32(i)
 	}
 	slices.SortFunc(perm, func(a, b int32) int {
-		ka, kb := es[a].Key, es[b].Key
-		fa, fb := keys[int(a)*width:], keys[int(b)*width:]
-		for x := 0; x < len(ka) && x < len(kb); x++ {
-			if c := compareField(fa[x], fb[x], ka[x], kb[x]); c != 0 {
-				return c
-			}
-		}
-		if c := len(ka) - len(kb); c != 0 {
+		if c := compareElements(&es[a], &es[b]); c != 0 {
 			return c
 		}
 		// Equal keys keep the order they were emitted in (the first
@@ -346,7 +249,7 @@ func (so *elementSorter) sort(es []knftables.Element) []knftables.Element {
 	permute(es, perm)
 	out := es[:0]
 	for i := range es {
-		if len(out) > 0 && slices.Equal(out[len(out)-1].Key, es[i].Key) {
+		if len(out) > 0 && out[len(out)-1].SameKey(&es[i]) {
 			continue
 		}
 		out = append(out, es[i])
@@ -356,7 +259,7 @@ func (so *elementSorter) sort(es []knftables.Element) []knftables.Element {
 
 // permute reorders es in place so that es[k] becomes the old es[perm[k]],
 // following the permutation's cycles; it consumes perm.
-func permute(es []knftables.Element, perm []int32) {
+func permute(es []Element, perm []int32) {
 	for i := range perm {
 		if perm[i] < 0 || int(perm[i]) == i {
 			continue

@@ -189,11 +189,11 @@ func (r *renderer) fqdnSubject(pod *Pod) bool {
 
 // fqdnPodElements adds a pod with domainNames egress rules to the set whose
 // DNS replies are captured.
-func (r *renderer) fqdnPodElements(pod *Pod, pt *podText, emit func(set string, e knftables.Element)) {
+func (r *renderer) fqdnPodElements(pod *Pod, pt *podText, emit func(set string, e Element)) {
 	if !r.fqdnSubject(pod) {
 		return
 	}
-	for i, ip := range pod.IPs {
-		emit(fqdnPodsSet(ip.Is4()), knftables.Element{Key: pt.addrKey(i), Comment: pt.comment})
+	for _, ip := range pod.IPs {
+		emit(fqdnPodsSet(ip.Is4()), AddrElement(ip, pt.comment))
 	}
 }

@@ -33,25 +33,21 @@ func sharedElementsInput() compile.Input {
 }
 
 // cloneSets copies every set's elements down to their strings, so that a
-// later write into a shared key or comment shows as a difference.
-func cloneSets(rs *compile.Ruleset) map[string][]knftables.Element {
-	out := map[string][]knftables.Element{}
+// later write into a shared comment or range shows as a difference.
+func cloneSets(rs *compile.Ruleset) map[string][]string {
+	out := map[string][]string{}
 	for n, s := range rs.Sets {
-		es := make([]knftables.Element, len(s.Elements))
-		for i, e := range s.Elements {
-			es[i] = knftables.Element{Key: slices.Clone(e.Key), Value: slices.Clone(e.Value)}
-			if e.Comment != nil {
-				c := *e.Comment
-				es[i].Comment = &c
-			}
+		es := make([]string, len(s.Elements))
+		for i := range s.Elements {
+			es[i] = compile.ElementID(&s.Elements[i])
 		}
 		out[n] = es
 	}
 	return out
 }
 
-// TestTrackerEditsKeepSharedElements: a full render shares a pod's address
-// strings, key slices and comments between its elements in several sets.
+// TestTrackerEditsKeepSharedElements: a full render shares a pod's comment
+// between its elements in several sets.
 // The tracker then edits sets in place as pods change; every set its
 // deltas do not name must stay exactly as it was, and the edited ruleset
 // must be what a full build of the same objects renders.

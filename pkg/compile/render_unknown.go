@@ -41,7 +41,7 @@ func (r *renderer) unknownPods() []knftables.Rule {
 	r.knownNodeElements()
 	for _, c := range r.prog.PodCIDRs {
 		s := r.rs.Sets[podCIDRsSet(c.Addr().Is4())]
-		s.Elements = append(s.Elements, knftables.Element{Key: []string{c.String()}})
+		s.Elements = append(s.Elements, PrefixElement(c))
 	}
 	r.queueChain()
 	for _, v4 := range []bool{true, false} {
@@ -64,12 +64,12 @@ func (r *renderer) unknownPods() []knftables.Rule {
 // (measured with nft 1.0.6). Which pod holds an address is still told by
 // the sets that decide for it (on its node) and by the API. Node addresses
 // keep theirs: they are few and explain why a non-pod address is here.
-func (r *renderer) knownPodElements(pod *Pod, pt *podText, emit func(set string, e knftables.Element)) {
+func (r *renderer) knownPodElements(pod *Pod, pt *podText, emit func(set string, e Element)) {
 	if !r.cfg.QueuesUnknownPods() {
 		return
 	}
-	for i, ip := range pod.IPs {
-		emit(knownPodsSet(ip.Is4()), knftables.Element{Key: pt.addrKey(i)})
+	for _, ip := range pod.IPs {
+		emit(knownPodsSet(ip.Is4()), AddrElement(ip, nil))
 	}
 }
 
@@ -90,7 +90,7 @@ func (r *renderer) knownNodeElements() {
 			return // already there, as the pod
 		}
 		s := r.rs.Sets[knownPodsSet(ip.Is4())]
-		s.Elements = append(s.Elements, knftables.Element{Key: []string{ip.String()}, Comment: truncComment(comment)})
+		s.Elements = append(s.Elements, AddrElement(ip, truncComment(comment)))
 	}
 	for _, n := range names {
 		for _, ip := range r.prog.NodeAddrs[n] {

@@ -1,9 +1,7 @@
 package compile
 
 import (
-	"net/netip"
 	"sort"
-	"strings"
 
 	"sigs.k8s.io/knftables"
 )
@@ -77,7 +75,7 @@ type Set struct {
 	// Exactly one of Set and Map is set.
 	Set      *knftables.Set
 	Map      *knftables.Map
-	Elements []knftables.Element
+	Elements []Element
 	// Dynamic sets have elements written by someone else (DNS learning's
 	// fqdn sets, with timeouts): Elements stays empty and syncs keep the
 	// kernel's elements as long as the declaration does not change.
@@ -151,50 +149,6 @@ func (rs *Ruleset) AddTo(tx *knftables.Transaction) {
 	}
 }
 
-func compareField(a, b fieldSortKey, as, bs string) int {
-	if a.kind != b.kind {
-		return a.kind - b.kind
-	}
-	switch a.kind {
-	case 0:
-		if c := a.addr.Compare(b.addr); c != 0 {
-			return c
-		}
-	case 1:
-		if a.num != b.num {
-			return a.num - b.num
-		}
-	}
-	return strings.Compare(as, bs)
-}
-
-type fieldSortKey struct {
-	kind int
-	addr netip.Addr
-	num  int
-}
-
-func fieldKey(s string) fieldSortKey {
-	first := s
-	if i := strings.IndexAny(s, "/-"); i > 0 {
-		first = s[:i]
-	}
-	if a, err := netip.ParseAddr(first); err == nil {
-		return fieldSortKey{kind: 0, addr: a}
-	}
-	n := 0
-	for _, c := range first {
-		if c < '0' || c > '9' {
-			return fieldSortKey{kind: 2}
-		}
-		n = n*10 + int(c-'0')
-	}
-	if first == "" {
-		return fieldSortKey{kind: 2}
-	}
-	return fieldSortKey{kind: 1, num: n}
-}
-
 // AddTo adds the set or map and all its elements.
 func (s *Set) AddTo(tx *knftables.Transaction) {
 	if s.Map != nil {
@@ -209,13 +163,25 @@ func (s *Set) AddTo(tx *knftables.Transaction) {
 	}
 }
 
-// Element returns a copy of element i addressed to this set or map.
+// Element returns element i as knftables writes it, addressed to this set
+// or map.
 func (s *Set) Element(i int) *knftables.Element {
-	e := s.Elements[i]
+	return s.Knft(&s.Elements[i])
+}
+
+// Knft returns an element as knftables writes it, addressed to this set or
+// map.
+func (s *Set) Knft(el *Element) *knftables.Element {
+	e := el.Knft()
+	s.AddressTo(&e)
+	return &e
+}
+
+// AddressTo names this set or map in a knftables element.
+func (s *Set) AddressTo(e *knftables.Element) {
 	if s.Map != nil {
 		e.Map = s.Map.Name
 	} else {
 		e.Set = s.Set.Name
 	}
-	return &e
 }

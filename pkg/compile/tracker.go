@@ -4,11 +4,9 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"sigs.k8s.io/knftables"
 )
 
 // Tracker keeps one node's desired ruleset current as pods come, go and
@@ -253,7 +251,7 @@ func hasCombo(cs []namedCombo, name string) bool {
 // SetDelta is the element changes of one set or map.
 type SetDelta struct {
 	Set         string
-	Add, Delete []knftables.Element
+	Add, Delete []Element
 }
 
 // Delta is the element changes of one or more pod changes, by set.
@@ -525,7 +523,7 @@ func (t *Tracker) place(pod *PodInfo) *Pod {
 
 type setElement struct {
 	set string
-	e   knftables.Element
+	e   Element
 }
 
 // elementsOf lists what a pod contributes to the ruleset, by set and
@@ -535,24 +533,10 @@ func (t *Tracker) elementsOf(pod *Pod) map[string]setElement {
 	if pod == nil {
 		return out
 	}
-	t.r.podElements(pod, func(set string, e knftables.Element) {
+	t.r.podElements(pod, func(set string, e Element) {
 		out[set+" "+ElementID(&e)] = setElement{set, e}
 	})
 	return out
-}
-
-// ElementID identifies an element with its value and comment: an element
-// whose value or comment changes is another element.
-func ElementID(e *knftables.Element) string {
-	var b strings.Builder
-	b.WriteString(strings.Join(e.Key, " . "))
-	b.WriteString(" : ")
-	b.WriteString(strings.Join(e.Value, " "))
-	if e.Comment != nil {
-		b.WriteString(" # ")
-		b.WriteString(*e.Comment)
-	}
-	return b.String()
 }
 
 // updateCombos refreshes the tier-skip sets naming a selector whose members
@@ -600,12 +584,12 @@ func (t *Tracker) updateCombos(key string, old, cur *Pod, changes setChanges) {
 			// through a map, not pairwise.
 			haveKeys, wantKeys := elementKeys(have), elementKeys(want)
 			for i := range have {
-				if !wantKeys[elementKey(have[i])] {
+				if !wantKeys[elementKey(&have[i])] {
 					d.Delete = append(d.Delete, have[i])
 				}
 			}
 			for i := range want {
-				if !haveKeys[elementKey(want[i])] {
+				if !haveKeys[elementKey(&want[i])] {
 					d.Add = append(d.Add, want[i])
 				}
 			}
@@ -624,13 +608,13 @@ func (t *Tracker) selectorAddrs(sid SelectorID, f func(netip.Addr)) {
 // apply removes and inserts elements, keeping the set sorted as Render
 // sorts it.
 func (s *Set) apply(d *SetDelta) {
-	for _, e := range d.Delete {
-		if i, found := slices.BinarySearchFunc(s.Elements, e, compareElements); found {
+	for j := range d.Delete {
+		if i, found := slices.BinarySearchFunc(s.Elements, &d.Delete[j], searchElement); found {
 			s.Elements = slices.Delete(s.Elements, i, i+1)
 		}
 	}
 	for _, e := range d.Add {
-		i, found := slices.BinarySearchFunc(s.Elements, e, compareElements)
+		i, found := slices.BinarySearchFunc(s.Elements, &e, searchElement)
 		if found {
 			s.Elements[i] = e
 			continue
@@ -639,24 +623,18 @@ func (s *Set) apply(d *SetDelta) {
 	}
 }
 
-// compareElements orders elements as sortElements does.
-func compareElements(a, b knftables.Element) int {
-	for x := 0; x < len(a.Key) && x < len(b.Key); x++ {
-		if c := compareField(fieldKey(a.Key[x]), fieldKey(b.Key[x]), a.Key[x], b.Key[x]); c != 0 {
-			return c
-		}
-	}
-	return len(a.Key) - len(b.Key)
-}
+// searchElement orders a set's elements against a sought one as
+// sortElements orders them.
+func searchElement(a Element, b *Element) int { return compareElements(&a, b) }
 
 // elementKeys is the set of the elements' keys (elementKey).
-func elementKeys(es []knftables.Element) map[string]bool {
+func elementKeys(es []Element) map[string]bool {
 	ks := make(map[string]bool, len(es))
 	for i := range es {
-		ks[elementKey(es[i])] = true
+		ks[elementKey(&es[i])] = true
 	}
 	return ks
 }
 
 // elementKey is an element's key as one string.
-func elementKey(e knftables.Element) string { return strings.Join(e.Key, "\x00") }
+func elementKey(e *Element) string { return string(e.AppendKey(nil)) }

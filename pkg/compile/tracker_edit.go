@@ -3,8 +3,6 @@ package compile
 import (
 	"maps"
 	"slices"
-
-	"sigs.k8s.io/knftables"
 )
 
 // Edits of the tracked ruleset that policy and pod changes share: a change
@@ -218,7 +216,7 @@ func (t *Tracker) fill(rs *Ruleset, fresh map[string]bool, ns string) {
 	if len(fresh) == 0 {
 		return
 	}
-	emit := func(set string, e knftables.Element) {
+	emit := func(set string, e Element) {
 		if fresh[set] {
 			s := rs.Sets[set]
 			s.Elements = append(s.Elements, e)

@@ -21,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/knftables"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -452,10 +451,10 @@ func TestTrackerDelta(t *testing.T) {
 			got := map[string]bool{}
 			for _, d := range delta {
 				for _, e := range d.Add {
-					got["+"+d.Set+" "+text(e)] = true
+					got["+"+d.Set+" "+compile.ElementID(&e)] = true
 				}
 				for _, e := range d.Delete {
-					got["-"+d.Set+" "+text(e)] = true
+					got["-"+d.Set+" "+compile.ElementID(&e)] = true
 				}
 			}
 			want := map[string]bool{}
@@ -476,20 +475,11 @@ func TestTrackerDelta(t *testing.T) {
 	}
 }
 
-// text identifies an element with its key, value and comment.
-func text(e knftables.Element) string {
-	s := strings.Join(e.Key, " . ") + " : " + strings.Join(e.Value, " ")
-	if e.Comment != nil {
-		s += " # " + *e.Comment
-	}
-	return s
-}
-
 func elementsBySet(rs *compile.Ruleset) map[string]bool {
 	out := map[string]bool{}
 	for name, s := range rs.Sets {
 		for i := range s.Elements {
-			out[name+" "+text(s.Elements[i])] = true
+			out[name+" "+compile.ElementID(&s.Elements[i])] = true
 		}
 	}
 	return out

@@ -4,7 +4,8 @@ import (
 	"encoding/binary"
 
 	"golang.org/x/sys/unix"
-	"sigs.k8s.io/knftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
 // An element batch is encoded straight into one growing buffer, the bytes
@@ -239,19 +240,19 @@ func (b *Batch) endNest(at int) {
 	binary.NativeEndian.PutUint16(b.buf[at:], uint16(len(b.buf)-at))
 }
 
-// AddElement encodes an element of the text form of the set (l is its
-// layout) and adds it (NFT_MSG_NEWSETELEM).
-func (b *Batch) AddElement(set string, l *Layout, e *knftables.Element) error {
+// AddElement encodes an element of the set (l is its layout) and adds it
+// (NFT_MSG_NEWSETELEM).
+func (b *Batch) AddElement(set string, l *Layout, e *compile.Element) error {
 	return b.element(set, unix.NFT_MSG_NEWSETELEM, l, e)
 }
 
-// DeleteElement encodes an element of the text form of the set and adds
-// its deletion (NFT_MSG_DELSETELEM): the key alone.
-func (b *Batch) DeleteElement(set string, l *Layout, e *knftables.Element) error {
+// DeleteElement encodes an element of the set and adds its deletion
+// (NFT_MSG_DELSETELEM): the key alone.
+func (b *Batch) DeleteElement(set string, l *Layout, e *compile.Element) error {
 	return b.element(set, unix.NFT_MSG_DELSETELEM, l, e)
 }
 
-func (b *Batch) element(set string, op uint16, l *Layout, e *knftables.Element) error {
+func (b *Batch) element(set string, op uint16, l *Layout, e *compile.Element) error {
 	n, err := l.encode(e, op == unix.NFT_MSG_DELSETELEM, &b.scratch)
 	if err != nil {
 		return err

@@ -165,6 +165,58 @@ func refParseField(k fieldKind, s string) (first, last []byte, err error) {
 	return nil, nil, fmt.Errorf("unknown field kind %d", k)
 }
 
+// typedOf is the typed element of an element's text in a set of layout l,
+// its fields read as the reference reads them (refParseField).
+func typedOf(l *Layout, e *knftables.Element) (compile.Element, error) {
+	out := compile.Element{Shape: l.shape, Comment: e.Comment}
+	if !l.typed || len(e.Key) != len(l.key) || len(e.Value) > 1 {
+		return out, fmt.Errorf("element %q: not one of the typed shapes of the set's type", e.Key)
+	}
+	if len(e.Value) == 1 {
+		out.Value = e.Value[0]
+	}
+	for i, k := range l.key {
+		first, last, err := refParseField(k, e.Key[i])
+		if err != nil {
+			return out, err
+		}
+		switch k {
+		case kindIPv4, kindIPv6:
+			a, _ := netip.AddrFromSlice(first)
+			b, _ := netip.AddrFromSlice(last)
+			if i > 0 {
+				if a != out.Addr || b != a {
+					return out, fmt.Errorf("element %q: the address fields differ", e.Key)
+				}
+				continue
+			}
+			out.Addr = a
+			if b != a {
+				out.Last = &b
+			}
+		case kindProto:
+			out.Ports.Protocol = compile.Protocol(first[0])
+		case kindService:
+			out.Ports.First, out.Ports.Last = binary.BigEndian.Uint16(first), binary.BigEndian.Uint16(last)
+		}
+	}
+	return out, nil
+}
+
+// mustTyped is typedOf of an element of set s.
+func mustTyped(t testing.TB, s *compile.Set, e *knftables.Element) compile.Element {
+	t.Helper()
+	l, err := LayoutOf(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	te, err := typedOf(&l, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return te
+}
+
 type refChanges struct {
 	set      string
 	del, add []refElement
@@ -416,18 +468,6 @@ func equivalenceSets(r *rand.Rand) []propSet {
 			{Key: []string{"65000-65535"}},
 			{Key: []string{"0"}},
 		}},
-		propSet{set: &compile.Set{Set: &knftables.Set{Name: "cat6", Type: "ipv6_addr . ipv6_addr . inet_proto . inet_service", Flags: interval}}, pool: []knftables.Element{
-			{Key: []string{"fd00::/64", "fd01::1-fd01::9", "udp", "53"}, Comment: c("dns")},
-			{Key: []string{"::/0", "fd02::1", "132", "1-65535"}},
-		}},
-		propSet{set: &compile.Set{Map: &knftables.Map{Name: "data4", Type: "ipv4_addr : ipv4_addr"}}, pool: []knftables.Element{
-			{Key: []string{"10.0.0.1"}, Value: []string{"192.0.2.1"}, Comment: c("ns/a")},
-			{Key: []string{"10.0.0.2"}, Value: []string{"192.0.2.2"}},
-		}},
-		propSet{set: &compile.Set{Map: &knftables.Map{Name: "datacat", Type: "ipv6_addr . inet_service : ipv4_addr . inet_proto . inet_service"}}, pool: []knftables.Element{
-			{Key: []string{"fd00::1", "80"}, Value: []string{"10.1.1.1", "tcp", "8080"}},
-			{Key: []string{"fd00::2", "443"}, Value: []string{"10.1.1.2", "17", "8443"}, Comment: c("x")},
-		}},
 		propSet{set: &compile.Set{Map: &knftables.Map{Name: "verdicts", Type: "inet_proto . inet_service : verdict", Flags: interval}}, pool: []knftables.Element{
 			{Key: []string{"tcp", "1-1023"}, Value: []string{"continue"}},
 			{Key: []string{"udp", "53"}, Value: []string{"return"}, Comment: c("r")},
@@ -457,16 +497,19 @@ func TestElementBatchMatchesReference(t *testing.T) {
 			rc := refChanges{set: p.set.Name()}
 			for i := range p.pool {
 				e := &p.pool[i]
+				te := mustTyped(t, p.set, e)
+				// The reference reads the typed element's text.
+				text := te.Knft()
 				for _, forDelete := range []bool{false, true} {
 					var els [2]Element
-					n, err := l.encode(e, forDelete, &els)
+					n, err := l.encode(&te, forDelete, &els)
 					if err != nil {
 						t.Fatalf("%s %v: %v", rc.set, e.Key, err)
 					}
 					for j := range n {
 						checkEncodedLen(t, &els[j])
 					}
-					ref, err := refEncode(&l, e, forDelete)
+					ref, err := refEncode(&l, &text, forDelete)
 					if err != nil {
 						t.Fatalf("%s %v: reference: %v", rc.set, e.Key, err)
 					}
@@ -522,8 +565,9 @@ func checkEncodedLen(t *testing.T, e *Element) {
 func TestElementBatchSplitsLists(t *testing.T) {
 	w := NewConn("nftpolicy", 0)
 	s := &compile.Set{Map: &knftables.Map{Name: "pods6", Type: "ipv6_addr : verdict"}}
+	var texts []knftables.Element
 	for i := range 6000 {
-		s.Elements = append(s.Elements, knftables.Element{
+		texts = append(texts, knftables.Element{
 			Key:     []string{netip.AddrFrom16([16]byte{0xfd, 15: byte(i), 14: byte(i >> 8)}).String()},
 			Value:   []string{"goto ingress-ns-" + strconv.Itoa(i%37)},
 			Comment: ptrStr(fmt.Sprintf("namespace-%d/pod-%d", i%37, i)),
@@ -536,16 +580,17 @@ func TestElementBatchSplitsLists(t *testing.T) {
 	d := testChange{set: s}
 	rc := refChanges{set: "pods6"}
 	var els [2]Element
-	for i := range s.Elements {
-		d.add = append(d.add, s.Elements[i])
+	for i := range texts {
+		d.add = append(d.add, texts[i])
 		if i%3 == 0 {
-			d.del = append(d.del, s.Elements[i])
-			del, _ := refEncode(&l, &s.Elements[i], true)
+			d.del = append(d.del, texts[i])
+			del, _ := refEncode(&l, &texts[i], true)
 			rc.del = append(rc.del, del...)
 		}
-		add, _ := refEncode(&l, &s.Elements[i], false)
+		add, _ := refEncode(&l, &texts[i], false)
 		rc.add = append(rc.add, add...)
-		n, err := l.encode(&s.Elements[i], false, &els)
+		te := mustTyped(t, s, &texts[i])
+		n, err := l.encode(&te, false, &els)
 		if err != nil || n != 1 {
 			t.Fatal(n, err)
 		}
@@ -593,7 +638,8 @@ func TestElementBatchTimed(t *testing.T) {
 	compareBatches(t, refWire(t, want), parseBatch(t, b.finish()))
 }
 
-// testChange is one set's element changes in text form.
+// testChange is one set's element changes in text form (typedOf turns
+// them into typed elements).
 type testChange struct {
 	set      *compile.Set
 	del, add []knftables.Element
@@ -614,7 +660,11 @@ func encodeChanges(w *Conn, changes []testChange) (*Batch, error) {
 				els, write = c.del, b.DeleteElement
 			}
 			for i := range els {
-				if err := write(c.set.Name(), &l, &els[i]); err != nil {
+				te, err := typedOf(&l, &els[i])
+				if err != nil {
+					return nil, err
+				}
+				if err := write(c.set.Name(), &l, &te); err != nil {
 					return nil, fmt.Errorf("set %s: %w", c.set.Name(), err)
 				}
 			}

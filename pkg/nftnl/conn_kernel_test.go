@@ -286,7 +286,7 @@ func TestNetlinkElementsMatchNFT(t *testing.T) {
 					}
 				}
 				remove := func(e knftables.Element) {
-					tx.Delete(elementOf(p.set, e))
+					tx.Delete(elementOf(t, p.set, e))
 					c.del = append(c.del, e)
 				}
 				// Changed comments and verdicts: deleted and added again.
@@ -313,7 +313,7 @@ func TestNetlinkElementsMatchNFT(t *testing.T) {
 						remove(p.pool[j])
 					case next[j] && !current[i][j]:
 						e := p.pool[j]
-						addTx.Add(elementOf(p.set, e))
+						addTx.Add(elementOf(t, p.set, e))
 						c.add = append(c.add, e)
 					}
 				}
@@ -333,13 +333,11 @@ func TestNetlinkElementsMatchNFT(t *testing.T) {
 	}
 }
 
-func elementOf(s *compile.Set, e knftables.Element) *knftables.Element {
-	if s.Map != nil {
-		e.Map = s.Map.Name
-	} else {
-		e.Set = s.Set.Name
-	}
-	return &e
+// elementOf is what nft is given for an element of the pool: the text of
+// its typed element (mustTyped), the element the netlink writer encodes.
+func elementOf(t testing.TB, s *compile.Set, e knftables.Element) *knftables.Element {
+	te := mustTyped(t, s, &e)
+	return s.Knft(&te)
 }
 
 // TestNetlinkBatchAllOrNothing: a batch with valid additions and one

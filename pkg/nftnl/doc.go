@@ -11,8 +11,8 @@
 // writes it with nft instead.
 //
 // Files: conn.go (the connection, Write), batch.go and acks.go (a batch's
-// encoding and its acknowledgements), elements.go and keys.go (element text
-// to kernel bytes and back), objects.go and rules.go (chains, sets, rules),
+// encoding and its acknowledgements), elements.go and keys.go (typed
+// elements, compile.Element, to kernel bytes and back), objects.go and rules.go (chains, sets, rules),
 // readback.go and listing.go (dumps), timed.go (DNS learning's elements
 // with timeouts).
 package nftnl

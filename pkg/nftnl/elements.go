@@ -1,6 +1,7 @@
 package nftnl
 
-// Element text to netlink element bytes, as nft 1.0.6 writes them (checked
+// Typed elements (compile.Element) to netlink element bytes, as nft 1.0.6
+// writes them for the elements' text (checked
 // against nft itself by TestNetlinkElementsMatchNFT):
 //
 //   - A key field is in network byte order (keys.go). In a concatenation
@@ -46,6 +47,9 @@ type Layout struct {
 	data     []fieldKind // data of a non-verdict map
 	verdict  bool        // a verdict map
 	interval bool
+	// shape is the elements' shape, when the key is one of them (typed).
+	shape compile.Shape
+	typed bool
 }
 
 // ErrUnsupported marks a set the netlink path cannot write (a typeof
@@ -99,6 +103,7 @@ func LayoutOf(s *compile.Set) (Layout, error) {
 	if valueLen(l.key) > maxValueLen || valueLen(l.data) > maxValueLen {
 		return Layout{}, fmt.Errorf("%w: type %q longer than %d bytes", ErrUnsupported, typ, maxValueLen)
 	}
+	l.shape, l.typed = shapeOf(l.key)
 	return l, nil
 }
 
@@ -112,8 +117,8 @@ var verdictCodes = map[string]int32{
 const maxValueLen = 64
 
 // Element is one kernel element, held in fixed arrays so that encoding
-// an element allocates nothing: chain and comment point into the element's
-// text.
+// an element allocates nothing: chain and comment point into the desired
+// element's strings.
 type Element struct {
 	keyBuf, keyEndBuf, dataBuf [maxValueLen]byte
 	keyLen, keyEndLen, dataLen uint8
@@ -175,22 +180,22 @@ func (e *Element) udataLen() int {
 	return n
 }
 
-// Encode converts one element of the text form, to be added, into the
-// kernel elements that represent it (encode).
-func (l *Layout) Encode(e *knftables.Element, out *[2]Element) (int, error) {
+// Encode converts one element, to be added, into the kernel elements that
+// represent it (encode).
+func (l *Layout) Encode(e *compile.Element, out *[2]Element) (int, error) {
 	return l.encode(e, false, out)
 }
 
 // Interval reports a set with the interval flag.
 func (l *Layout) Interval() bool { return l.interval }
 
-// encode converts one element of the text form into the kernel elements
-// that represent it (one, or two for a range of an interval set with one
-// key field), stored in out; it returns how many. forDelete leaves out
-// what a deletion does not carry (data, comments).
-func (l *Layout) encode(e *knftables.Element, forDelete bool, out *[2]Element) (int, error) {
-	if len(e.Key) != len(l.key) {
-		return 0, fmt.Errorf("element %q has %d key fields, the set's type has %d", strings.Join(e.Key, " . "), len(e.Key), len(l.key))
+// encode converts one element into the kernel elements that represent it
+// (one, or two for a range of an interval set with one key field), stored
+// in out; it returns how many. forDelete leaves out what a deletion does
+// not carry (value, comment).
+func (l *Layout) encode(e *compile.Element, forDelete bool, out *[2]Element) (int, error) {
+	if !l.typed || e.Shape != l.shape {
+		return 0, fmt.Errorf("%w: element %q does not have the fields of the set's type", ErrUnsupported, e.Text())
 	}
 	el := &out[0]
 	*el = Element{}
@@ -201,11 +206,11 @@ func (l *Layout) encode(e *knftables.Element, forDelete bool, out *[2]Element) (
 	for i, k := range l.key {
 		n := k.size()
 		first, last := el.keyBuf[off:off+n], el.keyEndBuf[off:off+n]
-		if err := parseField(k, e.Key[i], first, last); err != nil {
+		if err := putField(k, e, i, first, last); err != nil {
 			return 0, err
 		}
 		if !l.interval && !bytes.Equal(first, last) {
-			return 0, fmt.Errorf("range %q in a set without the interval flag", e.Key[i])
+			return 0, fmt.Errorf("range %q in a set without the interval flag", e.Text())
 		}
 		off += n
 		if concat {
@@ -214,44 +219,8 @@ func (l *Layout) encode(e *knftables.Element, forDelete bool, out *[2]Element) (
 	}
 	el.keyLen = uint8(off)
 	if !forDelete {
-		if l.verdict {
-			if len(e.Value) != 1 {
-				return 0, fmt.Errorf("verdict map element %q needs one verdict, has %q", strings.Join(e.Key, " . "), e.Value)
-			}
-			code, chain, err := parseVerdict(e.Value[0])
-			if err != nil {
-				return 0, err
-			}
-			el.hasVerdict, el.verdict, el.chain = true, code, chain
-		} else if l.data != nil {
-			if len(e.Value) != len(l.data) {
-				return 0, fmt.Errorf("map element %q has %d data fields, the map's type has %d", strings.Join(e.Key, " . "), len(e.Value), len(l.data))
-			}
-			var scratch [16]byte
-			off := 0
-			for i, k := range l.data {
-				n := k.size()
-				v := el.dataBuf[off : off+n]
-				if err := parseField(k, e.Value[i], v, scratch[:n]); err != nil {
-					return 0, err
-				}
-				if !bytes.Equal(v, scratch[:n]) {
-					return 0, fmt.Errorf("map data %q is a range", e.Value[i])
-				}
-				off += n
-				if len(l.data) > 1 {
-					off = align4(off)
-				}
-			}
-			el.dataLen = uint8(off)
-		} else if len(e.Value) != 0 {
-			return 0, fmt.Errorf("set element %q has a value", strings.Join(e.Key, " . "))
-		}
-		if e.Comment != nil {
-			if len(*e.Comment) > knftables.CommentLengthMax {
-				return 0, fmt.Errorf("element comment longer than %d bytes", knftables.CommentLengthMax)
-			}
-			el.hasComment, el.comment = true, *e.Comment
+		if err := l.encodePayload(e, el); err != nil {
+			return 0, err
 		}
 	}
 	switch {
@@ -271,6 +240,30 @@ func (l *Layout) encode(e *knftables.Element, forDelete bool, out *[2]Element) (
 		return 1, nil
 	}
 	return 2, nil
+}
+
+// encodePayload sets what an addition carries besides the key: a verdict
+// map's verdict and the comment.
+func (l *Layout) encodePayload(e *compile.Element, el *Element) error {
+	switch {
+	case l.verdict:
+		code, chain, err := parseVerdict(e.Value)
+		if err != nil {
+			return err
+		}
+		el.hasVerdict, el.verdict, el.chain = true, code, chain
+	case l.data != nil:
+		return fmt.Errorf("%w: map data", ErrUnsupported)
+	case e.Value != "":
+		return fmt.Errorf("set element %q has a value", e.Text())
+	}
+	if e.Comment != nil {
+		if len(*e.Comment) > knftables.CommentLengthMax {
+			return fmt.Errorf("element comment longer than %d bytes", knftables.CommentLengthMax)
+		}
+		el.hasComment, el.comment = true, *e.Comment
+	}
+	return nil
 }
 
 func align4(n int) int { return (n + 3) &^ 3 }

@@ -2,6 +2,7 @@ package nftnl
 
 import (
 	"bytes"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -82,8 +83,9 @@ func TestElementEncoding(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			te := mustTyped(t, tc.set, &tc.el)
 			var out [2]Element
-			n, err := l.encode(&tc.el, false, &out)
+			n, err := l.encode(&te, false, &out)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,7 +103,7 @@ func TestElementEncoding(t *testing.T) {
 			}
 			// A deletion carries the keys and flags only.
 			var del [2]Element
-			nd, err := l.encode(&tc.el, true, &del)
+			nd, err := l.encode(&te, true, &del)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,24 +123,40 @@ func TestElementEncoding(t *testing.T) {
 func TestElementEncodingErrors(t *testing.T) {
 	interval := knftables.IntervalFlag
 	vmap := &compile.Set{Map: &knftables.Map{Name: "m", Type: "ipv4_addr : verdict"}}
+	a := netip.MustParseAddr
+	addr := func(s string) compile.Element { return compile.AddrElement(a(s), nil) }
+	rg := func(from, to string) compile.Element {
+		e := addr(from)
+		last := a(to)
+		e.Last = &last
+		return e
+	}
+	withValue := func(e compile.Element, v string) compile.Element { e.Value = v; return e }
+	withComment := func(e compile.Element, c string) compile.Element { e.Comment = &c; return e }
+	ports := func(p compile.Protocol, first, last uint16) compile.Element {
+		return compile.Element{Ports: compile.PortRange{Protocol: p, First: first, Last: last}, Shape: compile.ShapeProtoPorts}
+	}
 	for _, tc := range []struct {
 		set  *compile.Set
-		el   knftables.Element
+		el   compile.Element
 		want string
 	}{
-		{set("ipv4_addr"), knftables.Element{Key: []string{"10.0.0.0/8"}}, "without the interval flag"},
-		{set("ipv4_addr"), knftables.Element{Key: []string{"fd00::1"}}, "not of the set's family"},
-		{set("ipv4_addr"), knftables.Element{Key: []string{"10.0.0.1", "10.0.0.2"}}, "key fields"},
-		{set("ipv4_addr", interval), knftables.Element{Key: []string{"10.0.0.1/8"}}, "host bits"},
-		{set("ipv4_addr", interval), knftables.Element{Key: []string{"10.0.0.9-10.0.0.1"}}, "not ascending"},
-		{set("inet_proto . inet_service"), knftables.Element{Key: []string{"tcp", "65536"}}, "not a number"},
-		{set("inet_proto . inet_service"), knftables.Element{Key: []string{"bogus", "80"}}, "known name"},
-		{set("inet_service", interval), knftables.Element{Key: []string{"90-80"}}, "ascending"},
-		{set("ipv4_addr"), knftables.Element{Key: []string{"10.0.0.1"}, Value: []string{"accept"}}, "has a value"},
-		{vmap, knftables.Element{Key: []string{"10.0.0.1"}, Value: []string{"goto"}}, "need a chain"},
-		{vmap, knftables.Element{Key: []string{"10.0.0.1"}, Value: []string{"accept x"}}, "need a chain"},
-		{vmap, knftables.Element{Key: []string{"10.0.0.1"}, Value: []string{"reject"}}, "unknown"},
-		{vmap, knftables.Element{Key: []string{"10.0.0.1"}, Comment: ptrStr(strings.Repeat("c", 200)), Value: []string{"accept"}}, "comment longer"},
+		{set("ipv4_addr"), rg("10.0.0.0", "10.255.255.255"), "without the interval flag"},
+		{set("ipv4_addr"), addr("fd00::1"), "not of the set's family"},
+		{set("ipv4_addr"), addr("::ffff:10.0.0.1"), "not of the set's family"},
+		{set("ipv6_addr"), addr("::ffff:10.0.0.1"), "IPv4-mapped"},
+		{set("ipv4_addr . ipv4_addr"), addr("10.0.0.1"), "fields of the set's type"},
+		{set("ipv4_addr", interval), rg("10.0.0.9", "10.0.0.1"), "descending"},
+		{set("ipv4_addr", interval), rg("10.0.0.1", "fd00::1"), "not of the set's family"},
+		{set("inet_proto . inet_service", interval), ports(compile.ProtoTCP, 90, 80), "descending"},
+		{set("inet_proto . inet_service"), ports(compile.ProtoTCP, 80, 90), "without the interval flag"},
+		{set("ipv4_addr"), withValue(addr("10.0.0.1"), "accept"), "has a value"},
+		{set("ipv4_addr . inet_service"), addr("10.0.0.1"), "fields of the set's type"},
+		{vmap, withValue(addr("10.0.0.1"), "goto"), "need a chain"},
+		{vmap, withValue(addr("10.0.0.1"), "accept x"), "need a chain"},
+		{vmap, withValue(addr("10.0.0.1"), "reject"), "unknown"},
+		{vmap, withComment(withValue(addr("10.0.0.1"), "accept"), strings.Repeat("c", 200)), "comment longer"},
+		{&compile.Set{Map: &knftables.Map{Name: "m", Type: "ipv4_addr : ipv4_addr"}}, withValue(addr("10.0.0.1"), "10.0.0.2"), "map data"},
 	} {
 		l, err := LayoutOf(tc.set)
 		if err != nil {
@@ -147,7 +165,7 @@ func TestElementEncodingErrors(t *testing.T) {
 		var out [2]Element
 		_, err = l.encode(&tc.el, false, &out)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s %v: error %v, want one containing %q", tc.set.Name(), tc.el.Key, err, tc.want)
+			t.Errorf("%s %s: error %v, want one containing %q", tc.set.Name(), tc.el.Text(), err, tc.want)
 		}
 	}
 	for _, s := range []*compile.Set{

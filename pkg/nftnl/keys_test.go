@@ -2,122 +2,83 @@ package nftnl
 
 import (
 	"bytes"
-	"encoding/hex"
+	"net/netip"
 	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
-// TestParseField: every field kind's text forms (values, prefixes, ranges,
-// protocol names) decode to their first and last values in network byte
-// order, and malformed text is an error, never a panic.
-func TestParseField(t *testing.T) {
+// TestDecodeKey: a key read from the kernel turns back into the element's
+// key, for single and concatenated keys; a key of the wrong length, a self
+// key whose addresses differ and a key of an interval set are errors.
+func TestDecodeKey(t *testing.T) {
+	a := netip.MustParseAddr
 	for _, c := range []struct {
-		kind        fieldKind
-		text        string
-		first, last string // hex; empty: an error
+		typ string
+		el  compile.Element
 	}{
-		{kindIPv4, "10.1.2.3", "0a010203", "0a010203"},
-		{kindIPv4, "10.1.0.0/16", "0a010000", "0a01ffff"},
-		{kindIPv4, "0.0.0.0/0", "00000000", "ffffffff"},
-		{kindIPv4, "10.0.0.1/32", "0a000001", "0a000001"},
-		{kindIPv4, "10.0.0.5-10.0.0.9", "0a000005", "0a000009"},
-		{kindIPv4, "10.0.0.9-10.0.0.5", "", ""}, // descending
-		{kindIPv4, "10.1.0.1/16", "", ""},       // host bits
-		{kindIPv4, "fd00::1", "", ""},           // other family
-		{kindIPv4, "10.0.0.1-fd00::1", "", ""},  // mixed range
-		{kindIPv4, "::ffff:10.0.0.1", "", ""},   // IPv4-mapped
-		{kindIPv4, "10.0.0.256", "", ""},
-		{kindIPv4, "", "", ""},
-		{kindIPv4, "10.0.0.0/33", "", ""},
-		{kindIPv6, "fd00::1", "fd000000000000000000000000000001", "fd000000000000000000000000000001"},
-		{kindIPv6, "fd00::/112", "fd000000000000000000000000000000", "fd00000000000000000000000000ffff"},
-		{kindIPv6, "fe80::1%eth0", "", ""}, // zone
-		{kindIPv6, "10.0.0.1", "", ""},
-		{kindProto, "tcp", "06", "06"},
-		{kindProto, "udp", "11", "11"},
-		{kindProto, "sctp", "84", "84"},
-		{kindProto, "58", "3a", "3a"},
-		{kindProto, "256", "", ""},
-		{kindProto, "-1", "", ""},
-		{kindProto, "nosuchproto", "", ""},
-		{kindService, "80", "0050", "0050"},
-		{kindService, "0", "0000", "0000"},
-		{kindService, "65535", "ffff", "ffff"},
-		{kindService, "8000-8080", "1f40", "1f90"},
-		{kindService, "8080-8000", "", ""},
-		{kindService, "65536", "", ""},
-		{kindService, "http", "", ""},
-		{kindService, "80-", "", ""},
-		{kindService, "", "", ""},
+		{"ipv4_addr", compile.AddrElement(a("10.1.2.3"), nil)},
+		{"ipv6_addr", compile.AddrElement(a("fd00::1:2"), nil)},
+		{"inet_service", compile.Element{Ports: compile.PortRange{First: 8080, Last: 8080}, Shape: compile.ShapePorts}},
+		{"ipv4_addr . ipv4_addr", compile.Element{Addr: a("10.0.0.1"), Shape: compile.ShapeAddrAddr}},
+		{"ipv6_addr . inet_proto . inet_service", compile.Element{Addr: a("fd00::9"),
+			Ports: compile.PortRange{Protocol: compile.ProtoTCP, First: 53, Last: 53}, Shape: compile.ShapeAddrProtoPort}},
+		{"inet_proto . inet_service", compile.Element{Ports: compile.PortRange{Protocol: 200, First: 1, Last: 1}, Shape: compile.ShapeProtoPorts}},
 	} {
-		first, last := make([]byte, c.kind.size()), make([]byte, c.kind.size())
-		err := parseField(c.kind, c.text, first, last)
-		if c.first == "" {
-			if err == nil {
-				t.Errorf("kind %d %q: decoded to %x-%x, want an error", c.kind, c.text, first, last)
-			}
-			continue
-		}
+		l, err := LayoutOf(&compile.Set{Set: &knftables.Set{Name: "s", Type: c.typ}})
 		if err != nil {
-			t.Errorf("kind %d %q: %v", c.kind, c.text, err)
-			continue
+			t.Fatal(err)
 		}
-		if got, want := hex.EncodeToString(first)+"-"+hex.EncodeToString(last), c.first+"-"+c.last; got != want {
-			t.Errorf("kind %d %q: %s, want %s", c.kind, c.text, got, want)
+		var els [2]Element
+		n, err := l.encode(&c.el, true, &els)
+		if err != nil || n != 1 {
+			t.Fatalf("%s %s: encode: %v", c.typ, c.el.Text(), err)
 		}
+		key := els[0].key()
+		got, err := l.DecodeKey(key)
+		if err != nil || !got.SameKey(&c.el) {
+			t.Errorf("%s: DecodeKey(encode(%s)) = %s, %v", c.typ, c.el.Text(), got.Text(), err)
+		}
+		if _, err := l.DecodeKey(append(key, 0)); err == nil {
+			t.Errorf("%s: a key one byte too long decoded", c.typ)
+		}
+		if _, err := l.DecodeKey(key[:len(key)-1]); err == nil {
+			t.Errorf("%s: a key one byte too short decoded", c.typ)
+		}
+	}
+	self, _ := LayoutOf(&compile.Set{Set: &knftables.Set{Name: "s", Type: "ipv4_addr . ipv4_addr"}})
+	if e, err := self.DecodeKey([]byte{10, 0, 0, 1, 10, 0, 0, 2}); err == nil {
+		t.Errorf("a self key of two addresses decoded to %s", e.Text())
+	}
+	ranges, _ := LayoutOf(&compile.Set{Set: &knftables.Set{Name: "s", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}}})
+	if e, err := ranges.DecodeKey([]byte{10, 0, 0, 1}); err == nil {
+		t.Errorf("a key of an interval set decoded to %s", e.Text())
 	}
 }
 
-// TestFormatFieldInvertsParseField: a single value's bytes format back to
-// text that decodes to the same bytes, protocols and ports as numbers.
-func TestFormatFieldInvertsParseField(t *testing.T) {
-	for _, c := range []struct {
-		kind fieldKind
-		text string
-		want string
-	}{
-		{kindIPv4, "192.0.2.9", "192.0.2.9"},
-		{kindIPv6, "fd00:0:0::9", "fd00::9"},
-		{kindProto, "tcp", "6"},
-		{kindService, "53", "53"},
-	} {
-		b, again := make([]byte, c.kind.size()), make([]byte, c.kind.size())
-		if err := parseField(c.kind, c.text, b, make([]byte, len(b))); err != nil {
-			t.Fatalf("%q: %v", c.text, err)
-		}
-		got := formatField(c.kind, b)
-		if got != c.want {
-			t.Errorf("formatField(parseField(%q)) = %q, want %q", c.text, got, c.want)
-		}
-		if err := parseField(c.kind, got, again, make([]byte, len(b))); err != nil || !bytes.Equal(again, b) {
-			t.Errorf("%q: its text %q decodes to %x, %v", c.text, got, again, err)
-		}
+// FuzzDecodeKey: any bytes either fail to decode or decode to an element
+// whose key encodes to the same bytes.
+func FuzzDecodeKey(f *testing.F) {
+	types := []string{"ipv4_addr", "ipv6_addr", "inet_service", "ipv4_addr . ipv4_addr", "ipv6_addr . ipv6_addr",
+		"ipv4_addr . inet_proto . inet_service", "ipv6_addr . inet_proto . inet_service", "inet_proto . inet_service"}
+	for i := range types {
+		f.Add(uint8(i), []byte{10, 0, 0, 1, 10, 0, 0, 1})
+		f.Add(uint8(i), []byte{6, 0, 0, 0, 0, 80, 0, 0})
 	}
-}
-
-// FuzzParseField: any text either fails or decodes to a first value no
-// greater than the last, and a single value's formatted text decodes to
-// the same bytes.
-func FuzzParseField(f *testing.F) {
-	for _, s := range []string{"10.0.0.1", "10.0.0.0/8", "10.0.0.1-10.0.0.3", "fd00::/64", "tcp", "17", "80", "1-65535", "::ffff:1.2.3.4", "1.2.3.4/33"} {
-		for k := kindIPv4; k <= kindService; k++ {
-			f.Add(uint8(k), s)
+	f.Fuzz(func(t *testing.T, typ uint8, key []byte) {
+		l, err := LayoutOf(&compile.Set{Set: &knftables.Set{Name: "s", Type: types[int(typ)%len(types)]}})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	f.Fuzz(func(t *testing.T, kind uint8, text string) {
-		k := fieldKind(kind % uint8(kindService+1))
-		first, last := make([]byte, k.size()), make([]byte, k.size())
-		if parseField(k, text, first, last) != nil {
+		e, err := l.DecodeKey(key)
+		if err != nil {
 			return
 		}
-		if bytes.Compare(first, last) > 0 {
-			t.Fatalf("kind %d %q: first %x after last %x", k, text, first, last)
-		}
-		if !bytes.Equal(first, last) {
-			return
-		}
-		again := make([]byte, k.size())
-		if err := parseField(k, formatField(k, first), again, make([]byte, k.size())); err != nil || !bytes.Equal(again, first) {
-			t.Fatalf("kind %d %q: %x formats as %q, which decodes to %x, %v", k, text, first, formatField(k, first), again, err)
+		var els [2]Element
+		if n, err := l.encode(&e, true, &els); err != nil || n != 1 || !bytes.Equal(els[0].key(), key) {
+			t.Fatalf("%x decodes to %s, which encodes to %x (%d, %v)", key, e.Text(), els[0].key(), n, err)
 		}
 	})
 }

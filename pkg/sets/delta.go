@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"sigs.k8s.io/knftables"
-
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 )
@@ -67,17 +65,13 @@ func (s *Syncer) applyDelta(ctx context.Context, desired *compile.Ruleset, delta
 			return res, fmt.Errorf("element changes for %s, which the ruleset does not have", d.Set)
 		}
 		for i := range d.Delete {
-			e := d.Delete[i]
-			addressTo(set, &e)
-			tx.Delete(&e)
+			tx.Delete(set.Knft(&d.Delete[i]))
 		}
 	}
 	for _, d := range delta {
 		set := desired.Sets[d.Set]
 		for i := range d.Add {
-			e := d.Add[i]
-			addressTo(set, &e)
-			tx.Add(&e)
+			tx.Add(set.Knft(&d.Add[i]))
 		}
 	}
 	if err := s.cfg.NFT.Run(ctx, tx); err != nil {
@@ -116,13 +110,4 @@ func encodeDelta(w *nftnl.Conn, desired *compile.Ruleset, delta compile.Delta, e
 		}
 	}
 	return b, nil
-}
-
-// addressTo names the set or map an element belongs to.
-func addressTo(s *compile.Set, e *knftables.Element) {
-	if s.Map != nil {
-		e.Map = s.Map.Name
-	} else {
-		e.Set = s.Set.Name
-	}
 }

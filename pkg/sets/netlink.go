@@ -195,7 +195,7 @@ func (w *nlWriter) addSet(s *compile.Set) error {
 	return nil
 }
 
-func (w *nlWriter) delElement(s *compile.Set, e *knftables.Element) error {
+func (w *nlWriter) delElement(s *compile.Set, e *compile.Element) error {
 	l, err := w.layout(s)
 	if err == nil {
 		err = w.b.DeleteElement(s.Name(), l, e)
@@ -203,7 +203,7 @@ func (w *nlWriter) delElement(s *compile.Set, e *knftables.Element) error {
 	return w.elementDone(s, err)
 }
 
-func (w *nlWriter) addElement(s *compile.Set, e *knftables.Element) error {
+func (w *nlWriter) addElement(s *compile.Set, e *compile.Element) error {
 	l, err := w.layout(s)
 	if err == nil {
 		err = w.b.AddElement(s.Name(), l, e)

@@ -39,13 +39,14 @@ func addSetOneCommand(tx *knftables.Transaction, s *compile.Set) {
 }
 
 // writeElement writes an element as knftables does inside the braces.
-func writeElement(b *strings.Builder, e *knftables.Element) {
-	b.WriteString(strings.Join(e.Key, " . "))
+func writeElement(b *strings.Builder, e *compile.Element) {
+	var buf [128]byte
+	b.Write(e.AppendKey(buf[:0]))
 	if e.Comment != nil {
 		fmt.Fprintf(b, " comment %q", *e.Comment)
 	}
-	if len(e.Value) != 0 {
+	if e.Value != "" {
 		b.WriteString(" : ")
-		b.WriteString(strings.Join(e.Value, " . "))
+		b.WriteString(e.Value)
 	}
 }

@@ -46,7 +46,7 @@ type resyncSet struct {
 	set *compile.Set
 	// rewrite: flush the set and add all its elements.
 	rewrite  bool
-	del, add []knftables.Element
+	del, add []compile.Element
 }
 
 // fullDiff is the full sync of a hooked table with the netlink writer.
@@ -349,7 +349,9 @@ func planSet(name string, set *compile.Set, l *nftnl.Layout, k kernelElements) (
 	for _, i := range changed {
 		// Deleted by its key (the same in both) and added again with
 		// its value and comment.
-		plan.del = append(plan.del, knftables.Element{Key: set.Elements[i].Key})
+		e := set.Elements[i]
+		e.Value, e.Comment = "", nil
+		plan.del = append(plan.del, e)
 		add = append(add, i)
 	}
 	for _, key := range extra {
@@ -360,7 +362,7 @@ func planSet(name string, set *compile.Set, l *nftnl.Layout, k kernelElements) (
 			plan.rewrite, plan.del = true, nil
 			return plan, nil
 		}
-		plan.del = append(plan.del, knftables.Element{Key: k})
+		plan.del = append(plan.del, k)
 	}
 	for _, i := range add {
 		plan.add = append(plan.add, set.Elements[i])
@@ -370,25 +372,21 @@ func planSet(name string, set *compile.Set, l *nftnl.Layout, k kernelElements) (
 
 // deleteElements deletes elements of a set by key, as one command when the
 // Syncer writes one command per set.
-func (s *Syncer) deleteElements(tx *knftables.Transaction, set *compile.Set, del []knftables.Element) {
+func (s *Syncer) deleteElements(tx *knftables.Transaction, set *compile.Set, del []compile.Element) {
 	if !s.cfg.OneCommandPerSet {
 		for i := range del {
-			e := del[i]
-			addressTo(set, &e)
-			tx.Delete(&e)
+			tx.Delete(set.Knft(&del[i]))
 		}
 		return
 	}
 	keys := make([]string, 0, len(del))
 	for i := range del {
-		keys = append(keys, joinKey(del[i].Key))
+		keys = append(keys, string(del[i].AppendKey(nil)))
 	}
 	e := knftables.Element{Key: []string{joinList(keys)}}
-	addressTo(set, &e)
+	set.AddressTo(&e)
 	tx.Delete(&e)
 }
-
-func joinKey(k []string) string { return strings.Join(k, " . ") }
 
 func joinList(items []string) string { return strings.Join(items, ", ") }
 

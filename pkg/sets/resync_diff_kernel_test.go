@@ -152,7 +152,7 @@ func TestResyncRepairsDrift(t *testing.T) {
 	want := freshTable(t, rs)
 
 	plain := pickSet(t, rs, "hash set of 10+ single addresses with comments", func(s *compile.Set) bool {
-		return s.Set != nil && !isInterval(s) && len(s.Elements) >= 10 && len(s.Elements[0].Key) == 1 && s.Elements[1].Comment != nil
+		return s.Set != nil && !isInterval(s) && len(s.Elements) >= 10 && s.Elements[0].Shape == compile.ShapeAddr && s.Elements[1].Comment != nil
 	})
 	vmap := pickSet(t, rs, "verdict map with 5+ elements", func(s *compile.Set) bool {
 		return s.Map != nil && strings.HasSuffix(s.Map.Type, ": verdict") && len(s.Elements) >= 5 && strings.HasSuffix(s.Map.Name, "-v4")
@@ -173,12 +173,12 @@ func TestResyncRepairsDrift(t *testing.T) {
 	el := func(verb, set, elems string) {
 		k.nft(t, append(append([]string{verb, "element"}, tbl...), set, "{ "+elems+" }")...)
 	}
-	p0, p1 := plain.Elements[0].Key[0], plain.Elements[1].Key[0]
+	p0, p1 := plain.Elements[0].Text(), plain.Elements[1].Text()
 	el("delete", plain.Set.Name, p0)                          // missing
 	el("delete", plain.Set.Name, p1)                          // comment changed
 	el("add", plain.Set.Name, p1+` comment "edited by hand"`) //
 	el("add", plain.Set.Name, "10.99.99.99")                  // extra
-	m0 := vmap.Elements[0].Key[0]                             //
+	m0 := string(vmap.Elements[0].AppendKey(nil))             //
 	el("delete", vmap.Map.Name, m0)                           // verdict changed
 	el("add", vmap.Map.Name, m0+" : accept")                  //
 	el("add", vmap.Map.Name, "10.99.99.98 : accept")          // extra
@@ -229,8 +229,9 @@ func TestResyncKeepsDynamicSet(t *testing.T) {
 		return hookedRuleset("ip saddr . ip daddr @learned-v4 ip saddr @pods-v4 counter accept",
 			&compile.Set{Dynamic: true, Set: &knftables.Set{Name: "learned-v4",
 				Type: "ipv4_addr . ipv4_addr", Flags: []knftables.SetFlag{knftables.TimeoutFlag}, Comment: knftables.PtrTo(comment)}},
-			&compile.Set{Set: &knftables.Set{Name: "pods-v4", Type: "ipv4_addr"}, Elements: []knftables.Element{
-				{Key: []string{"10.0.0.1"}}, {Key: []string{"10.0.0.2"}}, {Key: []string{"10.0.0.3"}}}})
+			&compile.Set{Set: &knftables.Set{Name: "pods-v4", Type: "ipv4_addr"}, Elements: []compile.Element{
+				compile.AddrElement(netip.MustParseAddr("10.0.0.1"), nil), compile.AddrElement(netip.MustParseAddr("10.0.0.2"), nil),
+				compile.AddrElement(netip.MustParseAddr("10.0.0.3"), nil)}})
 	}
 	k, rec := recordingNode(t)
 	if _, err := k.syncer.Sync(ctx, ruleset("a")); err != nil {
@@ -284,7 +285,7 @@ func TestResyncFallsBackToRewrite(t *testing.T) {
 	ruleset := func(elems ...string) *compile.Ruleset {
 		s := &compile.Set{Set: &knftables.Set{Name: "fixed-v4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.ConstantFlag}}}
 		for _, e := range elems {
-			s.Elements = append(s.Elements, knftables.Element{Key: []string{e}})
+			s.Elements = append(s.Elements, compile.AddrElement(netip.MustParseAddr(e), nil))
 		}
 		return hookedRuleset("ip saddr @fixed-v4 counter accept", s)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
@@ -517,11 +518,11 @@ func BenchmarkOnePodBatch(b *testing.B) {
 		Sets: map[string]*compile.Set{"peers-v4": {Set: &knftables.Set{Name: "peers-v4", Type: "ipv4_addr"}}}}
 	for i := 0; i < 1000; i++ {
 		base.Sets["peers-v4"].Elements = append(base.Sets["peers-v4"].Elements,
-			knftables.Element{Key: []string{fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)}, Comment: ptrString(fmt.Sprintf("ns/pod-%d", i))})
+			compile.AddrElement(netip.AddrFrom4([4]byte{10, 1, byte(i / 250), byte(i%250 + 1)}), ptrString(fmt.Sprintf("ns/pod-%d", i))))
 	}
 	with := *base
 	set := *base.Sets["peers-v4"]
-	set.Elements = append(append([]knftables.Element(nil), set.Elements...), knftables.Element{Key: []string{"10.2.0.1"}, Comment: ptrString("ns/new-pod")})
+	set.Elements = append(append([]compile.Element(nil), set.Elements...), compile.AddrElement(netip.MustParseAddr("10.2.0.1"), ptrString("ns/new-pod")))
 	with.Sets = map[string]*compile.Set{"peers-v4": &set}
 	setup := func(b *testing.B, netlink bool) (*sets.Syncer, *os.File) {
 		k := newKernelNode(b, netlink)

@@ -331,8 +331,8 @@ func (s *Syncer) incremental(ctx context.Context, desired *compile.Ruleset, shar
 type diffWriter interface {
 	addChain(c *knftables.Chain) error
 	addSet(s *compile.Set) error
-	delElement(s *compile.Set, e *knftables.Element) error
-	addElement(s *compile.Set, e *knftables.Element) error
+	delElement(s *compile.Set, e *compile.Element) error
+	addElement(s *compile.Set, e *compile.Element) error
 	flushChain(name string) error
 	addRule(chain string, r *knftables.Rule) error
 	delChain(name string) error
@@ -402,7 +402,7 @@ func writeSetDiff(prev, set *compile.Set, d *compile.SetDelta, w diffWriter, res
 		res.ElementsAdded += len(set.Elements)
 		return w.addSet(set)
 	}
-	var del, add []*knftables.Element
+	var del, add []*compile.Element
 	delFrom := prev
 	switch {
 	case d != nil && prev == set:
@@ -474,16 +474,12 @@ type txWriter struct{ tx *knftables.Transaction }
 
 func (w txWriter) addChain(c *knftables.Chain) error { w.tx.Add(c); return nil }
 func (w txWriter) addSet(s *compile.Set) error       { s.AddTo(w.tx); return nil }
-func (w txWriter) delElement(s *compile.Set, e *knftables.Element) error {
-	el := *e
-	addressTo(s, &el)
-	w.tx.Delete(&el)
+func (w txWriter) delElement(s *compile.Set, e *compile.Element) error {
+	w.tx.Delete(s.Knft(e))
 	return nil
 }
-func (w txWriter) addElement(s *compile.Set, e *knftables.Element) error {
-	el := *e
-	addressTo(s, &el)
-	w.tx.Add(&el)
+func (w txWriter) addElement(s *compile.Set, e *compile.Element) error {
+	w.tx.Add(s.Knft(e))
 	return nil
 }
 func (w txWriter) flushChain(name string) error { w.tx.Flush(&knftables.Chain{Name: name}); return nil }
@@ -559,14 +555,6 @@ func diffElements(prev, desired *compile.Set) (add, del []int) {
 
 // equalElements is the cheap check that lets unchanged sets (most of them,
 // on a pod update) cost no allocation.
-func equalElements(a, b []knftables.Element) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !slices.Equal(a[i].Key, b[i].Key) || !slices.Equal(a[i].Value, b[i].Value) || !equalStrPtr(a[i].Comment, b[i].Comment) {
-			return false
-		}
-	}
-	return true
+func equalElements(a, b []compile.Element) bool {
+	return slices.EqualFunc(a, b, func(x, y compile.Element) bool { return x.Equal(&y) })
 }

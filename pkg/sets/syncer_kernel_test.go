@@ -215,7 +215,7 @@ func TestNetlinkFallback(t *testing.T) {
 	for _, n := range rs.SortedSetNames() {
 		s := rs.Sets[n]
 		for _, e := range s.Elements {
-			if e.Key[0] == victim.Status.PodIP && s.Set != nil && len(e.Key) == 1 {
+			if e.Shape == compile.ShapeAddr && e.Last == nil && e.Addr.String() == victim.Status.PodIP && s.Set != nil {
 				drifted = n
 			}
 		}

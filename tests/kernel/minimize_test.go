@@ -3,7 +3,6 @@ package kernel
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,15 +36,8 @@ var injectedBugs = map[string]func(node string, rs *compile.Ruleset){
 				continue
 			}
 			for i := range set.Elements {
-				key := set.Elements[i].Key
-				first, last, isRange := strings.Cut(key[1], "-")
-				a, _ := strconv.Atoi(first)
-				shifted := strconv.Itoa(min(a+1, 65535))
-				if isRange {
-					b, _ := strconv.Atoi(last)
-					shifted += "-" + strconv.Itoa(min(b+1, 65535))
-				}
-				set.Elements[i].Key = []string{key[0], shifted}
+				p := &set.Elements[i].Ports
+				p.First, p.Last = uint16(min(int(p.First)+1, 65535)), uint16(min(int(p.Last)+1, 65535))
 			}
 		}
 	},
