@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,7 +58,7 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		IncrementalFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nftpolicy_incremental_fallbacks_total",
-			Help: "Pod, NetworkPolicy and ClusterNetworkPolicy changes the incremental compiler left to a full rebuild, by reason (not-built, queue-mode, key-mismatch, deny-log, domain-names, address-shared, node-address, dns-capture).",
+			Help: "Pod, NetworkPolicy and ClusterNetworkPolicy changes the incremental compiler left to a full rebuild, by reason (" + fallbackReasons() + ").",
 		}, []string{"reason"}),
 		TrackerCorrections: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nftpolicy_tracker_corrections_total",
@@ -141,6 +142,16 @@ func NewMetrics() *Metrics {
 		m.IncrementalFallbacks.WithLabelValues(string(f)) // every reason exported, from 0
 	}
 	return m
+}
+
+// fallbackReasons lists the reasons compile.Fallbacks names, for the help
+// text: the tracker's list is the only one.
+func fallbackReasons() string {
+	var names []string
+	for _, f := range compile.Fallbacks() {
+		names = append(names, string(f))
+	}
+	return strings.Join(names, ", ")
 }
 
 // Register adds every metric to the registerer.
