@@ -233,6 +233,7 @@ func (r *renderer) static() {
 		rule("ip saddr . ip daddr @"+selfSetName(true)+" accept", "a pod can always reach itself"),
 		rule("ip6 saddr . ip6 daddr @"+selfSetName(false)+" accept", "a pod can always reach itself"),
 	)
+	fwd = append(fwd, midstreamRules()...)
 	input := append(append([]knftables.Rule(nil), head...), nd)
 	fwd = append(fwd, r.unknownPods()...)
 	if kernel {
@@ -260,6 +261,26 @@ func (r *renderer) static() {
 		Type: ptr(knftables.FilterType), Hook: ptr(knftables.InputHook), Priority: ptr(knftables.BaseChainPriority(filterPriority)),
 		Policy:  ptr(knftables.AcceptPolicy),
 		Comment: ptr("traffic to this node: only new connections of ClusterNetworkPolicy egress subjects")}, Rules: input}
+}
+
+// midstreamRules drop a TCP packet without SYN that conntrack takes for a
+// new connection (loose pickup: its entry was deleted, by the revoker or
+// by hand, or expired) when either end is a local pod that policies
+// select. Conntrack makes the packet's sender the client, so a server's
+// late ACK would open the connection anew in reverse, decided as ingress
+// to the pod, and the pod's own packets would then pass as replies, past
+// the egress policy that revoked the connection. A pod's connections are
+// admitted at their SYN only; one that lost its entry must reconnect.
+func midstreamRules() []knftables.Rule {
+	const comment = "TCP without SYN opening a connection (its conntrack entry revoked or lost): a selected pod reconnects with a SYN"
+	var out []knftables.Rule
+	for _, v4 := range []bool{true, false} {
+		for _, end := range []string{"saddr", "daddr"} {
+			f := famWord(v4) + " " + end
+			out = append(out, rule("ct state new tcp flags & syn == 0 "+f+" . "+f+" @"+selfSetName(v4)+" counter drop", comment))
+		}
+	}
+	return out
 }
 
 // tierDispatch renders the static chains that run the tiers in order, per

@@ -182,6 +182,70 @@ func TestRedTeamRevokeDomainName(t *testing.T) {
 	}
 }
 
+// TestRedTeamRevokeReversePickup: x/a keeps a TCP connection open to
+// a.b.example.org's address, whose server the attacker also runs, and the
+// administrator deletes the rule that admitted it. The revoker deletes the
+// conntrack entry; the server then writes first. Conntrack takes a packet
+// without SYN for a new connection whose client is its sender (loose
+// pickup), so the server's write would open it anew as ingress to x/a,
+// which no policy isolates, and x/a's own writes would pass as replies:
+// the egress denial undone. Nothing may reach the server after the change.
+func TestRedTeamRevokeReversePickup(t *testing.T) {
+	l := newRevokeLab(t)
+	l.withRevoker()
+	l.lookup("a.b.example.org", "192.0.2.11")
+	srvAddr := netip.MustParseAddr("192.0.2.11")
+	var ln net.Listener
+	if err := l.Net().InNetns(l.external(srvAddr), func() (err error) {
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(srvAddr, 8080).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var client net.Conn
+	if err := l.Net().InNetns(l.Pod, func() (err error) {
+		client, err = (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp4", netip.AddrPortFrom(srvAddr, 8080).String())
+		return err
+	}); err != nil {
+		t.Fatalf("x/a cannot connect to a.b.example.org while the rule admits it: %v", err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	buf := make([]byte, 16)
+	exchange := func(from, to net.Conn, msg string) bool {
+		if _, err := from.Write([]byte(msg)); err != nil {
+			return false
+		}
+		_ = to.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := to.Read(buf)
+		return err == nil && string(buf[:n]) == msg
+	}
+	if !exchange(client, server, "before") {
+		t.Fatal("the connection carries nothing before the change")
+	}
+
+	s := lab.CloneScenario(l.s)
+	egress := &s.ClusterNetworkPolicies[0].Spec.Egress
+	*egress = slices.Delete(slices.Clone(*egress), 1, 2)
+	if _, err := l.Apply(l.ctx, s, false); err != nil {
+		t.Fatal(err)
+	}
+	// The attacker's server writes first, then x/a: each write is
+	// retransmitted while the connection lives, so a second is enough for
+	// any to arrive.
+	_, _ = server.Write([]byte("wake"))
+	time.Sleep(200 * time.Millisecond)
+	if exchange(client, server, "after") {
+		t.Errorf("x/a's connection to %s carried data after the rule that admitted it was deleted: reopened in reverse by the server's packet\n%s",
+			srvAddr, l.ListTable(revokeNode))
+	}
+}
+
 // TestRedTeamRevokeNarrowedNames: x/a resolves www.example.com, then the
 // rule stops naming it. A new connection to the learned address must be
 // denied at once, not when the answer's TTL (300 s here, up to the
