@@ -1,0 +1,157 @@
+package status
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Wait returns once every node the agents cover enforces the policy's
+// current version (deleted false) or its deletion, with the row that
+// says so; when ctx ends first, the last row and an error naming the
+// lagging nodes. It watches the agents' pods and the NodeEnforcements:
+// it sees each node's commit as soon as the node writes it.
+func Wait(ctx context.Context, c Clients, a Agents, ref PolicyRef, deleted bool) (Row, error) {
+	t, exists, err := Resolve(ctx, c, ref, deleted)
+	if err != nil {
+		return Row{Target: t}, err
+	}
+	if deleted && exists {
+		if t.ResourceVersion, err = waitGone(ctx, c, t); err != nil {
+			return Row{Target: t}, err
+		}
+	}
+	pods := cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = a.Selector
+			return c.Kube.CoreV1().Pods(a.Namespace).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = a.Selector
+			return c.Kube.CoreV1().Pods(a.Namespace).Watch(ctx, o)
+		},
+	}, &corev1.Pod{}, 0, cache.Indexers{})
+	reports := dynamicinformer.NewFilteredDynamicInformer(c.Dynamic, GVR, "", 0, cache.Indexers{}, nil).Informer()
+	changed := make(chan struct{}, 1)
+	signal := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { kick(changed) },
+		UpdateFunc: func(any, any) { kick(changed) },
+		DeleteFunc: func(any) { kick(changed) },
+	}
+	for _, inf := range []cache.SharedIndexInformer{pods, reports} {
+		if _, err := inf.AddEventHandler(signal); err != nil {
+			return Row{Target: t}, err
+		}
+		go inf.RunWithContext(ctx)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, reports.HasSynced) {
+		return Row{Target: t}, fmt.Errorf("listing the agents' pods and NodeEnforcements: %w", context.Cause(ctx))
+	}
+	var row Row
+	for {
+		cl, err := fromStores(pods.GetStore(), reports.GetStore())
+		if err != nil {
+			return row, err
+		}
+		if row = cl.Evaluate(t); row.Done() {
+			return row, nil
+		}
+		select {
+		case <-ctx.Done():
+			return row, &LaggingError{Row: row}
+		case <-changed:
+		}
+	}
+}
+
+// LaggingError is Wait's error when its time ran out.
+type LaggingError struct{ Row Row }
+
+func (e *LaggingError) Error() string {
+	if e.Row.Nodes == 0 {
+		return "no node runs an agent"
+	}
+	s := fmt.Sprintf("%d of %d nodes do not enforce it yet:", len(e.Row.Lagging), e.Row.Nodes)
+	for _, l := range e.Row.Lagging {
+		s += "\n  " + l.Node + ": " + l.Why
+	}
+	return s
+}
+
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func fromStores(pods, reports cache.Store) (*Cluster, error) {
+	var ps []*corev1.Pod
+	for _, o := range pods.List() {
+		if p, ok := o.(*corev1.Pod); ok {
+			ps = append(ps, p)
+		}
+	}
+	var us []*unstructured.Unstructured
+	for _, o := range reports.List() {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			us = append(us, u)
+		}
+	}
+	return assemble(ps, us)
+}
+
+// waitGone watches the policy until it is deleted and returns the
+// deletion's resourceVersion.
+func waitGone(ctx context.Context, c Clients, t Target) (string, error) {
+	o := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", t.Ref.Name).String(), ResourceVersion: t.ResourceVersion}
+	var w watch.Interface
+	var err error
+	if t.Ref.Kind == KindClusterNetworkPolicy {
+		w, err = c.Policy.PolicyV1beta1().ClusterNetworkPolicies().Watch(ctx, o)
+	} else {
+		w, err = c.Kube.NetworkingV1().NetworkPolicies(t.Ref.Namespace).Watch(ctx, o)
+	}
+	if err != nil {
+		return "", fmt.Errorf("watching %s: %w", t.Ref, err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("%s still exists", t.Ref)
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				// The watch ended (a timeout of the server's): look again.
+				nt, exists, err := Resolve(ctx, c, t.Ref, true)
+				if err != nil || !exists {
+					return nt.ResourceVersion, err
+				}
+				return waitGone(ctx, c, nt)
+			}
+			if ev.Type != watch.Deleted {
+				continue
+			}
+			if m, err := metaOf(ev.Object); err == nil {
+				return m.GetResourceVersion(), nil
+			}
+			nt, _, err := Resolve(ctx, c, t.Ref, true)
+			return nt.ResourceVersion, err
+		}
+	}
+}
+
+func metaOf(o runtime.Object) (metav1.Object, error) {
+	if m, ok := o.(metav1.Object); ok {
+		return m, nil
+	}
+	return nil, fmt.Errorf("%T has no metadata", o)
+}
