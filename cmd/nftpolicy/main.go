@@ -18,6 +18,8 @@ commands:
   eval      decide every probe of a scenario with the userspace evaluator (offline)
   compile   print the nftables ruleset the agent would install on one node (offline)
   explain   say why a connection is allowed or denied, and what rule almost allowed it
+  status    on how many nodes each policy's current version is in force
+  wait      wait until every node enforces a policy's current version or its deletion
 
 Run 'nftpolicy <command> --help' for the flags of a command.
 `
@@ -43,6 +45,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runExplain(args[1:], stdout, stderr)
 	case "agent":
 		return runAgent(args[1:], stdout, stderr)
+	case "status":
+		return runStatus(args[1:], stdout, stderr)
+	case "wait":
+		return runWait(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

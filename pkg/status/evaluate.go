@@ -27,12 +27,12 @@ type Cluster struct {
 
 // Target is the version of a policy a client asks about.
 type Target struct {
-	Ref PolicyRef
+	Ref PolicyRef `json:"policy"`
 	// ResourceVersion is the policy's; for a deletion, the deletion's, or
 	// when unknown any later one (a list's).
-	ResourceVersion string
-	Generation      int64
-	Deleted         bool
+	ResourceVersion string `json:"resourceVersion"`
+	Generation      int64  `json:"generation,omitempty"`
+	Deleted         bool   `json:"deleted,omitempty"`
 }
 
 // Lag is a node that does not enforce the target yet, and why.
@@ -49,7 +49,7 @@ type Row struct {
 	Lagging    []Lag    `json:"lagging"`
 	// Latency is the longest change-to-enforced latency the nodes report
 	// for this version (0: none reports it any more).
-	Latency  time.Duration `json:"latency"`
+	Latency  time.Duration `json:"latencyNanoseconds"`
 	Warnings []string      `json:"warnings"`
 }
 

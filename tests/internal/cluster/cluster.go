@@ -169,7 +169,14 @@ func Start(t testing.TB, cfg Config) *Cluster {
 			t.Fatalf("cluster: %v", err)
 		}
 		c.agents[n] = a
+		if err := c.createAgentPod(ctx, n); err != nil {
+			t.Fatalf("cluster: %v", err)
+		}
 	}
+	probeCtx, stopProbes := context.WithCancel(context.Background())
+	probesDone := make(chan struct{})
+	go func() { defer close(probesDone); c.probeAgentPods(probeCtx) }()
+	t.Cleanup(func() { stopProbes(); <-probesDone })
 	if !cfg.NoAgents {
 		for _, n := range c.nodes {
 			if err := c.agents[n].Start(); err != nil {
