@@ -355,7 +355,7 @@ func problemsText(ps []compile.Problem) string {
 func slimClusterPolicy(obj any) (any, error) {
 	if cnp, ok := obj.(*npav1beta1.ClusterNetworkPolicy); ok {
 		cnp.ManagedFields = nil
-		cnp.Annotations = nil
+		cnp.Annotations = stagedAnnotation(cnp.Annotations)
 		cnp.Status = npav1beta1.ClusterNetworkPolicyStatus{}
 	}
 	return obj, nil
