@@ -61,23 +61,27 @@ func InstallDocuments(kinds ...string) ([]string, error) {
 	return out, nil
 }
 
-// applyInstallRBAC applies install.yaml's ServiceAccount, ClusterRole and
-// ClusterRoleBinding with kubectl (the DaemonSet is left out: there is no
-// kubelet to run it; the harness runs the agents itself).
+// applyInstallRBAC applies install.yaml's ServiceAccount, ClusterRoles,
+// ClusterRoleBinding and the NodeEnforcement CustomResourceDefinition with
+// kubectl, and waits for the CRD to be established (the DaemonSet is left
+// out: there is no kubelet to run it; the harness runs the agents itself).
 func (c *Cluster) applyInstallRBAC() error {
-	docs, err := InstallDocuments("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+	docs, err := InstallDocuments("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition")
 	if err != nil {
 		return err
 	}
-	if len(docs) != 3 {
-		return fmt.Errorf("install.yaml: found %d of the ServiceAccount, ClusterRole and ClusterRoleBinding documents", len(docs))
+	if len(docs) != 5 {
+		return fmt.Errorf("install.yaml: found %d of the ServiceAccount, 2 ClusterRoles, ClusterRoleBinding and CustomResourceDefinition documents", len(docs))
 	}
 	path := filepath.Join(c.logDir, "install-rbac.yaml")
 	if err := os.WriteFile(path, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
 		return err
 	}
 	if _, err := c.Env.Kubectl(c.t, "apply", "-f", path); err != nil {
-		return fmt.Errorf("applying install.yaml's RBAC: %w", err)
+		return fmt.Errorf("applying install.yaml's RBAC and CRD: %w", err)
+	}
+	if _, err := c.Env.Kubectl(c.t, "wait", "--for=condition=Established", "--timeout=60s", "crd/nodeenforcements.nftpolicy.io"); err != nil {
+		return fmt.Errorf("waiting for the NodeEnforcement CRD: %w", err)
 	}
 	return nil
 }
