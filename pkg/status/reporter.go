@@ -26,7 +26,7 @@ type ReporterConfig struct {
 	// deleted with the Node.
 	NodeUID types.UID
 	Client  dynamic.Interface
-	// RetryDelay is the wait after a failed write (default 1 s, doubling
+	// RetryDelay is the wait after a failed write (default 100 ms, doubling
 	// up to 30 s).
 	RetryDelay time.Duration
 	// OnWrite, if set, is told each write's outcome (metrics).
@@ -60,7 +60,7 @@ func NewReporter(cfg ReporterConfig) (*Reporter, error) {
 		return nil, errors.New("status reporter: Node and Client are required")
 	}
 	if cfg.RetryDelay == 0 {
-		cfg.RetryDelay = time.Second
+		cfg.RetryDelay = 100 * time.Millisecond
 	}
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = klog.Background().WithName("status")
