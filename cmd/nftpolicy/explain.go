@@ -51,6 +51,9 @@ type ExplainResult struct {
 	IngressReason string          `json:"ingressReason"`
 	Reason        string          `json:"reason"`
 	NearestMiss   []evaluate.Miss `json:"nearestMiss"`
+	// Staged is the verdict with the staged policies (nftpolicy.io/staged)
+	// in force; nil when there are none.
+	Staged *StagedVerdict `json:"staged,omitempty"`
 	// Kernel is the trace through this node's ruleset (--from-ruleset).
 	Kernel *Trace `json:"kernel,omitempty"`
 }
@@ -92,7 +95,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	from, to := fs.Arg(0), fs.Arg(1)
 
-	var prog *compile.Program
+	var in compile.Input
 	modelless := false
 	switch {
 	case o.scenario != "":
@@ -100,21 +103,21 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		if s == nil {
 			return code
 		}
-		prog = compile.Build(s.Input("", nil, nil))
+		in = s.Input("", nil, nil)
 	case o.fromRuleset && o.kubeconfig == "" && isAddr(from) && isAddr(to):
 		// Addresses only: the kernel trace needs no cluster, and there is
 		// no policy model to compare it with.
-		prog, modelless = compile.Build(compile.Input{}), true
+		modelless = true
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 		defer cancel()
-		in, err := liveInput(ctx, o.kubeconfig)
-		if err != nil {
+		var err error
+		if in, err = liveInput(ctx, o.kubeconfig); err != nil {
 			fmt.Fprintf(stderr, "nftpolicy explain: %v\n", err)
 			return exitFailure
 		}
-		prog = compile.Build(in)
 	}
+	prog := compile.Build(in)
 	src, dst, err := resolvePair(prog, from, to)
 	if err != nil {
 		return bad("%v", err)
@@ -123,6 +126,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	res := ExplainResult{From: from, To: to, Source: src.String(), Destination: dst.String(), Protocol: proto.String(), Port: o.port,
 		Allowed: ex.Allowed, Egress: ex.Egress, Ingress: ex.Ingress, EgressReason: ex.EgressReason, IngressReason: ex.IngressReason,
 		Reason: ex.Reason(), NearestMiss: ex.NearestMiss}
+	res.Staged = stagedVerdict(in, prog, src, dst, proto, o.port)
 	if o.fromRuleset {
 		data, err := readRuleset(o.rulesetFile)
 		if err != nil {
@@ -153,6 +157,25 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	printExplanation(stdout, &res)
 	return exitOK
+}
+
+// StagedVerdict is what a connection's verdict would be with the staged
+// policies in force.
+type StagedVerdict struct {
+	Allowed bool   `json:"allowed"`
+	Reason  string `json:"reason"`
+}
+
+// stagedVerdict decides the connection with in's staged policies in force,
+// nil when in has none (its program equals prog).
+func stagedVerdict(in compile.Input, prog *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) *StagedVerdict {
+	in.EnforceStaged = true
+	staged := compile.Build(in)
+	if len(staged.Policies) == len(prog.Policies) && len(staged.ClusterPolicies) == len(prog.ClusterPolicies) {
+		return nil
+	}
+	v := evaluate.Evaluate(staged, src, dst, proto, port)
+	return &StagedVerdict{Allowed: v.Allowed, Reason: v.Reason()}
 }
 
 // reasonNoModel is the reason of a --from-ruleset answer without a cluster.
@@ -186,6 +209,9 @@ func printExplanation(w io.Writer, r *ExplainResult) {
 			fmt.Fprintf(w, "  %s %s: %s: %s\n", m.DirectionName, m.Rule, m.Condition, m.Detail)
 			fmt.Fprintf(w, "    would allow: %s\n", changeText(m.Change))
 		}
+	}
+	if st := r.Staged; st != nil {
+		fmt.Fprintf(w, "with the staged policies in force: %s: %s\n", verdictText(st.Allowed), st.Reason)
 	}
 	printTrace(w, r)
 	if r.Kernel != nil && (r.Kernel.Verdict == "accept") != r.Allowed {

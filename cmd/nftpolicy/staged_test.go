@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,5 +92,34 @@ func TestExplainStaged(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("explain z/c %s: want %s:\n%s", to, want, out.String())
 		}
+	}
+}
+
+// TestExplainStagedVerdict: explain gives the verdict with the staged
+// policies in force next to the enforced one, and nothing of the kind when
+// no policy is staged.
+func TestExplainStagedVerdict(t *testing.T) {
+	explain := func(scenario, from, to string) ExplainResult {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run([]string{"explain", "--scenario", scenario, from, to, "--port", "80", "-o", "json"}, &out, &errb); code != exitOK {
+			t.Fatalf("exit %d, stderr: %s", code, errb.String())
+		}
+		var r ExplainResult
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := explain(stagedScenario, "z/c", "x/a")
+	if !r.Allowed || r.Staged == nil || r.Staged.Allowed || !strings.Contains(r.Staged.Reason, "x/deny-a") {
+		t.Errorf("z/c -> x/a: allowed %v, staged %+v; want allowed, and denied by x/deny-a once staged policies are in force", r.Allowed, r.Staged)
+	}
+	r = explain(stagedScenario, "z/c", "w/a")
+	if r.Allowed || r.Staged == nil || r.Staged.Allowed {
+		t.Errorf("z/c -> w/a: allowed %v, staged %+v; want denied either way", r.Allowed, r.Staged)
+	}
+	if r := explain("testdata/cluster.yaml", "x/a", "x/b"); r.Staged != nil {
+		t.Errorf("a scenario without staged policies: staged %+v, want none", r.Staged)
 	}
 }
