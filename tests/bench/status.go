@@ -41,6 +41,8 @@ type StatusConfig struct {
 	Nodes int
 	// Policies the client evaluates (NetworkPolicies in the API).
 	Policies int
+	// Changes each node reports (its last ones; status.MaxChanges at most).
+	Changes int
 	// Runs of Gather + Evaluate timed (one more, untimed, opens the
 	// connection first).
 	Runs int
@@ -61,6 +63,7 @@ func (c *StatusConfig) defaults() {
 	orDefault(&c.Nodes, 1000)
 	orDefault(&c.Policies, 100)
 	orDefault(&c.Runs, 9)
+	orDefault(&c.Changes, status.MaxChanges)
 	orDefault(&c.Burst, 10)
 	orDefault(&c.BurstWindow, 50*time.Millisecond)
 	if c.Logf == nil {
@@ -156,7 +159,7 @@ func measureStatusAPI(ctx context.Context, tb testing.TB, cfg StatusConfig, res 
 	}
 	fleetCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	f, err := startFleet(fleetCtx, agents.Dynamic, nodes, pols)
+	f, err := startFleet(fleetCtx, agents.Dynamic, nodes, pols, cfg.Changes)
 	if err != nil {
 		return err
 	}
@@ -316,12 +319,12 @@ type statusFleet struct {
 	writes    atomic.Int64 // completed writes (a create counts once)
 	failed    atomic.Int64
 	// initial is every node's first commit: watermarks past every policy,
-	// the last MaxChanges policy creations, two policies with problems.
+	// the last policy creations, two policies with problems.
 	initial  status.Publication
 	problems []status.Problem
 }
 
-func startFleet(ctx context.Context, dyn dynamic.Interface, nodes []string, pols []*networkingv1.NetworkPolicy) (*statusFleet, error) {
+func startFleet(ctx context.Context, dyn dynamic.Interface, nodes []string, pols []*networkingv1.NetworkPolicy, changes int) (*statusFleet, error) {
 	f := &statusFleet{nodes: nodes}
 	for _, n := range nodes {
 		r, err := status.NewReporter(status.ReporterConfig{Node: n, Client: dyn, OnWrite: func(err error) {
@@ -344,7 +347,7 @@ func startFleet(ctx context.Context, dyn dynamic.Interface, nodes []string, pols
 	}
 	now := time.Now()
 	f.initial = status.Publication{Watermarks: status.Watermarks{NetworkPolicies: last, ClusterNetworkPolicies: last}, At: now}
-	for i, np := range pols[max(0, len(pols)-status.MaxChanges):] {
+	for i, np := range pols[max(0, len(pols)-changes):] {
 		f.initial.Changes = append(f.initial.Changes, policyChange(np, time.Duration(800+37*i)*time.Microsecond, now))
 	}
 	for i, reason := range []string{"PolicyTooLarge", "UnsupportedNetworkPolicy"} {
