@@ -223,8 +223,11 @@ func Report(r *Result, quick bool) string {
 		{"kube-apiserver + etcd CPU per accepted NodeEnforcement write", "status_api_cpu_ms_per_write", "ms"},
 		{"2 agents: NetworkPolicy created -> status.Wait returns, p50", "wait_latency_ms_p50", "ms"},
 		{"same, p90", "wait_latency_ms_p90", "ms"},
+		{"NetworkPolicy created -> both NodeEnforcements show it (a watch), p50", "wait_shown_ms_p50", "ms"},
 		{"wait_latency_ms_p50 - program_delay_p50_ms", "wait_latency_minus_program_delay_ms", "ms"},
 		{"deleted -> status.Wait returns, p50", "wait_delete_latency_ms_p50", "ms"},
+		{"status.Wait for a policy enforced already (Wait's own time), p50", "wait_enforced_ms_p50", "ms"},
+		{"the agents' reported change-to-commit latency, p50", "wait_reported_latency_ms_p50", "ms"},
 	} {
 		row("status", f[0], f[1], f[2])
 	}
