@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -72,6 +73,7 @@ type agentOptions struct {
 	fqdn        fqdnOptions
 	state       stateOptions
 	serving     servingOptions
+	status      statusOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -100,6 +102,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	o.fqdn.addFlags(fs)
 	o.state.addFlags(fs)
 	o.serving.addFlags(fs)
+	o.status.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -232,7 +235,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if done || err != nil {
 		return err
 	}
-	client, policyClient, err := apiClients(o.kubeconfig, node)
+	client, policyClient, dyn, err := apiClients(o.kubeconfig, node)
 	if err != nil {
 		return err
 	}
@@ -255,11 +258,11 @@ func agent(ctx context.Context, o *agentOptions) error {
 	// clean-up (added by startFQDN, before the controller runs).
 	hooks := &programHooks{}
 	hooks.add(onProgram)
-	ctrl, err := controller.New(controller.Config{
+	ctrl, err := o.status.newController(ctx, controller.Config{
 		Client: client, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,
 		PodCIDRs: podCIDRs, OnProgram: hooks.run, OnPodApplied: hooks.runPod, MemoryReleaser: release,
-	})
+	}, dyn, reg)
 	if err != nil {
 		return err
 	}
@@ -326,24 +329,29 @@ func newRegistry() (*controller.Metrics, *prometheus.Registry, error) {
 	return metrics, reg, nil
 }
 
-// apiClients returns the clients of the built-in types (protobuf) and of
-// ClusterNetworkPolicies.
-func apiClients(kubeconfig, node string) (kubernetes.Interface, npaclient.Interface, error) {
+// apiClients returns the clients of the built-in types (protobuf), of
+// ClusterNetworkPolicies and of the node's NodeEnforcement (dynamic).
+func apiClients(kubeconfig, node string) (kubernetes.Interface, npaclient.Interface, dynamic.Interface, error) {
 	cfg, err := restConfig(kubeconfig)
 	if err != nil {
-		return nil, nil, fmt.Errorf("loading client configuration: %w", err)
+		return nil, nil, nil, fmt.Errorf("loading client configuration: %w", err)
 	}
 	cfg.UserAgent = "nftpolicy/" + node
 	client, err := kubernetes.NewForConfig(builtinTypesConfig(cfg))
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating client: %w", err)
+		return nil, nil, nil, fmt.Errorf("creating client: %w", err)
 	}
-	// ClusterNetworkPolicy is a custom resource: JSON only.
+	// ClusterNetworkPolicy and NodeEnforcement are custom resources: JSON
+	// only.
 	policyClient, err := npaclient.NewForConfig(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating the ClusterNetworkPolicy client: %w", err)
+		return nil, nil, nil, fmt.Errorf("creating the ClusterNetworkPolicy client: %w", err)
 	}
-	return client, policyClient, nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("creating the NodeEnforcement client: %w", err)
+	}
+	return client, policyClient, dyn, nil
 }
 
 // finishRenderConfig completes render with what the kernel supports: the

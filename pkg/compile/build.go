@@ -17,6 +17,11 @@ import (
 // namespace to its name.
 const NamespaceNameLabel = "kubernetes.io/metadata.name"
 
+// StagedAnnotation, set to "true" on a NetworkPolicy or a
+// ClusterNetworkPolicy, or on a Namespace for all its NetworkPolicies,
+// stages them: they are not enforced (Staged, Input.EnforceStaged).
+const StagedAnnotation = "nftpolicy.io/staged"
+
 // Input is everything the program is built from.
 type Input struct {
 	// NodeName is the node whose pods are enforced; empty means every pod
@@ -42,6 +47,10 @@ type Input struct {
 	// addresses inside them that no known pod holds wait for the agent to
 	// learn the pod (docs/semantics.md).
 	PodCIDRs []netip.Prefix
+	// EnforceStaged builds the program as if the staged policies
+	// (StagedAnnotation) were enforced too: what they would do. By
+	// default they do not exist for the program.
+	EnforceStaged bool
 }
 
 // Build compiles the input into a program. It never fails: problems in
@@ -107,7 +116,12 @@ func (b *builder) buildFrom(in Input, pods []*PodInfo) *Program {
 	b.buildNodes(in.Nodes)
 	b.prog.PodCIDRs = podCIDRs(in)
 	b.buildPods(pods)
-	pols := append([]*networkingv1.NetworkPolicy(nil), in.Policies...)
+	pols := make([]*networkingv1.NetworkPolicy, 0, len(in.Policies))
+	for _, np := range in.Policies {
+		if b.enforced(np) {
+			pols = append(pols, np)
+		}
+	}
 	sort.Slice(pols, func(i, j int) bool { return policyKey(pols[i]) < policyKey(pols[j]) })
 	for i, np := range pols {
 		if i > 0 && policyKey(pols[i-1]) == policyKey(np) {
@@ -116,7 +130,7 @@ func (b *builder) buildFrom(in Input, pods []*PodInfo) *Program {
 		b.prog.Policies = append(b.prog.Policies, b.compilePolicy(np))
 	}
 	b.finish()
-	b.compileClusterPolicies(in.ClusterPolicies)
+	b.compileClusterPolicies(b.enforcedClusterPolicies(in.ClusterPolicies))
 	b.prog.buildEvalIndex()
 	b.prog.Source = in
 	return b.prog
@@ -131,6 +145,9 @@ type builder struct {
 	sels     map[string]SelectorID
 	nsMatch  map[string][]string
 	cache    *Cache
+	// stagedNS are the namespaces whose NetworkPolicies are staged, nil
+	// when the input enforces staged policies (enforced).
+	stagedNS map[string]bool
 
 	nodeLabels map[string]labels.Set
 	nodeNames  []string
@@ -162,6 +179,9 @@ func newBuilder(in Input) *builder {
 		nsMatch:  map[string][]string{},
 		nodeSets: map[string]NodeSetID{},
 	}
+	if !in.EnforceStaged {
+		b.stagedNS = map[string]bool{}
+	}
 	for _, ns := range in.Namespaces {
 		l := labels.Set{}
 		for k, v := range ns.Labels {
@@ -171,6 +191,9 @@ func newBuilder(in Input) *builder {
 		// hand-made inputs may lack it.
 		l[NamespaceNameLabel] = ns.Name
 		b.nsLabels[ns.Name] = l
+		if !in.EnforceStaged && Staged(ns) {
+			b.stagedNS[ns.Name] = true
+		}
 	}
 	// Shared: namespaces only pods name are added as the build finds them.
 	b.prog.NamespaceLabels = b.nsLabels

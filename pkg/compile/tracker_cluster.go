@@ -41,8 +41,13 @@ type clusterState struct {
 // addresses are shared state the build alone decides), or for a name that
 // does not name the object. The caller rebuilds. A nodes peer resolves on
 // the nodes of the last build (node changes rebuild) and shares its node
-// set with the other rules that name the same nodes.
+// set with the other rules that name the same nodes. A staged policy
+// (Staged) is applied as deleted, unless the last Rebuild's input
+// enforced staged policies.
 func (t *Tracker) ApplyClusterPolicy(name string, cnp *npav1beta1.ClusterNetworkPolicy) Fallback {
+	if cnp != nil && t.b != nil && cnp.Name == name && !t.b.enforcedClusterPolicy(cnp) {
+		cnp = nil
+	}
 	return t.applyPolicyChange(&cnpChange{name: name, cnp: cnp})
 }
 

@@ -29,11 +29,14 @@ func clusterSpecs(seed uint64, node string) []npav1beta1.ClusterNetworkPolicySpe
 // name, its previous and new state.
 func (w *world) clusterEvent() (name string, old, cur *npav1beta1.ClusterNetworkPolicy, what string) {
 	cnps := w.in.ClusterPolicies
-	x := w.r.IntN(10)
+	x := w.r.IntN(11)
 	if len(cnps) == 0 || x < 3 {
 		w.next++
 		cnp := &npav1beta1.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("added-%d", w.next)},
 			Spec: *w.cnpSpecs[w.r.IntN(len(w.cnpSpecs))].DeepCopy()}
+		if w.r.IntN(4) == 0 {
+			cnp.Annotations = stagedAnnotation(true)
+		}
 		if len(cnps) > 0 && w.r.IntN(2) == 0 {
 			// A name that extends another's: chains are ordered by name,
 			// and precedence ties are broken by name.
@@ -66,6 +69,9 @@ func (w *world) clusterEvent() (name string, old, cur *npav1beta1.ClusterNetwork
 	case 8:
 		cur.Spec.Subject = *w.cnpSpecs[w.r.IntN(len(w.cnpSpecs))].Subject.DeepCopy()
 		what = "cluster policy subject changed"
+	case 10:
+		cur.Annotations = stagedAnnotation(!compile.Staged(cur))
+		what = "cluster policy staged toggled"
 	default:
 		if len(cur.Spec.Ingress) > 0 {
 			cur.Spec.Ingress = cur.Spec.Ingress[1:]
@@ -93,6 +99,15 @@ func domainPeers(cnp *npav1beta1.ClusterNetworkPolicy) bool {
 		}
 	}
 	return false
+}
+
+// enforcedCNP is cnp, or nil when the world's program leaves it out
+// (staged): the tracker knows only the policies in force.
+func (w *world) enforcedCNP(cnp *npav1beta1.ClusterNetworkPolicy) *npav1beta1.ClusterNetworkPolicy {
+	if cnp != nil && compile.Staged(cnp) && !w.in.EnforceStaged {
+		return nil
+	}
+	return cnp
 }
 
 // policyFallback is why ApplyPolicy leaves a NetworkPolicy change to a

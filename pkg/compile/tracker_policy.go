@@ -40,8 +40,15 @@ type policyState struct {
 // build), or for a key that does not name the object. Nothing was changed
 // then; the caller rebuilds. The Program lags, as it does for pod changes:
 // Stale reports true until the next Rebuild.
+//
+// A staged policy (Staged; its namespace's stagedness is the last
+// Rebuild's, as namespace changes rebuild) is applied as deleted, unless
+// the last Rebuild's input enforced staged policies.
 func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) Fallback {
 	ns, _, _ := strings.Cut(key, "/")
+	if np != nil && t.b != nil && policyKey(np) == key && !t.b.enforced(np) {
+		np = nil
+	}
 	return t.applyPolicyChange(&npChange{key: key, ns: ns, np: np})
 }
 

@@ -196,13 +196,16 @@ func newTracker(t *testing.T, cfg compile.RenderConfig, w *world) (*compile.Trac
 // new state.
 func (w *world) policyEvent() (string, *networkingv1.NetworkPolicy, string) {
 	pols := w.in.Policies
-	x := w.r.IntN(10)
+	x := w.r.IntN(11)
 	if len(pols) == 0 || x < 3 {
 		w.next++
 		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{
 			Namespace: w.in.Namespaces[w.r.IntN(len(w.in.Namespaces))].Name, Name: fmt.Sprintf("q%d", w.next)}}
 		if len(w.specs) > 0 {
 			np.Spec = *w.specs[w.r.IntN(len(w.specs))].DeepCopy()
+		}
+		if w.r.IntN(4) == 0 {
+			np.Annotations = stagedAnnotation(true)
 		}
 		if len(pols) > 0 && w.r.IntN(2) == 0 {
 			// A name that extends another's: chains are ordered by key.
@@ -234,6 +237,9 @@ func (w *world) policyEvent() (string, *networkingv1.NetworkPolicy, string) {
 		np.Spec.PolicyTypes = [][]networkingv1.PolicyType{nil, {networkingv1.PolicyTypeIngress}, {networkingv1.PolicyTypeEgress},
 			{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}}[w.r.IntN(4)]
 		what = "policy types changed"
+	case 10:
+		np.Annotations = stagedAnnotation(!compile.Staged(np))
+		what = "policy staged toggled"
 	default:
 		if len(np.Spec.Ingress) > 0 {
 			np.Spec.Ingress = np.Spec.Ingress[1:]
@@ -249,7 +255,7 @@ func (w *world) policyEvent() (string, *networkingv1.NetworkPolicy, string) {
 
 // otherEvent changes something that is not a pod: those take the full build.
 func (w *world) otherEvent() string {
-	switch w.r.IntN(3) {
+	switch w.r.IntN(4) {
 	case 0:
 		if len(w.in.Policies) > 0 {
 			i := w.r.IntN(len(w.in.Policies))
@@ -262,6 +268,13 @@ func (w *world) otherEvent() string {
 		ns.Labels = map[string]string{compile.NamespaceNameLabel: ns.Name, "team": []string{"a", "b"}[w.r.IntN(2)]}
 		w.in.Namespaces = append(append(w.in.Namespaces[:i:i], ns), w.in.Namespaces[i+1:]...)
 		return "namespace relabelled"
+	case 2:
+		// Stages or unstages every NetworkPolicy of the namespace.
+		i := w.r.IntN(len(w.in.Namespaces))
+		ns := w.in.Namespaces[i].DeepCopy()
+		ns.Annotations = stagedAnnotation(!compile.Staged(ns))
+		w.in.Namespaces = append(append(w.in.Namespaces[:i:i], ns), w.in.Namespaces[i+1:]...)
+		return "namespace staged toggled"
 	}
 	if len(w.in.ClusterPolicies) > 0 {
 		i := w.r.IntN(len(w.in.ClusterPolicies))
@@ -271,11 +284,21 @@ func (w *world) otherEvent() string {
 	return "nothing"
 }
 
+// stagedAnnotation is the annotations of a staged object, or of one
+// annotated with a value that does not stage it.
+func stagedAnnotation(staged bool) map[string]string {
+	if staged {
+		return map[string]string{compile.StagedAnnotation: "true"}
+	}
+	return map[string]string{compile.StagedAnnotation: "false"}
+}
+
 // TestTrackerEqualsFullBuild applies random event sequences (pods added,
 // deleted, relabelled, readdressed with new and reused addresses,
-// completed, re-ported; policies, cluster policies and namespaces changed)
-// and checks after every step that the tracked ruleset equals the full
-// build's, in hybrid and queue mode, for each node's view.
+// completed, re-ported; policies, cluster policies and namespaces changed,
+// staged and unstaged) and checks after every step that the tracked
+// ruleset equals the full build's, in hybrid and queue mode, for each
+// node's view; every third seed builds with the staged policies enforced.
 func TestTrackerEqualsFullBuild(t *testing.T) {
 	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol int
 	for _, cfg := range []compile.RenderConfig{
@@ -295,6 +318,7 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 		for seed := uint64(1); seed <= uint64(n); seed++ {
 			node := scenariogen.Nodes[int(seed)%len(scenariogen.Nodes)]
 			w := newWorld(seed, node)
+			w.in.EnforceStaged = seed%3 == 0
 			tr, _ := newTracker(t, cfg, w)
 			for step := 0; step < *steps; step++ {
 				var what, key string
@@ -329,7 +353,7 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					cpol++
 					// What the tracker applies alone: outside queue mode and
 					// the deny log, without domainNames peers.
-					want := clusterFallback(mode, cfg, old, cnp)
+					want := clusterFallback(mode, cfg, w.enforcedCNP(old), w.enforcedCNP(cnp))
 					if want == compile.NoFallback {
 						trackableCPol++
 					}

@@ -61,7 +61,7 @@ type clusterPolicies struct {
 	changed func()
 	// changedPolicy, when set, is told of one policy's change instead
 	// (the controller applies it alone: clusterpolicy_sync.go).
-	changedPolicy func(obj any)
+	changedPolicy func(obj any, ev policyEvent)
 
 	// recheck asks run for a discovery check now (the informer saw the
 	// resource vanish, or its cache synced).
@@ -184,14 +184,20 @@ func (w *clusterPolicies) served(ctx context.Context) (bool, error) {
 func (w *clusterPolicies) start(ctx context.Context) {
 	f := npainformers.NewSharedInformerFactoryWithOptions(w.client, w.resync, npainformers.WithTransform(slimClusterPolicy))
 	inf := f.Policy().V1beta1().ClusterNetworkPolicies().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: w.policyChanged,
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, isInInitialList bool) {
+			ev := policySet
+			if isInInitialList {
+				ev = policyListed
+			}
+			w.policyChanged(obj, ev)
+		},
 		UpdateFunc: func(old, cur any) {
 			if !sameResourceVersion(old, cur) {
-				w.policyChanged(cur)
+				w.policyChanged(cur, policySet)
 			}
 		},
-		DeleteFunc: w.policyChanged,
+		DeleteFunc: func(obj any) { w.policyChanged(obj, policyDeleted) },
 	}); err != nil {
 		w.log.Error(err, "Adding the ClusterNetworkPolicy event handler")
 		return
@@ -284,7 +290,7 @@ func (w *clusterPolicies) report(prog *compile.Program, rec record.EventRecorder
 	}, func(i int, text string) {
 		cp := &prog.ClusterPolicies[i]
 		w.metrics.ClusterPolicyProblems.Add(float64(len(cp.Problems)))
-		reason, what := "InvalidClusterNetworkPolicy", "unusable Accept parts allow nothing, unusable Deny and Pass parts deny"
+		reason, what := invalidClusterPolicyReason, "unusable Accept parts allow nothing, unusable Deny and Pass parts deny"
 		if cp.Rejected {
 			reason, what = rejectedReason, "too large to compile: its Accept rules match nothing, its Deny and Pass rules deny all traffic of its subjects"
 			w.metrics.PoliciesRejected.WithLabelValues(clusterPolicyKind, "cost").Inc()
@@ -355,7 +361,7 @@ func problemsText(ps []compile.Problem) string {
 func slimClusterPolicy(obj any) (any, error) {
 	if cnp, ok := obj.(*npav1beta1.ClusterNetworkPolicy); ok {
 		cnp.ManagedFields = nil
-		cnp.Annotations = nil
+		cnp.Annotations = stagedAnnotation(cnp.Annotations)
 		cnp.Status = npav1beta1.ClusterNetworkPolicyStatus{}
 	}
 	return obj, nil

@@ -80,10 +80,12 @@ func clusterPolicyTerms(cnps []*npav1beta1.ClusterNetworkPolicy) map[string]uint
 }
 
 // policyChanged passes an informer event on: to changedPolicy when set,
-// as a change of everything otherwise.
-func (w *clusterPolicies) policyChanged(obj any) {
+// as a change of everything otherwise. The initial list's objects are
+// changes here too: the informer starts when the API appears, after the
+// first sync.
+func (w *clusterPolicies) policyChanged(obj any, ev policyEvent) {
 	if w.changedPolicy != nil {
-		w.changedPolicy(obj)
+		w.changedPolicy(obj, ev)
 		return
 	}
 	w.changed()

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -27,6 +28,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/status"
 )
 
 // Config configures the Controller.
@@ -59,6 +61,18 @@ type Config struct {
 	// is published: DNS learning (pkg/fqdn) deletes a departed pod's
 	// learned elements before a new pod can hold its address.
 	OnPodApplied func(key string, pod *compile.PodInfo)
+	// OnStatus, if set, is called from the sync loop after a commit with
+	// what it put in force (status.go): the watermarks (per kind, every
+	// policy change up to them is in the kernel; they never decrease), the
+	// policy changes this commit programmed, and every policy enforced
+	// fail-closed in the program in force. Only commits that change what
+	// the node reports are handed over (the first one, the first after
+	// failed syncs, a raised watermark, programmed policy changes, changed
+	// problems); commits of pod changes alone are not.
+	OnStatus func(status.Publication)
+	// OnSyncFailed, if set, is called from the sync loop after each failed
+	// sync with its error and time; the kernel keeps the last commit.
+	OnSyncFailed func(err error, at time.Time)
 	Metrics      *Metrics
 	// Recorder emits Events on invalid policies; optional.
 	Recorder record.EventRecorder
@@ -178,6 +192,11 @@ type Controller struct {
 	// fingerprint terms, by key, as podHashes are the pods'.
 	policyKeys   map[string]struct{}
 	policyHashes map[string]uint64
+	// seenMarks and pendingChanges are the policy handlers' side of the
+	// node's status (status.go): the highest resourceVersions seen per
+	// kind, and the policy changes no sync took yet, by key.
+	seenMarks      status.Watermarks
+	pendingChanges map[string]policyChange
 
 	// tracker is the incremental compiler (hybrid mode; nil in queue mode,
 	// where the evaluator decides every selected pod's connections and so
@@ -199,6 +218,8 @@ type Controller struct {
 	reported    map[string]string
 	lastProgram atomic.Pointer[compile.Program]
 	cache       *compile.Cache
+	// status is the sync loop's side of the node's status.
+	status statusState
 }
 
 // New creates the controller and its informers.
@@ -220,6 +241,8 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.refresh.Stop()
 	c.policyKeys = map[string]struct{}{}
+	c.pendingChanges = map[string]policyChange{}
+	c.status = newStatusState()
 	if cfg.Render.Mode != compile.ModeQueue {
 		t, err := compile.NewTracker(cfg.Render)
 		if err != nil {
@@ -348,6 +371,16 @@ func (c *Controller) LastSync() time.Time { return time.Unix(0, c.lastSync.Load(
 // sync was compiled from; 0 before the first.
 func (c *Controller) SyncedInputs() uint64 { return c.lastInputs.Load() }
 
+// NodeUID is the UID of the node's Node object in the informer's cache;
+// empty before the caches synced, or without a Node object.
+func (c *Controller) NodeUID() types.UID {
+	node, err := c.nodes.Get(c.cfg.NodeName)
+	if err != nil {
+		return ""
+	}
+	return node.UID
+}
+
 // Program returns the program of the last successful sync.
 func (c *Controller) Program() *compile.Program { return c.lastProgram.Load() }
 
@@ -409,7 +442,12 @@ func (c *Controller) Run(ctx context.Context) error {
 			continue // a retry is pending; it will pick this change up
 		}
 		if err := c.syncOnce(ctx); err != nil {
+			if ctx.Err() != nil {
+				log.Info("Stopping; the ruleset stays in place")
+				return nil
+			}
 			log.Error(err, "Sync failed; retrying with a full sync", "retryIn", retry)
+			c.syncFailed(err)
 			retryTimer = time.After(retry)
 			retry = min(retry*2, c.cfg.MaxRetryDelay)
 			continue
@@ -469,6 +507,7 @@ func (c *Controller) lookupNodeIPs() []netip.Addr {
 // changes alone go through the tracker (their element changes, one batch);
 // anything else, and every change in queue mode, is a full build.
 func (c *Controller) syncOnce(ctx context.Context) error {
+	clusterOn := c.cnps.active() != nil
 	c.mu.Lock()
 	observed := c.firstUnsynced
 	c.firstUnsynced = time.Time{}
@@ -476,9 +515,11 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	keys, pkeys := c.podKeys, c.policyKeys
 	c.rebuild = false
 	c.podKeys, c.policyKeys = map[string]struct{}{}, map[string]struct{}{}
+	taken := c.takeStatusLocked(clusterOn)
 	c.mu.Unlock()
 	restore := func() {
 		c.mu.Lock()
+		c.restoreStatusLocked(taken)
 		if c.firstUnsynced.IsZero() || (!observed.IsZero() && observed.Before(c.firstUnsynced)) {
 			c.firstUnsynced = observed
 		}
@@ -503,8 +544,10 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	}
 	if err != nil {
 		restore()
+		return err
 	}
-	return err
+	c.publishStatus(taken, rebuild, time.Now())
+	return nil
 }
 
 // syncPods applies pod changes through the tracker; false when one of them
@@ -783,7 +826,7 @@ func (c *Controller) reportProblems(ctx context.Context, prog *compile.Program) 
 	}, func(i int, text string) {
 		pol := &prog.Policies[i]
 		c.cfg.Metrics.PolicyProblems.Add(float64(len(pol.Problems)))
-		reason, what := "InvalidNetworkPolicy", "invalid parts allow nothing"
+		reason, what := invalidPolicyReason, "invalid parts allow nothing"
 		if pol.Rejected {
 			reason, what = rejectedReason, "too large to compile: it isolates the pods it selects and allows nothing"
 			c.cfg.Metrics.PoliciesRejected.WithLabelValues(kindNetworkPolicy, "cost").Inc()
@@ -830,6 +873,12 @@ func truncate(s string, n int) string {
 const (
 	rejectedReason    = "PolicyTooLarge"
 	kindNetworkPolicy = "NetworkPolicy"
+)
+
+// The reasons of the Warning Events on policies with problems.
+const (
+	invalidPolicyReason        = "InvalidNetworkPolicy"
+	invalidClusterPolicyReason = "InvalidClusterNetworkPolicy"
 )
 
 // PolicyObject is the type events are recorded on; exposed for tests.

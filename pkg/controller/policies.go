@@ -23,26 +23,37 @@ import (
 // policyHandler records NetworkPolicy changes by key.
 func (c *Controller) policyHandler() cache.ResourceEventHandlerDetailedFuncs {
 	return cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: added(c.markPolicy),
+		AddFunc: func(obj any, isInInitialList bool) {
+			if isInInitialList {
+				// Not a change (see added), but its resourceVersion
+				// counts for the status.
+				c.notePolicyListed(obj)
+				return
+			}
+			c.markPolicy(obj, policySet)
+		},
 		UpdateFunc: func(old, cur any) {
 			if !sameResourceVersion(old, cur) {
-				c.markPolicy(cur)
+				c.markPolicy(cur, policySet)
 			}
 		},
-		DeleteFunc: c.markPolicy,
+		DeleteFunc: func(obj any) { c.markPolicy(obj, policyDeleted) },
 	}
 }
 
 // markPolicy records a NetworkPolicy or ClusterNetworkPolicy change,
-// which the tracker can apply alone.
-func (c *Controller) markPolicy(obj any) {
+// which the tracker can apply alone, and notes it for the node's status.
+func (c *Controller) markPolicy(obj any, ev policyEvent) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil || c.tracker == nil {
-		c.markDirty()
-		return
-	}
 	c.mu.Lock()
-	c.policyKeys[key] = struct{}{}
+	if err == nil {
+		c.notePolicyLocked(key, obj, ev)
+	}
+	if err != nil || c.tracker == nil {
+		c.rebuild = true
+	} else {
+		c.policyKeys[key] = struct{}{}
+	}
 	c.noteChangeLocked()
 	c.mu.Unlock()
 	c.wake()

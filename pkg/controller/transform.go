@@ -156,6 +156,7 @@ func slimNamespace(ns *corev1.Namespace) *corev1.Namespace {
 			UID:             ns.UID,
 			ResourceVersion: ns.ResourceVersion,
 			Labels:          internLabels(ns.Labels),
+			Annotations:     stagedAnnotation(ns.Annotations),
 		},
 	}
 }
@@ -164,8 +165,18 @@ func slimNamespace(ns *corev1.Namespace) *corev1.Namespace {
 // the decoded object, so it is changed in place.
 func slimPolicy(np *networkingv1.NetworkPolicy) *networkingv1.NetworkPolicy {
 	np.ManagedFields = nil
-	np.Annotations = nil
+	np.Annotations = stagedAnnotation(np.Annotations)
 	return np
+}
+
+// stagedAnnotation keeps, of an object's annotations, the one the
+// compiler reads: compile.StagedAnnotation (nil without it).
+func stagedAnnotation(a map[string]string) map[string]string {
+	v, ok := a[compile.StagedAnnotation]
+	if !ok {
+		return nil
+	}
+	return map[string]string{compile.StagedAnnotation: v}
 }
 
 // slimNode keeps what ClusterNetworkPolicy nodes peers read, labels and

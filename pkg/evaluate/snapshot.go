@@ -301,9 +301,9 @@ func (sp snapshotPod) info() *compile.PodInfo {
 // encodeSnapshot writes the document of a snapshot (what follows its
 // checksum line) to w and returns its SHA-256. It encodes what
 // compile.Build reads of in, and nothing else (no managed fields,
-// annotations, images, volumes ...): a pod takes a few hundred bytes. Pods
-// are saved as compile.PodInfos (the controller's form), in.Pods read into
-// that form.
+// annotations but the staged one, images, volumes ...): a pod takes a
+// few hundred bytes. Pods are saved as compile.PodInfos (the controller's
+// form), in.Pods read into that form.
 //
 // The document streams out item by item, so that a large cluster's
 // snapshot is never held whole (with its copies and encoding/json's pooled
@@ -456,11 +456,16 @@ func decodeSnapshot(node string, b []byte) (compile.Input, time.Time, error) {
 	return in, d.Written, nil
 }
 
-// leanMeta keeps the metadata compile.Build reads: identity, labels and
-// the timestamps that decide which pod owns a contested address.
+// leanMeta keeps the metadata compile.Build reads: identity, labels,
+// the staged annotation and the timestamps that decide which pod owns a
+// contested address.
 func leanMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
+	lean := metav1.ObjectMeta{
 		Name: m.Name, Namespace: m.Namespace, UID: m.UID, Generation: m.Generation, Labels: m.Labels,
 		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
 	}
+	if v, ok := m.Annotations[compile.StagedAnnotation]; ok {
+		lean.Annotations = map[string]string{compile.StagedAnnotation: v}
+	}
+	return lean
 }

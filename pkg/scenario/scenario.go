@@ -12,8 +12,10 @@ import (
 	"go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
@@ -74,10 +76,12 @@ type DNSAnswer struct {
 	TTL int32 `json:"ttl"`
 }
 
-// Namespace is a namespace and its labels.
+// Namespace is a namespace, its labels and annotations (of which
+// compile.StagedAnnotation stages its NetworkPolicies).
 type Namespace struct {
-	Name   string            `json:"name"`
-	Labels map[string]string `json:"labels,omitempty"`
+	Name        string            `json:"name"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // Pod is a pod as the scenario describes it.
@@ -252,6 +256,7 @@ func (v *validator) namespaces() {
 		}
 		seen[ns.Name] = true
 		v.errs = append(v.errs, validateLabels(fmt.Sprintf("namespaces[%d].labels", i), ns.Labels)...)
+		v.errs = append(v.errs, validateAnnotations(fmt.Sprintf("namespaces[%d]", i), "annotations", ns.Annotations)...)
 		if l, ok := ns.Labels[compile.NamespaceNameLabel]; ok && l != ns.Name {
 			v.add("namespaces[%d].labels: %s must equal the namespace name", i, compile.NamespaceNameLabel)
 		}
@@ -355,6 +360,7 @@ func (v *validator) policies() {
 			v.add("%s: duplicate policy", where)
 		}
 		seen[key] = true
+		v.errs = append(v.errs, validateAnnotations(where, "metadata.annotations", np.Annotations)...)
 		for _, pr := range compile.ValidatePolicy(np) {
 			v.add("%s: %s: %s", where, pr.Field, pr.Message)
 		}
@@ -458,8 +464,19 @@ func validateCNP(i int, cnp *npav1beta1.ClusterNetworkPolicy, seen map[string]bo
 		errs = append(errs, fmt.Errorf("%s: duplicate ClusterNetworkPolicy", where))
 	}
 	seen[cnp.Name] = true
+	errs = append(errs, validateAnnotations(where, "metadata.annotations", cnp.Annotations)...)
 	for _, pr := range compile.ValidateClusterPolicy(cnp) {
 		errs = append(errs, fmt.Errorf("%s: %s: %s", where, pr.Field, pr.Message))
+	}
+	return errs
+}
+
+// validateAnnotations checks annotations as the API server does (keys,
+// total size); path is their field.
+func validateAnnotations(where, path string, a map[string]string) []error {
+	var errs []error
+	for _, e := range apivalidation.ValidateAnnotations(a, field.NewPath(path)) {
+		errs = append(errs, fmt.Errorf("%s: %s", where, e.Error()))
 	}
 	return errs
 }
@@ -594,7 +611,8 @@ func (s *Scenario) Input(node string, nodes []string, nodeIPs []netip.Addr) comp
 	listed := map[string]bool{}
 	for _, ns := range s.Namespaces {
 		listed[ns.Name] = true
-		in.Namespaces = append(in.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, Labels: withNameLabel(ns.Labels, ns.Name)}})
+		in.Namespaces = append(in.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name,
+			Labels: withNameLabel(ns.Labels, ns.Name), Annotations: ns.Annotations}})
 	}
 	for _, p := range s.Pods {
 		if !listed[p.Namespace] {

@@ -104,7 +104,10 @@ func (r *Reporter) SyncFailed(err error, at time.Time) {
 		r.mu.Unlock()
 		return
 	}
-	r.st.SyncError.Message = msg
+	// A new SyncError: Run may be writing the previous one.
+	se := *r.st.SyncError
+	se.Message = msg
+	r.st.SyncError = &se
 	r.gen++
 	r.mu.Unlock()
 	r.wake()
@@ -121,6 +124,7 @@ func (r *Reporter) wake() {
 // flight, so changes during a write are coalesced into the next one.
 func (r *Reporter) Run(ctx context.Context) {
 	var written uint64
+	var lastErr string // logged at error level once while it repeats
 	delay := r.cfg.RetryDelay
 	for {
 		select {
@@ -142,7 +146,12 @@ func (r *Reporter) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			r.cfg.Logger.Error(err, "Writing the node's NodeEnforcement failed; retrying", "node", r.cfg.Node, "retryIn", delay)
+			if msg := err.Error(); msg != lastErr {
+				lastErr = msg
+				r.cfg.Logger.Error(err, "Writing the node's NodeEnforcement failed; retrying", "node", r.cfg.Node, "retryIn", delay)
+			} else {
+				r.cfg.Logger.V(2).Info("Writing the node's NodeEnforcement failed again; retrying", "node", r.cfg.Node, "err", err, "retryIn", delay)
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -152,7 +161,7 @@ func (r *Reporter) Run(ctx context.Context) {
 			r.wake()
 			continue
 		}
-		delay = r.cfg.RetryDelay
+		delay, lastErr = r.cfg.RetryDelay, ""
 		written = gen
 	}
 }

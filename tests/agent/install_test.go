@@ -39,7 +39,7 @@ func TestInstallManifest(t *testing.T) {
 
 	// The RBAC the agent runs with: apply it for real and ask the
 	// authorizer what the ServiceAccount may do.
-	docs, err := cluster.InstallDocuments("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+	docs, err := cluster.InstallDocuments("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +59,10 @@ func TestInstallManifest(t *testing.T) {
 	if out, err := env.Kubectl(t, "apply", "--server-side", "-f", crd); err != nil {
 		t.Fatalf("kubectl apply -f %s: %v\n%s", crd, err, out)
 	}
-	if out, err := env.Kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/"+cluster.ClusterPolicyCRD); err != nil {
-		t.Fatalf("waiting for the ClusterNetworkPolicy CRD: %v\n%s", err, out)
+	for _, crd := range []string{cluster.ClusterPolicyCRD, nodeEnforcements} {
+		if out, err := env.Kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/"+crd); err != nil {
+			t.Fatalf("waiting for the CRD %s: %v\n%s", crd, err, out)
+		}
 	}
 	const sa = "system:serviceaccount:kube-system:nftpolicy"
 	const cnps = "clusternetworkpolicies.policy.networking.k8s.io"
@@ -83,6 +85,8 @@ func TestInstallManifest(t *testing.T) {
 		{"patch", "events", true, ""},
 		{"create", "tokenreviews.authentication.k8s.io", true, ""},
 		{"create", "subjectaccessreviews.authorization.k8s.io", true, ""},
+		{"create", nodeEnforcements, true, ""},
+		{"patch", nodeEnforcements, true, ""},
 		// Nothing it does not need.
 		{"update", "pods", false, ""},
 		{"delete", "networkpolicies.networking.k8s.io", false, ""},
@@ -97,6 +101,9 @@ func TestInstallManifest(t *testing.T) {
 		{"update", "events", false, ""},
 		{"delete", "events", false, ""},
 		{"create", "events.events.k8s.io", false, ""},
+		{"update", nodeEnforcements, false, ""},
+		{"delete", nodeEnforcements, false, ""},
+		{"list", nodeEnforcements, false, ""},
 		{"get", "secrets", false, ""},
 		{"list", "configmaps", false, ""},
 	}
@@ -140,7 +147,12 @@ var agentAccess = []struct {
 	{"", "events", []string{"create", "patch"}, "cmd/nftpolicy/agent.go: the event broadcaster (core/v1)"},
 	{"authentication.k8s.io", "tokenreviews", []string{"create"}, "cmd/nftpolicy/agent_metricsauth.go: --metrics-auth=delegated"},
 	{"authorization.k8s.io", "subjectaccessreviews", []string{"create"}, "cmd/nftpolicy/agent_metricsauth.go: --metrics-auth=delegated"},
+	// status.Reporter's write: a merge patch, and a create when missing.
+	{"nftpolicy.io", "nodeenforcements", []string{"create", "patch"}, "cmd/nftpolicy/agent_status.go: the node's NodeEnforcement (pkg/status)"},
 }
+
+// nodeEnforcements is the NodeEnforcement resource, as kubectl names it.
+const nodeEnforcements = "nodeenforcements.nftpolicy.io"
 
 // TestInstallClusterRoleIsLeastPrivilege parses install.yaml's ClusterRole
 // and compares what it grants, rule by rule, with agentAccess: nothing
@@ -151,12 +163,21 @@ func TestInstallClusterRoleIsLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(docs) != 1 {
-		t.Fatalf("install.yaml has %d ClusterRoles, want 1", len(docs))
-	}
+	// The agent's ClusterRole; the other is the NodeEnforcement readers'.
 	var role rbacv1.ClusterRole
-	if err := yaml.UnmarshalStrict([]byte(docs[0]), &role); err != nil {
-		t.Fatal(err)
+	var names []string
+	for _, doc := range docs {
+		var r rbacv1.ClusterRole
+		if err := yaml.UnmarshalStrict([]byte(doc), &r); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, r.Name)
+		if r.Name == "nftpolicy" {
+			role = r
+		}
+	}
+	if !slices.Equal(names, []string{"nftpolicy", "nftpolicy-status-reader"}) {
+		t.Fatalf("install.yaml's ClusterRoles are %v, want nftpolicy (the agent's) and nftpolicy-status-reader", names)
 	}
 	key := func(group, resource, verb string) string {
 		if group == "" {

@@ -253,12 +253,18 @@ func setUp(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) ([]Pro
 		add(serve, pr.ProbeProtocol(), uint16(pr.Port))
 	}
 
-	// Namespaces: listed ones with their labels, then those only used.
+	// Namespaces: listed ones with their labels and annotations, then
+	// those only used.
 	listed := map[string]bool{}
 	for _, ns := range s.Namespaces {
 		listed[ns.Name] = true
 		if err := c.EnsureNamespace(ctx, ns.Name, ns.Labels); err != nil {
 			return nil, apiError(err)
+		}
+		if len(ns.Annotations) > 0 {
+			if err := c.AnnotateNamespace(ctx, ns.Name, ns.Annotations); err != nil {
+				return nil, apiError(err)
+			}
 		}
 	}
 	for _, name := range usedNamespaces(s) {

@@ -293,3 +293,18 @@ func TestRunScenarioDomainNames(t *testing.T) {
 		}
 	})
 }
+
+// TestRunScenarioStaged runs testdata/staged.yaml: staged policies of both
+// APIs and a staged namespace, created with their annotations through the
+// API, must block nothing (every probe agrees with `nftpolicy eval`, and
+// eval allows what only staged policies would deny).
+func TestRunScenarioStaged(t *testing.T) {
+	requireLab(t)
+	runBothWays(t, "testdata/staged.yaml", 0, func(t *testing.T, path string, want []evalLine) {
+		for i, allowed := range []bool{true, false, true, false, true, true, false} {
+			if want[i].Allowed != allowed {
+				t.Fatalf("test premise: eval says probe %d is %s (%s)", i, ct.VerdictWord(want[i].Allowed), want[i].Reason)
+			}
+		}
+	})
+}

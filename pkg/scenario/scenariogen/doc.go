@@ -33,5 +33,10 @@
 // fd00:192:168:1::i when dual-stack) and add probes from pods to their own
 // and the other node and from nodes to pods.
 //
+// A share of the seeds (StagedFraction), drawn from a stream of their own
+// too, annotate some NetworkPolicies, ClusterNetworkPolicies and
+// namespaces with nftpolicy.io/staged, mostly "true" (staged: not
+// enforced) and sometimes a value that stages nothing.
+//
 // Every scenario passes scenario.Parse (tested over many seeds).
 package scenariogen

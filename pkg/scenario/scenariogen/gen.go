@@ -35,6 +35,7 @@ func generate(seed uint64, domains bool) *scenario.Scenario {
 	if domains {
 		g.domainPart(seed)
 	}
+	g.stagedPart(seed)
 	return s
 }
 
@@ -484,7 +485,8 @@ func (g *gen) podProbe(a, b *scenario.Pod) scenario.Probe {
 // Predecessor returns an earlier state of the cluster of Generate(seed), for
 // testing incremental syncs: the same namespaces and pods (same keys, nodes
 // and addresses), but other policies (those of another seed), some pods and
-// namespaces labelled differently and some pods with other container ports.
+// namespaces labelled differently, some pods with other container ports and
+// some namespaces staged differently.
 // Syncing it first and then the scenario itself changes sets, maps and
 // chains the way controller events do.
 func Predecessor(seed uint64) *scenario.Scenario {
@@ -505,6 +507,11 @@ func Predecessor(seed uint64) *scenario.Scenario {
 		}
 		if g.chance(0.3) {
 			s.Pods[i].Ports = pick(g, other.Pods).Ports
+		}
+	}
+	for i := range s.Namespaces {
+		if g.chance(0.2) {
+			s.Namespaces[i].Annotations = pick(g, other.Namespaces).Annotations
 		}
 	}
 	s.Probes = nil

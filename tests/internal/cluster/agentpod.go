@@ -45,7 +45,7 @@ func (c *Cluster) setAgentPodReady(ctx context.Context, pod *corev1.Pod, ready b
 	}
 	now := metav1.Now()
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, HostIP: c.nodeIPs[pod.Spec.NodeName][0].String(), StartTime: &now,
-		PodIP: c.nodeIPs[pod.Spec.NodeName][0].String(),
+		PodIP:      c.nodeIPs[pod.Spec.NodeName][0].String(),
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: cond, LastTransitionTime: now}}}
 	_, err := c.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 	return err

@@ -101,7 +101,7 @@ func (c *Cluster) waitClusterPolicyAPI(ctx context.Context, served bool) error {
 }
 
 // ApplyClusterPolicy creates the ClusterNetworkPolicy or replaces the spec
-// of the existing one, and returns it as stored.
+// and annotations of the existing one, and returns it as stored.
 func (c *Cluster) ApplyClusterPolicy(ctx context.Context, cnp *npav1beta1.ClusterNetworkPolicy) (*npav1beta1.ClusterNetworkPolicy, error) {
 	cs, err := c.PolicyClient()
 	if err != nil {
@@ -123,6 +123,7 @@ func (c *Cluster) ApplyClusterPolicy(ctx context.Context, cnp *npav1beta1.Cluste
 			return err
 		}
 		cur.Spec = *cnp.Spec.DeepCopy()
+		cur.Annotations = cnp.Annotations
 		out, err = api.Update(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})

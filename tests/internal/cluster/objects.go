@@ -61,23 +61,27 @@ func InstallDocuments(kinds ...string) ([]string, error) {
 	return out, nil
 }
 
-// applyInstallRBAC applies install.yaml's ServiceAccount, ClusterRole and
-// ClusterRoleBinding with kubectl (the DaemonSet is left out: there is no
-// kubelet to run it; the harness runs the agents itself).
+// applyInstallRBAC applies install.yaml's ServiceAccount, ClusterRoles,
+// ClusterRoleBinding and the NodeEnforcement CustomResourceDefinition with
+// kubectl, and waits for the CRD to be established (the DaemonSet is left
+// out: there is no kubelet to run it; the harness runs the agents itself).
 func (c *Cluster) applyInstallRBAC() error {
-	docs, err := InstallDocuments("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+	docs, err := InstallDocuments("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition")
 	if err != nil {
 		return err
 	}
-	if len(docs) != 3 {
-		return fmt.Errorf("install.yaml: found %d of the ServiceAccount, ClusterRole and ClusterRoleBinding documents", len(docs))
+	if len(docs) != 5 {
+		return fmt.Errorf("install.yaml: found %d of the ServiceAccount, 2 ClusterRoles, ClusterRoleBinding and CustomResourceDefinition documents", len(docs))
 	}
 	path := filepath.Join(c.logDir, "install-rbac.yaml")
 	if err := os.WriteFile(path, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
 		return err
 	}
 	if _, err := c.Env.Kubectl(c.t, "apply", "-f", path); err != nil {
-		return fmt.Errorf("applying install.yaml's RBAC: %w", err)
+		return fmt.Errorf("applying install.yaml's RBAC and CRD: %w", err)
+	}
+	if _, err := c.Env.Kubectl(c.t, "wait", "--for=condition=Established", "--timeout=60s", "crd/nodeenforcements.nftpolicy.io"); err != nil {
+		return fmt.Errorf("waiting for the NodeEnforcement CRD: %w", err)
 	}
 	return nil
 }
@@ -124,15 +128,31 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name string, labels map[s
 
 // labelPatch is a JSON merge patch setting labels and removing others.
 func labelPatch(set map[string]string, remove []string) []byte {
-	labels := map[string]any{}
+	return metadataPatch("labels", set, remove)
+}
+
+// metadataPatch is a JSON merge patch setting keys of a metadata map
+// (labels, annotations) and removing others.
+func metadataPatch(field string, set map[string]string, remove []string) []byte {
+	m := map[string]any{}
 	for k, v := range set {
-		labels[k] = v
+		m[k] = v
 	}
 	for _, k := range remove {
-		labels[k] = nil
+		m[k] = nil
 	}
-	data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	data, _ := json.Marshal(map[string]any{"metadata": map[string]any{field: m}})
 	return data
+}
+
+// AnnotateNamespace sets annotations on a namespace and removes the keys
+// in remove.
+func (c *Cluster) AnnotateNamespace(ctx context.Context, name string, set map[string]string, remove ...string) error {
+	_, err := c.Client.CoreV1().Namespaces().Patch(ctx, name, types.MergePatchType, metadataPatch("annotations", set, remove), metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("annotating namespace %s: %w", name, err)
+	}
+	return nil
 }
 
 // LabelNamespace sets labels on a namespace and removes the keys in remove.
@@ -349,8 +369,8 @@ func (c *Cluster) Pods() []string {
 	return out
 }
 
-// ApplyPolicy creates the policy or replaces the spec and labels of the
-// existing one, and returns it as stored (defaulted).
+// ApplyPolicy creates the policy or replaces the spec, labels and
+// annotations of the existing one, and returns it as stored (defaulted).
 func (c *Cluster) ApplyPolicy(ctx context.Context, np *networkingv1.NetworkPolicy) (*networkingv1.NetworkPolicy, error) {
 	api := c.Client.NetworkingV1().NetworkPolicies(np.Namespace)
 	in := np.DeepCopy()
@@ -368,7 +388,7 @@ func (c *Cluster) ApplyPolicy(ctx context.Context, np *networkingv1.NetworkPolic
 			return err
 		}
 		cur.Spec = *np.Spec.DeepCopy()
-		cur.Labels = np.Labels
+		cur.Labels, cur.Annotations = np.Labels, np.Annotations
 		out, err = api.Update(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
@@ -405,18 +425,20 @@ func (c *Cluster) DeletePolicy(ctx context.Context, namespace, name string) erro
 }
 
 // ApplyScenario creates what a scenario (docs/scenario-format.md) describes:
-// its namespaces with their labels, its pods (on their node, or spread over
+// its namespaces with their labels and annotations, its pods (on their node, or spread over
 // the cluster's nodes as the compiler does) with their IPs and ports, and its
 // policies (created, or updated when they exist). Pods that already exist are
 // left as they are. Probes are not run (see ProbeScenario).
 func (c *Cluster) ApplyScenario(ctx context.Context, s *scenario.Scenario) error {
 	nss := map[string]map[string]string{}
+	annotations := map[string]map[string]string{}
 	var order []string
 	for _, ns := range s.Namespaces {
 		if _, ok := nss[ns.Name]; !ok {
 			order = append(order, ns.Name)
 		}
 		nss[ns.Name] = ns.Labels
+		annotations[ns.Name] = ns.Annotations
 	}
 	for _, p := range s.Pods {
 		if _, ok := nss[p.Namespace]; !ok {
@@ -433,6 +455,11 @@ func (c *Cluster) ApplyScenario(ctx context.Context, s *scenario.Scenario) error
 	for _, name := range order {
 		if err := c.EnsureNamespace(ctx, name, nss[name]); err != nil {
 			return err
+		}
+		if a := annotations[name]; len(a) > 0 {
+			if err := c.AnnotateNamespace(ctx, name, a); err != nil {
+				return err
+			}
 		}
 	}
 	existing := map[string]bool{}

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -118,11 +119,7 @@ func demo(ctx context.Context, tb *cluster.ProgramTB, mode compile.Mode, policie
 			tb.Fatal(err)
 		}
 		fmt.Print(out)
-		waited, err := c.WaitProgrammed(ctx)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		fmt.Printf("Both agents had the new state in force %v after kubectl returned.\n", waited.Round(time.Millisecond))
+		waitApplied(ctx, tb, c, file)
 	}
 	apply(policies)
 	after := matrix("Connectivity AFTER the NetworkPolicies:")
@@ -134,6 +131,8 @@ func demo(ctx context.Context, tb *cluster.ProgramTB, mode compile.Mode, policie
 		apply(clusterPolicies)
 		after = matrix("Connectivity AFTER the ClusterNetworkPolicies too (Admin tier first, then NetworkPolicies, then Baseline):")
 	}
+
+	fmt.Printf("\n$ kubectl nftpolicy status -A\n%s", nftpolicyCLI(ctx, tb, c, "status", "-A"))
 
 	if showTable {
 		fmt.Printf("\n$ ip netns exec <node-1> nft list table inet %s\n%s", compile.TableName, c.ListTable("node-1"))
@@ -150,4 +149,35 @@ func demo(ctx context.Context, tb *cluster.ProgramTB, mode compile.Mode, policie
 		seen[cause] = true
 		fmt.Printf("  %s -> %s: %s\n", cell.From, cell.To, cell.Reason)
 	}
+}
+
+// waitApplied runs `nftpolicy wait` for each policy of file: it returns
+// once both nodes enforce it, and says after how long.
+func waitApplied(ctx context.Context, tb *cluster.ProgramTB, c *cluster.Cluster, file string) {
+	out, err := c.Env.Kubectl(tb, "get", "-f", file, "-o", `jsonpath={range .items[*]}{.kind}/{.metadata.name} {.metadata.namespace}{"\n"}{end}`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		ref, ns, _ := strings.Cut(line, " ")
+		args := []string{"wait", strings.ToLower(ref), "--timeout=60s"}
+		if ns != "" {
+			args = append(args, "-n", ns)
+		}
+		fmt.Printf("$ kubectl nftpolicy %s\n%s", strings.Join(args, " "), nftpolicyCLI(ctx, tb, c, args...))
+	}
+}
+
+// nftpolicyCLI runs the nftpolicy binary as the cluster's administrator
+// and returns its output; a failure ends the demo.
+func nftpolicyCLI(ctx context.Context, tb *cluster.ProgramTB, c *cluster.Cluster, args ...string) string {
+	bin, err := cluster.AgentBinary()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", c.Env.AdminKubeconfig)...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("nftpolicy %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }

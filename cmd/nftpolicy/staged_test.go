@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// stagedScenario has staged policies of both APIs and a staged namespace
+// (its header comment says which probe each policy would deny).
+const stagedScenario = "../../tests/e2e/testdata/staged.yaml"
+
+func TestEvalStaged(t *testing.T) {
+	notIsolated := `"reason":"source not isolated for egress; destination not isolated for ingress"}`
+	checkEval(t, stagedScenario, []string{
+		`{"probe":0,"allowed":true,"ingress":true,"egress":true,` + notIsolated,
+		`{"probe":1,"allowed":false,"ingress":false,"egress":true,"reason":"x/deny-b isolates x/b for ingress; no rule matched"}`,
+		`{"probe":2,"allowed":true,"ingress":true,"egress":true,` + notIsolated,
+		`{"probe":3,"allowed":false,"ingress":false,"egress":true,"reason":"denied by ClusterNetworkPolicy admin-deny-y-b (Admin, priority 5) ingress rule all"}`,
+		`{"probe":4,"allowed":true,"ingress":true,"egress":true,` + notIsolated,
+		`{"probe":5,"allowed":true,"ingress":true,"egress":true,` + notIsolated,
+		`{"probe":6,"allowed":false,"ingress":false,"egress":true,"reason":"w/deny-a isolates w/a for ingress; no rule matched"}`,
+	})
+}
+
+// TestCompileStaged: each node's ruleset is the one of the scenario
+// without its staged policies.
+func TestCompileStaged(t *testing.T) {
+	s, code := loadScenario(stagedScenario, os.Stderr)
+	if s == nil {
+		t.Fatalf("exit %d", code)
+	}
+	without := *s
+	stagedNS := map[string]bool{}
+	for _, ns := range s.Namespaces {
+		stagedNS[ns.Name] = ns.Annotations[compile.StagedAnnotation] == "true"
+	}
+	without.Policies = nil
+	for _, np := range s.Policies {
+		if !stagedNS[np.Namespace] && np.Annotations[compile.StagedAnnotation] != "true" {
+			without.Policies = append(without.Policies, np)
+		}
+	}
+	without.ClusterNetworkPolicies = nil
+	for _, cnp := range s.ClusterNetworkPolicies {
+		if cnp.Annotations[compile.StagedAnnotation] != "true" {
+			without.ClusterNetworkPolicies = append(without.ClusterNetworkPolicies, cnp)
+		}
+	}
+	if len(without.Policies) != 2 || len(without.ClusterNetworkPolicies) != 1 {
+		t.Fatalf("test premise: %d policies and %d cluster policies are not staged, want 2 and 1",
+			len(without.Policies), len(without.ClusterNetworkPolicies))
+	}
+	data, err := yaml.Marshal(&without)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "without.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"node-1", "node-2"} {
+		var got, want, errb bytes.Buffer
+		if code := run([]string{"compile", "--scenario", stagedScenario, "--node", node}, &got, &errb); code != exitOK {
+			t.Fatalf("exit %d, stderr: %s", code, errb.String())
+		}
+		if code := run([]string{"compile", "--scenario", path, "--node", node}, &want, &errb); code != exitOK {
+			t.Fatalf("exit %d, stderr: %s", code, errb.String())
+		}
+		if got.String() != want.String() {
+			t.Errorf("%s: the ruleset with staged policies differs from the one without them:\n%s", node, got.String())
+		}
+		if strings.Contains(got.String(), "admin-deny-z-a") {
+			t.Errorf("%s: the ruleset names a staged ClusterNetworkPolicy", node)
+		}
+	}
+}
+
+func TestExplainStaged(t *testing.T) {
+	for to, want := range map[string]string{"x/a": "ALLOWED", "x/b": "DENIED", "y/a": "ALLOWED", "z/a": "ALLOWED"} {
+		var out, errb bytes.Buffer
+		if code := run([]string{"explain", "--scenario", stagedScenario, "z/c", to}, &out, &errb); code != exitOK {
+			t.Fatalf("exit %d: %s", code, errb.String())
+		}
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("explain z/c %s: want %s:\n%s", to, want, out.String())
+		}
+	}
+}
