@@ -28,6 +28,11 @@
 #          sync on a node without the table, re-sync after a restart)
 #   delay  API write -> first connection observing the new verdict, with a
 #          real agent process (tests/internal/cluster)
+#   status NodeEnforcements (kubectl nftpolicy status/wait) against a real
+#          kube-apiserver: 1,000 simulated nodes (agent pods, status.Reporters)
+#          -> Gather + Evaluate of 100 policies, API writes per policy change
+#          and per burst, propagation; then 2 real agents: policy create ->
+#          status.Wait (wait_latency_*)
 #   queueflood one pod floods the queue with connections held for pods that
 #          never come, in both fail modes: the other pods' allowed connections
 #          that succeed (queue_flood_other_allowed_ok) and the denied ones
@@ -81,6 +86,7 @@ if ((QUICK)); then
 	EVAL_TIME=300ms
 	SCALE_ARGS=(--pods 2000 --incremental 5 --settle 2s)
 	DELAY_ARGS=(--cycles 4)
+	STATUS_ARGS=(--runs 3 --wait-rounds 8)
 	DNS_ARGS=(--lookups 200 --conns 20)
 else
 	CONN_ARGS=(--rounds 40 --duration 150ms)
@@ -93,6 +99,7 @@ else
 	EVAL_TIME=1s
 	SCALE_ARGS=(--pods 1000,10000,50000,100000 --incremental 10 --settle 10s)
 	DELAY_ARGS=(--cycles 8)
+	STATUS_ARGS=(--runs 9 --wait-rounds 20)
 	DNS_ARGS=(--lookups 2000 --conns 100)
 fi
 
@@ -200,6 +207,13 @@ if section delay; then
 	"$NFTBENCH" delay "${DELAY_ARGS[@]}" >"$OUT/delay.txt"
 fi
 
+if section status; then
+	log "status: NodeEnforcements of 1,000 simulated nodes, then create -> wait with 2 agents (${STATUS_ARGS[*]})"
+	bash hack/tools.sh >/dev/null
+	contention status
+	"$NFTBENCH" status "${STATUS_ARGS[@]}" >"$OUT/status.txt"
+fi
+
 if section newpod; then
 	log "newpod: pods sending before the agents know them; flows a policy change denies"
 	contention newpod
@@ -234,5 +248,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,newpod,queueflood,dns,revoke}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,status,newpod,queueflood,dns,revoke}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -64,6 +64,8 @@ var Targets = []target{
 	{"revocation_extra_rss_mb_200k_conntrack", "<=", 30},
 	{"queue_flood_other_allowed_ok", ">=", 0.99},
 	{"queue_flood_admitted_denied", "==", 0},
+	{"status_gather_ms_1000_nodes", "<=", 2000},
+	{"wait_latency_minus_program_delay_ms", "<=", 20},
 }
 
 // Headline are the name=value lines printed last, in this order.
@@ -74,12 +76,22 @@ var Headline = []string{
 	"rss_mb_10k", "rss_mb_50k", "rss_mb_100k", "full_sync_ms_10k", "full_sync_ms_50k", "full_sync_ms_100k", "full_resync_ms_50k",
 	"incr_sync_ms_10k", "incr_sync_ms_50k", "incr_sync_ms_100k", "incr_sync_flatness_100k_vs_10k",
 	"eval_ns",
+	"status_gather_ms_1000_nodes", "status_api_writes_per_change_1000_nodes", "wait_latency_ms_p50",
+}
+
+// derive adds the values computed from other sections' figures: how much
+// `kubectl nftpolicy wait` adds to the programming delay.
+func derive(r *Result) {
+	if w, p := r.Float("wait_latency_ms_p50"), r.Float("program_delay_p50_ms"); !math.IsNaN(w) && !math.IsNaN(p) {
+		r.Set("wait_latency_minus_program_delay_ms", round(w-p, 2))
+	}
 }
 
 // Report formats the collected results: a markdown table (one row per
 // measurement, with its target when it has one), then every name=value line,
 // the headline ones last.
 func Report(r *Result, quick bool) string {
+	derive(r)
 	var b strings.Builder
 	v := func(name string) string {
 		s, ok := r.Get(name)
@@ -139,7 +151,7 @@ func Report(r *Result, quick bool) string {
 			{"wakeup_rtt_us_", "wake-ups before each timed section (median µs of a pipe round trip between two threads: two wake-ups; compare between runs)"},
 		} {
 			var vs []string
-			for _, sec := range []string{"start", "sync", "eval", "scale", "delay"} {
+			for _, sec := range []string{"start", "sync", "eval", "scale", "delay", "status"} {
 				if c, ok := r.Get(probe[0] + sec); ok {
 					vs = append(vs, sec+" "+c)
 				}
@@ -193,6 +205,32 @@ func Report(r *Result, quick bool) string {
 	row("programming delay", "after the API write returned (agent, kernel, probe interval), p50", "program_delay_after_write_p50_ms", "ms")
 	row("programming delay", "changes measured", "program_delay_changes", "")
 	row("programming delay", "agent's mean incremental sync during the test", "program_delay_agent_sync_mean_ms", "ms")
+
+	// The status section: 1,000 simulated nodes, then 2 real agents.
+	for _, f := range [][3]string{
+		{"1,000 nodes: Gather (agent pods + NodeEnforcements) and Evaluate of 100 policies, median", "status_gather_ms_1000_nodes", "ms"},
+		{"same, slowest run", "status_gather_ms_max_1000_nodes", "ms"},
+		{"same: the two lists alone", "status_gather_lists_ms_1000_nodes", "ms"},
+		{"same: Evaluate of 100 policies alone", "status_evaluate_ms_100_policies_1000_nodes", "ms"},
+		{"same: bytes listed", "status_gather_listed_kib_1000_nodes", "KiB"},
+		{"one NodeEnforcement (64 changes, 2 problems), JSON", "status_nodeenforcement_kib", "KiB"},
+		{"API writes per node for one policy change (all codes)", "status_api_writes_per_change_1000_nodes", ""},
+		{"of which rejected by API Priority and Fairness (429)", "status_api_rejected_per_change_1000_nodes", ""},
+		{"one change: until all 1,000 objects show it", "status_propagation_ms_1000_nodes", "ms"},
+		{"API writes per node for 10 changes within 50 ms (all codes)", "status_api_writes_per_burst_of_10_1000_nodes", ""},
+		{"of which rejected (429)", "status_api_rejected_per_burst_of_10_1000_nodes", ""},
+		{"the burst: until all 1,000 objects show its last change", "status_burst_propagation_ms_1000_nodes", "ms"},
+		{"kube-apiserver + etcd CPU per accepted NodeEnforcement write", "status_api_cpu_ms_per_write", "ms"},
+		{"2 agents: NetworkPolicy created -> status.Wait returns, p50", "wait_latency_ms_p50", "ms"},
+		{"same, p90", "wait_latency_ms_p90", "ms"},
+		{"NetworkPolicy created -> both NodeEnforcements show it (a watch), p50", "wait_shown_ms_p50", "ms"},
+		{"wait_latency_ms_p50 - program_delay_p50_ms", "wait_latency_minus_program_delay_ms", "ms"},
+		{"deleted -> status.Wait returns, p50", "wait_delete_latency_ms_p50", "ms"},
+		{"status.Wait for a policy enforced already (Wait's own time), p50", "wait_enforced_ms_p50", "ms"},
+		{"the agents' reported change-to-commit latency, p50", "wait_reported_latency_ms_p50", "ms"},
+	} {
+		row("status", f[0], f[1], f[2])
+	}
 
 	for _, sz := range scaleSizes(r) {
 		a := "agent, " + sz + " pods"

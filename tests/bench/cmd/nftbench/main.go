@@ -12,6 +12,7 @@
 //	nftbench queueflood [--rounds 3]
 //	nftbench dns   [--lookups 1000] [--conns 100]
 //	nftbench revoke [--entries 200000]
+//	nftbench status [--nodes 1000] [--policies 100] [--changes 64] [--runs 9] [--burst 10] [--burst-window 50ms] [--wait-rounds 20] [--admin-writes]
 //	nftbench contention [--name N] [--duration D]   (contention, cpu_speed and wakeup_rtt_us lines)
 //	nftbench gobench [FILE...]   (go test -bench output -> name=value lines)
 //	nftbench report [--quick] FILE...
@@ -52,7 +53,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|queueflood|dns|revoke|restart|contention|gobench|report|chart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|queueflood|dns|revoke|status|restart|contention|gobench|report|chart [flags]")
 	os.Exit(2)
 }
 
@@ -180,6 +181,20 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunRevoke(ctx, c)
+	case "status":
+		var c bench.StatusConfig
+		fs.IntVar(&c.Nodes, "nodes", 1000, "simulated nodes: an agent pod and a status.Reporter each")
+		fs.IntVar(&c.Policies, "policies", 100, "NetworkPolicies the client evaluates")
+		fs.IntVar(&c.Runs, "runs", 9, "timed runs of Gather + Evaluate")
+		fs.IntVar(&c.Changes, "changes", 64, "policy changes each node reports (its last ones; at most 64, status.MaxChanges)")
+		fs.IntVar(&c.Burst, "burst", 10, "policy changes of the burst, reaching every node")
+		fs.DurationVar(&c.BurstWindow, "burst-window", 50*time.Millisecond, "time over which the burst's changes reach the nodes")
+		fs.IntVar(&c.WaitRounds, "wait-rounds", 20, "policy create -> status.Wait rounds with two real agents (0: none)")
+		fs.BoolVar(&c.AdminWrites, "admin-writes", false, "the simulated agents write as an admin (exempt from API Priority and Fairness) instead of install.yaml's ServiceAccount")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunStatus(ctx, c)
 	case "restart":
 		var c bench.RestartConfig
 		fs.IntVar(&c.Restarts, "restarts", 5, "SIGKILLs of the agent (queue mode), each under its own load")
