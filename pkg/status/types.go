@@ -26,7 +26,7 @@ const (
 // number of policies, so that a thousand nodes list in one request.
 const (
 	// MaxChanges is how many of its last policy changes a node reports.
-	MaxChanges = 64
+	MaxChanges = 16
 	// MaxProblems is how many policies with problems a node names.
 	MaxProblems = 64
 	// maxMessage bounds a problem's or a sync error's message.

@@ -178,7 +178,8 @@ func measureStatusAPI(ctx context.Context, tb testing.TB, cfg StatusConfig, res 
 // applyStatusInstall applies install.yaml's ServiceAccount, RBAC and
 // NodeEnforcement CustomResourceDefinition, and waits for the latter.
 func applyStatusInstall(tb testing.TB, env *kubeenv.Env) error {
-	docs, err := cluster.InstallDocuments("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition")
+	docs, err := cluster.InstallDocuments("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+		"PriorityLevelConfiguration", "FlowSchema")
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@
 //	nftbench queueflood [--rounds 3]
 //	nftbench dns   [--lookups 1000] [--conns 100]
 //	nftbench revoke [--entries 200000]
-//	nftbench status [--nodes 1000] [--policies 100] [--changes 64] [--runs 9] [--burst 10] [--burst-window 50ms] [--wait-rounds 20] [--admin-writes]
+//	nftbench status [--nodes 1000] [--policies 100] [--changes 16] [--runs 9] [--burst 10] [--burst-window 50ms] [--wait-rounds 20] [--admin-writes]
 //	nftbench contention [--name N] [--duration D]   (contention, cpu_speed and wakeup_rtt_us lines)
 //	nftbench gobench [FILE...]   (go test -bench output -> name=value lines)
 //	nftbench report [--quick] FILE...
@@ -34,6 +34,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nftpolicy/nftpolicy/pkg/status"
 
 	"github.com/nftpolicy/nftpolicy/tests/bench"
 )
@@ -186,7 +188,7 @@ func main() {
 		fs.IntVar(&c.Nodes, "nodes", 1000, "simulated nodes: an agent pod and a status.Reporter each")
 		fs.IntVar(&c.Policies, "policies", 100, "NetworkPolicies the client evaluates")
 		fs.IntVar(&c.Runs, "runs", 9, "timed runs of Gather + Evaluate")
-		fs.IntVar(&c.Changes, "changes", 64, "policy changes each node reports (its last ones; at most 64, status.MaxChanges)")
+		fs.IntVar(&c.Changes, "changes", status.MaxChanges, "policy changes each node reports (its last ones; at most status.MaxChanges)")
 		fs.IntVar(&c.Burst, "burst", 10, "policy changes of the burst, reaching every node")
 		fs.DurationVar(&c.BurstWindow, "burst-window", 50*time.Millisecond, "time over which the burst's changes reach the nodes")
 		fs.IntVar(&c.WaitRounds, "wait-rounds", 20, "policy create -> status.Wait rounds with two real agents (0: none)")
