@@ -347,7 +347,13 @@ func apiClients(kubeconfig, node string) (kubernetes.Interface, npaclient.Interf
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("creating the ClusterNetworkPolicy client: %w", err)
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	// The NodeEnforcement's writer keeps one write in flight and coalesces
+	// what comes meanwhile: client-go's token bucket (5 a second) would
+	// only hold a report back, up to 200 ms after a few changes. The API
+	// server bounds the agents' writes (install.yaml's FlowSchema).
+	statusCfg := rest.CopyConfig(cfg)
+	statusCfg.QPS = -1
+	dyn, err := dynamic.NewForConfig(statusCfg)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("creating the NodeEnforcement client: %w", err)
 	}

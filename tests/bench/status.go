@@ -122,7 +122,10 @@ var statusAgents = status.DefaultAgents
 
 // measureStatusAPI is RunStatus's first part, on a control plane of its own.
 func measureStatusAPI(ctx context.Context, tb testing.TB, cfg StatusConfig, res *Result) error {
-	env := cluster.StartControlPlane(tb)
+	// API Priority and Fairness on, as in a cluster (kubeenv turns it off):
+	// install.yaml's FlowSchema decides how a burst of the agents' writes
+	// is queued.
+	env := cluster.StartControlPlane(tb, kubeenv.WithAPIServerArgs("--enable-priority-and-fairness=true"))
 	if err := applyStatusInstall(tb, env); err != nil {
 		return err
 	}
