@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -30,7 +29,7 @@ func Wait(ctx context.Context, c Clients, a Agents, ref PolicyRef, deleted bool)
 			return Row{Target: t}, err
 		}
 	}
-	pods := cache.NewSharedIndexInformer(&cache.ListWatch{
+	pods := cache.NewSharedIndexInformer(plainList(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = a.Selector
 			return c.Kube.CoreV1().Pods(a.Namespace).List(ctx, o)
@@ -39,8 +38,16 @@ func Wait(ctx context.Context, c Clients, a Agents, ref PolicyRef, deleted bool)
 			o.LabelSelector = a.Selector
 			return c.Kube.CoreV1().Pods(a.Namespace).Watch(ctx, o)
 		},
-	}, &corev1.Pod{}, 0, cache.Indexers{})
-	reports := dynamicinformer.NewFilteredDynamicInformer(c.Dynamic, GVR, "", 0, cache.Indexers{}, nil).Informer()
+	}), &corev1.Pod{}, 0, cache.Indexers{})
+	res := c.Dynamic.Resource(GVR)
+	reports := cache.NewSharedIndexInformer(plainList(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return res.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return res.Watch(ctx, o)
+		},
+	}), &unstructured.Unstructured{}, 0, cache.Indexers{})
 	changed := make(chan struct{}, 1)
 	signal := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { kick(changed) },
@@ -72,6 +79,18 @@ func Wait(ctx context.Context, c Clients, a Agents, ref PolicyRef, deleted bool)
 		}
 	}
 }
+
+// plainList makes an informer start with a LIST served from the API
+// server's cache rather than a streamed watch-list, which first waits for
+// etcd to prove that cache fresh (up to about 100 ms, most of a wait). A
+// list a little behind only makes Wait wait for the events after it:
+// watermarks only rise, so an older view never says done sooner.
+func plainList(lw *cache.ListWatch) cache.ListerWatcher { return plainListWatch{lw} }
+
+type plainListWatch struct{ *cache.ListWatch }
+
+// IsWatchListSemanticsUnSupported tells client-go's reflector to list.
+func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 // LaggingError is Wait's error when its time ran out.
 type LaggingError struct{ Row Row }
