@@ -128,31 +128,41 @@ func New(cfg Config, m *Metrics) (*Logger, error) {
 
 // Run reads the NFLOG group until ctx ends.
 func (l *Logger) Run(ctx context.Context) error {
-	nf, err := nflog.Open(&nflog.Config{Group: l.cfg.Group, Copymode: nflog.CopyPacket, Bufsize: copyRange, NetNS: l.cfg.NetNS,
-		Logger: nflogLogger{l.log}})
+	return ReadGroup(ctx, l.cfg.Group, l.cfg.NetNS, l.log, "deny log", l.Handle,
+		func() { l.metrics.Dropped.WithLabelValues("read_error").Inc() })
+}
+
+// ReadGroup reads an NFLOG group (in the network namespace netns, 0 for
+// the caller's) until ctx ends, handing each message's prefix and packet
+// to handle; readError is called for each message lost to a full socket
+// buffer. what names the log in messages.
+func ReadGroup(ctx context.Context, group uint16, netns int, log klog.Logger, what string,
+	handle func(prefix string, payload []byte, now time.Time), readError func()) error {
+	nf, err := nflog.Open(&nflog.Config{Group: group, Copymode: nflog.CopyPacket, Bufsize: copyRange, NetNS: netns,
+		Logger: nflogLogger{log}})
 	if err != nil {
-		return fmt.Errorf("opening NFLOG group %d: %w", l.cfg.Group, err)
+		return fmt.Errorf("opening NFLOG group %d: %w", group, err)
 	}
 	defer nf.Close()
 	err = nf.RegisterWithErrorFunc(ctx, func(a nflog.Attribute) int {
 		if a.Prefix == nil || a.Payload == nil {
 			return 0
 		}
-		l.Handle(*a.Prefix, *a.Payload, time.Now())
+		handle(*a.Prefix, *a.Payload, time.Now())
 		return 0
 	}, func(err error) int {
 		if ctx.Err() != nil {
 			return 1
 		}
 		// A full socket buffer loses messages, not the reader: go on.
-		l.log.V(2).Info("Reading the deny log", "err", err)
-		l.metrics.Dropped.WithLabelValues("read_error").Inc()
+		log.V(2).Info("Reading the "+what, "err", err)
+		readError()
 		return 0
 	})
 	if err != nil {
-		return fmt.Errorf("binding NFLOG group %d: %w", l.cfg.Group, err)
+		return fmt.Errorf("binding NFLOG group %d: %w", group, err)
 	}
-	l.log.Info("Reading the deny log", "group", l.cfg.Group)
+	log.Info("Reading the "+what, "group", group)
 	<-ctx.Done()
 	return nil
 }
@@ -182,8 +192,8 @@ func (l *Logger) Handle(prefix string, payload []byte, now time.Time) {
 		return
 	}
 	kv := []any{
-		"src", endpoint(prog, p.Src), "srcIP", p.Src.String(),
-		"dst", endpoint(prog, p.Dst), "dstIP", p.Dst.String(),
+		"src", Endpoint(prog, p.Src), "srcIP", p.Src.String(),
+		"dst", Endpoint(prog, p.Dst), "dstIP", p.Dst.String(),
 		"protocol", compile.Protocol(p.Proto).String(), "port", p.DstPort,
 		"direction", info.Direction.String(), "policyKind", info.Kind, "policy", info.Policy,
 	}
@@ -213,27 +223,33 @@ func (l *Logger) resolveID(prog *compile.Program, id string) (compile.DenyInfo, 
 func (l *Logger) allowFlow(k flowKey, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if last, ok := l.flows[k]; ok && now.Sub(last) < l.cfg.FlowInterval {
+	return AllowFlow(l.flows, k, now, l.cfg.FlowInterval)
+}
+
+// AllowFlow lets one line per flow key through per interval, remembering
+// when in flows (at most maxFlows keys: under a flood of distinct flows
+// it forgets them rather than grow; an overall line limit still bounds
+// the output). The caller holds flows' lock.
+func AllowFlow[K comparable](flows map[K]time.Time, k K, now time.Time, interval time.Duration) bool {
+	if last, ok := flows[k]; ok && now.Sub(last) < interval {
 		return false
 	}
-	if len(l.flows) >= maxFlows {
-		for f, t := range l.flows {
-			if now.Sub(t) >= l.cfg.FlowInterval {
-				delete(l.flows, f)
+	if len(flows) >= maxFlows {
+		for f, t := range flows {
+			if now.Sub(t) >= interval {
+				delete(flows, f)
 			}
 		}
-		if len(l.flows) >= maxFlows {
-			// Under a flood of distinct flows, forget them all rather than
-			// grow: the overall line limit still bounds the output.
-			clear(l.flows)
+		if len(flows) >= maxFlows {
+			clear(flows)
 		}
 	}
-	l.flows[k] = now
+	flows[k] = now
 	return true
 }
 
-// endpoint names an address: "ns/pod", "node:name", or the address.
-func endpoint(p *compile.Program, a netip.Addr) string {
+// Endpoint names an address: "ns/pod", "node:name", or the address.
+func Endpoint(p *compile.Program, a netip.Addr) string {
 	if p == nil {
 		return a.String()
 	}
