@@ -69,6 +69,7 @@ type agentOptions struct {
 	// agent's own network namespace, unless a test sets another.
 	queueProber queuerule.QueueProber
 	denyLog     denyLogOptions
+	stagedLog   stagedLogOptions
 	newPod      newPodOptions
 	fqdn        fqdnOptions
 	state       stateOptions
@@ -98,6 +99,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
 	o.denyLog.addFlags(fs)
+	o.stagedLog.addFlags(fs)
 	o.newPod.addFlags(fs)
 	o.fqdn.addFlags(fs)
 	o.state.addFlags(fs)
@@ -281,6 +283,10 @@ func agent(ctx context.Context, o *agentOptions) error {
 			return err
 		}
 	}
+	// After DNS learning set the evaluator's resolver, which it reads.
+	if err := o.stagedLog.startStagedLog(ctx, render, node, eval, reg); err != nil {
+		return err
+	}
 	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
 	log.Info("nftpolicy agent started", "node", node, "mode", mode, "failOpen", o.failOpen)
 	select {
@@ -390,6 +396,7 @@ func (o *agentOptions) finishRenderConfig(ctx context.Context, render *compile.R
 		render.DNSQueueNum = n
 	}
 	o.denyLog.configureDenyLog(render)
+	o.stagedLog.configureStagedLog(render)
 	render.Defaults()
 	return render.Validate()
 }
