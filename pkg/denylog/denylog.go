@@ -138,7 +138,11 @@ func (l *Logger) Run(ctx context.Context) error {
 // buffer. what names the log in messages.
 func ReadGroup(ctx context.Context, group uint16, netns int, log klog.Logger, what string,
 	handle func(prefix string, payload []byte, now time.Time), readError func()) error {
-	nf, err := nflog.Open(&nflog.Config{Group: group, Copymode: nflog.CopyPacket, Bufsize: copyRange, NetNS: netns,
+	// QThresh 1: the kernel sends each message at once. Its default
+	// batches up to 100 messages or one second, which would delay a
+	// lone message's line by a second; the kernel's per-source limits
+	// keep the message rate low.
+	nf, err := nflog.Open(&nflog.Config{Group: group, Copymode: nflog.CopyPacket, Bufsize: copyRange, NetNS: netns, QThresh: 1,
 		Logger: nflogLogger{log}})
 	if err != nil {
 		return fmt.Errorf("opening NFLOG group %d: %w", group, err)

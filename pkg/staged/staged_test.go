@@ -29,7 +29,9 @@ var (
 	podC = netip.MustParseAddr("10.244.1.3")
 )
 
-func stagedMark(o metav1.Object) { o.SetAnnotations(map[string]string{compile.StagedAnnotation: "true"}) }
+func stagedMark(o metav1.Object) {
+	o.SetAnnotations(map[string]string{compile.StagedAnnotation: "true"})
+}
 
 func testInput() compile.Input {
 	pod := func(name string, ip netip.Addr) *corev1.Pod {

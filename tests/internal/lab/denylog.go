@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/denylog"
+	"github.com/nftpolicy/nftpolicy/pkg/staged"
 )
 
 // RunDenyLog starts a deny log reader in node's namespace, resolving with
@@ -18,6 +20,39 @@ import (
 // LinesPerSecond are used; Node, Program, NetNS and Logger are set here.
 // stop ends the reader and returns its error.
 func (l *Lab) RunDenyLog(ctx context.Context, node string, cfg denylog.Config, m *denylog.Metrics, out io.Writer) (stop func() error, err error) {
+	return l.runNFLOGReader(ctx, node, out, func(r nflogReader) (func(context.Context) error, error) {
+		cfg.Node, cfg.NetNS, cfg.Program, cfg.Logger = node, r.netns, r.program, r.logger
+		d, err := denylog.New(cfg, m)
+		if err != nil {
+			return nil, err
+		}
+		return d.Run, nil
+	})
+}
+
+// RunStagedLog is RunDenyLog for the staged log (pkg/staged).
+func (l *Lab) RunStagedLog(ctx context.Context, node string, cfg staged.Config, m *staged.Metrics, out io.Writer) (stop func() error, err error) {
+	return l.runNFLOGReader(ctx, node, out, func(r nflogReader) (func(context.Context) error, error) {
+		cfg.Node, cfg.NetNS, cfg.Program, cfg.Logger = node, r.netns, r.program, r.logger
+		s, err := staged.New(cfg, m)
+		if err != nil {
+			return nil, err
+		}
+		return s.Run, nil
+	})
+}
+
+// nflogReader is what a reader of a node's NFLOG group is given: the
+// node's namespace, its program, a logger writing to the output.
+type nflogReader struct {
+	netns   int
+	program func() *compile.Program
+	logger  klog.Logger
+}
+
+// runNFLOGReader starts the reader newReader makes in node's namespace.
+func (l *Lab) runNFLOGReader(ctx context.Context, node string, out io.Writer,
+	newReader func(nflogReader) (func(context.Context) error, error)) (stop func() error, err error) {
 	a := l.agents[node]
 	if a == nil {
 		return nil, fmt.Errorf("no node %s", node)
@@ -30,17 +65,15 @@ func (l *Lab) RunDenyLog(ctx context.Context, node string, cfg denylog.Config, m
 	if err != nil {
 		return nil, err
 	}
-	cfg.Node, cfg.NetNS = node, int(ns.Fd())
-	cfg.Program = func() *compile.Program { return a.Program }
-	cfg.Logger = textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(out)))
-	r, err := denylog.New(cfg, m)
+	run, err := newReader(nflogReader{netns: int(ns.Fd()), program: func() *compile.Program { return a.Program },
+		logger: textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(out)))})
 	if err != nil {
 		ns.Close()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
+	go func() { done <- run(rctx) }()
 	return func() error {
 		cancel()
 		err := <-done

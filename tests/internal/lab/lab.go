@@ -59,6 +59,10 @@ type Config struct {
 	// (compile.RenderConfig); the tests read the group themselves.
 	DenyLogGroup uint16
 	DenyLogRate  uint32
+	// StagedLogGroup and StagedLogRate turn the staged log on
+	// (compile.RenderConfig); the tests read the group themselves.
+	StagedLogGroup uint16
+	StagedLogRate  uint32
 	// FailOpen runs the agents with --fail-open: the queue rules' bypass,
 	// DNS replies delivered unlearned with no agent, and an unknown pod's
 	// connection allowed at the wait's bound.
@@ -203,6 +207,7 @@ func (cfg Config) render(ctx context.Context) (compile.RenderConfig, error) {
 	}
 	rcfg := compile.RenderConfig{Mode: mode, QueueVariant: cfg.QueueVariant,
 		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate, FailOpen: cfg.FailOpen,
+		StagedLogGroup: cfg.StagedLogGroup, StagedLogRate: cfg.StagedLogRate, StagedLogBurst: cfg.StagedLogRate,
 		NoSourceValidation: cfg.NoSourceValidation}
 	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == "" {
 		v, err := queuerule.ProbeQueueVariant(ctx)
