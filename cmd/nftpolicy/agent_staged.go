@@ -18,6 +18,7 @@ type stagedLogOptions struct {
 	enabled      bool
 	group        uint16
 	kernelRate   uint32
+	totalRate    uint32
 	flowInterval time.Duration
 	linesPerSec  int
 }
@@ -26,6 +27,7 @@ func (o *stagedLogOptions) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.enabled, "staged-log", true, "log one line per new connection whose verdict staged policies (nftpolicy.io/staged) would change; the kernel copies only their subjects' first packets (NFLOG)")
 	fs.Uint16Var(&o.group, "staged-log-group", staged.DefaultGroup, "NFLOG group of the staged log (must not be used by anything else on the node)")
 	fs.Uint32Var(&o.kernelRate, "staged-log-kernel-rate", compile.DefaultStagedLogRate, "kernel limit on staged log copies per source address, per second (burst twice that); over it a connection is not copied, and still decided")
+	fs.Uint32Var(&o.totalRate, "staged-log-kernel-total-rate", compile.DefaultStagedLogTotalRate, "kernel limit on staged log copies of all sources, per second (burst twice that)")
 	fs.DurationVar(&o.flowInterval, "staged-log-flow-interval", staged.DefaultFlowInterval, "at most one staged log line per source, destination, protocol and port in this interval")
 	fs.IntVar(&o.linesPerSec, "staged-log-lines-per-second", staged.DefaultLinesPerSec, "at most this many staged log lines per second overall")
 }
@@ -37,6 +39,7 @@ func (o *stagedLogOptions) configureStagedLog(render *compile.RenderConfig) {
 	}
 	render.StagedLogGroup = o.group
 	render.StagedLogRate, render.StagedLogBurst = o.kernelRate, 2*o.kernelRate
+	render.StagedLogTotalRate, render.StagedLogTotalBurst = o.totalRate, 2*o.totalRate
 }
 
 // startStagedLog starts the staged log reader when the ruleset copies

@@ -87,9 +87,11 @@ type RenderConfig struct {
 	// StagedLogGroup is the NFLOG group the first packets of new
 	// connections of staged policies' local subjects are copied to (0:
 	// none; render_staged.go). StagedLogRate and StagedLogBurst limit the
-	// copies per source address, in packets per second.
-	StagedLogGroup                uint16
-	StagedLogRate, StagedLogBurst uint32
+	// copies per source address, in packets per second;
+	// StagedLogTotalRate and StagedLogTotalBurst overall.
+	StagedLogGroup                          uint16
+	StagedLogRate, StagedLogBurst           uint32
+	StagedLogTotalRate, StagedLogTotalBurst uint32
 	// HeldSourceRate and HeldSourceBurst bound, per source address, the
 	// new connections of unknown pod addresses queued (and held) per
 	// second; QueueSourceRate and QueueSourceBurst queue mode's queued

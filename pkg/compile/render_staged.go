@@ -20,14 +20,17 @@ import (
 //
 // The copies are rate limited per source address in the kernel, as the
 // deny log's messages are (render_share.go): one pod opening connections
-// fast cannot spend another's share. Over its share a packet is not
-// copied, and still passes on to its verdict.
+// fast cannot spend another's share; and overall, so that many sources
+// together send the agent a bounded number of copies. Over either limit a
+// packet is not copied, and still passes on to its verdict.
 
-// Defaults of the staged log's per-source limit: the deny log's
-// (render_share.go explains them).
+// Defaults of the staged log's limits: the deny log's (render_share.go
+// explains them).
 const (
-	DefaultStagedLogRate  = DefaultDenyLogRate
-	DefaultStagedLogBurst = DefaultDenyLogBurst
+	DefaultStagedLogRate       = DefaultDenyLogRate
+	DefaultStagedLogBurst      = DefaultDenyLogBurst
+	DefaultStagedLogTotalRate  = DefaultDenyLogTotalRate
+	DefaultStagedLogTotalBurst = DefaultDenyLogTotalBurst
 )
 
 // StagedLogPrefix is the log prefix of the staged log's messages.
@@ -60,7 +63,9 @@ func (r *renderer) stagedLog() (forward, input []knftables.Rule) {
 		}
 	}
 	c := r.addrLimitChainOver(ChainStagedLog, meterStaged, true, r.cfg.StagedLogRate, r.cfg.StagedLogBurst, "", "return",
-		"staged log: copies a new connection's first packet to NFLOG, per source address within a budget, and returns to the verdict")
+		"staged log: copies a new connection's first packet to NFLOG, within a budget per source address and overall, and returns to the verdict")
+	c.Rules = append(c.Rules, rule(fmt.Sprintf("limit rate over %d/second burst %d packets counter return", r.cfg.StagedLogTotalRate, r.cfg.StagedLogTotalBurst),
+		"over the overall staged log budget"))
 	c.Rules = append(c.Rules, rule(fmt.Sprintf("counter log prefix %q group %d", StagedLogPrefix, r.cfg.StagedLogGroup), ""))
 	for _, v4 := range []bool{true, false} {
 		f := famWord(v4)
@@ -95,8 +100,9 @@ func (c *RenderConfig) validateStagedLog() error {
 	if c.StagedLogGroup == 0 {
 		return nil
 	}
-	if c.StagedLogRate == 0 || c.StagedLogBurst == 0 {
-		return fmt.Errorf("staged log rate %d/second burst %d: both must be positive", c.StagedLogRate, c.StagedLogBurst)
+	if c.StagedLogRate == 0 || c.StagedLogBurst == 0 || c.StagedLogTotalRate == 0 || c.StagedLogTotalBurst == 0 {
+		return fmt.Errorf("staged log rate %d/second burst %d, overall %d/second burst %d: all must be positive",
+			c.StagedLogRate, c.StagedLogBurst, c.StagedLogTotalRate, c.StagedLogTotalBurst)
 	}
 	if c.StagedLogGroup == c.DenyLogGroup {
 		return fmt.Errorf("staged log group %d is the deny log's", c.StagedLogGroup)
@@ -114,5 +120,11 @@ func (c *RenderConfig) stagedLogDefaults() {
 	}
 	if c.StagedLogBurst == 0 {
 		c.StagedLogBurst = DefaultStagedLogBurst
+	}
+	if c.StagedLogTotalRate == 0 {
+		c.StagedLogTotalRate = DefaultStagedLogTotalRate
+	}
+	if c.StagedLogTotalBurst == 0 {
+		c.StagedLogTotalBurst = DefaultStagedLogTotalBurst
 	}
 }

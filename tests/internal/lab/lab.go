@@ -60,7 +60,8 @@ type Config struct {
 	DenyLogGroup uint16
 	DenyLogRate  uint32
 	// StagedLogGroup and StagedLogRate turn the staged log on
-	// (compile.RenderConfig); the tests read the group themselves.
+	// (compile.RenderConfig; the rate is per source and overall); the
+	// tests read the group themselves.
 	StagedLogGroup uint16
 	StagedLogRate  uint32
 	// FailOpen runs the agents with --fail-open: the queue rules' bypass,
@@ -208,6 +209,7 @@ func (cfg Config) render(ctx context.Context) (compile.RenderConfig, error) {
 	rcfg := compile.RenderConfig{Mode: mode, QueueVariant: cfg.QueueVariant,
 		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate, FailOpen: cfg.FailOpen,
 		StagedLogGroup: cfg.StagedLogGroup, StagedLogRate: cfg.StagedLogRate, StagedLogBurst: cfg.StagedLogRate,
+		StagedLogTotalRate: cfg.StagedLogRate, StagedLogTotalBurst: cfg.StagedLogRate,
 		NoSourceValidation: cfg.NoSourceValidation}
 	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == "" {
 		v, err := queuerule.ProbeQueueVariant(ctx)
