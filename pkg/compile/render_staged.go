@@ -63,7 +63,7 @@ func (r *renderer) stagedLog() (forward, input []knftables.Rule) {
 		}
 	}
 	c := r.addrLimitChainOver(ChainStagedLog, meterStaged, true, r.cfg.StagedLogRate, r.cfg.StagedLogBurst, "", "return",
-		"staged log: copies a new connection's first packet to NFLOG, within a budget per source address and overall, and returns to the verdict")
+		"staged log: copies first packets to NFLOG within per-source and overall budgets; never decides")
 	c.Rules = append(c.Rules, rule(fmt.Sprintf("limit rate over %d/second burst %d packets counter return", r.cfg.StagedLogTotalRate, r.cfg.StagedLogTotalBurst),
 		"over the overall staged log budget"))
 	c.Rules = append(c.Rules, rule(fmt.Sprintf("counter log prefix %q group %d", StagedLogPrefix, r.cfg.StagedLogGroup), ""))

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/knftables"
+
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
 )
@@ -20,8 +22,11 @@ func TestStagedLogOnlyWhereStaged(t *testing.T) {
 			t.Fatal(err)
 		}
 		var b strings.Builder
-		for name := range rs.Chains {
+		for name, c := range rs.Chains {
 			b.WriteString(name + "\n")
+			if c.Chain.Comment != nil && len(*c.Chain.Comment) > knftables.CommentLengthMax {
+				t.Errorf("chain %s: comment longer than nft takes: %q", name, *c.Chain.Comment)
+			}
 		}
 		for name := range rs.Sets {
 			b.WriteString(name + "\n")
