@@ -273,9 +273,6 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.startServers(ctx, reg, ctrl, client, node, errs); err != nil {
 		return err
 	}
-	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
-		return err
-	}
 	if render.LearnsDNS() {
 		stopDNS, err := o.fqdn.startFQDN(ctx, render, dnsQueue, eval, elements, client, reg, errs, hooks)
 		defer stopDNS()
@@ -283,8 +280,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 			return err
 		}
 	}
-	// After DNS learning set the evaluator's resolver, which it reads.
-	if err := o.stagedLog.startStagedLog(ctx, render, node, eval, reg); err != nil {
+	if err := o.startLogReaders(ctx, render, node, eval, reg); err != nil {
 		return err
 	}
 	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
