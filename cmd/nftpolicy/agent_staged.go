@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/denylog"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/staged"
 )
@@ -28,8 +29,8 @@ func (o *stagedLogOptions) addFlags(fs *pflag.FlagSet) {
 	fs.Uint16Var(&o.group, "staged-log-group", staged.DefaultGroup, "NFLOG group of the staged log (must not be used by anything else on the node)")
 	fs.Uint32Var(&o.kernelRate, "staged-log-kernel-rate", compile.DefaultStagedLogRate, "kernel limit on staged log copies per source address, per second (burst twice that); over it a connection is not copied, and still decided")
 	fs.Uint32Var(&o.totalRate, "staged-log-kernel-total-rate", compile.DefaultStagedLogTotalRate, "kernel limit on staged log copies of all sources, per second (burst twice that)")
-	fs.DurationVar(&o.flowInterval, "staged-log-flow-interval", staged.DefaultFlowInterval, "at most one staged log line per source, destination, protocol and port in this interval")
-	fs.IntVar(&o.linesPerSec, "staged-log-lines-per-second", staged.DefaultLinesPerSec, "at most this many staged log lines per second overall")
+	fs.DurationVar(&o.flowInterval, "staged-log-flow-interval", denylog.DefaultFlowInterval, "at most one staged log line per source, destination, protocol and port in this interval")
+	fs.IntVar(&o.linesPerSec, "staged-log-lines-per-second", denylog.DefaultLinesPerSec, "at most this many staged log lines per second overall")
 }
 
 // configureStagedLog turns the kernel side on in the render configuration.
@@ -63,8 +64,8 @@ func (o *stagedLogOptions) startStagedLog(ctx context.Context, render compile.Re
 	if err := m.Register(reg); err != nil {
 		return err
 	}
-	l, err := staged.New(staged.Config{Group: render.StagedLogGroup, Node: node, Program: eval.Program, Resolver: eval.Resolved,
-		FlowInterval: o.flowInterval, LinesPerSecond: o.linesPerSec, Logger: klog.FromContext(ctx).WithName("staged")}, m)
+	l, err := staged.New(staged.Config{Resolver: eval.Resolved, Config: denylog.Config{Group: render.StagedLogGroup, Node: node, Program: eval.Program,
+		FlowInterval: o.flowInterval, LinesPerSecond: o.linesPerSec, Logger: klog.FromContext(ctx).WithName("staged")}}, m)
 	if err != nil {
 		return err
 	}

@@ -115,16 +115,15 @@ func (c *RenderConfig) stagedLogDefaults() {
 	if c.StagedLogGroup == 0 {
 		return
 	}
-	if c.StagedLogRate == 0 {
-		c.StagedLogRate = DefaultStagedLogRate
-	}
-	if c.StagedLogBurst == 0 {
-		c.StagedLogBurst = DefaultStagedLogBurst
-	}
-	if c.StagedLogTotalRate == 0 {
-		c.StagedLogTotalRate = DefaultStagedLogTotalRate
-	}
-	if c.StagedLogTotalBurst == 0 {
-		c.StagedLogTotalBurst = DefaultStagedLogTotalBurst
+	for _, l := range []struct {
+		v *uint32
+		d uint32
+	}{
+		{&c.StagedLogRate, DefaultStagedLogRate}, {&c.StagedLogBurst, DefaultStagedLogBurst},
+		{&c.StagedLogTotalRate, DefaultStagedLogTotalRate}, {&c.StagedLogTotalBurst, DefaultStagedLogTotalBurst},
+	} {
+		if *l.v == 0 {
+			*l.v = l.d
+		}
 	}
 }

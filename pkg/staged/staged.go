@@ -18,13 +18,8 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 )
 
-// Defaults of Config.
-const (
-	// DefaultGroup follows the deny log's (denylog.DefaultGroup).
-	DefaultGroup        = denylog.DefaultGroup + 1
-	DefaultFlowInterval = 30 * time.Second
-	DefaultLinesPerSec  = 50
-)
+// DefaultGroup is Config.Group's default, after the deny log's.
+const DefaultGroup = denylog.DefaultGroup + 1
 
 // Would is what enforcing the staged policies would do to a connection.
 type Would string
@@ -42,26 +37,16 @@ const NoPolicy = "-"
 
 // Config configures a Logger.
 type Config struct {
-	// Group is the NFLOG group the ruleset copies staged subjects' first
-	// packets to.
-	Group uint16
-	// Node is this node's name, written on every line.
-	Node string
-	// Program returns the program in force (the evaluator's); the staged
-	// program is built from its Source.
-	Program func() *compile.Program
+	// Config is the NFLOG reader's, as the deny log's: Group (DefaultGroup
+	// when 0) is the group the ruleset copies staged subjects' first
+	// packets to; Program returns the program in force (the evaluator's),
+	// whose Source the staged program is built from; FlowInterval is the
+	// least time between two lines for one connection (source,
+	// destination, protocol, port).
+	denylog.Config
 	// Resolver, when set, decides domainNames peers as the evaluator in
 	// force does.
 	Resolver evaluate.Resolver
-	// FlowInterval is the least time between two lines for one
-	// connection (source, destination, protocol, port); LinesPerSecond
-	// bounds all lines (burst the same).
-	FlowInterval   time.Duration
-	LinesPerSecond int
-	Logger         klog.Logger
-	// NetNS, when not 0, is a network namespace file descriptor to read
-	// the group in (tests); 0 is the caller's.
-	NetNS int
 }
 
 // Defaults fills unset fields.
@@ -69,12 +54,7 @@ func (c Config) Defaults() Config {
 	if c.Group == 0 {
 		c.Group = DefaultGroup
 	}
-	if c.FlowInterval == 0 {
-		c.FlowInterval = DefaultFlowInterval
-	}
-	if c.LinesPerSecond == 0 {
-		c.LinesPerSecond = DefaultLinesPerSec
-	}
+	c.Config = c.Config.Defaults()
 	return c
 }
 
@@ -101,12 +81,7 @@ func NewMetrics() *Metrics {
 
 // Register registers the metrics.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Verdicts, m.Dropped} {
-		if err := r.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return errors.Join(r.Register(m.Verdicts), r.Register(m.Dropped))
 }
 
 // Decision is a connection decided under both programs.

@@ -3,20 +3,21 @@ package staged
 import (
 	"encoding/binary"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/textlogger"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/denylog"
 )
 
 // Conventions: one node n1 with pods x/a 10.244.1.1, x/b .2, x/c .3.
@@ -91,47 +92,43 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-// tcpSYN is an IPv4 TCP header pair from src:sport to dst:dport.
-func tcpSYN(src, dst netip.Addr, sport, dport uint16) []byte {
-	b := make([]byte, 40)
-	b[0] = 0x45
-	binary.BigEndian.PutUint16(b[2:], 40)
-	b[8] = 64
-	b[9] = 6
+// syn is the first 40 bytes of a TCP SYN from src:sport to dst:dport
+// (IPv4, no options), as the kernel copies it.
+func syn(src, dst netip.Addr, sport, dport uint16) []byte {
 	s, d := src.As4(), dst.As4()
-	copy(b[12:], s[:])
-	copy(b[16:], d[:])
-	binary.BigEndian.PutUint16(b[20:], sport)
-	binary.BigEndian.PutUint16(b[22:], dport)
-	b[33] = 0x02
-	return b
+	b := []byte{0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0}
+	b = append(append(b, s[:]...), d[:]...)
+	b = binary.BigEndian.AppendUint16(b, sport)
+	b = binary.BigEndian.AppendUint16(b, dport)
+	return append(b, 0, 0, 0, 0, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0)
 }
 
-type lineRecorder struct {
-	mu    sync.Mutex
-	lines []string
+// lines keeps what a text logger writes, one entry per line.
+type lines struct {
+	mu sync.Mutex
+	l  []string
 }
 
-func (r *lineRecorder) logger() logr.Logger {
-	return funcr.New(func(_, args string) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.lines = append(r.lines, args)
-	}, funcr.Options{})
+func (ls *lines) Write(b []byte) (int, error) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.l = append(ls.l, string(b))
+	return len(b), nil
 }
 
-func (r *lineRecorder) all() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.lines...)
+func (ls *lines) all() []string {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return slices.Clone(ls.l)
 }
 
 func TestHandle(t *testing.T) {
 	prog := compile.Build(testInput())
-	rec := &lineRecorder{}
+	rec := &lines{}
 	m := NewMetrics()
 	cur := prog
-	l, err := New(Config{Node: "n1", Program: func() *compile.Program { return cur }, Logger: rec.logger(), FlowInterval: time.Minute, LinesPerSecond: 5}, m)
+	l, err := New(Config{Config: denylog.Config{Node: "n1", Program: func() *compile.Program { return cur },
+		Logger: textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(rec))), FlowInterval: time.Minute, LinesPerSecond: 5}}, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,19 +136,19 @@ func TestHandle(t *testing.T) {
 	// A connection the staged policy would deny, its first packet copied
 	// three times (retransmitted): one line, three counts.
 	for i := 0; i < 3; i++ {
-		l.Handle(compile.StagedLogPrefix, tcpSYN(podC, podA, 40000, 80), now.Add(time.Duration(i)*time.Second))
+		l.Handle(compile.StagedLogPrefix, syn(podC, podA, 40000, 80), now.Add(time.Duration(i)*time.Second))
 	}
 	// One it would allow, one it would not change.
-	l.Handle(compile.StagedLogPrefix, tcpSYN(podC, podB, 40001, 80), now)
-	l.Handle(compile.StagedLogPrefix, tcpSYN(podA, podC, 40002, 80), now)
+	l.Handle(compile.StagedLogPrefix, syn(podC, podB, 40001, 80), now)
+	l.Handle(compile.StagedLogPrefix, syn(podA, podC, 40002, 80), now)
 	lines := rec.all()
 	if len(lines) != 2 {
 		t.Fatalf("want 2 lines, got %d: %v", len(lines), lines)
 	}
 	for i, wants := range [][]string{
-		{`"msg"="Staged verdict"`, `"src"="x/c"`, `"srcIP"="10.244.1.3"`, `"dst"="x/a"`, `"protocol"="TCP"`, `"port"=80`, `"would"="deny"`,
-			`"enforced"="allowed"`, `"staged"="denied"`, `"policy"="x/deny-a"`, `"reason"="x/deny-a isolates x/a for ingress; no rule matched"`, `"node"="n1"`},
-		{`"dst"="x/b"`, `"would"="allow"`, `"enforced"="denied"`, `"staged"="allowed"`, `"policy"="let-c-to-b"`, `"enforcedReason"="x/deny-b isolates x/b for ingress; no rule matched"`},
+		{`"Staged verdict"`, `src="x/c"`, `srcIP="10.244.1.3"`, `dst="x/a"`, `protocol="TCP"`, `port=80`, `would="deny"`,
+			`enforced="allowed"`, `staged="denied"`, `policy="x/deny-a"`, `reason="x/deny-a isolates x/a for ingress; no rule matched"`, `node="n1"`},
+		{`dst="x/b"`, `would="allow"`, `enforced="denied"`, `staged="allowed"`, `policy="let-c-to-b"`, `enforcedReason="x/deny-b isolates x/b for ingress; no rule matched"`},
 	} {
 		for _, want := range wants {
 			if !strings.Contains(lines[i], want) {
@@ -171,7 +168,7 @@ func TestHandle(t *testing.T) {
 
 	// Distinct connections flooding in: at most the overall limit's burst.
 	for i := 0; i < 1000; i++ {
-		l.Handle(compile.StagedLogPrefix, tcpSYN(podC, podA, 40000, uint16(1000+i)), now)
+		l.Handle(compile.StagedLogPrefix, syn(podC, podA, 40000, uint16(1000+i)), now)
 	}
 	if n := len(rec.all()); n > 2+5 {
 		t.Errorf("flood: %d lines, want at most 7", n)
@@ -186,7 +183,7 @@ func TestHandle(t *testing.T) {
 	in := testInput()
 	in.Policies, in.ClusterPolicies = in.Policies[1:], nil
 	cur = compile.Build(in)
-	l.Handle(compile.StagedLogPrefix, tcpSYN(podC, podA, 40005, 80), now.Add(time.Hour))
+	l.Handle(compile.StagedLogPrefix, syn(podC, podA, 40005, 80), now.Add(time.Hour))
 	if len(rec.all()) != before {
 		t.Errorf("bad packet or no staged policy logged: %v", rec.all()[before:])
 	}

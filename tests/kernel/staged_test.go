@@ -23,6 +23,7 @@ import (
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/denylog"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/pkg/staged"
@@ -190,7 +191,7 @@ func newStagedLab(t *testing.T, ctx context.Context) (*lab.Lab, *stagedLines) {
 	c := newLab(t, seed, lab.Config{StagedLogGroup: stagedGroup, StagedLogRate: 100000, ProbeTimeout: time.Second})
 	logs := &stagedLines{}
 	for _, n := range c.Nodes() {
-		stop, err := c.RunStagedLog(ctx, n, staged.Config{Group: stagedGroup, FlowInterval: time.Nanosecond, LinesPerSecond: 1000000}, staged.NewMetrics(), logs)
+		stop, err := c.RunStagedLog(ctx, n, staged.Config{Config: denylog.Config{Group: stagedGroup, FlowInterval: time.Nanosecond, LinesPerSecond: 1000000}}, staged.NewMetrics(), logs)
 		if err != nil {
 			t.Fatal(err)
 		}
