@@ -49,15 +49,16 @@ probes:
 `
 
 type lines struct {
-	mu sync.Mutex
-	l  []string
+	// msg is the message whose lines are kept (klog's text format, as
+	// the agent writes them), not the reader's own messages.
+	msg string
+	mu  sync.Mutex
+	l   []string
 }
 
-// Write keeps the deny lines (klog's text format, as the agent writes
-// them), not the reader's own messages.
 func (ls *lines) Write(b []byte) (int, error) {
 	s := strings.TrimSpace(string(b))
-	if !strings.Contains(s, `"Denied connection"`) {
+	if !strings.Contains(s, `"`+ls.msg+`"`) {
 		return len(b), nil
 	}
 	ls.mu.Lock()
@@ -69,6 +70,15 @@ func (ls *lines) get() []string {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	return append([]string(nil), ls.l...)
+}
+
+// take returns the lines so far and forgets them.
+func (ls *lines) take() []string {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	out := ls.l
+	ls.l = nil
+	return out
 }
 
 func TestDenyLog(t *testing.T) {
@@ -84,7 +94,7 @@ func TestDenyLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The reader, bound to node-1's namespace, resolving with node-1's program.
-	got := &lines{}
+	got := &lines{msg: "Denied connection"}
 	m := denylog.NewMetrics()
 	stop, err := c.RunDenyLog(ctx, "node-1", denylog.Config{Group: group, FlowInterval: time.Minute, LinesPerSecond: 100}, m, got)
 	if err != nil {

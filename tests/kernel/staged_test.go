@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,30 +30,6 @@ import (
 )
 
 const stagedGroup = 12
-
-// stagedLines keeps the staged log's lines of every node.
-type stagedLines struct {
-	mu sync.Mutex
-	l  []string
-}
-
-func (ls *stagedLines) Write(b []byte) (int, error) {
-	if s := strings.TrimSpace(string(b)); strings.Contains(s, `"Staged verdict"`) {
-		ls.mu.Lock()
-		ls.l = append(ls.l, s)
-		ls.mu.Unlock()
-	}
-	return len(b), nil
-}
-
-// take returns the lines so far and forgets them.
-func (ls *stagedLines) take() []string {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	out := ls.l
-	ls.l = nil
-	return out
-}
 
 var stagedLine = regexp.MustCompile(`srcIP="([^"]+)".*dstIP="([^"]+)" protocol="([A-Z]+)" port=(\d+) would="(deny|allow)"`)
 
@@ -131,7 +106,7 @@ func stagedRun(t *testing.T, ctx context.Context, c *lab.Lab, what string, s *sc
 // them unstaged (after). With the staged policies every probe must get the
 // base verdict, and the log must name exactly the connections whose
 // verdict differs between base and after, as would deny or would allow.
-func checkStaged(t *testing.T, ctx context.Context, c *lab.Lab, logs *stagedLines, name string, base, withStaged, after *scenario.Scenario) {
+func checkStaged(t *testing.T, ctx context.Context, c *lab.Lab, logs *lines, name string, base, withStaged, after *scenario.Scenario) {
 	t.Helper()
 	var want map[string]bool
 	if base != nil {
@@ -186,10 +161,10 @@ func checkStaged(t *testing.T, ctx context.Context, c *lab.Lab, logs *stagedLine
 }
 
 // newStagedLab is a lab of three nodes with the staged log read on each.
-func newStagedLab(t *testing.T, ctx context.Context) (*lab.Lab, *stagedLines) {
+func newStagedLab(t *testing.T, ctx context.Context) (*lab.Lab, *lines) {
 	seed := gridScenario(ct.GridPods(), ct.NetpolStep{}, nil, false)
 	c := newLab(t, seed, lab.Config{StagedLogGroup: stagedGroup, StagedLogRate: 100000, ProbeTimeout: time.Second})
-	logs := &stagedLines{}
+	logs := &lines{msg: "Staged verdict"}
 	for _, n := range c.Nodes() {
 		stop, err := c.RunStagedLog(ctx, n, staged.Config{Config: denylog.Config{Group: stagedGroup, FlowInterval: time.Nanosecond, LinesPerSecond: 1000000}}, staged.NewMetrics(), logs)
 		if err != nil {
