@@ -115,11 +115,7 @@ type VerifyInfo struct {
 // ID is the decision's log prefix: "v" and a hash of what it describes,
 // the same in every program that has the decision.
 func (v VerifyInfo) ID() string {
-	verdict := "deny"
-	if v.Allow {
-		verdict = "allow"
-	}
-	return "v" + shortHash(strings.Join([]string{verdict, v.Kind, v.Tier.String(), v.Policy, v.Direction.String(), v.Rule}, "\x00"))
+	return "v" + shortHash(strings.Join([]string{v.Verdict(), v.Kind, v.Tier.String(), v.Policy, v.Direction.String(), v.Rule}, "\x00"))
 }
 
 // Verdict is "allow" or "deny".

@@ -30,18 +30,24 @@ func TestVerifyRendering(t *testing.T) {
 			path := "testdata/golden/" + name + ".yaml"
 			prog := compile.Build(scenariotest.GoldenInput(t, path))
 			dump := renderScenario(t, path, verifyCfg)
-			golden := "testdata/golden/" + name + ".hybrid-verify.nft"
-			if *update {
-				if err := os.WriteFile(golden, []byte(dump), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			} else if want, err := os.ReadFile(golden); err != nil {
-				t.Fatalf("%v (run with -update to create)", err)
-			} else if diff := cmp.Diff(string(want), dump); diff != "" {
-				t.Errorf("ruleset differs from %s (-want +got):\n%s", golden, diff)
-			}
+			checkGoldenFile(t, "testdata/golden/"+name+".hybrid-verify.nft", dump)
 			checkSampledRules(t, prog, dump)
 		})
+	}
+}
+
+// checkGoldenFile compares a ruleset dump with its golden file, or with
+// -update writes the file.
+func checkGoldenFile(t *testing.T, golden, dump string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(golden, []byte(dump), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else if want, err := os.ReadFile(golden); err != nil {
+		t.Fatalf("%v (run with -update to create)", err)
+	} else if diff := cmp.Diff(string(want), dump); diff != "" {
+		t.Errorf("ruleset differs from %s (-want +got):\n%s", golden, diff)
 	}
 }
 
