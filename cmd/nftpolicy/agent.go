@@ -273,10 +273,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.startServers(ctx, reg, ctrl, client, node, errs); err != nil {
 		return err
 	}
-	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
-		return err
-	}
-	if err := o.verify.startVerify(ctx, render, node, eval, o.refreshDelay, reg); err != nil {
+	if err := o.startNFLOGReaders(ctx, render, node, eval, reg); err != nil {
 		return err
 	}
 	if render.LearnsDNS() {

@@ -48,6 +48,16 @@ func (o *verifyOptions) configureVerify(render *compile.RenderConfig) error {
 	return nil
 }
 
+// startNFLOGReaders starts the readers of the ruleset's NFLOG groups: the
+// deny log and runtime verification.
+func (o *agentOptions) startNFLOGReaders(ctx context.Context, render compile.RenderConfig, node string, eval *evaluate.Evaluator,
+	reg prometheus.Registerer) error {
+	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
+		return err
+	}
+	return o.verify.startVerify(ctx, render, node, eval, o.refreshDelay, reg)
+}
+
 // startVerify starts the verifier when the ruleset samples verdicts.
 func (o *verifyOptions) startVerify(ctx context.Context, render compile.RenderConfig, node string, eval *evaluate.Evaluator,
 	refreshDelay time.Duration, reg prometheus.Registerer) error {

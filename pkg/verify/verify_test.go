@@ -8,16 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	"k8s.io/klog/v2/textlogger"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
 var (
@@ -40,28 +36,39 @@ func syn(src, dst netip.Addr, dport uint16) []byte {
 	return b
 }
 
+const scenarioPods = `
+namespaces: [{name: x}, {name: y}]
+pods:
+  - {namespace: x, name: web, ip: 10.244.1.10, node: n1}
+  - {namespace: y, name: client, ip: 10.244.1.20, node: n1}
+`
+
+const scenarioNoY = `
+clusterNetworkPolicies:
+  - apiVersion: policy.networking.k8s.io/v1beta1
+    kind: ClusterNetworkPolicy
+    metadata: {name: no-y}
+    spec:
+      tier: Admin
+      priority: 10
+      subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: x}}}
+      ingress:
+        - {name: from-y, action: Deny, from: [{namespaces: {matchLabels: {kubernetes.io/metadata.name: y}}}]}
+`
+
 // program has x/web and y/client on node n1; with deny, the Admin
 // ClusterNetworkPolicy no-y denies ingress from y to x.
-func program(deny bool) *compile.Program {
-	pod := func(ns, name string, ip netip.Addr) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec:   corev1.PodSpec{NodeName: "n1"},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}}}}
-	}
-	in := compile.Input{
-		NodeName: "n1",
-		Namespaces: []*corev1.Namespace{
-			{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"kubernetes.io/metadata.name": "x"}}},
-			{ObjectMeta: metav1.ObjectMeta{Name: "y", Labels: map[string]string{"kubernetes.io/metadata.name": "y"}}},
-		},
-		Pods:  []*corev1.Pod{pod("x", "web", web), pod("y", "client", client)},
-		Nodes: []*corev1.Node{ct.Node("n1", []string{"172.18.0.1"})},
-	}
+func program(t *testing.T, deny bool) *compile.Program {
+	t.Helper()
+	text := scenarioPods
 	if deny {
-		in.ClusterPolicies = []*npav1beta1.ClusterNetworkPolicy{ct.CNP("no-y", "Admin", 10, ct.NamespacesSubject(ct.Sel("kubernetes.io/metadata.name", "x")),
-			ct.CNPIngress(ct.CNPRule("from-y", "Deny", ct.ToNamespaces(ct.Sel("kubernetes.io/metadata.name", "y")))))}
+		text += scenarioNoY
 	}
-	return compile.Build(in)
+	s, err := scenario.Parse([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return compile.Build(s.Input("n1", []string{"n1"}, nil))
 }
 
 var (
@@ -69,33 +76,32 @@ var (
 	defaultIngress = compile.VerifyInfo{Allow: true, Direction: compile.Ingress, Kind: compile.VerifyKindDefault}
 )
 
-type lines struct {
-	mu  sync.Mutex
-	all []string
+// logBuffer is a log output tests read while the verifier writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
 }
 
-func (r *lines) logger() logr.Logger {
-	return funcr.New(func(_, args string) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.all = append(r.all, args)
-	}, funcr.Options{})
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
 }
 
-func (r *lines) joined() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return strings.Join(r.all, "\n")
+func (l *logBuffer) joined() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
-func newVerifier(t *testing.T, prog *compile.Program) (*Verifier, *evaluate.Evaluator, *lines) {
+func newVerifier(t *testing.T, prog *compile.Program) (*Verifier, *evaluate.Evaluator, *logBuffer) {
 	t.Helper()
 	ev := &evaluate.Evaluator{}
 	if prog != nil {
 		ev.Swap(prog)
 	}
-	rec := &lines{}
-	v, err := New(Config{Node: "n1", Evaluator: ev, Logger: rec.logger()}, nil)
+	rec := &logBuffer{}
+	v, err := New(Config{Node: "n1", Evaluator: ev, Logger: textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(rec)))}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +116,7 @@ func count(v *Verifier, kernel string) (verified, disagreements float64) {
 // A kernel verdict the model shares is counted as verified, and nothing
 // else.
 func TestAgreement(t *testing.T) {
-	v, _, rec := newVerifier(t, program(true))
+	v, _, rec := newVerifier(t, program(t, true))
 	v.Handle(denyFromY.ID(), syn(client, web, 80))
 	if ver, dis := count(v, "deny"); ver != 1 || dis != 0 {
 		t.Errorf("verified %v, disagreements %v; want 1, 0", ver, dis)
@@ -124,15 +130,15 @@ func TestAgreement(t *testing.T) {
 // missing from the kernel's dispatch map): counted and logged with both
 // verdicts, the model's reason and the kernel's decision.
 func TestDisagreement(t *testing.T) {
-	v, _, rec := newVerifier(t, program(true))
+	v, _, rec := newVerifier(t, program(t, true))
 	v.Handle(defaultIngress.ID(), syn(client, web, 80))
 	if ver, dis := count(v, "allow"); ver != 1 || dis != 1 {
 		t.Errorf("verified %v, disagreements %v; want 1, 1", ver, dis)
 	}
 	line := rec.joined()
-	for _, want := range []string{`"Kernel verdict differs from the policy model"`, `"src"="y/client"`, `"srcIP"="10.244.1.20"`, `"dst"="x/web"`,
-		`"protocol"="TCP"`, `"port"=80`, `"direction"="ingress"`, `"kernel"="allow"`, `"kernelDecision"="allow ingress by default (no policy decides)"`,
-		`"verifyId"="` + defaultIngress.ID() + `"`, `"model"="deny"`, `"modelReason"="denied by ClusterNetworkPolicy no-y`, `"node"="n1"`} {
+	for _, want := range []string{`"Kernel verdict differs from the policy model"`, `src="y/client"`, `srcIP="10.244.1.20"`, `dst="x/web"`,
+		`protocol="TCP"`, `port=80`, `direction="ingress"`, `kernel="allow"`, `kernelDecision="allow ingress by default (no policy decides)"`,
+		`verifyId="` + defaultIngress.ID() + `"`, `model="deny"`, `modelReason="denied by ClusterNetworkPolicy no-y`, `node="n1"`} {
 		if !strings.Contains(line, want) {
 			t.Errorf("log line lacks %s:\n%s", want, line)
 		}
@@ -142,9 +148,9 @@ func TestDisagreement(t *testing.T) {
 // A disagreement that a newer program resolves before it is confirmed
 // (the kernel was ahead of the published program) is not counted.
 func TestDisagreementSettles(t *testing.T) {
-	v, ev, rec := newVerifier(t, program(true))
+	v, ev, rec := newVerifier(t, program(t, true))
 	v.after = func(_ time.Duration, f func()) {
-		ev.Swap(program(false))
+		ev.Swap(program(t, false))
 		f()
 	}
 	v.Handle(defaultIngress.ID(), syn(client, web, 80))
@@ -159,9 +165,9 @@ func TestDisagreementSettles(t *testing.T) {
 // A sample of a rule the published program does not have yet (the kernel
 // is ahead) is resolved after the settling time.
 func TestUnknownIDSettles(t *testing.T) {
-	v, ev, _ := newVerifier(t, program(false))
+	v, ev, _ := newVerifier(t, program(t, false))
 	v.after = func(_ time.Duration, f func()) {
-		ev.Swap(program(true))
+		ev.Swap(program(t, true))
 		f()
 	}
 	v.Handle(denyFromY.ID(), syn(client, web, 80))
@@ -173,7 +179,7 @@ func TestUnknownIDSettles(t *testing.T) {
 func TestDropped(t *testing.T) {
 	v, ev, _ := newVerifier(t, nil)
 	v.Handle(denyFromY.ID(), syn(client, web, 80))
-	ev.Swap(program(true))
+	ev.Swap(program(t, true))
 	v.Handle("vunknown1", syn(client, web, 80))
 	v.Handle(denyFromY.ID(), []byte{0x45, 0})
 	for _, reason := range []string{"no_program", "unknown_id", "unparsable"} {
@@ -189,7 +195,7 @@ func TestDropped(t *testing.T) {
 // The checks per second bound what a flood of samples costs.
 func TestChecksRateLimited(t *testing.T) {
 	ev := &evaluate.Evaluator{}
-	ev.Swap(program(true))
+	ev.Swap(program(t, true))
 	v, err := New(Config{Evaluator: ev, ChecksPerSecond: 5}, nil)
 	if err != nil {
 		t.Fatal(err)

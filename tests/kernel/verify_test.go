@@ -8,7 +8,6 @@ package kernel
 import (
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,32 +25,11 @@ const verifyGroup, verifyDenyLogGroup = 12, 11
 // set reaches.
 var everySample = compile.VerifyConfig{Group: verifyGroup, PerMillion: compile.VerifyPerMillion, SourceRate: 10000, SourceBurst: 10000}
 
-// verifyLines keeps the verifiers' disagreement lines.
-type verifyLines struct {
-	mu sync.Mutex
-	l  []string
-}
-
-func (v *verifyLines) Write(b []byte) (int, error) {
-	if s := strings.TrimSpace(string(b)); strings.Contains(s, "differs from the policy model") {
-		v.mu.Lock()
-		v.l = append(v.l, s)
-		v.mu.Unlock()
-	}
-	return len(b), nil
-}
-
-func (v *verifyLines) get() []string {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return append([]string(nil), v.l...)
-}
-
 // startVerifiers runs a verifier on every node of the lab, sharing one set
 // of metrics, until the test ends.
-func startVerifiers(t *testing.T, c *lab.Lab) (*verify.Metrics, *verifyLines) {
+func startVerifiers(t *testing.T, c *lab.Lab) (*verify.Metrics, *lines) {
 	t.Helper()
-	m, out := verify.NewMetrics(), &verifyLines{}
+	m, out := verify.NewMetrics(), &lines{match: "differs from the policy model"}
 	for _, node := range c.Nodes() {
 		stop, err := c.RunVerify(testContext(t), node, verify.Config{Group: verifyGroup, Settle: 200 * time.Millisecond}, m, out)
 		if err != nil {
