@@ -6,14 +6,19 @@ package kernel
 // evaluator.
 
 import (
+	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
 	"github.com/nftpolicy/nftpolicy/pkg/verify"
 	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
@@ -130,6 +135,79 @@ func TestVerifyCatchesCorruptElement(t *testing.T) {
 		`model="deny"`, `modelReason="`, `x/deny-ingress`, `node="node-1"`} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("line lacks %s", want)
+		}
+	}
+}
+
+// netpolCaseScenario is one step of an upstream NetworkPolicy case on the
+// nine grid pods (x and z on node-1, y on node-2), probing every ordered
+// pair on TCP 80 and 81.
+func netpolCaseScenario(step ct.NetpolStep) *scenario.Scenario {
+	nss, podLabels := step.Grid(ct.GridPods()).Labels()
+	s := &scenario.Scenario{}
+	for _, ns := range ct.GridNamespaces() {
+		s.Namespaces = append(s.Namespaces, scenario.Namespace{Name: ns, Labels: nss[ns]})
+	}
+	var ports []scenario.Port
+	for _, p := range ct.GridPorts() {
+		if p.Protocol == corev1.ProtocolTCP {
+			ports = append(ports, scenario.Port{Name: p.Name, Port: p.ContainerPort, Protocol: string(p.Protocol)})
+		}
+	}
+	where := map[string]struct {
+		node   string
+		subnet byte
+	}{"x": {"node-1", 1}, "y": {"node-2", 2}, "z": {"node-1", 1}}
+	for i, k := range ct.GridPods() {
+		ns, name, _ := strings.Cut(k, "/")
+		ip := netip.AddrFrom4([4]byte{10, 244, where[ns].subnet, byte(10 + i)})
+		s.Pods = append(s.Pods, scenario.Pod{Namespace: ns, Name: name, Labels: podLabels[k], IP: ip.String(), Node: where[ns].node, Ports: ports})
+		for _, to := range ct.GridPods() {
+			if to != k {
+				for _, port := range []int32{80, 81} {
+					s.Probes = append(s.Probes, scenario.Probe{From: scenario.Endpoint{Pod: k}, To: scenario.Endpoint{Pod: to}, Port: port})
+				}
+			}
+		}
+	}
+	for _, np := range step.Policies {
+		s.Policies = append(s.Policies, *np)
+	}
+	return s
+}
+
+// Some of the upstream NetworkPolicy cases (every sixth TCP case, each of
+// its steps, in one lab): at 100% sampling the kernel and the evaluator
+// agree on every sampled verdict.
+func TestVerifyNetpolCases(t *testing.T) {
+	requireRoot(t)
+	var steps []*scenario.Scenario
+	var names []string
+	for _, nc := range ct.NetpolCases() {
+		if nc.Num%6 != 1 || nc.Num > 42 {
+			continue
+		}
+		for i, st := range nc.Steps {
+			steps = append(steps, netpolCaseScenario(st))
+			names = append(names, fmt.Sprintf("case %d (%s) step %d", nc.Num, nc.Name, i))
+		}
+	}
+	c := newLab(t, steps[0], lab.Config{DenyLogGroup: verifyDenyLogGroup, DenyLogRate: 1000, Verify: everySample})
+	m, out := startVerifiers(t, c)
+	for i, s := range steps {
+		rep, err := c.Check(testContext(t), s, false, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", names[i], err)
+		}
+		if tab := rep.Table(); tab != "" {
+			t.Errorf("%s: %s", names[i], tab)
+		}
+		time.Sleep(300 * time.Millisecond)
+		va, da := verifyCounts(m, "allow")
+		vd, dd := verifyCounts(m, "deny")
+		t.Logf("%s: verified so far %v allowed, %v denied", names[i], va, vd)
+		if da != 0 || dd != 0 {
+			t.Fatalf("%s: disagreements: kernel allowed %v, denied %v:\n%s", names[i], da, dd, strings.Join(out.get(), "\n"))
 		}
 	}
 }
