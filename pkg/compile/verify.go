@@ -118,6 +118,11 @@ func (v VerifyInfo) ID() string {
 	return "v" + shortHash(strings.Join([]string{v.Verdict(), v.Kind, v.Tier.String(), v.Policy, v.Direction.String(), v.Rule}, "\x00"))
 }
 
+// IsVerifyID reports whether a log prefix is a sample's (ID), not a
+// denial's (DenyInfo.ID): readers of the ruleset tell the sampled copy of
+// a rule from a deny chain's log by it.
+func IsVerifyID(prefix string) bool { return strings.HasPrefix(prefix, "v") }
+
 // Verdict is "allow" or "deny".
 func (v VerifyInfo) Verdict() string {
 	if v.Allow {
