@@ -18,17 +18,7 @@ func TestAgentVerifiesKernelVerdicts(t *testing.T) {
 	requireRoot(t)
 	c := cluster.Start(t, cluster.Config{AgentArgs: []string{"--verify-rate=1", "--verify-kernel-rate=1000"}})
 	ctx := testContext(t, 3*time.Minute)
-	for ns, labels := range map[string]map[string]string{"x": {"ns": "x"}, "y": {"ns": "y"}} {
-		if err := c.EnsureNamespace(ctx, ns, labels); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mustCreatePods(t, ctx, c,
-		cluster.Pod{Namespace: "x", Name: "a", Labels: map[string]string{"app": "web"}, Node: "node-1"},
-		cluster.Pod{Namespace: "x", Name: "b", Labels: map[string]string{"app": "db"}, Node: "node-2"},
-		cluster.Pod{Namespace: "y", Name: "a", Labels: map[string]string{"app": "client"}, Node: "node-1"},
-		cluster.Pod{Namespace: "y", Name: "b", Labels: map[string]string{"app": "client"}, Node: "node-2"},
-	)
+	createWebDBClients(t, ctx, c)
 	verify(t, ctx, c, "no policies")
 	if _, err := c.ApplyPolicy(ctx, makePolicy("x", "web", func(np *networkingv1.NetworkPolicy) {
 		np.Spec.PodSelector = *selector("app", "web")
