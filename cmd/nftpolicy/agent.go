@@ -69,6 +69,7 @@ type agentOptions struct {
 	// agent's own network namespace, unless a test sets another.
 	queueProber queuerule.QueueProber
 	denyLog     denyLogOptions
+	verify      verifyOptions
 	newPod      newPodOptions
 	fqdn        fqdnOptions
 	state       stateOptions
@@ -98,6 +99,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
 	o.denyLog.addFlags(fs)
+	o.verify.addFlags(fs)
 	o.newPod.addFlags(fs)
 	o.fqdn.addFlags(fs)
 	o.state.addFlags(fs)
@@ -271,7 +273,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.startServers(ctx, reg, ctrl, client, node, errs); err != nil {
 		return err
 	}
-	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
+	if err := o.startNFLOGReaders(ctx, render, node, eval, reg); err != nil {
 		return err
 	}
 	if render.LearnsDNS() {
@@ -390,6 +392,9 @@ func (o *agentOptions) finishRenderConfig(ctx context.Context, render *compile.R
 		render.DNSQueueNum = n
 	}
 	o.denyLog.configureDenyLog(render)
+	if err := o.verify.configureVerify(render); err != nil {
+		return err
+	}
 	render.Defaults()
 	return render.Validate()
 }

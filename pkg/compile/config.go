@@ -111,6 +111,9 @@ type RenderConfig struct {
 	// through that interface are then not dropped (render_source.go). For
 	// CNIs that already stop pods from spoofing.
 	NoSourceValidation bool
+	// Verify samples the kernel's verdicts for runtime verification
+	// (verify.go); its zero value renders nothing.
+	Verify VerifyConfig
 }
 
 // Defaults fills unset fields.
@@ -138,6 +141,7 @@ func (c *RenderConfig) Defaults() {
 		c.DenyLogBurst = DefaultDenyLogBurst
 	}
 	c.shareDefaults()
+	c.Verify.defaults()
 }
 
 // Validate reports an unusable configuration.
@@ -161,6 +165,9 @@ func (c *RenderConfig) Validate() error {
 		return err
 	}
 	if err := c.validateShares(); err != nil {
+		return err
+	}
+	if err := c.validateVerify(); err != nil {
 		return err
 	}
 	return c.validateDenyLog()

@@ -86,6 +86,7 @@ const (
 	meterDNSQuery = "dns-query"
 	meterDNSReply = "dns-reply"
 	meterDenyLog  = "denylog"
+	meterVerify   = "verify"
 )
 
 // nameFormat is what the generated names (of policies, combinations,

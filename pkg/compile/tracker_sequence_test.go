@@ -309,6 +309,9 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 		// Without it, cluster policy changes are tracked in kernel mode
 		// (no DNS learning there).
 		{Mode: compile.ModeKernel},
+		// Runtime verification's sampled copies come with the rules the
+		// tracker renders.
+		{Mode: compile.ModeKernel, Verify: compile.VerifyConfig{Group: 9, PerMillion: 10_000}},
 	} {
 		mode := cfg.Mode
 		n := *seeds

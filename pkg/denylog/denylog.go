@@ -128,31 +128,41 @@ func New(cfg Config, m *Metrics) (*Logger, error) {
 
 // Run reads the NFLOG group until ctx ends.
 func (l *Logger) Run(ctx context.Context) error {
-	nf, err := nflog.Open(&nflog.Config{Group: l.cfg.Group, Copymode: nflog.CopyPacket, Bufsize: copyRange, NetNS: l.cfg.NetNS,
-		Logger: nflogLogger{l.log}})
+	return ReadGroup(ctx, l.cfg.Group, l.cfg.NetNS, l.log, "Reading the deny log", func(prefix string, payload []byte) {
+		l.Handle(prefix, payload, time.Now())
+	}, l.metrics.Dropped.WithLabelValues("read_error"))
+}
+
+// ReadGroup reads an NFLOG group (in network namespace netns, 0: the
+// caller's) until ctx ends, handing each message's prefix and the start of
+// its packet to handle; read errors (a full socket buffer loses messages,
+// not the reader) are counted in readErrors. what names the reader in its
+// log lines.
+func ReadGroup(ctx context.Context, group uint16, netns int, log klog.Logger, what string, handle func(prefix string, payload []byte),
+	readErrors prometheus.Counter) error {
+	nf, err := nflog.Open(&nflog.Config{Group: group, Copymode: nflog.CopyPacket, Bufsize: copyRange, NetNS: netns,
+		Logger: nflogLogger{log}})
 	if err != nil {
-		return fmt.Errorf("opening NFLOG group %d: %w", l.cfg.Group, err)
+		return fmt.Errorf("opening NFLOG group %d: %w", group, err)
 	}
 	defer nf.Close()
 	err = nf.RegisterWithErrorFunc(ctx, func(a nflog.Attribute) int {
-		if a.Prefix == nil || a.Payload == nil {
-			return 0
+		if a.Prefix != nil && a.Payload != nil {
+			handle(*a.Prefix, *a.Payload)
 		}
-		l.Handle(*a.Prefix, *a.Payload, time.Now())
 		return 0
 	}, func(err error) int {
 		if ctx.Err() != nil {
 			return 1
 		}
-		// A full socket buffer loses messages, not the reader: go on.
-		l.log.V(2).Info("Reading the deny log", "err", err)
-		l.metrics.Dropped.WithLabelValues("read_error").Inc()
+		log.V(2).Info(what, "err", err)
+		readErrors.Inc()
 		return 0
 	})
 	if err != nil {
-		return fmt.Errorf("binding NFLOG group %d: %w", l.cfg.Group, err)
+		return fmt.Errorf("binding NFLOG group %d: %w", group, err)
 	}
-	l.log.Info("Reading the deny log", "group", l.cfg.Group)
+	log.Info(what, "group", group)
 	<-ctx.Done()
 	return nil
 }
@@ -182,8 +192,8 @@ func (l *Logger) Handle(prefix string, payload []byte, now time.Time) {
 		return
 	}
 	kv := []any{
-		"src", endpoint(prog, p.Src), "srcIP", p.Src.String(),
-		"dst", endpoint(prog, p.Dst), "dstIP", p.Dst.String(),
+		"src", Endpoint(prog, p.Src), "srcIP", p.Src.String(),
+		"dst", Endpoint(prog, p.Dst), "dstIP", p.Dst.String(),
 		"protocol", compile.Protocol(p.Proto).String(), "port", p.DstPort,
 		"direction", info.Direction.String(), "policyKind", info.Kind, "policy", info.Policy,
 	}
@@ -232,8 +242,8 @@ func (l *Logger) allowFlow(k flowKey, now time.Time) bool {
 	return true
 }
 
-// endpoint names an address: "ns/pod", "node:name", or the address.
-func endpoint(p *compile.Program, a netip.Addr) string {
+// Endpoint names an address: "ns/pod", "node:name", or the address.
+func Endpoint(p *compile.Program, a netip.Addr) string {
 	if p == nil {
 		return a.String()
 	}

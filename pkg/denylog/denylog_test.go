@@ -133,7 +133,7 @@ func TestHandle(t *testing.T) {
 		t.Error("unknown id and unparsable packet not counted")
 	}
 	// Node addresses resolve to node names.
-	if got := endpoint(prog, netip.MustParseAddr("172.18.0.1")); got != "node:n1" {
+	if got := Endpoint(prog, netip.MustParseAddr("172.18.0.1")); got != "node:n1" {
 		t.Errorf("endpoint(node address) = %s", got)
 	}
 }

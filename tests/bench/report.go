@@ -172,6 +172,7 @@ func Report(r *Result, quick bool) string {
 	row("connections", "hybrid: rate vs conntrack only (nftpolicy's rules alone)", "hybrid_conn_ratio_vs_conntrack", "")
 	row("connections", "hybrid with the deny log on: rate vs control, both paths", "hybrid_conn_ratio_denylog", "")
 	row("connections", "hybrid with the deny log on: rate vs hybrid without it (allowed connections)", "hybrid_denylog_vs_hybrid", "")
+	row("connections", "hybrid with runtime verification sampling 1%: rate vs hybrid without it (per-round ratios)", "verify_conn_ratio_1pct", "")
 	row("connections", "queue: rate vs control, both paths", "queue_conn_ratio", "")
 	row("connections", "queue: rate vs control, same node", "queue_conn_ratio_same", "")
 	row("connections", "queue: rate vs control, across nodes", "queue_conn_ratio_cross", "")

@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/denylog"
+	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 )
 
 // RunDenyLog starts a deny log reader in node's namespace, resolving with
@@ -18,6 +20,22 @@ import (
 // LinesPerSecond are used; Node, Program, NetNS and Logger are set here.
 // stop ends the reader and returns its error.
 func (l *Lab) RunDenyLog(ctx context.Context, node string, cfg denylog.Config, m *denylog.Metrics, out io.Writer) (stop func() error, err error) {
+	return l.runNFLOGReader(ctx, node, out, func(a *inproc.Agent, netns int, log klog.Logger) (func(context.Context) error, error) {
+		cfg.Node, cfg.NetNS, cfg.Logger = node, netns, log
+		cfg.Program = func() *compile.Program { return a.Program }
+		r, err := denylog.New(cfg, m)
+		if err != nil {
+			return nil, err
+		}
+		return r.Run, nil
+	})
+}
+
+// runNFLOGReader starts a reader of an NFLOG group of node's namespace,
+// made by newReader with the node's agent, the namespace's descriptor and
+// a logger writing klog's text format to out, until stop.
+func (l *Lab) runNFLOGReader(ctx context.Context, node string, out io.Writer,
+	newReader func(a *inproc.Agent, netns int, log klog.Logger) (func(context.Context) error, error)) (stop func() error, err error) {
 	a := l.agents[node]
 	if a == nil {
 		return nil, fmt.Errorf("no node %s", node)
@@ -30,17 +48,14 @@ func (l *Lab) RunDenyLog(ctx context.Context, node string, cfg denylog.Config, m
 	if err != nil {
 		return nil, err
 	}
-	cfg.Node, cfg.NetNS = node, int(ns.Fd())
-	cfg.Program = func() *compile.Program { return a.Program }
-	cfg.Logger = textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(out)))
-	r, err := denylog.New(cfg, m)
+	run, err := newReader(a, int(ns.Fd()), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(out))))
 	if err != nil {
 		ns.Close()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
+	go func() { done <- run(rctx) }()
 	return func() error {
 		cancel()
 		err := <-done

@@ -77,6 +77,9 @@ type Config struct {
 	// revoker.
 	UnknownPods evaluate.UnknownPodObserver
 	Revoked     conntrack.Observer
+	// Verify samples the kernel's verdicts (compile.RenderConfig.Verify);
+	// the tests read the group themselves (RunVerify).
+	Verify compile.VerifyConfig
 }
 
 // Lab is a netlab lab whose nodes run the agent's parts in process. What
@@ -203,7 +206,7 @@ func (cfg Config) render(ctx context.Context) (compile.RenderConfig, error) {
 	}
 	rcfg := compile.RenderConfig{Mode: mode, QueueVariant: cfg.QueueVariant,
 		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate, FailOpen: cfg.FailOpen,
-		NoSourceValidation: cfg.NoSourceValidation}
+		NoSourceValidation: cfg.NoSourceValidation, Verify: cfg.Verify}
 	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == "" {
 		v, err := queuerule.ProbeQueueVariant(ctx)
 		if err != nil {
