@@ -70,6 +70,7 @@ type agentOptions struct {
 	queueProber queuerule.QueueProber
 	denyLog     denyLogOptions
 	stagedLog   stagedLogOptions
+	verify      verifyOptions
 	newPod      newPodOptions
 	fqdn        fqdnOptions
 	state       stateOptions
@@ -100,6 +101,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
 	o.denyLog.addFlags(fs)
 	o.stagedLog.addFlags(fs)
+	o.verify.addFlags(fs)
 	o.newPod.addFlags(fs)
 	o.fqdn.addFlags(fs)
 	o.state.addFlags(fs)
@@ -280,7 +282,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 			return err
 		}
 	}
-	if err := o.startLogReaders(ctx, render, node, eval, reg); err != nil {
+	if err := o.startNFLOGReaders(ctx, render, node, eval, reg); err != nil {
 		return err
 	}
 	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
@@ -393,6 +395,9 @@ func (o *agentOptions) finishRenderConfig(ctx context.Context, render *compile.R
 	}
 	o.denyLog.configureDenyLog(render)
 	o.stagedLog.configureStagedLog(render)
+	if err := o.verify.configureVerify(render); err != nil {
+		return err
+	}
 	render.Defaults()
 	return render.Validate()
 }

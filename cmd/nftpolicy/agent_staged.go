@@ -43,16 +43,6 @@ func (o *stagedLogOptions) configureStagedLog(render *compile.RenderConfig) {
 	render.StagedLogTotalRate, render.StagedLogTotalBurst = o.totalRate, 2*o.totalRate
 }
 
-// startLogReaders starts the deny log and staged log readers, after DNS
-// learning set the evaluator's resolver, which the staged log reads.
-func (o *agentOptions) startLogReaders(ctx context.Context, render compile.RenderConfig, node string, eval *evaluate.Evaluator,
-	reg prometheus.Registerer) error {
-	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
-		return err
-	}
-	return o.stagedLog.startStagedLog(ctx, render, node, eval, reg)
-}
-
 // startStagedLog starts the staged log reader when the ruleset copies
 // staged subjects' packets.
 func (o *stagedLogOptions) startStagedLog(ctx context.Context, render compile.RenderConfig, node string, eval *evaluate.Evaluator,

@@ -276,7 +276,9 @@ func (t *tracer) rule(r *nftRule) (matched bool, verdict, target, step string, e
 					Prefix string `json:"prefix"`
 				}
 				_ = json.Unmarshal(v, &l)
-				if l.Prefix != "" {
+				if l.Prefix != "" && !compile.IsVerifyID(l.Prefix) {
+					// A sampled copy of the deciding rule (runtime
+					// verification) has its verdict but no denial.
 					t.tr.DenyID = l.Prefix
 					words = append(words, fmt.Sprintf("log prefix %q", l.Prefix))
 				}

@@ -119,6 +119,9 @@ type RenderConfig struct {
 	// through that interface are then not dropped (render_source.go). For
 	// CNIs that already stop pods from spoofing.
 	NoSourceValidation bool
+	// Verify samples the kernel's verdicts for runtime verification
+	// (verify.go); its zero value renders nothing.
+	Verify VerifyConfig
 }
 
 // Defaults fills unset fields.
@@ -147,6 +150,7 @@ func (c *RenderConfig) Defaults() {
 	}
 	c.shareDefaults()
 	c.stagedLogDefaults()
+	c.Verify.defaults()
 }
 
 // Validate reports an unusable configuration.
@@ -173,6 +177,9 @@ func (c *RenderConfig) Validate() error {
 		return err
 	}
 	if err := c.validateStagedLog(); err != nil {
+		return err
+	}
+	if err := c.validateVerify(); err != nil {
 		return err
 	}
 	return c.validateDenyLog()

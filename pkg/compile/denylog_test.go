@@ -2,9 +2,7 @@ package compile_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -61,17 +59,7 @@ func TestDenyLogRendering(t *testing.T) {
 	}
 	dump := renderDump(t, rs)
 
-	golden := "testdata/golden/cnp-deny.hybrid-denylog.nft"
-	// -update is the golden tests' flag (package compile's test files).
-	if f := flag.Lookup("update"); f != nil && f.Value.String() == "true" {
-		if err := os.WriteFile(golden, []byte(dump), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	} else if want, err := os.ReadFile(golden); err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	} else if diff := cmp.Diff(string(want), dump); diff != "" {
-		t.Errorf("ruleset differs from %s (-want +got):\n%s", golden, diff)
-	}
+	checkGoldenFile(t, "testdata/golden/cnp-deny.hybrid-denylog.nft", dump)
 
 	// Every policy drop is a goto to a deny chain; every deny chain logs
 	// its own id, which the ruleset's table and DenyIDs(prog) both resolve.

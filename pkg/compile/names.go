@@ -91,6 +91,7 @@ const (
 	meterDNSReply = "dns-reply"
 	meterDenyLog  = "denylog"
 	meterStaged   = "staged"
+	meterVerify   = "verify"
 )
 
 // nameFormat is what the generated names (of policies, combinations,

@@ -115,6 +115,7 @@ func newRenderer(prog *Program, cfg RenderConfig) (*renderer, error) {
 func (r *renderer) render() {
 	r.static()
 	r.denyLogLimits()
+	r.verifyMeters()
 	if r.cfg.Mode == ModeQueue {
 		r.queueDispatch()
 	} else {
@@ -298,7 +299,11 @@ func (r *renderer) tierDispatch() {
 			for _, v4 := range []bool{true, false} {
 				c.Rules = append(c.Rules, rule(fmt.Sprintf("%s %s vmap @%s", famWord(v4), tc.addr, tierMapName(t, d, v4)), ""))
 			}
-			c.Rules = append(c.Rules, rule(next, ""))
+			if t == TierBaseline {
+				c.Rules = append(c.Rules, r.withSamples("", next, "", verifyDefault(d))...)
+			} else {
+				c.Rules = append(c.Rules, rule(next, ""))
+			}
 			r.addChain(c)
 		}
 		chain(tc.baseline, d.String()+" of local pods, tier 3: Baseline ClusterNetworkPolicies", tc.allowed, TierBaseline)
@@ -538,16 +543,19 @@ func (r *renderer) isolationChain(d Direction, ids []PolicyID, hasRules func(i i
 		place: chainPlace{group: groupCombo, key: name}}
 	if d == Egress {
 		// Only the input chain sends a pod's traffic to its own node here.
-		c.Rules = append(c.Rules,
-			rule("ip daddr @"+nodeIPsSetName(true)+" accept", "to this node: NetworkPolicy never isolates a pod from its node"),
-			rule("ip6 daddr @"+nodeIPsSetName(false)+" accept", "to this node: NetworkPolicy never isolates a pod from its node"))
+		const comment = "to this node: NetworkPolicy never isolates a pod from its node"
+		for _, v4 := range []bool{true, false} {
+			matches := famWord(v4) + " daddr @" + nodeIPsSetName(v4) + " "
+			c.Rules = append(append(c.Rules, r.sampledRules(matches, "accept", comment, verifyNode, v4)...), rule(matches+"accept", comment))
+		}
 	}
 	for i, id := range ids {
 		if hasRules(i) {
 			c.Rules = append(c.Rules, rule("jump "+PolicyChainName(&r.prog.Policies[id], d), ""))
 		}
 	}
-	c.Rules = append(c.Rules, rule("counter "+r.dropVerdict(networkPolicyDeny(r.prog, d, ids), c), "default deny "+d.String()+": "+strings.ReplaceAll(keys, ",", ", ")))
+	deny := networkPolicyDeny(r.prog, d, ids)
+	c.Rules = append(c.Rules, r.withSamples("", "counter "+r.dropVerdict(deny, c), "default deny "+d.String()+": "+strings.ReplaceAll(keys, ",", ", "), verifyOfDeny(deny))...)
 	r.addChain(c)
 	return name
 }
@@ -568,7 +576,8 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 		if rl.MatchesNothing() {
 			continue
 		}
-		r.matchRules(c, &rl.Match, ruleSetBase(c.Chain.Name, ri), rl.Name, d, subjectOfPolicy(id, d), "counter "+verdict)
+		info := verifyOfRule(pol, rl)
+		r.matchRules(c, &rl.Match, ruleSetBase(c.Chain.Name, ri), rl.Name, d, subjectOfPolicy(id, d), "counter "+verdict, &info)
 	}
 	if len(c.Rules) == 0 {
 		return false
@@ -582,30 +591,57 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 // records the shared sets they name. Sets the rules use are named after
 // base and owned by the chain. Named ports resolve on the subjects (the
 // local pods subject reports) for ingress, on the peers for egress.
-func (r *renderer) matchRules(c *Chain, m *Match, base, comment string, d Direction, subject func(*Pod) bool, verdict string) {
+func (r *renderer) matchRules(c *Chain, m *Match, base, comment string, d Direction, subject func(*Pod) bool, verdict string, sample *VerifyInfo) {
 	// The same text from both families (a rule with no address in it)
 	// comes once; a match has as many alternatives as its author writes,
 	// so they are looked up, not scanned for.
-	var seen map[string]bool
-	for _, v4 := range []bool{true, false} {
+	type alternative struct {
+		matches, shared string
+		// first is set on the first alternative of a peer.
+		first bool
+	}
+	var alts [2][]alternative
+	for i, v4 := range []bool{true, false} {
 		peers := r.peerAlternatives(c, m, base, comment, d, v4)
 		ports := r.portAlternatives(c, m, base, comment, d, subject, v4)
 		for _, pe := range peers {
-			named := false
-			for _, po := range ports {
-				text := pe.text + po + verdict
-				if seen[text] {
-					continue
+			for j, po := range ports {
+				alts[i] = append(alts[i], alternative{matches: pe.text + po, shared: pe.shared, first: j == 0})
+			}
+		}
+	}
+	var seen, inV6 map[string]bool
+	if sample != nil {
+		// Sampled copies come before their rule, one per family (the
+		// meter's key): a rule without an address has both.
+		inV6 = map[string]bool{}
+		for _, a := range alts[1] {
+			inV6[a.matches] = true
+		}
+	}
+	for i, v4 := range []bool{true, false} {
+		named := false
+		for _, a := range alts[i] {
+			named = named && !a.first
+			text := a.matches + verdict
+			if seen[text] {
+				continue
+			}
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			seen[text] = true
+			if sample != nil {
+				fams := []bool{v4}
+				if v4 && inV6[a.matches] {
+					fams = append(fams, false)
 				}
-				if seen == nil {
-					seen = map[string]bool{}
-				}
-				seen[text] = true
-				c.Rules = append(c.Rules, rule(text, comment))
-				if pe.shared != "" && !named {
-					c.shares = append(c.shares, pe.shared)
-					named = true
-				}
+				c.Rules = append(c.Rules, r.sampledRules(a.matches, verdict, comment, *sample, fams...)...)
+			}
+			c.Rules = append(c.Rules, rule(text, comment))
+			if a.shared != "" && !named {
+				c.shares = append(c.shares, a.shared)
+				named = true
 			}
 		}
 	}

@@ -51,7 +51,13 @@ func (r *renderer) clusterPolicyChain(id ClusterPolicyID, d Direction) bool {
 		if rl.Action == ActionDeny {
 			verdict = r.dropVerdict(clusterPolicyDeny(cp, rl), c)
 		}
-		r.matchRules(c, &rl.Match, ruleSetBase(name, ri), comment, d, subjectOfClusterPolicy(cp.Tier, id, d), "counter "+verdict)
+		var sample *VerifyInfo
+		if rl.Action != ActionPass || cp.Tier == TierBaseline {
+			// An Admin Pass decides nothing yet.
+			info := verifyOfClusterRule(cp, rl)
+			sample = &info
+		}
+		r.matchRules(c, &rl.Match, ruleSetBase(name, ri), comment, d, subjectOfClusterPolicy(cp.Tier, id, d), "counter "+verdict, sample)
 	}
 	if len(c.Rules) == 0 {
 		return false
@@ -93,7 +99,11 @@ func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID,
 			s := r.addSet(&Set{Set: &knftables.Set{Name: set, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
 				Comment: truncComment("every address a rule of " + name + " names")}})
 			s.Elements = comboElements(ranges, v4)
-			c.Rules = append(c.Rules, rule(fmt.Sprintf("%s %s != @%s %s", famWord(v4), peerAddr(d), set, next), "no rule of these policies names the "+peerWord(d)))
+			matches, comment := fmt.Sprintf("%s %s != @%s ", famWord(v4), peerAddr(d), set), "no rule of these policies names the "+peerWord(d)
+			if t == TierBaseline {
+				c.Rules = append(c.Rules, r.sampledRules(matches, next, comment, verifyDefault(d), v4)...)
+			}
+			c.Rules = append(c.Rules, rule(matches+next, comment))
 		}
 	}
 	for i, id := range ids {
@@ -101,7 +111,11 @@ func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID,
 			c.Rules = append(c.Rules, rule("jump "+ClusterPolicyChainName(&r.prog.ClusterPolicies[id], d), ""))
 		}
 	}
-	c.Rules = append(c.Rules, rule(next, ""))
+	if t == TierBaseline {
+		c.Rules = append(c.Rules, r.withSamples("", next, "", verifyDefault(d))...)
+	} else {
+		c.Rules = append(c.Rules, rule(next, ""))
+	}
 	r.addChain(c)
 	return name
 }

@@ -107,6 +107,9 @@ func (c *RenderConfig) validateStagedLog() error {
 	if c.StagedLogGroup == c.DenyLogGroup {
 		return fmt.Errorf("staged log group %d is the deny log's", c.StagedLogGroup)
 	}
+	if c.StagedLogGroup == c.Verify.Group {
+		return fmt.Errorf("staged log group %d is runtime verification's", c.StagedLogGroup)
+	}
 	return nil
 }
 

@@ -311,7 +311,10 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 		{Mode: compile.ModeKernel},
 		// The staged log: staged policy changes and a pod's first or last
 		// use of it rebuild; the rest is tracked as without it.
-		{Mode: compile.ModeKernel, StagedLogGroup: 9},
+		{Mode: compile.ModeKernel, StagedLogGroup: 10},
+		// Runtime verification's sampled copies come with the rules the
+		// tracker renders.
+		{Mode: compile.ModeKernel, Verify: compile.VerifyConfig{Group: 9, PerMillion: 10_000}},
 	} {
 		mode := cfg.Mode
 		n := *seeds

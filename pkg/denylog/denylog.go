@@ -128,20 +128,22 @@ func New(cfg Config, m *Metrics) (*Logger, error) {
 
 // Run reads the NFLOG group until ctx ends.
 func (l *Logger) Run(ctx context.Context) error {
-	return ReadGroup(ctx, l.cfg.Group, l.cfg.NetNS, l.log, "deny log", l.Handle,
-		func() { l.metrics.Dropped.WithLabelValues("read_error").Inc() })
+	return ReadGroup(ctx, l.cfg.Group, l.cfg.NetNS, l.log, "Reading the deny log", func(prefix string, payload []byte) {
+		l.Handle(prefix, payload, time.Now())
+	}, l.metrics.Dropped.WithLabelValues("read_error"))
 }
 
-// ReadGroup reads an NFLOG group (in the network namespace netns, 0 for
-// the caller's) until ctx ends, handing each message's prefix and packet
-// to handle; readError is called for each message lost to a full socket
-// buffer. what names the log in messages.
-func ReadGroup(ctx context.Context, group uint16, netns int, log klog.Logger, what string,
-	handle func(prefix string, payload []byte, now time.Time), readError func()) error {
+// ReadGroup reads an NFLOG group (in network namespace netns, 0: the
+// caller's) until ctx ends, handing each message's prefix and the start of
+// its packet to handle; read errors (a full socket buffer loses messages,
+// not the reader) are counted in readErrors. what names the reader in its
+// log lines.
+func ReadGroup(ctx context.Context, group uint16, netns int, log klog.Logger, what string, handle func(prefix string, payload []byte),
+	readErrors prometheus.Counter) error {
 	// QThresh 1: the kernel sends each message at once. Its default
 	// batches up to 100 messages or one second, which would delay a
-	// lone message's line by a second; the kernel's per-source limits
-	// keep the message rate low.
+	// lone message's line by a second; the kernel's limits keep the
+	// message rate low.
 	nf, err := nflog.Open(&nflog.Config{Group: group, Copymode: nflog.CopyPacket, Bufsize: copyRange, NetNS: netns, QThresh: 1,
 		Logger: nflogLogger{log}})
 	if err != nil {
@@ -149,24 +151,22 @@ func ReadGroup(ctx context.Context, group uint16, netns int, log klog.Logger, wh
 	}
 	defer nf.Close()
 	err = nf.RegisterWithErrorFunc(ctx, func(a nflog.Attribute) int {
-		if a.Prefix == nil || a.Payload == nil {
-			return 0
+		if a.Prefix != nil && a.Payload != nil {
+			handle(*a.Prefix, *a.Payload)
 		}
-		handle(*a.Prefix, *a.Payload, time.Now())
 		return 0
 	}, func(err error) int {
 		if ctx.Err() != nil {
 			return 1
 		}
-		// A full socket buffer loses messages, not the reader: go on.
-		log.V(2).Info("Reading the "+what, "err", err)
-		readError()
+		log.V(2).Info(what, "err", err)
+		readErrors.Inc()
 		return 0
 	})
 	if err != nil {
 		return fmt.Errorf("binding NFLOG group %d: %w", group, err)
 	}
-	log.Info("Reading the "+what, "group", group)
+	log.Info(what, "group", group)
 	<-ctx.Done()
 	return nil
 }

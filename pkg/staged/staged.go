@@ -235,8 +235,9 @@ func New(cfg Config, m *Metrics) (*Logger, error) {
 
 // Run reads the NFLOG group until ctx ends.
 func (l *Logger) Run(ctx context.Context) error {
-	return denylog.ReadGroup(ctx, l.cfg.Group, l.cfg.NetNS, l.log, "staged log", l.Handle,
-		func() { l.metrics.Dropped.WithLabelValues("read_error").Inc() })
+	return denylog.ReadGroup(ctx, l.cfg.Group, l.cfg.NetNS, l.log, "Reading the staged log", func(prefix string, payload []byte) {
+		l.Handle(prefix, payload, time.Now())
+	}, l.metrics.Dropped.WithLabelValues("read_error"))
 }
 
 // programs returns the programs of the program in force, building the

@@ -66,6 +66,24 @@ func mustCreatePods(t *testing.T, ctx context.Context, c *cluster.Cluster, pods 
 	}
 }
 
+// createWebDBClients creates namespaces x and y (labelled ns=<name>) and
+// their pods: x/a (app=web) and y/a (app=client) on node-1, x/b (app=db)
+// and y/b (app=client) on node-2.
+func createWebDBClients(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+	t.Helper()
+	for ns, labels := range map[string]map[string]string{"x": {"ns": "x"}, "y": {"ns": "y"}} {
+		if err := c.EnsureNamespace(ctx, ns, labels); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustCreatePods(t, ctx, c,
+		cluster.Pod{Namespace: "x", Name: "a", Labels: map[string]string{"app": "web"}, Node: "node-1"},
+		cluster.Pod{Namespace: "x", Name: "b", Labels: map[string]string{"app": "db"}, Node: "node-2"},
+		cluster.Pod{Namespace: "y", Name: "a", Labels: map[string]string{"app": "client"}, Node: "node-1"},
+		cluster.Pod{Namespace: "y", Name: "b", Labels: map[string]string{"app": "client"}, Node: "node-2"},
+	)
+}
+
 // verify waits until the agents are programmed, probes every pair on 80/TCP
 // and fails the test when real packets and the evaluator disagree.
 func verify(t *testing.T, ctx context.Context, c *cluster.Cluster, step string) *cluster.Matrix {

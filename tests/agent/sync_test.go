@@ -30,18 +30,8 @@ func TestAgentFollowsAPI(t *testing.T) {
 func testAgentFollowsAPI(t *testing.T, mode compile.Mode) {
 	c := cluster.Start(t, cluster.Config{Mode: mode})
 	ctx := testContext(t, 4*time.Minute)
-	for ns, labels := range map[string]map[string]string{"x": {"ns": "x"}, "y": {"ns": "y"}} {
-		if err := c.EnsureNamespace(ctx, ns, labels); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// Pods are created while the agents run: they arrive as watch events.
-	mustCreatePods(t, ctx, c,
-		cluster.Pod{Namespace: "x", Name: "a", Labels: map[string]string{"app": "web"}, Node: "node-1"},
-		cluster.Pod{Namespace: "x", Name: "b", Labels: map[string]string{"app": "db"}, Node: "node-2"},
-		cluster.Pod{Namespace: "y", Name: "a", Labels: map[string]string{"app": "client"}, Node: "node-1"},
-		cluster.Pod{Namespace: "y", Name: "b", Labels: map[string]string{"app": "client"}, Node: "node-2"},
-	)
+	createWebDBClients(t, ctx, c)
 	type pair = [2]string
 	m := verify(t, ctx, c, "no policies")
 	for _, cell := range m.Cells() {

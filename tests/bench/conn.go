@@ -23,6 +23,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
+	"github.com/nftpolicy/nftpolicy/pkg/verify"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
@@ -67,7 +68,7 @@ const (
 
 // ConnModes and ConnPaths list them in report order.
 var (
-	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridNoSV, ModeHybridDenyLog, ModeHybridCNP, ModeHybridStaged, ModeQueue, ModeQueue2}
+	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridNoSV, ModeHybridDenyLog, ModeHybridCNP, ModeHybridStaged, ModeHybridVerify, ModeQueue, ModeQueue2}
 	ConnPaths = []string{PathSame, PathCross}
 )
 
@@ -228,6 +229,7 @@ func RunConn(ctx context.Context, cfg ConnConfig) (*Result, error) {
 	res.Set("conn_reply", cfg.Reply)
 	res.Set("conn_client_process", cfg.ClientExec != "")
 	summarizeConn(res, samples, cfg.Rounds, cfg.Modes)
+	summarizeVerify(res, samplesBy(samples), cfg.Rounds, cfg.Modes, labs[ModeHybridVerify])
 	return res, nil
 }
 
@@ -242,10 +244,7 @@ func RunConn(ctx context.Context, cfg ConnConfig) (*Result, error) {
 //	<mode>_accepted_per_conn    connections the server accepted per established one
 //	queued_packets_per_conn[_<path>]  queue mode: packets the busiest node queued per connection
 func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
-	by := map[[3]any]*sample{}
-	for _, s := range samples {
-		by[[3]any{s.mode, s.path, s.round}] = s
-	}
+	by := samplesBy(samples)
 	for _, m := range modes {
 		var all []time.Duration
 		failed, ok, accepted := 0, 0, uint64(0)
@@ -340,6 +339,15 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 	}
 }
 
+// samplesBy indexes samples by mode, path and round.
+func samplesBy(samples []*sample) map[[3]any]*sample {
+	by := map[[3]any]*sample{}
+	for _, s := range samples {
+		by[[3]any{s.mode, s.path, s.round}] = s
+	}
+	return by
+}
+
 // roundRatios returns, per round, the geometric mean over both paths of
 // mode's rate divided by base's rate in the same round.
 func roundRatios(by map[[3]any]*sample, mode, base string, rounds int) []float64 {
@@ -369,6 +377,9 @@ type connLab struct {
 	client  string             // client pod's namespace path
 	servers map[string]*server // by path
 	dst     map[string]netip.AddrPort
+	// verify and stops: ModeHybridVerify's verifiers (connverify.go).
+	verify *verify.Metrics
+	stops  []func()
 }
 
 // The lab's pods: the client and one server on node-1, a server on node-2.
@@ -511,6 +522,9 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 	if mode == ModeHybridNoSV {
 		rcfg.Mode, rcfg.NoSourceValidation = compile.ModeHybrid, true
 	}
+	if mode == ModeHybridVerify {
+		verifyRender(&rcfg)
+	}
 	rcfg.Defaults()
 	if err := rcfg.Validate(); err != nil {
 		return nil, err
@@ -522,10 +536,16 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 		}
 		l.agents = append(l.agents, a)
 	}
+	if mode == ModeHybridVerify {
+		return l, l.startVerifiers(ctx)
+	}
 	return l, nil
 }
 
 func (l *connLab) close() {
+	for _, stop := range l.stops {
+		stop()
+	}
 	for _, s := range l.servers {
 		s.stop()
 	}

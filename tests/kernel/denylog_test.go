@@ -48,17 +48,17 @@ probes:
   - {from: {pod: x/db}, to: {pod: x/web}, port: 80}
 `
 
+// lines keeps the log lines that contain match (klog's text format, as
+// the agent writes them), not the reader's own messages.
 type lines struct {
-	// msg is the message whose lines are kept (klog's text format, as
-	// the agent writes them), not the reader's own messages.
-	msg string
-	mu  sync.Mutex
-	l   []string
+	match string
+	mu    sync.Mutex
+	l     []string
 }
 
 func (ls *lines) Write(b []byte) (int, error) {
 	s := strings.TrimSpace(string(b))
-	if !strings.Contains(s, `"`+ls.msg+`"`) {
+	if !strings.Contains(s, ls.match) {
 		return len(b), nil
 	}
 	ls.mu.Lock()
@@ -94,7 +94,7 @@ func TestDenyLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The reader, bound to node-1's namespace, resolving with node-1's program.
-	got := &lines{msg: "Denied connection"}
+	got := &lines{match: `"Denied connection"`}
 	m := denylog.NewMetrics()
 	stop, err := c.RunDenyLog(ctx, "node-1", denylog.Config{Group: group, FlowInterval: time.Minute, LinesPerSecond: 100}, m, got)
 	if err != nil {

@@ -164,7 +164,7 @@ func checkStaged(t *testing.T, ctx context.Context, c *lab.Lab, logs *lines, nam
 func newStagedLab(t *testing.T, ctx context.Context) (*lab.Lab, *lines) {
 	seed := gridScenario(ct.GridPods(), ct.NetpolStep{}, nil, false)
 	c := newLab(t, seed, lab.Config{StagedLogGroup: stagedGroup, StagedLogRate: 100000, ProbeTimeout: time.Second})
-	logs := &lines{msg: "Staged verdict"}
+	logs := &lines{match: `"Staged verdict"`}
 	for _, n := range c.Nodes() {
 		stop, err := c.RunStagedLog(ctx, n, staged.Config{Config: denylog.Config{Group: stagedGroup, FlowInterval: time.Nanosecond, LinesPerSecond: 1000000}}, staged.NewMetrics(), logs)
 		if err != nil {

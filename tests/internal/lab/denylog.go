@@ -12,6 +12,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/denylog"
 	"github.com/nftpolicy/nftpolicy/pkg/staged"
+	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 )
 
 // RunDenyLog starts a deny log reader in node's namespace, resolving with
@@ -20,39 +21,35 @@ import (
 // LinesPerSecond are used; Node, Program, NetNS and Logger are set here.
 // stop ends the reader and returns its error.
 func (l *Lab) RunDenyLog(ctx context.Context, node string, cfg denylog.Config, m *denylog.Metrics, out io.Writer) (stop func() error, err error) {
-	return l.runNFLOGReader(ctx, node, out, func(r nflogReader) (func(context.Context) error, error) {
-		cfg.Node, cfg.NetNS, cfg.Program, cfg.Logger = node, r.netns, r.program, r.logger
-		d, err := denylog.New(cfg, m)
+	return l.runNFLOGReader(ctx, node, out, func(a *inproc.Agent, netns int, log klog.Logger) (func(context.Context) error, error) {
+		cfg.Node, cfg.NetNS, cfg.Logger = node, netns, log
+		cfg.Program = func() *compile.Program { return a.Program }
+		r, err := denylog.New(cfg, m)
 		if err != nil {
 			return nil, err
 		}
-		return d.Run, nil
+		return r.Run, nil
 	})
 }
 
 // RunStagedLog is RunDenyLog for the staged log (pkg/staged).
 func (l *Lab) RunStagedLog(ctx context.Context, node string, cfg staged.Config, m *staged.Metrics, out io.Writer) (stop func() error, err error) {
-	return l.runNFLOGReader(ctx, node, out, func(r nflogReader) (func(context.Context) error, error) {
-		cfg.Node, cfg.NetNS, cfg.Program, cfg.Logger = node, r.netns, r.program, r.logger
-		s, err := staged.New(cfg, m)
+	return l.runNFLOGReader(ctx, node, out, func(a *inproc.Agent, netns int, log klog.Logger) (func(context.Context) error, error) {
+		cfg.Node, cfg.NetNS, cfg.Logger = node, netns, log
+		cfg.Program = func() *compile.Program { return a.Program }
+		r, err := staged.New(cfg, m)
 		if err != nil {
 			return nil, err
 		}
-		return s.Run, nil
+		return r.Run, nil
 	})
 }
 
-// nflogReader is what a reader of a node's NFLOG group is given: the
-// node's namespace, its program, a logger writing to the output.
-type nflogReader struct {
-	netns   int
-	program func() *compile.Program
-	logger  klog.Logger
-}
-
-// runNFLOGReader starts the reader newReader makes in node's namespace.
+// runNFLOGReader starts a reader of an NFLOG group of node's namespace,
+// made by newReader with the node's agent, the namespace's descriptor and
+// a logger writing klog's text format to out, until stop.
 func (l *Lab) runNFLOGReader(ctx context.Context, node string, out io.Writer,
-	newReader func(nflogReader) (func(context.Context) error, error)) (stop func() error, err error) {
+	newReader func(a *inproc.Agent, netns int, log klog.Logger) (func(context.Context) error, error)) (stop func() error, err error) {
 	a := l.agents[node]
 	if a == nil {
 		return nil, fmt.Errorf("no node %s", node)
@@ -65,8 +62,7 @@ func (l *Lab) runNFLOGReader(ctx context.Context, node string, out io.Writer,
 	if err != nil {
 		return nil, err
 	}
-	run, err := newReader(nflogReader{netns: int(ns.Fd()), program: func() *compile.Program { return a.Program },
-		logger: textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(out)))})
+	run, err := newReader(a, int(ns.Fd()), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(out))))
 	if err != nil {
 		ns.Close()
 		return nil, err

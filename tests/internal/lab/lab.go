@@ -84,6 +84,9 @@ type Config struct {
 	// revoker.
 	UnknownPods evaluate.UnknownPodObserver
 	Revoked     conntrack.Observer
+	// Verify samples the kernel's verdicts (compile.RenderConfig.Verify);
+	// the tests read the group themselves (RunVerify).
+	Verify compile.VerifyConfig
 }
 
 // Lab is a netlab lab whose nodes run the agent's parts in process. What
@@ -212,7 +215,7 @@ func (cfg Config) render(ctx context.Context) (compile.RenderConfig, error) {
 		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate, FailOpen: cfg.FailOpen,
 		StagedLogGroup: cfg.StagedLogGroup, StagedLogRate: cfg.StagedLogRate, StagedLogBurst: cfg.StagedLogRate,
 		StagedLogTotalRate: cmp.Or(cfg.StagedLogTotalRate, cfg.StagedLogRate), StagedLogTotalBurst: cmp.Or(cfg.StagedLogTotalRate, cfg.StagedLogRate),
-		NoSourceValidation: cfg.NoSourceValidation}
+		NoSourceValidation: cfg.NoSourceValidation, Verify: cfg.Verify}
 	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == "" {
 		v, err := queuerule.ProbeQueueVariant(ctx)
 		if err != nil {

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/verify"
+)
+
+// verifyOptions are the agent's runtime verification flags.
+type verifyOptions struct {
+	rate       float64
+	group      uint16
+	kernelRate uint32
+}
+
+func (o *verifyOptions) addFlags(fs *pflag.FlagSet) {
+	fs.Float64Var(&o.rate, "verify-rate", 0, "runtime verification: the fraction (0 to 1) of the kernel's verdicts on new connections, allowed and denied, that the agent decides again with the policy model, counting and logging any disagreement; 0 (the default) renders nothing")
+	fs.Uint16Var(&o.group, "verify-log-group", verify.DefaultGroup, "NFLOG group of runtime verification's samples (must not be used by anything else on the node)")
+	fs.Uint32Var(&o.kernelRate, "verify-kernel-rate", compile.DefaultVerifySourceRate, "kernel limit on verification samples per source address, per second (burst twice that): a source cannot make the agent decide its every connection")
+}
+
+// configureVerify turns sampling on in the render configuration (kernel
+// and hybrid modes: in queue mode the evaluator decides every connection).
+func (o *verifyOptions) configureVerify(render *compile.RenderConfig) error {
+	if o.rate == 0 {
+		return nil
+	}
+	if math.IsNaN(o.rate) || o.rate < 0 || o.rate > 1 {
+		return fmt.Errorf("--verify-rate %v: a fraction from 0 to 1", o.rate)
+	}
+	if o.group == 0 {
+		return fmt.Errorf("--verify-log-group must not be 0 with --verify-rate")
+	}
+	render.Verify = compile.VerifyConfig{Group: o.group, PerMillion: uint32(math.Round(o.rate * compile.VerifyPerMillion)),
+		SourceRate: o.kernelRate, SourceBurst: 2 * o.kernelRate}
+	if render.Verify.PerMillion == 0 {
+		render.Verify.PerMillion = 1
+	}
+	return nil
+}
+
+// startNFLOGReaders starts the readers of the ruleset's NFLOG groups: the
+// deny log, the staged log and runtime verification; after DNS learning
+// set the evaluator's resolver, which the staged log reads.
+func (o *agentOptions) startNFLOGReaders(ctx context.Context, render compile.RenderConfig, node string, eval *evaluate.Evaluator,
+	reg prometheus.Registerer) error {
+	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
+		return err
+	}
+	if err := o.stagedLog.startStagedLog(ctx, render, node, eval, reg); err != nil {
+		return err
+	}
+	return o.verify.startVerify(ctx, render, node, eval, o.refreshDelay, reg)
+}
+
+// startVerify starts the verifier when the ruleset samples verdicts.
+func (o *verifyOptions) startVerify(ctx context.Context, render compile.RenderConfig, node string, eval *evaluate.Evaluator,
+	refreshDelay time.Duration, reg prometheus.Registerer) error {
+	if !render.Verify.Enabled() {
+		return nil
+	}
+	m := verify.NewMetrics()
+	if err := m.Register(reg); err != nil {
+		return err
+	}
+	// The program may lag the kernel by the refresh delay (or more, after
+	// a slow build): a disagreement waits well over it to be confirmed.
+	cfg := verify.Config{Group: render.Verify.Group, Node: node, Evaluator: eval, Settle: max(verify.DefaultSettle, 3*refreshDelay),
+		Logger: klog.FromContext(ctx).WithName("verify")}
+	v, err := verify.New(cfg, m)
+	if err != nil {
+		return err
+	}
+	go func() {
+		// Verification is diagnostics: without it, enforcement goes on.
+		if err := wrapErr("verification", v.Run(ctx)); err != nil {
+			klog.FromContext(ctx).Error(err, "Verification reader stopped; kernel verdicts are no longer checked")
+		}
+	}()
+	return nil
+}
