@@ -69,6 +69,7 @@ type agentOptions struct {
 	// agent's own network namespace, unless a test sets another.
 	queueProber queuerule.QueueProber
 	denyLog     denyLogOptions
+	stagedLog   stagedLogOptions
 	verify      verifyOptions
 	newPod      newPodOptions
 	fqdn        fqdnOptions
@@ -99,6 +100,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
 	o.denyLog.addFlags(fs)
+	o.stagedLog.addFlags(fs)
 	o.verify.addFlags(fs)
 	o.newPod.addFlags(fs)
 	o.fqdn.addFlags(fs)
@@ -273,15 +275,15 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.startServers(ctx, reg, ctrl, client, node, errs); err != nil {
 		return err
 	}
-	if err := o.startNFLOGReaders(ctx, render, node, eval, reg); err != nil {
-		return err
-	}
 	if render.LearnsDNS() {
 		stopDNS, err := o.fqdn.startFQDN(ctx, render, dnsQueue, eval, elements, client, reg, errs, hooks)
 		defer stopDNS()
 		if err != nil {
 			return err
 		}
+	}
+	if err := o.startNFLOGReaders(ctx, render, node, eval, reg); err != nil {
+		return err
 	}
 	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
 	log.Info("nftpolicy agent started", "node", node, "mode", mode, "failOpen", o.failOpen)
@@ -392,6 +394,7 @@ func (o *agentOptions) finishRenderConfig(ctx context.Context, render *compile.R
 		render.DNSQueueNum = n
 	}
 	o.denyLog.configureDenyLog(render)
+	o.stagedLog.configureStagedLog(render)
 	if err := o.verify.configureVerify(render); err != nil {
 		return err
 	}

@@ -49,10 +49,14 @@ func (o *verifyOptions) configureVerify(render *compile.RenderConfig) error {
 }
 
 // startNFLOGReaders starts the readers of the ruleset's NFLOG groups: the
-// deny log and runtime verification.
+// deny log, the staged log and runtime verification; after DNS learning
+// set the evaluator's resolver, which the staged log reads.
 func (o *agentOptions) startNFLOGReaders(ctx context.Context, render compile.RenderConfig, node string, eval *evaluate.Evaluator,
 	reg prometheus.Registerer) error {
 	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
+		return err
+	}
+	if err := o.stagedLog.startStagedLog(ctx, render, node, eval, reg); err != nil {
 		return err
 	}
 	return o.verify.startVerify(ctx, render, node, eval, o.refreshDelay, reg)

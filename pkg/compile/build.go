@@ -116,6 +116,8 @@ func (b *builder) buildFrom(in Input, pods []*PodInfo) *Program {
 	b.buildNodes(in.Nodes)
 	b.prog.PodCIDRs = podCIDRs(in)
 	b.buildPods(pods)
+	b.collectStaged(in)
+	b.markStaged()
 	pols := make([]*networkingv1.NetworkPolicy, 0, len(in.Policies))
 	for _, np := range in.Policies {
 		if b.enforced(np) {
@@ -148,6 +150,9 @@ type builder struct {
 	// stagedNS are the namespaces whose NetworkPolicies are staged, nil
 	// when the input enforces staged policies (enforced).
 	stagedNS map[string]bool
+	// staged are the staged policies' selections, by name
+	// (staged_subjects.go).
+	staged []stagedSubject
 
 	nodeLabels map[string]labels.Set
 	nodeNames  []string

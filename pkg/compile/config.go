@@ -84,6 +84,14 @@ type RenderConfig struct {
 	DenyLogGroup                        uint16
 	DenyLogRate, DenyLogBurst           uint32
 	DenyLogTotalRate, DenyLogTotalBurst uint32
+	// StagedLogGroup is the NFLOG group the first packets of new
+	// connections of staged policies' local subjects are copied to (0:
+	// none; render_staged.go). StagedLogRate and StagedLogBurst limit the
+	// copies per source address, in packets per second;
+	// StagedLogTotalRate and StagedLogTotalBurst overall.
+	StagedLogGroup                          uint16
+	StagedLogRate, StagedLogBurst           uint32
+	StagedLogTotalRate, StagedLogTotalBurst uint32
 	// HeldSourceRate and HeldSourceBurst bound, per source address, the
 	// new connections of unknown pod addresses queued (and held) per
 	// second; QueueSourceRate and QueueSourceBurst queue mode's queued
@@ -141,6 +149,7 @@ func (c *RenderConfig) Defaults() {
 		c.DenyLogBurst = DefaultDenyLogBurst
 	}
 	c.shareDefaults()
+	c.stagedLogDefaults()
 	c.Verify.defaults()
 }
 
@@ -165,6 +174,9 @@ func (c *RenderConfig) Validate() error {
 		return err
 	}
 	if err := c.validateShares(); err != nil {
+		return err
+	}
+	if err := c.validateStagedLog(); err != nil {
 		return err
 	}
 	if err := c.validateVerify(); err != nil {

@@ -23,6 +23,10 @@ package compile
 //   - dns-capture: the pod starts or stops being captured for DNS learning
 //     in a way that changes the capture's shape (its first subject, its
 //     last, or a subject of a policy the last build did not capture for).
+//   - staged: with the staged log on (RenderConfig.StagedLogGroup), a
+//     change of a staged policy (before or after the change), or a pod
+//     that is the first or last local subject of a staged policy: the
+//     staged log's subjects and its chain are decided by a build.
 type Fallback string
 
 // NoFallback means the change was applied.
@@ -47,8 +51,12 @@ const (
 	FallbackDNSCapture    Fallback = "dns-capture"
 )
 
+// FallbackStaged is a staged policy change, or a pod's first or last use
+// of the staged log, with the staged log on.
+const FallbackStaged Fallback = "staged"
+
 // Fallbacks lists every reason a change can fall back, for metrics.
 func Fallbacks() []Fallback {
 	return []Fallback{FallbackNotBuilt, FallbackQueueMode, FallbackKeyMismatch, FallbackDenyLog,
-		FallbackDomainNames, FallbackAddressShared, FallbackNodeAddress, FallbackDNSCapture}
+		FallbackDomainNames, FallbackAddressShared, FallbackNodeAddress, FallbackDNSCapture, FallbackStaged}
 }

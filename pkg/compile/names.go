@@ -45,6 +45,10 @@ const (
 	// ChainDenyLogLimits bounds the deny log's messages per source address
 	// and overall; every deny chain jumps to it before logging.
 	ChainDenyLogLimits = "denylog-limits"
+	// ChainStagedLog copies the first packets of staged subjects'
+	// connections to the staged log, within a per-source budget
+	// (render_staged.go).
+	ChainStagedLog = "staged-log"
 )
 
 // Names of the DNS learning objects (render_fqdn.go).
@@ -86,6 +90,7 @@ const (
 	meterDNSQuery = "dns-query"
 	meterDNSReply = "dns-reply"
 	meterDenyLog  = "denylog"
+	meterStaged   = "staged"
 	meterVerify   = "verify"
 )
 
@@ -241,6 +246,12 @@ func clusterEgressSetName(v4 bool) string { return "cluster-egress-pods" + famSu
 
 // nodeIPsSetName holds this node's addresses.
 func nodeIPsSetName(v4 bool) string { return "node-ips" + famSuffix(v4) }
+
+// stagedSubjectsSetName holds the local pods a staged policy selects in
+// one direction (render_staged.go).
+func stagedSubjectsSetName(d Direction, v4 bool) string {
+	return "staged-" + d.String() + "-pods" + famSuffix(v4)
+}
 
 // meterSetName is a per-source (or per-destination) meter of one family.
 func meterSetName(prefix string, bySource, v4 bool) string {

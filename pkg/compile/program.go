@@ -154,6 +154,12 @@ type Pod struct {
 	// rules in that direction, in precedence order: priority, then name.
 	AdminIngress, AdminEgress       []ClusterPolicyID
 	BaselineIngress, BaselineEgress []ClusterPolicyID
+
+	// StagedSubject, indexed by Direction, says that a staged policy
+	// (StagedAnnotation) selects this local pod in that direction: its
+	// verdicts there may change once the staged policies are enforced.
+	// Set only in programs built without Input.EnforceStaged.
+	StagedSubject [2]bool
 }
 
 // Policies returns the NetworkPolicies isolating the pod in one direction.
@@ -428,6 +434,11 @@ type Program struct {
 	// so that a restarted agent can rebuild the program in force before
 	// its first sync (pkg/evaluate's snapshot).
 	Source Input
+
+	// StagedPolicies lists, sorted, the staged policies the program leaves
+	// out: NetworkPolicy keys ("namespace/name") and ClusterNetworkPolicy
+	// names (empty when the input enforces them, or has none).
+	StagedPolicies []string
 }
 
 // IsOwnNode reports whether ip is an address of the pod's own node: the

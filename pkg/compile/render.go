@@ -236,6 +236,9 @@ func (r *renderer) static() {
 	)
 	fwd = append(fwd, midstreamRules()...)
 	input := append(append([]knftables.Rule(nil), head...), nd)
+	stagedFwd, stagedInput := r.stagedLog()
+	fwd = append(fwd, stagedFwd...)
+	input = append(input, stagedInput...)
 	fwd = append(fwd, r.unknownPods()...)
 	if kernel {
 		fwd = append(fwd, rule("goto "+ChainEgress, ""))
@@ -478,6 +481,7 @@ func (r *renderer) podElementsWith(pod *Pod, pt *podText, emit func(set string, 
 	r.knownPodElements(pod, pt, emit)
 	r.fqdnPodElements(pod, pt, emit)
 	if pod.Local {
+		r.stagedElements(pod, pt, emit)
 		r.localPodElements(pod, pt, emit)
 	}
 	for _, sid := range pod.MemberOf {

@@ -139,8 +139,15 @@ func (r *renderer) destLimitChain(name, prefix string, rate, burst uint32, last,
 }
 
 // addrLimitChain renders a meter chain keyed by the packet's source or
-// destination address, its meters named after prefix.
+// destination address, its meters named after prefix; it drops what is
+// over the limit.
 func (r *renderer) addrLimitChain(name, prefix string, bySource bool, rate, burst uint32, last, comment string) *Chain {
+	return r.addrLimitChainOver(name, prefix, bySource, rate, burst, last, "drop", comment)
+}
+
+// addrLimitChainOver is addrLimitChain with the verdict of what is over
+// the limit: "drop", or "return" for a chain that must not decide.
+func (r *renderer) addrLimitChainOver(name, prefix string, bySource bool, rate, burst uint32, last, over, comment string) *Chain {
 	field, what := "saddr", "source"
 	if !bySource {
 		field, what = "daddr", "destination"
@@ -151,8 +158,8 @@ func (r *renderer) addrLimitChain(name, prefix string, bySource bool, rate, burs
 		r.addSet(&Set{Dynamic: true, Set: &knftables.Set{Name: set, Type: addrType(v4),
 			Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Size: ptr(uint64(sourceSetSize)), Timeout: ptr(sourceSetTimeout),
 			Comment: ptr(fmt.Sprintf("per %s address: %d packets/second, burst %d (written by the rules of %s)", what, rate, burst, name))}})
-		c.Rules = append(c.Rules, rule(fmt.Sprintf("update @%s { %s %s limit rate over %d/second burst %d packets } counter drop",
-			set, famWord(v4), field, rate, burst), "over this "+what+"'s share"))
+		c.Rules = append(c.Rules, rule(fmt.Sprintf("update @%s { %s %s limit rate over %d/second burst %d packets } counter %s",
+			set, famWord(v4), field, rate, burst, over), "over this "+what+"'s share"))
 	}
 	if last != "" {
 		c.Rules = append(c.Rules, rule(last, ""))

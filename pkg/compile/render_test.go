@@ -48,15 +48,17 @@ func renderScenario(t *testing.T, path string, cfg compile.RenderConfig) string 
 func TestGolden(t *testing.T) { checkGoldens(t, "testdata/golden", *update) }
 
 // goldenModes are the configurations each golden scenario is rendered in,
-// by the suffix of its golden file.
+// by the suffix of its golden file. The staged log is on in all of them:
+// only staged.yaml has staged policies, the others show it costs nothing
+// without.
 var goldenModes = []struct {
 	suffix string
 	cfg    compile.RenderConfig
 }{
-	{"hybrid", compile.RenderConfig{Mode: compile.ModeHybrid}},
-	{"queue", compile.RenderConfig{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative, FailOpen: true, Queues: 2}},
-	{"queue-xt", compile.RenderConfig{Mode: compile.ModeQueue, QueueVariant: compile.QueueXTCompat}},
-	{"hybrid-denylog", compile.RenderConfig{Mode: compile.ModeHybrid, DenyLogGroup: 7}},
+	{"hybrid", compile.RenderConfig{Mode: compile.ModeHybrid, StagedLogGroup: 8}},
+	{"queue", compile.RenderConfig{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative, FailOpen: true, Queues: 2, StagedLogGroup: 8}},
+	{"queue-xt", compile.RenderConfig{Mode: compile.ModeQueue, QueueVariant: compile.QueueXTCompat, StagedLogGroup: 8}},
+	{"hybrid-denylog", compile.RenderConfig{Mode: compile.ModeHybrid, DenyLogGroup: 7, StagedLogGroup: 8}},
 }
 
 // checkGoldens renders every golden scenario in every mode and compares

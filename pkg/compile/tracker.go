@@ -67,6 +67,9 @@ type Tracker struct {
 	// there is one).
 	comboUse map[string]int
 	fqdnUse  int
+	// stagedUse counts the local subjects of staged policies (the staged
+	// log exists while there is one).
+	stagedUse int
 	// Where a pod can be placed: selectors by namespace (no namespace
 	// selector), selectors with a namespace selector, NetworkPolicies by
 	// namespace.
@@ -155,6 +158,7 @@ func (t *Tracker) index(pods []*PodInfo) {
 			t.fqdnUse++
 		}
 	}
+	t.indexStaged()
 	t.nodeAddrs = map[netip.Addr]bool{}
 	for _, ip := range p.NodeIPs {
 		t.nodeAddrs[ip] = true
@@ -309,6 +313,10 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 	if f != NoFallback {
 		return nil, f
 	}
+	stagedDelta, f := t.stagedChange(old, cur)
+	if f != NoFallback {
+		return nil, f
+	}
 
 	changes := setChanges{}
 	before := t.elementsOf(old)
@@ -326,6 +334,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 		}
 	}
 	t.notePod(key, ips, old, cur, oldCombos, newCombos, fqdnDelta)
+	t.stagedUse += stagedDelta
 	// Then the tier-skip sets that list the pod's selectors.
 	t.updateCombos(key, old, cur, changes)
 
@@ -500,6 +509,7 @@ func (t *Tracker) place(pod *PodInfo) *Pod {
 	if !v.Local {
 		return v
 	}
+	v.StagedSubject = t.b.stagedDirs(pod.Namespace, pod.Labels)
 	for _, id := range t.polsByNS[pod.Namespace] {
 		pol := &p.Policies[id]
 		if !t.b.targets[id].Matches(pl) {

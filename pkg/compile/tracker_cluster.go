@@ -45,6 +45,9 @@ type clusterState struct {
 // (Staged) is applied as deleted, unless the last Rebuild's input
 // enforced staged policies.
 func (t *Tracker) ApplyClusterPolicy(name string, cnp *npav1beta1.ClusterNetworkPolicy) Fallback {
+	if f := t.stagedPolicyChange(name, cnp != nil && t.b != nil && !t.b.enforcedClusterPolicy(cnp)); f != NoFallback {
+		return f
+	}
 	if cnp != nil && t.b != nil && cnp.Name == name && !t.b.enforcedClusterPolicy(cnp) {
 		cnp = nil
 	}

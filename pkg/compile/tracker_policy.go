@@ -46,6 +46,9 @@ type policyState struct {
 // the last Rebuild's input enforced staged policies.
 func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) Fallback {
 	ns, _, _ := strings.Cut(key, "/")
+	if f := t.stagedPolicyChange(key, np != nil && t.b != nil && !t.b.enforced(np)); f != NoFallback {
+		return f
+	}
 	if np != nil && t.b != nil && policyKey(np) == key && !t.b.enforced(np) {
 		np = nil
 	}

@@ -140,7 +140,11 @@ func (l *Logger) Run(ctx context.Context) error {
 // log lines.
 func ReadGroup(ctx context.Context, group uint16, netns int, log klog.Logger, what string, handle func(prefix string, payload []byte),
 	readErrors prometheus.Counter) error {
-	nf, err := nflog.Open(&nflog.Config{Group: group, Copymode: nflog.CopyPacket, Bufsize: copyRange, NetNS: netns,
+	// QThresh 1: the kernel sends each message at once. Its default
+	// batches up to 100 messages or one second, which would delay a
+	// lone message's line by a second; the kernel's limits keep the
+	// message rate low.
+	nf, err := nflog.Open(&nflog.Config{Group: group, Copymode: nflog.CopyPacket, Bufsize: copyRange, NetNS: netns, QThresh: 1,
 		Logger: nflogLogger{log}})
 	if err != nil {
 		return fmt.Errorf("opening NFLOG group %d: %w", group, err)
@@ -223,22 +227,28 @@ func (l *Logger) resolveID(prog *compile.Program, id string) (compile.DenyInfo, 
 func (l *Logger) allowFlow(k flowKey, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if last, ok := l.flows[k]; ok && now.Sub(last) < l.cfg.FlowInterval {
+	return AllowFlow(l.flows, k, now, l.cfg.FlowInterval)
+}
+
+// AllowFlow lets one line per flow key through per interval, remembering
+// when in flows (at most maxFlows keys: under a flood of distinct flows
+// it forgets them rather than grow; an overall line limit still bounds
+// the output). The caller holds flows' lock.
+func AllowFlow[K comparable](flows map[K]time.Time, k K, now time.Time, interval time.Duration) bool {
+	if last, ok := flows[k]; ok && now.Sub(last) < interval {
 		return false
 	}
-	if len(l.flows) >= maxFlows {
-		for f, t := range l.flows {
-			if now.Sub(t) >= l.cfg.FlowInterval {
-				delete(l.flows, f)
+	if len(flows) >= maxFlows {
+		for f, t := range flows {
+			if now.Sub(t) >= interval {
+				delete(flows, f)
 			}
 		}
-		if len(l.flows) >= maxFlows {
-			// Under a flood of distinct flows, forget them all rather than
-			// grow: the overall line limit still bounds the output.
-			clear(l.flows)
+		if len(flows) >= maxFlows {
+			clear(flows)
 		}
 	}
-	l.flows[k] = now
+	flows[k] = now
 	return true
 }
 

@@ -1,6 +1,8 @@
 package agent_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,8 +15,8 @@ import (
 
 // TestAgentStagedPolicies: through a real API server and the real agents,
 // a staged NetworkPolicy (its own nftpolicy.io/staged annotation, or its
-// namespace's) blocks nothing; removing the annotation enforces it, and
-// adding it back stages it again.
+// namespace's) blocks nothing, and the agents log what it would deny;
+// removing the annotation enforces it, and adding it back stages it again.
 func TestAgentStagedPolicies(t *testing.T) {
 	requireRoot(t)
 	staged := map[string]string{compile.StagedAnnotation: "true"}
@@ -44,6 +46,10 @@ func TestAgentStagedPolicies(t *testing.T) {
 	toWeb, toA := [2]string{"y/a", "x/web"}, [2]string{"x/web", "y/a"}
 	m := verify(t, ctx, c, "both staged")
 	expect(t, m, "both staged", map[[2]string]bool{toWeb: true, toA: true})
+	// What they would do, in the agents' logs (the staged log, on by
+	// default): each node reports its own pod's ingress.
+	stagedLine(t, ctx, c, "node-1", `src="y/a"`, `dst="x/web"`, `would="deny"`, `policy="x/deny-ingress"`)
+	stagedLine(t, ctx, c, "node-2", `src="x/web"`, `dst="y/a"`, `would="deny"`, `policy="y/deny-ingress"`)
 
 	setStaged := func(on bool) {
 		t.Helper()
@@ -70,4 +76,32 @@ func TestAgentStagedPolicies(t *testing.T) {
 	setStaged(true)
 	m = verify(t, ctx, c, "x/deny-ingress staged again")
 	expect(t, m, "x/deny-ingress staged again", map[[2]string]bool{toWeb: true, toA: false})
+}
+
+// stagedLine waits for a "Staged verdict" line with every part in node's
+// agent log.
+func stagedLine(t *testing.T, ctx context.Context, c *cluster.Cluster, node string, parts ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, l := range strings.Split(c.Agent(node).LogTail(200), "\n") {
+			if strings.Contains(l, `"Staged verdict"`) && allIn(l, parts) {
+				t.Logf("%s: %s", node, l)
+				return
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("%s: no staged log line with %v; log tail:\n%s", node, parts, c.Agent(node).LogTail(30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func allIn(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }

@@ -50,6 +50,13 @@ const (
 	// (--source-validation=false): hybrid_sv_vs_nosv, hybrid's rate over
 	// this mode's round by round, is what the check costs connections.
 	ModeHybridNoSV = "hybrid_nosv"
+	// ModeHybridStaged is hybrid mode with the staged log on (the agent's
+	// defaults) and a staged policy whose subjects are the bench pods
+	// (stagedConnInput): every connection is between subjects of a staged
+	// policy, so its first packet meets the staged log's rules and meter
+	// (copied within the per-source budget, to a group no reader binds
+	// here). hybrid_conn_ratio_staged is its rate against the control.
+	ModeHybridStaged = "hybrid_staged"
 	// ModeQueue2 is queue mode with two queues, the rule fanning out by
 	// CPU, one reader thread each: what --queues 2 buys on two cores
 	// (measure it with --workers 2; one client thread keeps one queue busy).
@@ -61,7 +68,7 @@ const (
 
 // ConnModes and ConnPaths list them in report order.
 var (
-	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridNoSV, ModeHybridDenyLog, ModeHybridCNP, ModeHybridVerify, ModeQueue, ModeQueue2}
+	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridNoSV, ModeHybridDenyLog, ModeHybridCNP, ModeHybridStaged, ModeHybridVerify, ModeQueue, ModeQueue2}
 	ConnPaths = []string{PathSame, PathCross}
 )
 
@@ -313,6 +320,12 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 			res.Set("hybrid_denylog_vs_hybrid", round(Median(roundRatios(by, ModeHybridDenyLog, ModeHybrid, rounds)), 3))
 		}
 	}
+	if slices.Contains(modes, ModeHybridStaged) {
+		res.Set("hybrid_conn_ratio_staged", res.Float(ModeHybridStaged+"_conn_ratio"))
+		if slices.Contains(modes, ModeHybrid) {
+			res.Set("hybrid_staged_vs_hybrid", round(Median(roundRatios(by, ModeHybridStaged, ModeHybrid, rounds)), 3))
+		}
+	}
 	if slices.Contains(modes, ModeHybridNoSV) && slices.Contains(modes, ModeHybrid) {
 		// Above 1 is noise: the check only adds work.
 		res.Set("hybrid_sv_vs_nosv", round(Median(roundRatios(by, ModeHybrid, ModeHybridNoSV, rounds)), 3))
@@ -419,6 +432,22 @@ func connInput(node string, nodeIPs []netip.Addr) compile.Input {
 	}
 }
 
+// stagedConnInput is connInput with a staged policy that would isolate
+// the bench pods both ways and allow what the bench does: the client and
+// the servers are its subjects.
+func stagedConnInput(node string, nodeIPs []netip.Addr) compile.Input {
+	in := connInput(node, nodeIPs)
+	np := in.Policies[0].DeepCopy()
+	np.Name = "staged-all"
+	np.Annotations = map[string]string{compile.StagedAnnotation: "true"}
+	np.Spec.PodSelector = metav1.LabelSelector{}
+	np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
+	np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}}
+	np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
+	in.Policies = append(in.Policies, np)
+	return in
+}
+
 func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, workers int, reply bool) (_ *connLab, err error) {
 	l := &connLab{mode: mode, servers: map[string]*server{}, dst: map[string]netip.AddrPort{
 		PathSame:  netip.AddrPortFrom(sameSrvIP, connPort),
@@ -485,6 +514,10 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 	}
 	if mode == ModeQueue2 {
 		rcfg.Mode, rcfg.Queues = compile.ModeQueue, 2
+	}
+	if mode == ModeHybridStaged {
+		// The agent's defaults (--staged-log-group, its kernel rates).
+		rcfg.Mode, rcfg.StagedLogGroup, input = compile.ModeHybrid, 101, stagedConnInput
 	}
 	if mode == ModeHybridNoSV {
 		rcfg.Mode, rcfg.NoSourceValidation = compile.ModeHybrid, true

@@ -172,6 +172,8 @@ func Report(r *Result, quick bool) string {
 	row("connections", "hybrid: rate vs conntrack only (nftpolicy's rules alone)", "hybrid_conn_ratio_vs_conntrack", "")
 	row("connections", "hybrid with the deny log on: rate vs control, both paths", "hybrid_conn_ratio_denylog", "")
 	row("connections", "hybrid with the deny log on: rate vs hybrid without it (allowed connections)", "hybrid_denylog_vs_hybrid", "")
+	row("connections", "hybrid, connections between subjects of a staged policy (staged log on): rate vs control, both paths", "hybrid_conn_ratio_staged", "")
+	row("connections", "hybrid, staged subjects: rate vs hybrid without staged policies (per-round ratios)", "hybrid_staged_vs_hybrid", "")
 	row("connections", "hybrid with runtime verification sampling 1%: rate vs hybrid without it (per-round ratios)", "verify_conn_ratio_1pct", "")
 	row("connections", "queue: rate vs control, both paths", "queue_conn_ratio", "")
 	row("connections", "queue: rate vs control, same node", "queue_conn_ratio_same", "")

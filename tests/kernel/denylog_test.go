@@ -72,6 +72,15 @@ func (ls *lines) get() []string {
 	return append([]string(nil), ls.l...)
 }
 
+// take returns the lines so far and forgets them.
+func (ls *lines) take() []string {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	out := ls.l
+	ls.l = nil
+	return out
+}
+
 func TestDenyLog(t *testing.T) {
 	requireRoot(t)
 	s, err := scenario.Parse([]byte(denyLogScenario))

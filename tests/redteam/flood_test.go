@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/denylog"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
+	stagedlog "github.com/nftpolicy/nftpolicy/pkg/staged"
 	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
@@ -84,14 +86,16 @@ policies:
     spec: {podSelector: {matchLabels: {app: web}}, policyTypes: [Ingress]}
 `
 
-// floodDenyLines keeps the deny log's lines.
+// floodDenyLines keeps the lines of one message (the deny log's or the
+// staged log's).
 type floodDenyLines struct {
-	mu sync.Mutex
-	l  []string
+	msg string
+	mu  sync.Mutex
+	l   []string
 }
 
 func (ls *floodDenyLines) Write(b []byte) (int, error) {
-	if s := string(b); strings.Contains(s, `"Denied connection"`) {
+	if s := string(b); strings.Contains(s, `"`+ls.msg+`"`) {
 		ls.mu.Lock()
 		ls.l = append(ls.l, s)
 		ls.mu.Unlock()
@@ -117,7 +121,17 @@ func (ls *floodDenyLines) with(sub string) int {
 // the same denial (web's isolation).
 // Its denial must still be logged: the kernel's log budget is per source,
 // so one pod cannot spend another's.
-func TestRedTeamDenyLogFlood(t *testing.T) {
+func TestRedTeamDenyLogFlood(t *testing.T) { logFlood(t, false) }
+
+// TestRedTeamStagedLogFlood is TestRedTeamDenyLogFlood with x/web's
+// isolation staged: every datagram is allowed, and its connection's first
+// packet is copied to the staged log, whose kernel budget is per source
+// too.
+func TestRedTeamStagedLogFlood(t *testing.T) { logFlood(t, true) }
+
+// logFlood runs the log flood attack on the deny log, or with staged on the
+// staged log.
+func logFlood(t *testing.T, staged bool) {
 	requireRootFlood(t)
 	s, err := scenario.Parse([]byte(floodDenyLogScenario))
 	if err != nil {
@@ -126,7 +140,12 @@ func TestRedTeamDenyLogFlood(t *testing.T) {
 	const group, kernelRate = 12, 5
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := lab.New(ctx, s, lab.Config{DenyLogGroup: group, DenyLogRate: kernelRate})
+	cfg, msg := lab.Config{DenyLogGroup: group, DenyLogRate: kernelRate}, "Denied connection"
+	if staged {
+		s.Policies[0].Annotations = map[string]string{compile.StagedAnnotation: "true"}
+		cfg, msg = lab.Config{StagedLogGroup: group, StagedLogRate: kernelRate, StagedLogTotalRate: compile.DefaultStagedLogTotalRate}, "Staged verdict"
+	}
+	c, err := lab.New(ctx, s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,8 +153,14 @@ func TestRedTeamDenyLogFlood(t *testing.T) {
 	if _, err := c.Apply(ctx, s, false); err != nil {
 		t.Fatal(err)
 	}
-	got := &floodDenyLines{}
-	stop, err := c.RunDenyLog(ctx, "node-1", denylog.Config{Group: group, FlowInterval: time.Nanosecond, LinesPerSecond: 1000000}, denylog.NewMetrics(), got)
+	got := &floodDenyLines{msg: msg}
+	readCfg := denylog.Config{Group: group, FlowInterval: time.Nanosecond, LinesPerSecond: 1000000}
+	var stop func() error
+	if staged {
+		stop, err = c.RunStagedLog(ctx, "node-1", stagedlog.Config{Config: readCfg}, stagedlog.NewMetrics(), got)
+	} else {
+		stop, err = c.RunDenyLog(ctx, "node-1", readCfg, denylog.NewMetrics(), got)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,9 +225,9 @@ func TestRedTeamDenyLogFlood(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	quiet, noisyLines := got.with(`src="x/quiet"`), got.with(`src="x/noisy"`)
-	t.Logf("deny log during x/noisy's flood of %d denied datagrams in %v: %d line(s) from x/noisy, %d of %d from x/quiet", sent.Load(), floodFor, noisyLines, quiet, quietSent)
+	t.Logf("%s lines during x/noisy's flood of %d datagrams in %v: %d line(s) from x/noisy, %d of %d from x/quiet", msg, sent.Load(), floodFor, noisyLines, quiet, quietSent)
 
 	if quiet < quietSent-1 {
-		t.Errorf("x/quiet's denials within its rate: %d of %d logged while x/noisy flooded the deny log, want at least %d", quiet, quietSent, quietSent-1)
+		t.Errorf("x/quiet's connections within its rate: %d of %d logged while x/noisy flooded the log, want at least %d", quiet, quietSent, quietSent-1)
 	}
 }

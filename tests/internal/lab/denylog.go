@@ -11,6 +11,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/denylog"
+	"github.com/nftpolicy/nftpolicy/pkg/staged"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 )
 
@@ -24,6 +25,19 @@ func (l *Lab) RunDenyLog(ctx context.Context, node string, cfg denylog.Config, m
 		cfg.Node, cfg.NetNS, cfg.Logger = node, netns, log
 		cfg.Program = func() *compile.Program { return a.Program }
 		r, err := denylog.New(cfg, m)
+		if err != nil {
+			return nil, err
+		}
+		return r.Run, nil
+	})
+}
+
+// RunStagedLog is RunDenyLog for the staged log (pkg/staged).
+func (l *Lab) RunStagedLog(ctx context.Context, node string, cfg staged.Config, m *staged.Metrics, out io.Writer) (stop func() error, err error) {
+	return l.runNFLOGReader(ctx, node, out, func(a *inproc.Agent, netns int, log klog.Logger) (func(context.Context) error, error) {
+		cfg.Node, cfg.NetNS, cfg.Logger = node, netns, log
+		cfg.Program = func() *compile.Program { return a.Program }
+		r, err := staged.New(cfg, m)
 		if err != nil {
 			return nil, err
 		}

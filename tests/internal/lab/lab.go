@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +60,12 @@ type Config struct {
 	// (compile.RenderConfig); the tests read the group themselves.
 	DenyLogGroup uint16
 	DenyLogRate  uint32
+	// StagedLogGroup and StagedLogRate turn the staged log on
+	// (compile.RenderConfig; the rate per source, and overall unless
+	// StagedLogTotalRate is set); the tests read the group themselves.
+	StagedLogGroup     uint16
+	StagedLogRate      uint32
+	StagedLogTotalRate uint32
 	// FailOpen runs the agents with --fail-open: the queue rules' bypass,
 	// DNS replies delivered unlearned with no agent, and an unknown pod's
 	// connection allowed at the wait's bound.
@@ -206,6 +213,8 @@ func (cfg Config) render(ctx context.Context) (compile.RenderConfig, error) {
 	}
 	rcfg := compile.RenderConfig{Mode: mode, QueueVariant: cfg.QueueVariant,
 		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate, FailOpen: cfg.FailOpen,
+		StagedLogGroup: cfg.StagedLogGroup, StagedLogRate: cfg.StagedLogRate, StagedLogBurst: cfg.StagedLogRate,
+		StagedLogTotalRate: cmp.Or(cfg.StagedLogTotalRate, cfg.StagedLogRate), StagedLogTotalBurst: cmp.Or(cfg.StagedLogTotalRate, cfg.StagedLogRate),
 		NoSourceValidation: cfg.NoSourceValidation, Verify: cfg.Verify}
 	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == "" {
 		v, err := queuerule.ProbeQueueVariant(ctx)

@@ -108,7 +108,7 @@ func main() {
 		fs.IntVar(&c.Workers, "workers", 1, "client threads, one connection in flight each")
 		fs.DurationVar(&c.Timeout, "timeout", time.Second, "bound of one connection")
 		fs.BoolVar(&c.Reply, "reply", false, "the server's threads wait in accept and answer each connection with a byte the client reads (the older method: their wake-up is timed inside connect)")
-		modes := fs.String("modes", "control,conntrack,hybrid,hybrid_nosv,hybrid_denylog,hybrid_cnp,hybrid_verify1pct,queue", "modes to measure (control is always measured)")
+		modes := fs.String("modes", "control,conntrack,hybrid,hybrid_nosv,hybrid_denylog,hybrid_cnp,hybrid_staged,hybrid_verify1pct,queue", "modes to measure (control is always measured)")
 		inProcess := fs.Bool("client-in-process", false, "run the client threads in this process, beside the in-process agents' queue readers (the older method), instead of a client process of their own")
 		_ = fs.Parse(args)
 		c.Modes = strings.Split(*modes, ",")
