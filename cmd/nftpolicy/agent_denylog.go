@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
@@ -14,22 +13,16 @@ import (
 )
 
 // denyLogOptions are the agent's deny log flags.
-type denyLogOptions struct {
-	enabled      bool
-	group        uint16
-	kernelRate   uint32
-	totalRate    uint32
-	flowInterval time.Duration
-	linesPerSec  int
-}
+type denyLogOptions struct{ nflogLogOptions }
 
 func (o *denyLogOptions) addFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.enabled, "deny-log", true, "log one line per connection the kernel path denies (NFLOG), naming the policy and rule")
-	fs.Uint16Var(&o.group, "deny-log-group", denylog.DefaultGroup, "NFLOG group of the deny log (must not be used by anything else on the node)")
-	fs.Uint32Var(&o.kernelRate, "deny-log-kernel-rate", compile.DefaultDenyLogRate, "kernel limit on deny log messages per source address, per second (burst twice that): one pod's denials cannot crowd out another's")
-	fs.Uint32Var(&o.totalRate, "deny-log-kernel-total-rate", compile.DefaultDenyLogTotalRate, "kernel limit on deny log messages of all sources, per second (burst twice that)")
-	fs.DurationVar(&o.flowInterval, "deny-log-flow-interval", denylog.DefaultFlowInterval, "at most one deny log line per source, destination and policy in this interval")
-	fs.IntVar(&o.linesPerSec, "deny-log-lines-per-second", denylog.DefaultLinesPerSec, "at most this many deny log lines per second overall")
+	o.nflogLogOptions.addFlags(fs, nflogLogFlags{name: "deny-log",
+		enabledHelp: "log one line per connection the kernel path denies (NFLOG), naming the policy and rule",
+		group:       denylog.DefaultGroup,
+		rate:        compile.DefaultDenyLogRate,
+		rateHelp:    "kernel limit on deny log messages per source address, per second (burst twice that): one pod's denials cannot crowd out another's",
+		totalRate:   compile.DefaultDenyLogTotalRate,
+		flowKey:     "source, destination and policy"})
 }
 
 // configureDenyLog turns the kernel side on in the render configuration
@@ -40,8 +33,7 @@ func (o *denyLogOptions) configureDenyLog(render *compile.RenderConfig) {
 		return
 	}
 	render.DenyLogGroup = o.group
-	render.DenyLogRate, render.DenyLogBurst = o.kernelRate, 2*o.kernelRate
-	render.DenyLogTotalRate, render.DenyLogTotalBurst = o.totalRate, 2*o.totalRate
+	render.DenyLogRate, render.DenyLogBurst, render.DenyLogTotalRate, render.DenyLogTotalBurst = o.kernelLimits()
 }
 
 // startDenyLog starts the deny log reader when the ruleset logs denials.
@@ -59,11 +51,6 @@ func (o *denyLogOptions) startDenyLog(ctx context.Context, render compile.Render
 	if err != nil {
 		return err
 	}
-	go func() {
-		// The deny log is diagnostics: without it, enforcement goes on.
-		if err := wrapErr("deny log", l.Run(ctx)); err != nil {
-			klog.FromContext(ctx).Error(err, "Deny log reader stopped; denied connections are no longer logged")
-		}
-	}()
+	runReader(ctx, "deny log", "Deny log reader stopped; denied connections are no longer logged", l.Run)
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
@@ -15,22 +14,16 @@ import (
 )
 
 // stagedLogOptions are the agent's staged log flags.
-type stagedLogOptions struct {
-	enabled      bool
-	group        uint16
-	kernelRate   uint32
-	totalRate    uint32
-	flowInterval time.Duration
-	linesPerSec  int
-}
+type stagedLogOptions struct{ nflogLogOptions }
 
 func (o *stagedLogOptions) addFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.enabled, "staged-log", true, "log one line per new connection whose verdict staged policies (nftpolicy.io/staged) would change; the kernel copies only their subjects' first packets (NFLOG)")
-	fs.Uint16Var(&o.group, "staged-log-group", staged.DefaultGroup, "NFLOG group of the staged log (must not be used by anything else on the node)")
-	fs.Uint32Var(&o.kernelRate, "staged-log-kernel-rate", compile.DefaultStagedLogRate, "kernel limit on staged log copies per source address, per second (burst twice that); over it a connection is not copied, and still decided")
-	fs.Uint32Var(&o.totalRate, "staged-log-kernel-total-rate", compile.DefaultStagedLogTotalRate, "kernel limit on staged log copies of all sources, per second (burst twice that)")
-	fs.DurationVar(&o.flowInterval, "staged-log-flow-interval", denylog.DefaultFlowInterval, "at most one staged log line per source, destination, protocol and port in this interval")
-	fs.IntVar(&o.linesPerSec, "staged-log-lines-per-second", denylog.DefaultLinesPerSec, "at most this many staged log lines per second overall")
+	o.nflogLogOptions.addFlags(fs, nflogLogFlags{name: "staged-log",
+		enabledHelp: "log one line per new connection whose verdict staged policies (nftpolicy.io/staged) would change; the kernel copies only their subjects' first packets (NFLOG)",
+		group:       staged.DefaultGroup,
+		rate:        compile.DefaultStagedLogRate,
+		rateHelp:    "kernel limit on staged log copies per source address, per second (burst twice that); over it a connection is not copied, and still decided",
+		totalRate:   compile.DefaultStagedLogTotalRate,
+		flowKey:     "source, destination, protocol and port"})
 }
 
 // configureStagedLog turns the kernel side on in the render configuration.
@@ -39,8 +32,7 @@ func (o *stagedLogOptions) configureStagedLog(render *compile.RenderConfig) {
 		return
 	}
 	render.StagedLogGroup = o.group
-	render.StagedLogRate, render.StagedLogBurst = o.kernelRate, 2*o.kernelRate
-	render.StagedLogTotalRate, render.StagedLogTotalBurst = o.totalRate, 2*o.totalRate
+	render.StagedLogRate, render.StagedLogBurst, render.StagedLogTotalRate, render.StagedLogTotalBurst = o.kernelLimits()
 }
 
 // startStagedLog starts the staged log reader when the ruleset copies
@@ -59,11 +51,6 @@ func (o *stagedLogOptions) startStagedLog(ctx context.Context, render compile.Re
 	if err != nil {
 		return err
 	}
-	go func() {
-		// The staged log is diagnostics: without it, enforcement goes on.
-		if err := wrapErr("staged log", l.Run(ctx)); err != nil {
-			klog.FromContext(ctx).Error(err, "Staged log reader stopped; staged policies' verdicts are no longer logged")
-		}
-	}()
+	runReader(ctx, "staged log", "Staged log reader stopped; staged policies' verdicts are no longer logged", l.Run)
 	return nil
 }

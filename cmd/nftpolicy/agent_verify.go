@@ -80,11 +80,6 @@ func (o *verifyOptions) startVerify(ctx context.Context, render compile.RenderCo
 	if err != nil {
 		return err
 	}
-	go func() {
-		// Verification is diagnostics: without it, enforcement goes on.
-		if err := wrapErr("verification", v.Run(ctx)); err != nil {
-			klog.FromContext(ctx).Error(err, "Verification reader stopped; kernel verdicts are no longer checked")
-		}
-	}()
+	runReader(ctx, "verification", "Verification reader stopped; kernel verdicts are no longer checked", v.Run)
 	return nil
 }
