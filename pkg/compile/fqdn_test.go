@@ -87,7 +87,7 @@ func TestRenderFQDN(t *testing.T) {
 			if !fs.Dynamic || fs.Set.Type != "ipv4_addr . ipv4_addr" || len(fs.Set.Flags) != 1 || fs.Set.Flags[0] != "timeout" || len(fs.Elements) != 0 {
 				t.Errorf("%s: %s = %+v %+v", mode, set4, fs, fs.Set)
 			}
-			if !hasRuleText(rs.Chains["admin-web-egress"], "ip saddr . ip daddr @"+set4+" counter goto egress-allowed") {
+			if !hasRuleText(rs.Chains["admin-web-egress"], "ip saddr . ip daddr @"+set4+" counter goto ingress") {
 				t.Errorf("%s: no rule matches %s", mode, set4)
 			}
 		}

@@ -20,7 +20,6 @@ const (
 	ChainInput       = "input"
 	ChainEgress      = "egress"
 	ChainIngress     = "ingress"
-	ChainEgressAllow = "egress-allowed"
 	ChainQueue       = "userspace"
 	MapIngressPodsV4 = "ingress-pods-v4"
 	MapIngressPodsV6 = "ingress-pods-v6"
@@ -204,7 +203,8 @@ func fqdnSetName(base string, domains []DomainPattern, v4 bool) string {
 }
 
 // tierChainName is the static chain that runs one tier of a direction
-// (tier 0: NetworkPolicy): the Admin tier's is the direction's entry.
+// (tier 0: NetworkPolicy, whose chain runs the Baseline tier too): the
+// Admin tier's is the direction's entry.
 func tierChainName(t Tier, d Direction) string {
 	switch t {
 	case TierAdmin:
@@ -212,8 +212,6 @@ func tierChainName(t Tier, d Direction) string {
 			return ChainEgress
 		}
 		return ChainIngress
-	case TierBaseline:
-		return d.String() + "-baseline"
 	}
 	return d.String() + "-networkpolicy"
 }

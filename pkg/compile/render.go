@@ -175,15 +175,16 @@ func rule(text, comment string) knftables.Rule {
 // to each tier, in evaluation order, and where a connection goes when every
 // tier let it through.
 type tierChains struct {
-	entry, networkPolicy, baseline, allowed string
+	entry, networkPolicy, allowed string
 	// addr is the address the direction dispatches on: the local pod's.
 	addr string
 }
 
 func tiers(d Direction) tierChains {
-	tc := tierChains{entry: tierChainName(TierAdmin, d), networkPolicy: tierChainName(0, d), baseline: tierChainName(TierBaseline, d)}
+	tc := tierChains{entry: tierChainName(TierAdmin, d), networkPolicy: tierChainName(0, d)}
 	if d == Egress {
-		tc.allowed, tc.addr = "goto "+ChainEgressAllow, "saddr"
+		// Egress allowed: the destination's ingress decides next.
+		tc.allowed, tc.addr = "goto "+ChainIngress, "saddr"
 	} else {
 		tc.allowed, tc.addr = "accept", "daddr"
 	}
@@ -294,25 +295,26 @@ func midstreamRules() []knftables.Rule {
 func (r *renderer) tierDispatch() {
 	for _, d := range []Direction{Egress, Ingress} {
 		tc := tiers(d)
-		chain := func(name, comment string, next string, t Tier) {
-			c := &Chain{Chain: knftables.Chain{Name: name, Comment: ptr(comment)}}
+		vmaps := func(t Tier) []knftables.Rule {
+			var out []knftables.Rule
 			for _, v4 := range []bool{true, false} {
-				c.Rules = append(c.Rules, rule(fmt.Sprintf("%s %s vmap @%s", famWord(v4), tc.addr, tierMapName(t, d, v4)), ""))
+				out = append(out, rule(fmt.Sprintf("%s %s vmap @%s", famWord(v4), tc.addr, tierMapName(t, d, v4)), ""))
 			}
-			if t == TierBaseline {
-				c.Rules = append(c.Rules, r.withSamples("", next, "", verifyDefault(d))...)
-			} else {
-				c.Rules = append(c.Rules, rule(next, ""))
-			}
-			r.addChain(c)
+			return out
 		}
-		chain(tc.baseline, d.String()+" of local pods, tier 3: Baseline ClusterNetworkPolicies", tc.allowed, TierBaseline)
-		chain(tc.networkPolicy, d.String()+" of local pods, tier 2: NetworkPolicies (they decide for the pods they isolate)", "goto "+tc.baseline, 0)
-		chain(tc.entry, "new connections "+map[Direction]string{Egress: "from", Ingress: "to"}[d]+" local pods, tier 1: Admin ClusterNetworkPolicies",
-			"goto "+tc.networkPolicy, TierAdmin)
+		// The NetworkPolicy tier's chain runs the Baseline tier's maps
+		// itself, rather than going to a chain of its own: every level
+		// saved keeps the tables' deepest path (egress's tiers, then
+		// ingress's) under the kernel's jump stack (KernelJumpStack).
+		np := &Chain{Chain: knftables.Chain{Name: tc.networkPolicy,
+			Comment: ptr(d.String() + " of local pods, tier 2: NetworkPolicies (they decide for the pods they isolate), tier 3: Baseline")}}
+		np.Rules = append(append(vmaps(0), vmaps(TierBaseline)...), r.withSamples("", tc.allowed, "", verifyDefault(d))...)
+		r.addChain(np)
+		admin := &Chain{Chain: knftables.Chain{Name: tc.entry,
+			Comment: ptr("new connections " + map[Direction]string{Egress: "from", Ingress: "to"}[d] + " local pods, tier 1: Admin ClusterNetworkPolicies")}}
+		admin.Rules = append(vmaps(TierAdmin), rule("goto "+tc.networkPolicy, ""))
+		r.addChain(admin)
 	}
-	r.addChain(&Chain{Chain: knftables.Chain{Name: ChainEgressAllow, Comment: ptr("egress allowed: the destination's ingress decides next")},
-		Rules: []knftables.Rule{rule("goto "+ChainIngress, "")}})
 }
 
 // queueChain renders the chain that queues (ChainQueue) and, after it, the
@@ -569,7 +571,7 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 	c.Chain.Comment = truncComment(pol.Key + " " + d.String())
 	verdict := "accept"
 	if d == Egress {
-		verdict = "jump " + ChainEgressAllow
+		verdict = "jump " + ChainIngress
 	}
 	for ri := range pol.Rules(d) {
 		rl := &pol.Rules(d)[ri]

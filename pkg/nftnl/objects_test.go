@@ -72,7 +72,7 @@ func TestParseRule(t *testing.T) {
 			"meta:1 cmp payload:1 lookup:1 payload:1 meta:9 payload:10 lookup:1 counter immediate"},
 		{"ip6 saddr @peers-v6 ip6 daddr . meta l4proto . th dport @named-v6 counter accept",
 			"meta:1 cmp payload:1 lookup:1 payload:1 meta:2 payload:13 lookup:1 counter immediate"},
-		{"ip daddr != @peers-v4 goto ingress-baseline", "meta:1 cmp payload:1 lookup:1! immediate"},
+		{"ip daddr != @peers-v4 goto ingress-networkpolicy", "meta:1 cmp payload:1 lookup:1! immediate"},
 		{"ip daddr vmap @pods-v4", "meta:1 cmp payload:1 lookup:1(vmap)"},
 		{`limit rate 20/second burst 20 packets counter log prefix "nftpolicy deny: " group 7`, "limit counter log"},
 		{"counter drop", "counter immediate"},
