@@ -37,10 +37,11 @@
 #                    the script succeeds when it does fail and the cluster works
 #   --nodes 1|2      one node, or two linked by a veth (default 1; npa: 2 only;
 #                    rollout: 2)
-#   --ip-family ipv4|ipv6|dual  the cluster's families (default ipv4): node
-#                    addresses, pod CIDRs and Service CIDRs of IPv4, of IPv6,
-#                    or of both (dual-stack, IPv4 primary: pods get both
-#                    addresses, Services default to IPv4)
+#   --ip-family ipv4|ipv6|dual|dual-ipv6  the cluster's families (default
+#                    ipv4): node addresses, pod CIDRs and Service CIDRs of
+#                    IPv4, of IPv6, or of both (dual-stack: pods get both
+#                    addresses; Services default to the primary family, IPv4
+#                    with dual, IPv6 with dual-ipv6)
 #   --procs N        ginkgo parallel processes (default 4)
 #   --keep           leave the cluster up afterwards (then: --down)
 #   --down           tear down a cluster left by --keep (or by a crash), exit
@@ -134,7 +135,8 @@ case $IP_FAMILY in
 ipv4) FAMILIES=(4) ;;
 ipv6) FAMILIES=(6) ;;
 dual) FAMILIES=(4 6) ;;
-*) echo "--ip-family must be ipv4, ipv6 or dual" >&2; exit 2 ;;
+dual-ipv6) FAMILIES=(6 4) ;;
+*) echo "--ip-family must be ipv4, ipv6, dual or dual-ipv6" >&2; exit 2 ;;
 esac
 # per_family FUNC ARGS...: FUNC's output for each family, comma-separated,
 # the primary family first (FUNC takes the family as its first argument).
@@ -823,6 +825,7 @@ summarize_e2e() {
 	failed=$(sed -n 's/.* \([0-9]*\) Failed.*/\1/p' <<<"$res")
 	skipped=$(sed -n 's/.* \([0-9]*\) Skipped.*/\1/p' <<<"$res")
 	{
+		echo "commit: $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown), finished: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 		echo "mode: $( ((NO_AGENT)) && echo no-agent || echo "$MODE"), ip family: $IP_FAMILY, nodes: $NODES, procs: $PROCS, focus: $FOCUS${SKIP_RE:+, skip: $SKIP_RE}"
 		echo "${ran:-no ginkgo summary (see $OUT/e2e.log)}"
 		echo "${res:-}"
