@@ -37,6 +37,11 @@
 #                    the script succeeds when it does fail and the cluster works
 #   --nodes 1|2      one node, or two linked by a veth (default 1; npa: 2 only;
 #                    rollout: 2)
+#   --ip-family ipv4|ipv6|dual|dual-ipv6  the cluster's families (default
+#                    ipv4): node addresses, pod CIDRs and Service CIDRs of
+#                    IPv4, of IPv6, or of both (dual-stack: pods get both
+#                    addresses; Services default to the primary family, IPv4
+#                    with dual, IPv6 with dual-ipv6)
 #   --procs N        ginkgo parallel processes (default 4)
 #   --keep           leave the cluster up afterwards (then: --down)
 #   --down           tear down a cluster left by --keep (or by a crash), exit
@@ -66,9 +71,6 @@ PREFIX=nftpc                 # netns names, cgroup roots
 KUBE_VERSION=v1.37.2
 PAUSE_IMAGE=registry.k8s.io/pause:3.10.2
 AGNHOST_IMAGE=registry.k8s.io/e2e-test-images/agnhost:2.66.1
-SERVICE_CIDR=10.96.0.0/16
-SERVICE_IP=10.96.0.1
-CLUSTER_CIDR=10.244.0.0/16
 DEFAULT_FOCUS='Netpol|NetworkPolicy'
 # The NPA suite's manifests name this agnhost; the harness's own agnhost
 # (v1.37.2's, 2.66.1) has every command they use (connect, serve-hostname,
@@ -78,7 +80,7 @@ NPA_VERSION=v0.3.0
 NPA_PROFILE=ClusterNetworkPolicy
 NPA_SCTP_TESTS=CNPAdminTierEgressSCTP,CNPAdminTierIngressSCTP,CNPBaselineTierEgressSCTP,CNPBaselineTierIngressSCTP
 
-SUITE=e2e MODE= FOCUS= SKIP= NO_AGENT=0 KEEP=0 NODES= PROCS=4 DOWN=0 BUILD=1
+SUITE=e2e MODE= FOCUS= SKIP= NO_AGENT=0 KEEP=0 NODES= PROCS=4 DOWN=0 BUILD=1 IP_FAMILY=ipv4
 while (($#)); do
 	case $1 in
 	--suite) SUITE=$2; shift 2 ;;
@@ -94,6 +96,8 @@ while (($#)); do
 	--no-agent) NO_AGENT=1; shift ;;
 	--nodes) NODES=$2; shift 2 ;;
 	--nodes=*) NODES=${1#*=}; shift ;;
+	--ip-family) IP_FAMILY=$2; shift 2 ;;
+	--ip-family=*) IP_FAMILY=${1#*=}; shift ;;
 	--procs) PROCS=$2; shift 2 ;;
 	--procs=*) PROCS=${1#*=}; shift ;;
 	--keep) KEEP=1; shift ;;
@@ -123,6 +127,42 @@ rollout)
 esac
 case $NODES in 1 | 2) ;; *) echo "--nodes must be 1 or 2" >&2; exit 2 ;; esac
 
+# Address plan per family: node N is 10.250.0.N and fd00:10:250::N, its pod
+# CIDR 10.244.(N-1).0/24 and fd00:10:244:(N-1)::/64; Services 10.96.0.0/16
+# and fd00:10:96::/112 (the API server takes at most 20 bits of IPv6 Service
+# range). FAMILIES lists the cluster's families, the primary one first.
+case $IP_FAMILY in
+ipv4) FAMILIES=(4) ;;
+ipv6) FAMILIES=(6) ;;
+dual) FAMILIES=(4 6) ;;
+dual-ipv6) FAMILIES=(6 4) ;;
+*) echo "--ip-family must be ipv4, ipv6, dual or dual-ipv6" >&2; exit 2 ;;
+esac
+# per_family FUNC ARGS...: FUNC's output for each family, comma-separated,
+# the primary family first (FUNC takes the family as its first argument).
+per_family() {
+	local f fn=$1 out=()
+	shift
+	for f in "${FAMILIES[@]}"; do out+=("$("$fn" "$f" "$@")"); done
+	(IFS=,; echo "${out[*]}")
+}
+fam_service_cidr() { [[ $1 == 4 ]] && echo 10.96.0.0/16 || echo fd00:10:96::/112; }
+fam_service_ip() { [[ $1 == 4 ]] && echo 10.96.0.1 || echo fd00:10:96::1; }
+fam_cluster_cidr() { [[ $1 == 4 ]] && echo 10.244.0.0/16 || echo fd00:10:244::/56; }
+fam_node_ip() { [[ $1 == 4 ]] && echo "10.250.0.$2" || echo "fd00:10:250::$2"; }
+fam_node_prefix() { [[ $1 == 4 ]] && echo 24 || echo 64; }
+fam_gateway() { [[ $1 == 4 ]] && echo 10.250.0.254 || echo fd00:10:250::fe; }
+# (RFC 5952 form: the API server warns about fd00:10:244:0::/64.)
+fam_podcidr() {
+	if [[ $1 == 4 ]]; then echo "10.244.$(($2 - 1)).0/24"
+	elif (($2 == 1)); then echo "fd00:10:244::/64"
+	else printf 'fd00:10:244:%x::/64\n' "$(($2 - 1))"; fi
+}
+fam_default_route() { [[ $1 == 4 ]] && echo 0.0.0.0/0 || echo ::/0; }
+SERVICE_CIDR=$(per_family fam_service_cidr)
+SERVICE_IP=$(fam_service_ip "${FAMILIES[0]}")
+CLUSTER_CIDR=$(per_family fam_cluster_cidr)
+
 T0=$SECONDS
 log() { printf '[conformance %4ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -130,8 +170,13 @@ die() { log "ERROR: $*"; exit 1; }
 
 node_ns() { echo "$PREFIX-node$1"; }
 node_name() { echo "node$1"; }
-node_ip() { echo "10.250.0.$1"; }
-node_podcidr() { echo "10.244.$(($1 - 1)).0/24"; }
+# node_ip N: node N's address of the primary family; node_ips N: all of
+# them, comma-separated; node_podcidrs N: its pod CIDRs, comma-separated.
+node_ip() { fam_node_ip "${FAMILIES[0]}" "$1"; }
+node_ips() { per_family fam_node_ip "$1"; }
+node_podcidrs() { per_family fam_podcidr "$1"; }
+# url_host ADDR: ADDR as the host of a URL (an IPv6 address in brackets).
+url_host() { [[ $1 == *:* ]] && echo "[$1]" || echo "$1"; }
 node_dir() { echo "$STATE/node$1"; }
 holder_pid() { cat "$(node_dir "$1")/holder.pid" 2>/dev/null; }
 # innode N CMD...: run CMD in node N's network and mount namespaces.
@@ -334,8 +379,9 @@ cert() {
 	openssl_q x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
 		-days 3 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt"
 }
-cert apiserver "/CN=kube-apiserver" \
-	"DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:$SERVICE_IP,IP:$(node_ip 1),IP:127.0.0.1"
+api_sans="DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:127.0.0.1,IP:::1"
+for f in "${FAMILIES[@]}"; do api_sans+=",IP:$(fam_service_ip "$f"),IP:$(fam_node_ip "$f" 1)"; done
+cert apiserver "/CN=kube-apiserver" "$api_sans"
 cert admin "/O=system:masters/CN=kubernetes-admin"
 openssl_q genrsa -out "$PKI/sa.key" 2048
 openssl_q rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub"
@@ -346,7 +392,7 @@ kubeconfig() {
 	kind: Config
 	clusters:
 	- name: conformance
-	  cluster: {server: "https://$(node_ip 1):6443", certificate-authority: "$PKI/ca.crt"}
+	  cluster: {server: "https://$(url_host "$(node_ip 1)"):6443", certificate-authority: "$PKI/ca.crt"}
 	users:
 	- name: $2
 	  user: {client-certificate: "$PKI/$2.crt", client-key: "$PKI/$2.key"}
@@ -384,7 +430,10 @@ start_holder() {
 	mkdir -p "$nd/var-lib" "$nd/var-log" "$nd/cni" "$nd/etc"
 	{
 		echo "127.0.0.1 localhost"
-		for m in $(seq 1 "$NODES"); do echo "$(node_ip "$m") $(node_name "$m")"; done
+		echo "::1 localhost"
+		for m in $(seq 1 "$NODES"); do
+			for f in "${FAMILIES[@]}"; do echo "$(fam_node_ip "$f" "$m") $(node_name "$m")"; done
+		done
 	} >"$nd/hosts"
 	echo "nameserver 127.0.0.1" >"$nd/resolv.conf"
 	ip netns add "$(node_ns "$n")"
@@ -408,15 +457,34 @@ else
 fi
 for n in $(seq 1 "$NODES"); do
 	ns=$(node_ns "$n")
-	ip -n "$ns" link set lo up
-	ip -n "$ns" addr add "$(node_ip "$n")/24" dev eth0
-	ip -n "$ns" link set eth0 up
-	ip -n "$ns" route add default via 10.250.0.254 dev eth0 onlink
-	for m in $(seq 1 "$NODES"); do
-		((m == n)) || ip -n "$ns" route add "$(node_podcidr "$m")" via "$(node_ip "$m")" dev eth0
-	done
-	# per-namespace sysctls of the node (not the machine's)
+	# per-namespace sysctls of the node (not the machine's). IPv6: forwarding
+	# (the node routes its pods' traffic), and no duplicate address detection
+	# on the node's links, the pods' host-side veths included (made later by
+	# the CNI plugin): an address stays "tentative", unusable as a source or
+	# a next hop, until DAD ends a second or more later, and nothing else
+	# on these links could hold the same address.
 	innode "$n" sysctl -q -w net.ipv4.ip_forward=1 net.ipv4.conf.all.forwarding=1
+	if [[ " ${FAMILIES[*]} " == *" 6 "* ]]; then
+		innode "$n" sysctl -q -w net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0 \
+			net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 \
+			net.ipv6.conf.eth0.accept_dad=0 net.ipv6.conf.all.forwarding=1 net.ipv6.conf.default.forwarding=1
+	fi
+	ip -n "$ns" link set lo up
+	for f in "${FAMILIES[@]}"; do
+		# nodad: usable at once (IPv4 ignores it; IPv6 would wait for DAD).
+		if [[ $f == 6 ]]; then
+			ip -n "$ns" addr add "$(fam_node_ip "$f" "$n")/$(fam_node_prefix "$f")" dev eth0 nodad
+		else
+			ip -n "$ns" addr add "$(fam_node_ip "$f" "$n")/$(fam_node_prefix "$f")" dev eth0
+		fi
+	done
+	ip -n "$ns" link set eth0 up
+	for f in "${FAMILIES[@]}"; do
+		ip -n "$ns" -"$f" route add default via "$(fam_gateway "$f")" dev eth0 onlink
+		for m in $(seq 1 "$NODES"); do
+			((m == n)) || ip -n "$ns" -"$f" route add "$(fam_podcidr "$f" "$m")" via "$(fam_node_ip "$f" "$m")" dev eth0
+		done
+	done
 done
 
 # ---------------------------------------------------------------------------
@@ -448,7 +516,7 @@ start_bg 1 etcd etcd --name default --data-dir "$STATE/etcd" \
 	--initial-cluster default=http://127.0.0.1:2380 --unsafe-no-fsync --log-level warn
 start_bg 1 kube-apiserver kube-apiserver \
 	--etcd-servers=http://127.0.0.1:2379 \
-	--advertise-address="$(node_ip 1)" --bind-address=0.0.0.0 --secure-port=6443 \
+	--advertise-address="$(node_ip 1)" --bind-address="$([[ ${FAMILIES[*]} == 4 ]] && echo 0.0.0.0 || echo ::)" --secure-port=6443 \
 	--service-cluster-ip-range="$SERVICE_CIDR" \
 	--client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
 	--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
@@ -473,8 +541,12 @@ start_bg 1 kube-scheduler bash -c 'while :; do "$@"; echo "kube-scheduler exited
 # worker: containerd, images, kubelet, kube-proxy (every node)
 # ---------------------------------------------------------------------------
 start_worker() {
-	local n=$1 nd name ip
+	local n=$1 nd name ip ranges=() routes=() f
 	nd=$(node_dir "$n") name=$(node_name "$n") ip=$(node_ip "$n")
+	for f in "${FAMILIES[@]}"; do
+		ranges+=("[{\"subnet\": \"$(fam_podcidr "$f" "$n")\"}]")
+		routes+=("{\"dst\": \"$(fam_default_route "$f")\"}")
+	done
 	cat >"$nd/cni/10-ptp.conflist" <<-EOF
 	{
 	  "cniVersion": "1.0.0",
@@ -485,8 +557,8 @@ start_worker() {
 	    "mtu": 1500,
 	    "ipam": {
 	      "type": "host-local",
-	      "ranges": [[{"subnet": "$(node_podcidr "$n")"}]],
-	      "routes": [{"dst": "0.0.0.0/0"}]
+	      "ranges": [$(IFS=,; echo "${ranges[*]}")],
+	      "routes": [$(IFS=,; echo "${routes[*]}")]
 	    }
 	  }]
 	}
@@ -530,7 +602,7 @@ start_worker() {
 	cgroupDriver: cgroupfs
 	cgroupRoot: /$PREFIX-node$n
 	containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
-	address: $ip
+	address: "$ip"
 	readOnlyPort: 0
 	healthzBindAddress: 127.0.0.1
 	authentication:
@@ -560,15 +632,15 @@ start_worker() {
 		fi
 	done
 	start_bg "$n" "kubelet-node$n" kubelet --config "$nd/kubelet.yaml" \
-		--kubeconfig "$PKI/kubelet-node$n.kubeconfig" --hostname-override "$name" --node-ip "$ip" --v=1
+		--kubeconfig "$PKI/kubelet-node$n.kubeconfig" --hostname-override "$name" --node-ip "$(node_ips "$n")" --v=1
 	cat >"$nd/kube-proxy.yaml" <<-EOF
 	apiVersion: kubeproxy.config.k8s.io/v1alpha1
 	kind: KubeProxyConfiguration
 	clientConnection: {kubeconfig: "$KCFG"}
 	hostnameOverride: $name
 	mode: iptables
-	clusterCIDR: $CLUSTER_CIDR
-	bindAddress: $ip
+	clusterCIDR: "$CLUSTER_CIDR"
+	bindAddress: "$ip"
 	healthzBindAddress: 127.0.0.1:10256
 	metricsBindAddress: 127.0.0.1:10249
 	conntrack:
@@ -586,9 +658,11 @@ done
 node_registered() { kc get node "$1"; }
 for n in $(seq 1 "$NODES"); do
 	wait_for 120 "node$n to register" node_registered "$(node_name "$n")"
-	# The pod CIDR that node's CNI config uses (no node IPAM in the controller-manager).
+	# The pod CIDRs that node's CNI config uses (no node IPAM in the
+	# controller-manager), the primary family first.
+	cidrs=$(node_podcidrs "$n")
 	kc patch node "$(node_name "$n")" --type merge \
-		-p "{\"spec\":{\"podCIDR\":\"$(node_podcidr "$n")\",\"podCIDRs\":[\"$(node_podcidr "$n")\"]}}" >/dev/null
+		-p "{\"spec\":{\"podCIDR\":\"${cidrs%%,*}\",\"podCIDRs\":[\"${cidrs//,/\",\"}\"]}}" >/dev/null
 done
 nodes_ready() { kc wait --for=condition=Ready node --all --timeout=1s; }
 wait_for 180 "nodes to be Ready" nodes_ready
@@ -710,7 +784,7 @@ run_npa() {
 		--kubeconfig="$KCFG" --conformance-profiles="$NPA_PROFILE" --all-features
 		--organization=nftpolicy --project=nftpolicy --url=https://github.com/nftpolicy/nftpolicy
 		--version="$version" --contact=nftpolicy-maintainers
-		--additional-info="hack/conformance.sh --suite npa, --mode=$MODE$( ((NO_AGENT)) && echo ' (no agent)'), $NODES nodes"
+		--additional-info="hack/conformance.sh --suite npa, --mode=$MODE$( ((NO_AGENT)) && echo ' (no agent)'), --ip-family=$IP_FAMILY, $NODES nodes"
 		--report-output="$OUT/report.yaml" --cleanup-base-resources="$( ((KEEP)) && echo false || echo true)")
 	[[ -n $FOCUS ]] && args+=(--run-tests="$FOCUS")
 	[[ -n $NO_SCTP ]] && args+=(--skip-tests="$NPA_SCTP_TESTS" --no-sctp="$NO_SCTP")
@@ -751,7 +825,8 @@ summarize_e2e() {
 	failed=$(sed -n 's/.* \([0-9]*\) Failed.*/\1/p' <<<"$res")
 	skipped=$(sed -n 's/.* \([0-9]*\) Skipped.*/\1/p' <<<"$res")
 	{
-		echo "mode: $( ((NO_AGENT)) && echo no-agent || echo "$MODE"), nodes: $NODES, procs: $PROCS, focus: $FOCUS${SKIP_RE:+, skip: $SKIP_RE}"
+		echo "commit: $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown), finished: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+		echo "mode: $( ((NO_AGENT)) && echo no-agent || echo "$MODE"), ip family: $IP_FAMILY, nodes: $NODES, procs: $PROCS, focus: $FOCUS${SKIP_RE:+, skip: $SKIP_RE}"
 		echo "${ran:-no ginkgo summary (see $OUT/e2e.log)}"
 		echo "${res:-}"
 		grep -E '^\s*\[FAIL\]' "$OUT/e2e.log" | sed 's/^\s*//' | sort -u || true
@@ -807,7 +882,7 @@ summarize_npa() {
 	' "$OUT/npa.log" "$OUT/npa.log" >"$OUT/failures.txt"
 	{
 		echo "suite: network-policy-api $NPA_VERSION conformance, profile $NPA_PROFILE (all features)," \
-			"mode: $( ((NO_AGENT)) && echo no-agent || echo "$MODE"), nodes: $NODES${FOCUS:+, tests matching: $FOCUS}"
+			"mode: $( ((NO_AGENT)) && echo no-agent || echo "$MODE"), ip family: $IP_FAMILY, nodes: $NODES${FOCUS:+, tests matching: $FOCUS}"
 		[[ -n $NO_SCTP ]] && echo "SCTP: $NO_SCTP: skipped the tests $NPA_SCTP_TESTS and $(grep -c 'SKIPPED SCTP probe' "$OUT/npa.log") SCTP probes of other tests"
 		[[ -s $OUT/report.yaml ]] || echo "no report.yaml: the suite did not finish (see $OUT/npa.log)"
 		printf '%-40s %-8s %8s %s\n' TEST RESULT SECONDS SCTP-PROBES-SKIPPED

@@ -28,7 +28,7 @@ import time
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--target", required=True, help="HOST:PORT")
+    ap.add_argument("--target", required=True, help="HOST:PORT (an IPv6 HOST with or without brackets)")
     ap.add_argument("--interval", type=float, default=0.007, help="seconds between attempts")
     ap.add_argument("--timeout", type=float, default=0.5, help="deadline of one attempt, seconds")
     ap.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: at SIGTERM)")
@@ -37,7 +37,9 @@ def main():
     ap.add_argument("--out", required=True, help="results file (one line per attempt)")
     a = ap.parse_args()
     host, port = a.target.rsplit(":", 1)
+    host = host.strip("[]")
     addr = (host, int(port))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     if not 0 < a.timeout < 1 or a.interval <= 0:
         sys.exit("connloop: --timeout must be in (0, 1) and --interval positive")
 
@@ -78,7 +80,7 @@ def main():
             stop = os.path.exists(a.stop_file)
         if not stop and now >= nxt:
             nxt = max(nxt + a.interval, now)
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s = socket.socket(family, socket.SOCK_STREAM)
             s.setblocking(False)
             w, m = time.time(), time.monotonic()
             rc = s.connect_ex(addr)
