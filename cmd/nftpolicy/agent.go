@@ -76,6 +76,7 @@ type agentOptions struct {
 	state       stateOptions
 	serving     servingOptions
 	status      statusOptions
+	preview     previewServerOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -107,6 +108,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	o.state.addFlags(fs)
 	o.serving.addFlags(fs)
 	o.status.addFlags(fs)
+	o.preview.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -273,6 +275,10 @@ func agent(ctx context.Context, o *agentOptions) error {
 	reg.MustRegister(controller.NewCounterCollector(10*time.Second, metrics, log.WithName("metrics")))
 
 	if err := o.startServers(ctx, reg, ctrl, client, node, errs); err != nil {
+		return err
+	}
+	if err := o.preview.startPreview(ctx, &previewServer{node: node, snapshot: ctrl.Snapshot, current: ctrl.Program, eval: eval,
+		revoke: o.newPod.revoke, table: openConntrack, afterBuild: release.Soon}, errs); err != nil {
 		return err
 	}
 	if render.LearnsDNS() {

@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 
@@ -71,8 +72,9 @@ func (j Judge) Judge(olds []*compile.Program, cur *compile.Program, c Conn, allo
 // touches an address Affected names between one of olds and cur, handing
 // each to fn as it arrives; nothing of the table is kept (dump.go), so a
 // table that pods inflated costs time, not memory. It fills Affected and
-// Dumped (0 when no address is affected: no dump is needed).
-func (j Judge) pass(t Table, olds []*compile.Program, cur *compile.Program, allows bool,
+// Dumped (0 when no address is affected: no dump is needed). When ctx
+// ends, the entries left are not judged.
+func (j Judge) pass(ctx context.Context, t Table, olds []*compile.Program, cur *compile.Program, allows bool,
 	fn func(f *ct.Flow, c Conn, ch Change, now Decision)) (Result, error) {
 	var res Result
 	affected := map[netip.Addr]bool{}
@@ -86,6 +88,9 @@ func (j Judge) pass(t Table, olds []*compile.Program, cur *compile.Program, allo
 		return res, nil
 	}
 	err := t.Stream(dumpFamily(affected), func(f *ct.Flow) error {
+		if res.Dumped%256 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
 		res.Dumped++
 		c, ok := Forwarded(f)
 		if !ok || !affected[c.Src] && !affected[c.Dst] {
@@ -105,9 +110,10 @@ func (j Judge) pass(t Table, olds []*compile.Program, cur *compile.Program, allo
 // candidate changes from current's (Cut or Allow), with candidate's
 // decision, without deleting anything: what a Revoker would delete if
 // candidate were published after current, and the denied connections it
-// would let through. f is valid during the call only.
-func (j Judge) Preview(t Table, current, candidate *compile.Program, fn func(f *ct.Flow, c Conn, ch Change, d Decision)) (Result, error) {
-	return j.pass(t, []*compile.Program{current}, candidate, true, func(f *ct.Flow, c Conn, ch Change, d Decision) {
+// would let through. f is valid during the call only. When ctx ends, the
+// entries left are not judged and its error is returned.
+func (j Judge) Preview(ctx context.Context, t Table, current, candidate *compile.Program, fn func(f *ct.Flow, c Conn, ch Change, d Decision)) (Result, error) {
+	return j.pass(ctx, t, []*compile.Program{current}, candidate, true, func(f *ct.Flow, c Conn, ch Change, d Decision) {
 		if ch != Unchanged {
 			fn(f, c, ch, d)
 		}

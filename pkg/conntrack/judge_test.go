@@ -1,6 +1,7 @@
 package conntrack_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -41,7 +42,7 @@ func TestPreviewListsWhatRevokeCuts(t *testing.T) {
 	table := &fakeTable{flows: flows}
 	j := conntrack.Judge{Decide: decide}
 	var cut, allowed, policies []string
-	res, err := j.Preview(table, current, candidate, func(f *ct.Flow, c conntrack.Conn, ch conntrack.Change, d conntrack.Decision) {
+	res, err := j.Preview(context.Background(), table, current, candidate, func(f *ct.Flow, c conntrack.Conn, ch conntrack.Change, d conntrack.Decision) {
 		switch ch {
 		case conntrack.Cut:
 			cut = append(cut, key(f))

@@ -161,7 +161,7 @@ func (r *Revoker) Revoke(olds []*compile.Program, cur *compile.Program) (res Res
 	var errs []error
 	failed, deleted := 0, 0
 	j := Judge{Decide: r.cfg.Decide, DecideBefore: r.cfg.DecideBefore}
-	res, err = j.pass(r.cfg.Table, olds, cur, false, func(f *ct.Flow, c Conn, ch Change, now Decision) {
+	res, err = j.pass(context.Background(), r.cfg.Table, olds, cur, false, func(f *ct.Flow, c Conn, ch Change, now Decision) {
 		if ch != Cut {
 			return
 		}

@@ -1,0 +1,207 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	ct "github.com/ti-mo/conntrack"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
+	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
+)
+
+// previewAnswer is the part of `nftpolicy preview -o json` the test reads.
+type previewAnswer struct {
+	Node  string `json:"node"`
+	Cut   int    `json:"cut"`
+	Allow int    `json:"allow"`
+	Flows []struct {
+		Change, Protocol, Source, Destination, Policy, Reason string
+	} `json:"flows"`
+}
+
+// TestAgentPreviewListsWhatRevocationCuts: long-lived TCP and UDP flows
+// from y/a (node-1) and y/b (node-2) to x/web (node-1), as in
+// TestAgentRevokesDeniedFlows. `nftpolicy preview --local`, run in each
+// node's namespace as kubectl runs it in the agent's pod, previews a
+// policy that admits only y/b: node-1 lists y/a's two flows as cut by
+// x/web, node-2 nothing, and nothing is applied (the flows go on). Then
+// the policy is created through the API: the conntrack entries the agents'
+// revocation deleted are exactly the ones the preview listed, and each
+// node's revoked-flows counter grew by its preview's count.
+func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
+	requireRoot(t)
+	c := cluster.Start(t, cluster.Config{})
+	ctx := testContext(t, 3*time.Minute)
+	for _, ns := range []string{"x", "y"} {
+		if err := c.EnsureNamespace(ctx, ns, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustCreatePods(t, ctx, c,
+		cluster.Pod{Namespace: "x", Name: "web", Labels: map[string]string{"app": "web"}, Node: "node-1"},
+		cluster.Pod{Namespace: "y", Name: "a", Labels: map[string]string{"app": "client"}, Node: "node-1"},
+		cluster.Pod{Namespace: "y", Name: "b", Labels: map[string]string{"app": "client", "keep": "yes"}, Node: "node-2"},
+	)
+	if _, err := c.WaitProgrammed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	web, err := c.PodEndpoint("x/web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	webIP := c.PodIPs("x/web")[0]
+	srv, err := lab.StartFlowServer(c.Lab, web, webIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	flowCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	for _, k := range []string{"y/a", "y/b"} {
+		ep, err := c.PodEndpoint(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lab.StartFlows(flowCtx, c.Lab, ep, webIP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
+	aIP := c.PodIPs("y/a")[0]
+
+	np := makePolicy("x", "web", func(np *networkingv1.NetworkPolicy) {
+		np.TypeMeta = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"}
+		np.Spec.PodSelector = *selector("app", "web")
+		np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
+		np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: selector(), PodSelector: selector("keep", "yes")}}}}
+	})
+	manifest, err := yaml.Marshal(np)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	previewed := map[string][]string{}
+	revokedBefore := map[string]float64{}
+	for _, n := range cluster.DefaultNodes {
+		a := c.Agent(n)
+		out, errOut, err := a.Exec(ctx, manifest, "preview", "--local", "--socket", a.PreviewSocket, "-o", "json")
+		if err != nil {
+			t.Fatalf("%s: preview: %v: %s", n, err, errOut)
+		}
+		var answers []previewAnswer
+		if err := json.Unmarshal(out, &answers); err != nil || len(answers) != 1 || answers[0].Node != n {
+			t.Fatalf("%s: preview answered %s (%v)", n, out, err)
+		}
+		ans := answers[0]
+		for _, f := range ans.Flows {
+			src, err := netip.ParseAddrPort(f.Source)
+			if f.Change != "cut" || f.Policy != "x/web" || err != nil || src.Addr() != aIP {
+				t.Errorf("%s: %+v: want y/a's flow cut by x/web", n, f)
+			}
+			previewed[n] = append(previewed[n], f.Protocol+" "+f.Source+" -> "+f.Destination)
+		}
+		if ans.Cut != len(ans.Flows) || ans.Allow != 0 {
+			t.Errorf("%s: %d cut, %d allowed, %d listed", n, ans.Cut, ans.Allow, len(ans.Flows))
+		}
+		if revokedBefore[n], err = revokedFlows(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(previewed["node-1"]); n != 2 {
+		t.Errorf("node-1 previews %d cuts %v, want y/a's TCP and UDP flows", n, previewed["node-1"])
+	}
+	if len(previewed["node-2"]) != 0 {
+		t.Errorf("node-2 previews %v, want nothing", previewed["node-2"])
+	}
+	out, _, err := c.Agent("node-1").Exec(ctx, manifest, "preview", "--local", "--socket", c.Agent("node-1").PreviewSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("nftpolicy preview --local on node-1:\n%s", out)
+
+	// Nothing was applied: y/a still flows, and its entries are there.
+	before := map[string][]string{}
+	for _, n := range cluster.DefaultNodes {
+		if before[n], err = webEntries(c, n, webIP); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range previewed[n] {
+			if !slices.Contains(before[n], k) {
+				t.Errorf("%s: previewed %s is not in conntrack %v", n, k, before[n])
+			}
+		}
+	}
+	last, _, _ := srv.Log("tcp", aIP).Snapshot()
+	if time.Since(last) > time.Second {
+		t.Errorf("y/a's TCP flow stopped %v ago: the preview applied something", time.Since(last))
+	}
+
+	if _, err := c.ApplyPolicy(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitProgrammed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	for _, n := range cluster.DefaultNodes {
+		after, err := webEntries(c, n, webIP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gone []string
+		for _, k := range before[n] {
+			if !slices.Contains(after, k) {
+				gone = append(gone, k)
+			}
+		}
+		sort.Strings(previewed[n])
+		if !slices.Equal(gone, previewed[n]) {
+			t.Errorf("%s: revocation removed %v, the preview listed %v (entries before %v, after %v)", n, gone, previewed[n], before[n], after)
+		}
+		revoked, err := revokedFlows(ctx, c.Agent(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := revoked - revokedBefore[n]; got != float64(len(previewed[n])) {
+			t.Errorf("%s: the agent revoked %v flows, the preview listed %d", n, got, len(previewed[n]))
+		}
+	}
+}
+
+// webEntries lists the node's conntrack entries to dst, sorted, as preview
+// names connections.
+func webEntries(c *cluster.Cluster, node string, dst netip.Addr) ([]string, error) {
+	var out []string
+	err := c.Lab.InNode(node, func() error {
+		t, err := conntrack.Dial(0)
+		if err != nil {
+			return err
+		}
+		defer t.Close()
+		return t.Stream(0, func(f *ct.Flow) error {
+			if cn, ok := conntrack.Forwarded(f); ok && cn.Dst == dst {
+				out = append(out, fmt.Sprintf("%s %s -> %s", cn.Proto, netip.AddrPortFrom(cn.Src, f.TupleOrig.Proto.SourcePort), netip.AddrPortFrom(cn.Dst, cn.Port)))
+			}
+			return nil
+		})
+	})
+	sort.Strings(out)
+	return out, err
+}
+
+// revokedFlows is the agent's nftpolicy_revoked_flows_total for x/web.
+func revokedFlows(ctx context.Context, a *cluster.Agent) (float64, error) {
+	m, err := a.Metrics(ctx)
+	return m[`nftpolicy_revoked_flows_total{policy="x/web"}`], err
+}
