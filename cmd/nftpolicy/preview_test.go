@@ -34,7 +34,7 @@ func agentPod(name, node string, phase corev1.PodPhase, ready bool, labels map[s
 func TestPreviewCluster(t *testing.T) {
 	agent := map[string]string{"app.kubernetes.io/name": "nftpolicy"}
 	kube := fake.NewClientset(
-		agentPod("nftpolicy-old", "node-1", corev1.PodRunning, false, agent),
+		agentPod("nftpolicy-0-old", "node-1", corev1.PodRunning, false, agent),
 		agentPod("nftpolicy-a", "node-1", corev1.PodRunning, true, agent),
 		agentPod("nftpolicy-b", "node-2", corev1.PodRunning, true, agent),
 		agentPod("nftpolicy-c", "node-3", corev1.PodPending, false, agent),
