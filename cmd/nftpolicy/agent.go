@@ -277,10 +277,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.startServers(ctx, reg, ctrl, client, node, errs); err != nil {
 		return err
 	}
-	if err := o.preview.startPreview(ctx, &previewServer{node: node, snapshot: ctrl.Snapshot, current: ctrl.Program, eval: eval,
-		revoke: o.newPod.revoke, table: openConntrack, afterBuild: release.Soon}, errs); err != nil {
-		return err
-	}
+	o.preview.start(ctx, &previewServer{node: node, snapshot: ctrl.Snapshot, current: ctrl.Program, eval: eval, revoke: o.newPod.revoke, afterBuild: release.Soon})
 	if render.LearnsDNS() {
 		stopDNS, err := o.fqdn.startFQDN(ctx, render, dnsQueue, eval, elements, client, reg, errs, hooks)
 		defer stopDNS()

@@ -112,7 +112,8 @@ type previewServer struct {
 	current  func() *compile.Program
 	eval     *evaluate.Evaluator
 	revoke   bool
-	// table opens the node's conntrack table (ctnetlink).
+	// table opens the node's conntrack table; nil: ctnetlink in the
+	// agent's network namespace.
 	table func() (conntrack.Table, func(), error)
 	// afterBuild returns the candidate program's memory (MemoryReleaser).
 	afterBuild func()
@@ -120,19 +121,25 @@ type previewServer struct {
 	log        klog.Logger
 }
 
-// startPreview listens on --preview-socket and serves previews until ctx
-// ends. The socket is the only way in: mode 0600 in a directory of mode
-// 0700, so only root in the agent's own pod (what `kubectl exec` into it
-// runs as, with the RBAC that allows that) can ask.
-func (o *previewServerOptions) startPreview(ctx context.Context, s *previewServer, errs chan<- error) error {
+// start listens on --preview-socket and serves previews until ctx ends.
+// The socket is the only way in: mode 0600 in a directory of the agent's
+// own pod, so only root there (what `kubectl exec` into it runs as, with
+// the RBAC that allows that) can ask. Previews are a diagnostic: when the
+// socket cannot be made or served, the agent logs it and goes on
+// enforcing.
+func (o *previewServerOptions) start(ctx context.Context, s *previewServer) {
 	if o.socket == "" {
-		return nil
+		return
 	}
 	s.busy = make(chan struct{}, 1)
 	s.log = klog.FromContext(ctx).WithName("preview")
+	if s.table == nil {
+		s.table = openConntrack
+	}
 	ln, err := listenUnixPrivate(o.socket)
 	if err != nil {
-		return fmt.Errorf("--preview-socket: %w", err)
+		s.log.Error(err, "No previews on this node: cannot listen on --preview-socket", "socket", o.socket)
+		return
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /preview", s.serve)
@@ -147,11 +154,10 @@ func (o *previewServerOptions) startPreview(ctx context.Context, s *previewServe
 	go func() {
 		defer ln.remove()
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errs <- fmt.Errorf("preview server: %w", err)
+			s.log.Error(err, "Preview server stopped; no previews on this node until the agent restarts")
 		}
 	}()
 	s.log.Info("Answering previews", "socket", o.socket)
-	return nil
 }
 
 // privateUnixListener is a unix socket that removes its path when done,
@@ -354,7 +360,7 @@ func askPreview(ctx context.Context, socket string, req previewRequest) (*Previe
 	}
 	resp, err := client.Do(hreq)
 	if err != nil {
-		return nil, fmt.Errorf("asking the agent (%s): %w", socket, err)
+		return nil, fmt.Errorf("asking the agent (%s; does it run with --preview-socket?): %w", socket, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

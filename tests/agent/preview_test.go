@@ -11,13 +11,10 @@ import (
 	"time"
 
 	ct "github.com/ti-mo/conntrack"
-	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
-	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
 // previewAnswer is the part of `nftpolicy preview -o json` the test reads.
@@ -41,51 +38,10 @@ type previewAnswer struct {
 // node's revoked-flows counter grew by its preview's count.
 func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 	requireRoot(t)
-	c := cluster.Start(t, cluster.Config{})
 	ctx := testContext(t, 3*time.Minute)
-	for _, ns := range []string{"x", "y"} {
-		if err := c.EnsureNamespace(ctx, ns, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mustCreatePods(t, ctx, c,
-		cluster.Pod{Namespace: "x", Name: "web", Labels: map[string]string{"app": "web"}, Node: "node-1"},
-		cluster.Pod{Namespace: "y", Name: "a", Labels: map[string]string{"app": "client"}, Node: "node-1"},
-		cluster.Pod{Namespace: "y", Name: "b", Labels: map[string]string{"app": "client", "keep": "yes"}, Node: "node-2"},
-	)
-	if _, err := c.WaitProgrammed(ctx); err != nil {
-		t.Fatal(err)
-	}
-	web, err := c.PodEndpoint("x/web")
-	if err != nil {
-		t.Fatal(err)
-	}
-	webIP := c.PodIPs("x/web")[0]
-	srv, err := lab.StartFlowServer(c.Lab, web, webIP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	flowCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	for _, k := range []string{"y/a", "y/b"} {
-		ep, err := c.PodEndpoint(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := lab.StartFlows(flowCtx, c.Lab, ep, webIP); err != nil {
-			t.Fatal(err)
-		}
-	}
-	time.Sleep(time.Second)
-	aIP := c.PodIPs("y/a")[0]
-
-	np := makePolicy("x", "web", func(np *networkingv1.NetworkPolicy) {
-		np.TypeMeta = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"}
-		np.Spec.PodSelector = *selector("app", "web")
-		np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
-		np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: selector(), PodSelector: selector("keep", "yes")}}}}
-	})
+	w := startWebFlows(t, ctx)
+	c, srv, webIP, aIP := w.c, w.srv, w.webIP, w.aIP
+	np := webKeepOnly()
 	manifest, err := yaml.Marshal(np)
 	if err != nil {
 		t.Fatal(err)
@@ -124,11 +80,14 @@ func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 	if len(previewed["node-2"]) != 0 {
 		t.Errorf("node-2 previews %v, want nothing", previewed["node-2"])
 	}
-	out, _, err := c.Agent("node-1").Exec(ctx, manifest, "preview", "--local", "--socket", c.Agent("node-1").PreviewSocket)
-	if err != nil {
-		t.Fatal(err)
+	for _, n := range cluster.DefaultNodes {
+		a := c.Agent(n)
+		out, errOut, err := a.Exec(ctx, manifest, "preview", "--local", "--socket", a.PreviewSocket)
+		if err != nil {
+			t.Fatalf("%s: preview: %v: %s", n, err, errOut)
+		}
+		t.Logf("nftpolicy preview --local -f x-web.yaml, on %s:\n%s", n, out)
 	}
-	t.Logf("nftpolicy preview --local on node-1:\n%s", out)
 
 	// Nothing was applied: y/a still flows, and its entries are there.
 	before := map[string][]string{}

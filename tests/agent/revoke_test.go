@@ -2,24 +2,29 @@ package agent_test
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
-// TestAgentRevokesDeniedFlows: the real agents, a real API server, and
-// long-lived TCP and UDP flows from y/a (node-1) and y/b (node-2) to x/web
-// (node-1). A policy created through the API that admits only y/b must cut
-// y/a's established flows (the agent deletes their conntrack entries) and
-// leave y/b's untouched, without a lost datagram.
-func TestAgentRevokesDeniedFlows(t *testing.T) {
-	requireRoot(t)
+// webFlows is the revocation tests' cluster: x/web (node-1) serving a
+// FlowServer, and long-lived TCP and UDP flows to it from y/a (node-1) and
+// y/b (node-2, keep=yes), running until the test ends.
+type webFlows struct {
+	c               *cluster.Cluster
+	srv             *lab.FlowServer
+	webIP, aIP, bIP netip.Addr
+}
+
+func startWebFlows(t *testing.T, ctx context.Context) *webFlows {
+	t.Helper()
 	c := cluster.Start(t, cluster.Config{})
-	ctx := testContext(t, 3*time.Minute)
 	for _, ns := range []string{"x", "y"} {
 		if err := c.EnsureNamespace(ctx, ns, nil); err != nil {
 			t.Fatal(err)
@@ -37,49 +42,65 @@ func TestAgentRevokesDeniedFlows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	webIP := c.PodIPs("x/web")[0]
-	srv, err := lab.StartFlowServer(c.Lab, web, webIP)
-	if err != nil {
+	w := &webFlows{c: c, webIP: c.PodIPs("x/web")[0], aIP: c.PodIPs("y/a")[0], bIP: c.PodIPs("y/b")[0]}
+	if w.srv, err = lab.StartFlowServer(c.Lab, web, w.webIP); err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(w.srv.Close)
 	flowCtx, stop := context.WithCancel(ctx)
-	defer stop()
+	t.Cleanup(stop) // before the server closes
 	for _, k := range []string{"y/a", "y/b"} {
 		ep, err := c.PodEndpoint(k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := lab.StartFlows(flowCtx, c.Lab, ep, webIP); err != nil {
+		if err := lab.StartFlows(flowCtx, c.Lab, ep, w.webIP); err != nil {
 			t.Fatal(err)
 		}
 	}
 	time.Sleep(time.Second)
-	aIP, bIP := c.PodIPs("y/a")[0], c.PodIPs("y/b")[0]
-	_, bBefore, _ := srv.Log("udp", bIP).Snapshot()
+	return w
+}
 
-	// x/web: ingress only from keep=yes pods; its own egress closed, so a
-	// cut flow cannot come back as a connection from the server.
-	if _, err := c.ApplyPolicy(ctx, makePolicy("x", "web", func(np *networkingv1.NetworkPolicy) {
+// webKeepOnly is x/web's policy of the revocation tests: ingress only
+// from keep=yes pods (y/b); its own egress closed, so a cut flow cannot
+// come back as a connection from the server.
+func webKeepOnly() *networkingv1.NetworkPolicy {
+	return makePolicy("x", "web", func(np *networkingv1.NetworkPolicy) {
+		np.TypeMeta = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"}
 		np.Spec.PodSelector = *selector("app", "web")
 		np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
 		np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: selector(), PodSelector: selector("keep", "yes")}}}}
-	})); err != nil {
+	})
+}
+
+// TestAgentRevokesDeniedFlows: the real agents, a real API server, and
+// long-lived TCP and UDP flows from y/a (node-1) and y/b (node-2) to x/web
+// (node-1). A policy created through the API that admits only y/b must cut
+// y/a's established flows (the agent deletes their conntrack entries) and
+// leave y/b's untouched, without a lost datagram.
+func TestAgentRevokesDeniedFlows(t *testing.T) {
+	requireRoot(t)
+	ctx := testContext(t, 3*time.Minute)
+	w := startWebFlows(t, ctx)
+	_, bBefore, _ := w.srv.Log("udp", w.bIP).Snapshot()
+
+	if _, err := w.c.ApplyPolicy(ctx, webKeepOnly()); err != nil {
 		t.Fatal(err)
 	}
 	applied := time.Now()
-	if _, err := c.WaitProgrammed(ctx); err != nil {
+	if _, err := w.c.WaitProgrammed(ctx); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
 	for _, proto := range []string{"tcp", "udp"} {
-		last, _, _ := srv.Log(proto, aIP).Snapshot()
+		last, _, _ := w.srv.Log(proto, w.aIP).Snapshot()
 		if last.After(applied.Add(1500 * time.Millisecond)) {
 			t.Errorf("y/a %s still flowing %v after the policy was created", proto, last.Sub(applied))
 		} else {
 			t.Logf("y/a %s: last record %v after the API call", proto, max(last.Sub(applied), 0))
 		}
-		bLast, bN, bLost := srv.Log(proto, bIP).Snapshot()
+		bLast, bN, bLost := w.srv.Log(proto, w.bIP).Snapshot()
 		if bLast.Before(applied.Add(time.Second)) {
 			t.Errorf("y/b %s stopped: last record %v after the change", proto, bLast.Sub(applied))
 		}
