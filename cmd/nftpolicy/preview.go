@@ -241,14 +241,14 @@ func askPod(ctx context.Context, pod *corev1.Pod, argv []string, data []byte, ex
 		}
 		return fail(err)
 	}
-	var res PreviewResult
+	var res []PreviewResult // printPreview's JSON: one node's
 	if err := json.Unmarshal(out, &res); err != nil {
 		return fail(fmt.Errorf("decoding its answer: %w", err))
 	}
-	if res.Node != pod.Spec.NodeName {
-		return fail(fmt.Errorf("it answered for node %q", res.Node))
+	if len(res) != 1 || res[0].Node != pod.Spec.NodeName {
+		return fail(fmt.Errorf("it answered %d results, not one for node %s", len(res), pod.Spec.NodeName))
 	}
-	return res
+	return res[0]
 }
 
 // spdyOrWebSocketExec execs through the API server as kubectl exec does:

@@ -54,7 +54,7 @@ func TestPreviewCluster(t *testing.T) {
 		if pod.Spec.NodeName == "node-2" {
 			return nil, []byte("nftpolicy preview: the agent: another preview is running on this node; try again\n"), errors.New("command terminated with exit code 1")
 		}
-		out, err := json.Marshal(answer)
+		out, err := json.Marshal([]PreviewResult{answer})
 		return out, nil, err
 	}
 	args := []string{"/nftpolicy", "preview", "--local", "-o", "json", "-n", "x"}

@@ -3,14 +3,22 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	ct "github.com/ti-mo/conntrack"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
@@ -41,9 +49,19 @@ func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	w := startWebFlows(t, ctx)
 	c, srv, webIP, aIP := w.c, w.srv, w.webIP, w.aIP
+	if err := c.ServeExec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitProgrammed(ctx); err != nil {
+		t.Fatal(err)
+	}
 	np := webKeepOnly()
 	manifest, err := yaml.Marshal(np)
 	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "x-web.yaml")
+	if err := os.WriteFile(file, manifest, 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -87,6 +105,43 @@ func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 			t.Fatalf("%s: preview: %v: %s", n, err, errOut)
 		}
 		t.Logf("nftpolicy preview --local -f x-web.yaml, on %s:\n%s", n, out)
+	}
+
+	// The plugin, through the API server's exec into each agent pod,
+	// reports the same per node.
+	bin, err := cluster.AgentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, bin, "preview", "-f", file, "--kubeconfig", c.Env.AdminKubeconfig, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("kubectl nftpolicy preview: %v: %s%s", err, out, stderrOf(err))
+	}
+	var answers []previewAnswer
+	if err := json.Unmarshal(out, &answers); err != nil || len(answers) != len(cluster.DefaultNodes) {
+		t.Fatalf("kubectl nftpolicy preview answered %s (%v)", out, err)
+	}
+	for _, ans := range answers {
+		var got []string
+		for _, f := range ans.Flows {
+			got = append(got, f.Protocol+" "+f.Source+" -> "+f.Destination)
+		}
+		if !slices.Equal(got, previewed[ans.Node]) {
+			t.Errorf("%s: the plugin lists %v, preview --local %v", ans.Node, got, previewed[ans.Node])
+		}
+	}
+	if out, err = exec.CommandContext(ctx, bin, "preview", "-f", file, "--kubeconfig", c.Env.AdminKubeconfig).Output(); err != nil {
+		t.Fatalf("kubectl nftpolicy preview: %v: %s", err, stderrOf(err))
+	}
+	t.Logf("kubectl nftpolicy preview -f x-web.yaml:\n%s", out)
+	// The cluster's authorization decides: a user who may list the agents'
+	// pods but not exec into them is refused on every node.
+	reader := readerKubeconfig(t, ctx, c)
+	out, err = exec.CommandContext(ctx, bin, "preview", "-f", file, "--kubeconfig", reader).Output()
+	if err == nil || strings.Count(string(out), "forbidden") != len(cluster.DefaultNodes) {
+		t.Errorf("preview without pods/exec: %v, output:\n%s", err, out)
+	} else {
+		t.Logf("without pods/exec:\n%s", out)
 	}
 
 	// Nothing was applied: y/a still flows, and its entries are there.
@@ -157,6 +212,35 @@ func webEntries(c *cluster.Cluster, node string, dst netip.Addr) ([]string, erro
 	})
 	sort.Strings(out)
 	return out, err
+}
+
+// readerKubeconfig is a kubeconfig of a ServiceAccount that may list pods
+// in the agents' namespace and nothing else.
+func readerKubeconfig(t *testing.T, ctx context.Context, c *cluster.Cluster) string {
+	t.Helper()
+	ns := "kube-system"
+	rbac := c.Client.RbacV1()
+	if _, err := c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "reader"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pod-reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "reader", Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return c.Env.ServiceAccountKubeconfig(t, ns, "reader")
+}
+
+func stderrOf(err error) []byte {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.Stderr
+	}
+	return nil
 }
 
 // revokedFlows is the agent's nftpolicy_revoked_flows_total for x/web.
