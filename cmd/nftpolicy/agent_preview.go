@@ -303,24 +303,33 @@ func (s *previewServer) preview(ctx context.Context, m *scenario.Manifest, del b
 // same namespace/name as the manifest's, after the agent's informer
 // transform, so the candidate is built from what the agent would keep of
 // them. Staged policies (nftpolicy.io/staged) stay unenforced in the
-// build, as in the agent's. It returns what could not be deleted.
+// build, as in the agent's. It returns what could not be deleted, and the
+// staged policies applied (the agent logs them, enforces nothing of them).
 func applyManifest(in *compile.Input, m *scenario.Manifest, del bool) []string {
 	var warnings []string
+	stagedNS := map[string]bool{}
+	for _, ns := range in.Namespaces {
+		stagedNS[ns.Name] = compile.Staged(ns)
+	}
+	note := func(kind, key string, found, staged bool) {
+		switch {
+		case del && !found:
+			warnings = append(warnings, fmt.Sprintf("%s %s: not found; nothing to delete", kind, key))
+		case !del && staged:
+			warnings = append(warnings, fmt.Sprintf("%s %s is staged (%s): logged, not enforced (an enforced version it replaces stops being enforced)", kind, key, compile.StagedAnnotation))
+		}
+	}
 	for i := range m.Policies {
 		np := transformed(&m.Policies[i])
 		var found bool
 		in.Policies, found = replaceByKey(in.Policies, np, del, func(p *networkingv1.NetworkPolicy) string { return p.Namespace + "/" + p.Name })
-		if del && !found {
-			warnings = append(warnings, fmt.Sprintf("networkpolicy %s/%s: not found; nothing to delete", np.Namespace, np.Name))
-		}
+		note("networkpolicy", np.Namespace+"/"+np.Name, found, compile.NetworkPolicyStaged(np, stagedNS[np.Namespace]))
 	}
 	for i := range m.ClusterNetworkPolicies {
 		cnp := transformed(&m.ClusterNetworkPolicies[i])
 		var found bool
 		in.ClusterPolicies, found = replaceByKey(in.ClusterPolicies, cnp, del, func(p *npav1beta1.ClusterNetworkPolicy) string { return p.Name })
-		if del && !found {
-			warnings = append(warnings, fmt.Sprintf("clusternetworkpolicy %s: not found; nothing to delete", cnp.Name))
-		}
+		note("clusternetworkpolicy", cnp.Name, found, compile.Staged(cnp))
 	}
 	return warnings
 }

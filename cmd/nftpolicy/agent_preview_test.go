@@ -84,7 +84,8 @@ spec:
 // TestPreviewServer asks an agent's preview server over its socket: a
 // changed policy (replaced by namespace/name) cuts y/c1's connection and
 // allows y/c2's, the deletion of the policy allows y/c2's and names a
-// policy that does not exist, the listing is capped, nothing is deleted
+// policy that does not exist, a staged version of the policy stops
+// enforcing it (and is named), the listing is capped, nothing is deleted
 // and nothing of the agent's inputs changes; the socket is mode 0600.
 func TestPreviewServer(t *testing.T) {
 	in := previewInput()
@@ -121,6 +122,11 @@ func TestPreviewServer(t *testing.T) {
 			`node n1: 0 would cut, 1 would allow (pod addresses affected: 1, conntrack entries read: 2, X)
   would allow  TCP 10.244.2.11:40002 -> 10.244.1.10:80  destination not isolated for ingress
   warning: networkpolicy x/missing: not found; nothing to delete
+`, 1},
+		{"staged", previewRequest{Manifest: strings.Replace(allowServers, "metadata: {name: allow}", "metadata: {name: allow, annotations: {nftpolicy.io/staged: \"true\"}}", 1), Namespace: "x"},
+			`node n1: 0 would cut, 1 would allow (pod addresses affected: 1, conntrack entries read: 2, X)
+  would allow  TCP 10.244.2.11:40002 -> 10.244.1.10:80  destination not isolated for ingress
+  warning: networkpolicy x/allow is staged (nftpolicy.io/staged): logged, not enforced (an enforced version it replaces stops being enforced)
 `, 1},
 		{"capped", previewRequest{Manifest: allowServers, Namespace: "x", MaxFlows: 1}, `node n1: 1 would cut, 1 would allow (pod addresses affected: 1, conntrack entries read: 2, X)
   would cut    TCP 10.244.2.10:40001 -> 10.244.1.10:80  x/allow: x/allow isolates x/srv for ingress; no rule matched
