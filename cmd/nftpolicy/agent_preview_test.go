@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,38 +15,9 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
+	"github.com/nftpolicy/nftpolicy/pkg/conntrack/conntracktest"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 )
-
-// previewTable is a conntrack table of fixed TCP entries; it fails the
-// test on a deletion.
-type previewTable struct {
-	t     *testing.T
-	flows []ct.Flow
-}
-
-func (p *previewTable) Stream(_ uint8, fn func(*ct.Flow) error) error {
-	for i := range p.flows {
-		f := p.flows[i]
-		if err := fn(&f); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (p *previewTable) Delete(f ct.Flow) error {
-	p.t.Errorf("preview deleted %v", f.TupleOrig)
-	return nil
-}
-
-func tcpEntry(src, dst string, sport, dport uint16) ct.Flow {
-	s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
-	return ct.Flow{
-		TupleOrig:  ct.Tuple{IP: ct.IPTuple{SourceAddress: s, DestinationAddress: d}, Proto: ct.ProtoTuple{Protocol: 6, SourcePort: sport, DestinationPort: dport}},
-		TupleReply: ct.Tuple{IP: ct.IPTuple{SourceAddress: d, DestinationAddress: s}, Proto: ct.ProtoTuple{Protocol: 6, SourcePort: dport, DestinationPort: sport}},
-	}
-}
 
 const (
 	srvIP = "10.244.1.10" // x/srv, on n1 (this node)
@@ -90,9 +60,9 @@ spec:
 func TestPreviewServer(t *testing.T) {
 	in := previewInput()
 	cur := compile.Build(in)
-	table := &previewTable{t: t, flows: []ct.Flow{
-		tcpEntry(c1IP, srvIP, 40001, 80),
-		tcpEntry(c2IP, srvIP, 40002, 80),
+	table := &conntracktest.Table{Flows: []ct.Flow{
+		conntracktest.TCP(c1IP, srvIP, 40001, 80),
+		conntracktest.TCP(c2IP, srvIP, 40002, 80),
 	}}
 	eval := &evaluate.Evaluator{}
 	eval.Swap(cur)
@@ -145,6 +115,9 @@ func TestPreviewServer(t *testing.T) {
 		if got := strings.Replace(out.String(), ", 0s)", ", X)", 1); got != tc.want || len(res.Flows) != tc.wantRows {
 			t.Errorf("%s: got\n%s\nwant\n%s", tc.name, got, tc.want)
 		}
+	}
+	if len(table.Deleted) != 0 {
+		t.Errorf("preview deleted %v", table.Deleted)
 	}
 	if len(in.Policies) != 1 || in.Policies[0].Spec.Ingress[0].From[0].PodSelector.MatchLabels["role"] != "client" {
 		t.Errorf("the agent's inputs changed: %+v", in.Policies)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
+	"github.com/nftpolicy/nftpolicy/pkg/conntrack/conntracktest"
 )
 
 // allowRole admits pods with role=role to the pods of x.
@@ -39,7 +40,7 @@ func TestPreviewListsWhatRevokeCuts(t *testing.T) {
 	key := func(f *ct.Flow) string {
 		return fmt.Sprintf("%s -> %s", f.TupleOrig.IP.SourceAddress, f.TupleOrig.IP.DestinationAddress)
 	}
-	table := &fakeTable{flows: flows}
+	table := &conntracktest.Table{Flows: flows}
 	j := conntrack.Judge{Decide: decide}
 	var cut, allowed, policies []string
 	res, err := j.Preview(context.Background(), table, current, candidate, func(f *ct.Flow, c conntrack.Conn, ch conntrack.Change, d conntrack.Decision) {
@@ -65,11 +66,11 @@ func TestPreviewListsWhatRevokeCuts(t *testing.T) {
 	if !slices.Equal(policies, []string{"x/allow-clients", "x/allow-clients"}) {
 		t.Errorf("deciding policies %v", policies)
 	}
-	if len(table.deleted) != 0 || res.Dumped != len(flows) || res.Affected != 2 {
-		t.Errorf("preview deleted %v; result %+v", table.deleted, res)
+	if len(table.Deleted) != 0 || res.Dumped != len(flows) || res.Affected != 2 {
+		t.Errorf("preview deleted %v; result %+v", table.Deleted, res)
 	}
 
-	revoked := &fakeTable{flows: flows}
+	revoked := &conntracktest.Table{Flows: flows}
 	r, err := conntrack.NewRevoker(conntrack.Config{Decide: decide, Table: revoked})
 	if err != nil {
 		t.Fatal(err)
@@ -78,8 +79,8 @@ func TestPreviewListsWhatRevokeCuts(t *testing.T) {
 		t.Fatal(err)
 	}
 	var deleted []string
-	for i := range revoked.deleted {
-		deleted = append(deleted, key(&revoked.deleted[i]))
+	for i := range revoked.Deleted {
+		deleted = append(deleted, key(&revoked.Deleted[i]))
 	}
 	if !slices.Equal(deleted, cut) {
 		t.Errorf("revocation deleted %v, preview listed %v", deleted, cut)
