@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -13,9 +14,10 @@ import (
 
 // TestAgentRevokesDeniedFlows: the real agents, a real API server, and
 // long-lived TCP and UDP flows from y/a (node-1) and y/b (node-2) to x/web
-// (node-1). A policy created through the API that admits only y/b must cut
-// y/a's established flows (the agent deletes their conntrack entries) and
-// leave y/b's untouched, without a lost datagram.
+// (node-1), all dual-stack, over IPv4 and IPv6. A policy created through
+// the API that admits only y/b must cut y/a's established flows of both
+// families (the agent deletes their conntrack entries) and leave y/b's
+// untouched, without a lost datagram.
 func TestAgentRevokesDeniedFlows(t *testing.T) {
 	requireRoot(t)
 	c := cluster.Start(t, cluster.Config{})
@@ -26,9 +28,9 @@ func TestAgentRevokesDeniedFlows(t *testing.T) {
 		}
 	}
 	mustCreatePods(t, ctx, c,
-		cluster.Pod{Namespace: "x", Name: "web", Labels: map[string]string{"app": "web"}, Node: "node-1"},
-		cluster.Pod{Namespace: "y", Name: "a", Labels: map[string]string{"app": "client"}, Node: "node-1"},
-		cluster.Pod{Namespace: "y", Name: "b", Labels: map[string]string{"app": "client", "keep": "yes"}, Node: "node-2"},
+		cluster.Pod{Namespace: "x", Name: "web", Labels: map[string]string{"app": "web"}, Node: "node-1", IPs: addrs("10.244.1.10", "fd00:10:244:1::10")},
+		cluster.Pod{Namespace: "y", Name: "a", Labels: map[string]string{"app": "client"}, Node: "node-1", IPs: addrs("10.244.1.11", "fd00:10:244:1::11")},
+		cluster.Pod{Namespace: "y", Name: "b", Labels: map[string]string{"app": "client", "keep": "yes"}, Node: "node-2", IPs: addrs("10.244.2.10", "fd00:10:244:2::10")},
 	)
 	if _, err := c.WaitProgrammed(ctx); err != nil {
 		t.Fatal(err)
@@ -37,12 +39,17 @@ func TestAgentRevokesDeniedFlows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	webIP := c.PodIPs("x/web")[0]
-	srv, err := lab.StartFlowServer(c.Lab, web, webIP)
-	if err != nil {
-		t.Fatal(err)
+	// One server per family; a flow's log is found by its client address.
+	servers := map[bool]*lab.FlowServer{} // by IPv4
+	for _, ip := range c.PodIPs("x/web") {
+		srv, err := lab.StartFlowServer(c.Lab, web, ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		servers[ip.Is4()] = srv
 	}
-	defer srv.Close()
+	flowLog := func(proto string, client netip.Addr) *lab.FlowLog { return servers[client.Is4()].Log(proto, client) }
 	flowCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	for _, k := range []string{"y/a", "y/b"} {
@@ -50,13 +57,17 @@ func TestAgentRevokesDeniedFlows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := lab.StartFlows(flowCtx, c.Lab, ep, webIP); err != nil {
-			t.Fatal(err)
+		for _, ip := range c.PodIPs("x/web") {
+			if err := lab.StartFlows(flowCtx, c.Lab, ep, ip); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	time.Sleep(time.Second)
-	aIP, bIP := c.PodIPs("y/a")[0], c.PodIPs("y/b")[0]
-	_, bBefore, _ := srv.Log("udp", bIP).Snapshot()
+	bBefore := map[netip.Addr]int{}
+	for _, ip := range c.PodIPs("y/b") {
+		_, bBefore[ip], _ = flowLog("udp", ip).Snapshot()
+	}
 
 	// x/web: ingress only from keep=yes pods; its own egress closed, so a
 	// cut flow cannot come back as a connection from the server.
@@ -72,19 +83,22 @@ func TestAgentRevokesDeniedFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
-	for _, proto := range []string{"tcp", "udp"} {
-		last, _, _ := srv.Log(proto, aIP).Snapshot()
-		if last.After(applied.Add(1500 * time.Millisecond)) {
-			t.Errorf("y/a %s still flowing %v after the policy was created", proto, last.Sub(applied))
-		} else {
-			t.Logf("y/a %s: last record %v after the API call", proto, max(last.Sub(applied), 0))
-		}
-		bLast, bN, bLost := srv.Log(proto, bIP).Snapshot()
-		if bLast.Before(applied.Add(time.Second)) {
-			t.Errorf("y/b %s stopped: last record %v after the change", proto, bLast.Sub(applied))
-		}
-		if proto == "udp" && (bLost != 0 || bN <= bBefore) {
-			t.Errorf("y/b udp: %d lost, %d records (%d before the change)", bLost, bN, bBefore)
+	for i, aIP := range c.PodIPs("y/a") {
+		bIP := c.PodIPs("y/b")[i] // the same family
+		for _, proto := range []string{"tcp", "udp"} {
+			last, _, _ := flowLog(proto, aIP).Snapshot()
+			if last.After(applied.Add(1500 * time.Millisecond)) {
+				t.Errorf("y/a %s from %s still flowing %v after the policy was created", proto, aIP, last.Sub(applied))
+			} else {
+				t.Logf("y/a %s from %s: last record %v after the API call", proto, aIP, max(last.Sub(applied), 0))
+			}
+			bLast, bN, bLost := flowLog(proto, bIP).Snapshot()
+			if bLast.Before(applied.Add(time.Second)) {
+				t.Errorf("y/b %s from %s stopped: last record %v after the change", proto, bIP, bLast.Sub(applied))
+			}
+			if proto == "udp" && (bLost != 0 || bN <= bBefore[bIP]) {
+				t.Errorf("y/b udp from %s: %d lost, %d records (%d before the change)", bIP, bLost, bN, bBefore[bIP])
+			}
 		}
 	}
 }
