@@ -42,6 +42,9 @@
 #          reply (dns_hold_us_p50/p99), queued_packets_per_dns_reply, and
 #          that connections to a learned address are not queued;
 #          BenchmarkLearn40kNames of pkg/fqdn (dns_learn_us_p99_40k_names)
+#   staged the staged log's lag, connect(2) to its "Staged verdict" line,
+#          connections paced under the kernel's per-source copy limit
+#          (staged_log_lag_ms_p99)
 #   revoke one connection-revocation pass over 200k conntrack entries: the
 #          RSS it adds (revocation_extra_rss_mb_200k_conntrack) and its time
 #
@@ -102,6 +105,7 @@ else
 	DELAY_ARGS=(--cycles 8)
 	STATUS_ARGS=(--runs 9 --wait-rounds 20)
 	DNS_ARGS=(--lookups 2000 --conns 100)
+	STAGED_ARGS=(--conns 200)
 fi
 
 # Build everything first: compiling must not overlap the measurements.
@@ -237,6 +241,11 @@ if section dns; then
 		"$OUT/dnslearn.bench" >>"$OUT/dns.txt"
 fi
 
+if section staged; then
+	log "staged: staged log lag (${STAGED_ARGS[*]})"
+	"$NFTBENCH" stagedlag "${STAGED_ARGS[@]}" >"$OUT/staged.txt"
+fi
+
 if section revoke; then
 	log "revoke: one revocation pass over 200k conntrack entries"
 	"$NFTBENCH" revoke --entries 200000 >"$OUT/revoke.txt"
@@ -249,5 +258,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,status,newpod,queueflood,dns,revoke}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,status,newpod,queueflood,dns,staged,revoke}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -42,6 +42,10 @@
 #                    IPv4, of IPv6, or of both (dual-stack: pods get both
 #                    addresses; Services default to the primary family, IPv4
 #                    with dual, IPv6 with dual-ipv6)
+#   --agent-arg ARG  one more argument for the agent (repeatable), e.g.
+#                    --agent-arg=--verify-rate=1: the summary then counts
+#                    the verdicts runtime verification re-decided and its
+#                    disagreements (from every node's metrics)
 #   --procs N        ginkgo parallel processes (default 4)
 #   --keep           leave the cluster up afterwards (then: --down)
 #   --down           tear down a cluster left by --keep (or by a crash), exit
@@ -52,7 +56,8 @@
 #   <repo>/_output/conformance-npa with --suite npa, <repo>/_output/rollout
 #   with --suite rollout).
 # Output: <out>/junit_01.xml (ginkgo JUnit report), e2e.log, summary.txt,
-#   logs/ (every component), agent-<node>.log, ruleset-<node>.nft; with
+#   logs/ (every component), agent-<node>.log, ruleset-<node>.nft,
+#   metrics-<node>.txt (the agent's metrics at the end); with
 #   --suite npa: report.yaml (the suite's conformance report), npa.log (go
 #   test -v output), results.tsv (test, result, seconds, SCTP probes skipped),
 #   failures.txt (what each failed probe tried, expected and saw); with
@@ -80,7 +85,7 @@ NPA_VERSION=v0.3.0
 NPA_PROFILE=ClusterNetworkPolicy
 NPA_SCTP_TESTS=CNPAdminTierEgressSCTP,CNPAdminTierIngressSCTP,CNPBaselineTierEgressSCTP,CNPBaselineTierIngressSCTP
 
-SUITE=e2e MODE= FOCUS= SKIP= NO_AGENT=0 KEEP=0 NODES= PROCS=4 DOWN=0 BUILD=1 IP_FAMILY=ipv4
+SUITE=e2e MODE= FOCUS= SKIP= NO_AGENT=0 KEEP=0 NODES= PROCS=4 DOWN=0 BUILD=1 IP_FAMILY=ipv4 AGENT_ARGS=()
 while (($#)); do
 	case $1 in
 	--suite) SUITE=$2; shift 2 ;;
@@ -98,6 +103,8 @@ while (($#)); do
 	--nodes=*) NODES=${1#*=}; shift ;;
 	--ip-family) IP_FAMILY=$2; shift 2 ;;
 	--ip-family=*) IP_FAMILY=${1#*=}; shift ;;
+	--agent-arg) AGENT_ARGS+=("$2"); shift 2 ;;
+	--agent-arg=*) AGENT_ARGS+=("${1#*=}"); shift ;;
 	--procs) PROCS=$2; shift 2 ;;
 	--procs=*) PROCS=${1#*=}; shift ;;
 	--keep) KEEP=1; shift ;;
@@ -744,6 +751,11 @@ if ((!NO_AGENT)); then
 		-e "s#--mode=[a-z]*#--mode=$MODE#" "$ROOT/install.yaml" >"$STATE/install.yaml"
 	grep -q "image: $AGENT_IMAGE" "$STATE/install.yaml" || die "could not set the image in install.yaml"
 	grep -q -- "--mode=$MODE" "$STATE/install.yaml" || die "could not set --mode in install.yaml"
+	for a in "${AGENT_ARGS[@]}"; do
+		[[ $a == --* && $a != *[\"\#\\]* ]] || die "--agent-arg $a: want --flag or --flag=value (no quotes, # or backslashes)"
+		sed -i "s#^\([[:space:]]*\)- --mode=$MODE\$#&\n\1- \"$a\"#" "$STATE/install.yaml"
+		grep -qF -- "- \"$a\"" "$STATE/install.yaml" || die "could not add $a to the agent's arguments"
+	done
 	diff -u "$ROOT/install.yaml" "$STATE/install.yaml" >"$OUT/install.diff" || true
 	kc apply -f "$STATE/install.yaml" >/dev/null
 	if ! kc -n kube-system rollout status ds/nftpolicy --timeout=180s >&2; then
@@ -807,15 +819,49 @@ rollout)
 *) run_e2e ;;
 esac
 
-# Evidence: the agent's logs and every node's ruleset.
+# metrics_token: a token that may read the agents' metrics (install.yaml
+# serves them over HTTPS to tokens the API server authorizes for /metrics),
+# of a ServiceAccount this script makes for it.
+metrics_token() {
+	kc apply -f - >/dev/null <<-'EOF'
+		apiVersion: v1
+		kind: ServiceAccount
+		metadata: {name: nftpolicy-conformance-metrics, namespace: kube-system}
+		---
+		apiVersion: rbac.authorization.k8s.io/v1
+		kind: ClusterRole
+		metadata: {name: nftpolicy-conformance-metrics}
+		rules: [{nonResourceURLs: [/metrics], verbs: [get]}]
+		---
+		apiVersion: rbac.authorization.k8s.io/v1
+		kind: ClusterRoleBinding
+		metadata: {name: nftpolicy-conformance-metrics}
+		roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: nftpolicy-conformance-metrics}
+		subjects: [{kind: ServiceAccount, name: nftpolicy-conformance-metrics, namespace: kube-system}]
+	EOF
+	kc -n kube-system create token nftpolicy-conformance-metrics --duration=10m
+}
+
+# Evidence: the agent's logs and metrics, and every node's ruleset.
+((NO_AGENT)) || MTOKEN=$(metrics_token) || { log "no token to read the agents' metrics"; MTOKEN=; }
 for n in $(seq 1 "$NODES"); do
 	innode "$n" nft list ruleset >"$OUT/ruleset-node$n.nft" 2>&1 || true
 	if ((!NO_AGENT)); then
 		pod=$(kc -n kube-system get pods -l app.kubernetes.io/name=nftpolicy \
 			--field-selector spec.nodeName="$(node_name "$n")" -o name 2>/dev/null | head -n1)
 		[[ -n $pod ]] && kc -n kube-system logs "$pod" >"$OUT/agent-node$n.log" 2>&1 || true
+		[[ -n $MTOKEN ]] && innode "$n" curl -sSk --max-time 10 -H "Authorization: Bearer $MTOKEN" \
+			"https://$(url_host "$(node_ip "$n")"):9402/metrics" >"$OUT/metrics-node$n.txt" 2>&1 || true
 	fi
 done
+
+# verify_summary: with --agent-arg=--verify-rate=...: the verdicts runtime
+# verification re-decided on all nodes, and its disagreements (must be 0).
+verify_summary() {
+	[[ " ${AGENT_ARGS[*]} " == *" --verify-rate"* ]] || return 0
+	awk '/^nftpolicy_verdicts_verified_total\{/ { v += $NF } /^nftpolicy_verdict_disagreements_total\{/ { d += $NF }
+		END { printf "runtime verification: %d kernel verdicts re-decided, %d disagreements\n", v, d }' "$OUT"/metrics-node*.txt
+}
 
 summarize_e2e() {
 	local ran res
@@ -831,6 +877,7 @@ summarize_e2e() {
 		echo "${res:-}"
 		grep -E '^\s*\[FAIL\]' "$OUT/e2e.log" | sed 's/^\s*//' | sort -u || true
 		echo "conformance: ${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
+		verify_summary
 	} >"$OUT/summary.txt"
 	echo "------------------------------------------------------------------"
 	cat "$OUT/summary.txt"
@@ -888,6 +935,7 @@ summarize_npa() {
 		printf '%-40s %-8s %8s %s\n' TEST RESULT SECONDS SCTP-PROBES-SKIPPED
 		awk -F'\t' '{printf "%-40s %-8s %8s %s\n", $1, $2, $3, $4}' "$OUT/results.tsv"
 		echo "conformance: $passed passed, $failed failed, $skipped skipped (go test exit $SUITE_RC)"
+		verify_summary
 	} >"$OUT/summary.txt"
 	echo "------------------------------------------------------------------"
 	cat "$OUT/summary.txt"

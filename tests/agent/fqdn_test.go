@@ -19,11 +19,15 @@ import (
 )
 
 // TestAgentLearnsDNS runs the real agents in hybrid mode with a
-// ClusterNetworkPolicy that admits x/a only to www.example.com: the agent
-// trusts the endpoints of the cluster-dns/kube-dns EndpointSlice (--dns-service) (created
-// through the API, as the EndpointSlice controller would), learns the
-// answer of a real DNS server running in the cluster-dns/dns pod, and
-// x/a reaches the address once it has looked the name up, not before.
+// ClusterNetworkPolicy that admits the dual-stack x/a only to
+// www.example.com: the agent trusts the endpoints of the
+// cluster-dns/kube-dns EndpointSlices (--dns-service; one per family,
+// created through the API, as the EndpointSlice controller would), learns
+// the answers of a real DNS server running in the dual-stack
+// cluster-dns/dns pod, and x/a reaches an address of the name once it has
+// looked it up, not before, and never an address it did not resolve. Per
+// family: an A answer asked at the server's IPv4 address, then an AAAA
+// answer asked at its IPv6 address (an A lookup teaches no IPv6 address).
 func TestAgentLearnsDNS(t *testing.T) {
 	requireRoot(t)
 	c := cluster.Start(t, cluster.Config{AgentArgs: []string{"--cluster-policy-check-period", "1s", "--dns-service", "cluster-dns/kube-dns"}})
@@ -34,14 +38,28 @@ func TestAgentLearnsDNS(t *testing.T) {
 		}
 	}
 	mustCreatePods(t, ctx, c,
-		cluster.Pod{Namespace: "x", Name: "a", Node: "node-1"},
-		cluster.Pod{Namespace: "cluster-dns", Name: "dns", Node: "node-2"},
+		cluster.Pod{Namespace: "x", Name: "a", Node: "node-1", IPs: addrs("10.244.1.10", "fd00:10:244:1::10")},
+		cluster.Pod{Namespace: "cluster-dns", Name: "dns", Node: "node-2", IPs: addrs("10.244.2.53", "fd00:10:244:2::53")},
 	)
-	ext := netip.MustParseAddr("192.0.2.10")
-	if err := c.Lab.AddExternal(netlab.ExternalSpec{Name: "web", Node: "node-1", IPs: []netip.Addr{ext}, TCPPorts: []uint16{80}}); err != nil {
+	// The families: the DNS server's address, the name's answer, and an
+	// address of the same host that no lookup returns.
+	families := []struct {
+		name               string
+		v6                 bool
+		server             netip.Addr
+		answer, unresolved netip.Addr
+		sliceType          discoveryv1.AddressType
+	}{
+		{"IPv4", false, netip.MustParseAddr("10.244.2.53"), netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.11"), discoveryv1.AddressTypeIPv4},
+		{"IPv6", true, netip.MustParseAddr("fd00:10:244:2::53"), netip.MustParseAddr("2001:db8::10"), netip.MustParseAddr("2001:db8::11"), discoveryv1.AddressTypeIPv6},
+	}
+	var answers []netip.Addr
+	for _, f := range families {
+		answers = append(answers, f.answer)
+	}
+	if err := c.Lab.AddExternal(netlab.ExternalSpec{Name: "web", Node: "node-1", IPs: addrs("192.0.2.10", "192.0.2.11", "2001:db8::10", "2001:db8::11"), TCPPorts: []uint16{80}}); err != nil {
 		t.Fatal(err)
 	}
-	dnsIP := c.PodIPs("cluster-dns/dns")[0]
 	dnsEP, err := c.PodEndpoint("cluster-dns/dns")
 	if err != nil {
 		t.Fatal(err)
@@ -49,18 +67,20 @@ func TestAgentLearnsDNS(t *testing.T) {
 	var srv *dnsserver.Server
 	if err := c.Lab.InNetns(dnsEP, func() error {
 		var err error
-		srv, err = dnsserver.Listen(netip.IPv6Unspecified(), 53, []dnsserver.Record{{Name: "www.example.com", Addrs: []netip.Addr{ext}, TTL: 300}})
+		srv, err = dnsserver.Listen(netip.IPv6Unspecified(), 53, []dnsserver.Record{{Name: "www.example.com", Addrs: answers, TTL: 300}})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	if _, err := c.Client.DiscoveryV1().EndpointSlices("cluster-dns").Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "kube-dns-x1", Labels: map[string]string{discoveryv1.LabelServiceName: "kube-dns"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{dnsIP.String()}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, f := range families {
+		if _, err := c.Client.DiscoveryV1().EndpointSlices("cluster-dns").Create(ctx, &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: "kube-dns-" + strings.ToLower(f.name), Labels: map[string]string{discoveryv1.LabelServiceName: "kube-dns"}},
+			AddressType: f.sliceType,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{f.server.String()}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := c.InstallClusterPolicyCRD(ctx, "experimental"); err != nil {
 		t.Fatal(err)
@@ -68,7 +88,7 @@ func TestAgentLearnsDNS(t *testing.T) {
 	if _, err := c.ApplyClusterPolicy(ctx, ct.CNP("names", "Admin", 10, ct.NamespacesSubject(ct.Sel("kubernetes.io/metadata.name", "x")), ct.CNPEgress(
 		ct.CNPRule("dns", "Accept", ct.ToNamespaces(ct.Sel("kubernetes.io/metadata.name", "cluster-dns"))),
 		ct.CNPRule("web", "Accept", ct.ToDomains("www.example.com")),
-		ct.CNPRule("rest", "Deny", ct.ToNetworks("0.0.0.0/0")),
+		ct.CNPRule("rest", "Deny", ct.ToNetworks("0.0.0.0/0", "::/0")),
 	))); err != nil {
 		t.Fatal(err)
 	}
@@ -78,38 +98,46 @@ func TestAgentLearnsDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe := func() bool {
-		ok, err := c.Lab.Probe(ctx, podEP, ext, 80, netlab.TCP, time.Second)
+	probe := func(to netip.Addr) bool {
+		ok, err := c.Lab.Probe(ctx, podEP, to, 80, netlab.TCP, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ok
 	}
-	for probe() {
+	for probe(families[0].answer) {
 		if time.Now().After(deadline) {
-			t.Fatalf("x/a still reaches %s a minute after the policy was created\n%s", ext, c.ListTable("node-1"))
+			t.Fatalf("x/a still reaches %s a minute after the policy was created\n%s", families[0].answer, c.ListTable("node-1"))
 		}
 		time.Sleep(time.Second)
 	}
 	if _, err := c.WaitProgrammed(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var got []netip.Addr
-	if err := c.Lab.InNetns(podEP, func() error {
-		var err error
-		got, err = dnsserver.Lookup(netip.AddrPortFrom(dnsIP, 53), "www.example.com", false, false, 3*time.Second)
-		return err
-	}); err != nil || len(got) != 1 || got[0] != ext {
-		t.Fatalf("lookup from x/a = %v, %v\n%s", got, err, c.ListTable("node-1"))
-	}
-	if !probe() {
-		t.Errorf("x/a cannot reach %s after resolving www.example.com\n%s\n%s", ext, c.ListTable("node-1"), c.Agent("node-1").LogTail(30))
+	for _, f := range families {
+		if probe(f.answer) {
+			t.Errorf("%s: x/a reaches %s before resolving www.example.com over %s", f.name, f.answer, f.name)
+		}
+		var got []netip.Addr
+		if err := c.Lab.InNetns(podEP, func() error {
+			var err error
+			got, err = dnsserver.Lookup(netip.AddrPortFrom(f.server, 53), "www.example.com", f.v6, false, 3*time.Second)
+			return err
+		}); err != nil || len(got) != 1 || got[0] != f.answer {
+			t.Fatalf("%s: lookup from x/a through %s = %v, %v\n%s", f.name, f.server, got, err, c.ListTable("node-1"))
+		}
+		if !probe(f.answer) {
+			t.Errorf("%s: x/a cannot reach %s after resolving www.example.com\n%s\n%s", f.name, f.answer, c.ListTable("node-1"), c.Agent("node-1").LogTail(30))
+		}
+		if probe(f.unresolved) {
+			t.Errorf("%s: x/a reaches %s, which it never resolved", f.name, f.unresolved)
+		}
 	}
 	m, err := c.Agent("node-1").Metrics(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m["nftpolicy_dns_replies_learned_total"] < 1 {
+	if m["nftpolicy_dns_replies_learned_total"] < float64(len(families)) {
 		var dns []string
 		for k, v := range m {
 			if strings.HasPrefix(k, "nftpolicy_dns_replies") {
@@ -117,6 +145,6 @@ func TestAgentLearnsDNS(t *testing.T) {
 			}
 		}
 		sort.Strings(dns)
-		t.Errorf("no DNS reply learned:\n%s", strings.Join(dns, "\n"))
+		t.Errorf("fewer DNS replies learned than lookups made (%d):\n%s", len(families), strings.Join(dns, "\n"))
 	}
 }

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -54,6 +55,15 @@ func tcpPort(p int32) networkingv1.NetworkPolicyPort {
 	proto := corev1.ProtocolTCP
 	port := intstr.FromInt32(p)
 	return networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &port}
+}
+
+// addrs parses addresses (a pod's IPs, IPv4 first for a dual-stack pod).
+func addrs(ss ...string) []netip.Addr {
+	out := make([]netip.Addr, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParseAddr(s)
+	}
+	return out
 }
 
 // mustCreatePods creates pods, failing the test on error.

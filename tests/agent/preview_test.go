@@ -36,19 +36,22 @@ type previewAnswer struct {
 }
 
 // TestAgentPreviewListsWhatRevocationCuts: long-lived TCP and UDP flows
-// from y/a (node-1) and y/b (node-2) to x/web (node-1), as in
-// TestAgentRevokesDeniedFlows. `nftpolicy preview --local`, run in each
-// node's namespace as kubectl runs it in the agent's pod, previews a
-// policy that admits only y/b: node-1 lists y/a's two flows as cut by
-// x/web, node-2 nothing, and nothing is applied (the flows go on). Then
-// the policy is created through the API: the conntrack entries the agents'
-// revocation deleted are exactly the ones the preview listed, and each
-// node's revoked-flows counter grew by its preview's count.
+// of both families from y/a (node-1) and y/b (node-2) to x/web (node-1),
+// as in TestAgentRevokesDeniedFlows. `nftpolicy preview --local`, run in
+// each node's namespace as kubectl runs it in the agent's pod, previews a
+// policy that admits only y/b: node-1 lists y/a's four flows as cut by
+// x/web, node-2 nothing, and nothing is applied (the flows go on). The
+// plugin, through the real API server's pods/exec, reports the same, and
+// refuses a user without pods/exec on every node. Then the policy is
+// created through the API: the conntrack entries the agents' revocation
+// deleted are exactly the ones the preview listed, and each node's
+// revoked-flows counter grew by its preview's count.
 func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 	requireRoot(t)
 	ctx := testContext(t, 3*time.Minute)
 	w := startWebFlows(t, ctx)
-	c, srv, webIP, aIP := w.c, w.srv, w.webIP, w.aIP
+	c := w.c
+	webIPs, aIPs := c.PodIPs("x/web"), c.PodIPs("y/a")
 	if err := c.ServeExec(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +83,7 @@ func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 		ans := answers[0]
 		for _, f := range ans.Flows {
 			src, err := netip.ParseAddrPort(f.Source)
-			if f.Change != "cut" || f.Policy != "x/web" || err != nil || src.Addr() != aIP {
+			if f.Change != "cut" || f.Policy != "x/web" || err != nil || !slices.Contains(aIPs, src.Addr()) {
 				t.Errorf("%s: %+v: want y/a's flow cut by x/web", n, f)
 			}
 			previewed[n] = append(previewed[n], f.Protocol+" "+f.Source+" -> "+f.Destination)
@@ -92,8 +95,8 @@ func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(previewed["node-1"]); n != 2 {
-		t.Errorf("node-1 previews %d cuts %v, want y/a's TCP and UDP flows", n, previewed["node-1"])
+	if n := len(previewed["node-1"]); n != 2*len(aIPs) {
+		t.Errorf("node-1 previews %d cuts %v, want y/a's TCP and UDP flows of both families", n, previewed["node-1"])
 	}
 	if len(previewed["node-2"]) != 0 {
 		t.Errorf("node-2 previews %v, want nothing", previewed["node-2"])
@@ -147,7 +150,7 @@ func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 	// Nothing was applied: y/a still flows, and its entries are there.
 	before := map[string][]string{}
 	for _, n := range cluster.DefaultNodes {
-		if before[n], err = webEntries(c, n, webIP); err != nil {
+		if before[n], err = webEntries(c, n, webIPs); err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range previewed[n] {
@@ -156,9 +159,10 @@ func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 			}
 		}
 	}
-	last, _, _ := srv.Log("tcp", aIP).Snapshot()
-	if time.Since(last) > time.Second {
-		t.Errorf("y/a's TCP flow stopped %v ago: the preview applied something", time.Since(last))
+	for _, aIP := range aIPs {
+		if last, _, _ := w.log("tcp", aIP).Snapshot(); time.Since(last) > time.Second {
+			t.Errorf("y/a's TCP flow from %s stopped %v ago: the preview applied something", aIP, time.Since(last))
+		}
 	}
 
 	if _, err := c.ApplyPolicy(ctx, np); err != nil {
@@ -169,7 +173,7 @@ func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	for _, n := range cluster.DefaultNodes {
-		after, err := webEntries(c, n, webIP)
+		after, err := webEntries(c, n, webIPs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,9 +197,9 @@ func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 	}
 }
 
-// webEntries lists the node's conntrack entries to dst, sorted, as preview
-// names connections.
-func webEntries(c *cluster.Cluster, node string, dst netip.Addr) ([]string, error) {
+// webEntries lists the node's conntrack entries to one of dsts, sorted,
+// as preview names connections.
+func webEntries(c *cluster.Cluster, node string, dsts []netip.Addr) ([]string, error) {
 	var out []string
 	err := c.Lab.InNode(node, func() error {
 		t, err := conntrack.Dial(0)
@@ -204,7 +208,7 @@ func webEntries(c *cluster.Cluster, node string, dst netip.Addr) ([]string, erro
 		}
 		defer t.Close()
 		return t.Stream(0, func(f *ct.Flow) error {
-			if cn, ok := conntrack.Forwarded(f); ok && cn.Dst == dst {
+			if cn, ok := conntrack.Forwarded(f); ok && slices.Contains(dsts, cn.Dst) {
 				out = append(out, fmt.Sprintf("%s %s -> %s", cn.Proto, netip.AddrPortFrom(cn.Src, f.TupleOrig.Proto.SourcePort), netip.AddrPortFrom(cn.Dst, cn.Port)))
 			}
 			return nil

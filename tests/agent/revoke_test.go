@@ -14,12 +14,18 @@ import (
 )
 
 // webFlows is the revocation tests' cluster: x/web (node-1) serving a
-// FlowServer, and long-lived TCP and UDP flows to it from y/a (node-1) and
-// y/b (node-2, keep=yes), running until the test ends.
+// FlowServer per family, and long-lived TCP and UDP flows of both families
+// to it from y/a (node-1) and y/b (node-2, keep=yes), all dual-stack,
+// running until the test ends.
 type webFlows struct {
-	c               *cluster.Cluster
-	srv             *lab.FlowServer
-	webIP, aIP, bIP netip.Addr
+	c       *cluster.Cluster
+	servers map[bool]*lab.FlowServer // by IPv4
+}
+
+// log is the record of the flow from client over proto; a flow's log is
+// found by its client address.
+func (w *webFlows) log(proto string, client netip.Addr) *lab.FlowLog {
+	return w.servers[client.Is4()].Log(proto, client)
 }
 
 func startWebFlows(t *testing.T, ctx context.Context) *webFlows {
@@ -31,9 +37,9 @@ func startWebFlows(t *testing.T, ctx context.Context) *webFlows {
 		}
 	}
 	mustCreatePods(t, ctx, c,
-		cluster.Pod{Namespace: "x", Name: "web", Labels: map[string]string{"app": "web"}, Node: "node-1"},
-		cluster.Pod{Namespace: "y", Name: "a", Labels: map[string]string{"app": "client"}, Node: "node-1"},
-		cluster.Pod{Namespace: "y", Name: "b", Labels: map[string]string{"app": "client", "keep": "yes"}, Node: "node-2"},
+		cluster.Pod{Namespace: "x", Name: "web", Labels: map[string]string{"app": "web"}, Node: "node-1", IPs: addrs("10.244.1.10", "fd00:10:244:1::10")},
+		cluster.Pod{Namespace: "y", Name: "a", Labels: map[string]string{"app": "client"}, Node: "node-1", IPs: addrs("10.244.1.11", "fd00:10:244:1::11")},
+		cluster.Pod{Namespace: "y", Name: "b", Labels: map[string]string{"app": "client", "keep": "yes"}, Node: "node-2", IPs: addrs("10.244.2.10", "fd00:10:244:2::10")},
 	)
 	if _, err := c.WaitProgrammed(ctx); err != nil {
 		t.Fatal(err)
@@ -42,20 +48,26 @@ func startWebFlows(t *testing.T, ctx context.Context) *webFlows {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &webFlows{c: c, webIP: c.PodIPs("x/web")[0], aIP: c.PodIPs("y/a")[0], bIP: c.PodIPs("y/b")[0]}
-	if w.srv, err = lab.StartFlowServer(c.Lab, web, w.webIP); err != nil {
-		t.Fatal(err)
+	w := &webFlows{c: c, servers: map[bool]*lab.FlowServer{}}
+	for _, ip := range c.PodIPs("x/web") {
+		srv, err := lab.StartFlowServer(c.Lab, web, ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Close)
+		w.servers[ip.Is4()] = srv
 	}
-	t.Cleanup(w.srv.Close)
 	flowCtx, stop := context.WithCancel(ctx)
-	t.Cleanup(stop) // before the server closes
+	t.Cleanup(stop) // before the servers close
 	for _, k := range []string{"y/a", "y/b"} {
 		ep, err := c.PodEndpoint(k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := lab.StartFlows(flowCtx, c.Lab, ep, w.webIP); err != nil {
-			t.Fatal(err)
+		for _, ip := range c.PodIPs("x/web") {
+			if err := lab.StartFlows(flowCtx, c.Lab, ep, ip); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	time.Sleep(time.Second)
@@ -76,36 +88,44 @@ func webKeepOnly() *networkingv1.NetworkPolicy {
 
 // TestAgentRevokesDeniedFlows: the real agents, a real API server, and
 // long-lived TCP and UDP flows from y/a (node-1) and y/b (node-2) to x/web
-// (node-1). A policy created through the API that admits only y/b must cut
-// y/a's established flows (the agent deletes their conntrack entries) and
-// leave y/b's untouched, without a lost datagram.
+// (node-1), all dual-stack, over IPv4 and IPv6. A policy created through
+// the API that admits only y/b must cut y/a's established flows of both
+// families (the agent deletes their conntrack entries) and leave y/b's
+// untouched, without a lost datagram.
 func TestAgentRevokesDeniedFlows(t *testing.T) {
 	requireRoot(t)
 	ctx := testContext(t, 3*time.Minute)
 	w := startWebFlows(t, ctx)
-	_, bBefore, _ := w.srv.Log("udp", w.bIP).Snapshot()
+	c := w.c
+	bBefore := map[netip.Addr]int{}
+	for _, ip := range c.PodIPs("y/b") {
+		_, bBefore[ip], _ = w.log("udp", ip).Snapshot()
+	}
 
-	if _, err := w.c.ApplyPolicy(ctx, webKeepOnly()); err != nil {
+	if _, err := c.ApplyPolicy(ctx, webKeepOnly()); err != nil {
 		t.Fatal(err)
 	}
 	applied := time.Now()
-	if _, err := w.c.WaitProgrammed(ctx); err != nil {
+	if _, err := c.WaitProgrammed(ctx); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
-	for _, proto := range []string{"tcp", "udp"} {
-		last, _, _ := w.srv.Log(proto, w.aIP).Snapshot()
-		if last.After(applied.Add(1500 * time.Millisecond)) {
-			t.Errorf("y/a %s still flowing %v after the policy was created", proto, last.Sub(applied))
-		} else {
-			t.Logf("y/a %s: last record %v after the API call", proto, max(last.Sub(applied), 0))
-		}
-		bLast, bN, bLost := w.srv.Log(proto, w.bIP).Snapshot()
-		if bLast.Before(applied.Add(time.Second)) {
-			t.Errorf("y/b %s stopped: last record %v after the change", proto, bLast.Sub(applied))
-		}
-		if proto == "udp" && (bLost != 0 || bN <= bBefore) {
-			t.Errorf("y/b udp: %d lost, %d records (%d before the change)", bLost, bN, bBefore)
+	for i, aIP := range c.PodIPs("y/a") {
+		bIP := c.PodIPs("y/b")[i] // the same family
+		for _, proto := range []string{"tcp", "udp"} {
+			last, _, _ := w.log(proto, aIP).Snapshot()
+			if last.After(applied.Add(1500 * time.Millisecond)) {
+				t.Errorf("y/a %s from %s still flowing %v after the policy was created", proto, aIP, last.Sub(applied))
+			} else {
+				t.Logf("y/a %s from %s: last record %v after the API call", proto, aIP, max(last.Sub(applied), 0))
+			}
+			bLast, bN, bLost := w.log(proto, bIP).Snapshot()
+			if bLast.Before(applied.Add(time.Second)) {
+				t.Errorf("y/b %s from %s stopped: last record %v after the change", proto, bIP, bLast.Sub(applied))
+			}
+			if proto == "udp" && (bLost != 0 || bN <= bBefore[bIP]) {
+				t.Errorf("y/b udp from %s: %d lost, %d records (%d before the change)", bIP, bLost, bN, bBefore[bIP])
+			}
 		}
 	}
 }

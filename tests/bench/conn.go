@@ -57,6 +57,12 @@ const (
 	// (copied within the per-source budget, to a group no reader binds
 	// here). hybrid_conn_ratio_staged is its rate against the control.
 	ModeHybridStaged = "hybrid_staged"
+	// ModeHybridStagedOther is hybrid mode with the staged log on and
+	// staged policies whose subjects are other pods of both nodes
+	// (stagedOtherConnInput), none of the bench pods: what staged policies
+	// elsewhere on a node cost connections they cannot change.
+	// hybrid_staged_other_vs_hybrid is its rate over hybrid's.
+	ModeHybridStagedOther = "hybrid_staged_other"
 	// ModeQueue2 is queue mode with two queues, the rule fanning out by
 	// CPU, one reader thread each: what --queues 2 buys on two cores
 	// (measure it with --workers 2; one client thread keeps one queue busy).
@@ -68,7 +74,7 @@ const (
 
 // ConnModes and ConnPaths list them in report order.
 var (
-	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridNoSV, ModeHybridDenyLog, ModeHybridCNP, ModeHybridStaged, ModeHybridVerify, ModeQueue, ModeQueue2}
+	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridNoSV, ModeHybridDenyLog, ModeHybridCNP, ModeHybridStaged, ModeHybridStagedOther, ModeHybridVerify, ModeQueue, ModeQueue2}
 	ConnPaths = []string{PathSame, PathCross}
 )
 
@@ -326,6 +332,12 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 			res.Set("hybrid_staged_vs_hybrid", round(Median(roundRatios(by, ModeHybridStaged, ModeHybrid, rounds)), 3))
 		}
 	}
+	if slices.Contains(modes, ModeHybridStagedOther) {
+		res.Set("hybrid_conn_ratio_staged_other", res.Float(ModeHybridStagedOther+"_conn_ratio"))
+		if slices.Contains(modes, ModeHybrid) {
+			res.Set("hybrid_staged_other_vs_hybrid", round(Median(roundRatios(by, ModeHybridStagedOther, ModeHybrid, rounds)), 3))
+		}
+	}
 	if slices.Contains(modes, ModeHybridNoSV) && slices.Contains(modes, ModeHybrid) {
 		// Above 1 is noise: the check only adds work.
 		res.Set("hybrid_sv_vs_nosv", round(Median(roundRatios(by, ModeHybrid, ModeHybridNoSV, rounds)), 3))
@@ -448,6 +460,35 @@ func stagedConnInput(node string, nodeIPs []netip.Addr) compile.Input {
 	return in
 }
 
+// stagedOtherConnInput is connInput with pods that are not the bench's on
+// both nodes (addresses no bench connection uses) and two staged policies
+// that would isolate them, one of each kind: the ruleset copies their
+// first packets, and the bench pods' connections only pass the lookups
+// that find they are not staged subjects.
+func stagedOtherConnInput(node string, nodeIPs []netip.Addr) compile.Input {
+	in := connInput(node, nodeIPs)
+	for i, n := range benchNodes {
+		p := in.Pods[0].DeepCopy()
+		p.Name, p.Labels, p.Spec.NodeName = fmt.Sprintf("other-%d", i+1), map[string]string{"app": "other"}, n
+		ip := fmt.Sprintf("10.244.%d.200", i+1)
+		p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+		in.Pods = append(in.Pods, p)
+	}
+	np := in.Policies[0].DeepCopy()
+	np.Name = "staged-other"
+	np.Annotations = map[string]string{compile.StagedAnnotation: "true"}
+	np.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "other"}}
+	np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
+	np.Spec.Ingress, np.Spec.Egress = nil, nil
+	in.Policies = append(in.Policies, np)
+	subject := compiletest.PodsSubject(compiletest.Sel(), compiletest.Sel("app", "other"))
+	cnp := compiletest.CNP("staged-other", "Admin", 10, subject,
+		compiletest.CNPEgress(compiletest.CNPRule("deny-all", "Deny", compiletest.ToNamespaces(compiletest.Sel()))))
+	cnp.Annotations = map[string]string{compile.StagedAnnotation: "true"}
+	in.ClusterPolicies = append(in.ClusterPolicies, cnp)
+	return in
+}
+
 func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, workers int, reply bool) (_ *connLab, err error) {
 	l := &connLab{mode: mode, servers: map[string]*server{}, dst: map[string]netip.AddrPort{
 		PathSame:  netip.AddrPortFrom(sameSrvIP, connPort),
@@ -518,6 +559,9 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 	if mode == ModeHybridStaged {
 		// The agent's defaults (--staged-log-group, its kernel rates).
 		rcfg.Mode, rcfg.StagedLogGroup, input = compile.ModeHybrid, 101, stagedConnInput
+	}
+	if mode == ModeHybridStagedOther {
+		rcfg.Mode, rcfg.StagedLogGroup, input = compile.ModeHybrid, 101, stagedOtherConnInput
 	}
 	if mode == ModeHybridNoSV {
 		rcfg.Mode, rcfg.NoSourceValidation = compile.ModeHybrid, true

@@ -34,6 +34,11 @@ func (t target) met(v float64) bool {
 var Targets = []target{
 	{"hybrid_conn_ratio", ">=", 0.95},
 	{"hybrid_cnp_vs_hybrid", ">=", 0.95},
+	{"hybrid_staged_vs_hybrid", ">=", 0.8},
+	{"hybrid_staged_other_vs_hybrid", ">=", 0.95},
+	{"verify_conn_ratio_1pct", ">=", 0.95},
+	{"staged_log_lag_ms_p99", "<=", 100},
+	{"staged_log_missing", "==", 0},
 	{"queue_conn_ratio", ">=", 0.5},
 	{"queued_packets_per_conn", "==", 1},
 	{"queue_p50_us", "<=", 80},
@@ -174,6 +179,7 @@ func Report(r *Result, quick bool) string {
 	row("connections", "hybrid with the deny log on: rate vs hybrid without it (allowed connections)", "hybrid_denylog_vs_hybrid", "")
 	row("connections", "hybrid, connections between subjects of a staged policy (staged log on): rate vs control, both paths", "hybrid_conn_ratio_staged", "")
 	row("connections", "hybrid, staged subjects: rate vs hybrid without staged policies (per-round ratios)", "hybrid_staged_vs_hybrid", "")
+	row("connections", "hybrid, staged policies on other pods only: rate vs hybrid without staged policies (per-round ratios)", "hybrid_staged_other_vs_hybrid", "")
 	row("connections", "hybrid with runtime verification sampling 1%: rate vs hybrid without it (per-round ratios)", "verify_conn_ratio_1pct", "")
 	row("connections", "queue: rate vs control, both paths", "queue_conn_ratio", "")
 	row("connections", "queue: rate vs control, same node", "queue_conn_ratio_same", "")
@@ -287,6 +293,9 @@ func Report(r *Result, quick bool) string {
 	row("new pods", "allowed connections that failed", "new_pod_allowed_failed", "")
 	row("new pods", "first-packet delay, p50", "new_pod_first_packet_delay_ms_p50", "ms")
 	row("new pods", "first-packet delay, p99", "new_pod_first_packet_delay_ms_p99", "ms")
+	row("staged log", "connect(2) to the \"Staged verdict\" line, p50", "staged_log_lag_ms_p50", "ms")
+	row("staged log", "same, p99", "staged_log_lag_ms_p99", "ms")
+	row("staged log", "connections without a line within 1 s", "staged_log_missing", "")
 	row("revocation", "policy change to the denied flow stopping, p50", "revocation_ms_p50", "ms")
 	row("revocation", "same, p99", "revocation_ms_p99", "ms")
 	row("revocation", "RSS added by one pass over 200k conntrack entries", "revocation_extra_rss_mb_200k_conntrack", "MiB")

@@ -21,7 +21,11 @@
 //     testdata/ (NetworkPolicies only; ClusterNetworkPolicies of both tiers
 //     with `nodes` and `networks` peers and probes to and from nodes) with
 //     RunScenario and with hack/run-scenario.sh, and compare every probe with
-//     `nftpolicy eval`.
+//     `nftpolicy eval`; TestRunScenarioDomainNames, TestRunScenarioStaged
+//     and TestRunScenarioDualStack do the same for domainNames, staged
+//     policies, and IPv6 (the kernel suite's dualstack.yaml: probes per
+//     family, an AAAA answer resolved over IPv6, a node's IPv6 address).
+//     tests/agent's DNS learning and revocation tests run both families.
 //
 // SCTP has no socket support in the test kernel (no CONFIG_IP_SCTP), so an
 // SCTP probe is an INIT chunk sent from a raw socket and looked for with a

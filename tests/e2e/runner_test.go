@@ -308,3 +308,22 @@ func TestRunScenarioStaged(t *testing.T) {
 		}
 	})
 }
+
+// TestRunScenarioDualStack runs the kernel suite's
+// ../kernel/testdata/dualstack.yaml through the runner: dual-stack and
+// IPv6-only pods probed per family, an IPv4-only ipBlock that admits a
+// dual-stack pod's IPv4 and not its IPv6, an IPv6-only pod that resolves
+// an AAAA answer through the runner's DNS over IPv6 and reaches only that
+// address, and a `nodes` peer reached at the node's IPv6 address. Every
+// probe must agree with `nftpolicy eval`, and eval with the verdicts
+// written here for the IPv6 cases.
+func TestRunScenarioDualStack(t *testing.T) {
+	requireLab(t)
+	runBothWays(t, "../kernel/testdata/dualstack.yaml", 0, func(t *testing.T, path string, want []evalLine) {
+		for i, allowed := range map[int]bool{16: true, 17: false, 18: true, 19: false, 20: true, 21: false, 22: true, 23: false, 24: false} {
+			if i >= len(want) || want[i].Allowed != allowed {
+				t.Fatalf("test premise: probe %d of %s: eval %+v, want %s", i, filepath.Base(path), want[min(i, len(want)-1)], ct.VerdictWord(allowed))
+			}
+		}
+	})
+}

@@ -3,7 +3,10 @@
 // probe against the userspace evaluator, in every mode, after full and
 // incremental syncs, and the attacks' windows (new pods, revocation, DNS
 // learning, the deny log); Minimize shrinks a scenario on which they
-// disagree.
+// disagree. Each of those runs over IPv6 too: dual-stack and IPv6-only pods
+// probed per family (testdata/dualstack.yaml), the new-pod window and
+// revocation per family, an AAAA answer from the DNS server's IPv6
+// address, the deny log line of an IPv6 denial.
 //
 // Tests (root only; they skip otherwise):
 //

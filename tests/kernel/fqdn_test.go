@@ -38,12 +38,19 @@ func newFQDNLab(t *testing.T, cfg lab.Config) *fqdnLab {
 
 func (l *fqdnLab) mustLookup(name string, v6, tcp bool, want string) {
 	l.t.Helper()
-	got, err := l.Lookup(lab.FQDNServer, name, v6, tcp)
+	l.mustLookupVia(lab.FQDNServer, name, v6, tcp, want)
+}
+
+// mustLookupVia asks the cluster DNS at server, an address of either
+// family.
+func (l *fqdnLab) mustLookupVia(server netip.Addr, name string, v6, tcp bool, want string) {
+	l.t.Helper()
+	got, err := l.Lookup(server, name, v6, tcp)
 	if err != nil {
-		l.t.Fatalf("lookup %s: %v", name, err)
+		l.t.Fatalf("lookup %s via %s: %v", name, server, err)
 	}
 	if len(got) != 1 || got[0].String() != want {
-		l.t.Fatalf("lookup %s = %v, want %s", name, got, want)
+		l.t.Fatalf("lookup %s via %s = %v, want %s", name, server, got, want)
 	}
 }
 
@@ -104,6 +111,12 @@ func TestFQDNLearning(t *testing.T) {
 			t.Errorf("x/a -> [2001:db8::10]:80 denied after its AAAA lookup\n%s", l.ListTable("node-1"))
 		}
 	})
+	t.Run("AAAA from the DNS server's IPv6 address", func(t *testing.T) {
+		l.expect("2001:db8::11", false, "nothing resolved yet")
+		l.mustLookupVia(lab.FQDNServerV6, "v6.example.org", true, false, "2001:db8::11")
+		l.expect("2001:db8::11", true, "v6.example.org resolved over IPv6")
+		l.expect("2001:db8::12", false, "not resolved")
+	})
 	t.Run("wildcard", func(t *testing.T) {
 		l.mustLookup("a.b.example.org", false, false, "192.0.2.11")
 		l.expect("192.0.2.11", true, "*.example.org matches a.b.example.org (two labels)")
@@ -141,7 +154,8 @@ func TestFQDNLearning(t *testing.T) {
 		ln := l.Agent("node-1").DNS().Learner
 		web := []compile.DomainPattern{{Suffix: "www.example.com"}, {Suffix: "example.org", Wildcard: true}, {Suffix: "api.example.com"}}
 		pod := netip.MustParseAddr("10.244.1.10")
-		for addr, want := range map[string]bool{"192.0.2.10": true, "192.0.2.11": true, "192.0.2.13": true, "192.0.2.12": false, "192.0.2.14": false, "192.0.2.16": false} {
+		for addr, want := range map[string]bool{"192.0.2.10": true, "192.0.2.11": true, "192.0.2.13": true, "192.0.2.12": false, "192.0.2.14": false, "192.0.2.16": false,
+			"2001:db8::11": true, "2001:db8::12": false} {
 			if got := ln.Resolved(pod, netip.MustParseAddr(addr), web); got != want {
 				t.Errorf("learner: x/a resolved %s = %v, want %v", addr, got, want)
 			}

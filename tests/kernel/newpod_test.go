@@ -40,9 +40,21 @@ func (u *unknownCounts) get(result string) int {
 // the other or the same node) the moment its interface is up, and the
 // agents learn it informerDelay later. No connection the policies deny may
 // be admitted (no conntrack entry from a denied pod on either node), every
-// allowed one must connect, only later.
+// allowed one must connect, only later. Over IPv4, and over IPv6 with
+// dual-stack pods (the IPv6 pod ranges are the nodes' second podCIDRs).
 func TestNewPodsDecidedBeforeKnown(t *testing.T) {
 	requireRoot(t)
+	for _, fam := range []struct {
+		name string
+		srv  func(i, n int) netip.Addr
+	}{{"IPv4", lab.PodIP}, {"IPv6", lab.PodIPv6}} {
+		t.Run(fam.name, func(t *testing.T) { newPodsDecidedBeforeKnown(t, fam.srv(0, 0)) })
+	}
+}
+
+// newPodsDecidedBeforeKnown is TestNewPodsDecidedBeforeKnown with the pods
+// connecting to x/srv's address srvIP (x/srv is dual-stack for IPv6).
+func newPodsDecidedBeforeKnown(t *testing.T, srvIP netip.Addr) {
 	n := 200
 	if testing.Short() {
 		n = 40
@@ -63,6 +75,9 @@ func TestNewPodsDecidedBeforeKnown(t *testing.T) {
 	l.NewPodPolicies()
 	srv := lab.PodSpec{Namespace: "x", Name: "srv", Node: 0, IP: lab.PodIP(0, 0), Labels: map[string]string{"app": "srv"},
 		TCPPorts: []uint16{80}, UDPPorts: []uint16{53}}
+	if srvIP.Is6() {
+		srv.IPv6 = srvIP
+	}
 	if err := l.StartPod(srv); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +86,7 @@ func TestNewPodsDecidedBeforeKnown(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rep, err := l.RunNewPods(ctx, srv.IP, n, informerDelay)
+	rep, err := l.RunNewPods(ctx, srvIP, n, informerDelay)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 	"sync"
@@ -27,7 +28,8 @@ func ingressFrom(name string, peer *metav1.LabelSelector) *networkingv1.NetworkP
 // change, a policy delete that re-opens nothing. After each, the flows the
 // change denies must stop (their conntrack entries are deleted; the next
 // packet is new and dropped) and the others must go on without one lost
-// datagram.
+// datagram. The pods are dual-stack and every client runs its flows over
+// IPv4 and IPv6: both families' entries are revoked.
 func TestRevocation(t *testing.T) {
 	requireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -44,9 +46,9 @@ func TestRevocation(t *testing.T) {
 	}()
 	l.Namespace("x", nil)
 	l.Namespace("y", nil)
-	srv := lab.PodSpec{Namespace: "x", Name: "srv", Node: 0, IP: lab.PodIP(0, 0), Labels: map[string]string{"app": "srv"}}
+	srv := lab.PodSpec{Namespace: "x", Name: "srv", Node: 0, IP: lab.PodIP(0, 0), IPv6: lab.PodIPv6(0, 0), Labels: map[string]string{"app": "srv"}}
 	client := func(name string, node, n int, labels ...string) lab.PodSpec {
-		return lab.PodSpec{Namespace: "y", Name: name, Node: node, IP: lab.PodIP(node, n), Labels: lab.MatchLabels(labels...).MatchLabels}
+		return lab.PodSpec{Namespace: "y", Name: name, Node: node, IP: lab.PodIP(node, n), IPv6: lab.PodIPv6(node, n), Labels: lab.MatchLabels(labels...).MatchLabels}
 	}
 	c1 := client("c1", 1, 1, "role", "client", "tier", "gold") // denied by the label change
 	c2 := client("c2", 0, 2, "role", "client")                 // denied by the policy edit
@@ -67,16 +69,24 @@ func TestRevocation(t *testing.T) {
 	if err := l.Publish(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s, err := lab.StartFlowServer(l.Net(), srv.Endpoint(), srv.IP)
-	if err != nil {
-		t.Fatal(err)
+	// One server per family; a flow's log is found by its client address.
+	servers := map[bool]*lab.FlowServer{} // by IPv4
+	for _, ip := range srv.IPs() {
+		s, err := lab.StartFlowServer(l.Net(), srv.Endpoint(), ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		servers[ip.Is4()] = s
 	}
-	defer s.Close()
+	flowLog := func(proto string, client netip.Addr) *lab.FlowLog { return servers[client.Is4()].Log(proto, client) }
 	flowCtx, stopFlows := context.WithCancel(ctx)
 	defer stopFlows()
 	for _, c := range []lab.PodSpec{c1, c2, c3, c4} {
-		if err := lab.StartFlows(flowCtx, l.Net(), c.Endpoint(), srv.IP); err != nil {
-			t.Fatal(err)
+		for _, ip := range srv.IPs() {
+			if err := lab.StartFlows(flowCtx, l.Net(), c.Endpoint(), ip); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -92,10 +102,11 @@ func TestRevocation(t *testing.T) {
 		{"label change", func() { c1.Labels = map[string]string{"role": "client", "tier": "silver"}; l.Know(c1) }, "c1"},
 		{"policy delete", func() { l.DeletePolicy("x", "allow") }, "c4"},
 	} {
-		before := map[string]int{}
-		for name, c := range alive {
-			_, n, _ := s.Log("udp", c.IP).Snapshot()
-			before[name] = n
+		before := map[netip.Addr]int{}
+		for _, c := range alive {
+			for _, ip := range c.IPs() {
+				_, before[ip], _ = flowLog("udp", ip).Snapshot()
+			}
 		}
 		step.change()
 		changed := time.Now()
@@ -104,30 +115,32 @@ func TestRevocation(t *testing.T) {
 		}
 		time.Sleep(1500 * time.Millisecond)
 		for name, c := range alive {
-			for _, proto := range []string{"tcp", "udp"} {
-				last, n, lost := s.Log(proto, c.IP).Snapshot()
-				if name == step.denied {
-					if last.After(changed.Add(time.Second)) {
-						t.Errorf("%s: %s %s still flowing %v after the change", step.name, name, proto, last.Sub(changed))
+			for _, ip := range c.IPs() {
+				for _, proto := range []string{"tcp", "udp"} {
+					last, n, lost := flowLog(proto, ip).Snapshot()
+					if name == step.denied {
+						if last.After(changed.Add(time.Second)) {
+							t.Errorf("%s: %s %s from %s still flowing %v after the change", step.name, name, proto, ip, last.Sub(changed))
+						}
+						stops = append(stops, max(last.Sub(changed), 0))
+						continue
 					}
-					stops = append(stops, max(last.Sub(changed), 0))
-					continue
-				}
-				if last.Before(changed.Add(time.Second)) {
-					t.Errorf("%s: allowed %s %s stopped (last record %v after the change)", step.name, name, proto, last.Sub(changed))
-				}
-				if proto == "udp" && lost != 0 {
-					t.Errorf("%s: allowed %s lost %d datagrams", step.name, name, lost)
-				}
-				if proto == "udp" && n <= before[name] {
-					t.Errorf("%s: allowed %s received nothing since the change", step.name, name)
+					if last.Before(changed.Add(time.Second)) {
+						t.Errorf("%s: allowed %s %s from %s stopped (last record %v after the change)", step.name, name, proto, ip, last.Sub(changed))
+					}
+					if proto == "udp" && lost != 0 {
+						t.Errorf("%s: allowed %s from %s lost %d datagrams", step.name, name, ip, lost)
+					}
+					if proto == "udp" && n <= before[ip] {
+						t.Errorf("%s: allowed %s from %s received nothing since the change", step.name, name, ip)
+					}
 				}
 			}
 		}
 		delete(alive, step.denied)
 	}
-	if got := counts.total(); got < 6 {
-		t.Errorf("%d revoked flows counted, want at least 6 (3 clients, TCP and UDP)", got)
+	if got := counts.total(); got < 12 {
+		t.Errorf("%d revoked flows counted, want at least 12 (3 clients, TCP and UDP, IPv4 and IPv6)", got)
 	}
 	sort.Slice(stops, func(i, j int) bool { return stops[i] < stops[j] })
 	t.Logf("denied flows stopped after the change (publish + revocation + in-flight records): p50 %v, p99 %v, max %v; revoked per policy: %v",

@@ -65,15 +65,16 @@ func (s *FlowServer) Log(proto string, ip netip.Addr) *FlowLog {
 	return s.logs[k]
 }
 
-// StartFlowServer starts a FlowServer on ip in the pod's namespace.
+// StartFlowServer starts a FlowServer on ip (of either family) in the
+// pod's namespace.
 func StartFlowServer(lab *netlab.Lab, pod netlab.Endpoint, ip netip.Addr) (*FlowServer, error) {
 	s := &FlowServer{logs: map[string]*FlowLog{}}
 	err := lab.InNetns(pod, func() error {
 		var err error
-		if s.ln, err = net.Listen("tcp4", netip.AddrPortFrom(ip, 8080).String()); err != nil {
+		if s.ln, err = net.Listen("tcp", netip.AddrPortFrom(ip, 8080).String()); err != nil {
 			return err
 		}
-		s.pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(ip, 9090).String())
+		s.pc, err = net.ListenPacket("udp", netip.AddrPortFrom(ip, 9090).String())
 		return err
 	})
 	if err != nil {
@@ -127,11 +128,11 @@ func StartFlows(ctx context.Context, lab *netlab.Lab, from netlab.Endpoint, srv 
 	err := lab.InNetns(from, func() error {
 		var err error
 		d := net.Dialer{Timeout: 5 * time.Second}
-		if tc, err = d.Dial("tcp4", netip.AddrPortFrom(srv, 8080).String()); err != nil {
+		if tc, err = d.Dial("tcp", netip.AddrPortFrom(srv, 8080).String()); err != nil {
 			return err
 		}
 		tc.(*net.TCPConn).SetNoDelay(true)
-		uc, err = d.Dial("udp4", netip.AddrPortFrom(srv, 9090).String())
+		uc, err = d.Dial("udp", netip.AddrPortFrom(srv, 9090).String())
 		return err
 	})
 	if err != nil {

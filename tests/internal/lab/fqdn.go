@@ -52,12 +52,16 @@ probes:
   - {from: {pod: x/a}, to: {ip: 192.0.2.16}, port: 80}
   - {from: {pod: x/a}, to: {ip: 192.0.2.17}, port: 80}
   - {from: {pod: x/a}, to: {ip: "2001:db8::10"}, port: 80}
+  - {from: {pod: x/a}, to: {ip: "2001:db8::11"}, port: 80}
+  - {from: {pod: x/a}, to: {ip: "2001:db8::12"}, port: 80}
 `
 
 // The DNS servers of the FQDN lab: the cluster DNS, whose replies are
-// learned, and a rogue one, whose replies are not.
+// learned, at its IPv4 and IPv6 addresses, and a rogue one, whose replies
+// are not.
 var (
 	FQDNServer      = netip.MustParseAddr("10.244.2.53")
+	FQDNServerV6    = netip.MustParseAddr("fd00:10:244:2::53")
 	FQDNRogueServer = netip.MustParseAddr("10.244.2.54")
 )
 
@@ -71,6 +75,7 @@ var FQDNRecords = []dnsserver.Record{
 	{Name: "tcp.example.org", Addrs: addrs("192.0.2.15"), TTL: 300},
 	{Name: "trunc.example.org", Addrs: addrs("192.0.2.16"), TTL: 300, Truncated: true},
 	{Name: "short.example.org", Addrs: addrs("192.0.2.17"), TTL: 2},
+	{Name: "v6.example.org", Addrs: addrs("2001:db8::11"), TTL: 300},
 }
 
 func addrs(ss ...string) []netip.Addr {
@@ -132,7 +137,7 @@ func NewFQDNLab(ctx context.Context, cfg Config) (_ *FQDNLab, err error) {
 	}
 	for _, n := range c.Nodes() {
 		if d := c.Agent(n).DNS(); d.Sources != nil {
-			d.Sources.SetEndpoints([]netip.Addr{FQDNServer, netip.MustParseAddr("fd00:10:244:2::53")})
+			d.Sources.SetEndpoints([]netip.Addr{FQDNServer, FQDNServerV6})
 		}
 	}
 	return l, nil

@@ -194,7 +194,7 @@ func New(ctx context.Context, s *scenario.Scenario, cfg Config) (_ *Lab, err err
 		if l.nodeIPs[n], err = nl.IPs(netlab.Node(n)); err != nil {
 			return nil, err
 		}
-		l.objects.addNode(n, PodCIDR(i), l.nodeIPs[n])
+		l.objects.addNode(n, []netip.Prefix{PodCIDR(i), PodCIDRv6(i)}, l.nodeIPs[n])
 		if err := l.startAgent(n); err != nil {
 			return nil, err
 		}

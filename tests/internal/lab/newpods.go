@@ -20,14 +20,20 @@ import (
 // alternating nodes, half of them role=client; each makes one connection
 // to srv (TCP 80 or UDP 53, alternating) the moment its interface is up,
 // and the agents learn the pod informerDelay later (one Publish per pod).
-// It returns when every connection has succeeded or timed out.
+// With an IPv6 srv the pods are dual-stack and connect over IPv6. It
+// returns when every connection has succeeded or timed out.
 func (l *Lab) RunNewPods(ctx context.Context, srv netip.Addr, n int, informerDelay time.Duration) (*Report, error) {
 	outs := make([]Outcome, n)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for i := 0; i < n; i++ {
 		p := PodSpec{Namespace: "new", Name: fmt.Sprintf("p%03d", i), Node: i % 2, IP: PodIP(i%2, 1+i/2), Labels: map[string]string{}}
-		o := Outcome{Index: i, Src: p.IP, SrcNode: DefaultNodes[p.Node], Want: (i/2)%2 == 0, WantReason: "not role=client: default-deny egress"}
+		src := p.IP
+		if srv.Is6() {
+			p.IPv6 = PodIPv6(i%2, 1+i/2)
+			src = p.IPv6
+		}
+		o := Outcome{Index: i, Src: src, SrcNode: DefaultNodes[p.Node], Want: (i/2)%2 == 0, WantReason: "not role=client: default-deny egress"}
 		o.Probe = scenario.Probe{From: scenario.Endpoint{Pod: p.Key()}, To: scenario.Endpoint{IP: srv.String()}, Port: 80, Protocol: "TCP"}
 		if o.Want {
 			p.Labels["role"] = "client"

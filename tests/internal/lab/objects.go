@@ -22,14 +22,29 @@ import (
 // than the informer delivers it, and each Publish plays one sync (compile,
 // commit, publish, connection revocation) on every node.
 
-// PodCIDR is the pod range of the lab's i-th node (node-(i+1) of
+// PodCIDR is the IPv4 pod range of the lab's i-th node (node-(i+1) of
 // DefaultNodes), 10.244.(i+1).0/24.
 func PodCIDR(i int) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i + 1), 0}), 24)
 }
 
-// PodIP is the n-th address (n < 250) of node-(i+1)'s pod range.
+// PodCIDRv6 is the IPv6 pod range of the lab's i-th node,
+// fd00:10:244:(i+1)::/64: the nodes are dual-stack, as the scenarios'
+// pod addresses are.
+func PodCIDRv6(i int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x10, 0x02, 0x44, 0, byte(i + 1)}), 64)
+}
+
+// PodIP is the n-th address (n < 250) of node-(i+1)'s IPv4 pod range.
 func PodIP(i, n int) netip.Addr { return netip.AddrFrom4([4]byte{10, 244, byte(i + 1), byte(n + 2)}) }
+
+// PodIPv6 is the n-th address of node-(i+1)'s IPv6 pod range, the
+// counterpart of PodIP(i, n) for a dual-stack pod.
+func PodIPv6(i, n int) netip.Addr {
+	a := PodCIDRv6(i).Addr().As16()
+	a[14], a[15] = byte((n+2)>>8), byte(n+2)
+	return netip.AddrFrom16(a)
+}
 
 // objects are the API objects Publish compiles.
 type objects struct {
@@ -44,8 +59,11 @@ func newObjects() objects {
 		policies: map[string]*networkingv1.NetworkPolicy{}}
 }
 
-func (o *objects) addNode(name string, cidr netip.Prefix, ips []netip.Addr) {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDRs: []string{cidr.String()}}}
+func (o *objects) addNode(name string, cidrs []netip.Prefix, ips []netip.Addr) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, c := range cidrs {
+		node.Spec.PodCIDRs = append(node.Spec.PodCIDRs, c.String())
+	}
 	for _, ip := range ips {
 		node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
 	}
@@ -63,11 +81,22 @@ func (l *Lab) Namespace(name string, labels map[string]string) {
 type PodSpec struct {
 	Namespace, Name string
 	// Node indexes DefaultNodes.
-	Node     int
-	IP       netip.Addr
+	Node int
+	IP   netip.Addr
+	// IPv6, when valid, is the pod's second address: the pod is
+	// dual-stack (IPv4 first in podIPs, as a CNI lists them).
+	IPv6     netip.Addr
 	Labels   map[string]string
 	TCPPorts []uint16
 	UDPPorts []uint16
+}
+
+// IPs are the pod's addresses, IPv4 first.
+func (p PodSpec) IPs() []netip.Addr {
+	if p.IPv6.IsValid() {
+		return []netip.Addr{p.IP, p.IPv6}
+	}
+	return []netip.Addr{p.IP}
 }
 
 // Key is the pod's "namespace/name".
@@ -79,7 +108,7 @@ func (p PodSpec) Endpoint() netlab.Endpoint { return netlab.Pod(p.Namespace + ".
 // StartPod wires the pod's namespace and servers: from here on it sends
 // and receives, while the agents do not know it until Know and Publish.
 func (l *Lab) StartPod(p PodSpec) error {
-	lp := &labPod{name: p.Endpoint().Name, node: DefaultNodes[p.Node], ips: []netip.Addr{p.IP}, tcp: p.TCPPorts, udp: p.UDPPorts}
+	lp := &labPod{name: p.Endpoint().Name, node: DefaultNodes[p.Node], ips: p.IPs(), tcp: p.TCPPorts, udp: p.UDPPorts}
 	if err := l.net.AddPod(netlab.PodSpec{Name: lp.name, Node: lp.node, IPs: lp.ips, TCPPorts: lp.tcp, UDPPorts: lp.udp}); err != nil {
 		return fmt.Errorf("pod %s: %w", p.Key(), err)
 	}
@@ -93,12 +122,16 @@ func (l *Lab) StartPod(p PodSpec) error {
 func (l *Lab) Know(p PodSpec) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.objects.pods[p.Key()] = &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, Labels: maps.Clone(p.Labels),
 			CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))},
 		Spec:   corev1.PodSpec{NodeName: DefaultNodes[p.Node]},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.IP.String(), PodIPs: []corev1.PodIP{{IP: p.IP.String()}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.IP.String()},
 	}
+	for _, ip := range p.IPs() {
+		pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: ip.String()})
+	}
+	l.objects.pods[p.Key()] = pod
 }
 
 // SetPolicy adds or replaces a NetworkPolicy (not published).

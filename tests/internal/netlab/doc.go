@@ -24,7 +24,8 @@
 // links are static (fixed MACs, nud permanent), so there is no ARP/ND and no
 // IPv6 DAD (accept_dad=0 plus nodad) anywhere, and New/AddPod wait until the
 // kernel has activated every new link (qdisc attached, bridge port
-// forwarding): the lab is usable as soon as they return.
+// forwarding, the local route of each IPv6 address installed): the lab is
+// usable as soon as they return.
 //
 // Pods, externals and (optionally) nodes run in-process servers: every TCP
 // port accepts, writes "<name>\n" and closes; every UDP port echoes each

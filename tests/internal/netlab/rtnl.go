@@ -127,6 +127,9 @@ func (r *rtnl) do(typ, flags uint16, body []byte) ([][]byte, error) {
 			if m.Header.Seq != r.seq {
 				continue
 			}
+			if m.Header.Type == unix.NLMSG_DONE { // the end of a dump
+				return replies, nil
+			}
 			if m.Header.Type != unix.NLMSG_ERROR {
 				replies = append(replies, append([]byte(nil), m.Data...))
 				continue
@@ -354,9 +357,58 @@ const (
 
 // linkReady reports whether the link can carry traffic: operationally up,
 // its qdisc attached (until the kernel's linkwatch work runs after a carrier
-// change, a device keeps the "noop" qdisc that drops every packet) and, for
-// bridge ports, in forwarding state.
+// change, a device keeps the "noop" qdisc that drops every packet), for
+// bridge ports in forwarding state, and its IPv6 addresses usable (see
+// ipv6Tentative).
 func (r *rtnl) linkReady(index int32) (bool, error) {
+	if ok, err := r.linkUp(index); !ok || err != nil {
+		return ok, err
+	}
+	pending, err := r.ipv6Pending(index)
+	return !pending, err
+}
+
+// ipv6Pending reports whether an IPv6 address of the link has no local
+// route yet. Even with IFA_F_NODAD the kernel adds that route from its
+// DAD work, queued when the address is added or the link gets its
+// carrier: until it runs a packet to the address is dropped
+// (Ip6InAddrErrors), which lost the first IPv6 packet to a new pod or
+// external host now and then.
+func (r *rtnl) ipv6Pending(index int32) (bool, error) {
+	m := &msg{}
+	m.b = append(m.b, unix.AF_INET6, 0, 0, 0)
+	m.b = ne.AppendUint32(m.b, 0)
+	replies, err := r.do(unix.RTM_GETADDR, unix.NLM_F_DUMP, m.b)
+	if err != nil {
+		return false, r.wrap(err, "list IPv6 addresses")
+	}
+	for _, p := range replies {
+		if len(p) < unix.SizeofIfAddrmsg || int32(ne.Uint32(p[4:8])) != index {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(parseAttrs(p[unix.SizeofIfAddrmsg:])[unix.IFA_ADDRESS])
+		if !ok {
+			continue
+		}
+		rt := &msg{}
+		rt.b = append(rt.b, unix.AF_INET6, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+		rt.ip(unix.RTA_DST, a)
+		if a.IsLinkLocalUnicast() {
+			rt.u32(unix.RTA_OIF, uint32(index))
+		}
+		got, err := r.do(unix.RTM_GETROUTE, 0, rt.b)
+		if err != nil {
+			return false, r.wrap(err, "route to %v", a)
+		}
+		if len(got) == 0 || len(got[0]) < unix.SizeofRtMsg || got[0][7] != unix.RTN_LOCAL {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// linkUp is linkReady without the addresses.
+func (r *rtnl) linkUp(index int32) (bool, error) {
 	m := &msg{}
 	ifinfomsg(m, unix.AF_UNSPEC, index, 0, 0)
 	replies, err := r.do(unix.RTM_GETLINK, 0, m.b)

@@ -12,6 +12,7 @@
 //	nftbench queueflood [--rounds 3]
 //	nftbench dns   [--lookups 1000] [--conns 100]
 //	nftbench revoke [--entries 200000]
+//	nftbench stagedlag [--conns 200]
 //	nftbench status [--nodes 1000] [--policies 100] [--changes 16] [--runs 9] [--burst 10] [--burst-window 50ms] [--wait-rounds 20] [--admin-writes]
 //	nftbench contention [--name N] [--duration D]   (contention, cpu_speed and wakeup_rtt_us lines)
 //	nftbench gobench [FILE...]   (go test -bench output -> name=value lines)
@@ -55,7 +56,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|queueflood|dns|revoke|status|restart|contention|gobench|report|chart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|queueflood|dns|revoke|stagedlag|status|restart|contention|gobench|report|chart [flags]")
 	os.Exit(2)
 }
 
@@ -108,7 +109,7 @@ func main() {
 		fs.IntVar(&c.Workers, "workers", 1, "client threads, one connection in flight each")
 		fs.DurationVar(&c.Timeout, "timeout", time.Second, "bound of one connection")
 		fs.BoolVar(&c.Reply, "reply", false, "the server's threads wait in accept and answer each connection with a byte the client reads (the older method: their wake-up is timed inside connect)")
-		modes := fs.String("modes", "control,conntrack,hybrid,hybrid_nosv,hybrid_denylog,hybrid_cnp,hybrid_staged,hybrid_verify1pct,queue", "modes to measure (control is always measured)")
+		modes := fs.String("modes", "control,conntrack,hybrid,hybrid_nosv,hybrid_denylog,hybrid_cnp,hybrid_staged,hybrid_staged_other,hybrid_verify1pct,queue", "modes to measure (control is always measured)")
 		inProcess := fs.Bool("client-in-process", false, "run the client threads in this process, beside the in-process agents' queue readers (the older method), instead of a client process of their own")
 		_ = fs.Parse(args)
 		c.Modes = strings.Split(*modes, ",")
@@ -183,6 +184,13 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunRevoke(ctx, c)
+	case "stagedlag":
+		var c bench.StagedLagConfig
+		fs.IntVar(&c.Conns, "conns", 200, "connections timed per path (same node, across nodes), one at a time")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunStagedLag(ctx, c)
 	case "status":
 		var c bench.StatusConfig
 		fs.IntVar(&c.Nodes, "nodes", 1000, "simulated nodes: an agent pod and a status.Reporter each")
