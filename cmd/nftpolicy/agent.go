@@ -76,6 +76,7 @@ type agentOptions struct {
 	state       stateOptions
 	serving     servingOptions
 	status      statusOptions
+	preview     previewServerOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -107,6 +108,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	o.state.addFlags(fs)
 	o.serving.addFlags(fs)
 	o.status.addFlags(fs)
+	o.preview.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -275,6 +277,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.startServers(ctx, reg, ctrl, client, node, errs); err != nil {
 		return err
 	}
+	o.preview.start(ctx, &previewServer{node: node, snapshot: ctrl.Snapshot, current: ctrl.Program, eval: eval, revoke: o.newPod.revoke, afterBuild: release.Soon})
 	if render.LearnsDNS() {
 		stopDNS, err := o.fqdn.startFQDN(ctx, render, dnsQueue, eval, elements, client, reg, errs, hooks)
 		defer stopDNS()

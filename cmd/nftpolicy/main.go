@@ -20,6 +20,7 @@ commands:
   explain   say why a connection is allowed or denied, and what rule almost allowed it
   status    on how many nodes each policy's current version is in force
   wait      wait until every node enforces a policy's current version or its deletion
+  preview   per node, the live connections a policy change would cut or allow (nothing applied)
 
 Run 'nftpolicy <command> --help' for the flags of a command.
 `
@@ -49,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runStatus(args[1:], stdout, stderr)
 	case "wait":
 		return runWait(args[1:], stdout, stderr)
+	case "preview":
+		return runPreview(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	ct "github.com/ti-mo/conntrack"
-	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -31,11 +30,6 @@ type Decision struct {
 // agent passes the evaluator's (evaluate.Evaluator.DecideSides), which decides
 // domainNames peers from what pods resolved.
 type DecideFunc func(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (allowed, egressDenied bool, reason string)
-
-func decision(f DecideFunc, p *compile.Program, c Conn) Decision {
-	a, e, r := f(p, c.Src, c.Dst, c.Proto, c.Port)
-	return Decision{Allowed: a, EgressDenied: e, Reason: r}
-}
 
 // Table is the conntrack table: *KernelTable satisfies it; tests may fake it.
 type Table interface {
@@ -164,29 +158,12 @@ func (r *Revoker) Revoke(olds []*compile.Program, cur *compile.Program) (res Res
 			o.ObservePass(res.Duration, res.Dumped, err)
 		}
 	}()
-	affected := map[netip.Addr]bool{}
-	for _, old := range olds {
-		for _, a := range Affected(old, cur) {
-			affected[a] = true
-		}
-	}
-	res.Affected = len(affected)
-	if len(affected) == 0 {
-		return res, nil
-	}
-	// Entries are decided as the dump streams: nothing of the table is
-	// kept (dump.go), so a table that pods inflated costs time, not memory.
 	var errs []error
-	failed := 0
-	err = r.cfg.Table.Stream(dumpFamily(affected), func(f *ct.Flow) error {
-		res.Dumped++
-		c, ok := Forwarded(f)
-		if !ok || !affected[c.Src] && !affected[c.Dst] {
-			return nil
-		}
-		now := decision(r.cfg.Decide, cur, c)
-		if now.Allowed || !allowedByAny(r.cfg.DecideBefore, olds, c) {
-			return nil
+	failed, deleted := 0, 0
+	j := Judge{Decide: r.cfg.Decide, DecideBefore: r.cfg.DecideBefore}
+	res, err = j.pass(context.Background(), r.cfg.Table, olds, cur, false, func(f *ct.Flow, c Conn, ch Change, now Decision) {
+		if ch != Cut {
+			return
 		}
 		if err := r.cfg.Table.Delete(ct.Flow{ID: f.ID, Zone: f.Zone, TupleOrig: f.TupleOrig, TupleReply: f.TupleReply}); err != nil {
 			if !isNotFound(err) { // ended on its own meanwhile
@@ -194,51 +171,26 @@ func (r *Revoker) Revoke(olds []*compile.Program, cur *compile.Program) (res Res
 					errs = append(errs, fmt.Errorf("deleting %s: %w", c, err))
 				}
 			}
-			return nil
+			return
 		}
-		res.Deleted++
+		deleted++
 		if o := r.cfg.Observer; o != nil {
 			o.ObserveRevoked(DecidingPolicy(cur, c, now))
 		}
 		r.cfg.Logger.V(4).Info("Revoked connection", "connection", c.String(), "reason", now.Reason)
-		return nil
 	})
+	res.Deleted = deleted
 	if failed > maxPassErrors {
 		errs = append(errs, fmt.Errorf("and %d more deletions failed", failed-maxPassErrors))
 	}
 	if err != nil {
-		errs = append(errs, fmt.Errorf("dumping conntrack: %w", err))
+		errs = append(errs, err)
 	}
 	return res, errors.Join(errs...)
 }
 
 // maxPassErrors bounds the deletion errors a pass reports one by one.
 const maxPassErrors = 8
-
-// dumpFamily is the address family whose entries can touch an affected
-// address: the kernel skips the others.
-func dumpFamily(affected map[netip.Addr]bool) uint8 {
-	var v4, v6 bool
-	for a := range affected {
-		v4, v6 = v4 || a.Is4(), v6 || a.Is6()
-	}
-	switch {
-	case v4 && !v6:
-		return unix.AF_INET
-	case v6 && !v4:
-		return unix.AF_INET6
-	}
-	return unix.AF_UNSPEC
-}
-
-func allowedByAny(decide DecideFunc, olds []*compile.Program, c Conn) bool {
-	for _, p := range olds {
-		if decision(decide, p, c).Allowed {
-			return true
-		}
-	}
-	return false
-}
 
 // isNotFound: the entry ended on its own between the dump and the delete.
 func isNotFound(err error) bool { return errors.Is(err, os.ErrNotExist) }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/conntrack"
+	"github.com/nftpolicy/nftpolicy/pkg/conntrack/conntracktest"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
@@ -66,29 +67,8 @@ func decide(p *compile.Program, src, dst netip.Addr, _ compile.Protocol, _ uint1
 	return false, false, "denied"
 }
 
-type fakeTable struct {
-	flows   []ct.Flow
-	deleted []ct.Flow
-}
-
-func (f *fakeTable) Stream(_ uint8, fn func(*ct.Flow) error) error {
-	for i := range f.flows {
-		fl := f.flows[i]
-		if err := fn(&fl); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-func (f *fakeTable) Delete(fl ct.Flow) error { f.deleted = append(f.deleted, fl); return nil }
-
-func flow(src, dst string, port uint16) ct.Flow {
-	s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
-	return ct.Flow{
-		TupleOrig:  ct.Tuple{IP: ct.IPTuple{SourceAddress: s, DestinationAddress: d}, Proto: ct.ProtoTuple{Protocol: 6, SourcePort: 40000, DestinationPort: port}},
-		TupleReply: ct.Tuple{IP: ct.IPTuple{SourceAddress: d, DestinationAddress: s}, Proto: ct.ProtoTuple{Protocol: 6, SourcePort: port, DestinationPort: 40000}},
-	}
-}
+// flow is a TCP entry from src:40000 to dst:port.
+func flow(src, dst string, port uint16) ct.Flow { return conntracktest.TCP(src, dst, 40000, port) }
 
 type observed struct{ policies []string }
 
@@ -126,7 +106,7 @@ func TestAffected(t *testing.T) {
 func TestRevokeDeletesExactlyTheNewlyDenied(t *testing.T) {
 	old := compile.Build(input("client", allowFrom("x")))
 	cur := compile.Build(input("server", allowFrom("x"))) // y/c2 loses role=client
-	table := &fakeTable{flows: []ct.Flow{
+	table := &conntracktest.Table{Flows: []ct.Flow{
 		flow("10.244.2.10", "10.244.1.10", 80), // c1 -> srv: still allowed
 		flow("10.244.2.11", "10.244.1.10", 80), // c2 -> srv: denied now
 		flow("10.244.2.11", "10.9.9.9", 80),    // touches no local pod
@@ -140,17 +120,17 @@ func TestRevokeDeletesExactlyTheNewlyDenied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Deleted != 1 || len(table.deleted) != 1 || table.deleted[0].TupleOrig.IP.SourceAddress != netip.MustParseAddr("10.244.2.11") {
-		t.Fatalf("deleted %+v (result %+v), want only c2 -> srv", table.deleted, res)
+	if res.Deleted != 1 || len(table.Deleted) != 1 || table.Deleted[0].TupleOrig.IP.SourceAddress != netip.MustParseAddr("10.244.2.11") {
+		t.Fatalf("deleted %+v (result %+v), want only c2 -> srv", table.Deleted, res)
 	}
 	if !slices.Equal(obs.policies, []string{"x/allow-clients"}) {
 		t.Errorf("revoked per policy: %v", obs.policies)
 	}
 	// No delta: no dump at all.
-	table.deleted = nil
+	table.Deleted = nil
 	res, err = r.Revoke([]*compile.Program{cur}, compile.Build(input("server", allowFrom("x"))))
-	if err != nil || res.Dumped != 0 || len(table.deleted) != 0 {
-		t.Errorf("unchanged program: %+v %v, deleted %v", res, err, table.deleted)
+	if err != nil || res.Dumped != 0 || len(table.Deleted) != 0 {
+		t.Errorf("unchanged program: %+v %v, deleted %v", res, err, table.Deleted)
 	}
 }
 
@@ -200,7 +180,7 @@ func TestRevokeDomainNames(t *testing.T) {
 		t.Errorf("affected by reordering the names: %v", got)
 	}
 	eval := &evaluate.Evaluator{Resolved: scenario.NewResolvedAnswers(s)}
-	table := &fakeTable{flows: []ct.Flow{
+	table := &conntracktest.Table{Flows: []ct.Flow{
 		flow("10.0.0.1", "192.0.2.10", 80), // www.example.com: removed
 		flow("10.0.0.1", "192.0.2.13", 80), // api.example.com: kept
 		flow("10.0.0.1", "192.0.2.99", 80), // never resolved: denied before and now, left alone
@@ -213,8 +193,8 @@ func TestRevokeDomainNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Deleted != 1 || len(table.deleted) != 1 || table.deleted[0].TupleOrig.IP.DestinationAddress != netip.MustParseAddr("192.0.2.10") {
-		t.Errorf("deleted %+v (result %+v), want only x/a -> www.example.com", table.deleted, res)
+	if res.Deleted != 1 || len(table.Deleted) != 1 || table.Deleted[0].TupleOrig.IP.DestinationAddress != netip.MustParseAddr("192.0.2.10") {
+		t.Errorf("deleted %+v (result %+v), want only x/a -> www.example.com", table.Deleted, res)
 	}
 }
 
@@ -240,7 +220,7 @@ func TestRevokeDeletedDomainRule(t *testing.T) {
 	eval := &evaluate.Evaluator{Resolved: forgetful{}}
 	eval.Swap(cur)
 	for _, before := range []bool{false, true} {
-		table := &fakeTable{flows: []ct.Flow{
+		table := &conntracktest.Table{Flows: []ct.Flow{
 			flow("10.0.0.1", "192.0.2.10", 80), // admitted by the deleted rule
 			flow("10.0.0.1", "192.0.2.13", 80), // allowed now by an address rule
 		}}
@@ -256,9 +236,9 @@ func TestRevokeDeletedDomainRule(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cut := len(table.deleted) == 1 && table.deleted[0].TupleOrig.IP.DestinationAddress == netip.MustParseAddr("192.0.2.10")
+		cut := len(table.Deleted) == 1 && table.Deleted[0].TupleOrig.IP.DestinationAddress == netip.MustParseAddr("192.0.2.10")
 		if before != cut || res.Deleted > 1 {
-			t.Errorf("with DecideBefore %v: deleted %+v", before, table.deleted)
+			t.Errorf("with DecideBefore %v: deleted %+v", before, table.Deleted)
 		}
 	}
 }

@@ -775,6 +775,11 @@ func (c *Controller) notePodSynced(key string, pod *compile.PodInfo) {
 	}
 }
 
+// Snapshot returns the inputs the informers hold now, as the next full
+// build reads them: `nftpolicy preview` builds a candidate program from
+// them with a manifest applied. Safe for concurrent use.
+func (c *Controller) Snapshot() (compile.Input, error) { return c.snapshot() }
+
 func (c *Controller) snapshot() (compile.Input, error) {
 	in := compile.Input{NodeName: c.cfg.NodeName, NodeIPs: c.cfg.NodeIPs, PodCIDRs: c.cfg.PodCIDRs}
 	var err error

@@ -163,6 +163,15 @@ func (e *Evaluator) DecideSidesBefore(p *compile.Program, src, dst netip.Addr, p
 	return sides(EvaluateResolved(p, forgottenResolver{r: e.Resolved, cur: e.Program()}, src, dst, proto, port))
 }
 
+// DecideSidesBeforeIn is DecideSidesBefore as it will be once next is in
+// force (a preview of next): which pods count as having forgotten their
+// answers is read from next, not from the program in force.
+func (e *Evaluator) DecideSidesBeforeIn(next *compile.Program) func(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (bool, bool, string) {
+	return func(p *compile.Program, src, dst netip.Addr, proto compile.Protocol, port uint16) (bool, bool, string) {
+		return sides(EvaluateResolved(p, forgottenResolver{r: e.Resolved, cur: next}, src, dst, proto, port))
+	}
+}
+
 // forgottenResolver is r, and true for a pod without domainNames rules in
 // cur (DecideSidesBefore).
 type forgottenResolver struct {

@@ -56,19 +56,8 @@ func Gather(ctx context.Context, c Clients, a Agents) (*Cluster, error) {
 // assemble joins the agents' pods and the NodeEnforcements by node.
 func assemble(pods []*corev1.Pod, reports []*unstructured.Unstructured) (*Cluster, error) {
 	byNode := map[string]*NodeView{}
-	for _, p := range pods {
-		if p.Spec.NodeName == "" {
-			continue
-		}
-		n := byNode[p.Spec.NodeName]
-		if n == nil {
-			n = &NodeView{Name: p.Spec.NodeName}
-			byNode[n.Name] = n
-		}
-		ready := podReady(p)
-		if n.AgentPod == "" || ready && !n.AgentReady {
-			n.AgentPod, n.AgentReady = p.Namespace+"/"+p.Name, ready
-		}
+	for node, p := range AgentPodsByNode(pods) {
+		byNode[node] = &NodeView{Name: node, AgentPod: p.Namespace + "/" + p.Name, AgentReady: podReady(p)}
 	}
 	for _, u := range reports {
 		n := byNode[u.GetName()]
@@ -87,6 +76,22 @@ func assemble(pods []*corev1.Pod, reports []*unstructured.Unstructured) (*Cluste
 	}
 	sort.Slice(c.Nodes, func(i, j int) bool { return c.Nodes[i].Name < c.Nodes[j].Name })
 	return c, nil
+}
+
+// AgentPodsByNode picks each node's agent pod among pods: the first
+// ready one, else the first one (during a DaemonSet update a node has two,
+// and the ready one is in charge).
+func AgentPodsByNode(pods []*corev1.Pod) map[string]*corev1.Pod {
+	out := map[string]*corev1.Pod{}
+	for _, p := range pods {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		if cur, ok := out[p.Spec.NodeName]; !ok || podReady(p) && !podReady(cur) {
+			out[p.Spec.NodeName] = p
+		}
+	}
+	return out
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -7,21 +7,30 @@ import (
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 )
 
-// TestAgentRevokesDeniedFlows: the real agents, a real API server, and
-// long-lived TCP and UDP flows from y/a (node-1) and y/b (node-2) to x/web
-// (node-1), all dual-stack, over IPv4 and IPv6. A policy created through
-// the API that admits only y/b must cut y/a's established flows of both
-// families (the agent deletes their conntrack entries) and leave y/b's
-// untouched, without a lost datagram.
-func TestAgentRevokesDeniedFlows(t *testing.T) {
-	requireRoot(t)
+// webFlows is the revocation tests' cluster: x/web (node-1) serving a
+// FlowServer per family, and long-lived TCP and UDP flows of both families
+// to it from y/a (node-1) and y/b (node-2, keep=yes), all dual-stack,
+// running until the test ends.
+type webFlows struct {
+	c       *cluster.Cluster
+	servers map[bool]*lab.FlowServer // by IPv4
+}
+
+// log is the record of the flow from client over proto; a flow's log is
+// found by its client address.
+func (w *webFlows) log(proto string, client netip.Addr) *lab.FlowLog {
+	return w.servers[client.Is4()].Log(proto, client)
+}
+
+func startWebFlows(t *testing.T, ctx context.Context) *webFlows {
+	t.Helper()
 	c := cluster.Start(t, cluster.Config{})
-	ctx := testContext(t, 3*time.Minute)
 	for _, ns := range []string{"x", "y"} {
 		if err := c.EnsureNamespace(ctx, ns, nil); err != nil {
 			t.Fatal(err)
@@ -39,19 +48,17 @@ func TestAgentRevokesDeniedFlows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// One server per family; a flow's log is found by its client address.
-	servers := map[bool]*lab.FlowServer{} // by IPv4
+	w := &webFlows{c: c, servers: map[bool]*lab.FlowServer{}}
 	for _, ip := range c.PodIPs("x/web") {
 		srv, err := lab.StartFlowServer(c.Lab, web, ip)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer srv.Close()
-		servers[ip.Is4()] = srv
+		t.Cleanup(srv.Close)
+		w.servers[ip.Is4()] = srv
 	}
-	flowLog := func(proto string, client netip.Addr) *lab.FlowLog { return servers[client.Is4()].Log(proto, client) }
 	flowCtx, stop := context.WithCancel(ctx)
-	defer stop()
+	t.Cleanup(stop) // before the servers close
 	for _, k := range []string{"y/a", "y/b"} {
 		ep, err := c.PodEndpoint(k)
 		if err != nil {
@@ -64,18 +71,38 @@ func TestAgentRevokesDeniedFlows(t *testing.T) {
 		}
 	}
 	time.Sleep(time.Second)
-	bBefore := map[netip.Addr]int{}
-	for _, ip := range c.PodIPs("y/b") {
-		_, bBefore[ip], _ = flowLog("udp", ip).Snapshot()
-	}
+	return w
+}
 
-	// x/web: ingress only from keep=yes pods; its own egress closed, so a
-	// cut flow cannot come back as a connection from the server.
-	if _, err := c.ApplyPolicy(ctx, makePolicy("x", "web", func(np *networkingv1.NetworkPolicy) {
+// webKeepOnly is x/web's policy of the revocation tests: ingress only
+// from keep=yes pods (y/b); its own egress closed, so a cut flow cannot
+// come back as a connection from the server.
+func webKeepOnly() *networkingv1.NetworkPolicy {
+	return makePolicy("x", "web", func(np *networkingv1.NetworkPolicy) {
+		np.TypeMeta = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"}
 		np.Spec.PodSelector = *selector("app", "web")
 		np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
 		np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: selector(), PodSelector: selector("keep", "yes")}}}}
-	})); err != nil {
+	})
+}
+
+// TestAgentRevokesDeniedFlows: the real agents, a real API server, and
+// long-lived TCP and UDP flows from y/a (node-1) and y/b (node-2) to x/web
+// (node-1), all dual-stack, over IPv4 and IPv6. A policy created through
+// the API that admits only y/b must cut y/a's established flows of both
+// families (the agent deletes their conntrack entries) and leave y/b's
+// untouched, without a lost datagram.
+func TestAgentRevokesDeniedFlows(t *testing.T) {
+	requireRoot(t)
+	ctx := testContext(t, 3*time.Minute)
+	w := startWebFlows(t, ctx)
+	c := w.c
+	bBefore := map[netip.Addr]int{}
+	for _, ip := range c.PodIPs("y/b") {
+		_, bBefore[ip], _ = w.log("udp", ip).Snapshot()
+	}
+
+	if _, err := c.ApplyPolicy(ctx, webKeepOnly()); err != nil {
 		t.Fatal(err)
 	}
 	applied := time.Now()
@@ -86,13 +113,13 @@ func TestAgentRevokesDeniedFlows(t *testing.T) {
 	for i, aIP := range c.PodIPs("y/a") {
 		bIP := c.PodIPs("y/b")[i] // the same family
 		for _, proto := range []string{"tcp", "udp"} {
-			last, _, _ := flowLog(proto, aIP).Snapshot()
+			last, _, _ := w.log(proto, aIP).Snapshot()
 			if last.After(applied.Add(1500 * time.Millisecond)) {
 				t.Errorf("y/a %s from %s still flowing %v after the policy was created", proto, aIP, last.Sub(applied))
 			} else {
 				t.Logf("y/a %s from %s: last record %v after the API call", proto, aIP, max(last.Sub(applied), 0))
 			}
-			bLast, bN, bLost := flowLog(proto, bIP).Snapshot()
+			bLast, bN, bLost := w.log(proto, bIP).Snapshot()
 			if bLast.Before(applied.Add(time.Second)) {
 				t.Errorf("y/b %s from %s stopped: last record %v after the change", proto, bIP, bLast.Sub(applied))
 			}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -35,6 +36,9 @@ type Agent struct {
 	LogPath string
 	// Kubeconfig authenticates as kube-system/nftpolicy via the relay.
 	Kubeconfig string
+	// PreviewSocket is the agent's --preview-socket, as install.yaml's
+	// emptyDir would hold it (`nftpolicy preview --local --socket`).
+	PreviewSocket string
 
 	c     *Cluster
 	relay *relay
@@ -73,6 +77,7 @@ func (c *Cluster) newAgent(node, token string) (*Agent, error) {
 		return nil, err
 	}
 	a.Kubeconfig = filepath.Join(c.logDir, node+".kubeconfig")
+	a.PreviewSocket = filepath.Join(c.logDir, "preview-"+node, "preview.sock")
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -121,6 +126,7 @@ func (a *Agent) Args() []string {
 		"--v", strconv.Itoa(a.c.cfg.Verbosity),
 		// One state directory per node, as a DaemonSet's hostPath would be.
 		"--state-dir", filepath.Join(a.c.logDir, "state-"+a.Node),
+		"--preview-socket", a.PreviewSocket,
 	}
 	if a.MetricsAddr != "" {
 		args = append(args, "--metrics-bind-address", a.MetricsAddr)
@@ -312,6 +318,20 @@ func (a *Agent) awaitExit(p *agentProc, grace time.Duration) error {
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 	return fmt.Errorf("cluster: the agent of %s did not exit within %v of SIGTERM; killed", a.Node, grace)
+}
+
+// Exec runs `nftpolicy args...` inside the node's namespace with stdin, as
+// `kubectl exec` into the agent's pod would (`nftpolicy preview --local`),
+// and returns its standard output and error.
+func (a *Agent) Exec(ctx context.Context, stdin []byte, args ...string) (stdout, stderr []byte, err error) {
+	cmd, err := a.c.Lab.Command(ctx, netlab.Node(a.Node), append([]string{a.c.bin}, args...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out, errOut bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &out, &errOut
+	err = cmd.Run()
+	return out.Bytes(), errOut.Bytes(), err
 }
 
 // HoldAPI makes the API server unreachable for this agent: open connections

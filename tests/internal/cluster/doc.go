@@ -21,6 +21,10 @@
 // namespace. Agent logs go to one file per node (every start appends) whose
 // tail is printed when the test fails.
 //
+// ServeExec adds the kubelet's exec endpoint for the agents' pods, so that
+// pods/exec through the API server (kubectl nftpolicy preview) runs
+// commands in the node's namespace.
+//
 // WaitProgrammed waits, without sleeping a fixed time, until every running
 // agent has committed a sync compiled from the API's current objects: it
 // compares each agent's nftpolicy_last_synced_inputs_fingerprint with
