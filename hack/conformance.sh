@@ -24,10 +24,15 @@
 # pod every 7 ms: it fails if one allowed attempt fails or one denied attempt
 # is admitted (hack/conformance/rollout.sh; default --mode queue, 2 nodes).
 #
+# With --suite preview it runs `kubectl nftpolicy preview` against live
+# flows, then applies the previewed policy: the flows listed as "would cut"
+# must be exactly those revocation cuts (hack/conformance/preview.sh; 2 nodes).
+#
 # Usage: bash hack/conformance.sh [options]      (root; make conformance)
-#   --suite e2e|npa|rollout  Kubernetes' e2e NetworkPolicy specs (default),
-#                    SIG Network's ClusterNetworkPolicy suite, or a rolling
-#                    update of the agent under connections
+#   --suite e2e|npa|rollout|preview  Kubernetes' e2e NetworkPolicy specs
+#                    (default), SIG Network's ClusterNetworkPolicy suite, a
+#                    rolling update of the agent under connections, or a
+#                    preview of a policy against what it then cuts
 #   --mode hybrid|queue|kernel  the agent's --mode (default hybrid; rollout: queue)
 #   --focus REGEX    ginkgo focus instead of 'Netpol|NetworkPolicy', e.g. one spec;
 #                    with --suite npa: run only the tests whose name matches
@@ -130,7 +135,12 @@ rollout)
 	((!NO_AGENT)) || { echo "--suite rollout updates the agent: --no-agent does not apply" >&2; exit 2; }
 	[[ -z $FOCUS && -z $SKIP ]] || { echo "--focus/--run/--skip do not apply to --suite rollout" >&2; exit 2; }
 	;;
-*) echo "--suite must be e2e, npa or rollout" >&2; exit 2 ;;
+preview)
+	NODES=${NODES:-2} OUT=${NFTPOLICY_CONFORMANCE_OUT:-$ROOT/_output/preview}
+	((!NO_AGENT)) || { echo "--suite preview needs the agent: --no-agent does not apply" >&2; exit 2; }
+	[[ -z $FOCUS && -z $SKIP ]] || { echo "--focus/--run/--skip do not apply to --suite preview" >&2; exit 2; }
+	;;
+*) echo "--suite must be e2e, npa, rollout or preview" >&2; exit 2 ;;
 esac
 case $NODES in 1 | 2) ;; *) echo "--nodes must be 1 or 2" >&2; exit 2 ;; esac
 
@@ -286,7 +296,7 @@ fi
 
 TOOLSET=conformance SUITE_BINS=(e2e.test ginkgo)
 [[ $SUITE == npa ]] && TOOLSET=npa SUITE_BINS=(npa-conformance.test)
-[[ $SUITE == rollout ]] && SUITE_BINS=()
+[[ $SUITE == rollout || $SUITE == preview ]] && SUITE_BINS=()
 if ((BUILD)); then
 	log "building tools (hack/tools.sh $TOOLSET; cached in $TOOLS)"
 	bash "$ROOT/hack/tools.sh" "$TOOLSET" >/dev/null
@@ -816,6 +826,10 @@ rollout)
 	source "$HERE/rollout.sh"
 	run_rollout
 	;;
+preview)
+	source "$HERE/preview.sh"
+	run_preview
+	;;
 *) run_e2e ;;
 esac
 
@@ -944,7 +958,7 @@ summarize_npa() {
 	echo "------------------------------------------------------------------"
 }
 
-case $SUITE in npa) summarize_npa ;; rollout) summarize_rollout ;; *) summarize_e2e ;; esac
+case $SUITE in npa) summarize_npa ;; rollout) summarize_rollout ;; preview) summarize_preview ;; *) summarize_e2e ;; esac
 
 if ((KEEP)); then
 	log "cluster left up (--keep). kubectl: nsenter -t $(holder_pid 1) -m -n $BIN/kubectl --kubeconfig $KCFG ..."
