@@ -3,7 +3,8 @@
 
   holdflows.py serve PORT...            echo every byte back, on each PORT
   holdflows.py hold --out FILE --stop-file F NAME=HOST:PORT...
-  holdflows.py probe NAME=HOST:PORT...  one new connection each: "NAME ok|fail"
+  holdflows.py probe NAME=HOST:PORT...  one new connection each: "NAME ok PORT"
+                                        (its local port) or "NAME fail"
 
 `hold` opens one connection per NAME and keeps it: every 0.5 s it sends a
 byte and waits for its echo. It writes one line per event to FILE:
@@ -120,8 +121,9 @@ def probe(flows):
         name, _, target = f.partition("=")
         host, _, port = target.rpartition(":")
         try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
-            print(f"{name} ok", flush=True)
+            s = socket.create_connection((host.strip("[]"), int(port)), timeout=2)
+            print(f"{name} ok {s.getsockname()[1]}", flush=True)
+            s.close()
         except OSError:
             print(f"{name} fail", flush=True)
 
