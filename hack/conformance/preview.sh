@@ -173,13 +173,16 @@ staged_lines() {
 # must list exactly the held flows that are cut and the probe connections
 # the policy denies (all but a's to 8080).
 summarize_preview() {
-	local listed cut want
+	local listed cut want revoked
 	listed=$(awk '$1 == "would" && $2 == "cut" { split($4, a, ":"); print a[length(a)] }' "$OUT/preview.txt" | sort -n | tr '\n' ' ')
 	cut=$(cut_ports | tr '\n' ' ')
 	want=$({ cut_ports; awk '$2 == "ok" && $1 ~ /^[ab]-[0-9]+$/ && $1 != "a-8080" { print $3 }' "$OUT/walkthrough.txt"; } | sort -n | tr '\n' ' ')
+	# The agents' own count of what revocation deleted (their metrics, read
+	# after the run).
+	revoked=$(awk '/^nftpolicy_revoked_flows_total\{/ { s += $NF } END { print s + 0 }' "$OUT"/metrics-node*.txt 2>/dev/null)
 	PREVIEW_OK=0
 	[[ -n $cut && $listed == "$want" && $PREVIEW_CUT_BEFORE_APPLY == 0 && $PREVIEW_PROBES_FAILED == 0 &&
-		$PREVIEW_STAGED_LINES -gt 0 ]] && PREVIEW_OK=1
+		$PREVIEW_STAGED_LINES -gt 0 && $revoked == "$(wc -w <<<"$listed")" ]] && PREVIEW_OK=1
 	{
 		echo "suite: preview (kubectl nftpolicy preview against revocation), ip family: $IP_FAMILY, nodes: $NODES"
 		echo "flows held (name, client port):"
@@ -187,6 +190,7 @@ summarize_preview() {
 		echo "preview listed as would cut (client ports): ${listed:-none}"
 		echo "held flows cut after the policy was applied (client ports): ${cut:-none}"
 		echo "expected in the preview (those, and the staged step's denied probe connections): ${want:-none}"
+		echo "conntrack entries revoked (nftpolicy_revoked_flows_total, all nodes): $revoked; listed as would cut: $(wc -w <<<"$listed")"
 		echo "staged: new connections failed: $PREVIEW_PROBES_FAILED (must be 0); staged log lines would=deny: $PREVIEW_STAGED_LINES"
 		echo "cut before the policy was enforced: $PREVIEW_CUT_BEFORE_APPLY"
 		((PREVIEW_OK)) && echo "preview: PASS (the flows listed are exactly those revocation cut)" ||
