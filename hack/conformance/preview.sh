@@ -163,7 +163,7 @@ walk() {
 staged_lines() {
 	local pod
 	for pod in $(kc -n kube-system get pods -l app.kubernetes.io/name=nftpolicy -o name); do
-		kc -n kube-system logs "$pod" 2>/dev/null | grep '"Staged verdict"'
+		kc -n kube-system logs "$pod" 2>/dev/null | grep '"Staged verdict"' || true
 	done
 }
 
