@@ -287,6 +287,9 @@ fi
 # ---------------------------------------------------------------------------
 for c in ip nsenter openssl flock sha256sum python3 tar; do command -v $c >/dev/null || die "$c is missing"; done
 mkdir -p "$(dirname "$STATE")" "$OUT"
+# The lock is this script's only: the cluster's processes do not inherit
+# it (8>&- where they start), so a cluster left by --keep is torn down by
+# the next run, not mistaken for a running script.
 exec 8>"$(dirname "$STATE")/.conformance.lock"
 flock -n 8 || die "another hack/conformance.sh is running"
 if [[ -d $STATE || -e /run/netns/$(node_ns 1) ]]; then
@@ -455,7 +458,7 @@ start_holder() {
 	echo "nameserver 127.0.0.1" >"$nd/resolv.conf"
 	ip netns add "$(node_ns "$n")"
 	setsid ip netns exec "$(node_ns "$n")" bash "$HERE/holder.sh" "$nd" "$STATE/sysctl" "$STATE/cgroups" \
-		>"$LOGS/holder-node$n.log" 2>&1 </dev/null &
+		>"$LOGS/holder-node$n.log" 2>&1 </dev/null 8>&- &
 	echo $! >"$nd/holder.pid"
 	disown
 	for _ in $(seq 1 100); do [[ -f $nd/holder.ready ]] && return 0; sleep 0.1; done
@@ -512,7 +515,7 @@ start_bg() {
 	local n=$1 name=$2
 	shift 2
 	setsid nsenter -t "$(holder_pid "$n")" -m -n -- env PATH="$BIN:$PATH" "$@" \
-		>>"$LOGS/$name.log" 2>&1 </dev/null &
+		>>"$LOGS/$name.log" 2>&1 </dev/null 8>&- &
 	echo $! >"$(node_dir "$n")/$name.pid"
 	disown
 }
