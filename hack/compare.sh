@@ -111,14 +111,15 @@ main() {
 	knp=$(build)
 	log "building nftpolicy and the lab's tools"
 	(cd "$ROOT" && bash hack/tools.sh >/dev/null && go build -o _output/bin/nftpolicy ./cmd/nftpolicy)
-	log "running the comparison (tests/e2e TestCompare*)"
-	local out
-	out=$(mktemp)
-	trap 'rm -f "$out"' RETURN
+	# One package at a time (-p 1): the connection rates must not share the
+	# CPUs with the correctness run.
+	log "running the comparison (TestCompare* of tests/e2e and tests/bench)"
+	OUT=$(mktemp)
+	trap 'rm -f "$OUT"' EXIT
 	(cd "$ROOT" && NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_KNP_BIN=$knp NFTPOLICY_BIN=$ROOT/_output/bin/nftpolicy \
-		go test -count=1 -timeout 30m -v -run '^TestCompare' ./tests/e2e) | tee "$out" >&2
+		go test -p 1 -count=1 -timeout 40m -v -run '^TestCompare' ./tests/e2e ./tests/bench) | tee "$OUT" >&2
 	printf 'knp_version=%s\nkernel=%s\n' "$KNP_VERSION" "$(uname -r)"
-	sed -n 's/^compare_figure: \([a-z0-9_]*=.*\)$/\1/p' "$out"
+	sed -n 's/^compare_figure: \([a-z0-9_]*=.*\)$/\1/p' "$OUT"
 }
 
 main "$@"

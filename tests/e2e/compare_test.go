@@ -21,9 +21,7 @@ import (
 func requirePeer(t *testing.T) {
 	t.Helper()
 	requireLab(t)
-	if _, err := cluster.KNPBinary(); err != nil {
-		t.Skipf("the comparison needs the kube-network-policies binary, which make test does not build: %v", err)
-	}
+	cluster.RequireKNP(t)
 }
 
 // compareFigure prints a name=value line that hack/compare.sh collects.

@@ -109,11 +109,7 @@ func Start(t testing.TB, cfg Config) *Cluster {
 		cfg.Enforcer = EnforcerNftpolicy
 	case EnforcerNftpolicy:
 	case EnforcerKNP:
-		// Not a tool every suite needs: a test of the peer skips without it,
-		// even where NFTPOLICY_REQUIRE_TOOLS is set.
-		if _, err := KNPBinary(); err != nil {
-			t.Skipf("cluster: %v", err)
-		}
+		RequireKNP(t)
 		agentBinary = KNPBinary
 	default:
 		t.Fatalf("cluster: unknown enforcer %q (known: %s, %s)", cfg.Enforcer, EnforcerNftpolicy, EnforcerKNP)

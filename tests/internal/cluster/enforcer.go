@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/google/nftables"
@@ -75,6 +76,17 @@ func KNPBinary() (string, error) {
 		return "", fmt.Errorf("the kube-network-policies binary is not built (%v): run `bash hack/compare.sh build` or set %s", err, KNPBinEnv)
 	}
 	return p, nil
+}
+
+// RequireKNP skips t, with the reason and how to build it, unless
+// KNPBinary finds the peer: it is not a tool every suite needs, and make
+// test does not build it, so even NFTPOLICY_REQUIRE_TOOLS does not turn
+// its absence into a failure.
+func RequireKNP(t testing.TB) {
+	t.Helper()
+	if _, err := KNPBinary(); err != nil {
+		t.Skipf("the comparison with kube-network-policies needs its binary, which make test does not build: %v", err)
+	}
 }
 
 // tableName is the nftables table the cluster's enforcer owns in each node
