@@ -16,6 +16,18 @@
 # module checksum, the queue variant or the patch differ from the stamp.
 # Concurrent runs are serialised with a lock file. Needs root (the lab), go,
 # nft, unshare, patch, and the tools of hack/tools.sh.
+#
+# The figures (stdout; progress and test logs on stderr), from TestCompare*
+# of tests/e2e and tests/bench, one package at a time:
+#   knp_agreement, nftpolicy_agreement  fraction of the 48 upstream cases'
+#        probes on real packets that matched the expected verdict (the peer,
+#        then nftpolicy hybrid, one cluster each); *_disagreements, *_probes
+#   knp_program_delay_p50_ms, nftpolicy_program_delay_p50_ms (and _p99_ms)
+#        API write to the first probe that sees the new verdict
+#   knp_conn_ratio, hybrid_vs_knp_conn_ratio, queue_vs_knp_conn_ratio
+#        connection rate against no policy / nftpolicy's against the peer's,
+#        medians over interleaved rounds (tests/bench RunConn); *_p50_us,
+#        *_p99_us connect latency; *_failed allowed connections that failed
 set -euo pipefail
 
 KNP_MODULE=sigs.k8s.io/kube-network-policies

@@ -32,7 +32,8 @@ func compareFigure(name string, format string, args ...any) {
 // TestCompareConformance runs the 48 upstream cases against the peer and
 // against nftpolicy in hybrid mode, one cluster after the other, and
 // prints each one's agreement with the expected verdicts (the fraction of
-// probes on real packets that matched). The peer's disagreements are
+// probes on real packets that matched) and its programming delay (API
+// write to the first probe that sees the new verdict, per transition). The peer's disagreements are
 // listed, not failures; nftpolicy's fail the test as in TestConformance.
 func TestCompareConformance(t *testing.T) {
 	requirePeer(t)
@@ -58,6 +59,15 @@ func TestCompareConformance(t *testing.T) {
 		compareFigure(name+"_agreement", "%.4f", float64(s.agreed)/float64(s.checked))
 		compareFigure(name+"_probes", "%d", s.checked)
 		compareFigure(name+"_disagreements", "%d", s.checked-s.agreed)
+		// Policy written to the first packet with the new verdict, watched
+		// every watchEvery on one flipping pair per transition.
+		var ds []time.Duration
+		for _, d := range s.delays {
+			ds = append(ds, d.d)
+		}
+		compareFigure(name+"_program_delay_p50_ms", "%d", pct(ds, 50).Milliseconds())
+		compareFigure(name+"_program_delay_p99_ms", "%d", pct(ds, 99).Milliseconds())
+		compareFigure(name+"_program_delay_samples", "%d", len(ds))
 		for _, d := range s.disagree {
 			t.Logf("%s disagrees: %s", s.who(), d)
 		}

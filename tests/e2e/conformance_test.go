@@ -728,7 +728,7 @@ func (s *suite) report(t *testing.T, setup, total time.Duration) {
 		t.Logf("enforcement delay, %s (%s): p50=%v p99=%v max=%v n=%d", kind, s.who(), pct(ds, 50), pct(ds, 99), pct(ds, 100), len(ds))
 	}
 	if len(all) > 0 {
-		t.Logf("enforcement_delay_ms p50=%d p99=%d n=%d mode=%s", pct(all, 50).Milliseconds(), pct(all, 99).Milliseconds(), len(all), s.mode)
+		t.Logf("enforcement_delay_ms p50=%d p99=%d n=%d (%s)", pct(all, 50).Milliseconds(), pct(all, 99).Milliseconds(), len(all), s.who())
 	}
 }
 
