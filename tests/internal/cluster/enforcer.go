@@ -35,6 +35,7 @@ const (
 	EnforcerKNP Enforcer = "kube-network-policies"
 )
 
+// String returns the enforcer's name.
 func (e Enforcer) String() string { return string(e) }
 
 // KNPBinEnv names the kube-network-policies binary; when unset, KNPBinary
