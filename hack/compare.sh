@@ -22,6 +22,8 @@
 #   knp_agreement, nftpolicy_agreement  fraction of the 48 upstream cases'
 #        probes on real packets that matched the expected verdict (the peer,
 #        then nftpolicy hybrid, one cluster each); *_disagreements, *_probes
+#   knp_generated_agreement, nftpolicy_generated_agreement  the same on the
+#        first generated NetworkPolicy-v1-only scenarios (generated_seeds)
 #   knp_program_delay_p50_ms, nftpolicy_program_delay_p50_ms (and _p99_ms)
 #        API write to the first probe that sees the new verdict
 #   knp_conn_ratio, hybrid_vs_knp_conn_ratio, queue_vs_knp_conn_ratio

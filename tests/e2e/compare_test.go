@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariogen"
+	"github.com/nftpolicy/nftpolicy/tests/e2e"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 )
 
@@ -137,4 +140,79 @@ func denyCase(t *testing.T) (ct.NetpolCase, ct.NetpolStep) {
 	}
 	t.Fatal("no single-step TCP case with a denied pair among the upstream cases")
 	return ct.NetpolCase{}, ct.NetpolStep{}
+}
+
+// compareSeeds is how many generated NetworkPolicy v1 scenarios
+// TestCompareGenerated runs on each enforcer.
+const compareSeeds = 4
+
+// TestCompareGenerated runs the first compareSeeds generated scenarios
+// (pkg/scenario/scenariogen) that are NetworkPolicy v1 only against the
+// peer and against nftpolicy in hybrid mode, each scenario on a cluster of
+// its own, and prints each one's agreement of real packets with the
+// scenario's verdicts (scenario.Decide, what `nftpolicy eval` answers).
+// The peer's disagreements are listed with the evaluator's reason, not
+// failures; nftpolicy's fail the test.
+func TestCompareGenerated(t *testing.T) {
+	requirePeer(t)
+	var seeds []uint64
+	for seed := uint64(1); len(seeds) < compareSeeds && seed < 1000; seed++ {
+		s := scenariogen.Generate(seed)
+		if e2e.NetworkPolicyOnly(s) == nil && e2e.Supported(s) == nil {
+			seeds = append(seeds, seed)
+		}
+	}
+	if len(seeds) < compareSeeds {
+		t.Fatalf("only %d NetworkPolicy-only scenarios among seeds 1-999", len(seeds))
+	}
+	for _, run := range []struct {
+		name string
+		cfg  e2e.RunConfig
+	}{
+		{"knp", e2e.RunConfig{Enforcer: cluster.EnforcerKNP}},
+		{"nftpolicy", e2e.RunConfig{Mode: compile.ModeHybrid}},
+	} {
+		checked, agreed := 0, 0
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("%s/seed-%d", run.name, seed), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+				defer cancel()
+				s := scenariogen.Generate(seed)
+				want := s.Decide()
+				out, err := e2e.RunScenario(ctx, t, s, run.cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, o := range out {
+					if o.Err != nil {
+						t.Errorf("probe %d: harness problem: %v", i, o.Err)
+						continue
+					}
+					checked++
+					if o.Allowed == want[i].Allowed {
+						agreed++
+						continue
+					}
+					msg := fmt.Sprintf("seed %d probe %d %v: want %s, real packets %s (%s); evaluator: %s",
+						seed, i, o.Spec, ct.VerdictWord(want[i].Allowed), ct.VerdictWord(o.Allowed), o.Detail, want[i].Reason())
+					if run.cfg.Enforcer == cluster.EnforcerKNP {
+						t.Logf("kube-network-policies disagrees: %s", msg)
+					} else {
+						t.Error(msg)
+					}
+				}
+			})
+		}
+		if checked == 0 {
+			t.Errorf("%s: no probe was judged", run.name)
+			continue
+		}
+		compareFigure(run.name+"_generated_agreement", "%.4f", float64(agreed)/float64(checked))
+		compareFigure(run.name+"_generated_probes", "%d", checked)
+	}
+	names := make([]string, len(seeds))
+	for i, seed := range seeds {
+		names[i] = fmt.Sprint(seed)
+	}
+	compareFigure("generated_seeds", "%s", strings.Join(names, ","))
 }
