@@ -130,7 +130,7 @@ main() {
 	log "running the comparison (TestCompare* of tests/e2e and tests/bench)"
 	OUT=$(mktemp)
 	trap 'rm -f "$OUT"' EXIT
-	(cd "$ROOT" && NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_KNP_BIN=$knp NFTPOLICY_BIN=$ROOT/_output/bin/nftpolicy \
+	(cd "$ROOT" && NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_COMPARE_RUN=1 NFTPOLICY_KNP_BIN=$knp NFTPOLICY_BIN=$ROOT/_output/bin/nftpolicy \
 		go test -p 1 -count=1 -timeout 40m -v -run '^TestCompare' ./tests/e2e ./tests/bench) | tee "$OUT" >&2
 	printf 'knp_version=%s\nkernel=%s\n' "$KNP_VERSION" "$(uname -r)"
 	sed -n 's/^compare_figure: \([a-z0-9_]*=.*\)$/\1/p' "$OUT"

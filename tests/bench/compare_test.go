@@ -21,7 +21,7 @@ import (
 func TestCompareConn(t *testing.T) {
 	requireLab(t)
 	testenv.Require(t, "the comparison", kubeenv.Tools())
-	cluster.RequireKNP(t)
+	cluster.RequireCompareRun(t)
 	if testing.Short() {
 		t.Skip("-short")
 	}

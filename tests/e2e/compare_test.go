@@ -40,6 +40,7 @@ func compareFigure(name string, format string, args ...any) {
 // listed, not failures; nftpolicy's fail the test as in TestConformance.
 func TestCompareConformance(t *testing.T) {
 	requirePeer(t)
+	cluster.RequireCompareRun(t)
 	var knp, nft *suite
 	t.Run("kube-network-policies", func(t *testing.T) {
 		knp = runConformance(t, cluster.Config{Enforcer: cluster.EnforcerKNP}, true)
@@ -155,6 +156,7 @@ const compareSeeds = 4
 // failures; nftpolicy's fail the test.
 func TestCompareGenerated(t *testing.T) {
 	requirePeer(t)
+	cluster.RequireCompareRun(t)
 	var seeds []uint64
 	for seed := uint64(1); len(seeds) < compareSeeds && seed < 1000; seed++ {
 		s := scenariogen.Generate(seed)

@@ -90,6 +90,21 @@ func RequireKNP(t testing.TB) {
 	}
 }
 
+// CompareRunEnv is set by hack/compare.sh: the side-by-side measurements
+// (minutes long) run only then, not in every `go test ./...` of a machine
+// where the peer happens to be built.
+const CompareRunEnv = "NFTPOLICY_COMPARE_RUN"
+
+// RequireCompareRun skips t unless hack/compare.sh runs it (CompareRunEnv),
+// and then as RequireKNP does.
+func RequireCompareRun(t testing.TB) {
+	t.Helper()
+	if os.Getenv(CompareRunEnv) == "" {
+		t.Skipf("the side-by-side measurement with kube-network-policies runs from hack/compare.sh (make compare), which sets %s=1", CompareRunEnv)
+	}
+	RequireKNP(t)
+}
+
 // tableName is the nftables table the cluster's enforcer owns in each node
 // namespace.
 func (c *Cluster) tableName() string {
