@@ -15,7 +15,7 @@ STATICCHECK := $(CURDIR)/_output/tools/staticcheck@$(STATICCHECK_VERSION)/static
 # pkg/ and cmd/.
 FUNCLEN_MAX ?= 100
 
-.PHONY: all build test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean
+.PHONY: all build test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare
 
 all: build
 
@@ -75,6 +75,13 @@ test: deps tools lint build
 
 diff:
 	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
+
+# Side by side with kube-network-policies (issue 30, docs/comparison.md):
+# builds the peer at a pinned version (patched only where this kernel lacks
+# the nft queue expression) and runs both in the real-API lab; prints
+# name=value figures.
+compare: deps tools build
+	bash hack/compare.sh
 
 diff-long:
 	bash hack/diff.sh --seeds $(LONG_SEEDS) --mode hybrid

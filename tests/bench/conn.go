@@ -140,6 +140,9 @@ func (c *ConnConfig) defaults() {
 			modes = append(modes, m)
 		}
 	}
+	if slices.Contains(c.Modes, ModeKNP) {
+		modes = append(modes, ModeKNP)
+	}
 	c.Modes = modes
 }
 
@@ -345,6 +348,14 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 	if slices.Contains(modes, ModeQueue2) && slices.Contains(modes, ModeQueue) {
 		res.Set("queue_q2_vs_queue", round(Median(roundRatios(by, ModeQueue2, ModeQueue, rounds)), 3))
 	}
+	if slices.Contains(modes, ModeKNP) {
+		// Issue 30's names: nftpolicy's modes against the peer, round by round.
+		for _, m := range []string{ModeHybrid, ModeQueue} {
+			if slices.Contains(modes, m) {
+				res.Set(m+"_vs_knp_conn_ratio", round(Median(roundRatios(by, m, ModeKNP, rounds)), 3))
+			}
+		}
+	}
 	if slices.Contains(modes, ModeQueue) {
 		q := math.Max(res.Float("queued_packets_per_conn_"+PathSame), res.Float("queued_packets_per_conn_"+PathCross))
 		res.Set("queued_packets_per_conn", q)
@@ -490,6 +501,9 @@ func stagedOtherConnInput(node string, nodeIPs []netip.Addr) compile.Input {
 }
 
 func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, workers int, reply bool) (_ *connLab, err error) {
+	if mode == ModeKNP {
+		return newKNPConnLab(ctx, workers, reply)
+	}
 	l := &connLab{mode: mode, servers: map[string]*server{}, dst: map[string]netip.AddrPort{
 		PathSame:  netip.AddrPortFrom(sameSrvIP, connPort),
 		PathCross: netip.AddrPortFrom(crossSrvIP, connPort),
@@ -587,11 +601,12 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 }
 
 func (l *connLab) close() {
-	for _, stop := range l.stops {
-		stop()
-	}
+	// The servers first: ModeKNP's stop removes their namespaces.
 	for _, s := range l.servers {
 		s.stop()
+	}
+	for _, stop := range l.stops {
+		stop()
 	}
 	for _, a := range l.agents {
 		_ = a.Close()

@@ -94,17 +94,22 @@ const (
 func TestConformance(t *testing.T) {
 	requireLab(t)
 	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
-		t.Run(string(mode), func(t *testing.T) { runConformance(t, mode) })
+		t.Run(string(mode), func(t *testing.T) { runConformance(t, cluster.Config{Mode: mode}, false) })
 	}
 }
 
-// suite is one mode's cluster and what the cases share.
+// suite is one mode's (or one enforcer's) cluster and what the cases share.
 type suite struct {
 	mode  compile.Mode
 	c     *cluster.Cluster
 	p     *e2e.Prober
 	ep    map[string]netlab.Endpoint
 	nodes []string
+
+	// enforcer is the cluster's enforcer; lenient suites (the peer of
+	// hack/compare.sh) log and count disagreements instead of failing.
+	enforcer cluster.Enforcer
+	lenient  bool
 
 	mu       sync.Mutex
 	delays   []delaySample
@@ -115,6 +120,12 @@ type suite struct {
 	passed, failed int
 	ran            map[int]bool   // case numbers the -run filter let through
 	skipped        map[int]string // case number -> why
+
+	// checked and agreed count the probes of checkStep whose real packets
+	// were judged, and those that matched the expected verdict; disagree
+	// lists the others.
+	checked, agreed int
+	disagree        []string
 }
 
 type delaySample struct {
@@ -123,12 +134,47 @@ type delaySample struct {
 	what string
 }
 
-func runConformance(t *testing.T, mode compile.Mode) {
+// runConformance runs every upstream case on a cluster started with cfg and
+// returns the suite with its counts.
+func runConformance(t *testing.T, cfg cluster.Config, lenient bool) *suite {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	s := &suite{mode: mode, ep: map[string]netlab.Endpoint{}, ran: map[int]bool{}, skipped: map[int]string{}}
-	s.c = cluster.Start(t, cluster.Config{Mode: mode})
+	s := newSuite(t, ctx, cfg, lenient)
+	setup := time.Since(began)
+
+	for _, nc := range ct.NetpolCases() {
+		s.mu.Lock()
+		wrong := len(s.disagree)
+		s.mu.Unlock()
+		ok := t.Run(fmt.Sprintf("%02d-%s", nc.Num, slug(nc.Name)), func(t *testing.T) { s.runCase(t, ctx, nc) })
+		s.mu.Lock()
+		// A lenient suite's disagreements fail no test, but the case failed.
+		ok = ok && len(s.disagree) == wrong
+		switch _, skipped := s.skipped[nc.Num]; {
+		case skipped, !s.ran[nc.Num]:
+		case ok:
+			s.passed++
+		default:
+			s.failed++
+		}
+		s.mu.Unlock()
+	}
+	s.report(t, setup, time.Since(began))
+	return s
+}
+
+// newSuite starts a cluster with cfg, creates the grid's namespaces and
+// pods and checks the baseline (no policy: everything connects).
+func newSuite(t *testing.T, ctx context.Context, cfg cluster.Config, lenient bool) *suite {
+	s := &suite{mode: cfg.Mode, enforcer: cfg.Enforcer, lenient: lenient, ep: map[string]netlab.Endpoint{}, ran: map[int]bool{}, skipped: map[int]string{}}
+	if s.mode == "" {
+		s.mode = compile.ModeHybrid
+	}
+	if s.enforcer == "" {
+		s.enforcer = cluster.EnforcerNftpolicy
+	}
+	s.c = cluster.Start(t, cfg)
 	s.nodes = s.c.Nodes()
 	s.p = e2e.NewProber(s.c.Lab)
 	s.p.Timeout, s.p.RetryTimeout = matrixTimeout, -1 // retried per cell by checkStep
@@ -160,21 +206,26 @@ func runConformance(t *testing.T, mode compile.Mode) {
 		t.Logf("%s: %s", n, strings.Join(placed[n], " "))
 	}
 	s.baseline(t, ctx)
-	setup := time.Since(began)
+	return s
+}
 
-	for _, nc := range ct.NetpolCases() {
-		ok := t.Run(fmt.Sprintf("%02d-%s", nc.Num, slug(nc.Name)), func(t *testing.T) { s.runCase(t, ctx, nc) })
-		s.mu.Lock()
-		switch _, skipped := s.skipped[nc.Num]; {
-		case skipped, !s.ran[nc.Num]:
-		case ok:
-			s.passed++
-		default:
-			s.failed++
-		}
-		s.mu.Unlock()
+// who names the suite's enforcer in messages: nftpolicy's mode, or the peer.
+func (s *suite) who() string {
+	if s.enforcer != cluster.EnforcerNftpolicy {
+		return s.enforcer.String()
 	}
-	s.report(t, setup, time.Since(began))
+	return string(s.mode) + " mode"
+}
+
+// disagreed reports a disagreement: a test failure, or a log line in a
+// lenient suite.
+func (s *suite) disagreed(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if s.lenient {
+		t.Logf(format, args...)
+		return
+	}
+	t.Errorf(format, args...)
 }
 
 func slug(s string) string {
@@ -333,7 +384,7 @@ func (s *suite) transition(t *testing.T, ctx context.Context, kind, step string,
 		w := <-res
 		switch {
 		case w.err != nil && err == nil:
-			t.Errorf("%s: %s %s: %v", step, kind, what, w.err)
+			s.disagreed(t, "%s: %s %s: %v", step, kind, what, w.err)
 		case w.err == nil:
 			s.mu.Lock()
 			s.delays = append(s.delays, delaySample{kind: kind, d: w.d, what: what})
@@ -590,6 +641,20 @@ func (s *suite) checkStep(t *testing.T, ctx context.Context, step string, tables
 	}
 	ok := true
 	involved := map[string]bool{}
+	s.mu.Lock()
+	for _, cl := range cells {
+		if cl.r.Err != nil {
+			continue // a harness problem, reported below, judges no enforcer
+		}
+		s.checked++
+		if cl.r.Allowed == cl.want {
+			s.agreed++
+		} else {
+			s.disagree = append(s.disagree, fmt.Sprintf("%s: %s -> %s %v (%s): want %s, real packets %s; evaluator: %s",
+				step, cl.from, cl.to, cl.k, nodePair(s, cl.from, cl.to), ct.VerdictWord(cl.want), ct.VerdictWord(cl.r.Allowed), cl.eval.Reason()))
+		}
+	}
+	s.mu.Unlock()
 	for _, k := range sortedKeys(tables) {
 		var bad []string
 		observed := ct.TruthTable{Pods: ct.GridPods(), Allowed: map[[2]string]bool{}}
@@ -617,8 +682,8 @@ func (s *suite) checkStep(t *testing.T, ctx context.Context, step string, tables
 		if len(bad) > 0 {
 			ok = false
 			want := tables[k]
-			t.Errorf("%s, %v (%s mode): %d of %d pairs disagree ('.' allowed, 'X' denied, '*' differs from expected)\nexpected:\n%sobserved on real packets:\n%sevaluator:\n%smismatches:\n%s",
-				step, k, s.mode, len(bad), len(want.Allowed), want.Render(nil), observed.Render(&want), evaluated.Render(&want), strings.Join(bad, "\n"))
+			s.disagreed(t, "%s, %v (%s): %d of %d pairs disagree ('.' allowed, 'X' denied, '*' differs from expected)\nexpected:\n%sobserved on real packets:\n%sevaluator:\n%smismatches:\n%s",
+				step, k, s.who(), len(bad), len(want.Allowed), want.Render(nil), observed.Render(&want), evaluated.Render(&want), strings.Join(bad, "\n"))
 		}
 	}
 	if !ok {
@@ -627,7 +692,7 @@ func (s *suite) checkStep(t *testing.T, ctx context.Context, step string, tables
 		}
 		for _, n := range s.nodes {
 			if involved[n] {
-				t.Logf("nft list table inet %s on %s:\n%s", compile.TableName, n, s.c.ListTable(n))
+				t.Logf("the %s table on %s:\n%s", s.enforcer, n, s.c.ListTable(n))
 			}
 		}
 	}
@@ -650,8 +715,8 @@ func (s *suite) report(t *testing.T, setup, total time.Duration) {
 	for _, num := range slices.Sorted(maps.Keys(s.skipped)) {
 		skipped = append(skipped, fmt.Sprintf("%d (%s)", num, s.skipped[num]))
 	}
-	t.Logf("%s mode: %d of %d cases run passed, %d failed, %d skipped%s; setup %v, whole suite %v, %d probes on real packets",
-		s.mode, s.passed, len(s.ran), s.failed, len(s.skipped), strings.TrimSuffix(": "+strings.Join(skipped, ", "), ": "),
+	t.Logf("%s: %d of %d cases run passed, %d failed, %d skipped%s; setup %v, whole suite %v, %d probes on real packets",
+		s.who(), s.passed, len(s.ran), s.failed, len(s.skipped), strings.TrimSuffix(": "+strings.Join(skipped, ", "), ": "),
 		setup.Round(time.Millisecond), total.Round(time.Millisecond), s.probes)
 	byKind := map[string][]time.Duration{}
 	var all []time.Duration
@@ -665,10 +730,10 @@ func (s *suite) report(t *testing.T, setup, total time.Duration) {
 	}
 	for _, kind := range slices.Sorted(maps.Keys(byKind)) {
 		ds := byKind[kind]
-		t.Logf("enforcement delay, %s (%s mode): p50=%v p99=%v max=%v n=%d", kind, s.mode, pct(ds, 50), pct(ds, 99), pct(ds, 100), len(ds))
+		t.Logf("enforcement delay, %s (%s): p50=%v p99=%v max=%v n=%d", kind, s.who(), pct(ds, 50), pct(ds, 99), pct(ds, 100), len(ds))
 	}
 	if len(all) > 0 {
-		t.Logf("enforcement_delay_ms p50=%d p99=%d n=%d mode=%s", pct(all, 50).Milliseconds(), pct(all, 99).Milliseconds(), len(all), s.mode)
+		t.Logf("enforcement_delay_ms p50=%d p99=%d n=%d (%s)", pct(all, 50).Milliseconds(), pct(all, 99).Milliseconds(), len(all), s.who())
 	}
 }
 

@@ -21,6 +21,9 @@ import (
 
 // RunConfig configures RunScenario.
 type RunConfig struct {
+	// Enforcer run as the agents; empty means nftpolicy. The peer
+	// (cluster.EnforcerKNP) runs only NetworkPolicy v1 scenarios.
+	Enforcer cluster.Enforcer
 	// Mode of the agents; empty means hybrid.
 	Mode compile.Mode
 	// Timeout and RetryTimeout of the probes (see Prober); zero means the
@@ -74,6 +77,25 @@ func Supported(s *scenario.Scenario) error {
 	return nil
 }
 
+// NetworkPolicyOnly reports why s is more than NetworkPolicy v1 (what
+// nftpolicy adds: ClusterNetworkPolicies, dnsAnswers for domainNames,
+// staged policies), or nil.
+func NetworkPolicyOnly(s *scenario.Scenario) error {
+	var errs []error
+	if n := len(s.ClusterNetworkPolicies); n > 0 {
+		errs = append(errs, fmt.Errorf("%d ClusterNetworkPolicies", n))
+	}
+	if len(s.DNSAnswers) > 0 {
+		errs = append(errs, errors.New("dnsAnswers (domainNames)"))
+	}
+	for i := range s.Policies {
+		if _, ok := s.Policies[i].Annotations[compile.StagedAnnotation]; ok {
+			errs = append(errs, fmt.Errorf("policies[%d] (%s/%s) is staged", i, s.Policies[i].Namespace, s.Policies[i].Name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // agentPorts are the TCP ports the harness' agent and relay listen on in
 // every node namespace.
 func agentPorts() []uint16 {
@@ -105,7 +127,7 @@ func externalNode(c *cluster.Cluster) string { return c.Nodes()[0] }
 // RunScenario brings up a cluster (tests/internal/cluster: a real API
 // server, the nodes the scenario lists or names or node-1 and node-2, with
 // the addresses the scenario lists for them, one real agent per node in
-// cfg.Mode), creates the scenario's namespaces, pods (servers on their
+// cfg.Mode, or cfg.Enforcer's), creates the scenario's namespaces, pods (servers on their
 // container ports and on every port probed on them) and external hosts (one
 // namespace per ip endpoint that is neither a pod's nor a node's address,
 // attached to the first node and serving the ports probed on it), serves
@@ -126,6 +148,11 @@ func RunScenario(ctx context.Context, tb testing.TB, s *scenario.Scenario, cfg R
 	if err := Supported(s); err != nil {
 		return nil, err
 	}
+	if cfg.Enforcer == cluster.EnforcerKNP {
+		if err := NetworkPolicyOnly(s); err != nil {
+			return nil, &UnsupportedError{fmt.Errorf("%s runs NetworkPolicy v1 only: %w", cfg.Enforcer, err)}
+		}
+	}
 	if cfg.Logf == nil {
 		cfg.Logf = tb.Logf
 	}
@@ -142,7 +169,10 @@ func RunScenario(ctx context.Context, tb testing.TB, s *scenario.Scenario, cfg R
 		agentArgs = []string{"--cluster-policy-check-period", "1s"}
 	}
 	agentArgs = append(agentArgs, dnsAgentArgs(s)...)
-	c := cluster.Start(tb, cluster.Config{Mode: cfg.Mode, Nodes: nodes, NodeIPs: nodeIPs, AgentArgs: agentArgs, Logf: cfg.Logf})
+	if cfg.Enforcer == cluster.EnforcerKNP {
+		agentArgs = nil // nftpolicy's flags; NetworkPolicyOnly leaves nothing they serve
+	}
+	c := cluster.Start(tb, cluster.Config{Enforcer: cfg.Enforcer, Mode: cfg.Mode, Nodes: nodes, NodeIPs: nodeIPs, AgentArgs: agentArgs, Logf: cfg.Logf})
 	p := NewProber(c.Lab)
 	p.Timeout, p.RetryTimeout = cfg.Timeout, cfg.RetryTimeout
 	tb.Cleanup(p.Close) // before the lab goes (cleanups run last-in first-out)

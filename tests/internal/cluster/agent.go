@@ -40,6 +40,9 @@ type Agent struct {
 	// emptyDir would hold it (`nftpolicy preview --local --socket`).
 	PreviewSocket string
 
+	// saDir holds the ServiceAccount files of an EnforcerKNP agent.
+	saDir string
+
 	c     *Cluster
 	relay *relay
 	http  *http.Client
@@ -76,6 +79,14 @@ func (c *Cluster) newAgent(node, token string) (*Agent, error) {
 	if a.relay, err = newRelay(c.Lab, node, RelayAddr, strings.TrimPrefix(c.Env.Server, "https://")); err != nil {
 		return nil, err
 	}
+	if c.cfg.Enforcer == EnforcerKNP {
+		a.saDir = filepath.Join(c.logDir, "serviceaccount-"+node)
+		if err := writeKNPServiceAccount(a.saDir, token, c.Env.CAData); err != nil {
+			return nil, err
+		}
+		a.http = nodeHTTPClient(c.Lab, node)
+		return a, nil
+	}
 	a.Kubeconfig = filepath.Join(c.logDir, node+".kubeconfig")
 	a.PreviewSocket = filepath.Join(c.logDir, "preview-"+node, "preview.sock")
 	kc := fmt.Sprintf(`apiVersion: v1
@@ -97,12 +108,18 @@ current-context: nftpolicy
 	if err := os.WriteFile(a.Kubeconfig, []byte(kc), 0o600); err != nil {
 		return nil, err
 	}
-	a.http = &http.Client{
+	a.http = nodeHTTPClient(c.Lab, node)
+	return a, nil
+}
+
+// nodeHTTPClient is an HTTP client whose sockets are created inside the
+// node namespace, so that they reach its loopback.
+func nodeHTTPClient(lab *netlab.Lab, node string) *http.Client {
+	return &http.Client{
 		Timeout: 5 * time.Second,
 		Transport: &http.Transport{
-			// Sockets created inside the node namespace reach its loopback.
 			DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
-				err = c.Lab.InNode(node, func() error {
+				err = lab.InNode(node, func() error {
 					var d net.Dialer
 					conn, err = d.DialContext(ctx, network, addr)
 					return err
@@ -113,7 +130,6 @@ current-context: nftpolicy
 			IdleConnTimeout:     10 * time.Second,
 		},
 	}
-	return a, nil
 }
 
 // Args returns the agent's command line after "nftpolicy agent".
@@ -217,6 +233,9 @@ func (a *Agent) startProc() (*agentProc, error) {
 	}
 	a.starts++
 	argv := append([]string{a.c.bin, "agent"}, a.Args()...)
+	if a.c.cfg.Enforcer == EnforcerKNP {
+		argv = a.knpArgv()
+	}
 	fmt.Fprintf(logf, "=== cluster: start #%d of the agent of %s at %s: %s\n", a.starts, a.Node,
 		time.Now().Format(time.RFC3339Nano), strings.Join(argv, " "))
 	cmd, err := a.c.Lab.Command(context.Background(), netlab.Node(a.Node), argv...)
@@ -225,6 +244,9 @@ func (a *Agent) startProc() (*agentProc, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if a.c.cfg.Enforcer == EnforcerKNP {
+		cmd.Env = a.knpEnv()
+	}
 	// The agent dies with the test process, even on a crash or timeout.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -401,6 +423,12 @@ func (a *Agent) Ready(ctx context.Context) (int, error) {
 func (a *Agent) WaitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	if a.c.cfg.Enforcer == EnforcerKNP {
+		if a.current() == nil {
+			return fmt.Errorf("cluster: the agent of %s was never started", a.Node)
+		}
+		return a.waitKNPReady(ctx)
+	}
 	var last string
 	for {
 		p := a.current()

@@ -34,6 +34,9 @@ const BinEnv = "NFTPOLICY_BIN"
 
 // Config configures Start.
 type Config struct {
+	// Enforcer run as every node's agent; empty means EnforcerNftpolicy.
+	// EnforcerKNP ignores Mode and Verbosity.
+	Enforcer Enforcer
 	// Mode of every agent; empty means hybrid.
 	Mode compile.Mode
 	// Nodes to create; empty means DefaultNodes.
@@ -100,6 +103,17 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	if cfg.Mode == "" {
 		cfg.Mode = compile.ModeHybrid
 	}
+	agentBinary := AgentBinary
+	switch cfg.Enforcer {
+	case "":
+		cfg.Enforcer = EnforcerNftpolicy
+	case EnforcerNftpolicy:
+	case EnforcerKNP:
+		RequireKNP(t)
+		agentBinary = KNPBinary
+	default:
+		t.Fatalf("cluster: unknown enforcer %q (known: %s, %s)", cfg.Enforcer, EnforcerNftpolicy, EnforcerKNP)
+	}
 	if len(cfg.Nodes) == 0 {
 		cfg.Nodes = DefaultNodes
 	}
@@ -114,7 +128,7 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	}
 	began := time.Now()
 	env := StartControlPlane(t) // skips first when the tools are missing
-	bin, err := AgentBinary()
+	bin, err := agentBinary()
 	if err != nil {
 		t.Fatalf("cluster: %v", err)
 	}
@@ -169,14 +183,20 @@ func Start(t testing.TB, cfg Config) *Cluster {
 			t.Fatalf("cluster: %v", err)
 		}
 		c.agents[n] = a
-		if err := c.createAgentPod(ctx, n); err != nil {
-			t.Fatalf("cluster: %v", err)
-		}
 	}
-	probeCtx, stopProbes := context.WithCancel(context.Background())
-	probesDone := make(chan struct{})
-	go func() { defer close(probesDone); c.probeAgentPods(probeCtx) }()
-	t.Cleanup(func() { stopProbes(); <-probesDone })
+	// The agent pods stand for nftpolicy's DaemonSet (status, readiness);
+	// the peer has none.
+	if cfg.Enforcer == EnforcerNftpolicy {
+		for _, n := range c.nodes {
+			if err := c.createAgentPod(ctx, n); err != nil {
+				t.Fatalf("cluster: %v", err)
+			}
+		}
+		probeCtx, stopProbes := context.WithCancel(context.Background())
+		probesDone := make(chan struct{})
+		go func() { defer close(probesDone); c.probeAgentPods(probeCtx) }()
+		t.Cleanup(func() { stopProbes(); <-probesDone })
+	}
 	if !cfg.NoAgents {
 		for _, n := range c.nodes {
 			if err := c.agents[n].Start(); err != nil {
@@ -190,6 +210,9 @@ func Start(t testing.TB, cfg Config) *Cluster {
 		}
 	}
 	agents := fmt.Sprintf("%s agents ready", cfg.Mode)
+	if cfg.Enforcer != EnforcerNftpolicy {
+		agents = fmt.Sprintf("%s agents ready", cfg.Enforcer)
+	}
 	if cfg.NoAgents {
 		agents = "agents not started"
 	}
@@ -254,23 +277,24 @@ func (c *Cluster) logTails(t testing.TB, lines int) {
 	}
 }
 
-// ListTable returns `nft list table inet nftpolicy` in a node's namespace,
-// or the error text.
+// ListTable returns `nft list table inet nftpolicy` (the enforcer's
+// table) in a node's namespace, or the error text.
 func (c *Cluster) ListTable(node string) string {
-	out, err := c.Lab.NodeExec(node, "nft", "list", "table", "inet", compile.TableName)
+	out, err := c.Lab.NodeExec(node, "nft", "list", "table", "inet", c.tableName())
 	if err != nil {
 		return fmt.Sprintf("(nft list table failed: %v)\n%s", err, out)
 	}
 	return string(out)
 }
 
-// HasTable reports whether the node's namespace holds the nftpolicy table.
+// HasTable reports whether the node's namespace holds the nftpolicy table
+// (the enforcer's table).
 func (c *Cluster) HasTable(node string) (bool, error) {
 	out, err := c.Lab.NodeExec(node, "nft", "list", "tables")
 	if err != nil {
 		return false, err
 	}
-	return slices.Contains(strings.Split(strings.TrimSpace(string(out)), "\n"), "table inet "+compile.TableName), nil
+	return slices.Contains(strings.Split(strings.TrimSpace(string(out)), "\n"), "table inet "+c.tableName()), nil
 }
 
 func (c *Cluster) createNode(ctx context.Context, name string, ips []netip.Addr) error {

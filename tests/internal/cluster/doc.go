@@ -35,6 +35,16 @@
 // userspace evaluator's cluster-wide verdicts on the same API objects
 // (compile.Build + evaluate.Evaluate), the answer `nftpolicy eval` gives.
 //
+// Config.Enforcer runs kube-network-policies (hack/compare.sh builds it)
+// instead of nftpolicy as every node's agent, started the same way: it has
+// no --kubeconfig, so it runs in a mount namespace of its own whose /run is
+// a private tmpfs holding the ServiceAccount token and CA at the in-cluster
+// path, with KUBERNETES_SERVICE_HOST/PORT pointing at the node's relay; it
+// is stopped by its PID, and its table lives in the node namespace. Its
+// WaitProgrammed infers "programmed" from its podips-v4/-v6 sets (they hold
+// the node's pods some NetworkPolicy selects) and a short settle: it
+// exposes nothing else that tells which API objects it has seen.
+//
 // Start needs root, ip, nft and the binaries of hack/tools.sh; it skips (or
 // fails, with NFTPOLICY_REQUIRE_TOOLS set) through testenv.Require, as every
 // suite does. The agent binary is

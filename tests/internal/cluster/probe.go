@@ -42,6 +42,9 @@ func (c *Cluster) WaitProgrammed(ctx context.Context) (time.Duration, error) {
 	if len(agents) == 0 {
 		return 0, errors.New("cluster: WaitProgrammed: no agent is running")
 	}
+	if c.cfg.Enforcer == EnforcerKNP {
+		return c.waitKNPProgrammed(ctx, agents)
+	}
 	var want uint64
 	have := make([]float64, len(agents))
 	errs := make([]error, len(agents))

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# hack/compare.sh runs nftpolicy side by side with kube-network-policies
+# (the NetworkPolicy enforcer nftpolicy's design grew from) in the same
+# real-API lab (tests/internal/cluster) and prints name=value figures.
+# docs/comparison.md explains what is measured and what is not yet.
+#
+#   bash hack/compare.sh          # `make compare`: build the peer, then run the comparison
+#   bash hack/compare.sh build    # only build the peer; prints the binary's path
+#
+# The peer is built from the Go module proxy at a pinned version into a cache
+# directory outside the repository, ${NFTPOLICY_COMPARE:-/var/cache/nftpolicy/compare}:
+# the module source is copied to src/, and when this kernel lacks the native
+# nftables queue expression the one patch hack/compare/knp-xt-nfqueue.patch
+# (the queue statement as the xtables NFQUEUE target) is applied to that copy.
+# The build is idempotent: the binary is rebuilt only when the version, the
+# module checksum, the queue variant or the patch differ from the stamp.
+# Concurrent runs are serialised with a lock file. Needs root (the lab), go,
+# nft, unshare, patch, and the tools of hack/tools.sh.
+#
+# The figures (stdout; progress and test logs on stderr), from TestCompare*
+# of tests/e2e and tests/bench, one package at a time:
+#   knp_agreement, nftpolicy_agreement  fraction of the 48 upstream cases'
+#        probes on real packets that matched the expected verdict (the peer,
+#        then nftpolicy hybrid, one cluster each); *_disagreements, *_probes
+#   knp_generated_agreement, nftpolicy_generated_agreement  the same on the
+#        first generated NetworkPolicy-v1-only scenarios (generated_seeds)
+#   knp_program_delay_p50_ms, nftpolicy_program_delay_p50_ms (and _p99_ms)
+#        API write to the first probe that sees the new verdict
+#   knp_conn_ratio, hybrid_vs_knp_conn_ratio, queue_vs_knp_conn_ratio
+#        connection rate against no policy / nftpolicy's against the peer's,
+#        medians over interleaved rounds (tests/bench RunConn); *_p50_us,
+#        *_p99_us connect latency; *_failed allowed connections that failed
+set -euo pipefail
+
+KNP_MODULE=sigs.k8s.io/kube-network-policies
+KNP_VERSION=v0.8.0
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+PATCH=$HERE/compare/knp-xt-nfqueue.patch
+CACHE=${NFTPOLICY_COMPARE:-/var/cache/nftpolicy/compare}
+BIN=$CACHE/bin/kube-network-policies
+STAMP=$CACHE/VERSION
+
+log() { printf '[compare.sh] %s\n' "$*" >&2; }
+
+# native_queue succeeds when the kernel has the native nft queue expression:
+# the statement pkg/queuerule.ProbeNativeQueue checks, with `nft -c` (nothing
+# is committed) in a network namespace of its own (the caller's ruleset is
+# never looked at). It fails with a message when nft could not tell.
+native_queue() {
+	local def out
+	def=$'table inet knp-compare-probe {\n\tchain probe {\n\t\tqueue flags bypass to 0\n\t}\n}\n'
+	if out=$(printf '%s' "$def" | unshare --net nft -c -f - 2>&1); then
+		return 0
+	fi
+	if [[ $out == *"Could not process rule"* && ($out == *"No such file or directory"* || $out == *"Operation not supported"*) ]]; then
+		return 1
+	fi
+	log "cannot tell whether the kernel has the nft queue expression: $out"
+	exit 1
+}
+
+want_stamp() {
+	local variant=$1 sum=$2 patchsum=none
+	[[ $variant == xt-compat ]] && patchsum=$(sha256sum "$PATCH" | cut -d' ' -f1)
+	printf '%s=%s sum=%s queue=%s patch=%s\n' "$KNP_MODULE" "$KNP_VERSION" "$sum" "$variant" "$patchsum"
+}
+
+build() {
+	command -v go >/dev/null 2>&1 || { log "go is not on PATH"; exit 1; }
+	mkdir -p "$CACHE/bin"
+	exec 9>"$CACHE/.lock"
+	if ! flock -n 9; then
+		log "another hack/compare.sh is building in $CACHE; waiting for it"
+		flock 9
+	fi
+	export GOWORK=off GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
+
+	local variant=native json dir sum
+	native_queue || variant=xt-compat
+	json=$(cd "$CACHE" && GOFLAGS= go mod download -json "$KNP_MODULE@$KNP_VERSION")
+	dir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p' <<<"$json")
+	sum=$(sed -n 's/^[[:space:]]*"Sum": "\(.*\)",\{0,1\}$/\1/p' <<<"$json")
+	[[ -d $dir && -n $sum ]] || { log "go mod download $KNP_MODULE@$KNP_VERSION gave no source directory: $json"; exit 1; }
+
+	if [[ -x $BIN && -f $STAMP && $(head -n1 "$STAMP") == "$(want_stamp "$variant" "$sum")" ]]; then
+		log "kube-network-policies up to date ($(tr '\n' ' ' <"$STAMP"))"
+		printf '%s\n' "$BIN"
+		return 0
+	fi
+
+	local src=$CACHE/src/kube-network-policies@$KNP_VERSION start
+	start=$(date +%s)
+	rm -rf "$src" && mkdir -p "$(dirname "$src")"
+	cp -r "$dir" "$src" && chmod -R u+w "$src"
+	[[ -f $src/LICENSE ]] || { log "$dir has no LICENSE file"; exit 1; }
+	if [[ $variant == xt-compat ]]; then
+		log "this kernel has no native nft queue expression: applying $(basename "$PATCH")"
+		(cd "$src" && patch -p1 --quiet <"$PATCH")
+	else
+		log "this kernel has the native nft queue expression: building $KNP_VERSION unpatched"
+	fi
+	log "building $KNP_MODULE/cmd $KNP_VERSION ($sum) into $BIN"
+	(cd "$src" && go build -trimpath -o "$BIN.tmp" ./cmd)
+	mv -f "$BIN.tmp" "$BIN"
+	{
+		want_stamp "$variant" "$sum"
+		printf 'built=%s seconds=%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(($(date +%s) - start))"
+	} >"$STAMP"
+	log "built in $(($(date +%s) - start))s ($(tr '\n' ' ' <"$STAMP"))"
+	printf '%s\n' "$BIN"
+}
+
+main() {
+	case ${1:-} in
+	build)
+		build
+		return
+		;;
+	'') ;;
+	*) printf '[compare.sh] unknown argument %q (known: build)\n' "$1" >&2; exit 2 ;;
+	esac
+	local knp
+	knp=$(build)
+	log "building nftpolicy and the lab's tools"
+	(cd "$ROOT" && bash hack/tools.sh >/dev/null && go build -o _output/bin/nftpolicy ./cmd/nftpolicy)
+	# One package at a time (-p 1): the connection rates must not share the
+	# CPUs with the correctness run.
+	log "running the comparison (TestCompare* of tests/e2e and tests/bench)"
+	OUT=$(mktemp)
+	trap 'rm -f "$OUT"' EXIT
+	(cd "$ROOT" && NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_COMPARE_RUN=1 NFTPOLICY_KNP_BIN=$knp NFTPOLICY_BIN=$ROOT/_output/bin/nftpolicy \
+		go test -p 1 -count=1 -timeout 40m -v -run '^TestCompare' ./tests/e2e ./tests/bench) | tee "$OUT" >&2
+	printf 'knp_version=%s\nkernel=%s\n' "$KNP_VERSION" "$(uname -r)"
+	sed -n 's/^compare_figure: \([a-z0-9_]*=.*\)$/\1/p' "$OUT"
+}
+
+main "$@"
+exit
