@@ -36,6 +36,11 @@ func newFQDNLab(t *testing.T, cfg lab.Config) *fqdnLab {
 	return &fqdnLab{FQDNLab: fl, t: t}
 }
 
+// in is the lab reporting to t: a subtest's failures must be the
+// subtest's (a parent's Fatal from a subtest is a misuse, and its Error
+// marks the parent, leaving the failing subtest shown as passed).
+func (l *fqdnLab) in(t *testing.T) *fqdnLab { return &fqdnLab{FQDNLab: l.FQDNLab, t: t} }
+
 func (l *fqdnLab) mustLookup(name string, v6, tcp bool, want string) {
 	l.t.Helper()
 	l.mustLookupVia(lab.FQDNServer, name, v6, tcp, want)
@@ -101,37 +106,44 @@ func TestFQDNLearning(t *testing.T) {
 	l.expect("192.0.2.10", false, "nothing resolved yet")
 
 	t.Run("exact name, A", func(t *testing.T) {
+		l := l.in(t)
 		l.mustLookup("www.example.com", false, false, "192.0.2.10")
 		l.expect("192.0.2.10", true, "www.example.com resolved")
 		l.expect("192.0.2.11", false, "not resolved")
 	})
 	t.Run("exact name, AAAA", func(t *testing.T) {
+		l := l.in(t)
 		l.mustLookup("www.example.com", true, false, "2001:db8::10")
 		if !l.probe("2001:db8::10", 80) {
 			t.Errorf("x/a -> [2001:db8::10]:80 denied after its AAAA lookup\n%s", l.ListTable("node-1"))
 		}
 	})
 	t.Run("AAAA from the DNS server's IPv6 address", func(t *testing.T) {
+		l := l.in(t)
 		l.expect("2001:db8::11", false, "nothing resolved yet")
 		l.mustLookupVia(lab.FQDNServerV6, "v6.example.org", true, false, "2001:db8::11")
 		l.expect("2001:db8::11", true, "v6.example.org resolved over IPv6")
 		l.expect("2001:db8::12", false, "not resolved")
 	})
 	t.Run("wildcard", func(t *testing.T) {
+		l := l.in(t)
 		l.mustLookup("a.b.example.org", false, false, "192.0.2.11")
 		l.expect("192.0.2.11", true, "*.example.org matches a.b.example.org (two labels)")
 		l.mustLookup("example.org", false, false, "192.0.2.12")
 		l.expect("192.0.2.12", false, "*.example.org does not match example.org")
 	})
 	t.Run("CNAME chain", func(t *testing.T) {
+		l := l.in(t)
 		l.mustLookup("api.example.com", false, false, "192.0.2.13")
 		l.expect("192.0.2.13", true, "api.example.com is an alias of lb.cdn.test")
 	})
 	t.Run("TCP", func(t *testing.T) {
+		l := l.in(t)
 		l.mustLookup("tcp.example.org", false, true, "192.0.2.15")
 		l.expect("192.0.2.15", true, "answer over TCP, in one segment")
 	})
 	t.Run("truncated reply", func(t *testing.T) {
+		l := l.in(t)
 		before := l.notLearned(fqdn.CauseTruncated)
 		l.mustLookup("trunc.example.org", false, false, "192.0.2.16")
 		l.expect("192.0.2.16", false, "a truncated reply is released but not learned")
@@ -140,6 +152,7 @@ func TestFQDNLearning(t *testing.T) {
 		}
 	})
 	t.Run("untrusted server", func(t *testing.T) {
+		l := l.in(t)
 		before := l.notLearned(fqdn.CauseUntrusted)
 		got, err := l.Lookup(lab.FQDNRogueServer, "www.example.com", false, false)
 		if err != nil || len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.14") {
@@ -151,6 +164,7 @@ func TestFQDNLearning(t *testing.T) {
 		}
 	})
 	t.Run("evaluator agrees", func(t *testing.T) {
+		l := l.in(t)
 		ln := l.Agent("node-1").DNS().Learner
 		web := []compile.DomainPattern{{Suffix: "www.example.com"}, {Suffix: "example.org", Wildcard: true}, {Suffix: "api.example.com"}}
 		pod := netip.MustParseAddr("10.244.1.10")
@@ -162,6 +176,7 @@ func TestFQDNLearning(t *testing.T) {
 		}
 	})
 	t.Run("one queued packet per UDP query and reply", func(t *testing.T) {
+		l := l.in(t)
 		rt := l.Agent("node-1").DNS().Runtime
 		before := rt.Stats().Received
 		const n = 20
