@@ -59,3 +59,44 @@ func TestCompareConn(t *testing.T) {
 		fmt.Printf("compare_figure: %s=%s\n", name, v)
 	}
 }
+
+// TestCompareCPU measures the agents' CPU per decided connection (RunCPU)
+// for kube-network-policies and nftpolicy's queue and hybrid modes, each
+// agent a process of its own, and prints issue 30's *_cpu_us_per_conn
+// figures for hack/compare.sh. RunCPU fails when an agent's PID is not the
+// enforcer's binary, when no allowed connection succeeds, or when the peer
+// or queue mode did not queue every connection; this test fails when a
+// figure is missing or not positive where the agent decides connections.
+func TestCompareCPU(t *testing.T) {
+	requireLab(t)
+	testenv.Require(t, "the comparison", kubeenv.Tools())
+	cluster.RequireCompareRun(t)
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cfg := CPUConfig{Logf: t.Logf}
+	res, err := RunCPU(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.defaults()
+	for _, m := range cfg.Modes {
+		for _, suffix := range []string{"", "_same", "_cross"} {
+			name := m + "_cpu_us_per_conn" + suffix
+			if _, ok := res.Get(name); !ok {
+				t.Errorf("RunCPU gave no %s\n%s", name, res.Lines())
+			}
+		}
+		// Both decide every connection in userspace: an agent that spends
+		// nothing on them is not the one being measured.
+		if m != ModeHybrid && !(res.Float(m+"_cpu_us_per_conn") > 0) {
+			t.Errorf("%s: %v µs of agent CPU per connection\n%s", m, res.Float(m+"_cpu_us_per_conn"), res.Lines())
+		}
+	}
+	for _, name := range res.Names() {
+		v, _ := res.Get(name)
+		fmt.Printf("compare_figure: %s=%s\n", name, v)
+	}
+}
