@@ -117,6 +117,9 @@ func runCPU(ctx context.Context, tb *cluster.ProgramTB, mode string, ccfg cluste
 	ccfg.Verbosity, ccfg.Logf = 1, cfg.Logf
 	ccfg.Prefix = netlab.RandomPrefix("npcpu")
 	c := cluster.Start(tb, ccfg)
+	if knp := c.Enforcer() == cluster.EnforcerKNP; knp != (mode == ModeKNP) || !knp && string(c.Mode()) != mode {
+		return fmt.Errorf("cpu: the %s figures would come from a cluster running %s in %s mode", mode, c.Enforcer(), c.Mode())
+	}
 	if err := c.EnsureNamespace(ctx, cpuNS, nil); err != nil {
 		return err
 	}
