@@ -100,3 +100,33 @@ func TestCompareCPU(t *testing.T) {
 		fmt.Printf("compare_figure: %s=%s\n", name, v)
 	}
 }
+
+// TestCompareRestart kills kube-network-policies with SIGKILL under a
+// connection loop (RunRestart's, the one nftpolicy's queue-mode restart
+// figures come from) in its default fail mode, and prints issue 30's
+// knp_restart_admitted_denied and the allowed connections that failed
+// for hack/compare.sh. It fails when the peer does not come back (the
+// loop's restart errors) or a figure is missing.
+func TestCompareRestart(t *testing.T) {
+	requireLab(t)
+	testenv.Require(t, "the comparison", kubeenv.Tools())
+	cluster.RequireCompareRun(t)
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	res, err := RunRestart(ctx, RestartConfig{Enforcer: cluster.EnforcerKNP, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"knp_restart_restarts", "knp_restart_admitted_denied", "knp_restart_failed_allowed",
+		"knp_restart_gap_ms", "knp_restart_gap_ms_median", "knp_restart_listen_ms", "knp_restart_ready_ms"} {
+		v, ok := res.Get(name)
+		if !ok {
+			t.Errorf("RunRestart gave no %s\n%s", name, res.Lines())
+			continue
+		}
+		fmt.Printf("compare_figure: %s=%s\n", name, v)
+	}
+}
