@@ -30,6 +30,13 @@
 #        connection rate against no policy / nftpolicy's against the peer's,
 #        medians over interleaved rounds (tests/bench RunConn); *_p50_us,
 #        *_p99_us connect latency; *_failed allowed connections that failed
+#   knp_cpu_us_per_conn, queue_cpu_us_per_conn, hybrid_cpu_us_per_conn
+#        agent process CPU (/proc/PID/stat) per new connection to a selected
+#        pod, same node and cross node (tests/bench RunCPU);
+#        queue_vs_knp_cpu_ratio
+#   knp_restart_admitted_denied, knp_restart_failed_allowed, knp_restart_gap_ms
+#        SIGKILL of the peer under a connection loop, its default
+#        (fail-closed) mode (tests/bench RunRestart)
 set -euo pipefail
 
 KNP_MODULE=sigs.k8s.io/kube-network-policies

@@ -19,7 +19,12 @@ type RestartConfig struct {
 	Load, KillAfter time.Duration
 	// ConnTimeout bounds one connection (below the 1 s SYN retransmit).
 	ConnTimeout time.Duration
-	Logf        func(format string, args ...any)
+	// Enforcer is the agent killed: nftpolicy in queue mode (empty or
+	// cluster.EnforcerNftpolicy; figures queue_restart_*) or
+	// kube-network-policies in its default fail mode (cluster.EnforcerKNP;
+	// figures knp_restart_*, issue 30).
+	Enforcer cluster.Enforcer
+	Logf     func(format string, args ...any)
 }
 
 func (c *RestartConfig) defaults() {
@@ -43,7 +48,8 @@ func (c *RestartConfig) defaults() {
 	}
 }
 
-// RunRestart (root) measures what a SIGKILL of the agent costs in queue mode: a
+// RunRestart (root) measures what a SIGKILL of the agent costs in queue mode
+// (or of the peer, RestartConfig.Enforcer): a
 // real kube-apiserver, two nodes with real agent processes (--state-dir as
 // the DaemonSet has it), an allowed and a denied client on node-2 opening a
 // connection every Interval to a server on node-1, whose agent is killed
@@ -63,7 +69,12 @@ func RunRestart(ctx context.Context, cfg RestartConfig) (*Result, error) {
 const restartNS = "restart"
 
 func runRestart(ctx context.Context, tb *cluster.ProgramTB, cfg RestartConfig, res *Result) error {
-	c := cluster.Start(tb, cluster.Config{Mode: compile.ModeQueue, Verbosity: 1, Logf: cfg.Logf})
+	c := cluster.Start(tb, cluster.Config{Enforcer: cfg.Enforcer, Mode: compile.ModeQueue, Verbosity: 1, Logf: cfg.Logf})
+	// The figures are named after what the cluster runs, not what was asked.
+	prefix, queueNum := "queue_restart_", uint16(100) // the agent's default --queue-num
+	if c.Enforcer() == cluster.EnforcerKNP {
+		prefix, queueNum = "knp_restart_", cluster.KNPQueueNum
+	}
 	if err := c.EnsureNamespace(ctx, restartNS, nil); err != nil {
 		return err
 	}
@@ -99,7 +110,7 @@ func runRestart(ctx context.Context, tb *cluster.ProgramTB, cfg RestartConfig, r
 		r, err := c.RunRestartLoad(ctx, cluster.RestartLoad{
 			Node: "node-1", Good: good, Bad: bad, Server: c.PodIPs(restartNS + "/server")[0], Port: 80,
 			Interval: cfg.Interval, Duration: cfg.Load, KillAfter: cfg.KillAfter, ConnTimeout: cfg.ConnTimeout,
-			QueueNum: 100, // the agent's default --queue-num
+			QueueNum: queueNum,
 		})
 		if err != nil {
 			return err
@@ -112,12 +123,12 @@ func runRestart(ctx context.Context, tb *cluster.ProgramTB, cfg RestartConfig, r
 		cfg.Logf("restart %d/%d: gap %d ms (%d failed, first %s), listening after %d ms, ready after %d ms, %d denied admitted",
 			i, cfg.Restarts, g.Gap().Milliseconds(), g.N, g.Detail, (r.BoundAt - r.KillAt).Milliseconds(), (r.ReadyAt - r.KillAt).Milliseconds(), r.AdmittedDenied())
 	}
-	res.Set("queue_restart_restarts", cfg.Restarts)
-	res.Set("queue_restart_gap_ms", slices.Max(gaps))
-	res.Set("queue_restart_gap_ms_median", Median(gaps))
-	res.Set("queue_restart_listen_ms", listen.Milliseconds())
-	res.Set("queue_restart_ready_ms", ready.Milliseconds())
-	res.Set("queue_restart_failed_allowed", failed)
-	res.Set("queue_restart_admitted_denied", admitted)
+	res.Set(prefix+"restarts", cfg.Restarts)
+	res.Set(prefix+"gap_ms", slices.Max(gaps))
+	res.Set(prefix+"gap_ms_median", Median(gaps))
+	res.Set(prefix+"listen_ms", listen.Milliseconds())
+	res.Set(prefix+"ready_ms", ready.Milliseconds())
+	res.Set(prefix+"failed_allowed", failed)
+	res.Set(prefix+"admitted_denied", admitted)
 	return nil
 }
