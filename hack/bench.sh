@@ -11,7 +11,9 @@
 #          (control), hybrid mode (without and with the deny log: the
 #          hybrid_conn_ratio_denylog line), hybrid without source validation (the
 #          hybrid_sv_vs_nosv line), hybrid with 1% runtime verification (the
-#          verify_conn_ratio_1pct line), queue mode, interleaved round by round
+#          verify_conn_ratio_1pct line), hybrid with staged policies on
+#          its pods and on other pods only (hybrid_staged_vs_hybrid,
+#          hybrid_staged_other_vs_hybrid), queue mode, interleaved round by round
 #          (tests/bench: the agents in process, compile + sets.Syncer +
 #          queue.Runtime; the clients in a process of their own)
 #   queues queue mode with 2 queues (CPU fanout) against 1, 2 client threads
