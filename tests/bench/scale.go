@@ -40,6 +40,10 @@ type ScaleConfig struct {
 	// HeapProfile, when set, is where a heap profile of the agent's
 	// controller, run in this process at the last size, is written.
 	HeapProfile string
+	// StartupCPUProfile, when set, is where a CPU profile of that
+	// in-process controller, from its start to its first committed sync,
+	// is written (the agent's start: lists, decoding, build, kernel).
+	StartupCPUProfile string
 	Logf        func(format string, args ...any)
 }
 
@@ -178,8 +182,8 @@ func runScale(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, res *
 	if err := agent.Stop(10 * time.Second); err != nil {
 		return err
 	}
-	if cfg.HeapProfile != "" {
-		return agentHeapProfile(ctx, c, cfg.HeapProfile, logf)
+	if cfg.HeapProfile != "" || cfg.StartupCPUProfile != "" {
+		return inProcessProfiles(ctx, c, cfg.HeapProfile, cfg.StartupCPUProfile, logf)
 	}
 	return nil
 }

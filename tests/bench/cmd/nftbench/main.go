@@ -132,6 +132,7 @@ func main() {
 		fs.DurationVar(&c.Settle, "settle", 10*time.Second, "idle time over which RSS and CPU are read")
 		fs.IntVar(&c.Parallel, "parallel", 48, "concurrent API writes while creating pods")
 		fs.StringVar(&c.HeapProfile, "heapprofile", "", "after the last size, run the agent's controller in this process and write its heap profile here")
+		fs.StringVar(&c.StartupCPUProfile, "startup-cpuprofile", "", "after the last size, run the agent's controller in this process and write a CPU profile of its start (to the first committed sync) here")
 		_ = fs.Parse(args)
 		for _, s := range strings.Split(pods, ",") {
 			n, perr := strconv.Atoi(strings.TrimSpace(s))
