@@ -44,7 +44,7 @@ type ScaleConfig struct {
 	// in-process controller, from its start to its first committed sync,
 	// is written (the agent's start: lists, decoding, build, kernel).
 	StartupCPUProfile string
-	Logf        func(format string, args ...any)
+	Logf              func(format string, args ...any)
 }
 
 func (c *ScaleConfig) defaults() {
