@@ -28,6 +28,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/slim"
 	"github.com/nftpolicy/nftpolicy/pkg/status"
 )
 
@@ -228,7 +229,7 @@ func New(cfg Config) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
-	f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.ResyncPeriod, informers.WithTransform(transform))
+	f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.ResyncPeriod, informers.WithTransform(slim.Transform))
 	c := &Controller{
 		cfg:      cfg,
 		factory:  f,
