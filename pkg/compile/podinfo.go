@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // PodInfo is what the compiler reads of a pod, parsed once: a fifth of a
@@ -45,6 +47,23 @@ func NewPodInfo(p *corev1.Pod) *PodInfo {
 		}
 	}
 	return pi
+}
+
+// GetObjectKind makes a PodInfo a runtime.Object, which informers and
+// watch events carry; it has no kind of its own.
+func (p *PodInfo) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject copies the PodInfo. Its labels and ports stay shared: they
+// are read-only once made (see pkg/slim).
+func (p *PodInfo) DeepCopyObject() runtime.Object {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	c.Labels = p.Labels
+	c.IPs = append([]netip.Addr(nil), p.IPs...)
+	return &c
 }
 
 // takesPart reports whether the pod can be selected or matched: eligible,

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -35,6 +36,11 @@ import (
 // Config configures the Controller.
 type Config struct {
 	Client kubernetes.Interface
+	// PodClient, when set (slim.NewPodClient), is what the pod informer
+	// lists and watches through: pods are decoded from the wire straight
+	// into their stored form. Without it, Client's pod informer decodes
+	// whole Pods and the transform slims them.
+	PodClient rest.Interface
 	// PolicyClient reads ClusterNetworkPolicies; nil enforces NetworkPolicy
 	// v1 only.
 	PolicyClient npaclient.Interface
@@ -253,11 +259,19 @@ func New(cfg Config) (*Controller, error) {
 	}
 	// Healthy from the start: the health server may be asked before Run.
 	c.lastLoop.Store(time.Now().UnixNano())
-	podInf := f.Core().V1().Pods()
+	var podInf cache.SharedIndexInformer
+	if cfg.PodClient == nil {
+		podInf = f.Core().V1().Pods().Informer()
+	} else {
+		podInf = f.InformerFor(&compile.PodInfo{}, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return cache.NewSharedIndexInformer(slim.PodListWatch(cfg.PodClient), &compile.PodInfo{}, resync,
+				cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		})
+	}
 	nsInf := f.Core().V1().Namespaces()
 	polInf := f.Networking().V1().NetworkPolicies()
 	nodeInf := f.Core().V1().Nodes()
-	c.pods, c.nss, c.pols, c.nodes = podInf.Informer().GetIndexer(), nsInf.Lister(), polInf.Lister(), nodeInf.Lister()
+	c.pods, c.nss, c.pols, c.nodes = podInf.GetIndexer(), nsInf.Lister(), polInf.Lister(), nodeInf.Lister()
 	c.polStore = polInf.Informer().GetIndexer()
 	c.cnps = newClusterPolicies(cfg.PolicyClient, cfg.ClusterPolicyCheckPeriod, cfg.ResyncPeriod,
 		cfg.Logger.WithName("clusterpolicies"), cfg.Metrics, c.markDirty)
@@ -276,7 +290,7 @@ func New(cfg Config) (*Controller, error) {
 		},
 		DeleteFunc: c.markPod,
 	}
-	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{podInf.Informer(): podH, nsInf.Informer(): h, polInf.Informer(): c.policyHandler()} {
+	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{podInf: podH, nsInf.Informer(): h, polInf.Informer(): c.policyHandler()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return nil, fmt.Errorf("adding event handler: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
+	"github.com/nftpolicy/nftpolicy/pkg/slim"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 )
@@ -48,7 +49,11 @@ func inProcessProfiles(ctx context.Context, c *cluster.Cluster, heapPath, cpuPat
 	if err != nil {
 		return err
 	}
-	ctrl, err := controller.New(controller.Config{Client: cs, NodeName: "node-1", NodeIPs: c.NodeIPs("node-1"), Render: render,
+	podClient, err := slim.NewPodClient(c.Env.RESTConfig())
+	if err != nil {
+		return err
+	}
+	ctrl, err := controller.New(controller.Config{Client: cs, PodClient: podClient, NodeName: "node-1", NodeIPs: c.NodeIPs("node-1"), Render: render,
 		Syncer: node.Syncer(), Evaluator: node.Evaluator(), Metrics: controller.NewMetrics(), Logger: quiet})
 	if err != nil {
 		return err
