@@ -48,6 +48,7 @@ import (
 // agentOptions are the flags of `nftpolicy agent`.
 type agentOptions struct {
 	kubeconfig     string
+	podCompress    bool
 	hostname       string
 	nodeIPs        []string
 	mode           string
@@ -82,6 +83,7 @@ type agentOptions struct {
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fs.BoolVar(&o.podCompress, "pod-watch-compression", false, "let the API server gzip the pod watch, whose initial events are every pod of the cluster: less network at the cost of the API server's and the agent's CPU (at 100k pods, compressing and decompressing cost more than decoding)")
 	fs.StringVar(&o.hostname, "hostname-override", "", "this node's name (default: $NODE_NAME, else the host name)")
 	fs.StringSliceVar(&o.nodeIPs, "node-ip", nil, "this node's addresses (default: from the Node object)")
 	fs.StringVar(&o.mode, "mode", string(compile.ModeHybrid), "hybrid (the kernel decides, userspace only for what it cannot), queue (userspace decides every new connection of selected pods) or kernel (never queue)")
@@ -242,7 +244,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if done || err != nil {
 		return err
 	}
-	client, podClient, policyClient, dyn, err := apiClients(o.kubeconfig, node)
+	client, podClient, policyClient, dyn, err := apiClients(o.kubeconfig, node, o.podCompress)
 	if err != nil {
 		return err
 	}
@@ -340,7 +342,7 @@ func newRegistry() (*controller.Metrics, *prometheus.Registry, error) {
 // apiClients returns the clients of the built-in types (protobuf), of
 // pods (decoded straight into their stored form), of ClusterNetworkPolicies
 // and of the node's NodeEnforcement (dynamic).
-func apiClients(kubeconfig, node string) (kubernetes.Interface, rest.Interface, npaclient.Interface, dynamic.Interface, error) {
+func apiClients(kubeconfig, node string, podCompress bool) (kubernetes.Interface, rest.Interface, npaclient.Interface, dynamic.Interface, error) {
 	cfg, err := restConfig(kubeconfig)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("loading client configuration: %w", err)
@@ -350,7 +352,9 @@ func apiClients(kubeconfig, node string) (kubernetes.Interface, rest.Interface, 
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("creating client: %w", err)
 	}
-	podClient, err := slim.NewPodClient(cfg)
+	podCfg := rest.CopyConfig(cfg)
+	podCfg.DisableCompression = !podCompress
+	podClient, err := slim.NewPodClient(podCfg)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("creating the pod client: %w", err)
 	}

@@ -264,8 +264,9 @@ func New(cfg Config) (*Controller, error) {
 		podInf = f.Core().V1().Pods().Informer()
 	} else {
 		podInf = f.InformerFor(&compile.PodInfo{}, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return cache.NewSharedIndexInformer(slim.PodListWatch(cfg.PodClient), &compile.PodInfo{}, resync,
-				cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			// No namespace index: the controller reads pods by key and
+			// whole, and an index holds every pod's key again.
+			return cache.NewSharedIndexInformer(slim.PodListWatch(cfg.PodClient), &compile.PodInfo{}, resync, cache.Indexers{})
 		})
 	}
 	nsInf := f.Core().V1().Namespaces()

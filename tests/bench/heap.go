@@ -49,7 +49,9 @@ func inProcessProfiles(ctx context.Context, c *cluster.Cluster, heapPath, cpuPat
 	if err != nil {
 		return err
 	}
-	podClient, err := slim.NewPodClient(c.Env.RESTConfig())
+	podCfg := c.Env.RESTConfig()
+	podCfg.DisableCompression = true // as the agent's default
+	podClient, err := slim.NewPodClient(podCfg)
 	if err != nil {
 		return err
 	}
