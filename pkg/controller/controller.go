@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -663,7 +664,12 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	snapshotted := time.Now()
 	var usage0 processUsage
 	if !c.ready.Load() {
+		// The first build starts from a heap holding the garbage of the
+		// informers' initial events besides every pod; with the build's
+		// GOGC below, the peak would be both plus the build. A collection
+		// first leaves the pods and the build.
 		usage0 = readProcessUsage()
+		runtime.GC()
 	}
 	var prog *compile.Program
 	var rs *compile.Ruleset
@@ -671,8 +677,12 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// the ones it replaces, mostly short-lived; at the default GOGC the
 	// collector would run through it several times. The memory limit
 	// (GOMEMLIMIT, from the container's) still bounds the heap, and the
-	// MemoryReleaser hands the pages back afterwards.
-	defer debug.SetGCPercent(debug.SetGCPercent(fullBuildGCPercent))
+	// MemoryReleaser hands the pages back afterwards. The first build
+	// replaces nothing: what it allocates stays, and the default GOGC over
+	// the collected heap keeps the start's peak near what settles.
+	if c.ready.Load() {
+		defer debug.SetGCPercent(debug.SetGCPercent(fullBuildGCPercent))
+	}
 	stale := false
 	if c.tracker != nil {
 		stale = c.tracker.Stale()
