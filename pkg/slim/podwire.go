@@ -55,133 +55,89 @@ func decodePod(b []byte) (*compile.PodInfo, error) {
 }
 
 func (s *scratch) readPod(b []byte) error {
-	p := pb{b: b}
-	for !p.done() {
-		f, w, err := p.key("Pod")
-		if err != nil {
-			return err
-		}
-		var m []byte
-		switch f {
-		case 1, 2, 3:
-			if m, err = p.msg("Pod", f, w); err != nil {
-				return err
-			}
-		default:
-			if err := p.skip(w); err != nil {
-				return err
-			}
-			continue
-		}
-		switch f {
+	p := pb{b: b, msg: "Pod"}
+	for p.next() {
+		switch p.f {
 		case 1:
-			err = s.readMeta(m)
+			p.fail(s.readMeta(p.sub()))
 		case 2:
-			err = s.readSpec(m)
+			p.fail(s.readSpec(p.sub()))
 		case 3:
-			err = s.readStatus(m)
-		}
-		if err != nil {
-			return err
+			p.fail(s.readStatus(p.sub()))
+		default:
+			p.skipField()
 		}
 	}
-	return nil
+	return p.err
 }
 
 func (s *scratch) readMeta(b []byte) error {
-	const msg = "ObjectMeta"
 	om := &s.pod.ObjectMeta
-	p := pb{b: b}
-	for !p.done() {
-		f, w, err := p.key(msg)
-		if err != nil {
-			return err
-		}
-		switch f {
+	p := pb{b: b, msg: "ObjectMeta"}
+	for p.next() {
+		switch p.f {
 		case 1:
-			om.Name, err = p.str(msg, f, w)
+			om.Name = p.str()
 		case 3:
-			om.Namespace, err = p.str(msg, f, w)
+			om.Namespace = p.str()
 		case 6:
-			om.ResourceVersion, err = p.str(msg, f, w)
+			om.ResourceVersion = p.str()
 		case 8:
-			var m []byte
-			if m, err = p.msg(msg, f, w); err == nil {
-				om.CreationTimestamp.Time, err = readTime(m)
-			}
+			om.CreationTimestamp.Time = readTime(&p, p.sub())
 		case 9:
-			var m []byte
-			if m, err = p.msg(msg, f, w); err == nil {
-				if om.DeletionTimestamp == nil {
-					om.DeletionTimestamp = &metav1.Time{}
-				}
-				om.DeletionTimestamp.Time, err = readTime(m)
+			if om.DeletionTimestamp == nil {
+				om.DeletionTimestamp = &metav1.Time{}
 			}
-		case 11, 12:
-			var m []byte
-			if m, err = p.msg(msg, f, w); err != nil {
-				return err
+			om.DeletionTimestamp.Time = readTime(&p, p.sub())
+		case 11:
+			k, v := readStringEntry(&p, p.sub())
+			if om.Labels == nil {
+				om.Labels = map[string]string{}
 			}
-			var k, v []byte
-			if k, v, err = readStringEntry(m); err != nil {
-				return err
-			}
-			if f == 11 {
-				if om.Labels == nil {
-					om.Labels = map[string]string{}
-				}
-				om.Labels[string(k)] = string(v)
-			} else if string(k) == metav1.InitialEventsAnnotationKey {
+			om.Labels[string(k)] = string(v)
+		case 12:
+			if k, v := readStringEntry(&p, p.sub()); string(k) == metav1.InitialEventsAnnotationKey {
 				s.initialEventsEnd = string(v)
 			}
 		default:
-			err = p.skip(w)
-		}
-		if err != nil {
-			return err
+			p.skipField()
 		}
 	}
-	return nil
+	return p.err
 }
 
 // readTime reads a metav1.Time as its Unmarshal does: whole seconds, in
-// the local zone; empty is the zero time.
-func readTime(b []byte) (time.Time, error) {
-	if len(b) == 0 {
-		return time.Time{}, nil
+// the local zone; empty is the zero time. Errors go to outer.
+func readTime(outer *pb, b []byte) time.Time {
+	if len(b) == 0 || outer.err != nil {
+		return time.Time{}
 	}
 	var sec int64
-	p := pb{b: b}
-	for !p.done() {
-		f, w, err := p.key("Timestamp")
-		if err != nil {
-			return time.Time{}, err
-		}
-		switch f {
-		case 1, 2:
-			var v uint64
-			if v, err = p.num("Timestamp", f, w); f == 1 {
-				sec = int64(v)
-			}
+	p := pb{b: b, msg: "Timestamp"}
+	for p.next() {
+		switch p.f {
+		case 1:
+			sec = int64(p.num())
+		case 2:
+			p.num()
 		default:
-			err = p.skip(w)
-		}
-		if err != nil {
-			return time.Time{}, err
+			p.skipField()
 		}
 	}
-	return time.Unix(sec, 0).Local(), nil
+	outer.fail(p.err)
+	return time.Unix(sec, 0).Local()
 }
 
 // readStringEntry reads a map<string,string> entry as the generated code
 // does: fields 1 and 2 are taken as strings whatever their wire type says,
-// anything else is skipped.
-func readStringEntry(b []byte) (k, v []byte, err error) {
+// anything else is skipped. Errors go to outer.
+func readStringEntry(outer *pb, b []byte) (k, v []byte) {
 	p := pb{b: b}
-	for !p.done() {
+	for p.err == nil && p.i < len(p.b) {
 		key, err := p.varint()
 		if err != nil {
-			return nil, nil, err
+			p.fail(err)
+			break
 		}
 		switch int32(key >> 3) {
 		case 1:
@@ -191,47 +147,30 @@ func readStringEntry(b []byte) (k, v []byte, err error) {
 		default:
 			err = p.skip(int(key & 7))
 		}
-		if err != nil {
-			return nil, nil, err
-		}
+		p.fail(err)
 	}
-	return k, v, nil
+	outer.fail(p.err)
+	return k, v
 }
 
 func (s *scratch) readSpec(b []byte) error {
-	const msg = "PodSpec"
 	spec := &s.pod.Spec
-	p := pb{b: b}
-	for !p.done() {
-		f, w, err := p.key(msg)
-		if err != nil {
-			return err
-		}
-		switch f {
-		case 2, 20:
-			var m []byte
-			if m, err = p.msg(msg, f, w); err != nil {
-				return err
-			}
-			list := &spec.Containers
-			if f == 20 {
-				list = &spec.InitContainers
-			}
-			err = readContainer(m, grow(list))
+	p := pb{b: b, msg: "PodSpec"}
+	for p.next() {
+		switch p.f {
+		case 2:
+			p.fail(readContainer(p.sub(), grow(&spec.Containers)))
+		case 20:
+			p.fail(readContainer(p.sub(), grow(&spec.InitContainers)))
 		case 10:
-			spec.NodeName, err = p.str(msg, f, w)
+			spec.NodeName = p.str()
 		case 11:
-			var v uint64
-			v, err = p.num(msg, f, w)
-			spec.HostNetwork = v != 0
+			spec.HostNetwork = p.num() != 0
 		default:
-			err = p.skip(w)
-		}
-		if err != nil {
-			return err
+			p.skipField()
 		}
 	}
-	return nil
+	return p.err
 }
 
 // grow appends a zero element to a reused slice and returns it, keeping
@@ -250,119 +189,71 @@ func grow(list *[]corev1.Container) *corev1.Container {
 }
 
 func readContainer(b []byte, c *corev1.Container) error {
-	const msg = "Container"
-	p := pb{b: b}
-	for !p.done() {
-		f, w, err := p.key(msg)
-		if err != nil {
-			return err
-		}
-		switch f {
+	p := pb{b: b, msg: "Container"}
+	for p.next() {
+		switch p.f {
 		case 6:
-			var m []byte
-			if m, err = p.msg(msg, f, w); err != nil {
-				return err
-			}
 			c.Ports = append(c.Ports, corev1.ContainerPort{})
-			err = readPort(m, &c.Ports[len(c.Ports)-1])
+			p.fail(readPort(p.sub(), &c.Ports[len(c.Ports)-1]))
 		case 24:
-			var v string
-			if v, err = p.str(msg, f, w); err == nil {
-				rp := corev1.ContainerRestartPolicy(v)
-				c.RestartPolicy = &rp
-			}
+			rp := corev1.ContainerRestartPolicy(p.str())
+			c.RestartPolicy = &rp
 		default:
-			err = p.skip(w)
-		}
-		if err != nil {
-			return err
+			p.skipField()
 		}
 	}
-	return nil
+	return p.err
 }
 
 func readPort(b []byte, cp *corev1.ContainerPort) error {
-	const msg = "ContainerPort"
-	p := pb{b: b}
-	for !p.done() {
-		f, w, err := p.key(msg)
-		if err != nil {
-			return err
-		}
-		switch f {
+	p := pb{b: b, msg: "ContainerPort"}
+	for p.next() {
+		switch p.f {
 		case 1:
-			cp.Name, err = p.str(msg, f, w)
+			cp.Name = p.str()
 		case 3:
-			var v uint64
-			v, err = p.num(msg, f, w)
-			cp.ContainerPort = int32(v)
+			cp.ContainerPort = int32(p.num())
 		case 4:
-			var v string
-			v, err = p.str(msg, f, w)
-			cp.Protocol = corev1.Protocol(v)
+			cp.Protocol = corev1.Protocol(p.str())
 		default:
-			err = p.skip(w)
-		}
-		if err != nil {
-			return err
+			p.skipField()
 		}
 	}
-	return nil
+	return p.err
 }
 
 func (s *scratch) readStatus(b []byte) error {
-	const msg = "PodStatus"
 	st := &s.pod.Status
-	p := pb{b: b}
-	for !p.done() {
-		f, w, err := p.key(msg)
-		if err != nil {
-			return err
-		}
-		switch f {
+	p := pb{b: b, msg: "PodStatus"}
+	for p.next() {
+		switch p.f {
 		case 1:
-			var v string
-			v, err = p.str(msg, f, w)
-			st.Phase = corev1.PodPhase(v)
+			st.Phase = corev1.PodPhase(p.str())
 		case 6:
-			st.PodIP, err = p.str(msg, f, w)
+			st.PodIP = p.str()
 		case 12:
-			var m []byte
-			if m, err = p.msg(msg, f, w); err != nil {
-				return err
-			}
-			var ip string
-			if ip, err = readPodIP(m); err == nil {
-				st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: ip})
-			}
+			ip, err := readOneString(p.sub(), "PodIP", 1)
+			p.fail(err)
+			st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: ip})
 		default:
-			err = p.skip(w)
-		}
-		if err != nil {
-			return err
+			p.skipField()
 		}
 	}
-	return nil
+	return p.err
 }
 
-func readPodIP(b []byte) (string, error) {
-	var ip string
-	p := pb{b: b}
-	for !p.done() {
-		f, w, err := p.key("PodIP")
-		if err != nil {
-			return "", err
-		}
-		if f == 1 {
-			ip, err = p.str("PodIP", f, w)
+// readOneString reads one string field of a message, skipping the others.
+func readOneString(b []byte, msg string, field int32) (string, error) {
+	var out string
+	p := pb{b: b, msg: msg}
+	for p.next() {
+		if p.f == field {
+			out = p.str()
 		} else {
-			err = p.skip(w)
-		}
-		if err != nil {
-			return "", err
+			p.skipField()
 		}
 	}
-	return ip, nil
+	return out, p.err
 }
 
 // protobufMagic starts every protobuf-encoded Kubernetes object: the
@@ -376,48 +267,20 @@ func unwrap(b []byte) (apiVersion, kind string, raw []byte, err error) {
 	if !ok {
 		return "", "", nil, fmt.Errorf("not a protobuf-encoded object (no %q prefix)", protobufMagic)
 	}
-	p := pb{b: rest}
-	for !p.done() {
-		f, w, err := p.key("Unknown")
-		if err != nil {
-			return "", "", nil, err
-		}
-		switch f {
+	p := pb{b: rest, msg: "Unknown"}
+	for p.next() {
+		switch p.f {
 		case 1:
-			var m []byte
-			if m, err = p.msg("Unknown", f, w); err == nil {
-				apiVersion, kind, err = readTypeMeta(m)
-			}
+			m := p.sub()
+			apiVersion, err = readOneString(m, "TypeMeta", 1)
+			p.fail(err)
+			kind, err = readOneString(m, "TypeMeta", 2)
+			p.fail(err)
 		case 2:
-			raw, err = p.msg("Unknown", f, w)
+			raw = p.sub()
 		default:
-			err = p.skip(w)
-		}
-		if err != nil {
-			return "", "", nil, err
+			p.skipField()
 		}
 	}
-	return apiVersion, kind, raw, nil
-}
-
-func readTypeMeta(b []byte) (apiVersion, kind string, err error) {
-	p := pb{b: b}
-	for !p.done() {
-		f, w, err := p.key("TypeMeta")
-		if err != nil {
-			return "", "", err
-		}
-		switch f {
-		case 1:
-			apiVersion, err = p.str("TypeMeta", f, w)
-		case 2:
-			kind, err = p.str("TypeMeta", f, w)
-		default:
-			err = p.skip(w)
-		}
-		if err != nil {
-			return "", "", err
-		}
-	}
-	return apiVersion, kind, nil
+	return apiVersion, kind, raw, p.err
 }

@@ -29,13 +29,86 @@ const (
 	wireFixed32 = 5
 )
 
-// pb reads one message's bytes.
+// pb reads one message's fields in order:
+//
+//	p := pb{b: b, msg: "PodIP"}
+//	for p.next() {
+//		switch p.f {
+//		case 1:
+//			ip = p.str()
+//		default:
+//			p.skipField()
+//		}
+//	}
+//	return p.err
+//
+// The first error sticks: it ends the loop, and reads after it return zero
+// values.
 type pb struct {
-	b []byte
-	i int
+	b   []byte
+	i   int
+	msg string
+	// f and w are the current field's number and wire type.
+	f   int32
+	w   int
+	err error
 }
 
-func (p *pb) done() bool { return p.i >= len(p.b) }
+func (p *pb) fail(err error) {
+	if p.err == nil {
+		p.err = err
+	}
+}
+
+// next reads the next field's key; false at the end or after an error.
+func (p *pb) next() bool {
+	if p.err != nil || p.i >= len(p.b) {
+		return false
+	}
+	f, w, err := p.key(p.msg)
+	if err != nil {
+		p.fail(err)
+		return false
+	}
+	p.f, p.w = f, w
+	return true
+}
+
+// skipField skips the current field's value.
+func (p *pb) skipField() { p.fail(p.skip(p.w)) }
+
+// str reads the current field as a string.
+func (p *pb) str() string {
+	if err := want(p.msg, p.f, p.w, wireBytes); err != nil {
+		p.fail(err)
+		return ""
+	}
+	b, err := p.bytes()
+	p.fail(err)
+	return string(b)
+}
+
+// sub reads the current field as an embedded message's bytes.
+func (p *pb) sub() []byte {
+	if err := want(p.msg, p.f, p.w, wireBytes); err != nil {
+		p.fail(err)
+		return nil
+	}
+	b, err := p.bytes()
+	p.fail(err)
+	return b
+}
+
+// num reads the current field as a varint.
+func (p *pb) num() uint64 {
+	if err := want(p.msg, p.f, p.w, wireVarint); err != nil {
+		p.fail(err)
+		return 0
+	}
+	v, err := p.varint()
+	p.fail(err)
+	return v
+}
 
 // varint reads a base-128 varint; bits beyond 64 are dropped, as the
 // generated code does.
@@ -102,31 +175,6 @@ func want(msg string, field int32, wire, want int) error {
 		return fmt.Errorf("proto: wrong wireType = %d for field %d of %s", wire, field, msg)
 	}
 	return nil
-}
-
-// str reads a string field.
-func (p *pb) str(msg string, field int32, wire int) (string, error) {
-	if err := want(msg, field, wire, wireBytes); err != nil {
-		return "", err
-	}
-	b, err := p.bytes()
-	return string(b), err
-}
-
-// msg reads an embedded message field's bytes.
-func (p *pb) msg(msg string, field int32, wire int) ([]byte, error) {
-	if err := want(msg, field, wire, wireBytes); err != nil {
-		return nil, err
-	}
-	return p.bytes()
-}
-
-// num reads a varint field.
-func (p *pb) num(msg string, field int32, wire int) (uint64, error) {
-	if err := want(msg, field, wire, wireVarint); err != nil {
-		return 0, err
-	}
-	return p.varint()
 }
 
 // skip skips the value of a field of the given wire type (the key already
