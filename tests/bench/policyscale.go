@@ -45,7 +45,9 @@ func ParsePolicyScale(s string) (PolicyScale, error) {
 
 // name is the suffix of the measurement's figures at n pods:
 // "150k_10k_policies".
-func (p PolicyScale) name(n int) string { return sizeName(n) + "_" + sizeName(p.Policies) + "_policies" }
+func (p PolicyScale) name(n int) string {
+	return sizeName(n) + "_" + sizeName(p.Policies) + "_policies"
+}
 
 // measurePolicyScale makes the PolicyScale measurement over the n pods in
 // the API; old are the scale run's NetworkPolicies, deleted first.
