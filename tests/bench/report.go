@@ -255,44 +255,48 @@ func Report(r *Result, quick bool) string {
 		row("status", f[0], f[1], f[2])
 	}
 
+	// The scale section's rows, per size and for the policy scale.
+	rssRows := func(a, sfx, when string) {
+		row(a, "RSS "+when, "rss_mb_"+sfx, "MiB")
+		row(a, "peak RSS", "rss_peak_mb_"+sfx, "MiB")
+	}
+	syncRows := func(a, what, prefix, sfx string) {
+		row(a, what+" (nftpolicy_sync_duration_seconds, kind=full)", prefix+"_ms_"+sfx, "ms")
+		if _, ok := r.Get(prefix + "_build_ms_" + sfx); ok {
+			triple(a, what+": build / apply / apply's reading of the kernel's sets (agent log)",
+				[3]string{prefix + "_build_ms_" + sfx, prefix + "_apply_ms_" + sfx, prefix + "_read_ms_" + sfx}, "ms")
+		}
+	}
+	startRows := func(a, sfx string) {
+		row(a, "start to first sync committed (wall)", "startup_s_"+sfx, "s")
+		row(a, "the agent's CPU from start to first sync", "startup_agent_cpu_s_"+sfx, "s")
+	}
+	incrRows := func(a, sfx string) {
+		row(a, "one-pod incremental sync, p50", "incr_sync_ms_"+sfx, "ms")
+		row(a, "one-pod incremental sync, max", "incr_sync_ms_max_"+sfx, "ms")
+	}
+	const firstSync = "first full sync, node without the table"
 	for _, sz := range scaleSizes(r) {
 		a := "agent, " + sz + " pods"
-		row(a, "RSS after settling", "rss_mb_"+sz, "MiB")
-		row(a, "peak RSS", "rss_peak_mb_"+sz, "MiB")
-		for _, k := range []struct{ prefix, what string }{
-			{"full_sync", "first full sync, node without the table"},
-			{"full_resync", "full re-sync, agent restarted over its table"},
-		} {
-			row(a, k.what+" (nftpolicy_sync_duration_seconds, kind=full)", k.prefix+"_ms_"+sz, "ms")
-			if _, ok := r.Get(k.prefix + "_build_ms_" + sz); ok {
-				triple(a, k.what+": build / apply / apply's reading of the kernel's sets (agent log)",
-					[3]string{k.prefix + "_build_ms_" + sz, k.prefix + "_apply_ms_" + sz, k.prefix + "_read_ms_" + sz}, "ms")
-			}
-		}
-		row(a, "one-pod incremental sync, p50", "incr_sync_ms_"+sz, "ms")
-		row(a, "one-pod incremental sync, max", "incr_sync_ms_max_"+sz, "ms")
+		rssRows(a, sz, "after settling")
+		syncRows(a, firstSync, "full_sync", sz)
+		syncRows(a, "full re-sync, agent restarted over its table", "full_resync", sz)
+		incrRows(a, sz)
 		row(a, "CPU per incremental sync", "cpu_ms_per_incr_"+sz, "ms")
-		row(a, "start to first sync committed (wall)", "startup_s_"+sz, "s")
-		row(a, "the agent's CPU from start to first sync", "startup_agent_cpu_s_"+sz, "s")
+		startRows(a, sz)
 		row(a, "CPU when idle", "cpu_idle_pct_"+sz, "%")
 	}
 	row("agent at scale", "RSS each pod adds, from 10k pods to the largest size", "rss_marginal_kib_per_pod", "KiB")
 	for _, sfx := range policyScaleNames(r) {
 		a := "agent, " + strings.ReplaceAll(strings.TrimSuffix(sfx, "_policies"), "_", " pods, ") + " NetworkPolicies"
 		row(a, "ClusterNetworkPolicies", "policy_scale_cluster_policies", "")
-		row(a, "first full sync, node without the table", "full_sync_ms_"+sfx, "ms")
-		if _, ok := r.Get("full_sync_build_ms_" + sfx); ok {
-			triple(a, "its build / apply / apply's reading of the kernel's sets (agent log)",
-				[3]string{"full_sync_build_ms_" + sfx, "full_sync_apply_ms_" + sfx, "full_sync_read_ms_" + sfx}, "ms")
-		}
-		row(a, "start to first sync committed (wall)", "startup_s_"+sfx, "s")
-		row(a, "the agent's CPU from start to first sync", "startup_agent_cpu_s_"+sfx, "s")
+		syncRows(a, firstSync, "full_sync", sfx)
+		startRows(a, sfx)
 		row(a, "one NetworkPolicy change (kind=policies), p50", "policy_sync_ms_"+sfx, "ms")
 		row(a, "one NetworkPolicy change, max", "policy_sync_ms_max_"+sfx, "ms")
 		row(a, "the program's rebuild after it (kind=incremental), p50", "policy_refresh_ms_"+sfx, "ms")
-		row(a, "one-pod incremental sync, p50", "incr_sync_ms_"+sfx, "ms")
-		row(a, "RSS after the changes", "rss_mb_"+sfx, "MiB")
-		row(a, "peak RSS", "rss_peak_mb_"+sfx, "MiB")
+		incrRows(a, sfx)
+		rssRows(a, sfx, "after the changes")
 	}
 
 	for _, sz := range []string{"1k", "10k", "100k"} {
