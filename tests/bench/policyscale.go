@@ -179,7 +179,7 @@ func timePolicyChanges(ctx context.Context, cs kubernetes.Interface, agent *clus
 			port := intstr.FromInt32(9999)
 			cur.Spec.Ingress[0].Ports = append(append([]networkingv1.NetworkPolicyPort(nil), orig...), networkingv1.NetworkPolicyPort{Port: &port})
 		}
-		before, err := agent.Metrics(ctx)
+		before, err := scrape(ctx, agent)
 		if err != nil {
 			return nil, nil, err
 		}

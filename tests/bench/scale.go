@@ -315,7 +315,7 @@ func timePodChanges(ctx context.Context, cs kubernetes.Interface, agent *cluster
 		if k%2 == 1 {
 			tier = "web"
 		}
-		before, err := agent.Metrics(ctx)
+		before, err := scrape(ctx, agent)
 		if err != nil {
 			return nil, err
 		}
@@ -462,6 +462,20 @@ func waitSync(ctx context.Context, agent *cluster.Agent, kind, instead string, b
 		time.Sleep(5 * time.Millisecond)
 	}
 	return 0, fmt.Errorf("no %q sync within 3 minutes; log tail:\n%s", kind, agent.LogTail(30))
+}
+
+// scrape reads the agent's metrics, trying again for up to a minute: an
+// agent busy with a rebuild at 150k pods and 10k policies, on a loaded
+// machine, can miss the client's 5 s timeout.
+func scrape(ctx context.Context, agent *cluster.Agent) (map[string]float64, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		m, err := agent.Metrics(ctx)
+		if err == nil || !agent.Running() || time.Now().After(deadline) || ctx.Err() != nil {
+			return m, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // procCPU returns the user+system CPU seconds of a process.
