@@ -3,7 +3,7 @@
 # table, then machine-readable name=value lines (the headline ones last).
 # docs/performance.md explains every number, the method and the targets.
 #
-#   bash hack/bench.sh            # `make bench`: full counts (~10-15 min on 2 cores)
+#   bash hack/bench.sh            # `make bench`: full counts (~25 min on 2 cores, ~18 of them scale)
 #   bash hack/bench.sh --quick    # `make bench-quick`: smaller counts, < 3 min
 #
 # Sections (each can be skipped: NFTPOLICY_BENCH_SKIP="scale delay"):
