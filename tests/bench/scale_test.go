@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"net/netip"
 	"slices"
 	"testing"
 )
@@ -79,5 +80,27 @@ func TestParsePolicyScale(t *testing.T) {
 	}
 	if got := (PolicyScale{Policies: 10000, ClusterPolicies: 100}).name(150000); got != "150k_10k_policies" {
 		t.Errorf("name = %q", got)
+	}
+}
+
+// TestScaleNamesAt150k: at 150k pods (1500 namespaces) every pod has its
+// own IP, outside the lab's 10.244.0.0/16, and every namespace its own
+// name.
+func TestScaleNamesAt150k(t *testing.T) {
+	const pods = 150000
+	lab := netip.MustParsePrefix("10.244.0.0/16")
+	ips := make(map[netip.Addr]bool, pods)
+	names := map[string]bool{}
+	for k := range pods {
+		i, j := k/podsPerNS, k%podsPerNS
+		ip := scalePodIP(i, j)
+		if ips[ip] || lab.Contains(ip) || !ip.Is4() {
+			t.Fatalf("pod %d of namespace %d: IP %v repeated or in the lab's %v", j, i, ip, lab)
+		}
+		ips[ip] = true
+		names[scaleNSName(i)] = true
+	}
+	if len(names) != pods/podsPerNS {
+		t.Errorf("%d namespace names for %d namespaces", len(names), pods/podsPerNS)
 	}
 }
