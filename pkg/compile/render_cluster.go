@@ -149,8 +149,20 @@ type comboSet struct {
 // policies name in direction d, or false when a rule matches every peer.
 // addrs lists a selector's member addresses.
 func comboRanges(p *Program, d Direction, ids []ClusterPolicyID, addrs func(SelectorID, func(netip.Addr))) ([]IPRange, bool) {
-	var out []IPRange
-	addr := func(a netip.Addr) { out = append(out, IPRange{From: a, To: a}) }
+	sels, out, ok := comboSources(p, d, ids)
+	if !ok {
+		return nil, false
+	}
+	for _, sid := range sels {
+		addrs(sid, func(a netip.Addr) { out = append(out, IPRange{From: a, To: a}) })
+	}
+	return normalizeRanges(out), true
+}
+
+// comboSources are what comboRanges unites: the selectors whose members'
+// addresses count, and the ranges that do not depend on pods (networks,
+// nodes' addresses); false when a rule matches every peer.
+func comboSources(p *Program, d Direction, ids []ClusterPolicyID) (sels []SelectorID, static []IPRange, ok bool) {
 	for _, id := range ids {
 		rules := p.ClusterPolicies[id].Rules(d)
 		for i := range rules {
@@ -160,20 +172,18 @@ func comboRanges(p *Program, d Direction, ids []ClusterPolicyID, addrs func(Sele
 			}
 			if rl.AllPeers || len(rl.Domains) > 0 {
 				// Learned addresses are not known when rendering.
-				return nil, false
+				return nil, nil, false
 			}
-			for _, sid := range rl.Selectors {
-				addrs(sid, addr)
-			}
+			sels = append(sels, rl.Selectors...)
 			for _, nid := range rl.Nodes {
 				for _, a := range p.NodeSets[nid].Addrs {
-					addr(a)
+					static = append(static, IPRange{From: a, To: a})
 				}
 			}
-			out = append(out, rl.IPBlocks...)
+			static = append(static, rl.IPBlocks...)
 		}
 	}
-	return normalizeRanges(out), true
+	return sels, static, true
 }
 
 // comboElements are the elements of one family of a tier-skip set.

@@ -578,6 +578,9 @@ func (t *Tracker) updateCombos(key string, old, cur *Pod, changes setChanges) {
 	check(cur)
 	for _, ci := range touched {
 		c := t.r.combos[ci]
+		if t.comboAddrChanges(c, old, cur, changes) {
+			continue
+		}
 		ranges, _ := comboRanges(t.cur, c.d, c.ids, t.selectorAddrs)
 		for _, v4 := range []bool{true, false} {
 			name := c.sets[famIndex(v4)]
@@ -600,6 +603,116 @@ func (t *Tracker) updateCombos(key string, old, cur *Pod, changes setChanges) {
 			}
 		}
 	}
+}
+
+// comboAddrChanges changes a tier-skip set for one pod's change without
+// listing the combination's other addresses: only the pod's addresses can
+// enter or leave the set (an address another pod also claims is a
+// fallback before this), so each whose coverage changed merges with the
+// elements next to it or splits the element holding it, which is what
+// normalizing all the ranges again gives. It reports false, having
+// changed nothing, where that does not apply: a combination matching
+// every peer, or more than one address of a family changing at once.
+func (t *Tracker) comboAddrChanges(c comboSet, old, cur *Pod, changes setChanges) bool {
+	sels, static, ok := comboSources(t.cur, c.d, c.ids)
+	if !ok {
+		return false
+	}
+	covered := func(a netip.Addr) bool {
+		for _, rg := range static {
+			if rg.From.Is4() == a.Is4() && rg.From.Compare(a) <= 0 && a.Compare(rg.To) <= 0 {
+				return true
+			}
+		}
+		if cur == nil || !slices.Contains(cur.IPs, a) {
+			return false
+		}
+		return slices.ContainsFunc(sels, cur.InSelector)
+	}
+	type change struct {
+		addr netip.Addr
+		in   bool
+	}
+	var moves [2][]change
+	seen := map[netip.Addr]bool{}
+	for _, p := range []*Pod{old, cur} {
+		if p == nil {
+			continue
+		}
+		for _, a := range p.IPs {
+			if seen[a] {
+				continue
+			}
+			seen[a] = true
+			fam := famIndex(a.Is4())
+			in := covered(a)
+			if elementHolding(t.r.rs.Sets[c.sets[fam]].Elements, a) >= 0 != in {
+				moves[fam] = append(moves[fam], change{a, in})
+			}
+		}
+	}
+	if len(moves[0]) > 1 || len(moves[1]) > 1 {
+		return false
+	}
+	for fam, m := range moves {
+		if len(m) == 0 {
+			continue
+		}
+		name := c.sets[fam]
+		del, add := rangeSetDelta(t.r.rs.Sets[name].Elements, m[0].addr, m[0].in)
+		d := changes.at(name)
+		d.Delete = append(d.Delete, del...)
+		d.Add = append(d.Add, add...)
+	}
+	return true
+}
+
+// elementHolding is the index of the range element holding a, or -1.
+func elementHolding(es []Element, a netip.Addr) int {
+	for i := range es {
+		if es[i].Addr.Is4() == a.Is4() && es[i].Addr.Compare(a) <= 0 && a.Compare(es[i].LastAddr()) <= 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// rangeSetDelta changes a set of normalized ranges (no two overlapping or
+// adjacent) for one address entering it (in) or leaving it: entering, it
+// merges with the ranges ending just before and starting just after it;
+// leaving, the range holding it splits around it.
+func rangeSetDelta(es []Element, a netip.Addr, in bool) (del, add []Element) {
+	if !in {
+		i := elementHolding(es, a)
+		if i < 0 {
+			return nil, nil
+		}
+		e := es[i]
+		del = append(del, e)
+		if e.Addr.Compare(a) < 0 {
+			add = append(add, RangeElement(IPRange{From: e.Addr, To: a.Prev()}))
+		}
+		if a.Compare(e.LastAddr()) < 0 {
+			add = append(add, RangeElement(IPRange{From: a.Next(), To: e.LastAddr()}))
+		}
+		return del, add
+	}
+	from, to := a, a
+	prev, next := a.Prev(), a.Next()
+	for i := range es {
+		e := &es[i]
+		if e.Addr.Is4() != a.Is4() {
+			continue
+		}
+		if prev.IsValid() && e.LastAddr() == prev {
+			from = e.Addr
+			del = append(del, *e)
+		} else if next.IsValid() && e.Addr == next {
+			to = e.LastAddr()
+			del = append(del, *e)
+		}
+	}
+	return del, append(add, RangeElement(IPRange{From: from, To: to}))
 }
 
 func (t *Tracker) selectorAddrs(sid SelectorID, f func(netip.Addr)) {
