@@ -37,6 +37,10 @@
 #   knp_restart_admitted_denied, knp_restart_failed_allowed, knp_restart_gap_ms
 #        SIGKILL of the peer under a connection loop, its default
 #        (fail-closed) mode (tests/bench RunRestart)
+#   knp_rss_mb_1k, knp_rss_mb_10k, rss_mb_1k, rss_mb_10k (and *_peak_mb_*)
+#        VmRSS (VmHWM) of one node's agent, the peer and nftpolicy hybrid,
+#        started with 1k and 10k pods (of fake nodes) in the API, programmed,
+#        then idle 5 s (tests/bench RunRSS)
 set -euo pipefail
 
 KNP_MODULE=sigs.k8s.io/kube-network-policies
