@@ -34,9 +34,12 @@
 #        agent process CPU (/proc/PID/stat) per new connection to a selected
 #        pod, same node and cross node (tests/bench RunCPU);
 #        queue_vs_knp_cpu_ratio
-#   knp_restart_admitted_denied, knp_restart_failed_allowed, knp_restart_gap_ms
-#        SIGKILL of the peer under a connection loop, its default
-#        (fail-closed) mode (tests/bench RunRestart)
+#   <who>_restart_admitted_denied, _failed_allowed, _gap_ms (and
+#        _gap_ms_median, _listen_ms, _ready_ms, _restarts)  SIGKILL of the
+#        agent of the server's node under a connection loop (tests/bench
+#        RunRestart), <who> one of knp, knp_failopen, queue, queue_failopen,
+#        hybrid, hybrid_failopen: the peer and nftpolicy queue and hybrid
+#        mode, each in its default (fail-closed) mode and with --fail-open
 #   knp_rss_mb_1k, knp_rss_mb_10k, rss_mb_1k, rss_mb_10k (and *_peak_mb_*)
 #        VmRSS (VmHWM) of one node's agent, the peer and nftpolicy hybrid,
 #        started with 1k and 10k pods (of fake nodes) in the API, programmed,

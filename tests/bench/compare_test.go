@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/kubeenv"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
@@ -73,20 +74,63 @@ func TestCompareCPU(t *testing.T) {
 	printFigures(t, "RunCPU", res, append(want, res.Names()...)...)
 }
 
-// TestCompareRestart kills kube-network-policies with SIGKILL under a
+// TestCompareRestart kills each enforcer's agent with SIGKILL under a
 // connection loop (RunRestart's, the one nftpolicy's queue-mode restart
-// figures come from) in its default fail mode, and prints issue 30's
-// knp_restart_admitted_denied and the allowed connections that failed
-// for hack/compare.sh. It fails when the peer does not come back (the
-// loop's restart errors) or a figure is missing.
+// figures come from): kube-network-policies and nftpolicy in queue and in
+// hybrid mode (its default), each in its default fail mode (fail-closed,
+// for both) and with --fail-open, and prints the denied connections
+// admitted, the allowed ones that failed and the gap for hack/compare.sh
+// (restartPrefix names them: knp_restart_*, knp_failopen_restart_*,
+// queue_restart_*, ...). It fails when an agent does not come back (the
+// loop's restart errors), when a fail-closed enforcer admitted a denied
+// connection, or when a figure is missing.
 func TestCompareRestart(t *testing.T) {
 	ctx := startCompare(t)
-	res, err := RunRestart(ctx, RestartConfig{Enforcer: cluster.EnforcerKNP, Logf: t.Logf})
+	for _, rc := range compareRestarts {
+		rc.Logf = t.Logf
+		p := restartPrefix(rc.Enforcer, rc.Mode, rc.FailOpen)
+		res, err := RunRestart(ctx, rc)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if !rc.FailOpen && res.Float(p+"admitted_denied") != 0 {
+			t.Errorf("%s: fail-closed, yet %v denied connections were admitted", p, res.Float(p+"admitted_denied"))
+		}
+		printFigures(t, "RunRestart", res, p+"restarts", p+"admitted_denied", p+"failed_allowed",
+			p+"gap_ms", p+"gap_ms_median", p+"listen_ms", p+"ready_ms")
+	}
+}
+
+// compareRestarts are TestCompareRestart's runs.
+var compareRestarts = []RestartConfig{
+	{Enforcer: cluster.EnforcerKNP},
+	{Enforcer: cluster.EnforcerKNP, FailOpen: true},
+	{Mode: compile.ModeQueue},
+	{Mode: compile.ModeQueue, FailOpen: true},
+	{Mode: compile.ModeHybrid},
+	{Mode: compile.ModeHybrid, FailOpen: true},
+}
+
+// TestCompareRSS measures the resident memory of one node's agent with
+// 1k and 10k pods in the API (RunRSS), kube-network-policies and nftpolicy
+// in hybrid mode, and prints issue 30's knp_rss_mb_* and rss_mb_* for
+// hack/compare.sh. It fails when a figure is missing or not positive.
+func TestCompareRSS(t *testing.T) {
+	ctx := startCompare(t)
+	res, err := RunRSS(ctx, RSSConfig{Scale: ScaleConfig{Logf: t.Logf}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	printFigures(t, "RunRestart", res, "knp_restart_restarts", "knp_restart_admitted_denied", "knp_restart_failed_allowed",
-		"knp_restart_gap_ms", "knp_restart_gap_ms_median", "knp_restart_listen_ms", "knp_restart_ready_ms")
+	var want []string
+	for _, p := range []string{"knp_rss_", "rss_"} {
+		for _, sz := range []string{"1k", "10k"} {
+			want = append(want, p+"mb_"+sz, p+"peak_mb_"+sz)
+			if !(res.Float(p+"mb_"+sz) > 0) {
+				t.Errorf("%smb_%s is %v\n%s", p, sz, res.Float(p+"mb_"+sz), res.Lines())
+			}
+		}
+	}
+	printFigures(t, "RunRSS", res, want...)
 }
 
 // startCompare skips t unless hack/compare.sh runs it (root, the lab's
