@@ -5,6 +5,11 @@
 # docs/comparison.md explains what is measured and what is not yet.
 #
 #   bash hack/compare.sh          # `make compare`: build the peer, then run the comparison
+#   bash hack/compare.sh --out DIR  # the same, and keep in DIR the figures
+#                                 # (compare.txt), the test log (compare.log)
+#                                 # and the chart of connection rate and
+#                                 # latency drawn from them (compare-conn.svg,
+#                                 # `nftbench comparechart`)
 #   bash hack/compare.sh build    # only build the peer; prints the binary's path
 #
 # The peer is built from the Go module proxy at a pinned version into a cache
@@ -40,6 +45,11 @@
 #        RunRestart), <who> one of knp, knp_failopen, queue, queue_failopen,
 #        hybrid, hybrid_failopen: the peer and nftpolicy queue and hybrid
 #        mode, each in its default (fail-closed) mode and with --fail-open
+#   knp_new_pod_leaked_packets, new_pod_leaked_packets (and _allowed_failed,
+#        _first_packet_delay_ms_p50/_p99, _pods)  new pods that connect 30 ms
+#        before their API object exists, half of them denied by policy:
+#        denied connections admitted plus conntrack entries of denied pods,
+#        the peer and nftpolicy hybrid (tests/bench RunNewPodWindow)
 #   knp_rss_mb_1k, knp_rss_mb_10k, rss_mb_1k, rss_mb_10k (and *_peak_mb_*)
 #        VmRSS (VmHWM) of one node's agent, the peer and nftpolicy hybrid,
 #        started with 1k and 10k pods (of fake nodes) in the API, programmed,
@@ -127,13 +137,19 @@ build() {
 }
 
 main() {
+	local outdir=
 	case ${1:-} in
 	build)
 		build
 		return
 		;;
+	--out)
+		[[ -n ${2:-} ]] || { printf '[compare.sh] --out needs a directory\n' >&2; exit 2; }
+		outdir=$2
+		mkdir -p "$outdir"
+		;;
 	'') ;;
-	*) printf '[compare.sh] unknown argument %q (known: build)\n' "$1" >&2; exit 2 ;;
+	*) printf '[compare.sh] unknown argument %q (known: build, --out DIR)\n' "$1" >&2; exit 2 ;;
 	esac
 	local knp
 	knp=$(build)
@@ -141,13 +157,34 @@ main() {
 	(cd "$ROOT" && bash hack/tools.sh >/dev/null && go build -o _output/bin/nftpolicy ./cmd/nftpolicy)
 	# One package at a time (-p 1): the connection rates must not share the
 	# CPUs with the correctness run.
-	log "running the comparison (TestCompare* of tests/e2e and tests/bench)"
+	log "running the comparison (TestCompare* of tests/e2e and tests/bench); load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 	OUT=$(mktemp)
-	trap 'rm -f "$OUT"' EXIT
+	FIG=$(mktemp)
+	trap 'rm -f "$OUT" "$FIG"' EXIT
+	local rc=0
 	(cd "$ROOT" && NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_COMPARE_RUN=1 NFTPOLICY_KNP_BIN=$knp NFTPOLICY_BIN=$ROOT/_output/bin/nftpolicy \
-		go test -p 1 -count=1 -timeout 40m -v -run '^TestCompare' ./tests/e2e ./tests/bench) | tee "$OUT" >&2
-	printf 'knp_version=%s\nkernel=%s\n' "$KNP_VERSION" "$(uname -r)"
-	sed -n 's/^compare_figure: \([a-z0-9_]*=.*\)$/\1/p' "$OUT"
+		go test -p 1 -count=1 -timeout 60m -v -run '^TestCompare' ./tests/e2e ./tests/bench) 2>&1 | tee "$OUT" >&2 || rc=$?
+	{
+		printf 'knp_version=%s\nkernel=%s\nloadavg_after=%s\n' "$KNP_VERSION" "$(uname -r)" "$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
+		sed -n 's/^compare_figure: \([a-z0-9_]*=.*\)$/\1/p' "$OUT"
+	} >"$FIG"
+	cat "$FIG"
+	# Every probe of either enforcer that disagreed with the expected
+	# verdict, with the evaluator's explanation (tests/e2e prints them).
+	if grep -q '^compare_disagreement: ' "$OUT"; then
+		log "disagreements:"
+		sed -n 's/^compare_disagreement: //p' "$OUT" >&2
+	else
+		log "disagreements: none"
+	fi
+	if [[ -n $outdir ]]; then
+		cp "$FIG" "$outdir/compare.txt"
+		cp "$OUT" "$outdir/compare.log"
+		(cd "$ROOT" && go run ./tests/bench/cmd/nftbench comparechart "$outdir/compare.txt") >"$outdir/compare-conn.svg" ||
+			{ log "no chart: the run gave no connection figures"; rm -f "$outdir/compare-conn.svg"; }
+		log "figures, log and chart in $outdir"
+	fi
+	return "$rc"
 }
 
 main "$@"

@@ -133,6 +133,33 @@ func TestCompareRSS(t *testing.T) {
 	printFigures(t, "RunRSS", res, want...)
 }
 
+// TestCompareNewPod runs the new-pod window (RunNewPodWindow: new pods
+// that connect before their API object exists, half of them denied) with
+// kube-network-policies and with nftpolicy in hybrid mode as the agents,
+// and prints issue 30's knp_new_pod_leaked_packets and
+// new_pod_leaked_packets for hack/compare.sh. It fails when nftpolicy
+// admitted a denied pod's packet (its unknown-pod path holds them) or an
+// allowed pod's connection failed, or when a figure is missing; the
+// peer's leaks are a figure, not a failure.
+func TestCompareNewPod(t *testing.T) {
+	ctx := startCompare(t)
+	for _, e := range []cluster.Enforcer{cluster.EnforcerKNP, cluster.EnforcerNftpolicy} {
+		res, err := RunNewPodWindow(ctx, NewPodWindowConfig{Enforcer: e, Logf: t.Logf})
+		if err != nil {
+			t.Fatalf("%s: %v", e, err)
+		}
+		p := ""
+		if e == cluster.EnforcerKNP {
+			p = "knp_"
+		} else if res.Float("new_pod_leaked_packets") != 0 || res.Float("new_pod_allowed_failed") != 0 {
+			t.Errorf("nftpolicy: %v denied packets admitted, %v allowed connections failed\n%s",
+				res.Float("new_pod_leaked_packets"), res.Float("new_pod_allowed_failed"), res.Lines())
+		}
+		printFigures(t, "RunNewPodWindow", res, p+"new_pod_leaked_packets", p+"new_pod_allowed_failed",
+			p+"new_pod_first_packet_delay_ms_p50", p+"new_pod_first_packet_delay_ms_p99", p+"new_pod_pods")
+	}
+}
+
 // startCompare skips t unless hack/compare.sh runs it (root, the lab's
 // tools, the peer's binary, NFTPOLICY_COMPARE_RUN, not -short) and returns
 // the context that bounds the measurement.
