@@ -34,7 +34,10 @@
 #   knp_conn_ratio, hybrid_vs_knp_conn_ratio, queue_vs_knp_conn_ratio
 #        connection rate against no policy / nftpolicy's against the peer's,
 #        medians over interleaved rounds (tests/bench RunConn); *_p50_us,
-#        *_p99_us connect latency; *_failed allowed connections that failed
+#        *_p99_us connect latency; *_failed allowed connections that failed;
+#        per mode (control, conntrack, hybrid, queue, knp) and path (same,
+#        cross) <mode>_rate_<path>, <mode>_p50_us_<path>, <mode>_p99_us_<path>,
+#        which the chart of --out draws
 #   knp_cpu_us_per_conn, queue_cpu_us_per_conn, hybrid_cpu_us_per_conn
 #        agent process CPU (/proc/PID/stat) per new connection to a selected
 #        pod, same node and cross node (tests/bench RunCPU);
@@ -54,6 +57,13 @@
 #        VmRSS (VmHWM) of one node's agent, the peer and nftpolicy hybrid,
 #        started with 1k and 10k pods (of fake nodes) in the API, programmed,
 #        then idle 5 s (tests/bench RunRSS)
+#   knp_version, kernel, loadavg_before, loadavg_after  the peer's version,
+#        uname -r, and the load averages (1, 5, 15 min) when the tests began
+#        and ended (the machine may be shared)
+#
+# On stderr, after the figures: every probe of either enforcer that did not
+# get the expected verdict, with `nftpolicy explain`'s explanation of that
+# flow (the compare_disagreement lines of tests/e2e), or "none".
 set -euo pipefail
 
 KNP_MODULE=sigs.k8s.io/kube-network-policies
@@ -157,7 +167,9 @@ main() {
 	(cd "$ROOT" && bash hack/tools.sh >/dev/null && go build -o _output/bin/nftpolicy ./cmd/nftpolicy)
 	# One package at a time (-p 1): the connection rates must not share the
 	# CPUs with the correctness run.
-	log "running the comparison (TestCompare* of tests/e2e and tests/bench); load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+	local load_before
+	load_before=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)
+	log "running the comparison (TestCompare* of tests/e2e and tests/bench); load average $load_before"
 	OUT=$(mktemp)
 	FIG=$(mktemp)
 	trap 'rm -f "$OUT" "$FIG"' EXIT
@@ -165,7 +177,7 @@ main() {
 	(cd "$ROOT" && NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_COMPARE_RUN=1 NFTPOLICY_KNP_BIN=$knp NFTPOLICY_BIN=$ROOT/_output/bin/nftpolicy \
 		go test -p 1 -count=1 -timeout 60m -v -run '^TestCompare' ./tests/e2e ./tests/bench) 2>&1 | tee "$OUT" >&2 || rc=$?
 	{
-		printf 'knp_version=%s\nkernel=%s\nloadavg_after=%s\n' "$KNP_VERSION" "$(uname -r)" "$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
+		printf 'knp_version=%s\nkernel=%s\nloadavg_before=%s\nloadavg_after=%s\n' "$KNP_VERSION" "$(uname -r)" "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
 		sed -n 's/^compare_figure: \([a-z0-9_]*=.*\)$/\1/p' "$OUT"
 	} >"$FIG"
 	cat "$FIG"

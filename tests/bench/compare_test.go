@@ -41,10 +41,17 @@ func TestCompareConn(t *testing.T) {
 		fmt.Printf("compare_figure: %s_failed=%v\n", m, res.Float(m+"_failed"))
 	}
 	fmt.Printf("compare_figure: conn_rounds=%d\n", cfg.Rounds)
-	printFigures(t, "RunConn", res, "knp_conn_ratio", "hybrid_vs_knp_conn_ratio", "queue_vs_knp_conn_ratio",
+	// Per mode and path, for the chart (nftbench comparechart).
+	var perPath []string
+	for _, m := range append([]string{ModeControl}, cfg.Modes...) {
+		for _, p := range ConnPaths {
+			perPath = append(perPath, m+"_rate_"+p, m+"_p50_us_"+p, m+"_p99_us_"+p)
+		}
+	}
+	printFigures(t, "RunConn", res, append(perPath, "knp_conn_ratio", "hybrid_vs_knp_conn_ratio", "queue_vs_knp_conn_ratio",
 		"knp_conn_ratio_same", "knp_conn_ratio_cross", "hybrid_conn_ratio", "queue_conn_ratio", "conntrack_conn_ratio",
 		"control_p50_us", "control_p99_us", "conntrack_p50_us", "conntrack_p99_us", "hybrid_p50_us", "hybrid_p99_us",
-		"queue_p50_us", "queue_p99_us", "knp_p50_us", "knp_p99_us")
+		"queue_p50_us", "queue_p99_us", "knp_p50_us", "knp_p99_us")...)
 }
 
 // TestCompareCPU measures the agents' CPU per decided connection (RunCPU)
