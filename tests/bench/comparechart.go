@@ -96,31 +96,7 @@ func (p barPanel) draw(b *strings.Builder, groups []string, series []line, vals 
 	if math.IsInf(lo, 0) {
 		return
 	}
-	ty := func(v float64) float64 { return v }
-	if p.logY {
-		lo, hi = math.Pow(10, math.Floor(math.Log10(math.Max(lo, 0.01)))), math.Pow(10, math.Ceil(math.Log10(hi)))
-		ty = func(v float64) float64 { return math.Log10(math.Max(v, lo)) }
-	} else {
-		lo, hi = 0, niceCeil(hi)
-	}
-	sy := func(v float64) float64 { return p.y + p.h - (ty(v)-ty(lo))/(ty(hi)-ty(lo))*p.h }
-	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" font-weight="bold">%s</text>`+"\n", p.x, p.y-15, p.title)
-	fmt.Fprintf(b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#888"/>`+"\n", p.x, p.y, p.w, p.h)
-	var ticks []float64
-	if p.logY {
-		for v := lo; v <= hi*1.0001; v *= 10 {
-			ticks = append(ticks, v)
-		}
-	} else {
-		for i := 0; i <= 5; i++ {
-			ticks = append(ticks, lo+(hi-lo)*float64(i)/5)
-		}
-	}
-	for _, v := range ticks {
-		y := sy(v)
-		fmt.Fprintf(b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/>`+"\n", p.x, y, p.x+p.w, y)
-		fmt.Fprintf(b, `<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n", p.x-5, y+4, trimFloat(v))
-	}
+	sy := p.frame(b, lo, hi)
 	gw := p.w / float64(len(groups))
 	bw := gw * 0.8 / float64(len(series))
 	for gi, g := range groups {

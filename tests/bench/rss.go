@@ -72,15 +72,7 @@ func runRSS(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, e clust
 		return err
 	}
 	agent := c.Agent("node-1")
-	have := 0
-	for _, n := range cfg.Pods {
-		if err := agent.Stop(10 * time.Second); err != nil {
-			return err
-		}
-		if err := growScalePods(ctx, cs, have, n, cfg); err != nil {
-			return err
-		}
-		have = n
+	return eachScaleSize(ctx, cs, agent, cfg, func(n int) error {
 		start := time.Now()
 		if err := agent.Start(); err != nil {
 			return err
@@ -106,6 +98,6 @@ func runRSS(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, e clust
 		res.Set(p+"peak_mb_"+sz, round(st["VmHWM"]/1024, 1))
 		cfg.Logf("rss: %s, %d pods: programmed %v after start; after %v idle RSS %.1f MiB (anon %.1f, file %.1f), peak %.1f MiB",
 			e, n, programmed.Round(time.Millisecond), cfg.Settle, st["VmRSS"]/1024, st["RssAnon"]/1024, st["RssFile"]/1024, st["VmHWM"]/1024)
-	}
-	return agent.Stop(10 * time.Second)
+		return nil
+	})
 }

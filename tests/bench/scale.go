@@ -120,22 +120,7 @@ func runScale(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, res *
 	res.Set("scale_local_pods", cfg.LocalPods)
 
 	agent := c.Agent("node-1")
-	have := 0
-	for _, n := range cfg.Pods {
-		// The agent does not watch the pods being created: it would sync
-		// thousands of times and slow the API server down.
-		if err := agent.Stop(10 * time.Second); err != nil {
-			return err
-		}
-		if err := growScalePods(ctx, cs, have, n, cfg); err != nil {
-			return err
-		}
-		have = n
-		if err := measureSize(ctx, c, cs, agent, n, cfg, res); err != nil {
-			return fmt.Errorf("at %d pods: %w", n, err)
-		}
-	}
-	if err := agent.Stop(10 * time.Second); err != nil {
+	if err := eachScaleSize(ctx, cs, agent, cfg, func(n int) error { return measureSize(ctx, c, cs, agent, n, cfg, res) }); err != nil {
 		return err
 	}
 	if cfg.HeapProfile != "" {
@@ -183,6 +168,27 @@ func startScaleCluster(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConf
 	}
 	cfg.Logf("scale: %d namespaces, %d policies, %d local pods in %v", nNS, len(pols), cfg.LocalPods, time.Since(t0).Round(time.Millisecond))
 	return c, cs, nil
+}
+
+// eachScaleSize grows the API's pods to each of cfg.Pods in turn with the
+// agent stopped (it would sync thousands of times while they are created
+// and slow the API server down), calls measure with the count, and stops
+// the agent at the end.
+func eachScaleSize(ctx context.Context, cs kubernetes.Interface, agent *cluster.Agent, cfg ScaleConfig, measure func(n int) error) error {
+	have := 0
+	for _, n := range cfg.Pods {
+		if err := agent.Stop(10 * time.Second); err != nil {
+			return err
+		}
+		if err := growScalePods(ctx, cs, have, n, cfg); err != nil {
+			return err
+		}
+		have = n
+		if err := measure(n); err != nil {
+			return fmt.Errorf("at %d pods: %w", n, err)
+		}
+	}
+	return agent.Stop(10 * time.Second)
 }
 
 // growScalePods creates the pods of fake nodes from the have-th to the
