@@ -29,19 +29,23 @@
 #        then nftpolicy hybrid, one cluster each); *_disagreements, *_probes
 #   knp_generated_agreement, nftpolicy_generated_agreement  the same on the
 #        first generated NetworkPolicy-v1-only scenarios (generated_seeds)
-#   knp_program_delay_p50_ms, nftpolicy_program_delay_p50_ms (and _p99_ms)
-#        API write to the first probe that sees the new verdict
+#   knp_program_delay_p50_ms, nftpolicy_program_delay_p50_ms (and _p99_ms,
+#        _samples)  API write to the first probe that sees the new verdict
 #   knp_conn_ratio, hybrid_vs_knp_conn_ratio, queue_vs_knp_conn_ratio
 #        connection rate against no policy / nftpolicy's against the peer's,
 #        medians over interleaved rounds (tests/bench RunConn); *_p50_us,
 #        *_p99_us connect latency; *_failed allowed connections that failed;
+#        conn_rounds; *_conn_ratio_same, _cross of the peer, hybrid_conn_ratio,
+#        queue_conn_ratio, conntrack_conn_ratio;
 #        per mode (control, conntrack, hybrid, queue, knp) and path (same,
 #        cross) <mode>_rate_<path>, <mode>_p50_us_<path>, <mode>_p99_us_<path>,
 #        which the chart of --out draws
 #   knp_cpu_us_per_conn, queue_cpu_us_per_conn, hybrid_cpu_us_per_conn
 #        agent process CPU (/proc/PID/stat) per new connection to a selected
 #        pod, same node and cross node (tests/bench RunCPU);
-#        queue_vs_knp_cpu_ratio
+#        queue_vs_knp_cpu_ratio; per enforcer/mode *_cpu_us_per_conn_same,
+#        _cross, *_cpu_queued_per_conn, *_cpu_idle_ms_per_s, *_cpu_failed,
+#        *_cpu_conns
 #   <who>_restart_admitted_denied, _failed_allowed, _gap_ms (and
 #        _gap_ms_median, _listen_ms, _ready_ms, _restarts)  SIGKILL of the
 #        agent of the server's node under a connection loop (tests/bench
