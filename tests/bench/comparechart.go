@@ -110,7 +110,7 @@ func (p barPanel) draw(b *strings.Builder, groups []string, series []line, vals 
 			x, y := x0+float64(si)*bw, sy(v)
 			fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s, %s: %s</title></rect>`+"\n",
 				x, y, bw-2, p.y+p.h-y, s.color, s.label, g, trimFloat(v))
-			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="9">%s</text>`+"\n", x+(bw-2)/2, y-3, trimFloat(v))
+			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="7">%s</text>`+"\n", x+(bw-2)/2, y-3, trimFloat(v))
 		}
 	}
 }
