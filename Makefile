@@ -58,6 +58,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseQueueMsg$$' -fuzztime $(FUZZTIME) ./pkg/queue
 	$(GO) test -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME) ./pkg/compile
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeKey$$' -fuzztime $(FUZZTIME) ./pkg/nftnl
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodePod$$' -fuzztime $(FUZZTIME) ./pkg/slim
 
 # The red-team suite alone (tests/redteam, docs/security.md): every attack
 # on the agent enacted on the real kernel; make test runs it too.

@@ -3,7 +3,7 @@
 # table, then machine-readable name=value lines (the headline ones last).
 # docs/performance.md explains every number, the method and the targets.
 #
-#   bash hack/bench.sh            # `make bench`: full counts (~10-15 min on 2 cores)
+#   bash hack/bench.sh            # `make bench`: full counts (~25 min on 2 cores, ~18 of them scale)
 #   bash hack/bench.sh --quick    # `make bench-quick`: smaller counts, < 3 min
 #
 # Sections (each can be skipped: NFTPOLICY_BENCH_SKIP="scale delay"):
@@ -26,9 +26,11 @@
 #   eval   BenchmarkEvaluate* of pkg/evaluate at 10k policies
 #   compile BenchmarkExceptCompile of pkg/compile: one policy with 16,000
 #          scattered /32 exceptions, whole build (except_compile_ms_16000)
-#   scale  a real kube-apiserver with 1k/10k/50k/100k pods on fake nodes and 1k
-#          policies, one real agent process; RSS, CPU, sync durations (first
-#          sync on a node without the table, re-sync after a restart)
+#   scale  a real kube-apiserver with 1k/10k/50k/100k/150k pods on fake nodes
+#          and 1k policies, one real agent process; RSS, CPU, sync durations
+#          (first sync on a node without the table, re-sync after a restart);
+#          then 10k NetworkPolicies and 100 ClusterNetworkPolicies over the
+#          150k pods: first sync, one policy change, one pod change
 #   delay  API write -> first connection observing the new verdict, with a
 #          real agent process (tests/internal/cluster)
 #   status NodeEnforcements (kubectl nftpolicy status/wait) against a real
@@ -90,7 +92,7 @@ if ((QUICK)); then
 	POLICY_SYNC_PODS=10000
 	EVAL_COUNT=3
 	EVAL_TIME=300ms
-	SCALE_ARGS=(--pods 2000 --incremental 5 --settle 2s)
+	SCALE_ARGS=(--pods 2000 --incremental 5 --settle 2s --policy-scale 200:4)
 	DELAY_ARGS=(--cycles 4)
 	STATUS_ARGS=(--runs 3 --wait-rounds 8)
 	DNS_ARGS=(--lookups 200 --conns 20)
@@ -103,7 +105,7 @@ else
 	POLICY_SYNC_PODS=10000,50000
 	EVAL_COUNT=5
 	EVAL_TIME=1s
-	SCALE_ARGS=(--pods 1000,10000,50000,100000 --incremental 10 --settle 10s)
+	SCALE_ARGS=(--pods 1000,10000,50000,100000,150000 --incremental 10 --settle 10s --policy-scale 10000:100)
 	DELAY_ARGS=(--cycles 8)
 	STATUS_ARGS=(--runs 9 --wait-rounds 20)
 	DNS_ARGS=(--lookups 2000 --conns 100)

@@ -42,11 +42,13 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/slim"
 )
 
 // agentOptions are the flags of `nftpolicy agent`.
 type agentOptions struct {
 	kubeconfig     string
+	podCompress    bool
 	hostname       string
 	nodeIPs        []string
 	mode           string
@@ -81,6 +83,7 @@ type agentOptions struct {
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fs.BoolVar(&o.podCompress, "pod-watch-compression", false, "let the API server gzip the pod watch, whose initial events are every pod of the cluster: less network at the cost of the API server's and the agent's CPU (at 100k pods, compressing and decompressing cost more than decoding)")
 	fs.StringVar(&o.hostname, "hostname-override", "", "this node's name (default: $NODE_NAME, else the host name)")
 	fs.StringSliceVar(&o.nodeIPs, "node-ip", nil, "this node's addresses (default: from the Node object)")
 	fs.StringVar(&o.mode, "mode", string(compile.ModeHybrid), "hybrid (the kernel decides, userspace only for what it cannot), queue (userspace decides every new connection of selected pods) or kernel (never queue)")
@@ -241,7 +244,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if done || err != nil {
 		return err
 	}
-	client, policyClient, dyn, err := apiClients(o.kubeconfig, node)
+	client, podClient, policyClient, dyn, err := apiClients(o.kubeconfig, node, o.podCompress)
 	if err != nil {
 		return err
 	}
@@ -265,7 +268,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	hooks := &programHooks{}
 	hooks.add(onProgram)
 	ctrl, err := o.status.newController(ctx, controller.Config{
-		Client: client, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
+		Client: client, PodClient: podClient, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,
 		PodCIDRs: podCIDRs, OnProgram: hooks.run, OnPodApplied: hooks.runPod, MemoryReleaser: release,
 	}, dyn, reg)
@@ -337,22 +340,29 @@ func newRegistry() (*controller.Metrics, *prometheus.Registry, error) {
 }
 
 // apiClients returns the clients of the built-in types (protobuf), of
-// ClusterNetworkPolicies and of the node's NodeEnforcement (dynamic).
-func apiClients(kubeconfig, node string) (kubernetes.Interface, npaclient.Interface, dynamic.Interface, error) {
+// pods (decoded straight into their stored form), of ClusterNetworkPolicies
+// and of the node's NodeEnforcement (dynamic).
+func apiClients(kubeconfig, node string, podCompress bool) (kubernetes.Interface, rest.Interface, npaclient.Interface, dynamic.Interface, error) {
 	cfg, err := restConfig(kubeconfig)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("loading client configuration: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("loading client configuration: %w", err)
 	}
 	cfg.UserAgent = "nftpolicy/" + node
 	client, err := kubernetes.NewForConfig(builtinTypesConfig(cfg))
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("creating client: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("creating client: %w", err)
+	}
+	podCfg := rest.CopyConfig(cfg)
+	podCfg.DisableCompression = !podCompress
+	podClient, err := slim.NewPodClient(podCfg)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("creating the pod client: %w", err)
 	}
 	// ClusterNetworkPolicy and NodeEnforcement are custom resources: JSON
 	// only.
 	policyClient, err := npaclient.NewForConfig(cfg)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("creating the ClusterNetworkPolicy client: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("creating the ClusterNetworkPolicy client: %w", err)
 	}
 	// The NodeEnforcement's writer keeps one write in flight and coalesces
 	// what comes meanwhile: client-go's token bucket (5 a second) would
@@ -362,9 +372,9 @@ func apiClients(kubeconfig, node string) (kubernetes.Interface, npaclient.Interf
 	statusCfg.QPS = -1
 	dyn, err := dynamic.NewForConfig(statusCfg)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("creating the NodeEnforcement client: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("creating the NodeEnforcement client: %w", err)
 	}
-	return client, policyClient, dyn, nil
+	return client, podClient, policyClient, dyn, nil
 }
 
 // finishRenderConfig completes render with what the kernel supports: the

@@ -22,8 +22,8 @@ import (
 	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
-	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/slim"
 )
 
 const explainUsage = `usage:
@@ -359,7 +359,7 @@ func liveInput(ctx context.Context, kubeconfig string) (compile.Input, error) {
 // transformed applies the agent's informer transform, so that the program
 // is built from exactly what the agent keeps of each object.
 func transformed[T any](obj T) T {
-	out, err := controller.Transform(obj)
+	out, err := slim.Transform(obj)
 	if err != nil {
 		return obj
 	}

@@ -290,14 +290,9 @@ func (b *builder) buildPods(pods []*PodInfo) {
 		}
 		id := PodID(len(out))
 		out = append(out, Pod{
-			Namespace: c.Namespace,
-			Name:      c.Name,
-			Key:       c.Key,
-			Labels:    c.Labels,
-			IPs:       ips,
-			Node:      c.Node,
-			Local:     b.prog.Node == "" || c.Node == b.prog.Node,
-			Ports:     c.Ports,
+			PodInfo: c,
+			IPs:     ips,
+			Local:   b.prog.Node == "" || c.Node == b.prog.Node,
 		})
 		b.byNS[c.Namespace] = append(b.byNS[c.Namespace], id)
 	}

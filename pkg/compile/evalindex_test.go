@@ -36,7 +36,7 @@ func TestPodByAddr(t *testing.T) {
 				}
 				id := PodID(len(p.Pods))
 				want[a] = id
-				p.Pods = append(p.Pods, Pod{IPs: []netip.Addr{a}, IngressTable: -1, EgressTable: -1})
+				p.Pods = append(p.Pods, Pod{PodInfo: &PodInfo{}, IPs: []netip.Addr{a}, IngressTable: -1, EgressTable: -1})
 			}
 			for i := 0; i < n; i++ {
 				switch i % 5 {
@@ -111,7 +111,7 @@ func TestDeniedReason(t *testing.T) {
 	}
 	p := &Program{}
 	for i, r := range reasons {
-		p.Pods = append(p.Pods, Pod{IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})},
+		p.Pods = append(p.Pods, Pod{PodInfo: &PodInfo{}, IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})},
 			IngressTable: -1, EgressTable: -1, IngressDenied: r[0], EgressDenied: r[1]})
 	}
 	p.buildEvalIndex()

@@ -39,11 +39,11 @@ func TestEvalPortMatches(t *testing.T) {
 		{NamedPorts: []NamedPortRef{{"filler-33", 0}}},
 	}
 	pods := []Pod{
-		{Ports: []ContainerPort{{"http", ProtoTCP, 8080}, {"metrics", ProtoTCP, 9090}, {"grpc", ProtoTCP, 50051}}},
-		{Ports: []ContainerPort{{"http", ProtoTCP, 8081}, {"http", ProtoTCP, 8080}, {"dns", ProtoUDP, 53}, {"dns", ProtoTCP, 5353}}},
-		{Ports: []ContainerPort{{"filler-65", ProtoTCP, 7000}, {"filler-33", ProtoUDP, 7001}, {"http", ProtoUDP, 8080},
-			{"metrics", ProtoTCP, 9091}, {"grpc", ProtoTCP, 50052}}},
-		{},
+		{PodInfo: &PodInfo{Ports: []ContainerPort{{"http", ProtoTCP, 8080}, {"metrics", ProtoTCP, 9090}, {"grpc", ProtoTCP, 50051}}}},
+		{PodInfo: &PodInfo{Ports: []ContainerPort{{"http", ProtoTCP, 8081}, {"http", ProtoTCP, 8080}, {"dns", ProtoUDP, 53}, {"dns", ProtoTCP, 5353}}}},
+		{PodInfo: &PodInfo{Ports: []ContainerPort{{"filler-65", ProtoTCP, 7000}, {"filler-33", ProtoUDP, 7001}, {"http", ProtoUDP, 8080},
+			{"metrics", ProtoTCP, 9091}, {"grpc", ProtoTCP, 50052}}}},
+		{PodInfo: &PodInfo{}},
 	}
 	p := &Program{Pods: pods}
 	for i := range p.Pods {

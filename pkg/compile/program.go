@@ -120,18 +120,15 @@ type ContainerPort struct {
 // Pod is a pod that policies can select or name as a peer: it has at least
 // one IP, does not use the host network and is not in a terminal phase.
 type Pod struct {
-	Namespace string
-	Name      string
-	// Key is "namespace/name".
-	Key    string
-	Labels map[string]string
-	// IPs holds the pod's addresses, IPv4 first, each at most once.
-	IPs  []netip.Addr
-	Node string
+	// PodInfo is what the pod's object says (namespace, name, key,
+	// labels, node, ports), shared with the informer's store, read-only.
+	*PodInfo
+	// IPs holds the addresses the pod owns (PodInfo.IPs but those another
+	// pod owns), IPv4 first, each at most once.
+	IPs []netip.Addr
 	// Local is true for pods on the node the program was built for (every
 	// pod when it was built for no node). Only local pods are enforced.
 	Local bool
-	Ports []ContainerPort
 	// MemberOf lists, sorted, the selector peer sets the pod belongs to:
 	// one short contiguous slice per pod keeps the evaluator's peer checks
 	// to a cache line or two.

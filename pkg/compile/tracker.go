@@ -480,14 +480,9 @@ func (t *Tracker) notePod(key string, ips []netip.Addr, old, cur *Pod, oldCombos
 func (t *Tracker) place(pod *PodInfo) *Pod {
 	p := t.cur
 	v := &Pod{
-		Namespace: pod.Namespace,
-		Name:      pod.Name,
-		Key:       pod.Key,
-		Labels:    pod.Labels,
-		IPs:       pod.IPs,
-		Node:      pod.Node,
-		Local:     p.Node == "" || pod.Node == p.Node,
-		Ports:     pod.Ports,
+		PodInfo: pod,
+		IPs:     pod.IPs,
+		Local:   p.Node == "" || pod.Node == p.Node,
 	}
 	nsl, ok := t.b.nsLabels[pod.Namespace]
 	if !ok {

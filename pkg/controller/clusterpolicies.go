@@ -24,6 +24,7 @@ import (
 	npalisters "sigs.k8s.io/network-policy-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/slim"
 )
 
 // The ClusterNetworkPolicy API the agent enforces. It is a CRD that may be
@@ -361,7 +362,7 @@ func problemsText(ps []compile.Problem) string {
 func slimClusterPolicy(obj any) (any, error) {
 	if cnp, ok := obj.(*npav1beta1.ClusterNetworkPolicy); ok {
 		cnp.ManagedFields = nil
-		cnp.Annotations = stagedAnnotation(cnp.Annotations)
+		cnp.Annotations = slim.KeepStaged(cnp.Annotations)
 		cnp.Status = npav1beta1.ClusterNetworkPolicyStatus{}
 	}
 	return obj, nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/slim"
 )
 
 // served is the discovery answer of an API server with the CRD installed.
@@ -252,7 +253,7 @@ func TestNodeChanged(t *testing.T) {
 	if !nodeChanged(base, "not a node") {
 		t.Error("an unexpected object must count as a change")
 	}
-	slim := slimNode(node(map[string]string{"zone": "a"}, 5, "10.0.0.1"))
+	slim := slim.Node(node(map[string]string{"zone": "a"}, 5, "10.0.0.1"))
 	if len(slim.Status.Conditions) != 0 || slim.Labels["zone"] != "a" || len(slim.Status.Addresses) != 1 {
 		t.Errorf("slimNode kept %+v", slim)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -28,12 +30,18 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
+	"github.com/nftpolicy/nftpolicy/pkg/slim"
 	"github.com/nftpolicy/nftpolicy/pkg/status"
 )
 
 // Config configures the Controller.
 type Config struct {
 	Client kubernetes.Interface
+	// PodClient, when set (slim.NewPodClient), is what the pod informer
+	// lists and watches through: pods are decoded from the wire straight
+	// into their stored form. Without it, Client's pod informer decodes
+	// whole Pods and the transform slims them.
+	PodClient rest.Interface
 	// PolicyClient reads ClusterNetworkPolicies; nil enforces NetworkPolicy
 	// v1 only.
 	PolicyClient npaclient.Interface
@@ -228,7 +236,7 @@ func New(cfg Config) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
-	f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.ResyncPeriod, informers.WithTransform(transform))
+	f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.ResyncPeriod, informers.WithTransform(slim.Transform))
 	c := &Controller{
 		cfg:      cfg,
 		factory:  f,
@@ -252,11 +260,20 @@ func New(cfg Config) (*Controller, error) {
 	}
 	// Healthy from the start: the health server may be asked before Run.
 	c.lastLoop.Store(time.Now().UnixNano())
-	podInf := f.Core().V1().Pods()
+	var podInf cache.SharedIndexInformer
+	if cfg.PodClient == nil {
+		podInf = f.Core().V1().Pods().Informer()
+	} else {
+		podInf = f.InformerFor(&compile.PodInfo{}, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			// No namespace index: the controller reads pods by key and
+			// whole, and an index holds every pod's key again.
+			return cache.NewSharedIndexInformer(slim.PodListWatch(cfg.PodClient), &compile.PodInfo{}, resync, cache.Indexers{})
+		})
+	}
 	nsInf := f.Core().V1().Namespaces()
 	polInf := f.Networking().V1().NetworkPolicies()
 	nodeInf := f.Core().V1().Nodes()
-	c.pods, c.nss, c.pols, c.nodes = podInf.Informer().GetIndexer(), nsInf.Lister(), polInf.Lister(), nodeInf.Lister()
+	c.pods, c.nss, c.pols, c.nodes = podInf.GetIndexer(), nsInf.Lister(), polInf.Lister(), nodeInf.Lister()
 	c.polStore = polInf.Informer().GetIndexer()
 	c.cnps = newClusterPolicies(cfg.PolicyClient, cfg.ClusterPolicyCheckPeriod, cfg.ResyncPeriod,
 		cfg.Logger.WithName("clusterpolicies"), cfg.Metrics, c.markDirty)
@@ -275,7 +292,7 @@ func New(cfg Config) (*Controller, error) {
 		},
 		DeleteFunc: c.markPod,
 	}
-	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{podInf.Informer(): podH, nsInf.Informer(): h, polInf.Informer(): c.policyHandler()} {
+	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{podInf: podH, nsInf.Informer(): h, polInf.Informer(): c.policyHandler()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return nil, fmt.Errorf("adding event handler: %w", err)
 		}
@@ -647,7 +664,12 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	snapshotted := time.Now()
 	var usage0 processUsage
 	if !c.ready.Load() {
+		// The first build starts from a heap holding the garbage of the
+		// informers' initial events besides every pod; with the build's
+		// GOGC below, the peak would be both plus the build. A collection
+		// first leaves the pods and the build.
 		usage0 = readProcessUsage()
+		runtime.GC()
 	}
 	var prog *compile.Program
 	var rs *compile.Ruleset
@@ -655,8 +677,12 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// the ones it replaces, mostly short-lived; at the default GOGC the
 	// collector would run through it several times. The memory limit
 	// (GOMEMLIMIT, from the container's) still bounds the heap, and the
-	// MemoryReleaser hands the pages back afterwards.
-	defer debug.SetGCPercent(debug.SetGCPercent(fullBuildGCPercent))
+	// MemoryReleaser hands the pages back afterwards. The first build
+	// replaces nothing: what it allocates stays, and the default GOGC over
+	// the collected heap keeps the start's peak near what settles.
+	if c.ready.Load() {
+		defer debug.SetGCPercent(debug.SetGCPercent(fullBuildGCPercent))
+	}
 	stale := false
 	if c.tracker != nil {
 		stale = c.tracker.Stale()

@@ -10,6 +10,7 @@ import (
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/slim"
 )
 
 // TestTransformsKeepTheStagedAnnotation: the informers' transforms drop
@@ -29,13 +30,13 @@ func TestTransformsKeepTheStagedAnnotation(t *testing.T) {
 		if value != "" {
 			want = map[string]string{compile.StagedAnnotation: value}
 		}
-		np, err := transform(&networkingv1.NetworkPolicy{ObjectMeta: meta()})
+		np, err := slim.Transform(&networkingv1.NetworkPolicy{ObjectMeta: meta()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		nsMeta := meta()
 		nsMeta.Namespace = ""
-		ns, err := transform(&corev1.Namespace{ObjectMeta: nsMeta})
+		ns, err := slim.Transform(&corev1.Namespace{ObjectMeta: nsMeta})
 		if err != nil {
 			t.Fatal(err)
 		}

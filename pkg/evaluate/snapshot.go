@@ -290,12 +290,12 @@ func leanPod(p *compile.PodInfo) snapshotPod {
 }
 
 func (sp snapshotPod) info() *compile.PodInfo {
-	return &compile.PodInfo{
-		ObjectMeta: metav1.ObjectMeta{Namespace: sp.Namespace, Name: sp.Name, Labels: sp.Labels,
-			CreationTimestamp: sp.CreationTimestamp, DeletionTimestamp: sp.DeletionTimestamp},
-		Key:  sp.Namespace + "/" + sp.Name,
+	pi := &compile.PodInfo{
+		Labels: sp.Labels, CreationTimestamp: sp.CreationTimestamp, DeletionTimestamp: sp.DeletionTimestamp,
 		Node: sp.Node, Eligible: sp.Eligible, IPs: sp.IPs, Ports: sp.Ports,
 	}
+	pi.SetKey(sp.Namespace, sp.Name)
+	return pi
 }
 
 // encodeSnapshot writes the document of a snapshot (what follows its

@@ -179,6 +179,47 @@ func requireLab(tb testing.TB) {
 	testenv.Require(tb, "bench", testenv.Root("create network namespaces and program nftables and NFQUEUE in them"), testenv.Binaries("ip", "nft"))
 }
 
+// TestScaleTargets: issue 31's figures are checked against its targets,
+// and the policy-scale measurement gets rows of its own.
+func TestScaleTargets(t *testing.T) {
+	r := ParseLines(`rss_mb_10k=65
+rss_mb_100k=200
+rss_mb_150k=205
+rss_peak_mb_150k=290
+startup_s_150k=21.5
+startup_agent_cpu_s_150k=1.5
+full_sync_ms_100k=1350
+full_resync_ms_100k=900
+incr_sync_ms_150k=0.3
+rss_marginal_kib_per_pod=1.024
+policy_scale_cluster_policies=100
+full_sync_ms_150k_10k_policies=2500
+policy_sync_ms_150k_10k_policies=4.2
+rss_mb_150k_10k_policies=230
+`)
+	rep := Report(r, false)
+	for _, want := range []string{
+		"| 205 MiB (`rss_mb_150k`) | ≤ 210 MiB | yes |",
+		"| 290 MiB (`rss_peak_mb_150k`) | ≤ 300 MiB | yes |",
+		"| 21.5 s (`startup_s_150k`) | ≤ 5 s | **no** |",
+		"| 1.5 s (`startup_agent_cpu_s_150k`) | ≤ 2 s | yes |",
+		"| 1350 ms (`full_sync_ms_100k`) | ≤ 1000 ms | **no** |",
+		"| 900 ms (`full_resync_ms_100k`) | ≤ 1000 ms | yes |",
+		"| 0.3 ms (`incr_sync_ms_150k`) | ≤ 1 ms | yes |",
+		"| 1.024 KiB (`rss_marginal_kib_per_pod`) | ≤ 1 KiB | **no** |",
+		"| agent, 150k pods, 10k NetworkPolicies | one NetworkPolicy change (kind=policies), p50 | 4.2 ms (`policy_sync_ms_150k_10k_policies`) | ≤ 5 ms | yes |",
+		"| agent, 150k pods, 10k NetworkPolicies | first full sync, node without the table (nftpolicy_sync_duration_seconds, kind=full) | 2500 ms (`full_sync_ms_150k_10k_policies`) |",
+	} {
+		if !strings.Contains(rep, want) {
+			t.Errorf("report lacks %q:\n%s", want, rep)
+		}
+	}
+	// The policy scale's figures are not a cluster size of their own.
+	if strings.Contains(rep, "agent, 150k_10k_policies pods") {
+		t.Errorf("the policy scale's figures read as a cluster size:\n%s", rep)
+	}
+}
+
 // TestScaleChart draws one line per series with a point per measured size.
 func TestScaleChart(t *testing.T) {
 	r := ParseLines("rss_mb_1k=60\nincr_sync_ms_1k=0.5\nfull_sync_ms_1k=20\nrss_mb_100k=240\nincr_sync_ms_100k=0.9\nfull_sync_ms_100k=1800\n")
@@ -196,6 +237,29 @@ func TestScaleChart(t *testing.T) {
 	}
 	if _, err := ScaleChart(ParseLines("rss_mb_1k=60\n")); err == nil {
 		t.Error("a chart of one size drawn without complaint")
+	}
+	// The full run's five sizes, and the policy scale's figures, which
+	// are not a size: one tick and one point per size.
+	var lines strings.Builder
+	for _, sz := range []string{"1k", "10k", "50k", "100k", "150k", "150k_10k_policies"} {
+		fmt.Fprintf(&lines, "rss_mb_%s=100\nincr_sync_ms_%s=0.3\nfull_sync_ms_%s=900\n", sz, sz, sz)
+	}
+	svg, err = ScaleChart(ParseLines(lines.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{">150k</text>", "full sync: 900 at 150k pods", "RSS after settling: 100 at 1k pods"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+	if n := strings.Count(svg, "<circle "); n != 3*5 {
+		t.Errorf("%d points drawn, want 15 (3 series at 5 sizes)", n)
+	}
+	for sz, want := range map[string]int{"1k": 1000, "150k": 150000, "2000": 2000, "150k_10k_policies": 0, "0k": 0, "k": 0, "+5k": 0, "010k": 0} {
+		if got := sizePods(sz); got != want {
+			t.Errorf("sizePods(%q) = %d, want %d", sz, got, want)
+		}
 	}
 }
 

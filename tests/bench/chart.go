@@ -18,14 +18,7 @@ func ScaleChart(r *Result) (string, error) {
 	}
 	var sizes []size
 	for _, sz := range scaleSizes(r) {
-		var n float64
-		if _, err := fmt.Sscanf(strings.TrimSuffix(sz, "k"), "%g", &n); err != nil {
-			continue
-		}
-		if strings.HasSuffix(sz, "k") {
-			n *= 1000
-		}
-		sizes = append(sizes, size{sz, n})
+		sizes = append(sizes, size{sz, float64(sizePods(sz))})
 	}
 	if len(sizes) < 2 {
 		return "", fmt.Errorf("scale chart: results for %d cluster sizes, need at least 2", len(sizes))
@@ -39,12 +32,12 @@ func ScaleChart(r *Result) (string, error) {
 		}
 		return out
 	}
-	const w, h = 900, 440
+	const w, h = 1000, 440
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
 	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
-	left := panel{x: 70, y: 40, w: 340, h: 270, title: "sync time (ms, log scale)", logY: true}
-	right := panel{x: 530, y: 40, w: 340, h: 270, title: "agent RSS (MiB)"}
+	left := panel{x: 70, y: 40, w: 390, h: 270, title: "sync time (ms, log scale)", logY: true}
+	right := panel{x: 580, y: 40, w: 390, h: 270, title: "agent RSS (MiB)"}
 	var xs []float64
 	for _, s := range sizes {
 		xs = append(xs, s.pods)
@@ -53,12 +46,12 @@ func ScaleChart(r *Result) (string, error) {
 		{"one-pod change, p50", "#1f77b4", series("incr_sync_ms_")},
 		{"one-pod change, max", "#aec7e8", series("incr_sync_ms_max_")},
 		{"full sync", "#d62728", series("full_sync_ms_")},
-	}, goalLine{10, "one-pod target 10 ms"}, goalLine{1000, "full sync at 50k target 1 s"})
+	}, goalLine{1, "one-pod target at 150k: 1 ms"}, goalLine{1000, "full sync target at 100k: 1 s"})
 	right.draw(&b, xs, []line{
 		{"RSS after settling", "#2ca02c", series("rss_mb_")},
 		{"peak RSS (start-up and full builds)", "#bcbd22", series("rss_peak_mb_")},
 		{"Go heap in use", "#98df8a", series("go_heap_mb_")},
-	}, goalLine{150, "target at 50k: 150 MiB"}, goalLine{250, "target at 100k: 250 MiB"})
+	}, goalLine{210, "target at 150k: 210 MiB"}, goalLine{300, "peak target at 150k: 300 MiB"})
 	b.WriteString("</svg>\n")
 	return b.String(), nil
 }

@@ -13,16 +13,19 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
+	"github.com/nftpolicy/nftpolicy/pkg/slim"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/inproc"
 )
 
-// agentHeapProfile runs the agent's controller in this process (what
+// inProcessProfiles runs the agent's controller in this process (what
 // cmd/nftpolicy agent runs: informers with the product's transform, Build,
-// Render, a Syncer writing node-1's table) until its first sync, then writes
-// a heap profile (in-use space after a GC) to path: where the agent
-// process's RSS goes. The agent process must be stopped.
-func agentHeapProfile(ctx context.Context, c *cluster.Cluster, path string, logf func(string, ...any)) error {
+// Render, a Syncer writing node-1's table) until its first sync. With
+// cpuPath, a CPU profile of that start is written there (where the agent's
+// start spends its CPU); with heapPath, a heap profile (in-use space after
+// a GC) a second later: where the agent process's RSS goes. The agent
+// process must be stopped.
+func inProcessProfiles(ctx context.Context, c *cluster.Cluster, heapPath, cpuPath string, logf func(string, ...any)) error {
 	render := compile.RenderConfig{Mode: c.Mode()}
 	if render.UsesQueue() {
 		v, err := queuerule.ProbeQueueVariant(ctx)
@@ -46,11 +49,31 @@ func agentHeapProfile(ctx context.Context, c *cluster.Cluster, path string, logf
 	if err != nil {
 		return err
 	}
-	ctrl, err := controller.New(controller.Config{Client: cs, NodeName: "node-1", NodeIPs: c.NodeIPs("node-1"), Render: render,
+	podCfg := c.Env.RESTConfig()
+	podCfg.DisableCompression = true // as the agent's default
+	podClient, err := slim.NewPodClient(podCfg)
+	if err != nil {
+		return err
+	}
+	ctrl, err := controller.New(controller.Config{Client: cs, PodClient: podClient, NodeName: "node-1", NodeIPs: c.NodeIPs("node-1"), Render: render,
 		Syncer: node.Syncer(), Evaluator: node.Evaluator(), Metrics: controller.NewMetrics(), Logger: quiet})
 	if err != nil {
 		return err
 	}
+	stopCPU := func() error { return nil }
+	if cpuPath != "" {
+		f, err := os.Create(cpuPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		stopCPU = func() error { pprof.StopCPUProfile(); return f.Sync() }
+		defer pprof.StopCPUProfile()
+	}
+	start := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- ctrl.Run(ctx) }()
@@ -64,18 +87,27 @@ func agentHeapProfile(ctx context.Context, c *cluster.Cluster, path string, logf
 			return fmt.Errorf("in-process controller: %w", err)
 		case <-deadline:
 			return fmt.Errorf("in-process controller: not ready after 5 minutes (its first sync did not commit)")
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
 		}
+	}
+	if cpuPath != "" {
+		if err := stopCPU(); err != nil {
+			return err
+		}
+		logf("scale: in-process controller: first sync committed after %v; CPU profile in %s", time.Since(start).Round(time.Millisecond), cpuPath)
+	}
+	if heapPath == "" {
+		return nil
 	}
 	time.Sleep(time.Second)
 	runtime.GC()
-	f, err := os.Create(path)
+	f, err := os.Create(heapPath)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	logf("scale: in-process controller: heap in use %.0f MiB after GC; profile in %s", float64(ms.HeapInuse)/(1<<20), path)
+	logf("scale: in-process controller: heap in use %.0f MiB after GC; profile in %s", float64(ms.HeapInuse)/(1<<20), heapPath)
 	return pprof.Lookup("heap").WriteTo(f, 0)
 }

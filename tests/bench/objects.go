@@ -11,8 +11,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
-	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 )
 
 // The scale benchmark's cluster is pkg/sets' sync benchmark's: namespaces of
@@ -64,7 +65,7 @@ func scalePod(i, j, fakeNodes int) *corev1.Pod {
 // scalePolicies returns the policies of pkg/sets' sync benchmark over nNS
 // namespaces.
 func scalePolicies(nNS, nPolicies int) []*networkingv1.NetworkPolicy {
-	return compiletest.Policies(nNS, nPolicies)
+	return ct.Policies(nNS, nPolicies)
 }
 
 // parallel runs fn(0..n-1) on workers goroutines and returns the first
@@ -114,4 +115,43 @@ func createScalePod(ctx context.Context, cs kubernetes.Interface, i, j, fakeNode
 		return fmt.Errorf("setting the status of pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	return nil
+}
+
+// scaleClusterPolicies are n ClusterNetworkPolicies over the scale
+// benchmark's namespaces, alternating between the Admin and Baseline tiers
+// in groups of four, with the mix of selectors and actions the compiler
+// treats differently: pod subjects by team and tier with a pod peer and a
+// namespace peer; namespace subjects by env with a networks peer on a port;
+// pod subjects by app denying a named port (the experimental channel) to
+// a namespace peer; namespace subjects by team passing (Admin) or
+// accepting pods of another tier.
+func scaleClusterPolicies(n int) []*npav1beta1.ClusterNetworkPolicy {
+	var out []*npav1beta1.ClusterNetworkPolicy
+	team := func(k int) string { return fmt.Sprintf("t%d", k%10) }
+	for i := range n {
+		tier, action := "Admin", "Pass"
+		if (i/4)%2 == 1 {
+			tier, action = "Baseline", "Accept"
+		}
+		name, prio := fmt.Sprintf("scale-%03d", i), int32(i%1001)
+		var cnp *npav1beta1.ClusterNetworkPolicy
+		switch i % 4 {
+		case 0:
+			cnp = ct.CNP(name, tier, prio, ct.PodsSubject(ct.Sel("team", team(i)), ct.Sel("tier", tiers[i%3])),
+				ct.CNPIngress(ct.CNPRule("web", "Accept", ct.ToPods(ct.Sel("team", team(i+1)), ct.Sel("tier", "web"))).On(ct.Proto("TCP", int32(8080+i%5)))),
+				ct.CNPEgress(ct.CNPRule("other-team", "Deny", ct.ToNamespaces(ct.Sel("team", team(i+5))))))
+		case 1:
+			cnp = ct.CNP(name, tier, prio, ct.NamespacesSubject(ct.Sel("env", "dev")),
+				ct.CNPEgress(ct.CNPRule("net", "Deny", ct.ToNetworks(fmt.Sprintf("10.%d.0.0/16", 16+i%6))).On(ct.Proto("TCP", int32(9000+i)))))
+		case 2:
+			cnp = ct.CNP(name, tier, prio, ct.PodsSubject(ct.Sel(), ct.Sel("app", fmt.Sprintf("app-%d", i%20))),
+				ct.CNPIngress(ct.CNPRule("dev-grpc", "Deny", ct.ToNamespaces(ct.Sel("env", "dev"))).On(ct.DestinationNamedPort("grpc"))))
+		default:
+			cnp = ct.CNP(name, tier, prio, ct.NamespacesSubject(ct.Sel("team", team(i))),
+				ct.CNPIngress(ct.CNPRule("api", action, ct.ToPods(ct.Sel(), ct.Sel("tier", "api"))).On(ct.Proto("TCP", 50051))),
+				ct.CNPEgress(ct.CNPRule("own-team", "Accept", ct.ToPods(ct.Sel("team", team(i)), ct.Sel()))))
+		}
+		out = append(out, cnp)
+	}
+	return out
 }

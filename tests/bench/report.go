@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -55,6 +56,16 @@ var Targets = []target{
 	{"full_resync_ms_50k", "<=", 1000},
 	{"rss_mb_50k", "<=", 150},
 	{"rss_mb_100k", "<=", 250},
+	// Issue 31: Kubernetes' supported limit, 150k pods and 10k policies.
+	{"startup_s_150k", "<=", 5},
+	{"startup_agent_cpu_s_150k", "<=", 2},
+	{"full_sync_ms_100k", "<=", 1000},
+	{"full_resync_ms_100k", "<=", 1000},
+	{"rss_mb_150k", "<=", 210},
+	{"rss_peak_mb_150k", "<=", 300},
+	{"rss_marginal_kib_per_pod", "<=", 1.0},
+	{"incr_sync_ms_150k", "<=", 1},
+	{"policy_sync_ms_150k_10k_policies", "<=", 5},
 	{"eval_ns", "<=", 200},
 	{"except_compile_ms_16000", "<=", 300},
 	{"sync_kernel_full_ms_100k", "<=", 3000},
@@ -78,8 +89,11 @@ var Headline = []string{
 	"hybrid_conn_ratio", "hybrid_conn_ratio_denylog", "hybrid_conn_ratio_cnp", "hybrid_cnp_vs_hybrid", "queue_conn_ratio", "hybrid_p50_us", "queue_p50_us", "control_p50_us", "queued_packets_per_conn",
 	"queue_q2_vs_queue", "queue_restart_gap_ms", "queue_restart_admitted_denied",
 	"program_delay_p50_ms", "program_delay_p99_ms",
-	"rss_mb_10k", "rss_mb_50k", "rss_mb_100k", "full_sync_ms_10k", "full_sync_ms_50k", "full_sync_ms_100k", "full_resync_ms_50k",
-	"incr_sync_ms_10k", "incr_sync_ms_50k", "incr_sync_ms_100k", "incr_sync_flatness_100k_vs_10k",
+	"rss_mb_10k", "rss_mb_50k", "rss_mb_100k", "rss_mb_150k", "rss_peak_mb_150k", "rss_marginal_kib_per_pod",
+	"full_sync_ms_10k", "full_sync_ms_50k", "full_sync_ms_100k", "full_resync_ms_50k", "full_resync_ms_100k",
+	"startup_s_150k", "startup_agent_cpu_s_150k",
+	"incr_sync_ms_10k", "incr_sync_ms_50k", "incr_sync_ms_100k", "incr_sync_ms_150k", "incr_sync_flatness_100k_vs_10k",
+	"policy_sync_ms_150k_10k_policies",
 	"eval_ns",
 	"status_gather_ms_1000_nodes", "status_api_writes_per_change_1000_nodes", "wait_latency_ms_p50",
 }
@@ -241,26 +255,48 @@ func Report(r *Result, quick bool) string {
 		row("status", f[0], f[1], f[2])
 	}
 
+	// The scale section's rows, per size and for the policy scale.
+	rssRows := func(a, sfx, when string) {
+		row(a, "RSS "+when, "rss_mb_"+sfx, "MiB")
+		row(a, "peak RSS", "rss_peak_mb_"+sfx, "MiB")
+	}
+	syncRows := func(a, what, prefix, sfx string) {
+		row(a, what+" (nftpolicy_sync_duration_seconds, kind=full)", prefix+"_ms_"+sfx, "ms")
+		if _, ok := r.Get(prefix + "_build_ms_" + sfx); ok {
+			triple(a, what+": build / apply / apply's reading of the kernel's sets (agent log)",
+				[3]string{prefix + "_build_ms_" + sfx, prefix + "_apply_ms_" + sfx, prefix + "_read_ms_" + sfx}, "ms")
+		}
+	}
+	startRows := func(a, sfx string) {
+		row(a, "start to first sync committed (wall)", "startup_s_"+sfx, "s")
+		row(a, "the agent's CPU from start to first sync", "startup_agent_cpu_s_"+sfx, "s")
+	}
+	incrRows := func(a, sfx string) {
+		row(a, "one-pod incremental sync, p50", "incr_sync_ms_"+sfx, "ms")
+		row(a, "one-pod incremental sync, max", "incr_sync_ms_max_"+sfx, "ms")
+	}
+	const firstSync = "first full sync, node without the table"
 	for _, sz := range scaleSizes(r) {
 		a := "agent, " + sz + " pods"
-		row(a, "RSS after settling", "rss_mb_"+sz, "MiB")
-		row(a, "peak RSS", "rss_peak_mb_"+sz, "MiB")
-		for _, k := range []struct{ prefix, what string }{
-			{"full_sync", "first full sync, node without the table"},
-			{"full_resync", "full re-sync, agent restarted over its table"},
-		} {
-			row(a, k.what+" (nftpolicy_sync_duration_seconds, kind=full)", k.prefix+"_ms_"+sz, "ms")
-			if _, ok := r.Get(k.prefix + "_build_ms_" + sz); ok {
-				triple(a, k.what+": build / apply / apply's reading of the kernel's sets (agent log)",
-					[3]string{k.prefix + "_build_ms_" + sz, k.prefix + "_apply_ms_" + sz, k.prefix + "_read_ms_" + sz}, "ms")
-			}
-		}
-		row(a, "one-pod incremental sync, p50", "incr_sync_ms_"+sz, "ms")
-		row(a, "one-pod incremental sync, max", "incr_sync_ms_max_"+sz, "ms")
+		rssRows(a, sz, "after settling")
+		syncRows(a, firstSync, "full_sync", sz)
+		syncRows(a, "full re-sync, agent restarted over its table", "full_resync", sz)
+		incrRows(a, sz)
 		row(a, "CPU per incremental sync", "cpu_ms_per_incr_"+sz, "ms")
-		row(a, "start to first sync committed (wall)", "startup_s_"+sz, "s")
-		row(a, "CPU from start to first sync", "cpu_startup_s_"+sz, "s")
+		startRows(a, sz)
 		row(a, "CPU when idle", "cpu_idle_pct_"+sz, "%")
+	}
+	row("agent at scale", "RSS each pod adds, from 10k pods to the largest size", "rss_marginal_kib_per_pod", "KiB")
+	for _, sfx := range policyScaleNames(r) {
+		a := "agent, " + strings.ReplaceAll(strings.TrimSuffix(sfx, "_policies"), "_", " pods, ") + " NetworkPolicies"
+		row(a, "ClusterNetworkPolicies", "policy_scale_cluster_policies", "")
+		syncRows(a, firstSync, "full_sync", sfx)
+		startRows(a, sfx)
+		row(a, "one NetworkPolicy change (kind=policies), p50", "policy_sync_ms_"+sfx, "ms")
+		row(a, "one NetworkPolicy change, max", "policy_sync_ms_max_"+sfx, "ms")
+		row(a, "the program's rebuild after it (kind=incremental), p50", "policy_refresh_ms_"+sfx, "ms")
+		incrRows(a, sfx)
+		rssRows(a, sfx, "after the changes")
 	}
 
 	for _, sz := range []string{"1k", "10k", "100k"} {
@@ -323,12 +359,40 @@ func Report(r *Result, quick bool) string {
 	return b.String()
 }
 
-// scaleSizes lists the sizes the scale benchmark measured ("10k", "50k").
+// scaleSizes lists the sizes the scale benchmark measured ("10k", "50k"),
+// as sizeName writes them; the policy scale's "150k_10k_policies" is not
+// one.
 func scaleSizes(r *Result) []string {
 	var out []string
 	for _, n := range r.Names() {
-		if sz, ok := strings.CutPrefix(n, "rss_mb_"); ok {
+		if sz, ok := strings.CutPrefix(n, "rss_mb_"); ok && sizePods(sz) > 0 {
 			out = append(out, sz)
+		}
+	}
+	return out
+}
+
+// sizePods is the pod count of a size name ("150k": 150000), 0 if sz is
+// not one.
+func sizePods(sz string) int {
+	num, k := strings.CutSuffix(sz, "k")
+	n, err := strconv.Atoi(num)
+	if err != nil || n <= 0 || strings.TrimLeft(num, "0123456789") != "" || num[0] == '0' {
+		return 0
+	}
+	if k {
+		n *= 1000
+	}
+	return n
+}
+
+// policyScaleNames lists the policy-scale measurements of r
+// ("150k_10k_policies").
+func policyScaleNames(r *Result) []string {
+	var out []string
+	for _, n := range r.Names() {
+		if sfx, ok := strings.CutPrefix(n, "full_sync_ms_"); ok && strings.HasSuffix(sfx, "_policies") {
+			out = append(out, sfx)
 		}
 	}
 	return out

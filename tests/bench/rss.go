@@ -67,7 +67,7 @@ func RunRSS(ctx context.Context, cfg RSSConfig) (*Result, error) {
 }
 
 func runRSS(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, e cluster.Enforcer, res *Result) error {
-	c, cs, err := startScaleCluster(ctx, tb, cfg, e, compile.ModeHybrid)
+	c, cs, _, err := startScaleCluster(ctx, tb, cfg, e, compile.ModeHybrid)
 	if err != nil {
 		return err
 	}

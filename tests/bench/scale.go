@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -40,12 +41,19 @@ type ScaleConfig struct {
 	// HeapProfile, when set, is where a heap profile of the agent's
 	// controller, run in this process at the last size, is written.
 	HeapProfile string
+	// StartupCPUProfile, when set, is where a CPU profile of that
+	// in-process controller, from its start to its first committed sync,
+	// is written (the agent's start: lists, decoding, build, kernel).
+	StartupCPUProfile string
+	// PolicyScale, when set, adds the policies-at-scale measurement
+	// after the last size, over its pods.
+	PolicyScale PolicyScale
 	Logf        func(format string, args ...any)
 }
 
 func (c *ScaleConfig) defaults() {
 	if len(c.Pods) == 0 {
-		c.Pods = []int{1000, 10000, 50000, 100000}
+		c.Pods = []int{1000, 10000, 50000, 100000, 150000}
 	}
 	if c.Policies <= 0 {
 		c.Policies = 1000
@@ -82,7 +90,9 @@ func sizeName(n int) string {
 // the lab, with a few local pods), fills the API with pods on fake nodes
 // and policies, and measures at each size the agent's startup, full sync,
 // one-pod incremental syncs (from its nftpolicy_sync_duration_seconds
-// histogram), CPU and RSS.
+// histogram), CPU and RSS; with cfg.PolicyScale, then the policies at
+// scale over the last size's pods. On an error, the figures measured
+// before it are returned with it.
 func RunScale(ctx context.Context, cfg ScaleConfig) (*Result, error) {
 	cfg.defaults()
 	if !slices.IsSorted(cfg.Pods) {
@@ -98,57 +108,79 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*Result, error) {
 	err := tb.Run(func(tb *cluster.ProgramTB) {
 		runErr = runScale(ctx, tb, cfg, res)
 	})
-	if runErr != nil {
-		return nil, runErr
-	}
-	if err != nil {
-		return nil, err
-	}
-	// Flat in cluster size: the one-pod sync at 100k against 10k.
+	// What was measured before an error is kept: a failure in the
+	// policy-scale step, after an hour of sizes, must not lose them.
+	deriveScale(res, cfg.Pods)
+	return res, errors.Join(runErr, err)
+}
+
+// deriveScale adds the figures computed from several sizes: how flat the
+// one-pod sync is (100k against 10k), and the resident memory each pod
+// adds at the margin, from 10k pods to the largest size (the issue's
+// rss_marginal_kib_per_pod: the agent's fixed cost is left out).
+func deriveScale(res *Result, pods []int) {
 	if a, b := res.Float("incr_sync_ms_10k"), res.Float("incr_sync_ms_100k"); a > 0 && b > 0 {
 		res.Set("incr_sync_flatness_100k_vs_10k", round(b/a, 2))
 	}
-	return res, nil
+	const base = 10000
+	if len(pods) == 0 || pods[len(pods)-1] <= base {
+		return
+	}
+	top := pods[len(pods)-1]
+	lo, hi := res.Float("rss_mb_"+sizeName(base)), res.Float("rss_mb_"+sizeName(top))
+	if math.IsNaN(lo) || math.IsNaN(hi) {
+		return
+	}
+	res.Set("rss_marginal_kib_per_pod", round((hi-lo)*1024/float64(top-base), 3))
 }
 
 func runScale(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, res *Result) error {
-	c, cs, err := startScaleCluster(ctx, tb, cfg, cluster.EnforcerNftpolicy, "")
+	c, cs, pols, err := startScaleCluster(ctx, tb, cfg, cluster.EnforcerNftpolicy, "")
 	if err != nil {
 		return err
 	}
-	res.Set("scale_policies", cfg.Policies)
+	res.Set("scale_policies", len(pols))
 	res.Set("scale_local_pods", cfg.LocalPods)
 
 	agent := c.Agent("node-1")
 	if err := eachScaleSize(ctx, cs, agent, cfg, func(n int) error { return measureSize(ctx, c, cs, agent, n, cfg, res) }); err != nil {
 		return err
 	}
-	if cfg.HeapProfile != "" {
-		return agentHeapProfile(ctx, c, cfg.HeapProfile, cfg.Logf)
+	if cfg.HeapProfile != "" || cfg.StartupCPUProfile != "" {
+		if err := inProcessProfiles(ctx, c, cfg.HeapProfile, cfg.StartupCPUProfile, cfg.Logf); err != nil {
+			return err
+		}
+	}
+	if cfg.PolicyScale.Policies > 0 {
+		have := cfg.Pods[len(cfg.Pods)-1] // every size's pods are in the API
+		if err := measurePolicyScale(ctx, c, cs, agent, have, pols, cfg, res); err != nil {
+			return fmt.Errorf("policy scale: %w", err)
+		}
 	}
 	return nil
 }
 
 // startScaleCluster starts the cluster RunScale and RunRSS measure in: one
 // lab node (node-1) whose agent, of enforcer, is not started, every
-// namespace of the largest size (mode: nftpolicy's, empty for hybrid), cfg.Policies NetworkPolicies spread over
-// the namespaces of the smallest size (so that growing the cluster adds
+// namespace of the largest size (mode: nftpolicy's, empty for hybrid),
+// cfg.Policies NetworkPolicies spread over the namespaces of the smallest size (so that growing the cluster adds
 // pods, not policies) and cfg.LocalPods real pods on node-1 that some of
-// them select. The client it returns writes fast (protobuf, no rate limit).
-func startScaleCluster(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, enforcer cluster.Enforcer, mode compile.Mode) (*cluster.Cluster, kubernetes.Interface, error) {
+// them select. It returns the client, which writes fast (protobuf, no
+// rate limit), and the policies it created.
+func startScaleCluster(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, enforcer cluster.Enforcer, mode compile.Mode) (*cluster.Cluster, kubernetes.Interface, []*networkingv1.NetworkPolicy, error) {
 	c := cluster.Start(tb, cluster.Config{Enforcer: enforcer, Mode: mode, Nodes: []string{"node-1"}, NoAgents: true, Verbosity: 1, Logf: cfg.Logf})
 	rc := c.Env.RESTConfig()
 	rc.QPS, rc.Burst = 1e6, 1e6
 	rc.ContentType = "application/vnd.kubernetes.protobuf"
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	maxPods := cfg.Pods[len(cfg.Pods)-1]
 	nNS := (maxPods + podsPerNS - 1) / podsPerNS
 	t0 := time.Now()
 	if err := parallel(ctx, nNS, 16, func(i int) error { return c.EnsureNamespace(ctx, scaleNSName(i), scaleNSLabels(i)) }); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	firstNS := (cfg.Pods[0] + podsPerNS - 1) / podsPerNS
 	pols := scalePolicies(firstNS, cfg.Policies)
@@ -156,18 +188,18 @@ func startScaleCluster(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConf
 		_, err := cs.NetworkingV1().NetworkPolicies(pols[i].Namespace).Create(ctx, pols[i], metav1.CreateOptions{})
 		return err
 	}); err != nil {
-		return nil, nil, fmt.Errorf("creating policies: %w", err)
+		return nil, nil, nil, fmt.Errorf("creating policies: %w", err)
 	}
 	for k := 0; k < cfg.LocalPods; k++ {
 		j := k % 20 // app-<j>: some policies select it
 		p := cluster.Pod{Namespace: scaleNSName(k % firstNS), Name: fmt.Sprintf("local-%d", k), Node: "node-1",
 			Labels: map[string]string{"app": fmt.Sprintf("app-%d", j), "tier": tiers[k%3]}, Ports: scalePorts(j)}
 		if _, err := c.CreatePod(ctx, p); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	cfg.Logf("scale: %d namespaces, %d policies, %d local pods in %v", nNS, len(pols), cfg.LocalPods, time.Since(t0).Round(time.Millisecond))
-	return c, cs, nil
+	return c, cs, pols, nil
 }
 
 // eachScaleSize grows the API's pods to each of cfg.Pods in turn with the
@@ -215,14 +247,10 @@ func growScalePods(ctx context.Context, cs kubernetes.Interface, have, n int, cf
 // table it wrote (an agent restarted or updated on its node: a re-sync).
 func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interface, agent *cluster.Agent, n int, cfg ScaleConfig, res *Result) error {
 	sz := sizeName(n)
-	if has, err := c.HasTable("node-1"); err != nil {
+	if err := deleteTable(c); err != nil {
 		return err
-	} else if has {
-		if out, err := c.Lab.NodeExec("node-1", "nft", "delete", "table", "inet", compile.TableName); err != nil {
-			return fmt.Errorf("deleting the previous size's table: %v: %s", err, out)
-		}
 	}
-	startup, cpuStartup, err := startAgentTimed(ctx, agent, n, "first sync", "full_sync", cfg, res)
+	startup, cpuStartup, err := startAgentTimed(ctx, agent, sz, "first sync", "full_sync", cfg, res)
 	if err != nil {
 		return err
 	}
@@ -230,41 +258,18 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	if _, err := c.WaitProgrammed(ctx); err != nil {
 		return err
 	}
-
-	// One-pod incremental syncs: a pod of a fake node switches between
-	// tier=web and tier=api, which moves it in or out of a peer set of the
-	// node's ruleset.
-	ns, name, err := pickScalePod(ctx, c)
+	_, prog, rs, err := scaleProgram(ctx, c)
 	if err != nil {
 		return err
 	}
-	var incr []time.Duration
-	cpu0, _ := procCPU(pid)
-	for k := 0; k < cfg.Incremental; k++ {
-		tier := "api"
-		if k%2 == 1 {
-			tier = "web"
-		}
-		before, err := agent.Metrics(ctx)
-		if err != nil {
-			return err
-		}
-		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"tier":%q}}}`, tier)
-		if _, err := cs.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return err
-		}
-		d, err := waitIncremental(ctx, agent, before)
-		if err != nil {
-			return err
-		}
-		incr = append(incr, d)
-		time.Sleep(50 * time.Millisecond)
+	ns, name, err := pickScalePod(prog, rs)
+	if err != nil {
+		return err
 	}
-	if cfg.Incremental%2 == 1 { // leave the pod as it was
-		patch := []byte(`{"metadata":{"labels":{"tier":"web"}}}`)
-		if _, err := cs.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return err
-		}
+	cpu0, _ := procCPU(pid)
+	incr, err := timePodChanges(ctx, cs, agent, ns, name, cfg.Incremental)
+	if err != nil {
+		return err
 	}
 	cpu1, _ := procCPU(pid)
 	if _, err := c.WaitProgrammed(ctx); err != nil {
@@ -288,11 +293,10 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	cfg.Logf("scale: %d pods: RSS anon %.1f MiB file %.1f MiB; Go heap in use %.1f MiB, allocated %.1f MiB, next GC at %.1f MiB, %.0f GCs, last %.1fs ago",
 		n, st["RssAnon"]/1024, st["RssFile"]/1024, m["go_memstats_heap_inuse_bytes"]/(1<<20), m["go_memstats_heap_alloc_bytes"]/(1<<20),
 		m["go_memstats_next_gc_bytes"]/(1<<20), m["go_gc_duration_seconds_count"], float64(time.Now().UnixNano())/1e9-m["go_memstats_last_gc_time_seconds"])
-	inc := append([]time.Duration(nil), incr...)
 	res.Set("startup_s_"+sz, round(startup.Seconds(), 2))
-	res.Set("cpu_startup_s_"+sz, round(cpuStartup, 2))
-	res.Set("incr_sync_ms_"+sz, millis(Percentile(inc, 50)))
-	res.Set("incr_sync_ms_max_"+sz, millis(Percentile(inc, 100)))
+	res.Set("startup_agent_cpu_s_"+sz, round(cpuStartup, 2))
+	res.Set("incr_sync_ms_"+sz, millis(Percentile(incr, 50)))
+	res.Set("incr_sync_ms_max_"+sz, millis(Percentile(incr, 100)))
 	res.Set("cpu_ms_per_incr_"+sz, round((cpu1-cpu0)*1000/float64(len(incr)), 1))
 	res.Set("cpu_idle_pct_"+sz, round((cpu3-cpu2)/cfg.Settle.Seconds()*100, 2))
 	res.Set("rss_mb_"+sz, round(rss, 1))
@@ -302,25 +306,72 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	res.Set("go_heap_alloc_mb_"+sz, round(m["go_memstats_heap_alloc_bytes"]/(1<<20), 1))
 	res.Set("rss_anon_mb_"+sz, round(st["RssAnon"]/1024, 1))
 	cfg.Logf("scale: %d pods: incremental p50 %v max %v; RSS %.0f MB (peak %.0f MB); idle CPU %.2f%%",
-		n, Percentile(inc, 50).Round(10*time.Microsecond), Percentile(inc, 100).Round(10*time.Microsecond), rss, hwm, (cpu3-cpu2)/cfg.Settle.Seconds()*100)
+		n, Percentile(incr, 50).Round(10*time.Microsecond), Percentile(incr, 100).Round(10*time.Microsecond), rss, hwm, (cpu3-cpu2)/cfg.Settle.Seconds()*100)
 
 	// The same agent restarted over its own table: the kernel's sets are
 	// read and compared, only differences are written.
 	if err := agent.Stop(10 * time.Second); err != nil {
 		return err
 	}
-	if _, _, err := startAgentTimed(ctx, agent, n, "re-sync", "full_resync", cfg, res); err != nil {
+	if _, _, err := startAgentTimed(ctx, agent, sz, "re-sync", "full_resync", cfg, res); err != nil {
 		return fmt.Errorf("restart: %w", err)
 	}
 	_, err = c.WaitProgrammed(ctx)
 	return err
 }
 
+// deleteTable deletes node-1's table, if it has one: the next start is a
+// node's boot.
+func deleteTable(c *cluster.Cluster) error {
+	has, err := c.HasTable("node-1")
+	if err != nil || !has {
+		return err
+	}
+	if out, err := c.Lab.NodeExec("node-1", "nft", "delete", "table", "inet", compile.TableName); err != nil {
+		return fmt.Errorf("deleting the previous measurement's table: %v: %s", err, out)
+	}
+	return nil
+}
+
+// timePodChanges times one-pod incremental syncs: a pod of a fake node
+// switches between tier=web and tier=api, which moves it in or out of a
+// peer set of the node's ruleset; the pod is left as it was.
+func timePodChanges(ctx context.Context, cs kubernetes.Interface, agent *cluster.Agent, ns, name string, changes int) ([]time.Duration, error) {
+	var incr []time.Duration
+	for k := 0; k < changes; k++ {
+		tier := "api"
+		if k%2 == 1 {
+			tier = "web"
+		}
+		before, err := scrape(ctx, agent)
+		if err != nil {
+			return nil, err
+		}
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"tier":%q}}}`, tier)
+		if _, err := cs.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return nil, err
+		}
+		d, err := waitSync(ctx, agent, "pods", "", before)
+		if err != nil {
+			return nil, err
+		}
+		incr = append(incr, d)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if changes%2 == 1 {
+		patch := []byte(`{"metadata":{"labels":{"tier":"web"}}}`)
+		if _, err := cs.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	return incr, nil
+}
+
 // startAgentTimed starts the agent and waits for its first committed (full)
-// sync; it records <prefix>_ms_<size> (the sync's duration) and, from the
-// agent's log line, its build / apply / kernel-read split.
-func startAgentTimed(ctx context.Context, agent *cluster.Agent, n int, what, prefix string, cfg ScaleConfig, res *Result) (startup time.Duration, cpuStartup float64, err error) {
-	sz := sizeName(n)
+// sync; it records <prefix>_ms_<sz> (the sync's duration) and, from the
+// agent's log line, its build / apply / kernel-read split. sz names the
+// measurement ("150k", or "150k_10k_policies").
+func startAgentTimed(ctx context.Context, agent *cluster.Agent, sz, what, prefix string, cfg ScaleConfig, res *Result) (startup time.Duration, cpuStartup float64, err error) {
 	// Every start appends to the agent's log: its first sync's line is the
 	// one after those of the earlier starts.
 	firstSyncs := strings.Count(agent.LogTail(math.MaxInt), firstSyncLine)
@@ -348,7 +399,7 @@ func startAgentTimed(ctx context.Context, agent *cluster.Agent, n int, what, pre
 		return 0, 0, err
 	}
 	full := m[`nftpolicy_sync_duration_seconds_sum{kind="full"}`] / m[`nftpolicy_sync_duration_seconds_count{kind="full"}`]
-	cfg.Logf("scale: %d pods, %s: agent ready in %v, full sync %.0f ms, %.1f s CPU", n, what, startup.Round(time.Millisecond), full*1000, cpuStartup)
+	cfg.Logf("scale: %s, %s: agent ready in %v, full sync %.0f ms, %.1f s CPU", sz, what, startup.Round(time.Millisecond), full*1000, cpuStartup)
 	res.Set(prefix+"_ms_"+sz, round(full*1000, 1))
 	logged := false
 	for t0 := time.Now(); !logged && time.Since(t0) < 5*time.Second; time.Sleep(20 * time.Millisecond) {
@@ -357,8 +408,8 @@ func startAgentTimed(ctx context.Context, agent *cluster.Agent, n int, what, pre
 	}
 	tail := agent.LogTail(400)
 	if split, ok := firstSyncValues(tail, "build", "apply", "kernelRead"); ok && logged {
-		cfg.Logf("scale: %d pods, %s: build %.0f ms, apply %.0f ms (of which reading the kernel's sets %.0f ms)",
-			n, what, split[0], split[1], split[2])
+		cfg.Logf("scale: %s, %s: build %.0f ms, apply %.0f ms (of which reading the kernel's sets %.0f ms)",
+			sz, what, split[0], split[1], split[2])
 		res.Set(prefix+"_build_ms_"+sz, round(split[0], 1))
 		res.Set(prefix+"_apply_ms_"+sz, round(split[1], 1))
 		res.Set(prefix+"_read_ms_"+sz, round(split[2], 1))
@@ -367,8 +418,8 @@ func startAgentTimed(ctx context.Context, agent *cluster.Agent, n int, what, pre
 	// duration means it computed, far below it that it waited for a CPU;
 	// page faults are fresh heap pages (each zeroed by the kernel).
 	if u, ok := firstSyncValues(tail, "cpu", "nftCPU", "pageFaults", "gcCycles"); ok && logged {
-		cfg.Logf("scale: %d pods, %s: agent CPU %.0f ms (nft processes %.0f ms), %.0f page faults (%.0f MiB), %.0f GC cycles",
-			n, what, u[0], u[1], u[2], u[2]*4096/(1<<20), u[3])
+		cfg.Logf("scale: %s, %s: agent CPU %.0f ms (nft processes %.0f ms), %.0f page faults (%.0f MiB), %.0f GC cycles",
+			sz, what, u[0], u[1], u[2], u[2]*4096/(1<<20), u[3])
 		res.Set(prefix+"_cpu_ms_"+sz, round(u[0], 1))
 		res.Set(prefix+"_nft_cpu_ms_"+sz, round(u[1], 1))
 		res.Set(prefix+"_page_faults_"+sz, u[2])
@@ -377,13 +428,12 @@ func startAgentTimed(ctx context.Context, agent *cluster.Agent, n int, what, pre
 	return startup, cpuStartup, nil
 }
 
-// pickScalePod finds a pod of a fake node with tier=web that belongs to a
-// peer set of node-1's ruleset ("pods with tier=web in namespace x"), by
-// compiling node-1's program from the API's objects as the agent does.
-func pickScalePod(ctx context.Context, c *cluster.Cluster) (ns, name string, err error) {
+// scaleProgram lists the API's objects and compiles node-1's program and
+// ruleset from them, as the agent does.
+func scaleProgram(ctx context.Context, c *cluster.Cluster) (compile.Input, *compile.Program, *compile.Ruleset, error) {
 	in, err := c.ListInputs(ctx)
 	if err != nil {
-		return "", "", err
+		return in, nil, nil, err
 	}
 	in.NodeName, in.NodeIPs = "node-1", c.NodeIPs("node-1")
 	prog := compile.Build(in)
@@ -391,8 +441,14 @@ func pickScalePod(ctx context.Context, c *cluster.Cluster) (ns, name string, err
 	rcfg.Defaults()
 	rs, err := compile.Render(prog, rcfg)
 	if err != nil {
-		return "", "", err
+		return in, nil, nil, err
 	}
+	return in, prog, rs, nil
+}
+
+// pickScalePod finds a pod of a fake node with tier=web that belongs to a
+// peer set of node-1's ruleset ("pods with tier=web in namespace x").
+func pickScalePod(prog *compile.Program, rs *compile.Ruleset) (ns, name string, err error) {
 	for si := range prog.Selectors {
 		sel := &prog.Selectors[si]
 		if !strings.HasPrefix(sel.Key, "ns=") || !strings.HasSuffix(sel.Key, "|pods=tier=web") {
@@ -410,23 +466,44 @@ func pickScalePod(ctx context.Context, c *cluster.Cluster) (ns, name string, err
 	return "", "", errors.New("no pod of a fake node is in a tier=web peer set of node-1's ruleset")
 }
 
-// waitIncremental waits for the agent's next sync of pod changes (kind
-// "pods": the tracker's element changes) after the metrics in before and
-// returns its duration (the mean if several ran).
-func waitIncremental(ctx context.Context, agent *cluster.Agent, before map[string]float64) (time.Duration, error) {
-	const cnt, sum = `nftpolicy_sync_duration_seconds_count{kind="pods"}`, `nftpolicy_sync_duration_seconds_sum{kind="pods"}`
-	deadline := time.Now().Add(time.Minute)
+// waitSync waits for the agent's next sync of the given kind ("pods": the
+// tracker's element changes; "policies": NetworkPolicy changes through the
+// tracker; "incremental": a rebuild) after the metrics in before and
+// returns its duration (the mean if several ran). A sync of kind instead
+// (if not "") without one of kind is an error: the change did not take
+// the path being timed.
+func waitSync(ctx context.Context, agent *cluster.Agent, kind, instead string, before map[string]float64) (time.Duration, error) {
+	count := func(k string) string { return `nftpolicy_sync_duration_seconds_count{kind="` + k + `"}` }
+	cnt, sum := count(kind), `nftpolicy_sync_duration_seconds_sum{kind="`+kind+`"}`
+	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
 		m, err := agent.Metrics(ctx)
 		if err == nil && m[cnt] > before[cnt] {
 			return time.Duration((m[sum] - before[sum]) / (m[cnt] - before[cnt]) * float64(time.Second)), nil
+		}
+		if err == nil && instead != "" && m[count(instead)] > before[count(instead)] {
+			return 0, fmt.Errorf("a %q sync instead of a %q sync; log tail:\n%s", instead, kind, agent.LogTail(30))
 		}
 		if !agent.Running() {
 			return 0, fmt.Errorf("the agent exited; log tail:\n%s", agent.LogTail(30))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return 0, fmt.Errorf("no incremental sync within a minute; log tail:\n%s", agent.LogTail(30))
+	return 0, fmt.Errorf("no %q sync within 3 minutes; log tail:\n%s", kind, agent.LogTail(30))
+}
+
+// scrape reads the agent's metrics, trying again for up to a minute: an
+// agent busy with a rebuild at 150k pods and 10k policies, on a loaded
+// machine, can miss the client's 5 s timeout.
+func scrape(ctx context.Context, agent *cluster.Agent) (map[string]float64, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		m, err := agent.Metrics(ctx)
+		if err == nil || !agent.Running() || time.Now().After(deadline) || ctx.Err() != nil {
+			return m, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // procCPU returns the user+system CPU seconds of a process.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"net/netip"
 	"slices"
 	"testing"
 )
@@ -31,5 +32,75 @@ I1201 15:55:36.000000       1 controller.go:572] "Synced pod changes" logger="ag
 	}
 	if _, ok := firstSyncValues(`I1201 15:54:35.376468 1 controller.go:572] "Synced" build="1s"`, "build"); ok {
 		t.Error("a line other than the first sync's gave a value")
+	}
+}
+
+// TestDeriveScale: the marginal resident memory per pod is taken from 10k
+// pods to the largest size measured, in KiB; without 10k, or with nothing
+// above it, there is none.
+func TestDeriveScale(t *testing.T) {
+	pods := []int{1000, 10000, 50000, 100000, 150000}
+	r := ParseLines("rss_mb_1k=50\nrss_mb_10k=65\nrss_mb_100k=200\nrss_mb_150k=205\nincr_sync_ms_10k=0.2\nincr_sync_ms_100k=0.3\n")
+	deriveScale(r, pods)
+	// (205 - 65) MiB over 140,000 pods.
+	if got := r.Float("rss_marginal_kib_per_pod"); got != 1.024 {
+		t.Errorf("rss_marginal_kib_per_pod = %v, want 1.024", got)
+	}
+	if got := r.Float("incr_sync_flatness_100k_vs_10k"); got != 1.5 {
+		t.Errorf("incr_sync_flatness_100k_vs_10k = %v, want 1.5", got)
+	}
+	for _, c := range []struct {
+		lines string
+		pods  []int
+	}{
+		{"rss_mb_1k=50\nrss_mb_10k=65\n", []int{1000, 10000}},
+		{"rss_mb_1k=50\nrss_mb_50k=150\n", []int{1000, 50000}},
+		{"rss_mb_10k=65\n", []int{10000, 150000}}, // the largest size failed
+	} {
+		r := ParseLines(c.lines)
+		deriveScale(r, c.pods)
+		if s, ok := r.Get("rss_marginal_kib_per_pod"); ok {
+			t.Errorf("sizes %v, %q: rss_marginal_kib_per_pod = %s, want none", c.pods, c.lines, s)
+		}
+	}
+}
+
+// TestParsePolicyScale: NETWORKPOLICIES:CLUSTERNETWORKPOLICIES, "" off;
+// anything else is an error.
+func TestParsePolicyScale(t *testing.T) {
+	for in, want := range map[string]PolicyScale{"": {}, "10000:100": {10000, 100}, "200:0": {200, 0}} {
+		if got, err := ParsePolicyScale(in); err != nil || got != want {
+			t.Errorf("ParsePolicyScale(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"10000", "0:100", "-1:5", "10:-1", "a:b", "10:", ":10", "150000:10000:100"} {
+		if got, err := ParsePolicyScale(in); err == nil {
+			t.Errorf("ParsePolicyScale(%q) = %+v, no error", in, got)
+		}
+	}
+	if got := (PolicyScale{Policies: 10000, ClusterPolicies: 100}).name(150000); got != "150k_10k_policies" {
+		t.Errorf("name = %q", got)
+	}
+}
+
+// TestScaleNamesAt150k: at 150k pods (1500 namespaces) every pod has its
+// own IP, outside the lab's 10.244.0.0/16, and every namespace its own
+// name.
+func TestScaleNamesAt150k(t *testing.T) {
+	const pods = 150000
+	lab := netip.MustParsePrefix("10.244.0.0/16")
+	ips := make(map[netip.Addr]bool, pods)
+	names := map[string]bool{}
+	for k := range pods {
+		i, j := k/podsPerNS, k%podsPerNS
+		ip := scalePodIP(i, j)
+		if ips[ip] || lab.Contains(ip) || !ip.Is4() {
+			t.Fatalf("pod %d of namespace %d: IP %v repeated or in the lab's %v", j, i, ip, lab)
+		}
+		ips[ip] = true
+		names[scaleNSName(i)] = true
+	}
+	if len(names) != pods/podsPerNS {
+		t.Errorf("%d namespace names for %d namespaces", len(names), pods/podsPerNS)
 	}
 }

@@ -6,7 +6,7 @@
 // docs/performance.md. hack/bench.sh drives it.
 //
 //	nftbench conn  [--rounds N] [--duration D] [--max-conns N] [--workers N] [--reply] [--client-in-process]
-//	nftbench scale [--pods 1000,10000,50000,100000] [--policies 1000] [--local-pods 4]
+//	nftbench scale [--pods 1000,10000,50000,100000,150000] [--policies 1000] [--local-pods 4] [--policy-scale 10000:100]
 //	nftbench delay [--cycles 5] [--interval 2ms] [--mode hybrid]
 //	nftbench newpod [--pods 200] [--informer-delay 30ms] [--revocations 20]
 //	nftbench queueflood [--rounds 3]
@@ -126,14 +126,21 @@ func main() {
 	case "scale":
 		var c bench.ScaleConfig
 		var pods string
-		fs.StringVar(&pods, "pods", "1000,10000,50000,100000", "pod counts in the API, comma-separated, increasing")
+		fs.StringVar(&pods, "pods", "1000,10000,50000,100000,150000", "pod counts in the API, comma-separated, increasing")
 		fs.IntVar(&c.Policies, "policies", 1000, "NetworkPolicies in the API")
 		fs.IntVar(&c.LocalPods, "local-pods", 4, "pods on the agent's node")
 		fs.IntVar(&c.Incremental, "incremental", 10, "one-pod label changes timed per size")
 		fs.DurationVar(&c.Settle, "settle", 10*time.Second, "idle time over which RSS and CPU are read")
 		fs.IntVar(&c.Parallel, "parallel", 48, "concurrent API writes while creating pods")
 		fs.StringVar(&c.HeapProfile, "heapprofile", "", "after the last size, run the agent's controller in this process and write its heap profile here")
+		fs.StringVar(&c.StartupCPUProfile, "startup-cpuprofile", "", "after the last size, run the agent's controller in this process and write a CPU profile of its start (to the first committed sync) here")
+		policyScale := fs.String("policy-scale", "", "after the last size, over its pods: NETWORKPOLICIES:CLUSTERNETWORKPOLICIES (10000:100) replacing --policies; times the first sync, one NetworkPolicy change and one pod change")
 		_ = fs.Parse(args)
+		var perr error
+		if c.PolicyScale, perr = bench.ParsePolicyScale(*policyScale); perr != nil {
+			fmt.Fprintf(os.Stderr, "--policy-scale: %v\n", perr)
+			os.Exit(2)
+		}
 		for _, s := range strings.Split(pods, ",") {
 			n, perr := strconv.Atoi(strings.TrimSpace(s))
 			if perr != nil {
@@ -281,6 +288,10 @@ func main() {
 	}
 	if err != nil {
 		logf("%s failed after %v: %v", cmd, time.Since(start).Round(time.Millisecond), err)
+		if res != nil {
+			// What was measured before the failure (scale keeps it).
+			fmt.Print(res.Lines())
+		}
 		os.Exit(1)
 	}
 	res.Set(cmd+"_wall_s", time.Since(start).Round(100*time.Millisecond).Seconds())

@@ -1,4 +1,10 @@
-package controller
+// Package slim holds the compact forms in which the agent stores API
+// objects: what the compiler reads and nothing else, with what many objects
+// repeat shared. Pods, most of the agent's memory, reach this form either
+// from a decoded corev1.Pod (Pod, the informers' Transform) or straight
+// from the API server's protobuf watch stream (WatchDecoder), without a
+// corev1.Pod in between.
+package slim
 
 import (
 	"slices"
@@ -133,13 +139,13 @@ func sharedNamedPorts(ports []compile.ContainerPort) []compile.ContainerPort {
 	})
 }
 
-// slimPod reads a pod into what the informer stores: a compile.PodInfo,
+// Pod reads a pod into what the informer stores: a compile.PodInfo,
 // what policies read and nothing else (identity and resourceVersion for
 // change detection and the inputs fingerprint, labels, creation and
 // deletion time, node, addresses, named ports, in the order they resolve
 // in), with what many pods repeat shared. A decoded Pod is about 1.2 KB
 // before its strings, maps and slices; a PodInfo about 330 bytes.
-func slimPod(p *corev1.Pod) *compile.PodInfo {
+func Pod(p *corev1.Pod) *compile.PodInfo {
 	pi := compile.NewPodInfo(p)
 	pi.Namespace = intern(p.Namespace)
 	pi.Labels = internLabels(p.Labels)
@@ -148,7 +154,9 @@ func slimPod(p *corev1.Pod) *compile.PodInfo {
 	return pi
 }
 
-func slimNamespace(ns *corev1.Namespace) *corev1.Namespace {
+// Namespace keeps a namespace's name, identity, labels and the staged
+// annotation.
+func Namespace(ns *corev1.Namespace) *corev1.Namespace {
 	return &corev1.Namespace{
 		TypeMeta: ns.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
@@ -156,22 +164,22 @@ func slimNamespace(ns *corev1.Namespace) *corev1.Namespace {
 			UID:             ns.UID,
 			ResourceVersion: ns.ResourceVersion,
 			Labels:          internLabels(ns.Labels),
-			Annotations:     stagedAnnotation(ns.Annotations),
+			Annotations:     KeepStaged(ns.Annotations),
 		},
 	}
 }
 
-// slimPolicy drops bookkeeping the compiler never reads. The informer owns
+// Policy drops bookkeeping the compiler never reads. The informer owns
 // the decoded object, so it is changed in place.
-func slimPolicy(np *networkingv1.NetworkPolicy) *networkingv1.NetworkPolicy {
+func Policy(np *networkingv1.NetworkPolicy) *networkingv1.NetworkPolicy {
 	np.ManagedFields = nil
-	np.Annotations = stagedAnnotation(np.Annotations)
+	np.Annotations = KeepStaged(np.Annotations)
 	return np
 }
 
-// stagedAnnotation keeps, of an object's annotations, the one the
+// KeepStaged keeps, of an object's annotations, the one the
 // compiler reads: compile.StagedAnnotation (nil without it).
-func stagedAnnotation(a map[string]string) map[string]string {
+func KeepStaged(a map[string]string) map[string]string {
 	v, ok := a[compile.StagedAnnotation]
 	if !ok {
 		return nil
@@ -179,10 +187,10 @@ func stagedAnnotation(a map[string]string) map[string]string {
 	return map[string]string{compile.StagedAnnotation: v}
 }
 
-// slimNode keeps what ClusterNetworkPolicy nodes peers read, labels and
+// Node keeps what ClusterNetworkPolicy nodes peers read, labels and
 // addresses, and the pod ranges (spec.podCIDRs) unknown pods are recognized
 // by. Everything else of a Node changes with every status heartbeat.
-func slimNode(n *corev1.Node) *corev1.Node {
+func Node(n *corev1.Node) *corev1.Node {
 	return &corev1.Node{
 		Spec:     corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
 		TypeMeta: n.TypeMeta,
@@ -196,17 +204,19 @@ func slimNode(n *corev1.Node) *corev1.Node {
 	}
 }
 
-// transform is the informers' transform: it runs before objects are stored.
-func transform(obj any) (any, error) {
+// Transform is the informers' transform: it runs before objects are
+// stored. Tools that list objects themselves (`nftpolicy explain`) use it
+// to see them as the agent does. Objects already slim pass through.
+func Transform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		return slimPod(o), nil
+		return Pod(o), nil
 	case *corev1.Namespace:
-		return slimNamespace(o), nil
+		return Namespace(o), nil
 	case *networkingv1.NetworkPolicy:
-		return slimPolicy(o), nil
+		return Policy(o), nil
 	case *corev1.Node:
-		return slimNode(o), nil
+		return Node(o), nil
 	}
 	return obj, nil
 }
