@@ -80,9 +80,10 @@ diff:
 # Side by side with kube-network-policies (issue 30, docs/comparison.md):
 # builds the peer at a pinned version (patched only where this kernel lacks
 # the nft queue expression) and runs both in the real-API lab; prints
-# name=value figures.
+# name=value figures; COMPARE_OUT=DIR keeps them, the log and an SVG chart
+# of connection rate and latency in DIR.
 compare: deps tools build
-	bash hack/compare.sh
+	bash hack/compare.sh $(if $(COMPARE_OUT),--out $(COMPARE_OUT))
 
 diff-long:
 	bash hack/diff.sh --seeds $(LONG_SEEDS) --mode hybrid

@@ -5,6 +5,11 @@
 # docs/comparison.md explains what is measured and what is not yet.
 #
 #   bash hack/compare.sh          # `make compare`: build the peer, then run the comparison
+#   bash hack/compare.sh --out DIR  # the same, and keep in DIR the figures
+#                                 # (compare.txt), the test log (compare.log)
+#                                 # and the chart of connection rate and
+#                                 # latency drawn from them (compare-conn.svg,
+#                                 # `nftbench comparechart`)
 #   bash hack/compare.sh build    # only build the peer; prints the binary's path
 #
 # The peer is built from the Go module proxy at a pinned version into a cache
@@ -24,19 +29,45 @@
 #        then nftpolicy hybrid, one cluster each); *_disagreements, *_probes
 #   knp_generated_agreement, nftpolicy_generated_agreement  the same on the
 #        first generated NetworkPolicy-v1-only scenarios (generated_seeds)
-#   knp_program_delay_p50_ms, nftpolicy_program_delay_p50_ms (and _p99_ms)
-#        API write to the first probe that sees the new verdict
+#   knp_program_delay_p50_ms, nftpolicy_program_delay_p50_ms (and _p99_ms,
+#        _samples)  API write to the first probe that sees the new verdict
 #   knp_conn_ratio, hybrid_vs_knp_conn_ratio, queue_vs_knp_conn_ratio
 #        connection rate against no policy / nftpolicy's against the peer's,
 #        medians over interleaved rounds (tests/bench RunConn); *_p50_us,
-#        *_p99_us connect latency; *_failed allowed connections that failed
+#        *_p99_us connect latency; *_failed allowed connections that failed;
+#        conn_rounds; *_conn_ratio_same, _cross of the peer, hybrid_conn_ratio,
+#        queue_conn_ratio, conntrack_conn_ratio;
+#        per mode (control, conntrack, hybrid, queue, knp) and path (same,
+#        cross) <mode>_rate_<path>, <mode>_p50_us_<path>, <mode>_p99_us_<path>,
+#        which the chart of --out draws
 #   knp_cpu_us_per_conn, queue_cpu_us_per_conn, hybrid_cpu_us_per_conn
 #        agent process CPU (/proc/PID/stat) per new connection to a selected
 #        pod, same node and cross node (tests/bench RunCPU);
-#        queue_vs_knp_cpu_ratio
-#   knp_restart_admitted_denied, knp_restart_failed_allowed, knp_restart_gap_ms
-#        SIGKILL of the peer under a connection loop, its default
-#        (fail-closed) mode (tests/bench RunRestart)
+#        queue_vs_knp_cpu_ratio; per enforcer/mode *_cpu_us_per_conn_same,
+#        _cross, *_cpu_queued_per_conn, *_cpu_idle_ms_per_s, *_cpu_failed,
+#        *_cpu_conns
+#   <who>_restart_admitted_denied, _failed_allowed, _gap_ms (and
+#        _gap_ms_median, _listen_ms, _ready_ms, _restarts)  SIGKILL of the
+#        agent of the server's node under a connection loop (tests/bench
+#        RunRestart), <who> one of knp, knp_failopen, queue, queue_failopen,
+#        hybrid, hybrid_failopen: the peer and nftpolicy queue and hybrid
+#        mode, each in its default (fail-closed) mode and with --fail-open
+#   knp_new_pod_leaked_packets, new_pod_leaked_packets (and _allowed_failed,
+#        _first_packet_delay_ms_p50/_p99, _pods)  new pods that connect 30 ms
+#        before their API object exists, half of them denied by policy:
+#        denied connections admitted plus conntrack entries of denied pods,
+#        the peer and nftpolicy hybrid (tests/bench RunNewPodWindow)
+#   knp_rss_mb_1k, knp_rss_mb_10k, rss_mb_1k, rss_mb_10k (and *_peak_mb_*)
+#        VmRSS (VmHWM) of one node's agent, the peer and nftpolicy hybrid,
+#        started with 1k and 10k pods (of fake nodes) in the API, programmed,
+#        then idle 5 s (tests/bench RunRSS)
+#   knp_version, kernel, loadavg_before, loadavg_after  the peer's version,
+#        uname -r, and the load averages (1, 5, 15 min) when the tests began
+#        and ended (the machine may be shared)
+#
+# On stderr, after the figures: every probe of either enforcer that did not
+# get the expected verdict, with `nftpolicy explain`'s explanation of that
+# flow (the compare_disagreement lines of tests/e2e), or "none".
 set -euo pipefail
 
 KNP_MODULE=sigs.k8s.io/kube-network-policies
@@ -120,13 +151,19 @@ build() {
 }
 
 main() {
+	local outdir=
 	case ${1:-} in
 	build)
 		build
 		return
 		;;
+	--out)
+		[[ -n ${2:-} ]] || { printf '[compare.sh] --out needs a directory\n' >&2; exit 2; }
+		outdir=$2
+		mkdir -p "$outdir"
+		;;
 	'') ;;
-	*) printf '[compare.sh] unknown argument %q (known: build)\n' "$1" >&2; exit 2 ;;
+	*) printf '[compare.sh] unknown argument %q (known: build, --out DIR)\n' "$1" >&2; exit 2 ;;
 	esac
 	local knp
 	knp=$(build)
@@ -134,13 +171,36 @@ main() {
 	(cd "$ROOT" && bash hack/tools.sh >/dev/null && go build -o _output/bin/nftpolicy ./cmd/nftpolicy)
 	# One package at a time (-p 1): the connection rates must not share the
 	# CPUs with the correctness run.
-	log "running the comparison (TestCompare* of tests/e2e and tests/bench)"
+	local load_before
+	load_before=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)
+	log "running the comparison (TestCompare* of tests/e2e and tests/bench); load average $load_before"
 	OUT=$(mktemp)
-	trap 'rm -f "$OUT"' EXIT
+	FIG=$(mktemp)
+	trap 'rm -f "$OUT" "$FIG"' EXIT
+	local rc=0
 	(cd "$ROOT" && NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_COMPARE_RUN=1 NFTPOLICY_KNP_BIN=$knp NFTPOLICY_BIN=$ROOT/_output/bin/nftpolicy \
-		go test -p 1 -count=1 -timeout 40m -v -run '^TestCompare' ./tests/e2e ./tests/bench) | tee "$OUT" >&2
-	printf 'knp_version=%s\nkernel=%s\n' "$KNP_VERSION" "$(uname -r)"
-	sed -n 's/^compare_figure: \([a-z0-9_]*=.*\)$/\1/p' "$OUT"
+		go test -p 1 -count=1 -timeout 60m -v -run '^TestCompare' ./tests/e2e ./tests/bench) 2>&1 | tee "$OUT" >&2 || rc=$?
+	{
+		printf 'knp_version=%s\nkernel=%s\nloadavg_before=%s\nloadavg_after=%s\n' "$KNP_VERSION" "$(uname -r)" "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
+		sed -n 's/^compare_figure: \([a-z0-9_]*=.*\)$/\1/p' "$OUT"
+	} >"$FIG"
+	cat "$FIG"
+	# Every probe of either enforcer that disagreed with the expected
+	# verdict, with the evaluator's explanation (tests/e2e prints them).
+	if grep -q '^compare_disagreement: ' "$OUT"; then
+		log "disagreements:"
+		sed -n 's/^compare_disagreement: //p' "$OUT" >&2
+	else
+		log "disagreements: none"
+	fi
+	if [[ -n $outdir ]]; then
+		cp "$FIG" "$outdir/compare.txt"
+		cp "$OUT" "$outdir/compare.log"
+		(cd "$ROOT" && go run ./tests/bench/cmd/nftbench comparechart "$outdir/compare.txt") >"$outdir/compare-conn.svg" ||
+			{ log "no chart: the run gave no connection figures"; rm -f "$outdir/compare-conn.svg"; }
+		log "figures, log and chart in $outdir"
+	fi
+	return "$rc"
 }
 
 main "$@"

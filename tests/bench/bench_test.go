@@ -262,3 +262,35 @@ func TestScaleChart(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareChart draws a bar per mode and path in each of the three
+// panels from hack/compare.sh's lines, each bar titled with its figure,
+// and leaves out a figure the run did not give.
+func TestCompareChart(t *testing.T) {
+	var lines strings.Builder
+	for i, m := range []string{ModeControl, ModeConntrack, ModeHybrid, ModeQueue, ModeKNP} {
+		for j, p := range ConnPaths {
+			if m == ModeKNP && p == PathCross {
+				continue // missing: no bar
+			}
+			fmt.Fprintf(&lines, "%s_rate_%s=%d\n%s_p50_us_%s=%d\n%s_p99_us_%s=%d\n", m, p, 10000-1000*i-100*j, m, p, 20+10*i+j, m, p, 300+100*i+j)
+		}
+	}
+	lines.WriteString("knp_version=v0.8.0\n")
+	svg, err := CompareChart(ParseLines(lines.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<svg", "<title>nftpolicy hybrid, same node: 8000</title>", "<title>kube-network-policies, same node: 6000</title>",
+		"<title>nftpolicy queue, cross node: 51</title>", "<title>no policy, cross node: 301</title>", "kube-network-policies</text>"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+	if n := strings.Count(svg, "<title>"); n != 3*9 {
+		t.Errorf("%d bars drawn, want %d (3 panels of 5 modes on 2 paths, one figure missing)", n, 3*9)
+	}
+	if _, err := CompareChart(ParseLines("knp_conn_ratio=0.2\n")); err == nil {
+		t.Error("a chart without connection figures drawn without complaint")
+	}
+}

@@ -89,35 +89,10 @@ func (p panel) draw(b *strings.Builder, xs []float64, lines []line, targets ...g
 	if math.IsInf(lo, 0) {
 		return
 	}
-	ty := func(v float64) float64 { return v }
-	if p.logY {
-		lo, hi = math.Pow(10, math.Floor(math.Log10(math.Max(lo, 0.01)))), math.Pow(10, math.Ceil(math.Log10(hi)))
-		ty = func(v float64) float64 { return math.Log10(math.Max(v, lo)) }
-	} else {
-		lo, hi = 0, niceCeil(hi)
-	}
 	sx := func(v float64) float64 {
 		return p.x + (math.Log10(v)-math.Log10(minX))/(math.Log10(maxX)-math.Log10(minX))*p.w
 	}
-	sy := func(v float64) float64 { return p.y + p.h - (ty(v)-ty(lo))/(ty(hi)-ty(lo))*p.h }
-	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" font-weight="bold">%s</text>`+"\n", p.x, p.y-15, p.title)
-	fmt.Fprintf(b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#888"/>`+"\n", p.x, p.y, p.w, p.h)
-	// Y ticks: decades on a log axis, fifths otherwise.
-	var ticks []float64
-	if p.logY {
-		for v := lo; v <= hi*1.0001; v *= 10 {
-			ticks = append(ticks, v)
-		}
-	} else {
-		for i := 0; i <= 5; i++ {
-			ticks = append(ticks, lo+(hi-lo)*float64(i)/5)
-		}
-	}
-	for _, v := range ticks {
-		y := sy(v)
-		fmt.Fprintf(b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/>`+"\n", p.x, y, p.x+p.w, y)
-		fmt.Fprintf(b, `<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n", p.x-5, y+4, trimFloat(v))
-	}
+	sy := p.frame(b, lo, hi)
 	// X ticks at the measured sizes.
 	for _, v := range xs {
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#eee"/>`+"\n", sx(v), p.y, sx(v), p.y+p.h)
@@ -150,6 +125,38 @@ func (p panel) draw(b *strings.Builder, xs []float64, lines []line, targets ...g
 		fmt.Fprintf(b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="%s" stroke-width="2"/>`+"\n", p.x+8, ly-4, p.x+28, ly-4, l.color)
 		fmt.Fprintf(b, `<text x="%.0f" y="%.0f">%s</text>`+"\n", p.x+32, ly, l.label)
 	}
+}
+
+// frame draws the panel's title, border and y ticks (decades on a log
+// axis, fifths from 0 otherwise) for values from lo to hi, and returns the
+// y coordinate of a value.
+func (p panel) frame(b *strings.Builder, lo, hi float64) func(float64) float64 {
+	ty := func(v float64) float64 { return v }
+	if p.logY {
+		lo, hi = math.Pow(10, math.Floor(math.Log10(math.Max(lo, 0.01)))), math.Pow(10, math.Ceil(math.Log10(hi)))
+		ty = func(v float64) float64 { return math.Log10(math.Max(v, lo)) }
+	} else {
+		lo, hi = 0, niceCeil(hi)
+	}
+	sy := func(v float64) float64 { return p.y + p.h - (ty(v)-ty(lo))/(ty(hi)-ty(lo))*p.h }
+	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" font-weight="bold">%s</text>`+"\n", p.x, p.y-15, p.title)
+	fmt.Fprintf(b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#888"/>`+"\n", p.x, p.y, p.w, p.h)
+	var ticks []float64
+	if p.logY {
+		for v := lo; v <= hi*1.0001; v *= 10 {
+			ticks = append(ticks, v)
+		}
+	} else {
+		for i := 0; i <= 5; i++ {
+			ticks = append(ticks, lo+(hi-lo)*float64(i)/5)
+		}
+	}
+	for _, v := range ticks {
+		y := sy(v)
+		fmt.Fprintf(b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/>`+"\n", p.x, y, p.x+p.w, y)
+		fmt.Fprintf(b, `<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n", p.x-5, y+4, trimFloat(v))
+	}
+	return sy
 }
 
 func niceCeil(v float64) float64 {

@@ -19,11 +19,17 @@ type RestartConfig struct {
 	Load, KillAfter time.Duration
 	// ConnTimeout bounds one connection (below the 1 s SYN retransmit).
 	ConnTimeout time.Duration
-	// Enforcer is the agent killed: nftpolicy in queue mode (empty or
-	// cluster.EnforcerNftpolicy; figures queue_restart_*) or
-	// kube-network-policies in its default fail mode (cluster.EnforcerKNP;
-	// figures knp_restart_*, issue 30).
+	// Enforcer is the agent killed: nftpolicy (empty or
+	// cluster.EnforcerNftpolicy) in Mode, or kube-network-policies
+	// (cluster.EnforcerKNP, issue 30).
 	Enforcer cluster.Enforcer
+	// Mode is nftpolicy's mode; empty means queue (the mode whose every
+	// new connection waits for the agent).
+	Mode compile.Mode
+	// FailOpen runs the agents with --fail-open (both enforcers spell it
+	// so): their queue rules' bypass lets packets through while nobody
+	// reads the queue. Both default to fail-closed.
+	FailOpen bool
 	Logf     func(format string, args ...any)
 }
 
@@ -46,10 +52,27 @@ func (c *RestartConfig) defaults() {
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
+	if c.Mode == "" {
+		c.Mode = compile.ModeQueue
+	}
+}
+
+// restartPrefix names RunRestart's figures after what the cluster runs:
+// knp_ for kube-network-policies, else nftpolicy's mode (queue_,
+// hybrid_), then failopen_ with --fail-open, then restart_.
+func restartPrefix(e cluster.Enforcer, mode compile.Mode, failOpen bool) string {
+	p := string(mode) + "_"
+	if e == cluster.EnforcerKNP {
+		p = "knp_"
+	}
+	if failOpen {
+		p += "failopen_"
+	}
+	return p + "restart_"
 }
 
 // RunRestart (root) measures what a SIGKILL of the agent costs in queue mode
-// (or of the peer, RestartConfig.Enforcer): a
+// (or another mode, or the peer: RestartConfig.Enforcer, Mode, FailOpen): a
 // real kube-apiserver, two nodes with real agent processes (--state-dir as
 // the DaemonSet has it), an allowed and a denied client on node-2 opening a
 // connection every Interval to a server on node-1, whose agent is killed
@@ -60,7 +83,10 @@ func (c *RestartConfig) defaults() {
 //	queue_restart_listen_ms        worst time from SIGKILL to the new agent listening on the queue
 //	queue_restart_ready_ms         worst time from SIGKILL to its /readyz (first sync committed)
 //	queue_restart_failed_allowed   allowed connections that failed, all restarts
-//	queue_restart_admitted_denied  denied connections that succeeded, all restarts (must be 0)
+//	queue_restart_admitted_denied  denied connections that succeeded, all restarts (0 when fail-closed)
+//
+// The prefix is restartPrefix's: queue_restart_, queue_failopen_restart_,
+// hybrid_restart_, knp_restart_, knp_failopen_restart_ and so on.
 func RunRestart(ctx context.Context, cfg RestartConfig) (*Result, error) {
 	cfg.defaults()
 	return runInProgramTB("restart", func(tb *cluster.ProgramTB, res *Result) error { return runRestart(ctx, tb, cfg, res) })
@@ -69,11 +95,15 @@ func RunRestart(ctx context.Context, cfg RestartConfig) (*Result, error) {
 const restartNS = "restart"
 
 func runRestart(ctx context.Context, tb *cluster.ProgramTB, cfg RestartConfig, res *Result) error {
-	c := cluster.Start(tb, cluster.Config{Enforcer: cfg.Enforcer, Mode: compile.ModeQueue, Verbosity: 1, Logf: cfg.Logf})
+	var args []string
+	if cfg.FailOpen {
+		args = []string{"--fail-open"}
+	}
+	c := cluster.Start(tb, cluster.Config{Enforcer: cfg.Enforcer, Mode: cfg.Mode, AgentArgs: args, Verbosity: 1, Logf: cfg.Logf})
 	// The figures are named after what the cluster runs, not what was asked.
-	prefix, queueNum := "queue_restart_", uint16(100) // the agent's default --queue-num
+	prefix, queueNum := restartPrefix(c.Enforcer(), c.Mode(), cfg.FailOpen), uint16(100) // the agent's default --queue-num
 	if c.Enforcer() == cluster.EnforcerKNP {
-		prefix, queueNum = "knp_restart_", cluster.KNPQueueNum
+		queueNum = cluster.KNPQueueNum
 	}
 	if err := c.EnsureNamespace(ctx, restartNS, nil); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -134,82 +135,109 @@ func deriveScale(res *Result, pods []int) {
 }
 
 func runScale(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, res *Result) error {
-	logf := cfg.Logf
-	c := cluster.Start(tb, cluster.Config{Nodes: []string{"node-1"}, NoAgents: true, Verbosity: 1, Logf: logf})
+	c, cs, pols, err := startScaleCluster(ctx, tb, cfg, cluster.EnforcerNftpolicy, "")
+	if err != nil {
+		return err
+	}
+	res.Set("scale_policies", len(pols))
+	res.Set("scale_local_pods", cfg.LocalPods)
+
+	agent := c.Agent("node-1")
+	if err := eachScaleSize(ctx, cs, agent, cfg, func(n int) error { return measureSize(ctx, c, cs, agent, n, cfg, res) }); err != nil {
+		return err
+	}
+	if cfg.HeapProfile != "" || cfg.StartupCPUProfile != "" {
+		if err := inProcessProfiles(ctx, c, cfg.HeapProfile, cfg.StartupCPUProfile, cfg.Logf); err != nil {
+			return err
+		}
+	}
+	if cfg.PolicyScale.Policies > 0 {
+		have := cfg.Pods[len(cfg.Pods)-1] // every size's pods are in the API
+		if err := measurePolicyScale(ctx, c, cs, agent, have, pols, cfg, res); err != nil {
+			return fmt.Errorf("policy scale: %w", err)
+		}
+	}
+	return nil
+}
+
+// startScaleCluster starts the cluster RunScale and RunRSS measure in: one
+// lab node (node-1) whose agent, of enforcer, is not started, every
+// namespace of the largest size (mode: nftpolicy's, empty for hybrid),
+// cfg.Policies NetworkPolicies spread over the namespaces of the smallest size (so that growing the cluster adds
+// pods, not policies) and cfg.LocalPods real pods on node-1 that some of
+// them select. It returns the client, which writes fast (protobuf, no
+// rate limit), and the policies it created.
+func startScaleCluster(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, enforcer cluster.Enforcer, mode compile.Mode) (*cluster.Cluster, kubernetes.Interface, []*networkingv1.NetworkPolicy, error) {
+	c := cluster.Start(tb, cluster.Config{Enforcer: enforcer, Mode: mode, Nodes: []string{"node-1"}, NoAgents: true, Verbosity: 1, Logf: cfg.Logf})
 	rc := c.Env.RESTConfig()
 	rc.QPS, rc.Burst = 1e6, 1e6
 	rc.ContentType = "application/vnd.kubernetes.protobuf"
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	maxPods := cfg.Pods[len(cfg.Pods)-1]
 	nNS := (maxPods + podsPerNS - 1) / podsPerNS
 	t0 := time.Now()
 	if err := parallel(ctx, nNS, 16, func(i int) error { return c.EnsureNamespace(ctx, scaleNSName(i), scaleNSLabels(i)) }); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	// The policies are spread over the namespaces of the smallest size, so
-	// that growing the cluster adds pods, not policies.
 	firstNS := (cfg.Pods[0] + podsPerNS - 1) / podsPerNS
 	pols := scalePolicies(firstNS, cfg.Policies)
 	if err := parallel(ctx, len(pols), 16, func(i int) error {
 		_, err := cs.NetworkingV1().NetworkPolicies(pols[i].Namespace).Create(ctx, pols[i], metav1.CreateOptions{})
 		return err
 	}); err != nil {
-		return fmt.Errorf("creating policies: %w", err)
+		return nil, nil, nil, fmt.Errorf("creating policies: %w", err)
 	}
 	for k := 0; k < cfg.LocalPods; k++ {
 		j := k % 20 // app-<j>: some policies select it
 		p := cluster.Pod{Namespace: scaleNSName(k % firstNS), Name: fmt.Sprintf("local-%d", k), Node: "node-1",
 			Labels: map[string]string{"app": fmt.Sprintf("app-%d", j), "tier": tiers[k%3]}, Ports: scalePorts(j)}
 		if _, err := c.CreatePod(ctx, p); err != nil {
-			return err
+			return nil, nil, nil, err
 		}
 	}
-	logf("scale: %d namespaces, %d policies, %d local pods in %v", nNS, len(pols), cfg.LocalPods, time.Since(t0).Round(time.Millisecond))
-	res.Set("scale_policies", len(pols))
-	res.Set("scale_local_pods", cfg.LocalPods)
+	cfg.Logf("scale: %d namespaces, %d policies, %d local pods in %v", nNS, len(pols), cfg.LocalPods, time.Since(t0).Round(time.Millisecond))
+	return c, cs, pols, nil
+}
 
-	agent := c.Agent("node-1")
+// eachScaleSize grows the API's pods to each of cfg.Pods in turn with the
+// agent stopped (it would sync thousands of times while they are created
+// and slow the API server down), calls measure with the count, and stops
+// the agent at the end.
+func eachScaleSize(ctx context.Context, cs kubernetes.Interface, agent *cluster.Agent, cfg ScaleConfig, measure func(n int) error) error {
 	have := 0
 	for _, n := range cfg.Pods {
-		// The agent does not watch the pods being created: it would sync
-		// thousands of times and slow the API server down.
 		if err := agent.Stop(10 * time.Second); err != nil {
 			return err
 		}
-		// Pods fill namespace after namespace.
-		t0 := time.Now()
-		cpu0 := cpuOf("kube-apiserver", "etcd")
-		if err := parallel(ctx, n-have, cfg.Parallel, func(k int) error {
-			idx := have + k
-			return createScalePod(ctx, cs, idx/podsPerNS, idx%podsPerNS, cfg.FakeNodes)
-		}); err != nil {
+		if err := growScalePods(ctx, cs, have, n, cfg); err != nil {
 			return err
 		}
-		d := time.Since(t0)
-		cpu := cpuOf("kube-apiserver", "etcd") - cpu0
-		logf("scale: %d pods in the API (%d created in %v, %.0f pods/s; kube-apiserver+etcd CPU %.2f ms per pod)",
-			n, n-have, d.Round(time.Millisecond), float64(n-have)/d.Seconds(), cpu*1000/float64(n-have))
 		have = n
-		if err := measureSize(ctx, c, cs, agent, n, cfg, res); err != nil {
+		if err := measure(n); err != nil {
 			return fmt.Errorf("at %d pods: %w", n, err)
 		}
 	}
-	if err := agent.Stop(10 * time.Second); err != nil {
+	return agent.Stop(10 * time.Second)
+}
+
+// growScalePods creates the pods of fake nodes from the have-th to the
+// n-th, namespace after namespace.
+func growScalePods(ctx context.Context, cs kubernetes.Interface, have, n int, cfg ScaleConfig) error {
+	t0 := time.Now()
+	cpu0 := cpuOf("kube-apiserver", "etcd")
+	if err := parallel(ctx, n-have, cfg.Parallel, func(k int) error {
+		idx := have + k
+		return createScalePod(ctx, cs, idx/podsPerNS, idx%podsPerNS, cfg.FakeNodes)
+	}); err != nil {
 		return err
 	}
-	if cfg.HeapProfile != "" || cfg.StartupCPUProfile != "" {
-		if err := inProcessProfiles(ctx, c, cfg.HeapProfile, cfg.StartupCPUProfile, logf); err != nil {
-			return err
-		}
-	}
-	if cfg.PolicyScale.Policies > 0 {
-		if err := measurePolicyScale(ctx, c, cs, agent, have, pols, cfg, res); err != nil {
-			return fmt.Errorf("policy scale: %w", err)
-		}
-	}
+	d := time.Since(t0)
+	cpu := cpuOf("kube-apiserver", "etcd") - cpu0
+	cfg.Logf("scale: %d pods in the API (%d created in %v, %.0f pods/s; kube-apiserver+etcd CPU %.2f ms per pod)",
+		n, n-have, d.Round(time.Millisecond), float64(n-have)/d.Seconds(), cpu*1000/float64(n-have))
 	return nil
 }
 

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -36,8 +37,10 @@ func compareFigure(name string, format string, args ...any) {
 // against nftpolicy in hybrid mode, one cluster after the other, and
 // prints each one's agreement with the expected verdicts (the fraction of
 // probes on real packets that matched) and its programming delay (API
-// write to the first probe that sees the new verdict, per transition). The peer's disagreements are
-// listed, not failures; nftpolicy's fail the test as in TestConformance.
+// write to the first probe that sees the new verdict, per transition).
+// Every disagreement is listed with `nftpolicy explain`'s explanation
+// (e2e.ListDisagreements, for hack/compare.sh); the peer's are not
+// failures, nftpolicy's fail the test as in TestConformance.
 func TestCompareConformance(t *testing.T) {
 	requirePeer(t)
 	cluster.RequireCompareRun(t)
@@ -72,8 +75,8 @@ func TestCompareConformance(t *testing.T) {
 		compareFigure(name+"_program_delay_p50_ms", "%d", pct(ds, 50).Milliseconds())
 		compareFigure(name+"_program_delay_p99_ms", "%d", pct(ds, 99).Milliseconds())
 		compareFigure(name+"_program_delay_samples", "%d", len(ds))
-		for _, d := range s.disagree {
-			t.Logf("%s disagrees: %s", s.who(), d)
+		if err := e2e.ListDisagreements(os.Stdout, s.disagree); err != nil {
+			t.Error(err)
 		}
 	}
 }
@@ -152,8 +155,9 @@ const compareSeeds = 4
 // peer and against nftpolicy in hybrid mode, each scenario on a cluster of
 // its own, and prints each one's agreement of real packets with the
 // scenario's verdicts (scenario.Decide, what `nftpolicy eval` answers).
-// The peer's disagreements are listed with the evaluator's reason, not
-// failures; nftpolicy's fail the test.
+// Every disagreement is listed with `nftpolicy explain`'s explanation
+// (e2e.ListDisagreements); the peer's are not failures, nftpolicy's fail
+// the test.
 func TestCompareGenerated(t *testing.T) {
 	requirePeer(t)
 	cluster.RequireCompareRun(t)
@@ -175,6 +179,7 @@ func TestCompareGenerated(t *testing.T) {
 		{"nftpolicy", e2e.RunConfig{Mode: compile.ModeHybrid}},
 	} {
 		checked, agreed := 0, 0
+		var disagree []e2e.Disagreement
 		for _, seed := range seeds {
 			t.Run(fmt.Sprintf("%s/seed-%d", run.name, seed), func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -185,6 +190,7 @@ func TestCompareGenerated(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				prog := compile.Build(s.Input("", nil, nil))
 				for i, o := range out {
 					if o.Err != nil {
 						t.Errorf("probe %d: harness problem: %v", i, o.Err)
@@ -195,12 +201,17 @@ func TestCompareGenerated(t *testing.T) {
 						agreed++
 						continue
 					}
-					msg := fmt.Sprintf("seed %d probe %d %v: want %s, real packets %s (%s); evaluator: %s",
-						seed, i, o.Spec, ct.VerdictWord(want[i].Allowed), ct.VerdictWord(o.Allowed), o.Detail, want[i].Reason())
-					if run.cfg.Enforcer == cluster.EnforcerKNP {
-						t.Logf("kube-network-policies disagrees: %s", msg)
-					} else {
-						t.Error(msg)
+					src, dst, err := s.ProbeAddrs(i)
+					if err != nil {
+						t.Errorf("probe %d: %v", i, err)
+						continue
+					}
+					pr := s.Probes[i]
+					d := e2e.ExplainDisagreement(prog, run.name, fmt.Sprintf("seed %d probe %d", seed, i), fmt.Sprintf("%v (%s)", o.Spec, o.Detail),
+						src, dst, pr.ProbeProtocol(), uint16(pr.Port), want[i].Allowed, o.Allowed)
+					disagree = append(disagree, d)
+					if run.cfg.Enforcer != cluster.EnforcerKNP {
+						t.Error(d)
 					}
 				}
 			})
@@ -208,6 +219,9 @@ func TestCompareGenerated(t *testing.T) {
 		if checked == 0 {
 			t.Errorf("%s: no probe was judged", run.name)
 			continue
+		}
+		if err := e2e.ListDisagreements(os.Stdout, disagree); err != nil {
+			t.Error(err)
 		}
 		compareFigure(run.name+"_generated_agreement", "%.4f", float64(agreed)/float64(checked))
 		compareFigure(run.name+"_generated_probes", "%d", checked)

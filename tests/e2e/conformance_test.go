@@ -123,9 +123,9 @@ type suite struct {
 
 	// checked and agreed count the probes of checkStep whose real packets
 	// were judged, and those that matched the expected verdict; disagree
-	// lists the others.
+	// lists the others, each with the evaluator's explanation.
 	checked, agreed int
-	disagree        []string
+	disagree        []e2e.Disagreement
 }
 
 type delaySample struct {
@@ -560,6 +560,8 @@ type cell struct {
 	spec     e2e.ProbeSpec
 	r        e2e.ProbeResult
 	eval     evaluate.Verdict
+	// prog is the program eval (and a disagreement's explanation) reads.
+	prog *compile.Program
 }
 
 // probeCells probes every ordered pair of distinct pods for each table, all
@@ -578,7 +580,7 @@ func (s *suite) probeCells(ctx context.Context, tables map[pp]ct.TruthTable) ([]
 				if f == to {
 					continue
 				}
-				cl := &cell{k: k, from: f, to: to, want: tables[k].Allowed[[2]string{f, to}],
+				cl := &cell{k: k, from: f, to: to, want: tables[k].Allowed[[2]string{f, to}], prog: prog,
 					spec: e2e.ProbeSpec{From: s.ep[f], To: s.ep[to], Src: ct.GridIP(f), Dst: ct.GridIP(to), Port: k.port, Proto: k.proto}}
 				cl.eval = evaluate.Evaluate(prog, cl.spec.Src, cl.spec.Dst, k.proto, k.port)
 				cells = append(cells, cl)
@@ -650,8 +652,9 @@ func (s *suite) checkStep(t *testing.T, ctx context.Context, step string, tables
 		if cl.r.Allowed == cl.want {
 			s.agreed++
 		} else {
-			s.disagree = append(s.disagree, fmt.Sprintf("%s: %s -> %s %v (%s): want %s, real packets %s; evaluator: %s",
-				step, cl.from, cl.to, cl.k, nodePair(s, cl.from, cl.to), ct.VerdictWord(cl.want), ct.VerdictWord(cl.r.Allowed), cl.eval.Reason()))
+			s.disagree = append(s.disagree, e2e.ExplainDisagreement(cl.prog, s.who(), step,
+				fmt.Sprintf("%s -> %s %v (%s)", cl.from, cl.to, cl.k, nodePair(s, cl.from, cl.to)),
+				cl.spec.Src, cl.spec.Dst, cl.k.proto, cl.k.port, cl.want, cl.r.Allowed))
 		}
 	}
 	s.mu.Unlock()

@@ -313,8 +313,10 @@ func (a *Agent) Kill() error {
 }
 
 // Stop sends SIGTERM, waits up to grace, then SIGKILLs. It returns nil when
-// the agent exited with status 0 by itself (or was not running), and an error
-// for any other exit status or when SIGKILL was needed.
+// the agent exited with status 0 by itself (or was not running), or, for
+// kube-network-policies, which installs no SIGTERM handler (v0.8.0), when
+// SIGTERM's default action ended it; an error for any other exit status or
+// when SIGKILL was needed.
 func (a *Agent) Stop(grace time.Duration) error {
 	p := a.current()
 	if p == nil || p.exited() {
@@ -331,7 +333,7 @@ func (a *Agent) Stop(grace time.Duration) error {
 func (a *Agent) awaitExit(p *agentProc, grace time.Duration) error {
 	select {
 	case <-p.done:
-		if p.err != nil {
+		if p.err != nil && !(a.c.cfg.Enforcer == EnforcerKNP && killedBy(p.err, syscall.SIGTERM)) {
 			return fmt.Errorf("cluster: the agent of %s exited after SIGTERM: %w", a.Node, p.err)
 		}
 		return nil
@@ -340,6 +342,16 @@ func (a *Agent) awaitExit(p *agentProc, grace time.Duration) error {
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 	return fmt.Errorf("cluster: the agent of %s did not exit within %v of SIGTERM; killed", a.Node, grace)
+}
+
+// killedBy reports whether err is the exit of a process ended by sig.
+func killedBy(err error, sig syscall.Signal) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == sig
 }
 
 // Exec runs `nftpolicy args...` inside the node's namespace with stdin, as

@@ -14,12 +14,25 @@ import (
 const userHZ = 100
 
 // CPUTime returns the user plus system CPU time the running agent process
-// has used, from /proc/PID/stat (10 ms resolution). It fails unless the PID
-// the harness holds is the enforcer's binary itself (/proc/PID/exe), not a
-// wrapper (ip netns exec, unshare and sh all exec, so the PID is the
-// agent's): a wrapper's CPU time would be close to zero and look like a
-// cheap agent.
+// has used, from /proc/PID/stat (10 ms resolution), of the PID
+// EnforcerPid checks.
 func (a *Agent) CPUTime() (time.Duration, error) {
+	pid, err := a.EnforcerPid()
+	if err != nil {
+		return 0, err
+	}
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, fmt.Errorf("cluster: the agent of %s: %w", a.Node, err)
+	}
+	return parseProcStatCPU(string(data))
+}
+
+// EnforcerPid returns the PID of the running agent after checking that it
+// is the enforcer's binary itself (/proc/PID/exe), not a wrapper (ip netns
+// exec, unshare and sh all exec, so the PID is the agent's): a wrapper's
+// CPU time and memory would be close to zero and look like a cheap agent.
+func (a *Agent) EnforcerPid() (int, error) {
 	pid := a.Pid()
 	if pid == 0 {
 		return 0, fmt.Errorf("cluster: the agent of %s is not running", a.Node)
@@ -37,11 +50,7 @@ func (a *Agent) CPUTime() (time.Duration, error) {
 		target, _ := os.Readlink(filepath.Join(proc, "exe"))
 		return 0, fmt.Errorf("cluster: pid %d of the agent of %s runs %s, not %s", pid, a.Node, target, a.c.bin)
 	}
-	data, err := os.ReadFile(filepath.Join(proc, "stat"))
-	if err != nil {
-		return 0, fmt.Errorf("cluster: the agent of %s: %w", a.Node, err)
-	}
-	return parseProcStatCPU(string(data))
+	return pid, nil
 }
 
 // parseProcStatCPU returns utime+stime of a /proc/PID/stat line. The

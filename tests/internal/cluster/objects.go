@@ -178,9 +178,31 @@ func (c *Cluster) LabelPod(ctx context.Context, namespace, name string, set map[
 // reports it Running with its IPs, as a kubelet and CNI would. The
 // namespace must exist (EnsureNamespace).
 func (c *Cluster) CreatePod(ctx context.Context, p Pod) (*corev1.Pod, error) {
-	lp, err := c.placePod(&p)
+	sp, err := c.StartPod(p)
 	if err != nil {
 		return nil, err
+	}
+	return c.PublishPod(ctx, sp)
+}
+
+// StartedPod is a pod whose lab namespace StartPod created and whose API
+// object PublishPod has yet to create.
+type StartedPod struct {
+	pod Pod
+	lp  *labPod
+}
+
+// Key is "namespace/name".
+func (sp StartedPod) Key() string { return sp.lp.key }
+
+// StartPod is CreatePod's first half: the pod's namespace in the lab, its
+// interface up and its servers listening, while the API has no such pod
+// (PodEndpoint finds it), so that it can send before any agent can know it
+// (the new-pod window). PublishPod does the rest.
+func (c *Cluster) StartPod(p Pod) (StartedPod, error) {
+	lp, err := c.placePod(&p)
+	if err != nil {
+		return StartedPod{}, err
 	}
 	if len(p.Ports) == 0 {
 		p.Ports = []corev1.ContainerPort{{Name: "serve-80-tcp", ContainerPort: 80, Protocol: corev1.ProtocolTCP}}
@@ -210,8 +232,16 @@ func (c *Cluster) CreatePod(ctx context.Context, p Pod) (*corev1.Pod, error) {
 	}
 	if err := c.Lab.AddPod(netlab.PodSpec{Name: lp.labName, Node: lp.node, IPs: lp.ips, TCPPorts: lp.tcp, UDPPorts: lp.udp}); err != nil {
 		c.forget(lp)
-		return nil, fmt.Errorf("pod %s: %w", lp.key, err)
+		return StartedPod{}, fmt.Errorf("pod %s: %w", lp.key, err)
 	}
+	return StartedPod{pod: p, lp: lp}, nil
+}
+
+// PublishPod creates the API object of a pod StartPod started, bound to its
+// node, and reports it Running with its IPs. On failure the pod's lab
+// namespace is removed.
+func (c *Cluster) PublishPod(ctx context.Context, sp StartedPod) (*corev1.Pod, error) {
+	p, lp := sp.pod, sp.lp
 	no := false
 	obj := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels},
@@ -223,7 +253,7 @@ func (c *Cluster) CreatePod(ctx context.Context, p Pod) (*corev1.Pod, error) {
 			}},
 		},
 	}
-	obj, err = c.Client.CoreV1().Pods(p.Namespace).Create(ctx, obj, metav1.CreateOptions{})
+	obj, err := c.Client.CoreV1().Pods(p.Namespace).Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		_ = c.Lab.RemovePod(lp.labName)
 		c.forget(lp)
@@ -248,6 +278,12 @@ func (c *Cluster) CreatePod(ctx context.Context, p Pod) (*corev1.Pod, error) {
 	}
 	return obj, nil
 }
+
+// PodRange holds every address placePod gives a pod (10.244.<n>.0/24 on
+// the n-th node): the cluster's pod CIDR. The Node objects carry no
+// spec.podCIDRs; an agent that needs the range (nftpolicy's unknown-pod
+// path) is told with --pod-cidrs.
+var PodRange = netip.MustParsePrefix("10.244.0.0/16")
 
 // placePod picks the pod's node, IPs and netlab name and reserves them.
 func (c *Cluster) placePod(p *Pod) (*labPod, error) {

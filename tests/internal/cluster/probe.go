@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	ct "github.com/ti-mo/conntrack"
+
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
@@ -425,4 +427,22 @@ func scenarioCells(s *scenario.Scenario) ([]*Cell, []netlab.Proto, error) {
 		cells[i] = &Cell{From: pr.From.Pod, To: pr.To.Pod, Src: src, Dst: dst, Eval: verdicts[i].Allowed, Reason: verdicts[i].Reason()}
 	}
 	return cells, protos, nil
+}
+
+// Conntrack dumps the conntrack table of a node's namespace.
+func (c *Cluster) Conntrack(node string) ([]ct.Flow, error) {
+	var flows []ct.Flow
+	err := c.Lab.InNode(node, func() error {
+		conn, err := ct.Dial(nil)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		flows, err = conn.Dump(nil)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("conntrack of %s: %w", node, err)
+	}
+	return flows, nil
 }

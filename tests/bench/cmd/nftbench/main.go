@@ -18,6 +18,7 @@
 //	nftbench gobench [FILE...]   (go test -bench output -> name=value lines)
 //	nftbench report [--quick] FILE...
 //	nftbench chart FILE...       (the scale section's lines -> SVG chart)
+//	nftbench comparechart FILE... (hack/compare.sh's lines -> SVG chart of connection rate and latency)
 //
 // It needs root; it creates its own network namespaces (prefixes npb*, npc*)
 // and never touches the caller's namespace.
@@ -56,7 +57,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|queueflood|dns|revoke|stagedlag|status|restart|contention|gobench|report|chart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|queueflood|dns|revoke|stagedlag|status|restart|contention|gobench|report|chart|comparechart [flags]")
 	os.Exit(2)
 }
 
@@ -260,9 +261,13 @@ func main() {
 		}
 		fmt.Print(bench.ParseGoBench(string(text)).Results().Lines())
 		return
-	case "chart":
+	case "chart", "comparechart":
 		_ = fs.Parse(args)
-		svg, cerr := bench.ScaleChart(readResults(fs.Args()))
+		draw := bench.ScaleChart
+		if cmd == "comparechart" {
+			draw = bench.CompareChart
+		}
+		svg, cerr := draw(readResults(fs.Args()))
 		if cerr != nil {
 			fmt.Fprintln(os.Stderr, cerr)
 			os.Exit(1)
