@@ -31,13 +31,15 @@
 #        first generated NetworkPolicy-v1-only scenarios (generated_seeds)
 #   knp_program_delay_p50_ms, nftpolicy_program_delay_p50_ms (and _p99_ms,
 #        _samples)  API write to the first probe that sees the new verdict
-#   knp_conn_ratio, hybrid_vs_knp_conn_ratio, queue_vs_knp_conn_ratio
+#   knp_conn_ratio, hybrid_vs_knp_conn_ratio, queue_vs_knp_conn_ratio,
+#   queue_wide_vs_knp_conn_ratio (queue mode with --queue-source-rate out of
+#        the one client's reach)
 #        connection rate against no policy / nftpolicy's against the peer's,
 #        medians over interleaved rounds (tests/bench RunConn); *_p50_us,
 #        *_p99_us connect latency; *_failed allowed connections that failed;
 #        conn_rounds; *_conn_ratio_same, _cross of the peer, hybrid_conn_ratio,
 #        queue_conn_ratio, conntrack_conn_ratio;
-#        per mode (control, conntrack, hybrid, queue, knp) and path (same,
+#        per mode (control, conntrack, hybrid, queue, queue_wide, knp) and path (same,
 #        cross) <mode>_rate_<path>, <mode>_p50_us_<path>, <mode>_p99_us_<path>,
 #        which the chart of --out draws
 #   knp_cpu_us_per_conn, queue_cpu_us_per_conn, hybrid_cpu_us_per_conn

@@ -66,7 +66,10 @@ type agentOptions struct {
 	cnpCheck       time.Duration
 	livenessBudget time.Duration
 	maxQueueLen    uint32
-	logs           *logsapi.LoggingConfiguration
+	// queueSourceRate and queueSourceBurst bound, per source address, queue
+	// mode's new connections queued per second.
+	queueSourceRate, queueSourceBurst uint32
+	logs                              *logsapi.LoggingConfiguration
 	// queueProber answers --queue-variant auto; the kernel's, in the
 	// agent's own network namespace, unless a test sets another.
 	queueProber queuerule.QueueProber
@@ -94,6 +97,9 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.queueVariant, "queue-variant", "auto", "queue rule: auto (probe the kernel), native (nft queue statement) or xt-compat (xtables NFQUEUE target)")
 	fs.Uint32Var(&o.allowMark, "allow-mark", 0x00100000, "packet and conntrack mark bit owned by nftpolicy (must not collide with kube-proxy's 0x4000/0x8000 or your CNI's)")
 	fs.Uint32Var(&o.maxQueueLen, "max-queue-len", queue.DefaultMaxQueueLen, "kernel queue length per queue")
+	fs.Uint32Var(&o.queueSourceRate, "queue-source-rate", compile.DefaultQueueSourceRate,
+		"queue mode: per source address, at most this many new connections a second are queued; what exceeds it and the burst is dropped in the kernel (the SYN is retransmitted after a second). Keep it below what the node's queues decide a second, or one source can crowd out the others")
+	fs.Uint32Var(&o.queueSourceBurst, "queue-source-burst", compile.DefaultQueueSourceBurst, "burst of --queue-source-rate")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9402", "address of the Prometheus /metrics endpoint (loopback by default: pods reach the host network's other addresses; see --metrics-auth); empty to disable")
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (/debug/pprof/) on the metrics server, behind its address and --metrics-auth: heap, CPU, goroutines")
 	fs.StringVar(&o.healthAddr, "health-bind-address", ":9403", "address of /healthz and /readyz (the kubelet probes the node's address); empty to disable")
@@ -220,8 +226,11 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.queueSourceRate == 0 || o.queueSourceBurst == 0 {
+		return fmt.Errorf("--queue-source-rate %d, --queue-source-burst %d: must be positive", o.queueSourceRate, o.queueSourceBurst)
+	}
 	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark,
-		DNSQueueNum: dnsQueue, NoSourceValidation: !o.sourceValid}
+		DNSQueueNum: dnsQueue, NoSourceValidation: !o.sourceValid, QueueSourceRate: o.queueSourceRate, QueueSourceBurst: o.queueSourceBurst}
 	eval := &evaluate.Evaluator{OpenWithoutProgram: o.failOpen}
 	podCIDRs, err := o.newPod.parsePodCIDRs()
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 func TestCompareConn(t *testing.T) {
 	ctx := startCompare(t)
 	cfg := ConnConfig{Rounds: 20, ClientExec: os.Args[0], Logf: t.Logf,
-		Modes: []string{ModeConntrack, ModeHybrid, ModeQueue, ModeKNP}}
+		Modes: []string{ModeConntrack, ModeHybrid, ModeQueue, ModeQueueWide, ModeKNP}}
 	res, err := RunConn(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -34,9 +34,11 @@ func TestCompareConn(t *testing.T) {
 			}
 		}
 	}
-	// Failed allowed connections are figures, not failures: queue mode
-	// loses about one connection per same-node round here with or without
-	// the peer in the run (a connect that times out after a second).
+	// Failed allowed connections are figures, not failures: queue mode's
+	// per-source share of the queue (10,000 new connections a second) drops
+	// a SYN of the one client thread when it opens more, about once per
+	// same-node round on an idle machine (the connect times out after a
+	// second); queue_wide raises the share out of reach.
 	for _, m := range append([]string{ModeControl}, cfg.Modes...) {
 		fmt.Printf("compare_figure: %s_failed=%v\n", m, res.Float(m+"_failed"))
 	}
@@ -48,7 +50,7 @@ func TestCompareConn(t *testing.T) {
 			perPath = append(perPath, m+"_rate_"+p, m+"_p50_us_"+p, m+"_p99_us_"+p)
 		}
 	}
-	printFigures(t, "RunConn", res, append(perPath, "knp_conn_ratio", "hybrid_vs_knp_conn_ratio", "queue_vs_knp_conn_ratio",
+	printFigures(t, "RunConn", res, append(perPath, "knp_conn_ratio", "hybrid_vs_knp_conn_ratio", "queue_vs_knp_conn_ratio", "queue_wide_vs_knp_conn_ratio",
 		"knp_conn_ratio_same", "knp_conn_ratio_cross", "hybrid_conn_ratio", "queue_conn_ratio", "conntrack_conn_ratio",
 		"control_p50_us", "control_p99_us", "conntrack_p50_us", "conntrack_p99_us", "hybrid_p50_us", "hybrid_p99_us",
 		"queue_p50_us", "queue_p99_us", "knp_p50_us", "knp_p99_us")...)

@@ -13,6 +13,7 @@ var compareChartModes = []struct{ mode, label, color string }{
 	{ModeConntrack, "conntrack only", "#bcbd22"},
 	{ModeHybrid, "nftpolicy hybrid", "#1f77b4"},
 	{ModeQueue, "nftpolicy queue", "#2ca02c"},
+	{ModeQueueWide, "nftpolicy queue, share raised", "#98df8a"},
 	{ModeKNP, "kube-network-policies", "#d62728"},
 }
 
@@ -24,7 +25,8 @@ var compareChartPaths = []struct{ path, label string }{{PathSame, "same node"}, 
 // TestCompareConn prints them) as an SVG image of three grouped bar
 // panels: connection rate, connect latency p50 and p99 (log scale), each
 // with a group per path and a bar per mode (no policy, conntrack only,
-// nftpolicy hybrid and queue, kube-network-policies). A figure the run did
+// nftpolicy hybrid, queue and queue with its per-source share raised,
+// kube-network-policies). A figure the run did
 // not give is left out of its group; an error says when a panel would be
 // empty.
 func CompareChart(r *Result) (string, error) {

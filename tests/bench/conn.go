@@ -67,14 +67,25 @@ const (
 	// CPU, one reader thread each: what --queues 2 buys on two cores
 	// (measure it with --workers 2; one client thread keeps one queue busy).
 	ModeQueue2 = "queue_q2"
+	// ModeQueueWide is queue mode with the per-source share of the queue
+	// (RenderConfig.QueueSourceRate, --queue-source-rate) out of reach:
+	// one client thread on an idle node opens more new connections a
+	// second than the default share (10,000), whose meter then drops a SYN
+	// that the client resends a second later. This mode measures the
+	// decision path without that bound.
+	ModeQueueWide = "queue_wide"
 
 	PathSame  = "same" // client and server on node-1
 	PathCross = "cross"
 )
 
+// queueWideSourceRate is ModeQueueWide's per-source share of the queue,
+// new connections a second: beyond what one client thread opens.
+const queueWideSourceRate = 1_000_000
+
 // ConnModes and ConnPaths list them in report order.
 var (
-	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridNoSV, ModeHybridDenyLog, ModeHybridCNP, ModeHybridStaged, ModeHybridStagedOther, ModeHybridVerify, ModeQueue, ModeQueue2}
+	ConnModes = []string{ModeControl, ModeConntrack, ModeHybrid, ModeHybridNoSV, ModeHybridDenyLog, ModeHybridCNP, ModeHybridStaged, ModeHybridStagedOther, ModeHybridVerify, ModeQueue, ModeQueueWide, ModeQueue2}
 	ConnPaths = []string{PathSame, PathCross}
 )
 
@@ -350,7 +361,7 @@ func summarizeConn(res *Result, samples []*sample, rounds int, modes []string) {
 	}
 	if slices.Contains(modes, ModeKNP) {
 		// Issue 30's names: nftpolicy's modes against the peer, round by round.
-		for _, m := range []string{ModeHybrid, ModeQueue} {
+		for _, m := range []string{ModeHybrid, ModeQueue, ModeQueueWide} {
 			if slices.Contains(modes, m) {
 				res.Set(m+"_vs_knp_conn_ratio", round(Median(roundRatios(by, m, ModeKNP, rounds)), 3))
 			}
@@ -569,6 +580,9 @@ func newConnLab(ctx context.Context, mode string, variant compile.QueueVariant, 
 	}
 	if mode == ModeQueue2 {
 		rcfg.Mode, rcfg.Queues = compile.ModeQueue, 2
+	}
+	if mode == ModeQueueWide {
+		rcfg.Mode, rcfg.QueueSourceRate = compile.ModeQueue, queueWideSourceRate
 	}
 	if mode == ModeHybridStaged {
 		// The agent's defaults (--staged-log-group, its kernel rates).
