@@ -3,6 +3,7 @@ package compile_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -188,6 +189,36 @@ func TestObjectNamesAreNftIdentifiers(t *testing.T) {
 		}
 		if mode == compile.ModeHybrid && cut == 0 {
 			t.Errorf("no chain name was cut: the test does not exercise long names")
+		}
+	}
+}
+
+// TestQueueShareFollowsConfig: queue mode's per-source share of the queue
+// is the configured rate and burst (--queue-source-rate and -burst), the
+// defaults when unset.
+func TestQueueShareFollowsConfig(t *testing.T) {
+	sc := "testdata/golden/deny-and-allow.yaml"
+	for _, c := range []struct {
+		rate, burst uint32
+		want        string
+	}{
+		{0, 0, fmt.Sprintf("limit rate over %d/second burst %d packets", compile.DefaultQueueSourceRate, compile.DefaultQueueSourceBurst)},
+		{25000, 64, "limit rate over 25000/second burst 64 packets"},
+	} {
+		out := renderScenario(t, sc, compile.RenderConfig{Mode: compile.ModeQueue, QueueSourceRate: c.rate, QueueSourceBurst: c.burst})
+		var share []string
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "add rule inet nftpolicy "+compile.ChainQueueShare+" ") && strings.Contains(line, "limit rate") {
+				share = append(share, line)
+			}
+		}
+		if len(share) == 0 {
+			t.Fatalf("rate %d: no meter rule in %s:\n%s", c.rate, compile.ChainQueueShare, out)
+		}
+		for _, line := range share {
+			if !strings.Contains(line, c.want) {
+				t.Errorf("rate %d burst %d: %s lacks %q", c.rate, c.burst, line, c.want)
+			}
 		}
 	}
 }
