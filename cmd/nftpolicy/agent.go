@@ -184,6 +184,21 @@ func builtinTypesConfig(cfg *rest.Config) *rest.Config {
 	return c
 }
 
+// renderConfig is the render configuration of the queue and share flags
+// (the rest is filled in as the agent starts).
+func (o *agentOptions) renderConfig(mode compile.Mode) (compile.RenderConfig, error) {
+	o.queues = queueCount(o.queues)
+	dnsQueue, err := o.fqdn.dnsQueueNum(o.queueNum, o.queues)
+	if err != nil {
+		return compile.RenderConfig{}, err
+	}
+	if o.queueSourceRate == 0 || o.queueSourceBurst == 0 {
+		return compile.RenderConfig{}, fmt.Errorf("--queue-source-rate %d, --queue-source-burst %d: must be positive", o.queueSourceRate, o.queueSourceBurst)
+	}
+	return compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark,
+		DNSQueueNum: dnsQueue, NoSourceValidation: !o.sourceValid, QueueSourceRate: o.queueSourceRate, QueueSourceBurst: o.queueSourceBurst}, nil
+}
+
 // chooseQueueVariant returns the variant the flag names, or, for auto, the
 // one the kernel supports. A kernel with neither is an error: every sync
 // in queue mode would fail.
@@ -221,16 +236,11 @@ func agent(ctx context.Context, o *agentOptions) error {
 		return err
 	}
 
-	o.queues = queueCount(o.queues)
-	dnsQueue, err := o.fqdn.dnsQueueNum(o.queueNum, o.queues)
+	render, err := o.renderConfig(mode)
 	if err != nil {
 		return err
 	}
-	if o.queueSourceRate == 0 || o.queueSourceBurst == 0 {
-		return fmt.Errorf("--queue-source-rate %d, --queue-source-burst %d: must be positive", o.queueSourceRate, o.queueSourceBurst)
-	}
-	render := compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark,
-		DNSQueueNum: dnsQueue, NoSourceValidation: !o.sourceValid, QueueSourceRate: o.queueSourceRate, QueueSourceBurst: o.queueSourceBurst}
+	dnsQueue := render.DNSQueueNum
 	eval := &evaluate.Evaluator{OpenWithoutProgram: o.failOpen}
 	podCIDRs, err := o.newPod.parsePodCIDRs()
 	if err != nil {
