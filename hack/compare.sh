@@ -29,7 +29,8 @@
 #        then nftpolicy hybrid, one cluster each); *_disagreements, *_probes
 #   knp_generated_agreement, nftpolicy_generated_agreement  the same on the
 #        first generated NetworkPolicy-v1-only scenarios (generated_seeds)
-#   knp_program_delay_p50_ms, nftpolicy_program_delay_p50_ms (and _p99_ms,
+#   knp_program_delay_p50_ms, nftpolicy_program_delay_p50_ms (also printed
+#        as program_delay_p50_ms, the name) (and _p99_ms,
 #        _samples)  API write to the first probe that sees the new verdict
 #   knp_conn_ratio, hybrid_vs_knp_conn_ratio, queue_vs_knp_conn_ratio,
 #   queue_wide_vs_knp_conn_ratio (queue mode with --queue-source-rate out of
