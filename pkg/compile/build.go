@@ -289,11 +289,8 @@ func (b *builder) buildPods(pods []*PodInfo) {
 			continue
 		}
 		id := PodID(len(out))
-		out = append(out, Pod{
-			PodInfo: c,
-			IPs:     ips,
-			Local:   b.prog.Node == "" || c.Node == b.prog.Node,
-		})
+		local := b.prog.Node == "" || c.Node == b.prog.Node
+		out = append(out, Pod{PodInfo: c, IPs: ips, Subject: subjectFor(local), Local: local})
 		b.byNS[c.Namespace] = append(b.byNS[c.Namespace], id)
 	}
 	b.prog.Pods = out
@@ -666,6 +663,9 @@ func (b *builder) finish() {
 	tables := map[string]int32{}
 	for i := range p.Pods {
 		pod := &p.Pods[i]
+		if !pod.Local {
+			continue // not a subject: notSubject says so
+		}
 		pod.IngressDenied = reason(pod, pod.IngressPolicies, Ingress)
 		pod.EgressDenied = reason(pod, pod.EgressPolicies, Egress)
 		pod.IngressTable = b.table(tables, pod.IngressPolicies, Ingress)

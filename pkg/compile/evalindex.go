@@ -19,8 +19,10 @@ import (
 // every slice here is indexed by the IDs of the program (PodID, table index,
 // ClusterPolicyID).
 type EvalIndex struct {
-	// Pods holds one record per pod, by PodID (Addr 0): what lookups of
-	// IPv6 addresses return. The V4 slots hold copies.
+	// Pods holds the records (Addr 0) of the pods with an address that is
+	// not IPv4, which V6 and Zoned index: what lookups of those addresses
+	// return. A pod's IPv4 addresses have their records in V4's slots, so
+	// an IPv4-only cluster keeps no record here.
 	Pods []PodRecord
 	// PodSpans locates every pod's memberships and ports in the pools, by
 	// PodID; a record whose lists do not fit inline is read through it.
@@ -76,10 +78,11 @@ type EvalIndex struct {
 	V4 []PodRecord
 	// V4Shift turns a 32-bit hash into a slot index of V4.
 	V4Shift uint8
-	// V6 maps the other pod addresses (IPv6 without zone) to their pods;
-	// Zoned maps addresses with a zone, which no packet carries.
-	V6    map[[16]byte]PodID
-	Zoned map[netip.Addr]PodID
+	// V6 maps the other pod addresses (IPv6 without zone) to their pods'
+	// records in Pods; Zoned maps addresses with a zone, which no packet
+	// carries.
+	V6    map[[16]byte]int32
+	Zoned map[netip.Addr]int32
 }
 
 // Span is a run of elements in one of EvalIndex's pools.
@@ -296,17 +299,17 @@ func (x *EvalIndex) RecordByAddr(ip netip.Addr) *PodRecord {
 			}
 		}
 	}
-	var id PodID
+	var i int32
 	var ok bool
 	if ip.Zone() != "" {
-		id, ok = x.Zoned[ip]
+		i, ok = x.Zoned[ip]
 	} else {
-		id, ok = x.V6[ip.As16()]
+		i, ok = x.V6[ip.As16()]
 	}
 	if !ok {
 		return nil
 	}
-	return &x.Pods[id]
+	return &x.Pods[i]
 }
 
 // RecordsByAddr is RecordByAddr for both ends of a connection. With two
@@ -825,17 +828,23 @@ func (ix *indexer) clusterRules() {
 // tables.
 func (ix *indexer) pods() {
 	p, x := ix.p, ix.x
-	x.Pods = make([]PodRecord, len(p.Pods))
 	x.PodSpans = make([]PodSpans, len(p.Pods))
-	nMembers, nV4 := 0, 0
+	nMembers, nV4, nOther := 0, 0, 0
 	for i := range p.Pods {
 		nMembers += len(p.Pods[i].MemberOf)
+		other := false
 		for _, a := range p.Pods[i].IPs {
 			if a.Is4() {
 				nV4++
+			} else {
+				other = true
 			}
 		}
+		if other {
+			nOther++
+		}
 	}
+	x.Pods = make([]PodRecord, 0, nOther)
 	x.Members = make([]SelectorID, 0, nMembers)
 	size := 8
 	for 2*size < 3*nV4 {
@@ -850,6 +859,13 @@ func (ix *indexer) pods() {
 		nDenied += len(p.Pods[i].IngressDenied) + len(p.Pods[i].EgressDenied)
 	}
 	denied.Grow(nDenied)
+	// The local pods' records, whose reasons are read back below: only
+	// local pods are subjects.
+	type localRecord struct {
+		id PodID
+		r  PodRecord
+	}
+	var locals []localRecord
 	for i := range p.Pods {
 		pod := &p.Pods[i]
 		r := PodRecord{ID: PodID(i), IngressTable: -1, EgressTable: -1, Local: pod.Local}
@@ -889,21 +905,23 @@ func (ix *indexer) pods() {
 		}
 		r.DeniedOff, r.IngressDeniedLen, r.EgressDeniedLen = addDenied(&denied, pod.IngressDenied, pod.EgressDenied)
 		r.Tiers = ix.tierSet(tierSets, pod)
-		x.Pods[i] = r
+		if pod.Local {
+			locals = append(locals, localRecord{PodID(i), r})
+		}
 		for _, a := range pod.IPs {
 			ix.addAddr(a, &r)
 		}
 	}
 	// The pods' reasons become substrings of Denied: the program holds
-	// them once.
+	// them once. Pods that are not local have none (notSubject, shared).
 	x.Denied = denied.String()
-	for i := range p.Pods {
-		r := &x.Pods[i]
+	for i := range locals {
+		pod, r := &p.Pods[locals[i].id], &locals[i].r
 		if r.IngressDeniedLen != deniedSpilled {
-			p.Pods[i].IngressDenied = p.DeniedReason(r, Ingress)
+			pod.IngressDenied = p.DeniedReason(r, Ingress)
 		}
 		if r.EgressDeniedLen != deniedSpilled {
-			p.Pods[i].EgressDenied = p.DeniedReason(r, Egress)
+			pod.EgressDenied = p.DeniedReason(r, Egress)
 		}
 	}
 }
@@ -1003,15 +1021,23 @@ func (ix *indexer) addAddr(a netip.Addr, r *PodRecord) {
 				return
 			}
 		}
-	case a.Zone() != "":
-		if x.Zoned == nil {
-			x.Zoned = map[netip.Addr]PodID{}
-		}
-		x.Zoned[a] = r.ID
 	default:
-		if x.V6 == nil {
-			x.V6 = map[[16]byte]PodID{}
+		// The pod's record in Pods, appended at its first such address.
+		i := int32(len(x.Pods)) - 1
+		if i < 0 || x.Pods[i].ID != r.ID {
+			x.Pods = append(x.Pods, *r)
+			i++
 		}
-		x.V6[a.As16()] = r.ID
+		if a.Zone() != "" {
+			if x.Zoned == nil {
+				x.Zoned = map[netip.Addr]int32{}
+			}
+			x.Zoned[a] = i
+			return
+		}
+		if x.V6 == nil {
+			x.V6 = map[[16]byte]int32{}
+		}
+		x.V6[a.As16()] = i
 	}
 }

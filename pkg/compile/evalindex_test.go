@@ -36,7 +36,7 @@ func TestPodByAddr(t *testing.T) {
 				}
 				id := PodID(len(p.Pods))
 				want[a] = id
-				p.Pods = append(p.Pods, Pod{PodInfo: &PodInfo{}, IPs: []netip.Addr{a}, IngressTable: -1, EgressTable: -1})
+				p.Pods = append(p.Pods, Pod{PodInfo: &PodInfo{}, IPs: []netip.Addr{a}, Subject: subjectFor(false)})
 			}
 			for i := 0; i < n; i++ {
 				switch i % 5 {
@@ -112,7 +112,7 @@ func TestDeniedReason(t *testing.T) {
 	p := &Program{}
 	for i, r := range reasons {
 		p.Pods = append(p.Pods, Pod{PodInfo: &PodInfo{}, IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})},
-			IngressTable: -1, EgressTable: -1, IngressDenied: r[0], EgressDenied: r[1]})
+			Subject: &Subject{IngressTable: -1, EgressTable: -1, IngressDenied: r[0], EgressDenied: r[1]}, Local: true})
 	}
 	p.buildEvalIndex()
 	for i, r := range reasons {
@@ -120,7 +120,7 @@ func TestDeniedReason(t *testing.T) {
 		if pod.IngressDenied != r[0] || pod.EgressDenied != r[1] {
 			t.Fatalf("pod %d: the build changed its reasons", i)
 		}
-		for _, rec := range []*PodRecord{&p.Eval.Pods[i], p.Eval.RecordByAddr(pod.IPs[0])} {
+		for _, rec := range []*PodRecord{p.Eval.RecordByAddr(pod.IPs[0])} {
 			if got := p.DeniedReason(rec, Ingress); got != r[0] {
 				t.Errorf("pod %d: ingress reason %.40q, want %.40q", i, got, r[0])
 			}
@@ -128,7 +128,7 @@ func TestDeniedReason(t *testing.T) {
 				t.Errorf("pod %d: egress reason %.40q, want %.40q", i, got, r[1])
 			}
 		}
-		if r := &p.Eval.Pods[i]; (len(pod.IngressDenied) >= deniedSpilled) != (r.IngressDeniedLen == deniedSpilled) ||
+		if r := p.Eval.RecordByAddr(pod.IPs[0]); (len(pod.IngressDenied) >= deniedSpilled) != (r.IngressDeniedLen == deniedSpilled) ||
 			(len(pod.EgressDenied) >= deniedSpilled) != (r.EgressDeniedLen == deniedSpilled) {
 			t.Errorf("pod %d: record lengths %d, %d for reasons of %d and %d bytes", i,
 				r.IngressDeniedLen, r.EgressDeniedLen, len(pod.IngressDenied), len(pod.EgressDenied))

@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 )
 
@@ -47,7 +48,8 @@ func TestEvalPortMatches(t *testing.T) {
 	}
 	p := &Program{Pods: pods}
 	for i := range p.Pods {
-		p.Pods[i].IngressTable, p.Pods[i].EgressTable = -1, -1
+		p.Pods[i].Subject = subjectFor(false)
+		p.Pods[i].IPs = []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})}
 	}
 	ix := &indexer{p: p, x: &p.Eval, names: map[string]int32{}}
 	for i := range matches {
@@ -76,7 +78,7 @@ func TestEvalPortMatches(t *testing.T) {
 	for pi := -1; pi < len(pods); pi++ {
 		var dst *PodRecord
 		if pi >= 0 {
-			dst = &x.Pods[pi]
+			dst = x.RecordByAddr(p.Pods[pi].IPs[0])
 		}
 		for _, proto := range []Protocol{ProtoTCP, ProtoUDP, ProtoSCTP} {
 			for _, port := range ports {

@@ -1,6 +1,9 @@
 package compile
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+)
 
 // testNameFormat differs from names in every part: nothing but names.go
 // may know the format.
@@ -16,3 +19,10 @@ func UseTestNameFormat(t testing.TB) {
 
 // MaxPolicyRefChars lets the external tests check names against the cut.
 const MaxPolicyRefChars = maxPolicyRefChars
+
+// NotSubjectIntact reports whether the record that every pod that is not
+// local shares still says "selected by nothing": no code path may write
+// it through a remote pod.
+func NotSubjectIntact() bool {
+	return reflect.DeepEqual(notSubject, Subject{IngressTable: -1, EgressTable: -1})
+}

@@ -126,14 +126,23 @@ type Pod struct {
 	// IPs holds the addresses the pod owns (PodInfo.IPs but those another
 	// pod owns), IPv4 first, each at most once.
 	IPs []netip.Addr
-	// Local is true for pods on the node the program was built for (every
-	// pod when it was built for no node). Only local pods are enforced.
-	Local bool
 	// MemberOf lists, sorted, the selector peer sets the pod belongs to:
 	// one short contiguous slice per pod keeps the evaluator's peer checks
 	// to a cache line or two.
 	MemberOf []SelectorID
+	// Subject is what the policies that select the pod say about it. Only
+	// local pods are subjects: each has its own record, and every other
+	// pod shares one empty record (notSubject), read-only, so that a
+	// cluster's remote pods cost no room for it. Code that changes a
+	// copied Pod's subject fields calls OwnSubject first.
+	*Subject
+	// Local is true for pods on the node the program was built for (every
+	// pod when it was built for no node). Only local pods are enforced.
+	Local bool
+}
 
+// Subject is what the policies that select a local pod say about it.
+type Subject struct {
 	// IngressPolicies and EgressPolicies list, in program order, the
 	// policies that select this pod and isolate it in that direction.
 	IngressPolicies []PolicyID
@@ -157,6 +166,27 @@ type Pod struct {
 	// verdicts there may change once the staged policies are enforced.
 	// Set only in programs built without Input.EnforceStaged.
 	StagedSubject [2]bool
+}
+
+// notSubject is the subject record every pod that is not local shares:
+// no policy selects it. Never written.
+var notSubject = Subject{IngressTable: -1, EgressTable: -1}
+
+// subjectFor returns the subject record of a new Pod: its own, not
+// isolated until policies are added to it, for a local pod; the shared
+// notSubject for any other.
+func subjectFor(local bool) *Subject {
+	if !local {
+		return &notSubject
+	}
+	return &Subject{IngressTable: -1, EgressTable: -1}
+}
+
+// OwnSubject gives the pod a copy of its subject record of its own: a Pod
+// copied from another shares the record, which the other's program reads.
+func (p *Pod) OwnSubject() {
+	s := *p.Subject
+	p.Subject = &s
 }
 
 // Policies returns the NetworkPolicies isolating the pod in one direction.

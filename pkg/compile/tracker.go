@@ -479,11 +479,8 @@ func (t *Tracker) notePod(key string, ips []netip.Addr, old, cur *Pod, oldCombos
 // selectors it belongs to and the policies that select it.
 func (t *Tracker) place(pod *PodInfo) *Pod {
 	p := t.cur
-	v := &Pod{
-		PodInfo: pod,
-		IPs:     pod.IPs,
-		Local:   p.Node == "" || pod.Node == p.Node,
-	}
+	local := p.Node == "" || pod.Node == p.Node
+	v := &Pod{PodInfo: pod, IPs: pod.IPs, Subject: subjectFor(local), Local: local}
 	nsl, ok := t.b.nsLabels[pod.Namespace]
 	if !ok {
 		nsl = labels.Set{NamespaceNameLabel: pod.Namespace}

@@ -142,6 +142,7 @@ func (k *cnpChange) reselect(t *Tracker, f func(key string, old, cur *Pod)) {
 				return // neither before nor after
 			}
 			nv := *v
+			nv.OwnSubject()
 			nv.AdminIngress = withoutCluster(v.AdminIngress, k.id)
 			nv.AdminEgress = withoutCluster(v.AdminEgress, k.id)
 			nv.BaselineIngress = withoutCluster(v.BaselineIngress, k.id)

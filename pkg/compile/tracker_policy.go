@@ -320,6 +320,7 @@ func (k *npChange) reselect(t *Tracker, f func(key string, old, cur *Pod)) {
 		nv := v
 		if was != is {
 			c := *v
+			c.OwnSubject()
 			c.IngressPolicies = t.withPolicy(v.IngressPolicies, k.id, is[Ingress])
 			c.EgressPolicies = t.withPolicy(v.EgressPolicies, k.id, is[Egress])
 			nv = &c

@@ -407,6 +407,9 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					t.Fatalf("mode %s seed %d node %s step %d (%s %s): tracked ruleset differs from the full build (-full +tracked):\n%s",
 						mode, seed, node, step, what, key, diff)
 				}
+				if !compile.NotSubjectIntact() {
+					t.Fatalf("mode %s seed %d node %s step %d (%s %s): the shared record of pods that are not local was written", mode, seed, node, step, what, key)
+				}
 			}
 		}
 	}
