@@ -51,17 +51,16 @@ type Tracker struct {
 	cur *Program
 	b   *builder
 	r   *renderer
-	// views are the pods as tracked now (Program.Pods as of the last build,
-	// then updated), by key: only what the render reads is filled in.
-	views map[string]*Pod
+	// pods holds, by key, each tracked pod's view and claimed addresses
+	// (one map for both: a map entry per pod of the cluster is much of
+	// the tracker's memory).
+	pods map[string]trackedPod
 	// moved lists, by namespace, the keys of the pods added, changed or
 	// deleted since the last build: with the build's pods of a namespace,
 	// every pod a namespace can hold (podsIn).
 	moved map[string]map[string]bool
-	// claims counts, per address, the eligible pods that list it; claimed
-	// lists each pod's addresses (owned or not).
-	claims  map[netip.Addr]int
-	claimed map[string][]netip.Addr
+	// claims counts, per address, the eligible pods that list it.
+	claims map[netip.Addr]int
 	// comboUse counts the local pods using each combination chain, fqdnUse
 	// the local subjects of domainNames rules (the DNS capture exists while
 	// there is one).
@@ -85,6 +84,37 @@ type Tracker struct {
 	stale     bool
 	pol       policyState
 	cpol      clusterState
+}
+
+// trackedPod is what the tracker holds about a pod.
+type trackedPod struct {
+	// view is the pod as tracked now (Program.Pods as of the last build,
+	// then updated): only what the render reads is filled in. Nil for a
+	// pod the program does not hold (no address of its own).
+	view *Pod
+	// claimed lists the pod's addresses, owned or not (nil unless it takes
+	// part in policies).
+	claimed []netip.Addr
+}
+
+// view returns the tracked view of the pod (nil: none).
+func (t *Tracker) view(key string) *Pod { return t.pods[key].view }
+
+// setView records the pod's view (nil: none).
+func (t *Tracker) setView(key string, v *Pod) {
+	e := t.pods[key]
+	e.view = v
+	t.storePod(key, e)
+}
+
+// storePod records what the tracker holds about a pod, nothing when it
+// holds nothing.
+func (t *Tracker) storePod(key string, e trackedPod) {
+	if e.view == nil && e.claimed == nil {
+		delete(t.pods, key)
+		return
+	}
+	t.pods[key] = e
 }
 
 // NewTracker returns a tracker for the render configuration; call Rebuild
@@ -131,17 +161,16 @@ func (t *Tracker) Rebuild(in Input) (*Program, *Ruleset, error) {
 
 func (t *Tracker) index(pods []*PodInfo) {
 	p := t.prog
-	t.views = make(map[string]*Pod, len(p.Pods))
+	t.pods = make(map[string]trackedPod, len(p.Pods))
 	t.moved = nil
 	t.claims = make(map[netip.Addr]int, len(p.Pods))
-	t.claimed = make(map[string][]netip.Addr, len(p.Pods))
 	t.comboUse = map[string]int{}
 	for _, pi := range pods {
 		if pi.takesPart() {
-			if _, dup := t.claimed[pi.Key]; dup {
+			if _, dup := t.pods[pi.Key]; dup {
 				continue
 			}
-			t.claimed[pi.Key] = pi.IPs
+			t.pods[pi.Key] = trackedPod{claimed: pi.IPs}
 			for _, ip := range pi.IPs {
 				t.claims[ip]++
 			}
@@ -150,7 +179,9 @@ func (t *Tracker) index(pods []*PodInfo) {
 	t.fqdnUse = 0
 	for i := range p.Pods {
 		pod := &p.Pods[i]
-		t.views[pod.Key] = pod
+		e := t.pods[pod.Key]
+		e.view = pod
+		t.pods[pod.Key] = e
 		for _, c := range t.combos(pod) {
 			t.comboUse[c.name]++
 		}
@@ -292,7 +323,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 	if t.r == nil {
 		return nil, FallbackNotBuilt
 	}
-	old := t.views[key]
+	old := t.view(key)
 	var ips []netip.Addr
 	if pod != nil && pod.takesPart() {
 		ips = pod.IPs
@@ -376,7 +407,8 @@ func (c setChanges) at(set string) *SetDelta {
 // node address in the pod ranges is known as the node's only while no pod
 // holds it.
 func (t *Tracker) contested(key string, ips []netip.Addr) Fallback {
-	for _, ip := range t.claimed[key] {
+	claimed := t.pods[key].claimed
+	for _, ip := range claimed {
 		if t.nodeAddrs[ip] {
 			return FallbackNodeAddress
 		}
@@ -388,7 +420,7 @@ func (t *Tracker) contested(key string, ips []netip.Addr) Fallback {
 		if t.nodeAddrs[ip] {
 			return FallbackNodeAddress
 		}
-		if t.claims[ip] > 0 && !slices.Contains(t.claimed[key], ip) {
+		if t.claims[ip] > 0 && !slices.Contains(claimed, ip) {
 			return FallbackAddressShared
 		}
 	}
@@ -455,23 +487,19 @@ func (t *Tracker) notePod(key string, ips []netip.Addr, old, cur *Pod, oldCombos
 	for _, c := range newCombos {
 		t.comboUse[c.name]++
 	}
-	for _, ip := range t.claimed[key] {
+	for _, ip := range t.pods[key].claimed {
 		if t.claims[ip]--; t.claims[ip] == 0 {
 			delete(t.claims, ip)
 		}
 	}
-	delete(t.claimed, key)
+	e := trackedPod{view: cur}
 	if len(ips) > 0 {
-		t.claimed[key] = ips
+		e.claimed = ips
 		for _, ip := range ips {
 			t.claims[ip]++
 		}
 	}
-	if cur != nil {
-		t.views[key] = cur
-	} else {
-		delete(t.views, key)
-	}
+	t.storePod(key, e)
 	t.notePodMoved(key)
 }
 

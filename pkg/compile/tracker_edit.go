@@ -259,8 +259,10 @@ func (t *Tracker) fill(rs *Ruleset, fresh map[string]bool, ns string) {
 				t.podsIn(n, covered)
 			}
 		case u.m.AllPeers || len(u.m.IPBlocks) > 0:
-			for k, v := range t.views {
-				covered(k, v)
+			for k, e := range t.pods {
+				if e.view != nil {
+					covered(k, e.view)
+				}
 			}
 		default:
 			for _, sid := range u.m.Selectors {

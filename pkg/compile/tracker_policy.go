@@ -225,7 +225,7 @@ func (t *Tracker) moveChanged(k policyKind, e *policyEdit) map[string]map[string
 		}
 	}
 	for key, c := range e.changed {
-		t.views[key] = c.cur
+		t.setView(key, c.cur)
 	}
 	return before
 }
@@ -509,11 +509,11 @@ func (t *Tracker) podsIn(ns string, f func(key string, v *Pod)) {
 	for _, pid := range t.b.byNS[ns] {
 		key := t.prog.Pods[pid].Key
 		if !moved[key] {
-			f(key, t.views[key])
+			f(key, t.view(key))
 		}
 	}
 	for key := range moved {
-		if v := t.views[key]; v != nil {
+		if v := t.view(key); v != nil {
 			f(key, v)
 		}
 	}

@@ -149,8 +149,8 @@ func (t *Tracker) clusterComboTrackable(c combo, pod *Pod) Fallback {
 // clusterSubjectLocal reports whether a tracked local pod is a subject of
 // the ClusterNetworkPolicy in that direction (its chain is then rendered).
 func (t *Tracker) clusterSubjectLocal(id ClusterPolicyID, d Direction) bool {
-	for _, v := range t.views {
-		if v.Local && (slices.Contains(v.ClusterPolicies(TierAdmin, d), id) || slices.Contains(v.ClusterPolicies(TierBaseline, d), id)) {
+	for _, e := range t.pods {
+		if v := e.view; v != nil && v.Local && (slices.Contains(v.ClusterPolicies(TierAdmin, d), id) || slices.Contains(v.ClusterPolicies(TierBaseline, d), id)) {
 			return true
 		}
 	}
