@@ -673,16 +673,13 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	}
 	var prog *compile.Program
 	var rs *compile.Ruleset
-	// A full build allocates a program, an index and a ruleset as large as
-	// the ones it replaces, mostly short-lived; at the default GOGC the
-	// collector would run through it several times. The memory limit
-	// (GOMEMLIMIT, from the container's) still bounds the heap, and the
-	// MemoryReleaser hands the pages back afterwards. The first build
-	// replaces nothing: what it allocates stays, and the default GOGC over
-	// the collected heap keeps the start's peak near what settles.
-	if c.ready.Load() {
-		defer debug.SetGCPercent(debug.SetGCPercent(fullBuildGCPercent))
-	}
+	// A full build allocates a program, an index and a ruleset, most of
+	// which it keeps (the first build) or which replace ones as large (a
+	// rebuild): at the default GOGC the collector would run through it
+	// several times, marking the whole heap each time to free little. The
+	// memory limit (GOMEMLIMIT, from the container's) still bounds the
+	// heap, and the MemoryReleaser hands the pages back afterwards.
+	defer debug.SetGCPercent(debug.SetGCPercent(fullBuildGCPercent))
 	stale := false
 	if c.tracker != nil {
 		stale = c.tracker.Stale()
