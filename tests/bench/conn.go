@@ -69,10 +69,9 @@ const (
 	ModeQueue2 = "queue_q2"
 	// ModeQueueWide is queue mode with the per-source share of the queue
 	// (RenderConfig.QueueSourceRate, --queue-source-rate) out of reach:
-	// one client thread on an idle node opens more new connections a
-	// second than the default share (10,000), whose meter then drops a SYN
-	// that the client resends a second later. This mode measures the
-	// decision path without that bound.
+	// the decision path without that bound, beside queue mode with the
+	// default share (30,000 new connections a second; one client thread
+	// on an idle node opened some 14,600).
 	ModeQueueWide = "queue_wide"
 
 	PathSame  = "same" // client and server on node-1
