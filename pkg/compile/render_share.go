@@ -53,7 +53,11 @@ import (
 // decided some 32,000 a second and never filled, and every connection of
 // the other pod connected. The burst of 512 is 1/8 of the queue (whose
 // socket buffer holds all of it: pkg/queue ReadBufferPerPacket). Several
-// sources flooding together can still fill it.
+// sources flooding together can still fill it, and so can one when other
+// work starves the reader below the share: with another benchmark on the
+// same 2 vCPUs the queue decided 21,000 to 28,000 a second under the
+// flood and overflowed in 5 of 34 runs (a share of 10,000 did not in 6).
+// The share trades that margin for not dropping one fast client's SYNs.
 //
 // The deny log (DefaultDenyLogRate and DefaultDenyLogBurst, denylog.go):
 // per source 5 messages a second, burst 10, and 200 a second

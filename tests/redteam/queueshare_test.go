@@ -23,7 +23,11 @@ import (
 //     never fills, so no SYN of another pod may be lost to it;
 //   - node-1's kernel queued every packet that reached the queue
 //     (queue_dropped and user_dropped did not grow): the flooder never
-//     filled it;
+//     filled it. The share promises that only while the queue decides at
+//     least the default share a second: when other processes starve the
+//     reader below it (seen with another benchmark on the same 2 vCPUs:
+//     21,000 to 28,000 a second, and hundreds to thousands of packets not
+//     queued in 5 of 34 runs), the test logs the overflow instead;
 //   - what the flooder had queued stays within its share (burst + rate x
 //     its run time, 5% slack for the clock), the rest was dropped and
 //     counted in the userspace-share chain.
@@ -59,8 +63,15 @@ func TestRedTeamQueueShareFlood(t *testing.T) {
 	if len(res.Client) < 20 {
 		t.Errorf("the client made %d connections during the flood, want at least 20", len(res.Client))
 	}
-	if n := res.Overflowed.Total(); n != 0 {
-		t.Errorf("the kernel could not queue %d packets during the flood (%+v), want 0: the flooder filled the queue", n, res.Overflowed)
+	if n, decided := res.Overflowed.Total(), float64(res.Received)/secs; n != 0 {
+		// The default, not the lab's: with the share taken away (raised
+		// out of reach), a queue that decided more than the default share
+		// a second and still overflowed was filled by the flooder.
+		if decided < float64(compile.DefaultQueueSourceRate) {
+			t.Logf("the kernel could not queue %d packets (%+v) while the queue decided %.0f a second, less than one source's share: the reader was starved by other work, which the share cannot help", n, res.Overflowed, decided)
+		} else {
+			t.Errorf("the kernel could not queue %d packets during the flood (%+v) while the queue decided %.0f a second, want 0: the flooder filled the queue", n, res.Overflowed, decided)
+		}
 	}
 	share := float64(rc.QueueSourceBurst) + float64(rc.QueueSourceRate)*secs*1.05
 	if queued := float64(res.Sent) - float64(res.ShareDropped); res.ShareDropped == 0 || queued > share {
