@@ -710,16 +710,7 @@ type clientResult struct {
 // for good: the thread is never unlocked, so the Go runtime discards it
 // when the goroutine ends.
 func runClient(nsPath string, dst netip.AddrPort, deadline time.Time, budget *atomic.Int64, timeout time.Duration, capacity int, reply bool) (res clientResult) {
-	runtime.LockOSThread() // never unlocked on purpose
-	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		res.err = err
-		return res
-	}
-	err = unix.Setns(fd, unix.CLONE_NEWNET)
-	unix.Close(fd)
-	if err != nil {
-		res.err = fmt.Errorf("setns %s: %w", nsPath, err)
+	if res.err = netlab.EnterNetnsForGood(nsPath); res.err != nil {
 		return res
 	}
 	sa := &unix.SockaddrInet4{Port: int(dst.Port()), Addr: dst.Addr().As4()}

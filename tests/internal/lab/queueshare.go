@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -250,23 +249,17 @@ func FloodClientMain(args []string) int {
 	return 0
 }
 
-// floodThread enters the namespace at nsPath on its own OS thread (never
-// unlocked: the thread ends with the goroutine) and sends TCP SYNs from src
-// to dst through a raw socket until deadline, each from the next source
-// port: a new connection each, at the cost of one system call (a connect
-// would allocate a socket and a port too).
+// floodThread enters the namespace at nsPath for good
+// (netlab.EnterNetnsForGood) and sends TCP SYNs from src to dst through a
+// raw socket until deadline, each from the next source port: a new
+// connection each, at the cost of one system call (a connect would
+// allocate a socket and a port too).
 func floodThread(nsPath string, src, dst netip.AddrPort, deadline time.Time) (int, error) {
-	runtime.LockOSThread()
-	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
+	if err := netlab.EnterNetnsForGood(nsPath); err != nil {
 		return 0, err
 	}
-	err = unix.Setns(fd, unix.CLONE_NEWNET)
-	unix.Close(fd)
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
 	if err != nil {
-		return 0, fmt.Errorf("setns %s: %w", nsPath, err)
-	}
-	if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW); err != nil {
 		return 0, fmt.Errorf("raw socket: %w", err)
 	}
 	defer unix.Close(fd)
