@@ -39,12 +39,25 @@ import (
 // pod is usually known and the kernel decides without the queue.
 //
 // Queue mode's path: these connections are decided at once, so what a
-// source can take is a share of the evaluator's throughput (some 100,000
-// decisions a second per queue on one core, pkg/queue's benchmarks) and,
-// in a burst, of the queue's length: 10,000/s and a burst of 512 (1/8 of
-// the queue) per source. The rate stays above what one busy client opens
-// through the queue on a small node (the connection benchmarks reach a few
-// thousand a second), so only a flood meets it.
+// source can take is a share of what a queue decides a second and, in a
+// burst, of its length. Measured in the red-team lab
+// (TestRedTeamQueueShareFlood: one queue, 2 vCPUs shared with the flooder
+// and, at times, other jobs): with the share out of reach, one pod sending
+// raw SYNs from two threads had the queue decide 72,000 to 122,000 a
+// second (up to 172,000 with four threads), and the queue was full often
+// enough that the kernel dropped 2-14% of what reached it, any pod's. One
+// client thread on an idle node of that size opens some 14,600
+// connections a second through the queue (the comparison's connection
+// benchmark), so the share is 30,000/s: twice that, and less than half of
+// the lowest capacity measured. Under the flood at that share the queue
+// decided some 32,000 a second and never filled, and every connection of
+// the other pod connected. The burst of 512 is 1/8 of the queue (whose
+// socket buffer holds all of it: pkg/queue ReadBufferPerPacket). Several
+// sources flooding together can still fill it, and so can one when other
+// work starves the reader below the share: with another benchmark on the
+// same 2 vCPUs the queue decided 21,000 to 28,000 a second under the
+// flood and overflowed in 5 of 34 runs (a share of 10,000 did not in 6).
+// The share trades that margin for not dropping one fast client's SYNs.
 //
 // The deny log (DefaultDenyLogRate and DefaultDenyLogBurst, denylog.go):
 // per source 5 messages a second, burst 10, and 200 a second
@@ -76,7 +89,7 @@ const (
 	DefaultDNSPodBurst       = 256
 	DefaultHeldSourceRate    = 64
 	DefaultHeldSourceBurst   = 128
-	DefaultQueueSourceRate   = 10000
+	DefaultQueueSourceRate   = 30000
 	DefaultQueueSourceBurst  = 512
 	DefaultDenyLogTotalRate  = 200
 	DefaultDenyLogTotalBurst = 400

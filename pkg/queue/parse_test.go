@@ -251,7 +251,7 @@ func TestRuntimeConfig(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
 	}
-	if c.Queues != 1 || c.CopyRange != DefaultCopyRange || c.MaxQueueLen != DefaultMaxQueueLen || c.Logger.GetSink() == nil {
+	if c.Queues != 1 || c.CopyRange != DefaultCopyRange || c.MaxQueueLen != DefaultMaxQueueLen || c.ReadBuffer != DefaultMaxQueueLen*ReadBufferPerPacket || c.Logger.GetSink() == nil {
 		t.Errorf("Defaults() = %+v", c)
 	}
 	bad := []RuntimeConfig{

@@ -51,6 +51,17 @@ const (
 	DefaultDenyLogPerSecond = 10
 	DefaultDenyLogBurst     = 20
 	DefaultWriteTimeout     = time.Second
+	// ReadBufferPerPacket is what the default receive buffer sets aside
+	// per queued packet. The kernel charges each queued packet's netlink
+	// message to the socket (some 830 bytes for a small packet copied up
+	// to DefaultCopyRange) and drops a packet it cannot charge
+	// (user_dropped) however short the queue is: the usual system default
+	// (net.core.rmem_default, 208 KiB) holds 256 queued packets, so a
+	// reader that stalls for 9 ms at 30,000 new connections a second loses
+	// packets while --max-queue-len (4,096) is far off. The kernel doubles
+	// the value set, so 1 KiB gives each packet 2 KiB: the whole queue
+	// fits (8 MiB at the default length, charged only while packets wait).
+	ReadBufferPerPacket = 1024
 )
 
 // RuntimeConfig configures a Runtime. Call Defaults to fill in zero fields.
@@ -85,7 +96,9 @@ type RuntimeConfig struct {
 	// the thread that calls Run (lock the goroutine with runtime.LockOSThread
 	// and setns(2) before calling Run to use another one).
 	NetNS int
-	// ReadBuffer, if not 0, is the socket receive buffer size in bytes.
+	// ReadBuffer is the socket receive buffer size in bytes, as given to
+	// SO_RCVBUFFORCE (the kernel doubles it); 0 means MaxQueueLen *
+	// ReadBufferPerPacket, which holds the whole queue.
 	ReadBuffer int
 	// WriteTimeout bounds sending one verdict.
 	WriteTimeout time.Duration
@@ -124,6 +137,9 @@ func (c RuntimeConfig) Defaults() RuntimeConfig {
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.ReadBuffer == 0 {
+		c.ReadBuffer = int(c.MaxQueueLen) * ReadBufferPerPacket
 	}
 	if c.DenyLogPerSecond == 0 {
 		c.DenyLogPerSecond = DefaultDenyLogPerSecond

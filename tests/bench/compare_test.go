@@ -35,10 +35,10 @@ func TestCompareConn(t *testing.T) {
 		}
 	}
 	// Failed allowed connections are figures, not failures: queue mode's
-	// per-source share of the queue (10,000 new connections a second) drops
-	// a SYN of the one client thread when it opens more, about once per
-	// same-node round on an idle machine (the connect times out after a
-	// second); queue_wide raises the share out of reach.
+	// per-source share of the queue (30,000 new connections a second)
+	// would drop a SYN of a client thread that opens more (the connect
+	// then times out after a second); queue_wide raises the share out of
+	// reach.
 	for _, m := range append([]string{ModeControl}, cfg.Modes...) {
 		fmt.Printf("compare_figure: %s_failed=%v\n", m, res.Float(m+"_failed"))
 	}

@@ -166,7 +166,7 @@ func (l *Lab) RunQueueFlood(ctx context.Context, cfg QueueFloodConfig) (QueueFlo
 		}
 	}
 	st, _ := l.QueueStats(DefaultNodes[0])
-	res = QueueFloodResult{Report: l.report(outs), Sent: sent, ShareDropped: l.shareDropped(), HeldDropped: st.HeldDroppedSource + st.HeldDroppedFull}
+	res = QueueFloodResult{Report: l.report(outs), Sent: sent, ShareDropped: l.chainDropped(compile.ChainQueueHeld), HeldDropped: st.HeldDroppedSource + st.HeldDroppedFull}
 	return res, nil
 }
 
@@ -180,10 +180,10 @@ func srvIngressPolicy() *networkingv1.NetworkPolicy {
 				NamespaceSelector: &metav1.LabelSelector{}, PodSelector: MatchLabels("role", "client")}}}}}}
 }
 
-// shareDropped sums the drop counters of node-1's userspace-held chain (0
-// when it cannot be listed, or has none).
-func (l *Lab) shareDropped() uint64 {
-	out, err := l.net.NodeExec(DefaultNodes[0], "nft", "list", "chain", "inet", compile.TableName, compile.ChainQueueHeld)
+// chainDropped sums the drop counters of node-1's chain (0 when it cannot
+// be listed, or has none).
+func (l *Lab) chainDropped(chain string) uint64 {
+	out, err := l.net.NodeExec(DefaultNodes[0], "nft", "list", "chain", "inet", compile.TableName, chain)
 	if err != nil {
 		return 0
 	}

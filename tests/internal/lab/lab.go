@@ -84,6 +84,9 @@ type Config struct {
 	// revoker.
 	UnknownPods evaluate.UnknownPodObserver
 	Revoked     conntrack.Observer
+	// QueueSourceRate and QueueSourceBurst are queue mode's per-source
+	// share of the queue (compile.RenderConfig; 0: the defaults).
+	QueueSourceRate, QueueSourceBurst uint32
 	// Verify samples the kernel's verdicts (compile.RenderConfig.Verify);
 	// the tests read the group themselves (RunVerify).
 	Verify compile.VerifyConfig
@@ -215,7 +218,8 @@ func (cfg Config) render(ctx context.Context) (compile.RenderConfig, error) {
 		DenyLogGroup: cfg.DenyLogGroup, DenyLogRate: cfg.DenyLogRate, DenyLogBurst: cfg.DenyLogRate, FailOpen: cfg.FailOpen,
 		StagedLogGroup: cfg.StagedLogGroup, StagedLogRate: cfg.StagedLogRate, StagedLogBurst: cfg.StagedLogRate,
 		StagedLogTotalRate: cmp.Or(cfg.StagedLogTotalRate, cfg.StagedLogRate), StagedLogTotalBurst: cmp.Or(cfg.StagedLogTotalRate, cfg.StagedLogRate),
-		NoSourceValidation: cfg.NoSourceValidation, Verify: cfg.Verify}
+		NoSourceValidation: cfg.NoSourceValidation, Verify: cfg.Verify,
+		QueueSourceRate: cfg.QueueSourceRate, QueueSourceBurst: cfg.QueueSourceBurst}
 	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == "" {
 		v, err := queuerule.ProbeQueueVariant(ctx)
 		if err != nil {

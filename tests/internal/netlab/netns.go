@@ -102,6 +102,26 @@ func (h *nsHandle) writeSysctls(kv ...string) error {
 	})
 }
 
+// EnterNetnsForGood locks the calling goroutine to its OS thread for good
+// and moves the thread into the network namespace at path (a
+// /run/netns/NAME). For a process of its own (a benchmark's client, a
+// flooder) whose threads run in a lab namespace until they end: the
+// thread is never unlocked, so the Go runtime discards it when the
+// goroutine ends and no other goroutine runs in that namespace.
+func EnterNetnsForGood(path string) error {
+	runtime.LockOSThread()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	err = unix.Setns(fd, unix.CLONE_NEWNET)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("setns %s: %w", path, err)
+	}
+	return nil
+}
+
 // runInNetns runs fn on a fresh goroutine locked to its OS thread, with that
 // thread switched into the network namespace referred to by fd. See onThread.
 func runInNetns(fd int, fn func() error) error {
