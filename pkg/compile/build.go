@@ -297,7 +297,18 @@ func (b *builder) buildPods(pods []*PodInfo) {
 }
 
 func containerPorts(p *corev1.Pod) []ContainerPort {
-	var out []ContainerPort
+	n := 0
+	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
+		for i := range cs {
+			n += len(cs[i].Ports)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	// One allocation, not one per doubling: every pod of the cluster is
+	// read here.
+	out := make([]ContainerPort, 0, n)
 	add := func(cs []corev1.Container, sidecarsOnly bool) {
 		for _, c := range cs {
 			if sidecarsOnly && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
@@ -321,6 +332,9 @@ func containerPorts(p *corev1.Pod) []ContainerPort {
 	add(p.Spec.Containers, false)
 	// Sidecars (restartable init containers) serve for the pod's lifetime.
 	add(p.Spec.InitContainers, true)
+	if len(out) == 0 {
+		return nil
+	}
 	return out
 }
 

@@ -9,7 +9,6 @@ package slim
 import (
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"unique"
 
@@ -41,20 +40,23 @@ type sharedValues[V any] struct {
 	limit     int
 }
 
-func (s *sharedValues[V]) get(key string, build func() V) V {
+// get returns the shared value the key spells, built by build the first
+// time. The key is read, not kept: callers spell it in a scratch buffer,
+// and only a key not seen before is copied.
+func (s *sharedValues[V]) get(key []byte, build func() V) V {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if v, ok := s.cur[key]; ok {
+	if v, ok := s.cur[string(key)]; ok {
 		return v
 	}
-	v, ok := s.prev[key]
+	v, ok := s.prev[string(key)]
 	if !ok {
 		v = build()
 	}
 	if s.cur == nil || len(s.cur) >= s.limit {
 		s.prev, s.cur = s.cur, make(map[string]V)
 	}
-	s.cur[intern(key)] = v
+	s.cur[intern(string(key))] = v
 	return v
 }
 
@@ -75,25 +77,27 @@ func intern(s string) string {
 }
 
 // internLabels returns the shared copy of a label map, with interned keys
-// and values; the decoded map and its strings become garbage.
+// and values; the decoded map and its strings become garbage. Its sharing
+// key is spelled in a buffer on the stack for the usual few labels: a
+// pod's decoding makes as little garbage as it can (every pod of the
+// cluster passes here when the agent starts).
 func internLabels(in map[string]string) map[string]string {
 	if len(in) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(in))
-	n := 0
-	for k, v := range in {
+	var keyBuf [16]string
+	keys := keyBuf[:0]
+	for k := range in {
 		keys = append(keys, k)
-		n += len(k) + len(v) + 2
 	}
 	slices.Sort(keys)
-	var key strings.Builder
-	key.Grow(n + 4*len(in))
+	var buf [512]byte
+	key := buf[:0]
 	for _, k := range keys {
-		writeField(&key, k)
-		writeField(&key, in[k])
+		key = appendField(key, k)
+		key = appendField(key, in[k])
 	}
-	return sharedLabels.get(key.String(), func() map[string]string {
+	return sharedLabels.get(key, func() map[string]string {
 		out := make(map[string]string, len(in))
 		for k, v := range in {
 			out[intern(k)] = intern(v)
@@ -102,33 +106,35 @@ func internLabels(in map[string]string) map[string]string {
 	})
 }
 
-// writeField appends a length-prefixed field to a sharing key, so that
+// appendField appends a length-prefixed field to a sharing key, so that
 // different values never spell the same key, whatever bytes they hold.
-func writeField(key *strings.Builder, s string) {
-	key.WriteString(strconv.Itoa(len(s)))
-	key.WriteByte(':')
-	key.WriteString(s)
+func appendField(key []byte, s string) []byte {
+	key = strconv.AppendInt(key, int64(len(s)), 10)
+	key = append(key, ':')
+	return append(key, s...)
 }
 
 // sharedNamedPorts returns the shared copy of a pod's named ports (nil
 // when there are none): numbered rules match the packet's port, only named
 // ports resolve against the pod.
 func sharedNamedPorts(ports []compile.ContainerPort) []compile.ContainerPort {
-	var key strings.Builder
+	var buf [256]byte
+	key := buf[:0]
 	n := 0
 	for _, cp := range ports {
 		if cp.Name == "" {
 			continue
 		}
 		n++
-		writeField(&key, cp.Name)
-		writeField(&key, strconv.Itoa(int(cp.Port)))
-		writeField(&key, strconv.Itoa(int(cp.Protocol)))
+		key = appendField(key, cp.Name)
+		key = strconv.AppendInt(append(key, ':'), int64(cp.Port), 10)
+		key = strconv.AppendInt(append(key, ':'), int64(cp.Protocol), 10)
+		key = append(key, ';')
 	}
 	if n == 0 {
 		return nil
 	}
-	return sharedPorts.get(key.String(), func() []compile.ContainerPort {
+	return sharedPorts.get(key, func() []compile.ContainerPort {
 		out := make([]compile.ContainerPort, 0, n)
 		for _, cp := range ports {
 			if cp.Name != "" {

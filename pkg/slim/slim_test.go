@@ -169,15 +169,15 @@ func TestSharedValues(t *testing.T) {
 
 	s := sharedValues[int]{limit: 4}
 	build := func(v int) func() int { return func() int { return v } }
-	s.get("kept", build(1))
+	s.get([]byte("kept"), build(1))
 	for i := range 10 {
-		s.get(strconv.Itoa(i), build(i))
-		s.get("kept", build(-1)) // asked for every generation: never rebuilt
+		s.get([]byte(strconv.Itoa(i)), build(i))
+		s.get([]byte("kept"), build(-1)) // asked for every generation: never rebuilt
 	}
-	if v := s.get("kept", build(-1)); v != 1 {
+	if v := s.get([]byte("kept"), build(-1)); v != 1 {
 		t.Errorf("a value in use was rebuilt: %d", v)
 	}
-	if v := s.get("0", build(-1)); v != -1 {
+	if v := s.get([]byte("0"), build(-1)); v != -1 {
 		t.Errorf("a value unused for a generation was kept: %d", v)
 	}
 	if n := len(s.cur) + len(s.prev); n > 2*s.limit {
