@@ -27,9 +27,46 @@ type scratch struct {
 	// initialEventsEnd is the one annotation kept: a watch's bookmark
 	// marking the end of its initial events carries it.
 	initialEventsEnd string
+	// strs holds the strings many pods repeat, read without garbage.
+	strs strCache
 }
 
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+var scratchPool = sync.Pool{New: func() any { return &scratch{strs: strCache{}} }}
+
+// strCache maps the bytes of strings that many pods repeat (namespaces,
+// node names, label keys and values, port names, protocols, phases) to
+// their canonical copies (intern): reading one then makes no garbage.
+// Every pod of the cluster is decoded when the agent starts, and small
+// garbage strings between the few small strings each pod keeps leave the
+// heap's spans of small objects mostly empty but resident. Bounded:
+// emptied when full.
+type strCache map[string]string
+
+const maxCachedStrings = 4096
+
+// get returns the canonical copy of the string b spells.
+func (c strCache) get(b []byte) string {
+	if v, ok := c[string(b)]; ok {
+		return v
+	}
+	v := intern(string(b))
+	if len(c) >= maxCachedStrings {
+		clear(c)
+	}
+	c[v] = v
+	return v
+}
+
+// shared reads the current field as a string many pods repeat.
+func (p *pb) shared(c strCache) string {
+	if err := want(p.msg, p.f, p.w, wireBytes); err != nil {
+		p.fail(err)
+		return ""
+	}
+	b, err := p.bytes()
+	p.fail(err)
+	return c.get(b)
+}
 
 func (s *scratch) reset() {
 	p := &s.pod
@@ -79,7 +116,7 @@ func (s *scratch) readMeta(b []byte) error {
 		case 1:
 			om.Name = p.str()
 		case 3:
-			om.Namespace = p.str()
+			om.Namespace = p.shared(s.strs)
 		case 6:
 			om.ResourceVersion = p.str()
 		case 8:
@@ -94,7 +131,7 @@ func (s *scratch) readMeta(b []byte) error {
 			if om.Labels == nil {
 				om.Labels = map[string]string{}
 			}
-			om.Labels[string(k)] = string(v)
+			om.Labels[s.strs.get(k)] = s.strs.get(v)
 		case 12:
 			if k, v := readStringEntry(&p, p.sub()); string(k) == metav1.InitialEventsAnnotationKey {
 				s.initialEventsEnd = string(v)
@@ -159,11 +196,11 @@ func (s *scratch) readSpec(b []byte) error {
 	for p.next() {
 		switch p.f {
 		case 2:
-			p.fail(readContainer(p.sub(), grow(&spec.Containers)))
+			p.fail(readContainer(p.sub(), grow(&spec.Containers), s.strs))
 		case 20:
-			p.fail(readContainer(p.sub(), grow(&spec.InitContainers)))
+			p.fail(readContainer(p.sub(), grow(&spec.InitContainers), s.strs))
 		case 10:
-			spec.NodeName = p.str()
+			spec.NodeName = p.shared(s.strs)
 		case 11:
 			spec.HostNetwork = p.num() != 0
 		default:
@@ -188,15 +225,15 @@ func grow(list *[]corev1.Container) *corev1.Container {
 	return &(*list)[n]
 }
 
-func readContainer(b []byte, c *corev1.Container) error {
+func readContainer(b []byte, c *corev1.Container, strs strCache) error {
 	p := pb{b: b, msg: "Container"}
 	for p.next() {
 		switch p.f {
 		case 6:
 			c.Ports = append(c.Ports, corev1.ContainerPort{})
-			p.fail(readPort(p.sub(), &c.Ports[len(c.Ports)-1]))
+			p.fail(readPort(p.sub(), &c.Ports[len(c.Ports)-1], strs))
 		case 24:
-			rp := corev1.ContainerRestartPolicy(p.str())
+			rp := corev1.ContainerRestartPolicy(p.shared(strs))
 			c.RestartPolicy = &rp
 		default:
 			p.skipField()
@@ -205,16 +242,16 @@ func readContainer(b []byte, c *corev1.Container) error {
 	return p.err
 }
 
-func readPort(b []byte, cp *corev1.ContainerPort) error {
+func readPort(b []byte, cp *corev1.ContainerPort, strs strCache) error {
 	p := pb{b: b, msg: "ContainerPort"}
 	for p.next() {
 		switch p.f {
 		case 1:
-			cp.Name = p.str()
+			cp.Name = p.shared(strs)
 		case 3:
 			cp.ContainerPort = int32(p.num())
 		case 4:
-			cp.Protocol = corev1.Protocol(p.str())
+			cp.Protocol = corev1.Protocol(p.shared(strs))
 		default:
 			p.skipField()
 		}
@@ -228,7 +265,7 @@ func (s *scratch) readStatus(b []byte) error {
 	for p.next() {
 		switch p.f {
 		case 1:
-			st.Phase = corev1.PodPhase(p.str())
+			st.Phase = corev1.PodPhase(p.shared(s.strs))
 		case 6:
 			st.PodIP = p.str()
 		case 12:
