@@ -188,3 +188,29 @@ func BenchmarkDecodePod(b *testing.B) {
 		}
 	})
 }
+
+// TestDecoderStringCacheBounded: label values are a namespace user's to
+// choose, one new value a pod; the decoder's cache of repeated strings
+// stays within maxCachedStrings whatever it reads, and what it decodes
+// stays right after it is emptied.
+func TestDecoderStringCacheBounded(t *testing.T) {
+	s := &scratch{strs: strCache{}}
+	for i := range 3 * maxCachedStrings {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("p%d", i),
+			Labels: map[string]string{"app": "web", "unique": fmt.Sprintf("v%d", i)}}}
+		raw, err := p.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.reset()
+		if err := s.readPod(raw); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.pod.Labels["unique"]; got != fmt.Sprintf("v%d", i) || s.pod.Labels["app"] != "web" || s.pod.Namespace != "ns" {
+			t.Fatalf("pod %d decoded as %s %v", i, s.pod.Namespace, s.pod.Labels)
+		}
+		if len(s.strs) > maxCachedStrings {
+			t.Fatalf("after %d pods the cache holds %d strings, more than %d", i+1, len(s.strs), maxCachedStrings)
+		}
+	}
+}

@@ -2,7 +2,7 @@
 // objects: what the compiler reads and nothing else, with what many objects
 // repeat shared. Pods, most of the agent's memory, reach this form either
 // from a decoded corev1.Pod (Pod, the informers' Transform) or straight
-// from the API server's protobuf watch stream (WatchDecoder), without a
+// from the API server's protobuf watch stream (NewPodClient), without a
 // corev1.Pod in between.
 package slim
 
@@ -150,7 +150,7 @@ func sharedNamedPorts(ports []compile.ContainerPort) []compile.ContainerPort {
 // change detection and the inputs fingerprint, labels, creation and
 // deletion time, node, addresses, named ports, in the order they resolve
 // in), with what many pods repeat shared. A decoded Pod is about 1.2 KB
-// before its strings, maps and slices; a PodInfo about 330 bytes.
+// before its strings, maps and slices; a PodInfo 192 bytes.
 func Pod(p *corev1.Pod) *compile.PodInfo {
 	pi := compile.NewPodInfo(p)
 	pi.Namespace = intern(p.Namespace)
