@@ -44,12 +44,18 @@ func NewPodClient(cfg *rest.Config) (*rest.RESTClient, error) {
 	return rest.RESTClientFor(c)
 }
 
-// podSerializers is ns with its protobuf decoder replaced by podDecoder.
+// podSerializers is ns with its protobuf decoder replaced by podDecoder,
+// and its protobuf watch event decoder by eventDecoder.
 func podSerializers(ns runtime.NegotiatedSerializer) runtime.NegotiatedSerializer {
 	infos := append([]runtime.SerializerInfo(nil), ns.SupportedMediaTypes()...)
 	for i := range infos {
 		if infos[i].MediaType == runtime.ContentTypeProtobuf {
 			infos[i].Serializer = podDecoder{infos[i].Serializer}
+			if ss := infos[i].StreamSerializer; ss != nil {
+				events := *ss
+				events.Serializer = eventDecoder{ss.Serializer}
+				infos[i].StreamSerializer = &events
+			}
 		}
 	}
 	return negotiated{ns, infos}

@@ -1,0 +1,81 @@
+package slim
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// Watch events from the wire. A protobuf watch stream is a sequence of
+// length-prefixed metav1.WatchEvent messages, each carrying its object's
+// bytes. The generated Unmarshal copies those bytes into the event (a
+// pod's worth of garbage per event, every pod of the cluster when the
+// agent starts) only for client-go to decode the object from the copy and
+// drop it. eventDecoder reads the event in place instead: the object's
+// bytes alias the stream decoder's frame buffer, which holds them until
+// the next event is read, after the object was decoded (client-go's watch
+// decoder decodes it at once, and the pod decoder copies what it keeps).
+
+// eventDecoder decodes metav1.WatchEvents in place; anything else goes to
+// the usual serializer.
+type eventDecoder struct{ runtime.Serializer }
+
+var watchEventGVK = v1.SchemeGroupVersion.WithKind("WatchEvent")
+
+func (d eventDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	ev, ok := into.(*v1.WatchEvent)
+	if !ok {
+		return d.Serializer.Decode(data, defaults, into)
+	}
+	if err := readWatchEvent(data, ev); err != nil {
+		return nil, nil, err
+	}
+	gvk := watchEventGVK
+	return ev, &gvk, nil
+}
+
+// readWatchEvent reads a WatchEvent message into ev, its object's bytes
+// not copied.
+func readWatchEvent(b []byte, ev *v1.WatchEvent) error {
+	*ev = v1.WatchEvent{}
+	p := pb{b: b, msg: "WatchEvent"}
+	for p.next() {
+		switch p.f {
+		case 1:
+			ev.Type = eventType(p.sub())
+		case 2:
+			raw, err := readRawExtension(p.sub())
+			p.fail(err)
+			ev.Object.Raw = raw
+		default:
+			p.skipField()
+		}
+	}
+	return p.err
+}
+
+// readRawExtension reads a RawExtension message's bytes, not copied.
+func readRawExtension(b []byte) ([]byte, error) {
+	var raw []byte
+	p := pb{b: b, msg: "RawExtension"}
+	for p.next() {
+		if p.f == 1 {
+			raw = p.sub()
+		} else {
+			p.skipField()
+		}
+	}
+	return raw, p.err
+}
+
+// eventType returns the event type b spells, without allocating for the
+// types the API sends.
+func eventType(b []byte) string {
+	for _, t := range [...]watch.EventType{watch.Added, watch.Modified, watch.Deleted, watch.Bookmark, watch.Error} {
+		if string(b) == string(t) {
+			return string(t)
+		}
+	}
+	return string(b)
+}
