@@ -829,9 +829,14 @@ func (ix *indexer) clusterRules() {
 func (ix *indexer) pods() {
 	p, x := ix.p, ix.x
 	x.PodSpans = make([]PodSpans, len(p.Pods))
-	nMembers, nV4, nOther := 0, 0, 0
+	nMembers, nPorts, nV4, nOther := 0, 0, 0, 0
 	for i := range p.Pods {
 		nMembers += len(p.Pods[i].MemberOf)
+		for _, cp := range p.Pods[i].Ports {
+			if _, ok := ix.names[cp.Name]; ok {
+				nPorts++
+			}
+		}
 		other := false
 		for _, a := range p.Pods[i].IPs {
 			if a.Is4() {
@@ -846,6 +851,7 @@ func (ix *indexer) pods() {
 	}
 	x.Pods = make([]PodRecord, 0, nOther)
 	x.Members = make([]SelectorID, 0, nMembers)
+	x.PodPorts = make([]EvalPodPort, 0, nPorts) // at most: later duplicates are left out
 	size := 8
 	for 2*size < 3*nV4 {
 		size *= 2

@@ -3,6 +3,7 @@ package compile
 import (
 	"reflect"
 	"testing"
+	"weak"
 )
 
 // testNameFormat differs from names in every part: nothing but names.go
@@ -25,4 +26,10 @@ const MaxPolicyRefChars = maxPolicyRefChars
 // it through a remote pod.
 func NotSubjectIntact() bool {
 	return reflect.DeepEqual(notSubject, Subject{IngressTable: -1, EgressTable: -1})
+}
+
+// TrackerBuildState returns weak pointers to what the tracker holds of its
+// last build: its builder and its renderer.
+func TrackerBuildState(t *Tracker) (weak.Pointer[builder], weak.Pointer[renderer]) {
+	return weak.Make(t.b), weak.Make(t.r)
 }

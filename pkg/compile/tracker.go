@@ -142,8 +142,21 @@ func (t *Tracker) Ruleset() *Ruleset {
 // Rebuild: the ruleset is current, Program is not.
 func (t *Tracker) Stale() bool { return t.stale }
 
-// Rebuild builds and renders from scratch and starts tracking from there.
+// Reset drops what the tracker holds of the last build (its indexes of
+// every pod: tens of megabytes at a hundred thousand pods), which a
+// Rebuild does not read: released before a rebuild, and collected, they
+// do not add to its peak. The programs and the applied ruleset live on
+// with their other owners. Until the next Rebuild the tracker has no
+// ruleset (Ruleset is nil), so its caller rebuilds.
+func (t *Tracker) Reset() {
+	cfg, cache := t.cfg, t.cache
+	*t = Tracker{cfg: cfg, cache: cache}
+}
+
+// Rebuild builds and renders from scratch and starts tracking from there;
+// it starts with Reset, and a failed Rebuild leaves no ruleset.
 func (t *Tracker) Rebuild(in Input) (*Program, *Ruleset, error) {
+	t.Reset()
 	b := newBuilder(in)
 	pods := t.cache.infos(in)
 	prog := b.buildFrom(in, pods)

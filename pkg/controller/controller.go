@@ -664,13 +664,21 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	snapshotted := time.Now()
 	var usage0 processUsage
 	if !c.ready.Load() {
-		// The first build starts from a heap holding the garbage of the
-		// informers' initial events besides every pod; with the build's
-		// GOGC below, the peak would be both plus the build. A collection
-		// first leaves the pods and the build.
 		usage0 = readProcessUsage()
-		runtime.GC()
 	}
+	// A full build starts from a heap holding garbage (the informers'
+	// initial events before the first build, the pod and policy changes
+	// applied since the last one after it) and, after the first, the
+	// tracker's indexes of the last build, which it replaces; with the
+	// build's GOGC below, the peak would be all of it plus the build. The
+	// tracker lets its indexes go and a collection first leaves the pods,
+	// the programs in force and the build.
+	stale := false
+	if c.tracker != nil {
+		stale = c.tracker.Stale()
+		c.tracker.Reset()
+	}
+	runtime.GC()
 	var prog *compile.Program
 	var rs *compile.Ruleset
 	// A full build allocates a program, an index and a ruleset, most of
@@ -680,9 +688,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// memory limit (GOMEMLIMIT, from the container's) still bounds the
 	// heap, and the MemoryReleaser hands the pages back afterwards.
 	defer debug.SetGCPercent(debug.SetGCPercent(fullBuildGCPercent))
-	stale := false
 	if c.tracker != nil {
-		stale = c.tracker.Stale()
 		prog, rs, err = c.tracker.Rebuild(in)
 	} else {
 		prog = compile.BuildCached(in, c.cache)
