@@ -87,7 +87,7 @@ func measurePolicyScale(ctx context.Context, c *cluster.Cluster, cs kubernetes.I
 	res.Set("policy_scale_policies", len(pols))
 	res.Set("policy_scale_cluster_policies", ps.ClusterPolicies)
 
-	if err := deleteTable(c); err != nil {
+	if err := bootNode(c); err != nil {
 		return err
 	}
 	startup, cpuStartup, err := startAgentTimed(ctx, agent, sfx, "first sync", "full_sync", cfg, res)

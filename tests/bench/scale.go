@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 )
 
@@ -242,12 +246,12 @@ func growScalePods(ctx context.Context, cs kubernetes.Interface, have, n int, cf
 }
 
 // measureSize measures the agent at one size: its first sync on a node
-// without the table (a node's boot: the table of the previous size is
-// deleted first), one-pod syncs, idle CPU and RSS, then a restart over the
+// without the table (a node's boot: the table and the program snapshot of
+// the previous size are deleted first), one-pod syncs, idle CPU and RSS, then a restart over the
 // table it wrote (an agent restarted or updated on its node: a re-sync).
 func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interface, agent *cluster.Agent, n int, cfg ScaleConfig, res *Result) error {
 	sz := sizeName(n)
-	if err := deleteTable(c); err != nil {
+	if err := bootNode(c); err != nil {
 		return err
 	}
 	startup, cpuStartup, err := startAgentTimed(ctx, agent, sz, "first sync", "full_sync", cfg, res)
@@ -320,9 +324,15 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	return err
 }
 
-// deleteTable deletes node-1's table, if it has one: the next start is a
-// node's boot.
-func deleteTable(c *cluster.Cluster) error {
+// bootNode makes node-1 as a boot leaves it: no table, and no program
+// snapshot in its agent's state directory (a tmpfs on a node; a snapshot
+// left from the previous measurement would be read at the next start, a
+// restart's cost, not a boot's).
+func bootNode(c *cluster.Cluster) error {
+	snap := filepath.Join(c.Agent("node-1").StateDir(), evaluate.SnapshotFile("node-1"))
+	if err := os.Remove(snap); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	has, err := c.HasTable("node-1")
 	if err != nil || !has {
 		return err
@@ -380,11 +390,17 @@ func startAgentTimed(ctx context.Context, agent *cluster.Agent, sz, what, prefix
 		return 0, 0, err
 	}
 	pid := agent.Pid()
+	// Polled: /readyz, which turns ready at the first commit, then the
+	// metrics once. /metrics itself, every 20 ms, would cost the agent
+	// CPU of its own (gathering, compressing) that a real start does not
+	// spend (Prometheus scrapes every 15 s or so).
 	var m map[string]float64
 	for {
-		m, err = agent.Metrics(ctx)
-		if err == nil && m[`nftpolicy_sync_duration_seconds_count{kind="full"}`] >= 1 {
-			break
+		if code, _ := agent.Ready(ctx); code == http.StatusOK {
+			m, err = agent.Metrics(ctx)
+			if err == nil && m[`nftpolicy_sync_duration_seconds_count{kind="full"}`] >= 1 {
+				break
+			}
 		}
 		if !agent.Running() {
 			return 0, 0, fmt.Errorf("the agent exited; log tail:\n%s", agent.LogTail(30))

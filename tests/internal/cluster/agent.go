@@ -132,6 +132,10 @@ func nodeHTTPClient(lab *netlab.Lab, node string) *http.Client {
 	}
 }
 
+// StateDir is the agent's --state-dir, where it keeps the snapshot of its
+// program (on a node, a tmpfs that a reboot empties).
+func (a *Agent) StateDir() string { return filepath.Join(a.c.logDir, "state-"+a.Node) }
+
 // Args returns the agent's command line after "nftpolicy agent".
 func (a *Agent) Args() []string {
 	args := []string{
@@ -141,7 +145,7 @@ func (a *Agent) Args() []string {
 		"--health-bind-address", a.HealthAddr,
 		"--v", strconv.Itoa(a.c.cfg.Verbosity),
 		// One state directory per node, as a DaemonSet's hostPath would be.
-		"--state-dir", filepath.Join(a.c.logDir, "state-"+a.Node),
+		"--state-dir", a.StateDir(),
 		"--preview-socket", a.PreviewSocket,
 	}
 	if a.MetricsAddr != "" {
