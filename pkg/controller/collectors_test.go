@@ -1,11 +1,11 @@
 package controller
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,21 +17,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 )
 
 // testdata/nft-list-table.json is `nft -t -j list table inet nftpolicy` of the
 // golden scenario deny-and-allow on node-1, with each rule's counter set to
-// its handle so that sums are checkable.
-func TestParsePolicyCounters(t *testing.T) {
-	data, err := os.ReadFile("testdata/nft-list-table.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := ParsePolicyCounters(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+// its handle so that sums are checkable; its rules' comments and counters
+// are what the collector reads over netlink.
+func TestPolicyCounters(t *testing.T) {
+	got := PolicyCounters(goldenRuleCounters(t))
 	want := map[PolicyCounterKey]uint64{
 		{"x/allow-web", "ingress", "allowed"}:   32 + 33 + 34 + 35 + 36 + 37,
 		{"x/allow-web", "ingress", "denied"}:    30,
@@ -40,9 +35,38 @@ func TestParsePolicyCounters(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("counters (-want +got):\n%s", diff)
 	}
-	if _, err := ParsePolicyCounters([]byte("not json")); err == nil {
-		t.Error("bad input accepted")
+}
+
+// goldenRuleCounters reads testdata/nft-list-table.json's rule counters.
+func goldenRuleCounters(t *testing.T) []nftnl.RuleCounter {
+	data, err := os.ReadFile("testdata/nft-list-table.json")
+	if err != nil {
+		t.Fatal(err)
 	}
+	var doc struct {
+		Nftables []struct {
+			Rule *struct {
+				Chain, Comment string
+				Expr           []map[string]json.RawMessage
+			}
+		}
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var out []nftnl.RuleCounter
+	for _, o := range doc.Nftables {
+		if o.Rule == nil {
+			continue
+		}
+		for _, e := range o.Rule.Expr {
+			var c struct{ Packets, Bytes uint64 }
+			if raw, ok := e["counter"]; ok && json.Unmarshal(raw, &c) == nil {
+				out = append(out, nftnl.RuleCounter{Chain: o.Rule.Chain, Comment: o.Rule.Comment, Packets: c.Packets, Bytes: c.Bytes})
+			}
+		}
+	}
+	return out
 }
 
 // logLines captures a logger's output, one string per entry.
@@ -80,45 +104,34 @@ func gather(t *testing.T, c prometheus.Collector) []string {
 	return out
 }
 
-// fakeNFT writes an executable standing in for nft that runs the script.
-func fakeNFT(t *testing.T, dir, script string) string {
-	t.Helper()
-	p := filepath.Join(dir, "nft")
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func TestCounterCollectorCountsAndLogsFailures(t *testing.T) {
-	if _, err := os.Stat("/bin/sh"); err != nil {
-		t.Skipf("the fake nft is a shell script: %v", err)
-	}
-	dir := t.TempDir()
 	m := NewMetrics()
 	var logs logLines
-	c := NewCounterCollector(0, m, logs.logger(0))
+	c := NewCounterCollector(0, nftnl.NewConn("unused", 0), m, logs.logger(0))
 	now := time.Unix(1000, 0)
 	c.errs.now = func() time.Time { return now }
 	errs := m.CollectorErrors.WithLabelValues("nft_counters")
+	reads := func(rules []nftnl.RuleCounter, err error) {
+		c.read = func(context.Context) ([]nftnl.RuleCounter, error) { return rules, err }
+	}
 
-	// A working nft: counters are served, nothing is counted or logged.
-	c.nftPath = fakeNFT(t, dir, "cat "+strconv.Quote(mustAbs(t, "testdata/nft-list-table.json")))
+	// A working read: counters are served, nothing is counted or logged.
+	reads(goldenRuleCounters(t), nil)
 	if got := gather(t, c); len(got) != 3 {
-		t.Fatalf("working nft: %d samples, want 3", len(got))
+		t.Fatalf("working read: %d samples, want 3", len(got))
 	}
 	if v := counterValue(t, errs); v != 0 || len(logs.take()) != 0 {
-		t.Fatalf("working nft: errors %v, logs present", v)
+		t.Fatalf("working read: errors %v, logs present", v)
 	}
 
-	// nft fails: the old values are not served; counted and logged once.
-	c.nftPath = fakeNFT(t, dir, "echo 'Error: netlink: Operation not permitted' >&2; exit 1")
+	// The read fails: the old values are not served; counted and logged once.
+	reads(nil, errors.New("netlink receive: operation not permitted"))
 	if got := gather(t, c); len(got) != 0 {
-		t.Errorf("failing nft: served %d stale samples", len(got))
+		t.Errorf("failing read: served %d stale samples", len(got))
 	}
 	got := logs.take()
-	if len(got) != 1 || !strings.Contains(got[0], "Operation not permitted") || !strings.Contains(got[0], `"collector"="nft_counters"`) {
-		t.Errorf("first failure logged as %q; want one line with nft's message and the collector", got)
+	if len(got) != 1 || !strings.Contains(got[0], "operation not permitted") || !strings.Contains(got[0], `"collector"="nft_counters"`) {
+		t.Errorf("first failure logged as %q; want one line with the error and the collector", got)
 	}
 	// Again within the minute: counted, not logged.
 	now = now.Add(30 * time.Second)
@@ -126,30 +139,23 @@ func TestCounterCollectorCountsAndLogsFailures(t *testing.T) {
 	if got := logs.take(); len(got) != 0 {
 		t.Errorf("second failure within a minute logged: %q", got)
 	}
-	// Another cause within the same minute is logged at once.
-	c.nftPath = fakeNFT(t, dir, "echo 'not json'")
-	gather(t, c)
-	if got := logs.take(); len(got) != 1 || !strings.Contains(got[0], `"cause"="parse"`) {
-		t.Errorf("parse failure logged as %q; want one line with cause parse", got)
-	}
 	// A minute after the first log of a cause, it is logged again with the
 	// number left out.
-	c.nftPath = fakeNFT(t, dir, "echo 'Error: netlink: Operation not permitted' >&2; exit 1")
 	now = now.Add(31 * time.Second)
 	gather(t, c)
 	if got := logs.take(); len(got) != 1 || !strings.Contains(got[0], `"suppressedSinceLastLog"=1`) {
 		t.Errorf("failure after a minute logged as %q; want one line saying one was left out", got)
 	}
-	if v := counterValue(t, errs); v != 4 {
-		t.Errorf("nftpolicy_collector_errors_total{collector=nft_counters} = %v, want 4", v)
+	if v := counterValue(t, errs); v != 3 {
+		t.Errorf("nftpolicy_collector_errors_total{collector=nft_counters} = %v, want 3", v)
 	}
 
 	// No table yet (before the first sync): no counters, and no error.
-	c.nftPath = fakeNFT(t, dir, "echo 'Error: No such file or directory' >&2; exit 1")
+	reads(nil, nil)
 	if got := gather(t, c); len(got) != 0 {
 		t.Errorf("no table: %d samples", len(got))
 	}
-	if v := counterValue(t, errs); v != 4 || len(logs.take()) != 0 {
+	if v := counterValue(t, errs); v != 3 || len(logs.take()) != 0 {
 		t.Errorf("no table counted as an error (%v) or logged", v)
 	}
 }
@@ -206,13 +212,4 @@ func TestEventSinkLogsFailedWritesAtV2(t *testing.T) {
 	if _, err := s.Patch(ev, nil); err != nil || len(logs.take()) != 0 {
 		t.Errorf("a successful write was logged or failed: %v", err)
 	}
-}
-
-func mustAbs(t *testing.T, p string) string {
-	t.Helper()
-	a, err := filepath.Abs(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
 }
