@@ -457,7 +457,7 @@ func decodeSnapshot(node string, b []byte) (compile.Input, time.Time, error) {
 		return in, time.Time{}, errors.New("checksum mismatch: the snapshot is damaged")
 	}
 	var d snapshotDoc
-	if err := json.Unmarshal(b[nl+1:], &d); err != nil {
+	if err := decodeDoc(b[nl+1:], &d); err != nil {
 		return in, time.Time{}, fmt.Errorf("decoding: %w", err)
 	}
 	if d.Version != snapshotVersion {
