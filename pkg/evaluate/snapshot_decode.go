@@ -40,20 +40,22 @@ func fastDecodeDoc(b []byte, d *snapshotDoc) error {
 	r := docReader{b: b}
 	r.ws()
 	r.byte('{')
-	seen := map[string]bool{}
+	fields, pods := d.fields(), false // each taken once: a repeated field is not the writer's
 	for r.err == nil {
 		r.ws()
 		key := r.str(false)
 		r.ws()
 		r.byte(':')
 		r.ws()
-		if r.err != nil || seen[key] {
+		f, ok := fields[key]
+		delete(fields, key)
+		if r.err != nil {
 			return errNotCanonical
 		}
-		seen[key] = true
-		if key == "pods" {
+		if key == "pods" && !pods {
+			pods = true
 			d.Pods = r.pods()
-		} else if f := d.field(key); f != nil {
+		} else if ok {
 			start := r.i
 			r.skipValue()
 			if r.err == nil && json.Unmarshal(b[start:r.i], f) != nil {
@@ -75,30 +77,11 @@ func fastDecodeDoc(b []byte, d *snapshotDoc) error {
 	return nil
 }
 
-// field returns a pointer to the document's field named key but "pods",
-// nil if there is none.
-func (d *snapshotDoc) field(key string) any {
-	switch key {
-	case "version":
-		return &d.Version
-	case "node":
-		return &d.Node
-	case "written":
-		return &d.Written
-	case "nodeIPs":
-		return &d.NodeIPs
-	case "namespaces":
-		return &d.Namespaces
-	case "podCIDRs":
-		return &d.PodCIDRs
-	case "policies":
-		return &d.Policies
-	case "clusterPolicies":
-		return &d.ClusterPolicies
-	case "nodes":
-		return &d.Nodes
-	}
-	return nil
+// fields maps the document's JSON field names but "pods" to its fields.
+func (d *snapshotDoc) fields() map[string]any {
+	return map[string]any{"version": &d.Version, "node": &d.Node, "written": &d.Written, "nodeIPs": &d.NodeIPs,
+		"namespaces": &d.Namespaces, "podCIDRs": &d.PodCIDRs, "policies": &d.Policies,
+		"clusterPolicies": &d.ClusterPolicies, "nodes": &d.Nodes}
 }
 
 // docReader reads a snapshot's document; the first error sticks, and
