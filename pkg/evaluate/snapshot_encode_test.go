@@ -113,7 +113,10 @@ func equivalencePods(far bool) []snapshotPod {
 			CreationTimestamp: times[i%len(times)], IPs: addrs[i%len(addrs)],
 			Ports: []compile.ContainerPort{{Name: s, Protocol: compile.Protocol(i), Port: uint16(i * 257)}}})
 	}
-	for _, labels := range []map[string]string{nil, {}, {"": ""}, {"z": "1", "a": "2", "m": "3", "\xff": "4", "\x00": "5", "~": "6"}} {
+	// Keys that are invalid UTF-8 are written \ufffd: the last of them wins
+	// when they are read.
+	for _, labels := range []map[string]string{nil, {}, {"": ""}, {"z": "1", "a": "2", "m": "3", "\xff": "4", "\x00": "5", "~": "6"},
+		{"\xff": "1", "\xfe": "2", "\ufffd": "3", "\xc3": "4"}} {
 		for _, created := range times {
 			for di, deleted := range append([]*metav1.Time{nil}, ptrs(times)...) {
 				for pi, ps := range ports {
