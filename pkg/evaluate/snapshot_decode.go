@@ -1,6 +1,7 @@
 package evaluate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/netip"
@@ -339,10 +340,17 @@ func (r *docReader) time() metav1.Time {
 	return metav1.NewTime(t.Local())
 }
 
+// minPodJSON is the length of the shortest pod podJSON writes, with the
+// newline and comma after it.
+const minPodJSON = len(`{"namespace":"","name":"","created":null}` + "\n,")
+
 // pods reads the pods array, in podJSON's form.
 func (r *docReader) pods() []snapshotPod {
 	r.byte('[')
-	var pods []snapshotPod
+	// Each pod ends a line (so do the document's other items): the lines
+	// left bound the pods, and so does the shortest pod.
+	rest := r.b[r.i:]
+	pods := make([]snapshotPod, 0, min(bytes.Count(rest, []byte{'\n'}), len(rest)/minPodJSON)+1)
 	for r.err == nil {
 		r.ws()
 		pods = append(pods, snapshotPod{})
