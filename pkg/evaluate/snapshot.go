@@ -305,10 +305,12 @@ func (sp snapshotPod) info() *compile.PodInfo {
 // few hundred bytes. Pods are saved as compile.PodInfos (the controller's
 // form), in.Pods read into that form.
 //
-// The document streams out item by item, so that a large cluster's
-// snapshot is never held whole (with its copies and encoding/json's pooled
-// buffer, which outlives the write): the agent's resident memory does not
-// depend on whether a snapshot is being written.
+// The document streams out item by item (pods in batches of podBatch
+// bytes), so that a large cluster's snapshot is never held whole (with its
+// copies and encoding/json's pooled buffer, which outlives the write): the
+// agent's resident memory does not depend on whether a snapshot is being
+// written. The pods, nearly all of it, are written by podJSON, exactly as
+// encoding/json would write them, without its reflection.
 func encodeSnapshot(w io.Writer, node string, in compile.Input) (sum [sha256.Size]byte, err error) {
 	h := sha256.New()
 	mw := io.MultiWriter(w, h)
@@ -321,20 +323,7 @@ func encodeSnapshot(w io.Writer, node string, in compile.Input) (sum [sha256.Siz
 	writeArray(&d, "namespaces", in.Namespaces, func(ns *corev1.Namespace) any {
 		return &corev1.Namespace{ObjectMeta: leanMeta(ns.ObjectMeta)}
 	})
-	if len(in.PodInfos)+len(in.Pods) > 0 {
-		d.key("pods")
-		d.raw("[")
-		var sp snapshotPod // one, reused: not one allocation per pod
-		for i, p := range in.PodInfos {
-			sp = leanPod(p)
-			d.item(i, &sp)
-		}
-		for i, p := range in.Pods {
-			sp = leanPod(compile.NewPodInfo(p))
-			d.item(len(in.PodInfos)+i, &sp)
-		}
-		d.raw("]")
-	}
+	writePods(&d, in)
 	writeArray(&d, "podCIDRs", in.PodCIDRs, func(c netip.Prefix) any { return c.String() })
 	writeArray(&d, "policies", in.Policies, func(np *networkingv1.NetworkPolicy) any {
 		return &networkingv1.NetworkPolicy{ObjectMeta: leanMeta(np.ObjectMeta), Spec: np.Spec}
@@ -355,6 +344,44 @@ func encodeSnapshot(w io.Writer, node string, in compile.Input) (sum [sha256.Siz
 	return sum, nil
 }
 
+// podBatch is how many bytes of encoded pods are written at once: the
+// pods go out in batches of about this size, through one reused buffer.
+const podBatch = 32 << 10
+
+// writePods writes the field "pods": in.PodInfos, then in.Pods, each
+// followed by a newline as json.Encoder ends what it encodes (podJSON
+// writes them as encoding/json would).
+func writePods(d *docWriter, in compile.Input) {
+	n := len(in.PodInfos) + len(in.Pods)
+	if n == 0 {
+		return
+	}
+	d.key("pods")
+	d.raw("[")
+	var (
+		e   podJSON
+		sp  snapshotPod
+		buf = make([]byte, 0, podBatch+4<<10)
+	)
+	for i := range n {
+		if i < len(in.PodInfos) {
+			sp = leanPod(in.PodInfos[i])
+		} else {
+			sp = leanPod(compile.NewPodInfo(in.Pods[i-len(in.PodInfos)]))
+		}
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(e.appendPod(buf, &sp), '\n')
+		if len(buf) >= podBatch {
+			d.write(buf)
+			buf = buf[:0]
+		}
+	}
+	d.write(buf)
+	d.raw("]")
+}
+
 // docWriter writes a JSON object field by field; the first error sticks.
 type docWriter struct {
 	w      io.Writer
@@ -366,6 +393,12 @@ type docWriter struct {
 func (d *docWriter) raw(s string) {
 	if d.err == nil {
 		_, d.err = io.WriteString(d.w, s)
+	}
+}
+
+func (d *docWriter) write(b []byte) {
+	if d.err == nil {
+		_, d.err = d.w.Write(b)
 	}
 }
 
@@ -424,7 +457,7 @@ func decodeSnapshot(node string, b []byte) (compile.Input, time.Time, error) {
 		return in, time.Time{}, errors.New("checksum mismatch: the snapshot is damaged")
 	}
 	var d snapshotDoc
-	if err := json.Unmarshal(b[nl+1:], &d); err != nil {
+	if err := decodeDoc(b[nl+1:], &d); err != nil {
 		return in, time.Time{}, fmt.Errorf("decoding: %w", err)
 	}
 	if d.Version != snapshotVersion {
