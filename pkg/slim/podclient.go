@@ -49,6 +49,9 @@ func NewPodClient(cfg *rest.Config) (*rest.RESTClient, error) {
 func podSerializers(ns runtime.NegotiatedSerializer) runtime.NegotiatedSerializer {
 	infos := append([]runtime.SerializerInfo(nil), ns.SupportedMediaTypes()...)
 	for i := range infos {
+		if infos[i].MediaType == runtime.ContentTypeJSON {
+			infos[i].Serializer = jsonPodDecoder{infos[i].Serializer}
+		}
 		if infos[i].MediaType == runtime.ContentTypeProtobuf {
 			infos[i].Serializer = podDecoder{infos[i].Serializer}
 			if ss := infos[i].StreamSerializer; ss != nil {
@@ -88,11 +91,24 @@ func (d podDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into 
 	return d.Serializer.Decode(data, defaults, into)
 }
 
+// jsonPodDecoder is podDecoder's counterpart for an API server that
+// answers in JSON: a Pod decoded on its own (a watch event's object) is
+// stored at once; lists and decoding into a given object are left alone.
+type jsonPodDecoder struct{ runtime.Serializer }
+
+func (d jsonPodDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	obj, gvk, err := d.Serializer.Decode(data, defaults, into)
+	if p, ok := obj.(*corev1.Pod); ok && err == nil && into == nil {
+		return podEvent(p, p.Annotations[metav1.InitialEventsAnnotationKey]), gvk, nil
+	}
+	return obj, gvk, err
+}
+
 // PodListWatch lists and watches every pod through c (made by
 // NewPodClient), as client-go's pod informer does, with watch events
-// carrying *compile.PodInfo: the informer's example object is a PodInfo.
-// Lists, and a watch answered in JSON, carry corev1.Pods: the list's go
-// through the informer's Transform, the watch's are converted here.
+// carrying *compile.PodInfo (the informer's example object), in protobuf
+// or JSON: the client's decoders store each event's pod. Lists carry
+// corev1.Pods, which go through the informer's Transform.
 func PodListWatch(c rest.Interface) *cache.ListWatch {
 	timeout := func(opts metav1.ListOptions) time.Duration {
 		if opts.TimeoutSeconds != nil {
@@ -106,16 +122,7 @@ func PodListWatch(c rest.Interface) *cache.ListWatch {
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.Watch = true
-			w, err := c.Get().Resource("pods").VersionedParams(&opts, scheme.ParameterCodec).Timeout(timeout(opts)).Watch(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-				if p, ok := e.Object.(*corev1.Pod); ok {
-					e.Object = podEvent(p, p.Annotations[metav1.InitialEventsAnnotationKey])
-				}
-				return e, true
-			}), nil
+			return c.Get().Resource("pods").VersionedParams(&opts, scheme.ParameterCodec).Timeout(timeout(opts)).Watch(ctx)
 		},
 	}
 }

@@ -2,13 +2,19 @@ package slim
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
 // TestPodClientSpeaksHTTP1: the pod client asks for HTTP/1.1 even from a
@@ -55,5 +61,56 @@ func TestPodClientSpeaksHTTP1(t *testing.T) {
 	}
 	if cfg.TLSClientConfig.NextProtos != nil {
 		t.Errorf("NewPodClient changed the configuration it was given: NextProtos %v", cfg.TLSClientConfig.NextProtos)
+	}
+}
+
+// TestPodWatchInJSON: from an API server that answers in JSON, the pod
+// watch's events carry pods in their stored form too, bookmarks with the
+// end-of-initial-events annotation kept, and a Status stays a Status.
+func TestPodWatchInJSON(t *testing.T) {
+	pods := wirePods()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") != "true" {
+			http.Error(w, "watch only", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		for _, p := range pods {
+			p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+			typ := watch.Added
+			if p.Name == "" {
+				typ = watch.Bookmark
+			}
+			enc.Encode(map[string]any{"type": typ, "object": p})
+		}
+		enc.Encode(map[string]any{"type": watch.Error, "object": &metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
+			Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired}})
+	}))
+	defer srv.Close()
+	c, err := NewPodClient(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := PodListWatch(c).WatchFuncWithContext(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for i, p := range pods {
+		e := <-w.ResultChan()
+		got, ok := e.Object.(*compile.PodInfo)
+		if !ok {
+			t.Fatalf("event %d (%s): %T, want a *compile.PodInfo", i, e.Type, e.Object)
+		}
+		want := podEvent(p, p.Annotations[metav1.InitialEventsAnnotationKey])
+		if diff := cmp.Diff(want, got, podInfoCmp...); diff != "" {
+			t.Errorf("event %d (-want +got):\n%s", i, diff)
+		}
+	}
+	if e := <-w.ResultChan(); e.Type != watch.Error {
+		t.Errorf("last event %s %T, want the Status of an error", e.Type, e.Object)
+	} else if s, ok := e.Object.(*metav1.Status); !ok || s.Code != 410 {
+		t.Errorf("error event's object %#v", e.Object)
 	}
 }
