@@ -824,21 +824,20 @@ func (ix *indexer) clusterRules() {
 	}
 }
 
-// pods writes the pod records, the pools they point into and the address
-// tables.
-func (ix *indexer) pods() {
-	p, x := ix.p, ix.x
-	x.PodSpans = make([]PodSpans, len(p.Pods))
-	nMembers, nPorts, nV4, nOther := 0, 0, 0, 0
-	for i := range p.Pods {
-		nMembers += len(p.Pods[i].MemberOf)
-		for _, cp := range p.Pods[i].Ports {
+// podCounts counts what the pod records and pools hold, to size them
+// once: memberships, named ports (at most: a name's later duplicates are
+// left out), IPv4 addresses, and pods with an address of another kind.
+func (ix *indexer) podCounts() (nMembers, nPorts, nV4, nOther int) {
+	for i := range ix.p.Pods {
+		pod := &ix.p.Pods[i]
+		nMembers += len(pod.MemberOf)
+		for _, cp := range pod.Ports {
 			if _, ok := ix.names[cp.Name]; ok {
 				nPorts++
 			}
 		}
 		other := false
-		for _, a := range p.Pods[i].IPs {
+		for _, a := range pod.IPs {
 			if a.Is4() {
 				nV4++
 			} else {
@@ -849,9 +848,18 @@ func (ix *indexer) pods() {
 			nOther++
 		}
 	}
+	return nMembers, nPorts, nV4, nOther
+}
+
+// pods writes the pod records, the pools they point into and the address
+// tables.
+func (ix *indexer) pods() {
+	p, x := ix.p, ix.x
+	x.PodSpans = make([]PodSpans, len(p.Pods))
+	nMembers, nPorts, nV4, nOther := ix.podCounts()
 	x.Pods = make([]PodRecord, 0, nOther)
 	x.Members = make([]SelectorID, 0, nMembers)
-	x.PodPorts = make([]EvalPodPort, 0, nPorts) // at most: later duplicates are left out
+	x.PodPorts = make([]EvalPodPort, 0, nPorts)
 	size := 8
 	for 2*size < 3*nV4 {
 		size *= 2
