@@ -66,13 +66,10 @@ func (w *Conn) RuleCounters(ctx context.Context) ([]RuleCounter, error) {
 			out = append(out, rc)
 		}
 	})
-	if errors.Is(err, unix.ENOENT) {
+	switch {
+	case errors.Is(err, unix.ENOENT):
 		return nil, nil // the table does not exist
-	}
-	if err != nil {
-		// A dump cut short may leave replies queued: never read them as
-		// the next request's.
-		_ = w.closeLocked()
+	case err != nil:
 		return nil, err
 	}
 	return out, nil

@@ -84,9 +84,6 @@ func (w *Conn) ListTable(ctx context.Context) (map[string][]string, map[string]*
 		return map[string][]string{}, map[string]*SetDecl{}, nil
 	}
 	if err != nil {
-		// A dump cut short may leave replies queued: never read them as
-		// the next request's.
-		_ = w.closeLocked()
 		return nil, nil, err
 	}
 	return out, decls, nil

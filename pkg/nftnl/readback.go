@@ -341,7 +341,6 @@ func (w *Conn) SetElements(ctx context.Context, name string, fn func(*KernelElem
 		return nil
 	})
 	if err != nil {
-		_ = w.closeLocked()
 		return fmt.Errorf("elements of %s: %w", name, err)
 	}
 	return nil
@@ -460,7 +459,16 @@ func parseKernelElement(ne *nla, e *KernelElement) error {
 // dumpMessages runs one nf_tables dump request of the inet family with
 // these attributes and hands each reply's attributes to fn. The caller
 // holds w.mu and a connection.
-func (w *Conn) dumpMessages(ctx context.Context, msgType uint16, attrs []byte, fn func([]byte) error) error {
+//
+// On any error the connection is closed (the next request dials again): a
+// dump cut short may leave replies queued, never to be read as the next
+// request's.
+func (w *Conn) dumpMessages(ctx context.Context, msgType uint16, attrs []byte, fn func([]byte) error) (err error) {
+	defer func() {
+		if err != nil {
+			_ = w.closeLocked()
+		}
+	}()
 	deadline := time.Now().Add(w.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
