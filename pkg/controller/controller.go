@@ -29,6 +29,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/podstore"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/pkg/slim"
 	"github.com/nftpolicy/nftpolicy/pkg/status"
@@ -37,10 +38,10 @@ import (
 // Config configures the Controller.
 type Config struct {
 	Client kubernetes.Interface
-	// PodClient, when set (slim.NewPodClient), is what the pod informer
-	// lists and watches through: pods are decoded from the wire straight
-	// into their stored form. Without it, Client's pod informer decodes
-	// whole Pods and the transform slims them.
+	// PodClient, when set (slim.NewPodClient), is what the pod store
+	// (pkg/podstore) streams pods through: they are decoded from the wire
+	// straight into their stored form. Without it, pods are listed and
+	// watched through Client, decoded whole and then slimmed.
 	PodClient rest.Interface
 	// PolicyClient reads ClusterNetworkPolicies; nil enforces NetworkPolicy
 	// v1 only.
@@ -170,9 +171,8 @@ func (c *Config) Validate() error {
 type Controller struct {
 	cfg     Config
 	factory informers.SharedInformerFactory
-	// pods is the pod informer's store: it holds *compile.PodInfo (the
-	// transform reads pods into that form), so the typed lister is not used.
-	pods   cache.Indexer
+	// pods holds every pod, in its stored form.
+	pods   *podstore.Store
 	nss    corelisters.NamespaceLister
 	pols   networkinglisters.NetworkPolicyLister
 	nodes  corelisters.NodeLister
@@ -226,6 +226,8 @@ type Controller struct {
 	reported    map[string]string
 	lastProgram atomic.Pointer[compile.Program]
 	cache       *compile.Cache
+	// gcPercent is GOGC outside full builds (and the initial lists).
+	gcPercent int
 	// status is the sync loop's side of the node's status.
 	status statusState
 }
@@ -238,14 +240,15 @@ func New(cfg Config) (*Controller, error) {
 	}
 	f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.ResyncPeriod, informers.WithTransform(slim.Transform))
 	c := &Controller{
-		cfg:      cfg,
-		factory:  f,
-		dirty:    make(chan struct{}, 1),
-		reported: map[string]string{},
-		cache:    compile.NewCache(),
-		podKeys:  map[string]struct{}{},
-		rebuild:  true,
-		refresh:  time.NewTimer(time.Hour),
+		cfg:       cfg,
+		factory:   f,
+		dirty:     make(chan struct{}, 1),
+		reported:  map[string]string{},
+		cache:     compile.NewCache(),
+		gcPercent: currentGCPercent(),
+		podKeys:   map[string]struct{}{},
+		rebuild:   true,
+		refresh:   time.NewTimer(time.Hour),
 	}
 	c.refresh.Stop()
 	c.policyKeys = map[string]struct{}{}
@@ -260,20 +263,16 @@ func New(cfg Config) (*Controller, error) {
 	}
 	// Healthy from the start: the health server may be asked before Run.
 	c.lastLoop.Store(time.Now().UnixNano())
-	var podInf cache.SharedIndexInformer
-	if cfg.PodClient == nil {
-		podInf = f.Core().V1().Pods().Informer()
-	} else {
-		podInf = f.InformerFor(&compile.PodInfo{}, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			// No namespace index: the controller reads pods by key and
-			// whole, and an index holds every pod's key again.
-			return cache.NewSharedIndexInformer(slim.PodListWatch(cfg.PodClient), &compile.PodInfo{}, resync, cache.Indexers{})
-		})
+	src := podstore.ClientsetSource(cfg.Client)
+	if cfg.PodClient != nil {
+		src = podstore.RESTSource(cfg.PodClient)
 	}
+	c.pods = podstore.New(src, c.markPod, cfg.Logger.WithName("pods"))
+	c.synced = append(c.synced, c.pods.HasSynced)
 	nsInf := f.Core().V1().Namespaces()
 	polInf := f.Networking().V1().NetworkPolicies()
 	nodeInf := f.Core().V1().Nodes()
-	c.pods, c.nss, c.pols, c.nodes = podInf.GetIndexer(), nsInf.Lister(), polInf.Lister(), nodeInf.Lister()
+	c.nss, c.pols, c.nodes = nsInf.Lister(), polInf.Lister(), nodeInf.Lister()
 	c.polStore = polInf.Informer().GetIndexer()
 	c.cnps = newClusterPolicies(cfg.PolicyClient, cfg.ClusterPolicyCheckPeriod, cfg.ResyncPeriod,
 		cfg.Logger.WithName("clusterpolicies"), cfg.Metrics, c.markDirty)
@@ -283,16 +282,7 @@ func New(cfg Config) (*Controller, error) {
 		UpdateFunc: func(old, cur any) { c.markDirtyIfChanged(old, cur) },
 		DeleteFunc: func(any) { c.markDirty() },
 	}
-	podH := cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: added(c.markPod),
-		UpdateFunc: func(old, cur any) {
-			if !sameResourceVersion(old, cur) {
-				c.markPod(cur)
-			}
-		},
-		DeleteFunc: c.markPod,
-	}
-	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{podInf: podH, nsInf.Informer(): h, polInf.Informer(): c.policyHandler()} {
+	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{nsInf.Informer(): h, polInf.Informer(): c.policyHandler()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return nil, fmt.Errorf("adding event handler: %w", err)
 		}
@@ -315,11 +305,11 @@ func (c *Controller) markDirtyIfChanged(old, cur any) {
 // added returns an informer's AddFunc that notes objects added after its
 // initial list. The first sync builds from the informers' stores, which
 // hold every object of the initial lists once the informers report synced;
-// the handlers' notifications of those objects come later (at 50,000 pods,
-// up to seconds later: each is a hand-off between goroutines). Noted, they
-// would follow the first sync as changes: tens of thousands of no-op pod
-// syncs, or a second full build. Waiting for the handlers instead (their
-// registrations' HasSynced) delayed the first sync by those seconds.
+// the handlers' notifications of those objects come later (each is a
+// hand-off between goroutines). Noted, they would follow the first sync as
+// changes: a second full build. Waiting for the handlers instead (their
+// registrations' HasSynced) would delay the first sync. (The pod store
+// does not notify its first sync's pods at all.)
 func added(note func(any)) func(obj any, isInInitialList bool) {
 	return func(obj any, isInInitialList bool) {
 		if !isInInitialList {
@@ -338,20 +328,12 @@ func (c *Controller) markDirty() {
 }
 
 // markPod records a pod change, which the tracker can apply alone.
-func (c *Controller) markPod(obj any) {
+func (c *Controller) markPod(key string) {
 	if c.podNoted != nil {
 		c.podNoted()
 	}
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	p, ok := obj.(*compile.PodInfo)
-	if !ok {
-		c.markDirty()
-		return
-	}
 	c.mu.Lock()
-	c.podKeys[p.Key] = struct{}{}
+	c.podKeys[key] = struct{}{}
 	c.noteChangeLocked()
 	c.mu.Unlock()
 	c.wake()
@@ -408,6 +390,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.lastLoop.Store(time.Now().UnixNano())
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
+	podsDone := make(chan struct{})
+	go func() { defer close(podsDone); c.pods.Run(ctx) }()
+	defer func() { <-podsDone }()
 	go c.cnps.run(ctx)
 	log.Info("Waiting for informer caches", "node", c.cfg.NodeName)
 	// The first lists of a large cluster can take longer than the liveness
@@ -415,6 +400,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	// reflectors retry on their own), so the heartbeat goes on; readiness
 	// stays false until the first commit.
 	var synced bool
+	// The initial lists keep nearly all they allocate (every pod of the
+	// cluster): at the default GOGC the collector would mark the growing
+	// heap again and again to free little. The build's GOGC stays on into
+	// the first full build, which starts with a collection and ends
+	// setting the usual GOGC (restored here, it would start a collection
+	// of its own just before).
+	c.gcPercent = debug.SetGCPercent(fullBuildGCPercent)
 	c.beatWhile(func() { synced = cache.WaitForCacheSync(ctx.Done(), c.synced...) })
 	if !synced {
 		return fmt.Errorf("waiting for informer caches: %w", context.Cause(ctx))
@@ -589,13 +581,7 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 	applied, reshaped := 0, 0
 	complete := true
 	for key := range keys {
-		pod, err := c.podByKey(key)
-		if err != nil {
-			// Never seen from an informer; the full build decides.
-			c.cfg.Logger.Error(err, "Unexpected pod key; rebuilding")
-			complete = false
-			break
-		}
+		pod := c.pods.Get(key)
 		prev := c.tracker.Ruleset()
 		d, f := c.tracker.ApplyPodInfo(key, pod)
 		if f != compile.NoFallback {
@@ -687,7 +673,8 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// several times, marking the whole heap each time to free little. The
 	// memory limit (GOMEMLIMIT, from the container's) still bounds the
 	// heap, and the MemoryReleaser hands the pages back afterwards.
-	defer debug.SetGCPercent(debug.SetGCPercent(fullBuildGCPercent))
+	debug.SetGCPercent(fullBuildGCPercent)
+	defer debug.SetGCPercent(c.gcPercent)
 	if c.tracker != nil {
 		prog, rs, err = c.tracker.Rebuild(in)
 	} else {
@@ -762,6 +749,13 @@ func durationSince(from, to time.Time) time.Duration {
 	return to.Sub(from)
 }
 
+// currentGCPercent is GOGC as set now.
+func currentGCPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
+}
+
 // fullBuildGCPercent is GOGC during a full build and its sync.
 const fullBuildGCPercent = 400
 
@@ -776,20 +770,6 @@ func (c *Controller) committed(kind string, start, now, observed time.Time) {
 		c.cfg.Metrics.ProgrammingLatency.Observe(now.Sub(observed).Seconds())
 	}
 	c.lastSync.Store(now.UnixNano())
-}
-
-// podByKey returns the pod's current state from the informer's cache, nil
-// when it is gone.
-func (c *Controller) podByKey(key string) (*compile.PodInfo, error) {
-	obj, ok, err := c.pods.GetByKey(key)
-	if err != nil || !ok {
-		return nil, err
-	}
-	p, ok := obj.(*compile.PodInfo)
-	if !ok {
-		return nil, fmt.Errorf("pod %s: stored as %T, not read by the transform", key, obj)
-	}
-	return p, nil
 }
 
 // notePodSynced updates the inputs fingerprint for a pod whose change is
@@ -812,15 +792,7 @@ func (c *Controller) Snapshot() (compile.Input, error) { return c.snapshot() }
 func (c *Controller) snapshot() (compile.Input, error) {
 	in := compile.Input{NodeName: c.cfg.NodeName, NodeIPs: c.cfg.NodeIPs, PodCIDRs: c.cfg.PodCIDRs}
 	var err error
-	objs := c.pods.List()
-	in.PodInfos = make([]*compile.PodInfo, 0, len(objs))
-	for _, o := range objs {
-		p, ok := o.(*compile.PodInfo)
-		if !ok {
-			return in, fmt.Errorf("pod store holds %T, not read by the transform", o)
-		}
-		in.PodInfos = append(in.PodInfos, p)
-	}
+	in.PodInfos = c.pods.List()
 	if in.Namespaces, err = c.nss.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("listing namespaces: %w", err)
 	}

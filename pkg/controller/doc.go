@@ -1,8 +1,9 @@
 // Package controller keeps the node's ruleset and the evaluator's program in
 // step with the API objects.
 //
-// It runs client-go informers for NetworkPolicies, Namespaces, Pods and
-// Nodes (slimmed by a transform to what policies read), an informer for
+// It runs client-go informers for NetworkPolicies, Namespaces and Nodes
+// (slimmed by a transform to what policies read), a pod store
+// (pkg/podstore: every pod, as it is stored, in one map), an informer for
 // ClusterNetworkPolicies that runs while discovery says their CRD is
 // served, event handlers that only mark the state dirty, and one sync loop
 // that compiles, applies one transaction, and then publishes the program

@@ -18,3 +18,11 @@ func OldDefinitions(t *testing.T) (rs *compile.Ruleset, set, vmap string, old fu
 	set, vmap, old = oldDefinitions(t, rs)
 	return rs, set, vmap, old
 }
+
+// SetFillChunk sets the elements of one batch of an unhooked fill for the
+// test.
+func SetFillChunk(t *testing.T, n int) {
+	old := fillChunk
+	fillChunk = n
+	t.Cleanup(func() { fillChunk = old })
+}

@@ -23,8 +23,8 @@ import (
 //
 //  1. nft: the table emptied of what it had, the regular chains (empty)
 //     and every set and map declared without elements;
-//  2. netlink: every element, in one batch (verdict maps jump to the
-//     chains of step 1);
+//  2. netlink: every element, in batches of at most fillChunk (verdict
+//     maps jump to the chains of step 1);
 //  3. nft: the base chains and every rule, in one transaction: the table
 //     starts seeing packets with every set filled.
 //
@@ -32,6 +32,52 @@ import (
 // declarations) go in step 1 through nft; if the batch of step 2 fails
 // (too big for the socket, refused), its elements go through nft in
 // step 3. Either way no rule sees a set before it is whole.
+
+// fillChunk bounds the elements of one batch of step 2. The kernel grows
+// a set's hash table in a worker that runs on the CPU of the writer once
+// its batch is done: within one batch of a hundred thousand elements the
+// table is outgrown again and again, and each insertion walks ever longer
+// chains (a third of the whole fill at 150,000 pods). Between batches of
+// fillChunk the worker catches up. (Whatever the batches, step 3 is one
+// transaction, and no rule sees a set before it.)
+var fillChunk = 16384
+
+// fill writes the elements of diffs in batches of at most fillChunk and
+// returns how many it added. On an error the caller writes them all with
+// nft (adding an element twice is no error).
+func (s *Syncer) fill(ctx context.Context, diffs []setDiff) (int, error) {
+	total := 0
+	for len(diffs) > 0 {
+		var chunk []setDiff
+		chunk, diffs = takeElements(diffs, fillChunk)
+		batch, added, _, err := encodeDiffs(s.cfg.Netlink, chunk)
+		if err == nil {
+			err = s.cfg.Netlink.Write(ctx, batch)
+		}
+		if err != nil {
+			return total, err
+		}
+		total += added
+	}
+	return total, nil
+}
+
+// takeElements splits diffs (additions only) after n elements.
+func takeElements(diffs []setDiff, n int) (head, rest []setDiff) {
+	for i, d := range diffs {
+		if len(d.add) >= n {
+			if len(d.add) > n {
+				first, second := d, d
+				first.add, second.add = d.add[:n], d.add[n:]
+				return append(head, first), append([]setDiff{second}, diffs[i+1:]...)
+			}
+			return append(head, d), diffs[i+1:]
+		}
+		head = append(head, d)
+		n -= len(d.add)
+	}
+	return head, nil
+}
 
 // unhooked reports whether a full sync may fill the sets before hooking
 // the table: existing (the netlink listing) has no base chain.
@@ -74,10 +120,7 @@ func (s *Syncer) fullUnhooked(ctx context.Context, desired *compile.Ruleset, exi
 
 	tx = s.cfg.NFT.NewTransaction()
 	if len(diffs) > 0 {
-		batch, added, _, err := encodeDiffs(s.cfg.Netlink, diffs)
-		if err == nil {
-			err = s.cfg.Netlink.Write(ctx, batch)
-		}
+		added, err := s.fill(ctx, diffs)
 		if err == nil {
 			res.NetlinkFill = true
 			res.Operations += added

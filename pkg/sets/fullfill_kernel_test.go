@@ -33,7 +33,8 @@ func (n *recordingNFT) Run(ctx context.Context, tx *knftables.Transaction) error
 // one a single nft transaction writes. With the table hooked, the next full
 // sync is one nft transaction again. A writer whose batches the kernel
 // refuses (it names another table) makes the elements go through nft in
-// the last transaction, with the same result.
+// the last transaction, with the same result; so do batches of a few
+// elements each (sets split across batches).
 func TestFullSyncUnhooked(t *testing.T) {
 	in := compiletest.Cluster(600, 60, 3)
 	in.NodeName = "node-0"
@@ -43,7 +44,14 @@ func TestFullSyncUnhooked(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := ref.dump(t)
-	for _, refused := range []bool{false, true} {
+	for _, tc := range []struct {
+		refused bool
+		chunk   int
+	}{{false, 0}, {false, 7}, {true, 0}} {
+		refused := tc.refused
+		if tc.chunk > 0 {
+			sets.SetFillChunk(t, tc.chunk)
+		}
 		k := newKernelNode(t, true)
 		nft, err := newNSNFT(k.r)
 		if err != nil {

@@ -4,17 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-
-	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
 // TestPodClientSpeaksHTTP1: the pod client asks for HTTP/1.1 even from a
@@ -64,9 +64,10 @@ func TestPodClientSpeaksHTTP1(t *testing.T) {
 	}
 }
 
-// TestPodWatchInJSON: from an API server that answers in JSON, the pod
-// watch's events carry pods in their stored form too, bookmarks with the
-// end-of-initial-events annotation kept, and a Status stays a Status.
+// TestPodWatchInJSON: from an API server that answers in JSON, the
+// EventReader reads pods into their stored form too, bookmarks with the
+// end-of-initial-events annotation kept, and an ERROR event's Status as
+// its error.
 func TestPodWatchInJSON(t *testing.T) {
 	pods := wirePods()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -92,25 +93,29 @@ func TestPodWatchInJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := PodListWatch(c).WatchFuncWithContext(context.Background(), metav1.ListOptions{})
+	body, err := c.Get().Resource("pods").Param("watch", "true").Stream(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	r := NewEventReader(body)
+	defer r.Close()
 	for i, p := range pods {
-		e := <-w.ResultChan()
-		got, ok := e.Object.(*compile.PodInfo)
-		if !ok {
-			t.Fatalf("event %d (%s): %T, want a *compile.PodInfo", i, e.Type, e.Object)
+		typ, got, err := r.Next()
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if want := watch.Added; p.Name == "" && typ != watch.Bookmark || p.Name != "" && typ != want {
+			t.Errorf("event %d: %s", i, typ)
 		}
 		want := podEvent(p, p.Annotations[metav1.InitialEventsAnnotationKey])
 		if diff := cmp.Diff(want, got, podInfoCmp...); diff != "" {
 			t.Errorf("event %d (-want +got):\n%s", i, diff)
 		}
 	}
-	if e := <-w.ResultChan(); e.Type != watch.Error {
-		t.Errorf("last event %s %T, want the Status of an error", e.Type, e.Object)
-	} else if s, ok := e.Object.(*metav1.Status); !ok || s.Code != 410 {
-		t.Errorf("error event's object %#v", e.Object)
+	if typ, _, err := r.Next(); typ != watch.Error || !apierrors.IsResourceExpired(err) {
+		t.Errorf("last event %s, %v; want the Status's error (expired)", typ, err)
+	}
+	if _, _, err := r.Next(); err != io.EOF {
+		t.Errorf("after the last event: %v, want EOF", err)
 	}
 }

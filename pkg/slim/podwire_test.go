@@ -73,7 +73,6 @@ var podInfoCmp = []cmp.Option{cmpopts.EquateComparable(netip.Addr{})}
 // (the informers' Transform), and decodePod from the same bytes.
 func TestDecodePodEqualsTransform(t *testing.T) {
 	ser := protobufSerializer(t)
-	dec := podDecoder{ser}
 	for _, p := range wirePods() {
 		var buf bytes.Buffer
 		p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
@@ -86,48 +85,17 @@ func TestDecodePodEqualsTransform(t *testing.T) {
 		}
 		sp := std.(*corev1.Pod)
 		want := podEvent(sp, sp.Annotations[metav1.InitialEventsAnnotationKey])
-		got, gvk, err := dec.Decode(buf.Bytes(), nil, nil)
+		apiVersion, kind, raw, err := unwrap(buf.Bytes())
+		if err != nil || apiVersion != "v1" || kind != "Pod" {
+			t.Fatalf("pod %s/%s: unwrapped %s %s, %v", p.Namespace, p.Name, apiVersion, kind, err)
+		}
+		got, err := decodePod(raw)
 		if err != nil {
 			t.Fatalf("pod %s/%s: %v", p.Namespace, p.Name, err)
-		}
-		if *gvk != podGVK {
-			t.Errorf("pod %s/%s: decoded as %v", p.Namespace, p.Name, gvk)
 		}
 		if diff := cmp.Diff(want, got, podInfoCmp...); diff != "" {
 			t.Errorf("pod %s/%s: decodePod differs from Pod(decoded) (-Pod +decodePod):\n%s", p.Namespace, p.Name, diff)
 		}
-	}
-}
-
-// TestPodDecoderLeavesOthersAlone: objects other than a v1 Pod, and
-// decoding into a given object, go to the usual serializer.
-func TestPodDecoderLeavesOthersAlone(t *testing.T) {
-	ser := protobufSerializer(t)
-	dec := podDecoder{ser}
-	encode := func(obj runtime.Object) []byte {
-		var buf bytes.Buffer
-		if err := ser.Encode(obj, &buf); err != nil {
-			t.Fatal(err)
-		}
-		return buf.Bytes()
-	}
-	status := &metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired}
-	got, _, err := dec.Decode(encode(status), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s, ok := got.(*metav1.Status); !ok || s.Code != 410 {
-		t.Errorf("a Status decoded as %#v", got)
-	}
-	pod := wirePods()[0]
-	pod.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
-	into := &corev1.Pod{}
-	got, _, err = dec.Decode(encode(pod), nil, into)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != into || into.Name != pod.Name {
-		t.Errorf("decoding into a corev1.Pod gave %T", got)
 	}
 }
 
@@ -180,9 +148,12 @@ func BenchmarkDecodePod(b *testing.B) {
 	})
 	b.Run("decodePod", func(b *testing.B) {
 		b.ReportAllocs()
-		dec := podDecoder{ser}
 		for b.Loop() {
-			if _, _, err := dec.Decode(data, nil, nil); err != nil {
+			_, _, raw, err := unwrap(data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := decodePod(raw); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -145,7 +145,7 @@ func sharedNamedPorts(ports []compile.ContainerPort) []compile.ContainerPort {
 	})
 }
 
-// Pod reads a pod into what the informer stores: a compile.PodInfo,
+// Pod reads a pod into what the pod store holds: a compile.PodInfo,
 // what policies read and nothing else (identity and resourceVersion for
 // change detection and the inputs fingerprint, labels, creation and
 // deletion time, node, addresses, named ports, in the order they resolve

@@ -2,8 +2,6 @@ package slim
 
 import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -11,29 +9,11 @@ import (
 // length-prefixed metav1.WatchEvent messages, each carrying its object's
 // bytes. The generated Unmarshal copies those bytes into the event (a
 // pod's worth of garbage per event, every pod of the cluster when the
-// agent starts) only for client-go to decode the object from the copy and
-// drop it. eventDecoder reads the event in place instead: the object's
-// bytes alias the stream decoder's frame buffer, which holds them until
-// the next event is read, after the object was decoded (client-go's watch
-// decoder decodes it at once, and the pod decoder copies what it keeps).
-
-// eventDecoder decodes metav1.WatchEvents in place; anything else goes to
-// the usual serializer.
-type eventDecoder struct{ runtime.Serializer }
-
-var watchEventGVK = v1.SchemeGroupVersion.WithKind("WatchEvent")
-
-func (d eventDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
-	ev, ok := into.(*v1.WatchEvent)
-	if !ok {
-		return d.Serializer.Decode(data, defaults, into)
-	}
-	if err := readWatchEvent(data, ev); err != nil {
-		return nil, nil, err
-	}
-	gvk := watchEventGVK
-	return ev, &gvk, nil
-}
+// agent starts) only for the object to be decoded from the copy and
+// dropped. readWatchEvent reads the event in place instead: the object's
+// bytes alias the EventReader's frame buffer, which holds them until the
+// next event is read, after the object was decoded (and the pod decoder
+// copies what it keeps).
 
 // readWatchEvent reads a WatchEvent message into ev, its object's bytes
 // not copied.

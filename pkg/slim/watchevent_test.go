@@ -2,17 +2,18 @@ package slim
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"testing"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
-	restclientwatch "k8s.io/client-go/rest/watch"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
@@ -20,7 +21,7 @@ import (
 // protobufStream is the API's protobuf stream serializer (watch events).
 func protobufStream(t testing.TB) *runtime.StreamSerializerInfo {
 	t.Helper()
-	for _, info := range podSerializers(scheme.Codecs.WithoutConversion()).SupportedMediaTypes() {
+	for _, info := range scheme.Codecs.WithoutConversion().SupportedMediaTypes() {
 		if info.MediaType == runtime.ContentTypeProtobuf {
 			return info.StreamSerializer
 		}
@@ -53,19 +54,18 @@ func wireEvents(t testing.TB) []metav1.WatchEvent {
 	return append(evs, metav1.WatchEvent{Type: string(watch.Error), Object: runtime.RawExtension{Raw: encode(status)}})
 }
 
-// TestEventDecoderInPlace: eventDecoder reads what the generated code
+// TestReadWatchEventInPlace: readWatchEvent reads what the generated code
 // reads from each event, and the object's bytes are those of the frame,
 // not a copy of them.
-func TestEventDecoderInPlace(t *testing.T) {
+func TestReadWatchEventInPlace(t *testing.T) {
 	for _, want := range wireEvents(t) {
 		b, err := want.Marshal()
 		if err != nil {
 			t.Fatal(err)
 		}
 		var got metav1.WatchEvent
-		obj, _, err := eventDecoder{}.Decode(b, nil, &got)
-		if err != nil || obj != &got {
-			t.Fatalf("Decode = %T, %v", obj, err)
+		if err := readWatchEvent(b, &got); err != nil {
+			t.Fatal(err)
 		}
 		if got.Type != want.Type || !bytes.Equal(got.Object.Raw, want.Object.Raw) {
 			t.Errorf("decoded %s event of %d bytes, want %s of %d", got.Type, len(got.Object.Raw), want.Type, len(want.Object.Raw))
@@ -77,13 +77,13 @@ func TestEventDecoderInPlace(t *testing.T) {
 	}
 }
 
-// TestWatchStreamDecodesPods runs client-go's own watch decoding (frame
-// reader, stream decoder, watch decoder) over a stream of the API's
-// events with the pod client's serializers: each event arrives as the
-// generated code would have decoded it, pods as stored forms, and an
+// TestEventReaderDecodesPods reads a protobuf stream of the API's events
+// (framed by the API's own stream serializer) with an EventReader: each
+// event's type, its pod as decodePod stores it from the same bytes (an
 // object decoded from a frame stays intact when the frame buffer is
-// reused for the next events.
-func TestWatchStreamDecodesPods(t *testing.T) {
+// reused for the next events), the ERROR event as the API error it
+// carries, then the end.
+func TestEventReaderDecodesPods(t *testing.T) {
 	ss := protobufStream(t)
 	evs := wireEvents(t)
 	var stream bytes.Buffer
@@ -93,46 +93,70 @@ func TestWatchStreamDecodesPods(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	objects := podSerializers(scheme.Codecs.WithoutConversion()).SupportedMediaTypes()
-	var objDec runtime.Decoder
-	for _, info := range objects {
-		if info.MediaType == runtime.ContentTypeProtobuf {
-			objDec = info.Serializer
-		}
-	}
-	dec := restclientwatch.NewDecoder(streaming.NewDecoder(ss.Framer.NewFrameReader(io.NopCloser(&stream)), ss.Serializer), objDec)
-	var got []runtime.Object
-	for range evs {
-		typ, obj, err := dec.Decode()
+	r := NewEventReader(io.NopCloser(&stream))
+	var got []*compile.PodInfo
+	for i := range evs[:len(evs)-1] {
+		typ, pod, err := r.Next()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("event %d: %v", i, err)
 		}
-		if string(typ) != evs[len(got)].Type {
-			t.Errorf("event %d: type %s, want %s", len(got), typ, evs[len(got)].Type)
+		if string(typ) != evs[i].Type {
+			t.Errorf("event %d: type %s, want %s", i, typ, evs[i].Type)
 		}
-		got = append(got, obj)
+		got = append(got, pod)
 	}
-	if _, _, err := dec.Decode(); err != io.EOF {
+	if typ, _, err := r.Next(); typ != watch.Error || !apierrors.IsResourceExpired(err) {
+		t.Errorf("the ERROR event: %s, %v; want the Status's error (expired)", typ, err)
+	}
+	if _, _, err := r.Next(); err != io.EOF {
 		t.Errorf("after the last event: %v, want EOF", err)
 	}
-	// Every object, read after all frames went through the buffer.
-	ser := protobufSerializer(t)
-	for i, obj := range got {
-		want, _, err := podDecoder{ser}.Decode(bytes.Clone(evs[i].Object.Raw), nil, nil)
+	for i, pod := range got {
+		_, _, raw, err := unwrap(evs[i].Object.Raw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := want.(*compile.PodInfo); !ok && evs[i].Type != string(watch.Error) {
-			t.Fatalf("event %d: %T", i, want)
+		want, err := decodePod(raw)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if diff := cmp.Diff(want, obj, podInfoCmp...); diff != "" {
+		if diff := cmp.Diff(want, pod, podInfoCmp...); diff != "" {
 			t.Errorf("event %d (-want +got):\n%s", i, diff)
 		}
 	}
 }
 
-// FuzzWatchEvent: whatever the bytes, eventDecoder does not panic, and
-// where the generated code decodes them, eventDecoder reads the same type
+// TestEventReaderRejects: a frame longer than any object, a frame cut
+// short, and an event carrying something else than a pod are errors.
+func TestEventReaderRejects(t *testing.T) {
+	ev := wireEvents(t)[0]
+	b, err := ev.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := func(b []byte) []byte { return append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...) }
+	ns := &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: "x"}}
+	var nsBuf bytes.Buffer
+	if err := protobufSerializer(t).Encode(ns, &nsBuf); err != nil {
+		t.Fatal(err)
+	}
+	notPod, err := (&metav1.WatchEvent{Type: "ADDED", Object: runtime.RawExtension{Raw: nsBuf.Bytes()}}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, stream := range map[string][]byte{
+		"too long":  binary.BigEndian.AppendUint32(nil, maxFrame+1),
+		"cut short": frame(b)[:len(b)/2],
+		"namespace": frame(notPod),
+	} {
+		if _, _, err := NewEventReader(io.NopCloser(bytes.NewReader(stream))).Next(); err == nil || err == io.EOF {
+			t.Errorf("%s: %v, want an error", name, err)
+		}
+	}
+}
+
+// FuzzWatchEvent: whatever the bytes, readWatchEvent does not panic, and
+// where the generated code decodes them, it reads the same type
 // and object bytes.
 func FuzzWatchEvent(f *testing.F) {
 	for _, ev := range wireEvents(f)[:6] {

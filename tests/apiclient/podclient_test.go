@@ -5,10 +5,14 @@ package apiclient
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
@@ -19,23 +23,18 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/podstore"
 	"github.com/nftpolicy/nftpolicy/pkg/slim"
 	"github.com/nftpolicy/nftpolicy/tests/internal/kubeenv"
 )
 
-// listOnly is a ListerWatcher without watch-list semantics: the reflector
-// lists first, then watches (the path of an API server without streaming
-// lists).
-type listOnly struct{ *cache.ListWatch }
-
-func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
-
 // TestPodClientMatchesTransform runs, against a real API server, the pod
-// informer the agent runs (slim.PodListWatch: pods decoded from the wire
-// straight into their stored form) beside client-go's pod informer with
-// slim.Transform, through the initial events (watch-list, and list then
-// watch), label and status changes, a deletion in progress and a deletion:
-// their stores must hold the same pods at every step.
+// store the agent runs (pkg/podstore over slim.NewPodClient: pods decoded
+// from the wire straight into their stored form) beside client-go's pod
+// informer with slim.Transform, through the initial events (watch-list,
+// and list then watch), label and status changes, a deletion in progress
+// and a deletion: they must hold the same pods at every step, and the
+// store must say which pods changed.
 func TestPodClientMatchesTransform(t *testing.T) {
 	env := kubeenv.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -83,40 +82,49 @@ func TestPodClientMatchesTransform(t *testing.T) {
 		}
 	}
 
-	for _, path := range []string{"watch-list", "list then watch"} {
+	for run, path := range []string{"watch-list", "list then watch"} {
 		t.Run(path, func(t *testing.T) {
 			ctx, stop := context.WithCancel(ctx)
 			defer stop()
 			f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slim.Transform))
 			std := f.Core().V1().Pods().Informer()
-			var lw cache.ListerWatcher = slim.PodListWatch(podClient)
-			if path != "watch-list" {
-				lw = listOnly{slim.PodListWatch(podClient)}
-			}
-			wire := cache.NewSharedIndexInformer(lw, &compile.PodInfo{}, 0, cache.Indexers{})
-			wire.SetTransform(slim.Transform)
+			src := podstore.RESTSource(podClient)
+			src.InitialEvents = path == "watch-list"
+			var changedMu sync.Mutex
+			changed := map[string]bool{}
+			wire := podstore.New(src, func(key string) { changedMu.Lock(); changed[key] = true; changedMu.Unlock() }, logr.Discard())
 			f.Start(ctx.Done())
-			go wire.RunWithContext(ctx)
+			go wire.Run(ctx)
 			if !cache.WaitForCacheSync(ctx.Done(), std.HasSynced, wire.HasSynced) {
 				t.Fatal("informers did not sync")
 			}
-			same := func(step string, want int) {
+			// same waits for both to hold want pods, the same, and for the
+			// store to have noted (since the previous step) those named.
+			same := func(step string, want int, noted ...string) {
 				t.Helper()
+				for i := range noted {
+					noted[i] = ns + "/" + noted[i]
+				}
 				var diff string
 				for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-					a, b := podInfos(t, std.GetStore()), podInfos(t, wire.GetStore())
-					if diff = cmp.Diff(a, b, cmpopts.EquateComparable(netip.Addr{})); diff == "" && len(a) == want {
+					a, b := podInfos(t, std.GetStore()), byKey(wire.List())
+					changedMu.Lock()
+					got := slices.Sorted(maps.Keys(changed))
+					changedMu.Unlock()
+					if diff = cmp.Diff(a, b, cmpopts.EquateComparable(netip.Addr{})); diff == "" && len(a) == want && slices.Equal(got, noted) {
+						clear(changed)
 						return
 					}
 					if diff == "" {
-						diff = fmt.Sprintf("%d pods, want %d", len(a), want)
+						diff = fmt.Sprintf("%d pods, want %d; changes noted %v, want %v", len(a), want, got, noted)
 					}
 				}
-				t.Fatalf("%s: stores differ (-client-go+Transform +PodListWatch):\n%s", step, diff)
+				t.Fatalf("%s: stores differ (-client-go+Transform +podstore):\n%s", step, diff)
 			}
 			same("initial events", 24)
-			// Changes go through the watch.
-			patch := []byte(`{"metadata":{"labels":{"tier":"api","extra":"x"}}}`)
+			// Changes go through the watch (each run's its own: the same
+			// write again would change nothing).
+			patch := fmt.Appendf(nil, `{"metadata":{"labels":{"tier":"api","extra":"x%d"}}}`, run)
 			if _, err := cs.CoreV1().Pods(ns).Patch(ctx, "p01", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -124,11 +132,11 @@ func TestPodClientMatchesTransform(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "fd00::4"}, {IP: "10.9.0.5"}}}
+			p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "fd00::4"}, {IP: fmt.Sprintf("10.9.1.%d", run)}}}
 			if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			same("label and status changes", 24)
+			same("label and status changes", 24, "p01", "p04")
 			// p05 has a finalizer: deleted, it stays with a deletionTimestamp.
 			// (No kubelet here: a grace period would keep p06 too.)
 			now := int64(0)
@@ -137,12 +145,12 @@ func TestPodClientMatchesTransform(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			same("deletions", 23)
+			same("deletions", 23, "p05", "p06")
 			// Restore what this subtest changed for the next one.
 			if _, err := cs.CoreV1().Pods(ns).Patch(ctx, "p05", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			same("finalizer removed", 22)
+			same("finalizer removed", 22, "p05")
 			recreate := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p05", Namespace: ns, Labels: map[string]string{"app": "a2"}},
 				Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "main", Image: "pause"}}}}
 			for _, name := range []string{"p05", "p06"} {
@@ -154,13 +162,21 @@ func TestPodClientMatchesTransform(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			same("recreated", 24)
+			same("recreated", 24, "p05", "p06")
 		})
 	}
 }
 
-// podInfos is a store's pods by key; the informer holds PodInfos in both
-// cases.
+// byKey is pods by key.
+func byKey(pods []*compile.PodInfo) map[string]*compile.PodInfo {
+	out := map[string]*compile.PodInfo{}
+	for _, p := range pods {
+		out[p.Key] = p
+	}
+	return out
+}
+
+// podInfos is an informer's pods by key.
 func podInfos(t *testing.T, s cache.Store) map[string]*compile.PodInfo {
 	t.Helper()
 	out := map[string]*compile.PodInfo{}
