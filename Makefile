@@ -59,6 +59,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME) ./pkg/compile
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeKey$$' -fuzztime $(FUZZTIME) ./pkg/nftnl
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodePod$$' -fuzztime $(FUZZTIME) ./pkg/slim
+	$(GO) test -run '^$$' -fuzz '^FuzzWatchEvent$$' -fuzztime $(FUZZTIME) ./pkg/slim
+	$(GO) test -run '^$$' -fuzz '^FuzzEventReader$$' -fuzztime $(FUZZTIME) ./pkg/slim
 
 # The red-team suite alone (tests/redteam, docs/security.md): every attack
 # on the agent enacted on the real kernel; make test runs it too.

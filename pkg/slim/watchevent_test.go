@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"io"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -144,13 +145,17 @@ func TestEventReaderRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, stream := range map[string][]byte{
-		"too long":  binary.BigEndian.AppendUint32(nil, maxFrame+1),
-		"cut short": frame(b)[:len(b)/2],
-		"namespace": frame(notPod),
+	for _, tc := range []struct {
+		name, want string
+		stream     []byte
+	}{
+		// Refused from its length, before anything is read or allocated.
+		{"too long", "at most", append(binary.BigEndian.AppendUint32(nil, maxFrame+1), b...)},
+		{"cut short", "cut short", frame(b)[:len(b)/2]},
+		{"namespace", "v1 Namespace", frame(notPod)},
 	} {
-		if _, _, err := NewEventReader(io.NopCloser(bytes.NewReader(stream))).Next(); err == nil || err == io.EOF {
-			t.Errorf("%s: %v, want an error", name, err)
+		if _, _, err := NewEventReader(io.NopCloser(bytes.NewReader(tc.stream))).Next(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
 		}
 	}
 }
@@ -179,5 +184,29 @@ func FuzzWatchEvent(f *testing.F) {
 		if got.Type != want.Type || !bytes.Equal(got.Object.Raw, want.Object.Raw) {
 			t.Fatalf("%x: read %q %x, generated %q %x", b, got.Type, got.Object.Raw, want.Type, want.Object.Raw)
 		}
+	})
+}
+
+// FuzzEventReader: whatever a watch response holds, the reader returns
+// events or an error, never panics, and ends (each call consumes input).
+func FuzzEventReader(f *testing.F) {
+	var stream bytes.Buffer
+	ss := protobufStream(f)
+	fw := ss.Framer.NewFrameWriter(&stream)
+	for _, ev := range wireEvents(f)[:4] {
+		if err := ss.Serializer.Encode(&ev, fw); err != nil {
+			f.Fatal(err)
+		}
+	}
+	f.Add(stream.Bytes())
+	f.Add([]byte(`{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"b"}}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := NewEventReader(io.NopCloser(bytes.NewReader(b)))
+		for range len(b) + 1 {
+			if _, _, err := r.Next(); err != nil {
+				return
+			}
+		}
+		t.Fatalf("%d bytes read as more than %d events", len(b), len(b))
 	})
 }
