@@ -61,6 +61,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodePod$$' -fuzztime $(FUZZTIME) ./pkg/slim
 	$(GO) test -run '^$$' -fuzz '^FuzzWatchEvent$$' -fuzztime $(FUZZTIME) ./pkg/slim
 	$(GO) test -run '^$$' -fuzz '^FuzzEventReader$$' -fuzztime $(FUZZTIME) ./pkg/slim
+	$(GO) test -run '^$$' -fuzz '^FuzzSnapshotDecoding$$' -fuzztime $(FUZZTIME) ./pkg/evaluate
+	$(GO) test -run '^$$' -fuzz '^FuzzSnapshotPodEncoding$$' -fuzztime $(FUZZTIME) ./pkg/evaluate
 
 # The red-team suite alone (tests/redteam, docs/security.md): every attack
 # on the agent enacted on the real kernel; make test runs it too.
