@@ -136,7 +136,7 @@ var agentAccess = []struct {
 	verbs           []string
 	where           string
 }{
-	{"", "pods", []string{"list", "watch"}, "pkg/controller: the pod informer"},
+	{"", "pods", []string{"list", "watch"}, "pkg/podstore: the pod watch (and its list fallback)"},
 	{"", "namespaces", []string{"list", "watch"}, "pkg/controller: the namespace informer (namespaceSelector)"},
 	{"", "nodes", []string{"list", "watch"}, "pkg/controller: the node informer (nodes peers, the agent's addresses)"},
 	{"networking.k8s.io", "networkpolicies", []string{"list", "watch"}, "pkg/controller: the NetworkPolicy informer"},
