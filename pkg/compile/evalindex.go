@@ -866,6 +866,13 @@ func (ix *indexer) pods() {
 	}
 	x.V4 = make([]PodRecord, size)
 	x.V4Shift = uint8(32 - bits.TrailingZeros(uint(size)))
+	// Written once in order before the probes below: a slot's first touch
+	// by a probe is a read, which maps the shared zero page, and the write
+	// that follows faults again and flushes the other CPUs' TLBs. Megabytes
+	// of slots, fresh from the OS, would pay that page by page.
+	for i := range x.V4 {
+		x.V4[i].Used = false
+	}
 	tierSets := map[string]int32{}
 	var denied strings.Builder
 	nDenied := 0
