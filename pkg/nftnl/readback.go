@@ -25,6 +25,7 @@ import (
 // Attributes and flags missing from x/sys/unix (linux/netfilter/nf_tables.h).
 const (
 	nftaSetDescConcat       = 2    // NFTA_SET_DESC_CONCAT
+	nftaSetHandle           = 0x10 // NFTA_SET_HANDLE
 	nftaSetExpr             = 0x11 // NFTA_SET_EXPR
 	nftaSetExpressions      = 0x12 // NFTA_SET_EXPRESSIONS
 	nftaSetElemExpressions  = 0xb  // NFTA_SET_ELEM_EXPRESSIONS
@@ -63,7 +64,28 @@ type SetDecl struct {
 	// other is anything this reader does not compare (set expressions such
 	// as per-element counters, object maps): such a set is never kept.
 	other bool
+	// handle is the kernel's handle of the set: a set deleted and added
+	// again under the same name gets another one.
+	handle uint64
 }
+
+// SameObject reports whether o describes the same kernel set as k, still
+// declared the same: same handle, same declaration. Elements read under
+// k are the set's elements under o unless they were changed in between.
+func (k *SetDecl) SameObject(o *SetDecl) bool {
+	return k.handle != 0 && k.name == o.name && k.handle == o.handle && k.flags == o.flags &&
+		k.keyType == o.keyType && k.keyLen == o.keyLen && k.dataType == o.dataType && k.dataLen == o.dataLen &&
+		k.hasData == o.hasData && k.policy == o.policy && k.hasPolicy == o.hasPolicy && k.size == o.size &&
+		k.timeoutMS == o.timeoutMS && k.gcIntervalMS == o.gcIntervalMS && bytes.Equal(k.udata, o.udata) && k.other == o.other
+}
+
+// Comparable reports whether a sync may compare the set's elements with
+// desired ones: false for a set with what this reader does not compare.
+func (k *SetDecl) Comparable() bool { return !k.other }
+
+// Expires reports whether the set's elements time out (a set a learner
+// fills, whose elements a sync never compares).
+func (k *SetDecl) Expires() bool { return k.flags&unix.NFT_SET_TIMEOUT != 0 }
 
 // parseKernelSet reads one NFT_MSG_NEWSET reply's attributes; table is
 // the table it names.
@@ -103,6 +125,8 @@ func parseKernelSet(ad *netlink.AttributeDecoder) (table string, k SetDecl) {
 			k.gcIntervalMS = ad.Uint32()
 		case unix.NFTA_SET_USERDATA:
 			k.udata = ad.Bytes()
+		case nftaSetHandle:
+			k.handle = ad.Uint64()
 		case unix.NFTA_SET_OBJ_TYPE, nftaSetExpr, nftaSetExpressions:
 			k.other = true
 		}

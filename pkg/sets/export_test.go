@@ -26,3 +26,10 @@ func SetFillChunk(t *testing.T, n int) {
 	fillChunk = n
 	t.Cleanup(func() { fillChunk = old })
 }
+
+// WaitPrefetch waits for the read Prefetch started, if any.
+func WaitPrefetch(s *Syncer) {
+	if s.pre != nil {
+		<-s.pre.done
+	}
+}

@@ -53,14 +53,14 @@ type resyncSet struct {
 // handled is false when the kernel's sets could not be read (the caller
 // then rewrites them whole); an error of the transaction is returned with
 // handled true.
-func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existing map[string][]string, decls map[string]*nftnl.SetDecl) (res Result, handled bool, err error) {
+func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existing map[string][]string, decls map[string]*nftnl.SetDecl, pre *kernelRead) (res Result, handled bool, err error) {
 	res = Result{Full: true}
 	readStart := time.Now()
-	keep, err := s.planKept(ctx, desired, decls)
+	keep, prefetched, err := s.planKept(ctx, desired, decls, pre)
 	if err != nil {
 		return res, false, err
 	}
-	res.ReadDuration = time.Since(readStart)
+	res.ReadDuration, res.SetsPrefetched = time.Since(readStart), prefetched
 
 	tx := s.cfg.NFT.NewTransaction()
 	s.clearUnkept(tx, desired, existing, keep, &res)
@@ -76,8 +76,8 @@ func (s *Syncer) fullDiff(ctx context.Context, desired *compile.Ruleset, existin
 // planKept returns the plans of the desired sets the re-sync keeps, by
 // name: those whose kernel declaration is the desired one, their elements
 // compared with the kernel's (dynamic sets are kept unread).
-func (s *Syncer) planKept(ctx context.Context, desired *compile.Ruleset, decls map[string]*nftnl.SetDecl) (map[string]*resyncSet, error) {
-	keep := map[string]*resyncSet{}
+func (s *Syncer) planKept(ctx context.Context, desired *compile.Ruleset, decls map[string]*nftnl.SetDecl, pre *kernelRead) (keep map[string]*resyncSet, prefetched int, err error) {
+	keep = map[string]*resyncSet{}
 	var compare []candidate
 	for _, n := range desired.SortedSetNames() {
 		set := desired.Sets[n]
@@ -95,12 +95,12 @@ func (s *Syncer) planKept(ctx context.Context, desired *compile.Ruleset, decls m
 			// know): written whole.
 			continue
 		}
-		compare = append(compare, candidate{n, set, l})
+		compare = append(compare, candidate{n, set, k, l})
 	}
-	if err := s.compareSets(ctx, compare, keep); err != nil {
-		return nil, err
+	if prefetched, err = s.compareSets(ctx, compare, keep, pre); err != nil {
+		return nil, 0, err
 	}
-	return keep, nil
+	return keep, prefetched, nil
 }
 
 // clearUnkept adds to tx the table and the desired chains, and what empties
@@ -186,20 +186,27 @@ func (s *Syncer) refill(tx *knftables.Transaction, desired *compile.Ruleset, kee
 type candidate struct {
 	name   string
 	set    *compile.Set
+	decl   *nftnl.SetDecl
 	layout nftnl.Layout
 }
 
-// compareSets reads the kernel's elements of the candidates and stores
-// their plans in keep. The kernel's dumps (its CPU, in the reading
-// goroutine's system calls) and the encoding of the desired elements
-// overlap: one goroutine reads set after set while this one compares.
-func (s *Syncer) compareSets(ctx context.Context, compare []candidate, keep map[string]*resyncSet) error {
+// compareSets reads the kernel's elements of the candidates (but those
+// pre read before the build, prefetch.go) and stores their plans in keep.
+// The kernel's dumps (its CPU, in the reading goroutine's system calls)
+// and the encoding of the desired elements overlap: one goroutine reads
+// set after set while this one compares.
+func (s *Syncer) compareSets(ctx context.Context, compare []candidate, keep map[string]*resyncSet, pre *kernelRead) (prefetched int, err error) {
 	readCtx, cancel := context.WithCancel(ctx)
 	read := make(chan kernelElements, 8)
 	go func() {
 		defer close(read)
 		for _, c := range compare {
-			k := s.readKernelSet(readCtx, c.name)
+			k, ok := pre.elements(c.name, c.decl)
+			if ok {
+				k.prefetched = true
+			} else {
+				k = s.readKernelSet(readCtx, c.name)
+			}
 			select {
 			case read <- k:
 			case <-readCtx.Done():
@@ -220,18 +227,21 @@ func (s *Syncer) compareSets(ctx context.Context, compare []candidate, keep map[
 	for _, c := range compare {
 		k, ok := <-read
 		if !ok {
-			return fmt.Errorf("reading the kernel's sets: %w", context.Cause(readCtx))
+			return 0, fmt.Errorf("reading the kernel's sets: %w", context.Cause(readCtx))
 		}
 		if k.err != nil {
-			return k.err
+			return 0, k.err
 		}
 		plan, err := planSet(c.name, c.set, &c.layout, k)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		keep[c.name] = plan
+		if k.prefetched {
+			prefetched++
+		}
 	}
-	return nil
+	return prefetched, nil
 }
 
 // kernelElements are the elements of one of the kernel's sets, by
@@ -242,7 +252,9 @@ type kernelElements struct {
 	els  []kernelElementState
 	// odd: the set has an element the desired ones never have.
 	odd bool
-	err error
+	// prefetched: read before the build (prefetch.go).
+	prefetched bool
+	err        error
 }
 
 type kernelElementState struct {
@@ -394,8 +406,8 @@ func joinList(items []string) string { return strings.Join(items, ", ") }
 // table whole: the kernel's sets could not be read, or the transaction
 // failed (the kernel changed since the dump, or holds something the
 // comparison missed), which changed nothing.
-func (s *Syncer) resync(ctx context.Context, desired *compile.Ruleset, existing map[string][]string, decls map[string]*nftnl.SetDecl) (Result, bool) {
-	res, handled, err := s.fullDiff(ctx, desired, existing, decls)
+func (s *Syncer) resync(ctx context.Context, desired *compile.Ruleset, existing map[string][]string, decls map[string]*nftnl.SetDecl, pre *kernelRead) (Result, bool) {
+	res, handled, err := s.fullDiff(ctx, desired, existing, decls, pre)
 	switch {
 	case !handled:
 		s.cfg.Logger.Error(err, "Full sync: could not read the kernel's sets, rewriting them all")

@@ -314,3 +314,79 @@ func TestResyncFallsBackToRewrite(t *testing.T) {
 		t.Fatalf("table differs from a fresh load (-fresh +re-synced):\n%s", diff)
 	}
 }
+
+// TestPrefetchedResync: a re-sync whose kernel read was started before the
+// build (Prefetch) compares every set from it and leaves the unchanged
+// table as it was; a set deleted and added again by hand after the read,
+// under the same name and declaration but with other elements, is read
+// again, and the sync ends with the table a fresh one would be.
+func TestPrefetchedResync(t *testing.T) {
+	in := compiletest.Cluster(400, 40, 3)
+	in.NodeName = "node-0"
+	rs := render(t, in)
+	k, rec := recordingNode(t)
+	ctx := context.Background()
+	if _, err := k.syncer.Sync(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	want := k.dump(t)
+	restart := func() *sets.Syncer {
+		t.Helper()
+		s, err := sets.New(sets.Config{NFT: rec, Netlink: nsElementWriter(t, k.r), OneCommandPerSet: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	s := restart()
+	s.Prefetch(ctx)
+	res, err := s.Sync(ctx, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.SetsPrefetched == 0 || res.ElementsAdded != 0 || res.ElementsDeleted != 0 {
+		t.Errorf("prefetched re-sync of an unchanged table: %+v, want sets compared from the prefetch and no element written", res)
+	}
+	if diff := cmp.Diff(want, k.dump(t)); diff != "" {
+		t.Fatalf("prefetched re-sync changed the table (-before +after):\n%s", diff)
+	}
+
+	// A set no rule names, deleted by hand after the read and added
+	// again with the same declaration and one of its elements.
+	addrs := func(name string, elems ...string) *compile.Set {
+		s := &compile.Set{Set: &knftables.Set{Name: name, Type: "ipv4_addr"}}
+		for _, e := range elems {
+			s.Elements = append(s.Elements, compile.AddrElement(netip.MustParseAddr(e), nil))
+		}
+		return s
+	}
+	spare := addrs("spare-v4", "10.0.0.1", "10.0.0.2", "10.0.0.3")
+	k, rec = recordingNode(t)
+	rs = hookedRuleset("ip saddr @fixed-v4 counter accept", addrs("fixed-v4", "10.0.1.1"), spare)
+	if _, err := restart().Sync(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	s = restart()
+	s.Prefetch(ctx)
+	sets.WaitPrefetch(s)
+	k.nft(t, "delete", "set", "inet", compile.TableName, "spare-v4")
+	nft, err := newNSNFT(k.r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := nft.NewTransaction()
+	addrs("spare-v4", "10.0.0.3").AddTo(tx)
+	if err := nft.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = s.Sync(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if res.SetsPrefetched != 1 || res.ElementsAdded != 2 {
+		t.Errorf("re-sync after spare-v4 was replaced by hand: %+v, want fixed-v4 compared from the prefetch, spare-v4 read again and 2 elements added", res)
+	}
+	if diff := cmp.Diff(freshTable(t, rs), k.dump(t)); diff != "" {
+		t.Fatalf("table after the prefetched re-sync differs from a fresh one (-fresh +got):\n%s", diff)
+	}
+}

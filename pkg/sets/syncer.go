@@ -74,6 +74,10 @@ type Result struct {
 	// to read and compare the kernel's sets (resync.go).
 	ElementsUnchanged int
 	ReadDuration      time.Duration
+	// SetsPrefetched counts the sets a full sync compared from the read
+	// Prefetch made while the ruleset was built; the others it read
+	// itself, in ReadDuration.
+	SetsPrefetched int
 }
 
 // Syncer owns the nftpolicy table: it keeps what it last applied and turns
@@ -85,6 +89,9 @@ type Syncer struct {
 	netlinkFallbacks atomic.Int64
 	// dynamic holds the declarations of the dynamic sets last committed.
 	dynamic map[string]*compile.Set
+	// pre is the read of the kernel's sets Prefetch started, which the
+	// next full sync takes (prefetch.go).
+	pre *kernelRead
 }
 
 // New returns a Syncer whose first sync is full.
@@ -137,6 +144,7 @@ func (s *Syncer) sync(ctx context.Context, desired *compile.Ruleset, shared comp
 // with no enforcement.
 func (s *Syncer) full(ctx context.Context, desired *compile.Ruleset) (Result, error) {
 	res := Result{Full: true}
+	pre := s.takePrefetch()
 	// External chains must hold their rules before anything jumps to them.
 	if err := s.ensureExternal(ctx, desired); err != nil {
 		return res, err
@@ -150,7 +158,7 @@ func (s *Syncer) full(ctx context.Context, desired *compile.Ruleset) (Result, er
 	}
 	if decls != nil {
 		// Only what differs from the kernel's sets (resync.go).
-		if res, ok := s.resync(ctx, desired, existing, decls); ok {
+		if res, ok := s.resync(ctx, desired, existing, decls, pre); ok {
 			return res, nil
 		}
 	}

@@ -1,7 +1,9 @@
 package agent_test
 
 import (
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,11 +159,32 @@ func testAgentRestart(t *testing.T, mode compile.Mode, update, stopFirst bool) {
 			t.Errorf("%s mode: %d allowed connections failed; longest run %d from %v (%s): the table must keep enforcing while the agent is away",
 				mode, failed, run.N, run.First.Round(time.Millisecond), run.Detail)
 		}
+		// The new agent found the table hooked and compared its sets,
+		// read while it built its ruleset.
+		line := lastLine(c.Agent("node-1").LogTail(400), "First sync committed")
+		if m := setsPrefetched.FindStringSubmatch(line); m == nil || m[1] == "0" {
+			t.Errorf("%s mode: the restarted agent's first sync compared no set read before its build:\n%s", mode, line)
+		}
 	}
 
 	// The new agent is fully in charge again.
 	m = verify(t, ctx, c, "after the restart")
 	expect(t, m, "after the restart", map[[2]string]bool{{"r/good", "r/server"}: true, {"r/bad", "r/server"}: false})
+}
+
+// setsPrefetched is the count of sets a first sync compared from the
+// kernel read it started before the build (sets.Syncer.Prefetch).
+var setsPrefetched = regexp.MustCompile(` setsPrefetched=(\d+)`)
+
+// lastLine is the last line of log that contains s.
+func lastLine(log, s string) string {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], s) {
+			return lines[i]
+		}
+	}
+	return ""
 }
 
 // checkUpdate: no allowed connection of an update may fail.
