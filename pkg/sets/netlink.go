@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"sigs.k8s.io/knftables"
 
@@ -31,10 +32,9 @@ func elementOnlyDiff(old, desired *compile.Ruleset) (diffs []setDiff, ok bool) {
 			return nil, false
 		}
 	}
-	for _, n := range desired.SortedSetNames() {
-		set := desired.Sets[n]
+	for n, set := range desired.Sets {
 		prev, ok := old.Sets[n]
-		if !ok || !sameDeclaration(prev, set) {
+		if !ok || prev != set && !sameDeclaration(prev, set) {
 			return nil, false
 		}
 		if prev == set || equalElements(prev.Elements, set.Elements) {
@@ -43,6 +43,9 @@ func elementOnlyDiff(old, desired *compile.Ruleset) (diffs []setDiff, ok bool) {
 		add, del := diffElements(prev, set)
 		diffs = append(diffs, setDiff{name: n, prev: prev, set: set, add: add, del: del})
 	}
+	// In name order (the batch's), sorting only the sets that changed: a
+	// ruleset has thousands.
+	slices.SortFunc(diffs, func(a, b setDiff) int { return strings.Compare(a.name, b.name) })
 	return diffs, true
 }
 

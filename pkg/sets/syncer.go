@@ -370,7 +370,17 @@ func writeDiff(old, desired *compile.Ruleset, shared compile.Delta, w diffWriter
 		}
 		inPlace[shared[i].Set] = &shared[i]
 	}
-	for _, n := range desired.SortedSetNames() {
+	// In name order, but only the sets that may differ are sorted: a
+	// ruleset has thousands, and after a policy or pod change nearly all
+	// are the applied ruleset's own.
+	var maybe []string
+	for n, set := range desired.Sets {
+		if old.Sets[n] != set || inPlace[n] != nil {
+			maybe = append(maybe, n)
+		}
+	}
+	slices.Sort(maybe)
+	for _, n := range maybe {
 		if err := writeSetDiff(old.Sets[n], desired.Sets[n], inPlace[n], w, res); err != nil {
 			return err
 		}
@@ -467,11 +477,16 @@ func writeRemovals(old, desired *compile.Ruleset, w diffWriter, res *Result) err
 		}
 		res.ChainsDeleted++
 	}
-	for _, n := range old.SortedSetNames() {
+	var goneSets []string
+	for n := range old.Sets {
 		if _, ok := desired.Sets[n]; !ok {
-			if err := w.delSet(old.Sets[n]); err != nil {
-				return err
-			}
+			goneSets = append(goneSets, n)
+		}
+	}
+	slices.Sort(goneSets)
+	for _, n := range goneSets {
+		if err := w.delSet(old.Sets[n]); err != nil {
+			return err
 		}
 	}
 	return nil
