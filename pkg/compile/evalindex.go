@@ -826,10 +826,14 @@ func (ix *indexer) clusterRules() {
 
 // podCounts counts what the pod records and pools hold, to size them
 // once: memberships, named ports (at most: a name's later duplicates are
-// left out), IPv4 addresses, and pods with an address of another kind.
-func (ix *indexer) podCounts() (nMembers, nPorts, nV4, nOther int) {
+// left out), IPv4 addresses, pods with an address of another kind, and
+// local pods.
+func (ix *indexer) podCounts() (nMembers, nPorts, nV4, nOther, nLocal int) {
 	for i := range ix.p.Pods {
 		pod := &ix.p.Pods[i]
+		if pod.Local {
+			nLocal++
+		}
 		nMembers += len(pod.MemberOf)
 		for _, cp := range pod.Ports {
 			if _, ok := ix.names[cp.Name]; ok {
@@ -848,7 +852,7 @@ func (ix *indexer) podCounts() (nMembers, nPorts, nV4, nOther int) {
 			nOther++
 		}
 	}
-	return nMembers, nPorts, nV4, nOther
+	return nMembers, nPorts, nV4, nOther, nLocal
 }
 
 // pods writes the pod records, the pools they point into and the address
@@ -856,7 +860,7 @@ func (ix *indexer) podCounts() (nMembers, nPorts, nV4, nOther int) {
 func (ix *indexer) pods() {
 	p, x := ix.p, ix.x
 	x.PodSpans = make([]PodSpans, len(p.Pods))
-	nMembers, nPorts, nV4, nOther := ix.podCounts()
+	nMembers, nPorts, nV4, nOther, nLocal := ix.podCounts()
 	x.Pods = make([]PodRecord, 0, nOther)
 	x.Members = make([]SelectorID, 0, nMembers)
 	x.PodPorts = make([]EvalPodPort, 0, nPorts)
@@ -886,7 +890,7 @@ func (ix *indexer) pods() {
 		id PodID
 		r  PodRecord
 	}
-	var locals []localRecord
+	locals := make([]localRecord, 0, nLocal)
 	for i := range p.Pods {
 		pod := &p.Pods[i]
 		r := PodRecord{ID: PodID(i), IngressTable: -1, EgressTable: -1, Local: pod.Local}
