@@ -2,7 +2,6 @@ package sets
 
 import (
 	"context"
-	"time"
 
 	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 )
@@ -27,24 +26,22 @@ type kernelRead struct {
 	done  chan struct{}
 	decls map[string]*nftnl.SetDecl
 	sets  map[string]kernelElements
-	took  time.Duration
 	err   error
 }
 
 // Prefetch starts reading the kernel's sets in the background when the
 // next sync is a full one and the Syncer reads sets over netlink; it does
-// nothing otherwise. The next full sync uses and releases the read.
+// nothing otherwise. The next full sync uses and releases the read of the
+// last Prefetch (an earlier one, whose build failed, is dropped).
 func (s *Syncer) Prefetch(ctx context.Context) {
-	if s.applied != nil || s.cfg.Netlink == nil || s.pre != nil {
+	if s.applied != nil || s.cfg.Netlink == nil {
 		return
 	}
 	r := &kernelRead{done: make(chan struct{})}
 	s.pre = r
 	go func() {
 		defer close(r.done)
-		start := time.Now()
 		r.read(ctx, s)
-		r.took = time.Since(start)
 	}()
 }
 
