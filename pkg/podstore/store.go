@@ -28,6 +28,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,8 +73,13 @@ type Store struct {
 	onChange func(key string)
 	log      logr.Logger
 
-	mu     sync.RWMutex
-	pods   map[string]*compile.PodInfo
+	mu   sync.RWMutex
+	pods map[string]*compile.PodInfo
+	// sorted is every pod in key order, nil when it must be made again
+	// (List): a sync that received the pods in that order (the API
+	// server sends them so) keeps the order it read, and any later change
+	// drops it.
+	sorted []*compile.PodInfo
 	synced atomic.Bool
 
 	// Run's own state.
@@ -109,15 +116,20 @@ func (s *Store) Get(key string) *compile.PodInfo {
 	return s.pods[key]
 }
 
-// List returns every pod, in no order.
+// List returns every pod in key order. The slice is shared with the
+// store and later callers: it must not be modified.
 func (s *Store) List() []*compile.PodInfo {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]*compile.PodInfo, 0, len(s.pods))
-	for _, p := range s.pods {
-		out = append(out, p)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sorted == nil {
+		out := make([]*compile.PodInfo, 0, len(s.pods))
+		for _, p := range s.pods {
+			out = append(out, p)
+		}
+		slices.SortFunc(out, func(a, b *compile.PodInfo) int { return strings.Compare(a.Key, b.Key) })
+		s.sorted = out
 	}
-	return out
+	return slices.Clip(s.sorted)
 }
 
 // Len is the number of pods.
@@ -242,12 +254,12 @@ func (s *Store) sync(ctx context.Context) (Events, error) {
 		start := time.Now()
 		w, err := s.watch(ctx, opts)
 		if err == nil {
-			fresh, rv, err := s.collect(w, s.Len())
+			fresh, sorted, rv, err := s.collect(w, s.Len())
 			if err != nil {
 				w.Close()
 				return nil, err
 			}
-			s.replace(fresh, rv)
+			s.replace(fresh, sorted, rv)
 			s.log.Info("Pods read from a watch's initial events", "pods", len(fresh), "resourceVersion", rv, "took", time.Since(start).Round(time.Millisecond))
 			return w, nil
 		}
@@ -268,45 +280,76 @@ func (s *Store) sync(ctx context.Context) (Events, error) {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	fresh := make(map[string]*compile.PodInfo, len(pods))
+	sorted := inKeyOrder{}
 	for _, p := range pods {
 		fresh[p.Key] = p
+		sorted.add(p)
 	}
-	s.replace(fresh, rv)
+	s.replace(fresh, sorted.list(len(fresh)), rv)
 	s.log.Info("Pods listed", "pods", len(fresh), "resourceVersion", rv, "took", time.Since(start).Round(time.Millisecond))
 	return nil, nil
 }
 
 // collect reads a watch's initial events up to the bookmark that ends
-// them. sizeHint presizes the map.
-func (s *Store) collect(w Events, sizeHint int) (map[string]*compile.PodInfo, string, error) {
+// them, and returns the pods by key and, when they came in key order, as
+// they came. sizeHint presizes the map.
+func (s *Store) collect(w Events, sizeHint int) (map[string]*compile.PodInfo, []*compile.PodInfo, string, error) {
 	fresh := make(map[string]*compile.PodInfo, sizeHint)
+	sorted := inKeyOrder{pods: make([]*compile.PodInfo, 0, sizeHint)}
 	for {
 		typ, p, err := w.Next()
 		if err == io.EOF {
-			return nil, "", errors.New("the watch ended before its initial events did")
+			return nil, nil, "", errors.New("the watch ended before its initial events did")
 		}
 		if err != nil {
-			return nil, "", err
+			return nil, nil, "", err
 		}
 		switch typ {
 		case watch.Added, watch.Modified:
 			fresh[p.Key] = p
+			sorted.add(p)
 		case watch.Deleted:
 			delete(fresh, p.Key)
+			sorted.broken = true
 		case watch.Bookmark:
 			if p.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
-				return fresh, p.ResourceVersion, nil
+				return fresh, sorted.list(len(fresh)), p.ResourceVersion, nil
 			}
 		}
 	}
 }
 
+// inKeyOrder collects pods as long as each comes after the last in key
+// order.
+type inKeyOrder struct {
+	pods   []*compile.PodInfo
+	broken bool
+}
+
+func (o *inKeyOrder) add(p *compile.PodInfo) {
+	if o.broken || len(o.pods) > 0 && o.pods[len(o.pods)-1].Key >= p.Key {
+		o.broken, o.pods = true, nil
+		return
+	}
+	o.pods = append(o.pods, p)
+}
+
+// list is the pods in key order, nil if they did not come so (or are not
+// all n pods kept).
+func (o *inKeyOrder) list(n int) []*compile.PodInfo {
+	if o.broken || len(o.pods) != n {
+		return nil
+	}
+	return o.pods
+}
+
 // replace makes fresh the store's pods, at resource version rv, and says
-// what changed since the previous sync.
-func (s *Store) replace(fresh map[string]*compile.PodInfo, rv string) {
+// what changed since the previous sync; sorted is fresh in key order, or
+// nil.
+func (s *Store) replace(fresh map[string]*compile.PodInfo, sorted []*compile.PodInfo, rv string) {
 	s.mu.Lock()
 	old := s.pods
-	s.pods = fresh
+	s.pods, s.sorted = fresh, sorted
 	s.mu.Unlock()
 	s.rv = rv
 	s.needSync = false
@@ -341,12 +384,13 @@ func (s *Store) follow(w Events) (int, error) {
 		switch typ {
 		case watch.Added, watch.Modified:
 			s.mu.Lock()
-			s.pods[p.Key] = p
+			s.pods[p.Key], s.sorted = p, nil
 			s.mu.Unlock()
 			s.onChange(p.Key)
 		case watch.Deleted:
 			s.mu.Lock()
 			delete(s.pods, p.Key)
+			s.sorted = nil
 			s.mu.Unlock()
 			s.onChange(p.Key)
 		}

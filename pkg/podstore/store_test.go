@@ -3,6 +3,7 @@ package podstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -307,4 +308,65 @@ func TestFailuresBackOffAndRetry(t *testing.T) {
 	w = sc.expectWatch("", true)
 	w.Action(watch.Bookmark, bookmark("5", true))
 	eventually(t, "the re-sync", func() bool { return s.Len() == 0 })
+}
+
+// TestListInKeyOrder: List returns the pods in key order whether the
+// initial events came in that order (as the API server sends them, kept
+// as they came) or not, after changes, and after a list.
+func TestListInKeyOrder(t *testing.T) {
+	names := func(s *Store) []string {
+		var out []string
+		for _, p := range s.List() {
+			out = append(out, p.Key)
+		}
+		return out
+	}
+	sorted := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("ns/p-%03d", i))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		order func(i, n int) int
+	}{
+		{"in key order", func(i, n int) int { return i }},
+		{"reversed", func(i, n int) int { return n - 1 - i }},
+		{"shuffled", func(i, n int) int { return (i * 37) % n }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 100
+			sc := newScript(t)
+			s, _ := start(t, sc.source(true))
+			w := sc.expectWatch("", true)
+			for i := range n {
+				w.Add(pod(fmt.Sprintf("p-%03d", tc.order(i, n)), "1"))
+			}
+			w.Action(watch.Bookmark, bookmark("2", true))
+			eventually(t, "the first sync", s.HasSynced)
+			if got, want := names(s), sorted(n); !slices.Equal(got, want) {
+				t.Fatalf("after the initial events: %v, want %v", got, want)
+			}
+			w.Add(pod("p-100", "3"))
+			w.Delete(pod("p-000", "4"))
+			w.Add(pod("a", "5"))
+			eventually(t, "the changes", func() bool { return s.Get("ns/a") != nil })
+			if got, want := names(s), append([]string{"ns/a"}, sorted(n + 1)[1:]...); !slices.Equal(got, want) {
+				t.Fatalf("after changes: %v, want %v", got, want)
+			}
+		})
+	}
+	sc := newScript(t)
+	s, _ := start(t, sc.source(false))
+	c := sc.next()
+	if !c.list {
+		t.Fatalf("first call %+v, want a list", c)
+	}
+	c.answer <- answer{pods: []*compile.PodInfo{pod("c", "1"), pod("a", "1"), pod("b", "1")}, rv: "2"}
+	sc.expectWatch("2", false)
+	if got, want := names(s), []string{"ns/a", "ns/b", "ns/c"}; !slices.Equal(got, want) {
+		t.Fatalf("after a list: %v, want %v", got, want)
+	}
 }
