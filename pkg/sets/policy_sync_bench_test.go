@@ -25,7 +25,9 @@ import (
 // and a second ingress rule with a peer of its own. "rebuild" is the path
 // before the tracker applied policies (a full Build and Render, then the
 // Syncer's diff); "tracker" is Tracker.ApplyPolicy, then the Syncer's diff
-// of the new ruleset. build-ms is the compile step, tx-ms the Sync;
+// of the new ruleset; "tracker-refreshed" the same after a Rebuild and
+// its sync (the agent's program refresh, not timed), as every edit is in
+// the agent unless edits come faster than refreshes. build-ms is the compile step, tx-ms the Sync;
 // "fake" stops at the transaction's text, "kernel" applies it in a private
 // network namespace (root only). "cluster-rebuild" and "cluster-tracker"
 // time the same edit of a ClusterNetworkPolicy (of policyBenchCNPs, added
@@ -54,7 +56,7 @@ func BenchmarkPolicySync(b *testing.B) {
 					cversions := [2]compile.Input{cin, cin}
 					cversions[1].ClusterPolicies = append([]*npav1beta1.ClusterNetworkPolicy(nil), cin.ClusterPolicies...)
 					cversions[1].ClusterPolicies[ci] = cedited
-					for _, path := range []string{"rebuild", "tracker", "cluster-rebuild", "cluster-tracker"} {
+					for _, path := range []string{"rebuild", "tracker", "tracker-refreshed", "cluster-rebuild", "cluster-tracker"} {
 						b.Run(path, func(b *testing.B) {
 							s := policyBenchSyncer(b, backend)
 							cluster := strings.HasPrefix(path, "cluster-")
@@ -71,13 +73,24 @@ func BenchmarkPolicySync(b *testing.B) {
 							for b.Loop() {
 								v = 1 - v
 								cur := versions[v]
+								if path == "tracker-refreshed" {
+									// As in the agent: the program refresh (a
+									// rebuild, synced) comes between two edits.
+									_, rs, err := tr.Rebuild(versions[1-v])
+									if err != nil {
+										b.Fatal(err)
+									}
+									if _, err := s.Sync(context.Background(), rs); err != nil {
+										b.Fatal(err)
+									}
+								}
 								t0 := time.Now()
 								switch path {
 								case "rebuild", "cluster-rebuild":
 									if _, _, err := tr.Rebuild(cur); err != nil {
 										b.Fatal(err)
 									}
-								case "tracker":
+								case "tracker", "tracker-refreshed":
 									if tr.ApplyPolicy(key, cur.Policies[i]) != compile.NoFallback {
 										b.Fatal("the edit needs a rebuild")
 									}
