@@ -250,6 +250,35 @@ func preferred(a, b *PodInfo) bool {
 	return a.Key < b.Key
 }
 
+// addrOwners maps pod addresses to the index of the pod owning them:
+// IPv4 addresses by their 32 bits (the map's fast path for such keys;
+// every pod of a cluster has one), others whole.
+type addrOwners struct {
+	v4    map[uint32]int
+	other map[netip.Addr]int
+}
+
+func newAddrOwners(n int) addrOwners {
+	return addrOwners{v4: make(map[uint32]int, n), other: map[netip.Addr]int{}}
+}
+
+func (o addrOwners) get(a netip.Addr) (int, bool) {
+	if a.Is4() {
+		i, ok := o.v4[addr4(a)]
+		return i, ok
+	}
+	i, ok := o.other[a]
+	return i, ok
+}
+
+func (o addrOwners) set(a netip.Addr, i int) {
+	if a.Is4() {
+		o.v4[addr4(a)] = i
+		return
+	}
+	o.other[a] = i
+}
+
 func (b *builder) buildPods(pods []*PodInfo) {
 	cands := make([]*PodInfo, 0, len(pods))
 	for _, p := range pods {
@@ -259,11 +288,11 @@ func (b *builder) buildPods(pods []*PodInfo) {
 	}
 	sort.Slice(cands, func(i, j int) bool { return cands[i].Key < cands[j].Key })
 	// Settle IP reuse: each address belongs to one pod.
-	owner := make(map[netip.Addr]int, len(cands))
+	owner := newAddrOwners(len(cands))
 	for i, c := range cands {
 		for _, ip := range c.IPs {
-			if j, ok := owner[ip]; !ok || preferred(c, cands[j]) {
-				owner[ip] = i
+			if j, ok := owner.get(ip); !ok || preferred(c, cands[j]) {
+				owner.set(ip, i)
 			}
 		}
 	}
@@ -274,11 +303,11 @@ func (b *builder) buildPods(pods []*PodInfo) {
 		}
 		ips := c.IPs
 		for _, ip := range c.IPs {
-			if owner[ip] != i {
+			if j, _ := owner.get(ip); j != i {
 				// Contested: keep only the addresses this pod owns.
 				ips = nil
 				for _, ip := range c.IPs {
-					if owner[ip] == i {
+					if j, _ := owner.get(ip); j == i {
 						ips = append(ips, ip)
 					}
 				}
