@@ -172,14 +172,15 @@ if section sync; then
 	"$OUT/sets.test" -test.run '^$' -test.bench "$SYNC_BENCH" -test.benchtime "$SYNC_TIME" -test.timeout 30m | tee "$OUT/sync.bench" >&2
 	"$NFTBENCH" gobench "$OUT/sync.bench" >"$OUT/sync.txt"
 	# One NetworkPolicy edit: policy_sync_ms_<pods> through Tracker.ApplyPolicy
-	# and Syncer.Sync, policy_sync_rebuild_ms_<pods> through a full rebuild;
-	# one ClusterNetworkPolicy edit: policy_sync_cluster_ms_<pods> through
-	# Tracker.ApplyClusterPolicy, policy_sync_cluster_rebuild_ms_<pods>.
+	# and Syncer.Sync, policy_sync_refreshed_ms_<pods> the same right after a
+	# program refresh (as in the agent), policy_sync_rebuild_ms_<pods> through
+	# a full rebuild; one ClusterNetworkPolicy edit: policy_sync_cluster_ms_<pods>
+	# through Tracker.ApplyClusterPolicy, policy_sync_cluster_rebuild_ms_<pods>.
 	"$OUT/sets.test" -test.run '^$' -test.bench 'BenchmarkPolicySync/fake/' -test.benchtime "$SYNC_TIME" -test.timeout 30m \
 		-sync-bench-pods "$POLICY_SYNC_PODS" | tee "$OUT/policysync.bench" >&2
 	awk '$1 ~ /^BenchmarkPolicySync\// { split($1, f, "/"); sub(/^pods=/, "", f[3]); sub(/-[0-9]+$/, "", f[4]);
 		for (i = 3; i < NF; i++) if ($(i+1) == "total-ms") ms = $i
-		path = f[4] == "rebuild" ? "_rebuild" : f[4] == "cluster-rebuild" ? "_cluster_rebuild" : f[4] == "cluster-tracker" ? "_cluster" : ""
+		path = f[4] == "rebuild" ? "_rebuild" : f[4] == "cluster-rebuild" ? "_cluster_rebuild" : f[4] == "cluster-tracker" ? "_cluster" : f[4] == "tracker-refreshed" ? "_refreshed" : ""
 		printf "policy_sync%s_ms_%dk=%s\n", path, f[3] / 1000, ms }' \
 		"$OUT/policysync.bench" >>"$OUT/sync.txt"
 fi

@@ -729,10 +729,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	c.reportProblems(ctx, prog)
 	c.cfg.MemoryReleaser.Soon()
 	if first {
-		used := readProcessUsage().since(usage0)
-		log.Info("First sync committed", "policies", len(prog.Policies), "pods", len(prog.Pods), "operations", res.Operations, "duration", now.Sub(start),
-			"build", built.Sub(snapshotted), "apply", applied.Sub(built), "kernelRead", res.ReadDuration, "setsPrefetched", res.SetsPrefetched, "elementsUnchanged", res.ElementsUnchanged,
-			"cpu", used.cpu, "nftCPU", used.childCPU, "pageFaults", used.minorFaults, "gcCycles", used.gcCycles)
+		logFirstSync(log, prog, res, readProcessUsage().since(usage0), now.Sub(start), built.Sub(snapshotted), applied.Sub(built))
 	}
 	log.V(2).Info("Synced", "kind", kind, "operations", res.Operations, "elementsAdded", res.ElementsAdded,
 		"elementsDeleted", res.ElementsDeleted, "chainsWritten", res.ChainsWritten, "chainsDeleted", res.ChainsDeleted,
@@ -742,6 +739,13 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	log.V(4).Info("Sync phases", "kind", kind, "observed", observed, "waited", durationSince(observed, start),
 		"snapshot", snapshotted.Sub(start), "build", built.Sub(snapshotted), "apply", applied.Sub(built), "publish", now.Sub(applied))
 	return nil
+}
+
+// logFirstSync says what the agent's first committed sync did and cost.
+func logFirstSync(log klog.Logger, prog *compile.Program, res sets.Result, used processUsage, took, build, apply time.Duration) {
+	log.Info("First sync committed", "policies", len(prog.Policies), "pods", len(prog.Pods), "operations", res.Operations, "duration", took,
+		"build", build, "apply", apply, "kernelRead", res.ReadDuration, "setsPrefetched", res.SetsPrefetched, "elementsUnchanged", res.ElementsUnchanged,
+		"cpu", used.cpu, "nftCPU", used.childCPU, "pageFaults", used.minorFaults, "gcCycles", used.gcCycles)
 }
 
 // durationSince is to-from, 0 when from is unknown.

@@ -52,29 +52,44 @@ func touchedSets(tx string) []string {
 	return slices.Compact(out)
 }
 
+// syncedNode is a recording node whose table holds the ruleset of a
+// small generated cluster, returned.
+func syncedNode(t *testing.T) (*kernelNode, *recordingNFT, *compile.Ruleset) {
+	t.Helper()
+	in := compiletest.Cluster(400, 40, 3)
+	in.NodeName = "node-0"
+	rs := render(t, in)
+	k, rec := recordingNode(t)
+	if _, err := k.syncer.Sync(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	return k, rec, rs
+}
+
+// restarted is a new Syncer of k's table, writing through rec: nothing
+// remembered, as after a restart.
+func restarted(t *testing.T, k *kernelNode, rec *recordingNFT) *sets.Syncer {
+	t.Helper()
+	s, err := sets.New(sets.Config{NFT: rec, Netlink: nsElementWriter(t, k.r), OneCommandPerSet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // TestResyncUnchangedTable: a full sync over a table that already holds
 // the desired ruleset (an agent restarted on its node) writes no element
 // and replaces no set: every element is found unchanged; the table stays
 // the same.
 func TestResyncUnchangedTable(t *testing.T) {
-	in := compiletest.Cluster(400, 40, 3)
-	in.NodeName = "node-0"
-	rs := render(t, in)
-	k, rec := recordingNode(t)
+	k, rec, rs := syncedNode(t)
 	ctx := context.Background()
-	if _, err := k.syncer.Sync(ctx, rs); err != nil {
-		t.Fatal(err)
-	}
 	want := k.dump(t)
 	total := 0
 	for _, s := range rs.Sets {
 		total += len(s.Elements)
 	}
-	// A new Syncer: nothing remembered, as after a restart.
-	s, err := sets.New(sets.Config{NFT: rec, Netlink: nsElementWriter(t, k.r), OneCommandPerSet: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := restarted(t, k, rec)
 	rec.txs = nil
 	res, err := s.Sync(ctx, rs)
 	if err != nil {
@@ -321,23 +336,10 @@ func TestResyncFallsBackToRewrite(t *testing.T) {
 // under the same name and declaration but with other elements, is read
 // again, and the sync ends with the table a fresh one would be.
 func TestPrefetchedResync(t *testing.T) {
-	in := compiletest.Cluster(400, 40, 3)
-	in.NodeName = "node-0"
-	rs := render(t, in)
-	k, rec := recordingNode(t)
+	k, rec, rs := syncedNode(t)
 	ctx := context.Background()
-	if _, err := k.syncer.Sync(ctx, rs); err != nil {
-		t.Fatal(err)
-	}
 	want := k.dump(t)
-	restart := func() *sets.Syncer {
-		t.Helper()
-		s, err := sets.New(sets.Config{NFT: rec, Netlink: nsElementWriter(t, k.r), OneCommandPerSet: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	restart := func() *sets.Syncer { return restarted(t, k, rec) }
 
 	s := restart()
 	s.Prefetch(ctx)
