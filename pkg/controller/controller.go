@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -407,7 +408,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// setting the usual GOGC (restored here, it would start a collection
 	// of its own just before).
 	c.gcPercent = debug.SetGCPercent(fullBuildGCPercent)
-	c.beatWhile(func() { synced = cache.WaitForCacheSync(ctx.Done(), c.synced...) })
+	c.beatWhile(func() { synced = waitSynced(ctx, c.synced) })
 	if !synced {
 		return fmt.Errorf("waiting for informer caches: %w", context.Cause(ctx))
 	}
@@ -472,6 +473,27 @@ const heartbeatInterval = time.Second
 // MinHealthBudget is the smallest sensible budget for Healthy: a few
 // heartbeats, so that a busy machine does not fail it.
 const MinHealthBudget = 3 * heartbeatInterval
+
+// syncedPoll is how often the start checks whether the caches synced:
+// client-go's WaitForCacheSync checks every 100 ms, 50 ms of a start on
+// average spent after the last of them arrived.
+const syncedPoll = 5 * time.Millisecond
+
+// waitSynced waits until every cache synced (true) or ctx ends (false).
+func waitSynced(ctx context.Context, synced []cache.InformerSynced) bool {
+	t := time.NewTicker(syncedPoll)
+	defer t.Stop()
+	for {
+		if !slices.ContainsFunc(synced, func(f cache.InformerSynced) bool { return !f() }) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
 
 // beatWhile runs f, which waits on the API server, and keeps the heartbeat
 // going until it returns.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/knftables"
 
@@ -647,5 +648,21 @@ func TestFallbackIsCountedWithItsReason(t *testing.T) {
 	}
 	if !logged {
 		t.Error("the fallback's reason was not logged at -v=2")
+	}
+}
+
+// TestWaitSynced: the start's wait returns true once every cache synced
+// (checking again until they have), false when its context ends first.
+func TestWaitSynced(t *testing.T) {
+	calls := 0
+	later := func() bool { calls++; return calls > 3 }
+	always := func() bool { return true }
+	if !waitSynced(context.Background(), []cache.InformerSynced{always, later}) || calls != 4 {
+		t.Errorf("waitSynced returned after %d checks of the late cache, want true after 4", calls)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if waitSynced(ctx, []cache.InformerSynced{always, func() bool { return false }}) {
+		t.Error("waitSynced returned true with a cache that never syncs")
 	}
 }
