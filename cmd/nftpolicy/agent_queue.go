@@ -118,7 +118,7 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 			return stop, true, err
 		}
 		releaseHold(ctx, eval, hold, o.failOpen)
-		log.Info("Listening on NFQUEUE", "queues", compile.QueueRange(first, render.Queues), "fromSnapshot", eval.Program() != nil)
+		log.Info("Listening on NFQUEUE", "queues", compile.QueueRange(first, render.Queues))
 		return stop, false, nil
 	case err := <-errs:
 		return stop, true, err

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+)
+
+// TestStateRestoreInBackground: restore attaches the snapshots and returns
+// without waiting for the snapshot to be read (the agent opens its API
+// watches meanwhile); the snapshot's program is published when it has
+// been read. The snapshot is served through a FIFO, so that reading it
+// waits until the test writes it.
+func TestStateRestoreInBackground(t *testing.T) {
+	const node = "node-1"
+	dir := t.TempDir()
+	_, tctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(tctx)
+	defer cancel()
+
+	// A snapshot written the way the agent writes it.
+	snaps, err := evaluate.NewSnapshots(dir, node, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go snaps.Run(ctx)
+	prev := &evaluate.Evaluator{Snapshots: snaps}
+	prev.Swap(compile.Build(compile.Input{NodeName: node, Namespaces: []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "a"}}}}))
+	path := filepath.Join(dir, evaluate.SnapshotFile(node))
+	var doc []byte
+	waitFor(t, "the snapshot written", func() bool {
+		doc, err = os.ReadFile(path)
+		return err == nil && len(doc) > 0
+	})
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A reader still waiting at the end (restore read it in the
+	// foreground and the test failed) gets an empty snapshot.
+	t.Cleanup(func() {
+		if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+
+	o := &stateOptions{dir: dir}
+	eval := &evaluate.Evaluator{}
+	returned := make(chan error, 1)
+	go func() { returned <- o.restore(ctx, eval, node, prometheus.NewRegistry()) }()
+	select {
+	case err := <-returned:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("restore did not return while the snapshot could not be read yet: the start waits for the snapshot")
+	}
+	if eval.Snapshots == nil {
+		t.Error("restore returned without attaching the snapshots: the first sync's program would not be saved")
+	}
+	if eval.Program() != nil {
+		t.Fatal("a program is published before the snapshot was read")
+	}
+	if err := os.WriteFile(path, doc, 0); err != nil { // opens once the loader reads
+		t.Fatal(err)
+	}
+	waitFor(t, "the snapshot's program published", func() bool { return eval.Program() != nil })
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
