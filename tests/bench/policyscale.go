@@ -90,7 +90,7 @@ func measurePolicyScale(ctx context.Context, c *cluster.Cluster, cs kubernetes.I
 	if err := bootNode(c); err != nil {
 		return err
 	}
-	startup, cpuStartup, err := startAgentTimed(ctx, agent, sfx, "first sync", "full_sync", cfg, res)
+	startup, cpuStartup, err := startAgentTimed(ctx, c, agent, sfx, "first sync", "full_sync", cfg, res)
 	if err != nil {
 		return err
 	}

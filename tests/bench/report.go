@@ -270,6 +270,7 @@ func Report(r *Result, quick bool) string {
 	startRows := func(a, sfx string) {
 		row(a, "start to first sync committed (wall)", "startup_s_"+sfx, "s")
 		row(a, "the agent's CPU from start to first sync", "startup_agent_cpu_s_"+sfx, "s")
+		row(a, "the lab's kube-apiserver's CPU meanwhile (the pod stream)", "full_sync_apiserver_cpu_s_"+sfx, "s")
 	}
 	incrRows := func(a, sfx string) {
 		row(a, "one-pod incremental sync, p50", "incr_sync_ms_"+sfx, "ms")

@@ -172,7 +172,15 @@ func runScale(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, res *
 // them select. It returns the client, which writes fast (protobuf, no
 // rate limit), and the policies it created.
 func startScaleCluster(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, enforcer cluster.Enforcer, mode compile.Mode) (*cluster.Cluster, kubernetes.Interface, []*networkingv1.NetworkPolicy, error) {
-	c := cluster.Start(tb, cluster.Config{Enforcer: enforcer, Mode: mode, Nodes: []string{"node-1"}, NoAgents: true, Verbosity: 1, Logf: cfg.Logf})
+	// The API server runs on the agent's two CPUs here. Profiling on:
+	// settleAPIServer collects its heap through /debug/pprof/heap (on by
+	// default in kube-apiserver; the lab's other tests turn it off). Its
+	// watch cache's consistency check off: every few minutes it lists
+	// every pod from etcd and from the cache and hashes both (at 150,000
+	// pods about 10 s of its CPU and a collection of its heap), which made
+	// a start that it overlapped take 7 to 26 s instead of 3.
+	c := cluster.Start(tb, cluster.Config{Enforcer: enforcer, Mode: mode, Nodes: []string{"node-1"}, NoAgents: true, Verbosity: 1, Logf: cfg.Logf,
+		APIServerArgs: []string{"--profiling=true", "--feature-gates=DetectCacheInconsistency=false"}})
 	rc := c.Env.RESTConfig()
 	rc.QPS, rc.Burst = 1e6, 1e6
 	rc.ContentType = "application/vnd.kubernetes.protobuf"
@@ -254,7 +262,7 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	if err := bootNode(c); err != nil {
 		return err
 	}
-	startup, cpuStartup, err := startAgentTimed(ctx, agent, sz, "first sync", "full_sync", cfg, res)
+	startup, cpuStartup, err := startAgentTimed(ctx, c, agent, sz, "first sync", "full_sync", cfg, res)
 	if err != nil {
 		return err
 	}
@@ -317,7 +325,7 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	if err := agent.Stop(10 * time.Second); err != nil {
 		return err
 	}
-	if _, _, err := startAgentTimed(ctx, agent, sz, "re-sync", "full_resync", cfg, res); err != nil {
+	if _, _, err := startAgentTimed(ctx, c, agent, sz, "re-sync", "full_resync", cfg, res); err != nil {
 		return fmt.Errorf("restart: %w", err)
 	}
 	_, err = c.WaitProgrammed(ctx)
@@ -381,10 +389,15 @@ func timePodChanges(ctx context.Context, cs kubernetes.Interface, agent *cluster
 // sync; it records <prefix>_ms_<sz> (the sync's duration) and, from the
 // agent's log line, its build / apply / kernel-read split. sz names the
 // measurement ("150k", or "150k_10k_policies").
-func startAgentTimed(ctx context.Context, agent *cluster.Agent, sz, what, prefix string, cfg ScaleConfig, res *Result) (startup time.Duration, cpuStartup float64, err error) {
+func startAgentTimed(ctx context.Context, c *cluster.Cluster, agent *cluster.Agent, sz, what, prefix string, cfg ScaleConfig, res *Result) (startup time.Duration, cpuStartup float64, err error) {
 	// Every start appends to the agent's log: its first sync's line is the
 	// one after those of the earlier starts.
 	firstSyncs := strings.Count(agent.LogTail(math.MaxInt), firstSyncLine)
+	gcs0, err := settleAPIServer(ctx, c)
+	if err != nil {
+		return 0, 0, err
+	}
+	api0 := cpuOf("kube-apiserver")
 	start := time.Now()
 	if err := agent.Start(); err != nil {
 		return 0, 0, err
@@ -411,12 +424,20 @@ func startAgentTimed(ctx context.Context, agent *cluster.Agent, sz, what, prefix
 		time.Sleep(20 * time.Millisecond)
 	}
 	startup = time.Since(start)
+	api := cpuOf("kube-apiserver") - api0
 	if cpuStartup, err = procCPU(pid); err != nil {
 		return 0, 0, err
 	}
+	gcs1, err := apiServerGCs(ctx, c)
+	if err != nil {
+		return 0, 0, err
+	}
 	full := m[`nftpolicy_sync_duration_seconds_sum{kind="full"}`] / m[`nftpolicy_sync_duration_seconds_count{kind="full"}`]
-	cfg.Logf("scale: %s, %s: agent ready in %v, full sync %.0f ms, %.1f s CPU", sz, what, startup.Round(time.Millisecond), full*1000, cpuStartup)
+	cfg.Logf("scale: %s, %s: agent ready in %v, full sync %.0f ms, %.1f s CPU; kube-apiserver %.1f s CPU, %d heap collections meanwhile",
+		sz, what, startup.Round(time.Millisecond), full*1000, cpuStartup, api, gcs1-gcs0)
 	res.Set(prefix+"_ms_"+sz, round(full*1000, 1))
+	res.Set(prefix+"_apiserver_cpu_s_"+sz, round(api, 2))
+	res.Set(prefix+"_apiserver_gcs_"+sz, gcs1-gcs0)
 	logged := false
 	for t0 := time.Now(); !logged && time.Since(t0) < 5*time.Second; time.Sleep(20 * time.Millisecond) {
 		// The line follows the metrics.
@@ -634,4 +655,38 @@ func firstSyncValues(log string, keys ...string) (vals []float64, ok bool) {
 		return vals, true
 	}
 	return nil, false
+}
+
+// settleAPIServer has the lab's kube-apiserver collect its heap before a
+// timed start (GET /debug/pprof/heap?gc=1 runs a full collection), as Go's
+// benchmark harness collects its own heap before each benchmark, and
+// returns its count of collections. The lab runs the API server on the
+// agent's two CPUs: every pod stream of 150,000 pods allocates about
+// 0.9 GB in it, half its live heap, so every other start would otherwise
+// include a collection of 1.8 GB (6-7 s of its CPU, on the cores the
+// agent starts on), where the collection cycle happened to stand decided
+// the figure. On a real control plane its collections run on cores of its
+// own. <prefix>_apiserver_gcs_<sz> counts those that still overlap a start.
+func settleAPIServer(ctx context.Context, c *cluster.Cluster) (int, error) {
+	if _, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx); err != nil {
+		return 0, fmt.Errorf("collecting the API server's heap: %w", err)
+	}
+	return apiServerGCs(ctx, c)
+}
+
+// apiServerGCs returns how many heap collections the lab's kube-apiserver
+// has run (its go_gc_duration_seconds_count).
+func apiServerGCs(ctx context.Context, c *cluster.Cluster) (int, error) {
+	body, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	const name = "go_gc_duration_seconds_count "
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			return int(n), err
+		}
+	}
+	return 0, fmt.Errorf("the API server's metrics have no %s", strings.TrimSpace(name))
 }

@@ -56,6 +56,9 @@ type Config struct {
 	Prefix string
 	// Logf, when set, receives the harness' progress lines (default t.Logf).
 	Logf func(format string, args ...any)
+	// APIServerArgs are extra kube-apiserver flags (a flag given twice
+	// takes its last value).
+	APIServerArgs []string
 }
 
 // Cluster is a running control plane, lab and agents. Its methods are safe
@@ -127,7 +130,7 @@ func Start(t testing.TB, cfg Config) *Cluster {
 		cfg.Logf = t.Logf
 	}
 	began := time.Now()
-	env := StartControlPlane(t) // skips first when the tools are missing
+	env := StartControlPlane(t, kubeenv.WithAPIServerArgs(cfg.APIServerArgs...)) // skips first when the tools are missing
 	bin, err := agentBinary()
 	if err != nil {
 		t.Fatalf("cluster: %v", err)
