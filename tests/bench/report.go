@@ -297,7 +297,7 @@ func Report(r *Result, quick bool) string {
 		row(a, "one NetworkPolicy change, max", "policy_sync_ms_max_"+sfx, "ms")
 		row(a, "the program's rebuild after it (kind=incremental), p50", "policy_refresh_ms_"+sfx, "ms")
 		incrRows(a, sfx)
-		rssRows(a, sfx, "after the changes")
+		rssRows(a, sfx, "after the changes and --settle")
 	}
 
 	for _, sz := range []string{"1k", "10k", "100k"} {
