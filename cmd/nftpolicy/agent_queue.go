@@ -79,7 +79,8 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 	log := klog.FromContext(ctx)
 	stop = func() {}
 	if !render.UsesQueue() {
-		return stop, false, o.state.restore(ctx, eval, node, reg)
+		_, err := o.state.restore(ctx, eval, node, reg)
+		return stop, false, err
 	}
 	base := render.QueueNum
 	first, err := chooseQueueRange(log, base, render.Queues, compile.ChainQueue)
@@ -112,12 +113,12 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 	})
 	select {
 	case <-rt.Ready():
-		err := o.state.restore(ctx, eval, node, reg)
+		read, err := o.state.restore(ctx, eval, node, reg)
 		if err != nil {
 			close(hold)
 			return stop, true, err
 		}
-		releaseHold(ctx, eval, hold, o.failOpen)
+		releaseHold(ctx, eval, hold, o.failOpen, read)
 		log.Info("Listening on NFQUEUE", "queues", compile.QueueRange(first, render.Queues))
 		return stop, false, nil
 	case err := <-errs:
@@ -134,10 +135,22 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 // program. That matters in an update: a successor that found no snapshot
 // is sent packets as soon as its first sync's transaction points the queue
 // rule here, before that sync publishes its program. With --fail-open no
-// program means accept: read at once. Polled: it only runs until the
+// program means accept: the queues are read once the snapshot was read
+// (snapshotRead), so that a restarted agent decides from it instead of
+// accepting unchecked while it is read. Polled: it only runs until the
 // first sync, and a few milliseconds more of holding cost nothing.
-func releaseHold(ctx context.Context, eval *evaluate.Evaluator, hold chan struct{}, failOpen bool) {
-	if failOpen || eval.Program() != nil {
+func releaseHold(ctx context.Context, eval *evaluate.Evaluator, hold chan struct{}, failOpen bool, snapshotRead <-chan struct{}) {
+	if failOpen {
+		go func() {
+			defer close(hold)
+			select {
+			case <-snapshotRead:
+			case <-ctx.Done():
+			}
+		}()
+		return
+	}
+	if eval.Program() != nil {
 		close(hold)
 		return
 	}

@@ -32,24 +32,31 @@ func (o *stateOptions) addFlags(fs *pflag.FlagSet) {
 // of 150,000 pods takes about half a second to read); its program is
 // published (Evaluator.Restore) once read, unless the first sync was
 // faster. Until a program is published the queues are held (releaseHold),
-// so queued packets wait instead of being dropped. Only an unusable state
-// directory is an error; a missing or unusable snapshot means starting
-// without a program, as without --state-dir.
-func (o *stateOptions) restore(ctx context.Context, eval *evaluate.Evaluator, node string, reg prometheus.Registerer) error {
+// so queued packets wait instead of being dropped. read is closed once the
+// snapshot was read, used or not (at once without --state-dir). Only an
+// unusable state directory is an error; a missing or unusable snapshot
+// means starting without a program, as without --state-dir.
+func (o *stateOptions) restore(ctx context.Context, eval *evaluate.Evaluator, node string, reg prometheus.Registerer) (read <-chan struct{}, err error) {
+	done := make(chan struct{})
 	if o.dir == "" {
-		return nil
+		close(done)
+		return done, nil
 	}
 	log := klog.FromContext(ctx).WithName("state")
 	snaps, err := evaluate.NewSnapshots(o.dir, node, log)
 	if err != nil {
-		return fmt.Errorf("--state-dir %s: %w", o.dir, err)
+		close(done)
+		return done, fmt.Errorf("--state-dir %s: %w", o.dir, err)
 	}
 	// Attached first: the first sync's program is saved even when it is
 	// published before the snapshot is read.
 	eval.Snapshots = snaps
 	snaps.AfterWrite = o.afterWrite
 	go snaps.Run(ctx)
-	go loadSnapshot(log, eval, snaps)
+	go func() {
+		defer close(done)
+		loadSnapshot(log, eval, snaps)
+	}()
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "nftpolicy_state_snapshot_writes_total",
 		Help: "Snapshots of the policy program written to --state-dir (a restarted agent decides from the last one until its first sync).",
@@ -62,7 +69,7 @@ func (o *stateOptions) restore(ctx context.Context, eval *evaluate.Evaluator, no
 		Name: "nftpolicy_state_snapshot_bytes",
 		Help: "Size of the last program snapshot written to --state-dir, in bytes.",
 	}, func() float64 { return float64(snaps.Stats().LastBytes) }))
-	return nil
+	return done, nil
 }
 
 // loadSnapshot reads the snapshot and publishes its program unless a sync

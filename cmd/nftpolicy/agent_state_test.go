@@ -59,13 +59,22 @@ func TestStateRestoreInBackground(t *testing.T) {
 
 	o := &stateOptions{dir: dir}
 	eval := &evaluate.Evaluator{}
-	returned := make(chan error, 1)
-	go func() { returned <- o.restore(ctx, eval, node, prometheus.NewRegistry()) }()
+	type result struct {
+		read <-chan struct{}
+		err  error
+	}
+	returned := make(chan result, 1)
+	go func() {
+		read, err := o.restore(ctx, eval, node, prometheus.NewRegistry())
+		returned <- result{read, err}
+	}()
+	var read <-chan struct{}
 	select {
-	case err := <-returned:
-		if err != nil {
-			t.Fatal(err)
+	case r := <-returned:
+		if r.err != nil {
+			t.Fatal(r.err)
 		}
+		read = r.read
 	case <-time.After(5 * time.Second):
 		t.Fatal("restore did not return while the snapshot could not be read yet: the start waits for the snapshot")
 	}
@@ -75,10 +84,50 @@ func TestStateRestoreInBackground(t *testing.T) {
 	if eval.Program() != nil {
 		t.Fatal("a program is published before the snapshot was read")
 	}
+	select {
+	case <-read:
+		t.Fatal("restore says the snapshot was read before it could be")
+	default:
+	}
 	if err := os.WriteFile(path, doc, 0); err != nil { // opens once the loader reads
 		t.Fatal(err)
 	}
 	waitFor(t, "the snapshot's program published", func() bool { return eval.Program() != nil })
+	waitFor(t, "restore to say the snapshot was read", func() bool {
+		select {
+		case <-read:
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// TestReleaseHoldFailOpen: with --fail-open, no program means accept, so
+// the queues are read only once the snapshot was read (a restarted agent
+// decides from it, never accepts unchecked while it is read); without it
+// they wait for a program.
+func TestReleaseHoldFailOpen(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	for _, failOpen := range []bool{true, false} {
+		eval := &evaluate.Evaluator{OpenWithoutProgram: failOpen}
+		hold, read := make(chan struct{}), make(chan struct{})
+		releaseHold(ctx, eval, hold, failOpen, read)
+		select {
+		case <-hold:
+			t.Fatalf("failOpen=%v: the queues are read before the snapshot was read: queued connections are decided without it", failOpen)
+		case <-time.After(100 * time.Millisecond):
+		}
+		close(read)
+		if !failOpen {
+			eval.Restore(compile.Build(compile.Input{}))
+		}
+		select {
+		case <-hold:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("failOpen=%v: the queues are still held after the snapshot was read (and, fail-closed, a program published)", failOpen)
+		}
+	}
 }
 
 // waitFor polls cond for up to 5 s.
