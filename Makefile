@@ -14,13 +14,22 @@ STATICCHECK := $(CURDIR)/_output/tools/staticcheck@$(STATICCHECK_VERSION)/static
 # make lint: no function longer than FUNCLEN_MAX lines (tables aside) in
 # pkg/ and cmd/.
 FUNCLEN_MAX ?= 100
+# The build's identity (pkg/version): the VERSION file and the commit,
+# stamped by the linker. No time is stamped and paths are trimmed, so two
+# builds of one commit are the same bytes; -buildvcs=false because the
+# commit is stamped here, with "-dirty" when tracked files differ from it.
+VERSION ?= $(shell cat VERSION)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git rev-parse HEAD >/dev/null 2>&1 && { git diff --quiet HEAD -- || echo -dirty; })
+VERSION_PKG := github.com/nftpolicy/nftpolicy/pkg/version
+GO_LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
+GO_BUILDFLAGS := -trimpath -buildvcs=false -ldflags "$(GO_LDFLAGS)"
 
 .PHONY: all build test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/nftpolicy
+	$(GO) build $(GO_BUILDFLAGS) -o $(BIN) ./cmd/nftpolicy
 	# The kubectl plugin: kubectl runs kubectl-nftpolicy with the same arguments.
 	ln -sf nftpolicy $(dir $(BIN))kubectl-nftpolicy
 

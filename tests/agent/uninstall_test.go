@@ -1,0 +1,201 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/status"
+	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
+)
+
+// TestUninstallRemovesTable: an agent whose DaemonSet is deleted removes
+// its table (and with it the queue rules) at SIGTERM; one whose DaemonSet
+// still exists (an update, a restart) keeps it; `nftpolicy cleanup`
+// removes the table an agent left, refuses while an agent listens on its
+// queues, and is idempotent.
+//
+// The harness's agent pods get a DaemonSet as their controller, as the
+// DaemonSet controller would make them. The uninstall is enacted in the
+// order of `kubectl delete -f install.yaml` (the order of its documents):
+// the ServiceAccount and the RBAC go before the DaemonSet, so that at
+// SIGTERM the agent's token is refused and only the watch it opened at
+// start can have told it of the deletion. Queue mode: the table holds the
+// queue rules (xt-compat on this kernel) and the agents listen.
+func TestUninstallRemovesTable(t *testing.T) {
+	requireRoot(t)
+	c := cluster.Start(t, cluster.Config{NoAgents: true, Mode: compile.ModeQueue})
+	ctx := testContext(t, 3*time.Minute)
+	ds := ownAgentPods(t, ctx, c)
+	for _, a := range c.Agents() {
+		a.ExtraArgs = []string{"--pod-name", cluster.AgentPodName(a.Node), "--pod-namespace", status.DefaultAgents.Namespace}
+		if err := a.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range c.Agents() {
+		if err := a.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitLog(t, a, "Watching the agent's DaemonSet")
+	}
+	n1, n2 := c.Agents()[0], c.Agents()[1]
+
+	// A running agent: cleanup refuses.
+	if out, errOut, err := n1.Exec(ctx, nil, "cleanup"); exitCode(err) != 1 || !strings.Contains(string(errOut), "an nftpolicy agent runs on this node") {
+		t.Errorf("cleanup under a running agent: exit %d, want 1 and a refusal\n%s%s", exitCode(err), out, errOut)
+	}
+	if has, err := c.HasTable(n1.Node); err != nil || !has {
+		t.Fatalf("%s lost its table to a refused cleanup (%v, %v)", n1.Node, has, err)
+	}
+
+	// An update or a restart: the DaemonSet is there, the table stays.
+	if err := n1.Stop(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if has, err := c.HasTable(n1.Node); err != nil || !has {
+		t.Fatalf("%s has no table after a SIGTERM with its DaemonSet in place (%v, %v):\n%s", n1.Node, has, err, n1.LogTail(20))
+	}
+	logLines(t, n1, "Keeping the nftables table")
+
+	// The node whose agent is gone: cleanup removes what it left.
+	out, errOut, err := n1.Exec(ctx, nil, "cleanup", "--state-dir", n1.StateDir())
+	if err != nil || !strings.Contains(string(out), "removed table inet nftpolicy") {
+		t.Errorf("cleanup: %v\n%s%s", err, out, errOut)
+	}
+	assertNothingInstalled(t, c, n1)
+	if out, errOut, err := n1.Exec(ctx, nil, "cleanup"); err != nil || !strings.Contains(string(out), "nothing to remove") {
+		t.Errorf("cleanup again: %v, want success and nothing to remove\n%s%s", err, out, errOut)
+	}
+
+	// kubectl delete -f install.yaml: ServiceAccount and RBAC first, the
+	// DaemonSet last.
+	for _, kind := range []string{"serviceaccount/nftpolicy", "clusterrolebinding/nftpolicy", "clusterrole/nftpolicy"} {
+		if out, err := c.Env.Kubectl(t, "delete", "-n", status.DefaultAgents.Namespace, kind); err != nil {
+			t.Fatalf("kubectl delete %s: %v\n%s", kind, err, out)
+		}
+	}
+	if err := c.Client.AppsV1().DaemonSets(ds.Namespace).Delete(ctx, ds.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The garbage collector deletes the pods (SIGTERM) once the DaemonSet
+	// is gone; this API server has none: the test sends it.
+	time.Sleep(500 * time.Millisecond)
+	if err := n2.Stop(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	assertNothingInstalled(t, c, n2)
+	logLines(t, n2, "Cannot read the agent's DaemonSet", "removed the nftables table")
+}
+
+// logLines logs the agent's log lines that contain one of subs; the first
+// sub must be there.
+func logLines(t *testing.T, a *cluster.Agent, subs ...string) {
+	t.Helper()
+	b, err := os.ReadFile(a.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, line := range strings.Split(string(b), "\n") {
+		for i, s := range subs {
+			if strings.Contains(line, s) {
+				t.Logf("%s: %s", a.Node, line)
+				found = found || i == len(subs)-1
+			}
+		}
+	}
+	if !found {
+		t.Errorf("the agent of %s never logged %q", a.Node, subs[len(subs)-1])
+	}
+}
+
+// ownAgentPods creates the DaemonSet kube-system/nftpolicy and makes it the
+// controller of the harness's agent pods.
+func ownAgentPods(t *testing.T, ctx context.Context, c *cluster.Cluster) *appsv1.DaemonSet {
+	t.Helper()
+	labels := map[string]string{"app.kubernetes.io/name": "nftpolicy"}
+	ds, err := c.Client.AppsV1().DaemonSets(status.DefaultAgents.Namespace).Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "nftpolicy", Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "nftpolicy", Image: "nftpolicy:harness"}}}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := *metav1.NewControllerRef(ds, appsv1.SchemeGroupVersion.WithKind("DaemonSet"))
+	for _, a := range c.Agents() {
+		pods := c.Client.CoreV1().Pods(status.DefaultAgents.Namespace)
+		p, err := pods.Get(ctx, cluster.AgentPodName(a.Node), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.OwnerReferences = []metav1.OwnerReference{ref}
+		if _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ds
+}
+
+// assertNothingInstalled checks that the node's kernel holds no nftpolicy
+// table and no queue rule, and that its state directory holds no snapshot.
+func assertNothingInstalled(t *testing.T, c *cluster.Cluster, a *cluster.Agent) {
+	t.Helper()
+	if has, err := c.HasTable(a.Node); err != nil || has {
+		t.Errorf("%s still has table inet nftpolicy (%v, %v):\n%s", a.Node, has, err, a.LogTail(20))
+	}
+	out, err := c.Lab.NodeExec(a.Node, "nft", "list", "ruleset")
+	if err != nil {
+		t.Fatalf("nft list ruleset on %s: %v\n%s", a.Node, err, out)
+	}
+	for _, word := range []string{"nftpolicy", "queue", "NFQUEUE"} {
+		if strings.Contains(string(out), word) {
+			t.Errorf("%s's ruleset still mentions %q:\n%s", a.Node, word, out)
+		}
+	}
+	entries, err := os.ReadDir(a.StateDir())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("%s's state directory still holds %s", a.Node, e.Name())
+	}
+}
+
+// waitLog waits up to 30 s for the agent's log to contain s.
+func waitLog(t *testing.T, a *cluster.Agent, s string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		b, err := os.ReadFile(a.LogPath)
+		if err == nil && strings.Contains(string(b), s) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent of %s never logged %q:\n%s", a.Node, s, a.LogTail(30))
+		}
+	}
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
