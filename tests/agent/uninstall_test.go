@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/status"
@@ -198,4 +200,38 @@ func exitCode(err error) int {
 		return -1
 	}
 	return 0
+}
+
+// TestCleanupManifest: deploy/cleanup.yaml passes the real API server's
+// validation and admission (dry run), and runs install.yaml's image.
+func TestCleanupManifest(t *testing.T) {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, "deploy", "cleanup.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := cluster.InstallDocuments("DaemonSet")
+	if err != nil || len(docs) != 1 {
+		t.Fatalf("install.yaml's DaemonSet: %d documents, %v", len(docs), err)
+	}
+	var agent, clean appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict([]byte(docs[0]), &agent); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, &clean); err != nil {
+		t.Fatal(err)
+	}
+	init := clean.Spec.Template.Spec.InitContainers
+	if len(init) != 1 || init[0].Image != agent.Spec.Template.Spec.Containers[0].Image || init[0].Args[0] != "cleanup" {
+		t.Errorf("deploy/cleanup.yaml's init containers %+v: want one running `cleanup` in install.yaml's image %s", init, agent.Spec.Template.Spec.Containers[0].Image)
+	}
+	env := cluster.StartControlPlane(t)
+	out, err := env.Kubectl(t, "apply", "--dry-run=server", "-f", path)
+	if err != nil || !strings.Contains(out, "daemonset.apps/nftpolicy-cleanup created (server dry run)") {
+		t.Fatalf("kubectl apply --dry-run=server -f deploy/cleanup.yaml: %v\n%s", err, out)
+	}
 }
