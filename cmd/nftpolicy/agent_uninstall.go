@@ -24,9 +24,12 @@ import (
 )
 
 // uninstallCheckTimeout bounds, at SIGTERM, the read of the DaemonSet that
-// tells an uninstall from an update: within install.yaml's grace period,
-// with the hand-over or the table's removal after it.
-const uninstallCheckTimeout = 2 * time.Second
+// tells an uninstall from an update. It delays the queue hand-over of an
+// update only when the API does not answer (a healthy API answers in
+// milliseconds), and the hand-over's own bounds (2 s for the successor's
+// queues, 5 s for its first sync, 3 s of draining) must still fit
+// install.yaml's 10 s grace period.
+const uninstallCheckTimeout = time.Second
 
 // uninstallOptions are the flags of the removal at uninstall.
 type uninstallOptions struct {
