@@ -22,9 +22,10 @@ import (
 
 // TestUninstallRemovesTable: an agent whose DaemonSet is deleted removes
 // its table (and with it the queue rules) at SIGTERM; one whose DaemonSet
-// still exists (an update, a restart) keeps it; `nftpolicy cleanup`
-// removes the table an agent left, refuses while an agent listens on its
-// queues, and is idempotent.
+// still exists (an update, a restart) keeps it, and so does one that cannot
+// reach the API at SIGTERM (fail closed); `nftpolicy cleanup` removes the
+// table an agent left, refuses while an agent listens on its queues, and is
+// idempotent.
 //
 // The harness's agent pods get a DaemonSet as their controller, as the
 // DaemonSet controller would make them. The uninstall is enacted in the
@@ -79,6 +80,17 @@ func TestUninstallRemovesTable(t *testing.T) {
 		t.Errorf("cleanup again: %v, want success and nothing to remove\n%s%s", err, out, errOut)
 	}
 
+	// node-1's agent again, cut off from the API before the uninstall: it
+	// cannot tell an uninstall from an update and must keep its table.
+	if err := n1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitLogCount(t, n1, "Watching the agent's DaemonSet", 2)
+	n1.HoldAPI()
+
 	// kubectl delete -f install.yaml: ServiceAccount and RBAC first, the
 	// DaemonSet last.
 	for _, kind := range []string{"serviceaccount/nftpolicy", "clusterrolebinding/nftpolicy", "clusterrole/nftpolicy"} {
@@ -97,6 +109,30 @@ func TestUninstallRemovesTable(t *testing.T) {
 	}
 	assertNothingInstalled(t, c, n2)
 	logLines(t, n2, "Cannot read the agent's DaemonSet", "removed the nftables table")
+
+	// Fail closed: the agent that could not see the deletion keeps its
+	// table (protection is never removed on a guess).
+	if err := n1.Stop(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if has, err := c.HasTable(n1.Node); err != nil || !has {
+		t.Errorf("%s removed its table without hearing from the API (%v, %v):\n%s", n1.Node, has, err, n1.LogTail(20))
+	}
+	logLines(t, n1, "Keeping the nftables table")
+}
+
+// waitLogCount waits up to 30 s for the agent's log to contain s n times.
+func waitLogCount(t *testing.T, a *cluster.Agent, s string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		b, err := os.ReadFile(a.LogPath)
+		if err == nil && strings.Count(string(b), s) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent of %s did not log %q %d times:\n%s", a.Node, s, n, a.LogTail(30))
+		}
+	}
 }
 
 // logLines logs the agent's log lines that contain one of subs; the first
