@@ -2,7 +2,9 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +54,7 @@ func TestUninstallRemovesTable(t *testing.T) {
 		waitLog(t, a, "Watching the agent's DaemonSet")
 	}
 	n1, n2 := c.Agents()[0], c.Agents()[1]
+	checkBuildInfo(t, ctx, n2)
 
 	// A running agent: cleanup refuses.
 	if out, errOut, err := n1.Exec(ctx, nil, "cleanup"); exitCode(err) != 1 || !strings.Contains(string(errOut), "an nftpolicy agent runs on this node") {
@@ -270,4 +273,38 @@ func TestCleanupManifest(t *testing.T) {
 	if err != nil || !strings.Contains(out, "daemonset.apps/nftpolicy-cleanup created (server dry run)") {
 		t.Fatalf("kubectl apply --dry-run=server -f deploy/cleanup.yaml: %v\n%s", err, out)
 	}
+}
+
+// checkBuildInfo: the running agent logged its version at start and
+// exports it as nftpolicy_build_info, the same as `nftpolicy version -o
+// json` of its binary says.
+func checkBuildInfo(t *testing.T, ctx context.Context, a *cluster.Agent) {
+	t.Helper()
+	out, errOut, err := a.Exec(ctx, nil, "version", "-o", "json")
+	if err != nil {
+		t.Fatalf("nftpolicy version -o json: %v\n%s", err, errOut)
+	}
+	var v struct{ Version, Commit, GoVersion string }
+	if err := json.Unmarshal(out, &v); err != nil || v.Version == "" || v.Commit == "" || v.GoVersion == "" {
+		t.Fatalf("nftpolicy version -o json: %+v, %v\n%s", v, err, out)
+	}
+	m, err := a.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := fmt.Sprintf("nftpolicy_build_info{commit=%q,goversion=%q,version=%q}", v.Commit, v.GoVersion, v.Version)
+	if m[key] != 1 {
+		t.Errorf("the agent exports no %s = 1", key)
+	}
+	b, err := os.ReadFile(a.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("version=%q commit=%q goVersion=%q", v.Version, v.Commit, v.GoVersion)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"Starting nftpolicy agent"`) && strings.Contains(line, want) {
+			return
+		}
+	}
+	t.Errorf("the agent's log has no \"Starting nftpolicy agent\" line with %s", want)
 }
