@@ -67,23 +67,32 @@ KIND
 # and routes to the other nodes' podCIDRs: pod networking with no policy
 # enforcement (what kindnet does, minus its embedded NetworkPolicy enforcer).
 plainPodNetwork() {
-	local nodes node cidr ip other ocidr oip
+	local nodes node cidr other
 	nodes=$(kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
+	declare -A cidrs ips
 	for node in $nodes; do
-		cidr=$(kubectl get node "$node" -o jsonpath='{.spec.podCIDR}')
+		# The controller manager assigns the podCIDRs shortly after the
+		# nodes register.
+		for _ in $(seq 120); do
+			cidr=$(kubectl get node "$node" -o jsonpath='{.spec.podCIDR}')
+			[[ -z $cidr ]] || break
+			sleep 0.5
+		done
 		[[ -n $cidr ]] || { echo "node $node has no podCIDR" >&2; exit 1; }
+		cidrs[$node]=$cidr
+		ips[$node]=$(kubectl get node "$node" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+	done
+	for node in $nodes; do
 		docker exec -i "$node" sh -c 'mkdir -p /etc/cni/net.d && cat >/etc/cni/net.d/10-ptp.conflist' <<CNI
 {"cniVersion": "0.4.0", "name": "ptp",
  "plugins": [
   {"type": "ptp", "ipMasq": true, "mtu": 1500,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$cidr"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "${cidrs[$node]}"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 CNI
 		for other in $nodes; do
 			[[ $other != "$node" ]] || continue
-			ocidr=$(kubectl get node "$other" -o jsonpath='{.spec.podCIDR}')
-			oip=$(kubectl get node "$other" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
-			docker exec "$node" ip route replace "$ocidr" via "$oip"
+			docker exec "$node" ip route replace "${cidrs[$other]}" via "${ips[$other]}"
 		done
 	done
 	kubectl wait --for=condition=Ready nodes --all --timeout=2m
