@@ -160,6 +160,38 @@ func logLines(t *testing.T, a *cluster.Agent, subs ...string) {
 	}
 }
 
+// TestUninstallForegroundDeletion: `kubectl delete ds --cascade=foreground`
+// deletes the pods while the DaemonSet still exists, marked for deletion
+// (this API server has no garbage collector: it stays marked): its agent
+// removes the table at SIGTERM, on the API's word at that moment.
+func TestUninstallForegroundDeletion(t *testing.T) {
+	requireRoot(t)
+	c := cluster.Start(t, cluster.Config{NoAgents: true, Nodes: []string{"node-1"}})
+	ctx := testContext(t, 2*time.Minute)
+	ds := ownAgentPods(t, ctx, c)
+	a := c.Agent("node-1")
+	a.ExtraArgs = []string{"--pod-name", cluster.AgentPodName(a.Node), "--pod-namespace", status.DefaultAgents.Namespace}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, a, "Watching the agent's DaemonSet")
+	fg := metav1.DeletePropagationForeground
+	if err := c.Client.AppsV1().DaemonSets(ds.Namespace).Delete(ctx, ds.Name, metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Client.AppsV1().DaemonSets(ds.Namespace).Get(ctx, ds.Name, metav1.GetOptions{}); err != nil || got.DeletionTimestamp == nil {
+		t.Fatalf("the DaemonSet after a foreground deletion: %v, %v; want it there, marked for deletion", got, err)
+	}
+	if err := a.Stop(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	assertNothingInstalled(t, c, a)
+	logLines(t, a, "is being deleted")
+}
+
 // ownAgentPods creates the DaemonSet kube-system/nftpolicy and makes it the
 // controller of the harness's agent pods.
 func ownAgentPods(t *testing.T, ctx context.Context, c *cluster.Cluster) *appsv1.DaemonSet {
