@@ -73,6 +73,10 @@ type MetricsLockout struct {
 	// Scraper is where the valid scrape comes from, Token its token.
 	Scraper netlab.Endpoint
 	Token   string
+	// HealthAddr, when set, is the agent's health address (host:port) on
+	// Node: before the attack, the scraper is waited for until its health
+	// check answers (until the agent knows a pod, its connections wait).
+	HealthAddr string
 }
 
 // MetricsLockoutResult is what MetricsLockout saw: the crowd's answers by
@@ -98,6 +102,11 @@ func crowdAddr(i int) netip.Addr {
 // own.
 func (c *Cluster) RunMetricsLockout(ctx context.Context, m MetricsLockout) (MetricsLockoutResult, error) {
 	res := MetricsLockoutResult{Crowd: map[int]int{}}
+	if m.HealthAddr != "" {
+		if err := waitHealthFrom(ctx, c.Lab, m.Scraper, m.HealthAddr); err != nil {
+			return res, err
+		}
+	}
 	ips := make([]netip.Addr, m.Sources)
 	for i := range ips {
 		ips[i] = crowdAddr(i)
@@ -173,4 +182,21 @@ func metricsGet(ctx context.Context, cl *http.Client, url, token string) (int, s
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	return resp.StatusCode, string(body), err
+}
+
+// waitHealthFrom waits up to a minute until a GET of /healthz on addr from
+// ep answers 200.
+func waitHealthFrom(ctx context.Context, lab *netlab.Lab, ep netlab.Endpoint, addr string) error {
+	cl := metricsClient(lab, ep, netip.Addr{})
+	cl.Timeout = time.Second
+	url := "http://" + addr + "/healthz"
+	for end := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		code, _, err := metricsGet(ctx, cl, url, "")
+		if err == nil && code == http.StatusOK {
+			return nil
+		}
+		if time.Now().After(end) || ctx.Err() != nil {
+			return fmt.Errorf("%v cannot reach %s: %d %v", ep, url, code, err)
+		}
+	}
 }
