@@ -229,11 +229,10 @@ func (g *reviewGate) retryLocked(now time.Time) {
 	if g.retrying {
 		return
 	}
-	r := g.global.ReserveN(now, 1)
-	delay := r.DelayFrom(now)
-	r.CancelAt(now)
-	if delay <= 0 || !r.OK() {
-		delay = 10 * time.Millisecond
+	need := 1 - g.global.TokensAt(now)
+	delay := time.Duration(need / float64(g.global.Limit()) * float64(time.Second))
+	if delay < time.Millisecond {
+		delay = time.Millisecond
 	}
 	g.retrying = true
 	time.AfterFunc(delay, func() {
