@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hack/fuzz.sh runs every fuzz target of the repository for FUZZTIME each
-# (`make fuzz`; CI: 5s), one target at a time, and prints how many inputs
-# each executed as name=value lines:
+# (`make fuzz`; CI: 5s), one target at a time, or only the targets named
+# (bash hack/fuzz.sh FuzzCompile), and prints how many inputs each
+# executed as name=value lines:
 #
 #   fuzz_execs_<Target>=N       every execution, the baseline's included
 #   fuzz_new_execs_<Target>=N   executions after the baseline (the corpus
@@ -47,6 +48,9 @@ failed=()
 results=()
 for t in "${targets[@]}"; do
 	read -r name pkg <<<"$t"
+	if (($# > 0)) && [[ " $* " != *" $name "* ]]; then
+		continue
+	fi
 	log=$OUT/$name.log
 	rc=0
 	$GO test -run '^$' -fuzz "^$name\$" -fuzztime "$FUZZTIME" -fuzzminimizetime "$FUZZMINIMIZETIME" "$pkg" >"$log" 2>&1 || rc=$?
@@ -66,6 +70,10 @@ for t in "${targets[@]}"; do
 		failed+=("$name: no input of its own executed in $FUZZTIME (baseline $base, execs $execs)")
 	fi
 done
+if ((${#results[@]} == 0)); then
+	echo "hack/fuzz.sh: no target named $*" >&2
+	exit 2
+fi
 printf '%s\n' "${results[@]}"
 if ((${#failed[@]} > 0)); then
 	printf 'hack/fuzz.sh: %s\n' "${failed[@]}" >&2
