@@ -51,6 +51,9 @@
 #          (staged_log_lag_ms_p99)
 #   revoke one connection-revocation pass over 200k conntrack entries: the
 #          RSS it adds (revocation_extra_rss_mb_200k_conntrack) and its time
+#   metricsauth 300 addresses send made-up tokens to a real agent's metrics
+#          port (--metrics-auth=delegated, a real API server), then a new pod
+#          scrapes with a valid token (metrics_scrape_ok_under_lockout)
 #
 # Needs root (network namespaces, nftables, NFQUEUE), nft, and the control
 # plane binaries of hack/tools.sh. Creates only its own network namespaces;
@@ -256,6 +259,11 @@ if section revoke; then
 	"$NFTBENCH" revoke --entries 200000 >"$OUT/revoke.txt"
 fi
 
+if section metricsauth; then
+	log "metricsauth: 300 addresses with made-up tokens, then a valid scrape from a new pod"
+	"$NFTBENCH" metricsauth --sources 300 >"$OUT/metricsauth.txt"
+fi
+
 {
 	echo "machine_load_end=$(cut -d' ' -f1 /proc/loadavg)"
 	echo "bench_wall_s=$(($(date +%s) - began))"
@@ -263,5 +271,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,status,newpod,queueflood,dns,staged,revoke}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,status,newpod,queueflood,dns,staged,revoke,metricsauth}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -80,6 +80,7 @@ var Targets = []target{
 	{"revocation_extra_rss_mb_200k_conntrack", "<=", 30},
 	{"queue_flood_other_allowed_ok", ">=", 0.99},
 	{"queue_flood_admitted_denied", "==", 0},
+	{"metrics_scrape_ok_under_lockout", "==", 1},
 	{"status_gather_ms_1000_nodes", "<=", 2000},
 	{"wait_latency_minus_program_delay_ms", "<=", 20},
 }
@@ -339,6 +340,7 @@ func Report(r *Result, quick bool) string {
 	row("revocation", "that pass's duration", "revocation_pass_ms_200k_conntrack", "ms")
 	row("queue flood", "other pods' allowed connections that succeed while one pod floods the queue (both fail modes)", "queue_flood_other_allowed_ok", "")
 	row("queue flood", "denied connections admitted during the flood, both fail modes", "queue_flood_admitted_denied", "")
+	row("metrics auth", "a new pod's valid scrape succeeds after 300 addresses sent made-up tokens", "metrics_scrape_ok_under_lockout", "")
 
 	writeMarkdown(&b, []string{"area", "measurement", "result", "target", "met"}, rows)
 	b.WriteString("\n")

@@ -12,6 +12,7 @@
 //	nftbench queueflood [--rounds 3]
 //	nftbench dns   [--lookups 1000] [--conns 100]
 //	nftbench revoke [--entries 200000]
+//	nftbench metricsauth [--sources 300]
 //	nftbench stagedlag [--conns 200]
 //	nftbench status [--nodes 1000] [--policies 100] [--changes 16] [--runs 9] [--burst 10] [--burst-window 50ms] [--wait-rounds 20] [--admin-writes]
 //	nftbench contention [--name N] [--duration D]   (contention, cpu_speed and wakeup_rtt_us lines)
@@ -57,7 +58,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|queueflood|dns|revoke|stagedlag|status|restart|contention|gobench|report|chart|comparechart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|queueflood|dns|revoke|metricsauth|stagedlag|status|restart|contention|gobench|report|chart|comparechart [flags]")
 	os.Exit(2)
 }
 
@@ -192,6 +193,13 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunRevoke(ctx, c)
+	case "metricsauth":
+		var c bench.MetricsAuthConfig
+		fs.IntVar(&c.Sources, "sources", 300, "addresses that send a made-up token each before the valid scrape")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunMetricsAuth(ctx, c)
 	case "stagedlag":
 		var c bench.StagedLagConfig
 		fs.IntVar(&c.Conns, "conns", 200, "connections timed per path (same node, across nodes), one at a time")
