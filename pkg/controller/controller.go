@@ -231,8 +231,10 @@ type Controller struct {
 	refreshYielded bool
 	lastBuild      time.Duration
 	// fair is what each namespace's policy changes cost the loop
-	// (fairshare.go).
-	fair *fairShare
+	// (fairshare.go); rebuildFor is the policy change of this sync that
+	// needed a full build.
+	fair       *fairShare
+	rebuildFor string
 
 	ready       atomic.Bool
 	lastSync    atomic.Int64  // unix nanoseconds of the last successful sync
@@ -603,7 +605,14 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	}
 	if rebuild && err == nil {
 		err = c.syncAll(ctx, start, observed)
+		if c.rebuildFor != "" && err == nil {
+			// A policy change the tracker cannot apply alone (a staged
+			// policy with the staged log on) costs a full build: its
+			// namespace owes it.
+			c.fair.charge(policyNamespace(c.rebuildFor), c.costOf(c.rebuildFor, time.Since(start)))
+		}
 	}
+	c.rebuildFor = ""
 	if err != nil {
 		restore()
 		return err

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/status"
 )
 
@@ -63,22 +64,50 @@ func (l *passLog) mark() (pass, i int) {
 }
 
 // TestPolicyChurnDoesNotDelayOtherNamespaces holds the sync loop while one
-// namespace's expensive edit (its cost injected: 1 s each) and another
+// namespace's expensive edit (its cost injected: 1 s each; the edits go
+// through the tracker, or each is a full build) and another
 // namespace's new policy are both pending, again and again, and checks
 // that the next pass commits the new policy without applying the
 // expensive edit before it, and that the expensive edits are not starved:
 // each is applied in the pass after.
 func TestPolicyChurnDoesNotDelayOtherNamespaces(t *testing.T) {
+	t.Run("tracker", func(t *testing.T) { testPolicyChurn(t, false) })
+	// A staged policy with the staged log on: each edit is a full build.
+	t.Run("full builds", func(t *testing.T) { testPolicyChurn(t, true) })
+}
+
+func testPolicyChurn(t *testing.T, staged bool) {
 	log := &passLog{}
-	h := newHarness(t, func(cfg *Config) {
+	policy := func(port int32, rv string) *networkingv1.NetworkPolicy {
+		np := churnPolicy(port, rv)
+		if staged {
+			np.Annotations = map[string]string{compile.StagedAnnotation: "true"}
+		}
+		return np
+	}
+	var h *harness
+	// Full builds so far: a pass that makes one applies everything.
+	builds := func() uint64 {
+		return histogramCount(t, h.ctrl.cfg.Metrics.SyncDuration, "incremental") + histogramCount(t, h.ctrl.cfg.Metrics.SyncDuration, "full")
+	}
+	var passBuilds uint64
+	h = newHarness(t, func(cfg *Config) {
+		// No program refresh (a full build) in the passes the test holds.
+		cfg.ProgramRefreshDelay = time.Hour
+		if staged {
+			cfg.Render.StagedLogGroup = 7
+		}
 		cfg.OnStatus = func(p status.Publication) {
+			if builds() > passBuilds {
+				log.add("full build")
+			}
 			for _, ch := range p.Changes {
 				log.add("commit " + ch.Namespace + "/" + ch.Name)
 			}
 		}
 	}, testPod("churn", "a", "n1", "10.0.1.1", map[string]string{"app": "web"}),
 		testPod("other", "b", "n1", "10.0.2.1", map[string]string{"app": "db"}),
-		churnPolicy(80, "1"))
+		policy(80, "1"))
 	var hold atomic.Bool
 	held, release := make(chan struct{}), make(chan struct{})
 	h.ctrl.passStarted = func() {
@@ -86,6 +115,7 @@ func TestPolicyChurnDoesNotDelayOtherNamespaces(t *testing.T) {
 			held <- struct{}{}
 			<-release
 		}
+		passBuilds = builds()
 		log.mu.Lock()
 		log.pass++
 		log.mu.Unlock()
@@ -103,7 +133,7 @@ func TestPolicyChurnDoesNotDelayOtherNamespaces(t *testing.T) {
 	churn := h.client.NetworkingV1().NetworkPolicies("churn")
 	edit := func(i int) {
 		t.Helper()
-		if _, err := churn.Update(ctx, churnPolicy(int32(81+i), fmt.Sprint(2+i)), metav1.UpdateOptions{}); err != nil {
+		if _, err := churn.Update(ctx, policy(int32(81+i), fmt.Sprint(2+i)), metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -145,8 +175,8 @@ func TestPolicyChurnDoesNotDelayOtherNamespaces(t *testing.T) {
 				break
 			}
 			got = append(got, fmt.Sprintf("pass %d: %s", e.pass, e.what))
-			if strings.HasPrefix(e.what, "apply churn/") {
-				t.Errorf("edit %d: the churning namespace's edit (1 s) was applied before %s was committed: %v", i, key, got)
+			if strings.HasPrefix(e.what, "apply churn/") || e.what == "full build" {
+				t.Errorf("edit %d: the churning namespace's edit (1 s, or a full build) was applied before %s was committed: %v", i, key, got)
 				break
 			}
 		}
@@ -194,5 +224,43 @@ func TestChurnDoesNotPostponeTheProgramRefresh(t *testing.T) {
 	}
 	if len(due) < 20 || due[len(due)-1].IsZero() {
 		t.Fatalf("the refresh was not armed after the edits (%d passes)", len(due))
+	}
+}
+
+// TestFairSharePick checks the ledger alone: a namespace alone is always
+// applied; one that owes more than a quantum beyond another pending one
+// waits; an idle namespace does not bank credit.
+func TestFairSharePick(t *testing.T) {
+	f := newFairShare()
+	keys := func(ks ...string) map[string]struct{} {
+		m := map[string]struct{}{}
+		for _, k := range ks {
+			m[k] = struct{}{}
+		}
+		return m
+	}
+	check := func(step string, pending map[string]struct{}, wantNow, wantLater []string) {
+		t.Helper()
+		now, later := f.pick(pending)
+		if !slices.Equal(now, wantNow) || !slices.Equal(later, wantLater) {
+			t.Fatalf("%s: now %v later %v, want now %v later %v", step, now, later, wantNow, wantLater)
+		}
+	}
+	check("alone", keys("a/x"), []string{"a/x"}, nil)
+	f.charge("a", time.Second)
+	check("alone after a costly change", keys("a/x"), []string{"a/x"}, nil)
+	f.charge("a", time.Second)
+	check("another namespace first", keys("a/x", "b/y", "b/z", "cnp"), []string{"cnp", "b/y", "b/z"}, []string{"a/x"})
+	f.charge("b", time.Millisecond)
+	check("the costly one next", keys("a/x"), []string{"a/x"}, nil)
+	f.charge("a", time.Second)
+	// b, idle while a ran, starts at the clock: a's last edit is ahead.
+	check("the new change first", keys("a/x", "b/y"), []string{"b/y"}, []string{"a/x"})
+	// It banked nothing while idle: a change costlier than a's edits
+	// puts it behind a.
+	f.charge("b", 3*time.Second)
+	check("b owes more now", keys("a/x", "b/y"), []string{"a/x"}, []string{"b/y"})
+	if len(f.debt) > 2 {
+		t.Errorf("the ledger keeps %d namespaces: %v", len(f.debt), f.debt)
 	}
 }

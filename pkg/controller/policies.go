@@ -72,6 +72,7 @@ func (c *Controller) syncPolicies(ctx context.Context, keys []string, start, obs
 		t0 := time.Now()
 		h, ok := c.applyPolicyKey(key)
 		if !ok {
+			c.rebuildFor = key
 			return false, nil
 		}
 		terms[key] = h
@@ -148,11 +149,17 @@ func (c *Controller) chargePolicies(costs map[string]time.Duration, tx time.Dura
 		if total > 0 {
 			cost += time.Duration(float64(tx) * float64(d) / float64(total))
 		}
-		if c.policyCost != nil {
-			cost = c.policyCost(key, cost)
-		}
-		c.fair.charge(policyNamespace(key), cost)
+		c.fair.charge(policyNamespace(key), c.costOf(key, cost))
 	}
+}
+
+// costOf is what a policy change cost the sync loop: measured, unless a
+// test replaces it.
+func (c *Controller) costOf(key string, measured time.Duration) time.Duration {
+	if c.policyCost != nil {
+		return c.policyCost(key, measured)
+	}
+	return measured
 }
 
 // notePolicySynced updates the inputs fingerprint for a NetworkPolicy or
