@@ -97,7 +97,8 @@ type Config struct {
 	// incrementally (hybrid mode) the program the evaluator and explain
 	// read is rebuilt, at least: pod churn reaches the kernel at once, the
 	// program within this delay or twice the last build's duration,
-	// whichever is longer.
+	// whichever is longer, of the first change it follows (the changes
+	// after it do not postpone it).
 	ProgramRefreshDelay time.Duration
 	// MemoryReleaser returns the memory full builds free to the OS; nil:
 	// one of the controller's own, with DefaultMemoryReleaseDelay. Share
