@@ -10,7 +10,7 @@
 //	release rootfs -arch arm64 -staging DIR -out DIR -elf /usr/sbin/nft -file /etc/protocols -add /nftpolicy=FILE
 //	release image -ref REPO:TAG -epoch N -entrypoint /nftpolicy -platform linux/amd64=ROOTFS... -layout DIR [-archive FILE]
 //	release inspect -layout DIR [-platform linux/arm64 -extract PATH -out FILE]
-//	release targz -epoch N -out FILE NAME=FILE...
+//	release targz -epoch N -out FILE NAME=FILE|DIR...
 //	release sbom -epoch N -name NAME -out FILE BINARY
 //	release krew -version V -url-base URL -out FILE ARCHIVE...
 //	release sums -dir DIR -out FILE
@@ -163,6 +163,13 @@ func cmdTargz(args []string) error {
 			return err
 		}
 		entries = append(entries, entry{name: k, path: v})
+		if fi, err := os.Stat(v); err == nil && fi.IsDir() {
+			tree, err := treeEntries(v, k)
+			if err != nil {
+				return err
+			}
+			entries = append(entries, tree...)
+		}
 	}
 	if *out == "" || len(entries) == 0 {
 		return fmt.Errorf("need -out and NAME=FILE arguments")
