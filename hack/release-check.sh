@@ -11,7 +11,8 @@
 #     of the release;
 #   - install.yaml pins the image by the index's digest, and has the
 #     ClusterNetworkPolicy CRD;
-#   - krew's manifest has every archive's sha256; every binary has an SBOM.
+#   - krew's manifest has every archive's sha256; every binary has an SBOM;
+#   - the chart archive renders the objects of install.yaml (with helm).
 # Usage: bash hack/release-check.sh [DIR]
 set -euo pipefail
 
@@ -84,6 +85,21 @@ for p in amd64:x86-64:x86_64-linux-gnu:lib64/ld-linux-x86-64.so.2 arm64:'ARM aar
 done
 check "install.yaml pins ghcr.io/nftpolicy/nftpolicy:$VERSION@$digest" \
 	grep -q "image: ghcr.io/nftpolicy/nftpolicy:$VERSION@$digest\$" "$DIR/install.yaml"
+# The chart of the release renders the same pinned image (with helm, when
+# hack/helm.sh built it).
+if helm=$(bash "$ROOT/hack/helm.sh" --built 2>/dev/null); then
+	chart=$(ls "$DIR"/nftpolicy-*.tgz)
+	check "$(basename "$chart"): helm template pins the image by the same digest" bash -c \
+		"'$helm' template nftpolicy '$chart' | grep -q 'image: ghcr.io/nftpolicy/nftpolicy:$VERSION@$digest\$'"
+	check "$(basename "$chart"): helm lint --strict" "$helm" lint --strict "$chart"
+	if (cd "$ROOT" && NFTPOLICY_RELEASE_DIR=$DIR NFTPOLICY_HELM=$helm go test -count=1 -run '^TestReleaseChart$' ./tests/chart) >"$work/charttest" 2>&1; then
+		ok "$(basename "$chart"): helm template --include-crds renders install.yaml's objects (tests/chart)"
+	else
+		bad "$(basename "$chart"): helm template --include-crds differs from install.yaml: $(cat "$work/charttest")"
+	fi
+else
+	printf 'skip the chart archive: helm is not built (bash hack/helm.sh)\n'
+fi
 check "install.yaml has the ClusterNetworkPolicy CRD" grep -q "name: clusternetworkpolicies.policy.networking.k8s.io" "$DIR/install.yaml"
 printf '%s\n' "image size: $(du -k "$DIR/nftpolicy-image.oci.tar" | cut -f1) KiB (oci-archive, both platforms)"
 for arch in amd64 arm64; do

@@ -13,7 +13,8 @@
 #   nftpolicy_<os>_<arch>     the agent binaries in the image
 #   kubectl-nftpolicy_<os>_<arch>.tar.gz  the kubectl plugin
 #   nftpolicy.yaml            krew's plugin manifest for those archives
-#   nftpolicy-<semver>.tgz    the Helm chart, its image pinned by digest
+#   nftpolicy-<semver>.tgz    the Helm chart, its image pinned by digest, with
+#                             the ClusterNetworkPolicy CRD in crds/
 #   *.spdx.json               SPDX 2.3 SBOM of the Go modules of each binary
 #   image-packages_<arch>.txt the Debian packages of each image
 #   SHA256SUMS                sha256sum -c checks all of the above
@@ -136,6 +137,10 @@ done
 # --- the Helm chart: the release's version, the image pinned by digest ------
 cp -r "$SRC/charts/nftpolicy" "$work/chart"
 rm -f "$work/chart/.helmignore"
+# helm installs crds/ before the templates (and never upgrades or deletes
+# them): the ClusterNetworkPolicy CRD of install.yaml.
+mkdir "$work/chart/crds"
+cp "$crd" "$work/chart/crds/clusternetworkpolicies.yaml"
 sed -i -e "s/^version: .*/version: ${VERSION#v}/" -e "s/^appVersion: .*/appVersion: $VERSION/" "$work/chart/Chart.yaml"
 sed -i "s/^  digest: \"\"\$/  digest: \"$digest\"/" "$work/chart/values.yaml"
 grep -q "digest: \"$digest\"" "$work/chart/values.yaml" || { log "values.yaml: no image digest set"; exit 1; }

@@ -93,6 +93,32 @@ func objects(t *testing.T, manifest string) map[string]map[string]any {
 	}
 }
 
+// TestReleaseChart: in a release directory (NFTPOLICY_RELEASE_DIR, which
+// hack/release-check.sh sets), the chart archive with its default values
+// and its CRDs renders exactly the objects of the release's install.yaml:
+// the same image digest, the same ClusterNetworkPolicy CRD.
+func TestReleaseChart(t *testing.T) {
+	dir := os.Getenv("NFTPOLICY_RELEASE_DIR")
+	if dir == "" {
+		t.Skip("NFTPOLICY_RELEASE_DIR is not set: hack/release-check.sh runs this test on a release")
+	}
+	charts, err := filepath.Glob(filepath.Join(dir, "nftpolicy-*.tgz"))
+	if err != nil || len(charts) != 1 {
+		t.Fatalf("%s: want one chart archive, have %v (%v)", dir, charts, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "install.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := helm(t, "template", "nftpolicy", charts[0], "--include-crds", "--namespace", "kube-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(objects(t, string(b)), objects(t, out)); d != "" {
+		t.Errorf("%s differs from install.yaml (-install.yaml +chart):\n%s", charts[0], d)
+	}
+}
+
 func TestChartDefaultsRenderInstallYAML(t *testing.T) {
 	b, err := os.ReadFile("../../install.yaml")
 	if err != nil {
