@@ -3,10 +3,13 @@
 # docker-archive tarballs (the layer, the image config and manifest.json) that
 # `ctr -n k8s.io images import FILE` and `docker load -i FILE` accept.
 #
-# The agent image (what the Dockerfile builds): a static nftpolicy at
-# /nftpolicy (the entrypoint) plus Debian's nft binary and the shared
-# libraries it loads (found with ldd, copied from this machine's nftables
-# package files):
+# The agent image for this machine's architecture, quickly, for the lab
+# (hack/conformance.sh): a static nftpolicy at /nftpolicy (the entrypoint)
+# plus Debian's nft binary and the shared libraries it loads (found with
+# ldd, copied from this machine's nftables package files). The Dockerfile
+# and `make release` (hack/release.sh: both architectures, one OCI image
+# index) take nft and its libraries from Debian's packages of the target
+# architecture instead:
 #   bash hack/image.sh [--tag IMAGE] [--out FILE]
 #     IMAGE defaults to the image of install.yaml's DaemonSet
 #     (ghcr.io/nftpolicy/nftpolicy:v0.1.0), FILE to _output/image/nftpolicy.tar.
