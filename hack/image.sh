@@ -36,7 +36,7 @@ while (($#)); do
 	--entrypoint) ENTRY+=("$2"); shift 2 ;;
 	--cmd) CMD+=("$2"); shift 2 ;;
 	--host-binary) HOSTBIN+=("$2"); shift 2 ;;
-	-h | --help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument $1 (see --help)" ;;
 	esac
 done
