@@ -83,6 +83,16 @@ for p in amd64:x86-64:x86_64-linux-gnu:lib64/ld-linux-x86-64.so.2 arm64:'ARM aar
 	check "linux/$arch image: /nftpolicy is nftpolicy_linux_$arch" bash -c \
 		"'$work/release' inspect -layout '$work/layout' -platform linux/$arch -extract nftpolicy -out '$work/y' && cmp -s '$work/y' '$DIR/nftpolicy_linux_$arch'"
 done
+# An independent reader of OCI images, when installed (apt-get install
+# skopeo): it resolves each platform through the index to its layer.
+if command -v skopeo >/dev/null; then
+	for arch in amd64 arm64; do
+		check "skopeo reads linux/$arch of the archive under index $digest" bash -c \
+			"skopeo --override-os linux --override-arch $arch inspect oci-archive:'$DIR/nftpolicy-image.oci.tar' | grep -q '\"Digest\": \"$digest\"'"
+	done
+else
+	printf 'skip skopeo: not installed\n'
+fi
 check "install.yaml pins ghcr.io/nftpolicy/nftpolicy:$VERSION@$digest" \
 	grep -q "image: ghcr.io/nftpolicy/nftpolicy:$VERSION@$digest\$" "$DIR/install.yaml"
 # The chart of the release renders the same pinned image (with helm, when
