@@ -14,6 +14,7 @@
 //	release sbom -epoch N -name NAME -out FILE BINARY
 //	release krew -version V -url-base URL -out FILE ARCHIVE...
 //	release sums -dir DIR -out FILE
+//	release chart-sync [-in install.yaml -out charts/nftpolicy/templates/install.yaml]
 package main
 
 import (
@@ -31,18 +32,19 @@ func (l *list) String() string     { return strings.Join(*l, ",") }
 func (l *list) Set(s string) error { *l = append(*l, s); return nil }
 
 var commands = map[string]func([]string) error{
-	"rootfs":  cmdRootfs,
-	"image":   cmdImage,
-	"inspect": cmdInspect,
-	"targz":   cmdTargz,
-	"sbom":    cmdSBOM,
-	"krew":    cmdKrew,
-	"sums":    cmdSums,
+	"rootfs":     cmdRootfs,
+	"image":      cmdImage,
+	"inspect":    cmdInspect,
+	"targz":      cmdTargz,
+	"sbom":       cmdSBOM,
+	"krew":       cmdKrew,
+	"sums":       cmdSums,
+	"chart-sync": cmdChartSync,
 }
 
 func main() {
 	if len(os.Args) < 2 || commands[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: release rootfs|image|inspect|targz|sbom|krew|sums [flags] (see hack/release/main.go)")
+		fmt.Fprintln(os.Stderr, "usage: release rootfs|image|inspect|targz|sbom|krew|sums|chart-sync [flags] (see hack/release/main.go)")
 		os.Exit(2)
 	}
 	if err := commands[os.Args[1]](os.Args[2:]); err != nil {
