@@ -12,7 +12,9 @@
 #   - install.yaml pins the image by the index's digest, and has the
 #     ClusterNetworkPolicy CRD;
 #   - krew's manifest has every archive's sha256; every binary has an SBOM;
-#   - the chart archive renders the objects of install.yaml (with helm).
+#   - the chart archive renders the objects of install.yaml (with helm);
+#   - as root, the image of this machine's architecture runs nft and the
+#     agent in a chroot of its layer; skopeo, when installed, reads the index.
 # Usage: bash hack/release-check.sh [DIR]
 set -euo pipefail
 
@@ -83,6 +85,18 @@ for p in amd64:x86-64:x86_64-linux-gnu:lib64/ld-linux-x86-64.so.2 arm64:'ARM aar
 	check "linux/$arch image: /nftpolicy is nftpolicy_linux_$arch" bash -c \
 		"'$work/release' inspect -layout '$work/layout' -platform linux/$arch -extract nftpolicy -out '$work/y' && cmp -s '$work/y' '$DIR/nftpolicy_linux_$arch'"
 done
+# The image of this machine's architecture runs: its nft starts with only
+# the image's libraries, in a chroot of its unpacked layer (root only).
+host=$(go env GOARCH)
+if [[ $(id -u) == 0 ]]; then
+	d=$(awk -v p="linux/$host" '$1 == "platform" && index($2, p) == 1 {print $6}' <<<"$inspect")
+	mkdir "$work/rootfs"
+	tar -xzf "$work/layout/blobs/sha256/${d#sha256:}" -C "$work/rootfs"
+	check "linux/$host image: nft --version runs in a chroot of the image" chroot "$work/rootfs" /usr/sbin/nft --version
+	check "linux/$host image: /nftpolicy --help runs in a chroot of the image" chroot "$work/rootfs" /nftpolicy --help
+else
+	printf 'skip running the linux/%s image: not root\n' "$host"
+fi
 # An independent reader of OCI images, when installed (apt-get install
 # skopeo): it resolves each platform through the index to its layer.
 if command -v skopeo >/dev/null; then
