@@ -15,7 +15,7 @@ STATICCHECK := $(CURDIR)/_output/tools/staticcheck@$(STATICCHECK_VERSION)/static
 # pkg/ and cmd/.
 FUNCLEN_MAX ?= 100
 
-.PHONY: all build test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare
+.PHONY: all build test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare release release-verify release-check helm chart-test
 
 all: build
 
@@ -61,7 +61,7 @@ redteam: deps tools build
 
 # Everything: lint, unit, real-kernel (root, network namespaces), real API
 # server, end-to-end, and the differential check over a fixed seed range.
-test: deps tools lint build
+test: deps tools helm lint build
 	NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout 40m ./...
 	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
 	bash hack/diff.sh --seeds 1-20 --mode queue
@@ -110,6 +110,29 @@ rollout: deps build
 
 image: build
 	bash hack/image.sh
+
+# Every artifact of a release in _output/release/<VERSION>/ (hack/release.sh:
+# the multi-arch agent image as an OCI image index, install.yaml pinned by
+# digest, the kubectl plugin and its krew manifest, SBOMs, SHA256SUMS).
+release:
+	bash hack/release.sh
+
+# Two builds of the release must be identical; then release-check.
+release-verify:
+	bash hack/release-verify.sh
+
+# The release's binaries, image index and manifest (hack/release-check.sh).
+release-check:
+	bash hack/release-check.sh
+
+# The real helm, built from the Go module proxy (hack/helm.sh).
+helm:
+	bash hack/helm.sh
+
+# charts/nftpolicy: helm template with default values renders install.yaml's
+# objects, values, helm lint (tests/chart).
+chart-test: helm
+	NFTPOLICY_REQUIRE_TOOLS=1 $(GO) test -count=1 ./tests/chart
 
 clean:
 	rm -rf _output
