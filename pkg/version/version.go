@@ -1,7 +1,8 @@
 // Package version is the build's identity: the release version and the
 // commit it was built from, stamped by the linker (make build passes
-// -ldflags "-X github.com/nftpolicy/nftpolicy/pkg/version.version=...
-// -X ...commit=..." from the VERSION file and git), and the Go version and
+// -ldflags "-X github.com/nftpolicy/nftpolicy/pkg/version.Version=...
+// -X ...Commit=..." from the VERSION file and git; so do make release and
+// the Dockerfile), and the Go version and
 // platform of the binary. A plain `go build` or `go install` is not stamped:
 // the version is then "unknown" and the commit is the one Go's build
 // information records (vcs.revision, with "-dirty" for a modified tree),
@@ -13,10 +14,11 @@ import (
 	"runtime/debug"
 )
 
-// Stamped by the linker; see the package comment.
+// Version and Commit are stamped by the linker (see the package comment);
+// read them through Get, which fills in what a build did not stamp.
 var (
-	version string
-	commit  string
+	Version string
+	Commit  string
 )
 
 // Unknown is the version and commit of a build that recorded neither.
@@ -33,7 +35,7 @@ type Info struct {
 
 // Get returns the binary's build information.
 func Get() Info {
-	return resolve(version, commit, debug.ReadBuildInfo)
+	return resolve(Version, Commit, debug.ReadBuildInfo)
 }
 
 // resolve fills the build information from the stamped values, falling
