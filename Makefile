@@ -14,13 +14,24 @@ STATICCHECK := $(CURDIR)/_output/tools/staticcheck@$(STATICCHECK_VERSION)/static
 # make lint: no function longer than FUNCLEN_MAX lines (tables aside) in
 # pkg/ and cmd/.
 FUNCLEN_MAX ?= 100
+# The build's identity (pkg/version): the VERSION file and the commit
+# ("-dirty" when tracked files differ from it), stamped by the linker. No
+# time is stamped and paths are trimmed, so two builds of one tree are the
+# same bytes. With -trimpath Go does not record -ldflags in the binary's
+# build information; `go version -m` shows the commit (vcs.revision, from
+# git) and, for a build of a tagged commit, the tag as the module's version.
+VERSION ?= $(shell cat VERSION)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git rev-parse HEAD >/dev/null 2>&1 && { git diff --quiet HEAD -- || echo -dirty; })
+VERSION_PKG := github.com/nftpolicy/nftpolicy/pkg/version
+GO_LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT)
+GO_BUILDFLAGS := -trimpath -buildvcs=auto -ldflags "$(GO_LDFLAGS)"
 
 .PHONY: all build test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare release release-verify release-check helm chart-test
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/nftpolicy
+	$(GO) build $(GO_BUILDFLAGS) -o $(BIN) ./cmd/nftpolicy
 	# The kubectl plugin: kubectl runs kubectl-nftpolicy with the same arguments.
 	ln -sf nftpolicy $(dir $(BIN))kubectl-nftpolicy
 

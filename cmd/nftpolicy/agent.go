@@ -43,6 +43,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/pkg/slim"
+	"github.com/nftpolicy/nftpolicy/pkg/version"
 )
 
 // agentOptions are the flags of `nftpolicy agent`.
@@ -82,6 +83,7 @@ type agentOptions struct {
 	serving     servingOptions
 	status      statusOptions
 	preview     previewServerOptions
+	uninstall   uninstallOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -118,6 +120,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	o.serving.addFlags(fs)
 	o.status.addFlags(fs)
 	o.preview.addFlags(fs)
+	o.uninstall.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -139,6 +142,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	logger := klog.Background().WithName("agent")
 	ctx = klog.NewContext(ctx, logger)
+	info := version.Get()
+	logger.Info("Starting nftpolicy agent", "version", info.Version, "commit", info.Commit, "goVersion", info.GoVersion, "platform", info.Platform)
 	if err := applyMemoryLimit(logger); err != nil {
 		logger.Error(err, "Invalid memory limit")
 		return exitBadInput
@@ -267,6 +272,11 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
+	// The DaemonSet's watch outlives ctx (a SIGTERM): its last word decides
+	// at exit whether the table stays.
+	ownerCtx, stopOwner := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopOwner()
+	owner := o.uninstall.start(ownerCtx, client)
 	if err := o.finishRenderConfig(ctx, &render, dnsQueue, metrics); err != nil {
 		return err
 	}
@@ -301,6 +311,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 	o.preview.start(ctx, &previewServer{node: node, snapshot: ctrl.Snapshot, current: ctrl.Program, eval: eval, revoke: o.newPod.revoke, afterBuild: release.Soon})
 	if render.LearnsDNS() {
+		o.fqdn.removed = &o.uninstall.removed
 		stopDNS, err := o.fqdn.startFQDN(ctx, render, dnsQueue, eval, elements, client, reg, errs, hooks)
 		defer stopDNS()
 		if err != nil {
@@ -310,13 +321,28 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.startNFLOGReaders(ctx, render, node, eval, reg); err != nil {
 		return err
 	}
-	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
+	return o.run(ctx, ctrl, mode, node, owner, errs)
+}
+
+// run runs the controller until ctx ends or a part fails. At the end,
+// unless the agent's DaemonSet is going away, the table stays: kernel-
+// decided verdicts remain enforced while the agent is away; queued packets
+// are dropped (or, with --fail-open, let through) by the kernel until an
+// agent listens again.
+func (o *agentOptions) run(ctx context.Context, ctrl *controller.Controller, mode compile.Mode, node string, owner *ownerWatch, errs chan error) error {
+	log := klog.FromContext(ctx)
+	ctrlDone := make(chan struct{})
+	go func() {
+		err := ctrl.Run(ctx)
+		close(ctrlDone)
+		errs <- wrapErr("controller", err)
+	}()
 	log.Info("nftpolicy agent started", "node", node, "mode", mode, "failOpen", o.failOpen)
 	select {
 	case <-ctx.Done():
-		// The table stays: kernel-decided verdicts remain enforced while the
-		// agent is away; queued packets are dropped (or, with --fail-open,
-		// let through) by the kernel until an agent listens again.
+		if o.uninstall.removeAtExit(log, owner, ctrlDone, o.state.dir); o.uninstall.removed.Load() {
+			return nil
+		}
 		log.Info("Shutting down; the nftables ruleset stays in place", "queuedPacketsWhileAway", map[bool]string{true: "accepted", false: "dropped"}[o.failOpen])
 		return nil
 	case err := <-errs:
@@ -351,7 +377,8 @@ func (o *agentOptions) parse() (mode compile.Mode, node string, nodeIPs []netip.
 func newRegistry() (*controller.Metrics, *prometheus.Registry, error) {
 	metrics := controller.NewMetrics()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		controller.NewBuildInfo(version.Get()))
 	if err := metrics.Register(reg); err != nil {
 		return nil, nil, fmt.Errorf("registering metrics: %w", err)
 	}

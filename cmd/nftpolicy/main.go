@@ -21,6 +21,8 @@ commands:
   status    on how many nodes each policy's current version is in force
   wait      wait until every node enforces a policy's current version or its deletion
   preview   per node, the live connections a policy change would cut or allow (nothing applied)
+  cleanup   remove what the agent installed in this node's kernel (its table and queue rules)
+  version   print the version, commit, Go version and platform (also --version)
 
 Run 'nftpolicy <command> --help' for the flags of a command.
 `
@@ -52,6 +54,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runWait(args[1:], stdout, stderr)
 	case "preview":
 		return runPreview(args[1:], stdout, stderr)
+	case "cleanup":
+		return runCleanup(args[1:], stdout, stderr)
+	case "version", "--version":
+		return runVersion(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -39,6 +39,9 @@ type Agent struct {
 	// PreviewSocket is the agent's --preview-socket, as install.yaml's
 	// emptyDir would hold it (`nftpolicy preview --local --socket`).
 	PreviewSocket string
+	// ExtraArgs are more flags of this node's agent, after the cluster's
+	// AgentArgs (set before Start).
+	ExtraArgs []string
 
 	// saDir holds the ServiceAccount files of an EnforcerKNP agent.
 	saDir string
@@ -151,7 +154,7 @@ func (a *Agent) Args() []string {
 	if a.MetricsAddr != "" {
 		args = append(args, "--metrics-bind-address", a.MetricsAddr)
 	}
-	return append(args, a.c.cfg.AgentArgs...)
+	return append(append(args, a.c.cfg.AgentArgs...), a.ExtraArgs...)
 }
 
 // Start starts the agent process; it returns once the process is started,
