@@ -12,6 +12,7 @@
 //	nftbench queueflood [--rounds 3]
 //	nftbench dns   [--lookups 1000] [--conns 100]
 //	nftbench revoke [--entries 200000]
+//	nftbench costamp [--pods 20000] [--policies 1000] [--peers 2300] [--runs 5]
 //	nftbench stagedlag [--conns 200]
 //	nftbench status [--nodes 1000] [--policies 100] [--changes 16] [--runs 9] [--burst 10] [--burst-window 50ms] [--wait-rounds 20] [--admin-writes]
 //	nftbench contention [--name N] [--duration D]   (contention, cpu_speed and wakeup_rtt_us lines)
@@ -57,7 +58,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|queueflood|dns|revoke|stagedlag|status|restart|contention|gobench|report|chart|comparechart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|queueflood|dns|revoke|costamp|stagedlag|status|restart|contention|gobench|report|chart|comparechart [flags]")
 	os.Exit(2)
 }
 
@@ -192,6 +193,16 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunRevoke(ctx, c)
+	case "costamp":
+		var c bench.CostAmpConfig
+		fs.IntVar(&c.Pods, "pods", 20000, "pods in the cluster")
+		fs.IntVar(&c.Policies, "policies", 1000, "the cluster's other NetworkPolicies")
+		fs.IntVar(&c.Peers, "peers", 2300, "peers of the attacking policy, each selecting every pod")
+		fs.IntVar(&c.Runs, "runs", 5, "builds timed with and without the attacking policy")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunCostAmp(c)
 	case "stagedlag":
 		var c bench.StagedLagConfig
 		fs.IntVar(&c.Conns, "conns", 200, "connections timed per path (same node, across nodes), one at a time")
