@@ -51,6 +51,10 @@
 #          (staged_log_lag_ms_p99)
 #   revoke one connection-revocation pass over 200k conntrack entries: the
 #          RSS it adds (revocation_extra_rss_mb_200k_conntrack) and its time
+#   costamp issue 43's cost amplification (one NetworkPolicy of 2,300 peers,
+#          each selecting every pod) at 20,000 pods: what it adds to the
+#          agent's build, in process (cost_amp_build_ms_20k_pods,
+#          cost_amp_rss_extra_mb_20k_pods)
 #
 # Needs root (network namespaces, nftables, NFQUEUE), nft, and the control
 # plane binaries of hack/tools.sh. Creates only its own network namespaces;
@@ -256,6 +260,12 @@ if section revoke; then
 	"$NFTBENCH" revoke --entries 200000 >"$OUT/revoke.txt"
 fi
 
+if section costamp; then
+	log "costamp: one policy of 2,300 peers each selecting every pod, 20,000 pods"
+	contention costamp
+	"$NFTBENCH" costamp --pods 20000 >"$OUT/costamp.txt"
+fi
+
 {
 	echo "machine_load_end=$(cut -d' ' -f1 /proc/loadavg)"
 	echo "bench_wall_s=$(($(date +%s) - began))"
@@ -263,5 +273,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,status,newpod,queueflood,dns,staged,revoke}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,status,newpod,queueflood,dns,staged,revoke,costamp}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -2,8 +2,10 @@ package compile
 
 import (
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // What an object makes, and the budgets that bound it.
@@ -41,6 +43,11 @@ import (
 // agent rebuilds within its program refresh delay of any pod change (the
 // tracker's in-place changes between two builds are bounded by the pod
 // changes themselves).
+//
+// A ClusterNetworkPolicy, written by cluster admins, is charged the same
+// way against a budget of its own (Budgets.ClusterPolicy), its nodes
+// peers for the nodes they are matched against and select; it belongs to
+// no namespace.
 
 // RejectReason is why a policy was rejected (Policy.RejectedFor).
 type RejectReason string
@@ -64,6 +71,8 @@ type Budgets struct {
 	// Namespace bounds what the NetworkPolicies of one namespace make
 	// together.
 	Namespace int
+	// ClusterPolicy bounds what one ClusterNetworkPolicy makes.
+	ClusterPolicy int
 }
 
 // Default budgets.
@@ -74,10 +83,13 @@ type Budgets struct {
 // can use some 25 distinct sets of every pod. Building to the budget
 // costs tens of milliseconds and tens of MiB (docs/performance.md,
 // cost_amp_* of hack/bench.sh). DefaultNamespaceBudget lets a namespace
-// make four such policies' worth.
+// make four such policies' worth, and DefaultClusterPolicyBudget lets one
+// ClusterNetworkPolicy make as much (cluster admins write them; the CRD
+// admits 1,250 selecting peers in one).
 const (
-	DefaultPolicyBudget    = 1_000_000
-	DefaultNamespaceBudget = 4_000_000
+	DefaultPolicyBudget        = 1_000_000
+	DefaultNamespaceBudget     = 4_000_000
+	DefaultClusterPolicyBudget = 4_000_000
 )
 
 // Defaults fills in the zero fields.
@@ -87,6 +99,9 @@ func (b *Budgets) Defaults() {
 	}
 	if b.Namespace <= 0 {
 		b.Namespace = DefaultNamespaceBudget
+	}
+	if b.ClusterPolicy <= 0 {
+		b.ClusterPolicy = DefaultClusterPolicyBudget
 	}
 }
 
@@ -242,4 +257,53 @@ func (p *problems) rejectBudget(why RejectReason, b Budgets, ns string) {
 	}
 	p.add(field.NewPath("spec"), "too costly to build: what it makes (entries, pods its selectors are matched against, peer set elements) passed its budget of %d; %s",
 		b.Policy, enforced)
+}
+
+// chargeClusterBudget charges a ClusterNetworkPolicy being built with its
+// pods resolved against Budgets.ClusterPolicy, recording its cost, and
+// reports whether it stayed within it (else the peer sets it interned are
+// dropped again).
+func (b *builder) chargeClusterBudget(cnp *npav1beta1.ClusterNetworkPolicy, cp *ClusterPolicy, static int) bool {
+	m := &costMeter{budget: b.budgets.ClusterPolicy, used: static}
+	mark := len(b.prog.Selectors)
+	ok := m.used <= m.budget
+	peer := func(ns *metav1.LabelSelector, pods *npav1beta1.NamespacedPod, nodes *metav1.LabelSelector) {
+		if !ok {
+			return
+		}
+		pr := &problems{} // compileClusterRule reports
+		path := field.NewPath("spec")
+		switch {
+		case ns != nil:
+			if sel, good := pr.parseSelector(path, ns); good {
+				ok = b.chargeSelection("", sel, labels.Everything(), m)
+			}
+		case pods != nil:
+			nsSel, good1 := pr.parseSelector(path, &pods.NamespaceSelector)
+			podSel, good2 := pr.parseSelector(path, &pods.PodSelector)
+			if good1 && good2 {
+				ok = b.chargeSelection("", nsSel, podSel, m)
+			}
+		case nodes != nil:
+			// Matched against every node, at most every node's addresses.
+			ok = m.charge(2 * len(b.nodeNames))
+		}
+	}
+	for i := range cnp.Spec.Ingress {
+		for j := range cnp.Spec.Ingress[i].From {
+			f := &cnp.Spec.Ingress[i].From[j]
+			peer(f.Namespaces, f.Pods, nil)
+		}
+	}
+	for i := range cnp.Spec.Egress {
+		for j := range cnp.Spec.Egress[i].To {
+			t := &cnp.Spec.Egress[i].To[j]
+			peer(t.Namespaces, t.Pods, t.Nodes)
+		}
+	}
+	cp.Cost = m.spent()
+	if !ok {
+		b.dropSelectorsFrom(mark)
+	}
+	return ok
 }

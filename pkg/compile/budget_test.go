@@ -8,6 +8,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	ct "github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 )
@@ -225,5 +227,55 @@ func TestTrackerCostFallback(t *testing.T) {
 	}
 	if f := tr.ApplyPolicy("ns-0003/c", namespacePolicy("ns-0003", "c", "app-1")); f != compile.NoFallback {
 		t.Errorf("a policy of another namespace within its budgets not tracked: %q", f)
+	}
+}
+
+// TestClusterPolicyBudget: a ClusterNetworkPolicy whose Accept rule has
+// 200 pods peers, each selecting every pod, is charged for what it makes
+// against Budgets.ClusterPolicy: over it, it is rejected, its Accept rule
+// matching nothing and its Deny rule denying (fail closed), leaving no set
+// behind; the tracker sends the same change to the build (FallbackCost).
+// Under a budget it fits, it is compiled.
+func TestClusterPolicyBudget(t *testing.T) {
+	in := ct.Cluster(300, 10, 2)
+	in.NodeName = "node-0"
+	var peers []npav1beta1.ClusterNetworkPolicyEgressPeer
+	for i := range 200 {
+		peers = append(peers, ct.ToPods(ct.Sel(), ct.Expr(fmt.Sprintf("nope-%d", i), metav1.LabelSelectorOpDoesNotExist)))
+	}
+	cnp := ct.CNP("amp", "Admin", 5, ct.NamespacesSubject(ct.Sel("team", "t1")), ct.CNPEgress(
+		ct.CNPRule("accept", "Accept", peers...), ct.CNPRule("deny", "Deny", ct.ToNetworks("192.0.2.0/24"))))
+	clean := compile.Build(in)
+	in.ClusterPolicies = []*npav1beta1.ClusterNetworkPolicy{cnp}
+	in.Budgets = compile.Budgets{ClusterPolicy: 50000}
+	p := compile.Build(in)
+	cp := &p.ClusterPolicies[0]
+	if !cp.Rejected || cp.RejectedFor != compile.RejectedBudget || cp.Cost != 50000 {
+		t.Fatalf("not rejected for its budget: rejected %v (%q), cost %d", cp.Rejected, cp.RejectedFor, cp.Cost)
+	}
+	if a, d := cp.Egress[0], cp.Egress[1]; !a.Disabled || d.Action != compile.ActionDeny || !d.AllPeers {
+		t.Errorf("not enforced fail-closed: accept disabled %v, deny %v all peers %v", a.Disabled, d.Action, d.AllPeers)
+	}
+	if members(p) != members(clean) || len(p.Selectors) != len(clean.Selectors) {
+		t.Errorf("the rejected policy left sets behind: %d sets, %d without it", len(p.Selectors), len(clean.Selectors))
+	}
+
+	cfg := compile.RenderConfig{Mode: compile.ModeHybrid, QueueVariant: compile.QueueXTCompat}
+	tr, err := compile.NewTracker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.ClusterPolicies = nil
+	if _, _, err := tr.Rebuild(in); err != nil {
+		t.Fatal(err)
+	}
+	if f := tr.ApplyClusterPolicy("amp", cnp); f != compile.FallbackCost {
+		t.Errorf("applied in place: fallback %q", f)
+	}
+
+	in.ClusterPolicies = []*npav1beta1.ClusterNetworkPolicy{cnp}
+	in.Budgets.ClusterPolicy = 200000
+	if cp := compile.Build(in).ClusterPolicies[0]; cp.Rejected {
+		t.Errorf("rejected within its budget: cost %d, %v", cp.Cost, cp.Problems)
 	}
 }

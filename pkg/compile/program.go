@@ -588,10 +588,15 @@ type ClusterPolicy struct {
 	// those parts are enforced safely (docs/semantics.md).
 	Problems []Problem
 	// Rejected is set when the policy's cost (ClusterPolicyCost) is over
-	// MaxPolicyCost: its rules' peers and protocols were not compiled; its
-	// Accept rules match nothing and its Deny and Pass rules deny all
-	// traffic of its subjects in their direction.
-	Rejected bool
+	// MaxPolicyCost, or what building it makes is over
+	// Budgets.ClusterPolicy (RejectedFor says which): its rules' peers and
+	// protocols were not compiled; its Accept rules match nothing and its
+	// Deny and Pass rules deny all traffic of its subjects in their
+	// direction.
+	Rejected    bool
+	RejectedFor RejectReason
+	// Cost is what building it was charged (budget.go), as Policy.Cost.
+	Cost int
 }
 
 // Rules returns the policy's rules in one direction.

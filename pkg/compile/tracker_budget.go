@@ -1,6 +1,9 @@
 package compile
 
-import networkingv1 "k8s.io/api/networking/v1"
+import (
+	networkingv1 "k8s.io/api/networking/v1"
+	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+)
 
 // trackedCosts is what the Tracker knows of what NetworkPolicies make
 // (budget.go): the last build's charges, then, for each policy changed in
@@ -89,4 +92,36 @@ func (t *Tracker) noteCost(key, ns string, bound int) {
 		return
 	}
 	t.costs.pol[key] = bound
+}
+
+// clusterCostBound bounds what the build would charge a
+// ClusterNetworkPolicy (chargeClusterBudget) with the pods tracked now, as
+// policyCostBound does.
+func (t *Tracker) clusterCostBound(cnp *npav1beta1.ClusterNetworkPolicy) int {
+	if cnp == nil {
+		return 0
+	}
+	c := ClusterPolicyCost(cnp)
+	if c > MaxPolicyCost {
+		return 0 // rejected for what it says, without a charge
+	}
+	sel := len(t.b.byNS) + len(t.moved) + 2*len(t.pods)
+	for i := range cnp.Spec.Ingress {
+		for j := range cnp.Spec.Ingress[i].From {
+			if f := &cnp.Spec.Ingress[i].From[j]; f.Namespaces != nil || f.Pods != nil {
+				c += sel
+			}
+		}
+	}
+	for i := range cnp.Spec.Egress {
+		for j := range cnp.Spec.Egress[i].To {
+			switch p := &cnp.Spec.Egress[i].To[j]; {
+			case p.Namespaces != nil || p.Pods != nil:
+				c += sel
+			case p.Nodes != nil:
+				c += 2 * len(t.b.nodeNames)
+			}
+		}
+	}
+	return c
 }

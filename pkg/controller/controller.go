@@ -147,8 +147,9 @@ func (c *Config) Defaults() {
 // Validate reports an unusable configuration.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.Budgets.Policy < 0 || c.Budgets.Namespace < 0 {
-		errs = append(errs, fmt.Errorf("cost budgets %d (policy), %d (namespace): must not be negative", c.Budgets.Policy, c.Budgets.Namespace))
+	if c.Budgets.Policy < 0 || c.Budgets.Namespace < 0 || c.Budgets.ClusterPolicy < 0 {
+		errs = append(errs, fmt.Errorf("cost budgets %d (policy), %d (namespace), %d (cluster policy): must not be negative",
+			c.Budgets.Policy, c.Budgets.Namespace, c.Budgets.ClusterPolicy))
 	}
 	if c.Client == nil {
 		errs = append(errs, errors.New("client is required"))

@@ -120,7 +120,7 @@ func NewMetrics() *Metrics {
 		}, []string{"kind"}),
 		PoliciesRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nftpolicy_policies_rejected_total",
-			Help: "Objects rejected and enforced fail-closed, counted once per object version, by kind and reason (cost: what it says is over compile.MaxPolicyCost; budget: what it makes is over --policy-cost-budget; namespace-budget: over what its namespace has left of --namespace-cost-budget).",
+			Help: "Objects rejected and enforced fail-closed, counted once per object version, by kind and reason (cost: what it says is over compile.MaxPolicyCost; budget: what it makes is over --policy-cost-budget or --cluster-policy-cost-budget; namespace-budget: over what its namespace has left of --namespace-cost-budget).",
 		}, []string{"kind", "reason"}),
 		NamespaceCostMax: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nftpolicy_namespace_cost_max_ratio",
