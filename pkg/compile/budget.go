@@ -119,6 +119,15 @@ func (m *costMeter) charge(n int) bool {
 	return m.used <= m.budget
 }
 
+// newMeter returns the builder's meter reset for an object: one meter
+// (and its map) serves every object of a build.
+func (b *builder) newMeter(budget, used int) *costMeter {
+	m := &b.meter
+	clear(m.counted)
+	m.budget, m.used = budget, used
+	return m
+}
+
 // spent is what the object was charged, at most its budget.
 func (m *costMeter) spent() int { return min(m.used, m.budget) }
 
@@ -154,11 +163,9 @@ func (b *builder) chargePeer(ns string, peer *networkingv1.NetworkPolicyPeer, m 
 	if peer.IPBlock != nil || (peer.PodSelector == nil && peer.NamespaceSelector == nil) {
 		return true
 	}
-	pr := &problems{} // compileRule reports
-	path := field.NewPath("spec")
 	podSel := labels.Everything()
 	if peer.PodSelector != nil {
-		s, ok := pr.parseSelector(path, peer.PodSelector)
+		s, ok := b.parsePeerSelector(peer.PodSelector)
 		if !ok {
 			return true
 		}
@@ -166,13 +173,36 @@ func (b *builder) chargePeer(ns string, peer *networkingv1.NetworkPolicyPeer, m 
 	}
 	var nsSel labels.Selector
 	if peer.NamespaceSelector != nil {
-		s, ok := pr.parseSelector(path, peer.NamespaceSelector)
+		s, ok := b.parsePeerSelector(peer.NamespaceSelector)
 		if !ok {
 			return true
 		}
 		nsSel = s
 	}
 	return b.chargeSelection(ns, nsSel, podSel, m)
+}
+
+// parsePeerSelector parses a peer's selector for chargePeer and keeps it
+// for compileRule (peerSelector), which then does not parse it again.
+// An invalid one is not kept: compileRule parses it and reports why.
+func (b *builder) parsePeerSelector(sel *metav1.LabelSelector) (labels.Selector, bool) {
+	s, ok := (&problems{}).parseSelector(field.NewPath("spec"), sel)
+	if ok {
+		if b.parsed == nil {
+			b.parsed = map[*metav1.LabelSelector]labels.Selector{}
+		}
+		b.parsed[sel] = s
+	}
+	return s, ok
+}
+
+// peerSelector is problems.parseSelector for a NetworkPolicy peer's
+// selector, reading what chargePeer parsed.
+func (b *builder) peerSelector(pr *problems, path *field.Path, sel *metav1.LabelSelector) (labels.Selector, bool) {
+	if s, ok := b.parsed[sel]; ok {
+		return s, true
+	}
+	return pr.parseSelector(path, sel)
 }
 
 // chargeSelection charges the matching of a selection (as internSelector
@@ -229,7 +259,7 @@ func (b *builder) chargeBudget(pr *problems, np *networkingv1.NetworkPolicy, pol
 		b.nsCost = map[string]int{}
 	}
 	left := b.budgets.Namespace - b.nsCost[np.Namespace]
-	m := &costMeter{budget: min(b.budgets.Policy, left), used: static}
+	m := b.newMeter(min(b.budgets.Policy, left), static)
 	ok := m.used <= m.budget && b.chargePolicy(np, m)
 	pol.Cost = m.spent()
 	b.nsCost[np.Namespace] += pol.Cost
@@ -264,7 +294,7 @@ func (p *problems) rejectBudget(why RejectReason, b Budgets, ns string) {
 // reports whether it stayed within it (else the peer sets it interned are
 // dropped again).
 func (b *builder) chargeClusterBudget(cnp *npav1beta1.ClusterNetworkPolicy, cp *ClusterPolicy, static int) bool {
-	m := &costMeter{budget: b.budgets.ClusterPolicy, used: static}
+	m := b.newMeter(b.budgets.ClusterPolicy, static)
 	mark := len(b.prog.Selectors)
 	ok := m.used <= m.budget
 	peer := func(ns *metav1.LabelSelector, pods *npav1beta1.NamespacedPod, nodes *metav1.LabelSelector) {

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
@@ -165,6 +166,10 @@ type builder struct {
 	budgets Budgets
 	nsCost  map[string]int
 	metered bool
+	// parsed holds the peer selectors chargePeer parsed, for compileRule;
+	// meter charges the object being built.
+	parsed map[*metav1.LabelSelector]labels.Selector
+	meter  costMeter
 
 	nodeLabels map[string]labels.Set
 	nodeNames  []string
@@ -579,7 +584,7 @@ func (b *builder) ipBlock(pr *problems, path *field.Path, blk *networkingv1.IPBl
 func (b *builder) selectorPeer(pr *problems, path *field.Path, ns string, peer networkingv1.NetworkPolicyPeer, resolve bool) (SelectorID, bool) {
 	podSel := labels.Everything()
 	if peer.PodSelector != nil {
-		s, ok := pr.parseSelector(path.Child("podSelector"), peer.PodSelector)
+		s, ok := b.peerSelector(pr, path.Child("podSelector"), peer.PodSelector)
 		if !ok {
 			pr.add(path, "this peer matches nothing")
 			return 0, false
@@ -588,7 +593,7 @@ func (b *builder) selectorPeer(pr *problems, path *field.Path, ns string, peer n
 	}
 	var nsSel labels.Selector
 	if peer.NamespaceSelector != nil {
-		s, ok := pr.parseSelector(path.Child("namespaceSelector"), peer.NamespaceSelector)
+		s, ok := b.peerSelector(pr, path.Child("namespaceSelector"), peer.NamespaceSelector)
 		if !ok {
 			pr.add(path, "this peer matches nothing")
 			return 0, false
