@@ -1,6 +1,7 @@
 package redteam
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -8,8 +9,11 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
+	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
 // costAmpPods is how many pods the cluster of TestRedTeamCostAmplification
@@ -122,4 +126,87 @@ func TestRedTeamCostAmplification(t *testing.T) {
 			t.Errorf("%s -> %s:80: kernel %v, evaluator %v (%s); want %v", c.from, c.to, got, v.Allowed, v.Reason(), c.want)
 		}
 	}
+}
+
+// costAmpAgentBudget is the policy budget TestRedTeamCostAmplificationAgent
+// gives the agent: above what the attack says (48,313), so that its build
+// starts and is stopped while its selectors are matched, with the few
+// pods of the test's cluster.
+const costAmpAgentBudget = 60000
+
+// TestRedTeamCostAmplificationAgent is TestRedTeamCostAmplification as a
+// namespace user does it: the 2,300-peer policy written through the real
+// API server to the real agent, which runs with --policy-cost-budget
+// (costAmpAgentBudget, for a cluster of a few pods what the default is
+// for thousands). The policy is rejected and enforced fail-closed
+// (tenant/a, which every pod may reach as written, admits nothing), the
+// victim namespace's policy written after it is in force promptly, the
+// agent stays live, and it reports the rejection (Warning Event
+// PolicyTooLarge, nftpolicy_policies_rejected_total with reason budget).
+func TestRedTeamCostAmplificationAgent(t *testing.T) {
+	testenv.Require(t, "red-team policy tests", testenv.Root("create network namespaces and run an nftpolicy agent in them"))
+	c := cluster.Start(t, cluster.Config{Nodes: []string{"node-1"}, AgentArgs: []string{fmt.Sprintf("--policy-cost-budget=%d", costAmpAgentBudget)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	a := c.Agent("node-1")
+	for _, ns := range []string{"tenant", "victim"} {
+		if err := c.EnsureNamespace(ctx, ns, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []cluster.Pod{
+		{Namespace: "tenant", Name: "a", Labels: map[string]string{"app": "a"}, Node: "node-1"},
+		{Namespace: "tenant", Name: "client", Labels: map[string]string{"app": "client"}, Node: "node-1"},
+		{Namespace: "victim", Name: "web", Labels: map[string]string{"app": "web"}, Node: "node-1"},
+		{Namespace: "victim", Name: "friend", Labels: map[string]string{"app": "friend"}, Node: "node-1"},
+	} {
+		if _, err := c.CreatePod(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.WaitProgrammed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	policyProbe(t, ctx, c, "before any policy", "tenant/client", "tenant/a", true)
+
+	if _, err := c.ApplyPolicy(ctx, compiletest.CostAmplificationPolicy("tenant", "amplify", "a", 2300)); err != nil {
+		t.Fatal(err)
+	}
+	written := time.Now()
+	if _, err := c.ApplyPolicy(ctx, compiletest.NetPol("victim", "web", compiletest.Sel("app", "web"),
+		compiletest.Ingress(compiletest.Peers(compiletest.PodPeer(compiletest.Sel("app", "friend")))))); err != nil {
+		t.Fatal(err)
+	}
+	policyEventually(t, ctx, c, "victim/web isolated after the attack", "tenant/client", "victim/web", false, written)
+	policyEventually(t, ctx, c, "the rejected policy's subject admits nothing", "tenant/client", "tenant/a", false, written)
+	// The kernel and the evaluator, over the API's objects with the
+	// agent's budgets, agree.
+	in, err := c.ListInputs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Budgets = compile.Budgets{Policy: costAmpAgentBudget}
+	prog := compile.Build(in)
+	for _, p := range []struct {
+		from, to string
+		want     bool
+	}{
+		{"victim/friend", "victim/web", true}, {"victim/friend", "tenant/a", false}, {"tenant/client", "tenant/a", false},
+	} {
+		got := policyConnect(t, ctx, c, p.from, c.PodIPs(p.to)[0])
+		v := evaluate.Evaluate(prog, c.PodIPs(p.from)[0], c.PodIPs(p.to)[0], compile.ProtoTCP, 80)
+		if got != p.want || v.Allowed != p.want {
+			t.Errorf("%s -> %s:80: kernel %v, evaluator %v (%s); want %v", p.from, p.to, got, v.Allowed, v.Reason(), p.want)
+		}
+	}
+	policyLive(t, ctx, a)
+
+	m, err := a.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := m[`nftpolicy_policies_rejected_total{kind="NetworkPolicy",reason="budget"}`]; v < 1 {
+		t.Errorf("nftpolicy_policies_rejected_total{kind=NetworkPolicy,reason=budget} = %v, want >= 1", v)
+	}
+	policyEvent(t, ctx, c, "tenant", "amplify", "PolicyTooLarge")
 }
