@@ -107,12 +107,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
 	fs.DurationVar(&o.refreshDelay, "program-refresh-delay", controller.DefaultProgramRefreshDelay,
 		"hybrid mode: pod changes reach the kernel at once as element changes; the program that explain and the queue's evaluator read is rebuilt this long after (at least twice the last build's duration)")
-	fs.IntVar(&o.budgets.Policy, "policy-cost-budget", compile.DefaultPolicyBudget,
-		"what one NetworkPolicy may make: its entries, the pods its selectors are matched against and its peer sets' elements (docs/security.md); over it, the build stops and the policy is enforced fail-closed (it isolates its pods and allows nothing) and reported")
-	fs.IntVar(&o.budgets.Namespace, "namespace-cost-budget", compile.DefaultNamespaceBudget,
-		"what the NetworkPolicies of one namespace may make together, counted as --policy-cost-budget; built in name order, a policy over what its namespace has left is enforced fail-closed and reported")
-	fs.IntVar(&o.budgets.ClusterPolicy, "cluster-policy-cost-budget", compile.DefaultClusterPolicyBudget,
-		"what one ClusterNetworkPolicy may make, counted as --policy-cost-budget (and the nodes its nodes peers are matched against); over it, its Accept rules match nothing and its Deny and Pass rules deny, and it is reported")
+	addBudgetFlags(fs, &o.budgets)
 	fs.DurationVar(&o.cnpCheck, "cluster-policy-check-period", controller.DefaultClusterPolicyCheckPeriod,
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
