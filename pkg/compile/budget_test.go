@@ -279,3 +279,36 @@ func TestClusterPolicyBudget(t *testing.T) {
 		t.Errorf("rejected within its budget: cost %d, %v", cp.Cost, cp.Problems)
 	}
 }
+
+// TestTrackerCostBoundFollowsNamespaces: the tracker bounds a namespace
+// selector's peer by the pods of the namespaces it matches, not of the
+// cluster: a policy of five such peers, each matching two namespaces of
+// 2,000 pods, is tracked in place under a budget that every pod would
+// pass, and the build admits it too.
+func TestTrackerCostBoundFollowsNamespaces(t *testing.T) {
+	in := ct.Cluster(2000, 0, 2)
+	in.NodeName = "node-0"
+	in.Budgets = compile.Budgets{Policy: 5000}
+	cfg := compile.RenderConfig{Mode: compile.ModeHybrid, QueueVariant: compile.QueueXTCompat}
+	tr, err := compile.NewTracker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tr.Rebuild(in); err != nil {
+		t.Fatal(err)
+	}
+	var peers []networkingv1.NetworkPolicyPeer
+	for i := range 5 {
+		peers = append(peers, ct.PodNSPeer(ct.Sel("app", fmt.Sprintf("app-%d", i)), ct.Sel("team", "t1")))
+	}
+	np := ct.NetPol("ns-0003", "teams", ct.Sel("app", "app-1"), ct.Ingress(ct.Peers(peers...)))
+	if f := tr.ApplyPolicy("ns-0003/teams", np); f != compile.NoFallback {
+		t.Errorf("not tracked in place: %q", f)
+	}
+	in.Policies = []*networkingv1.NetworkPolicy{np}
+	if pol := findPolicy(t, compile.Build(in), "ns-0003/teams"); pol.Rejected {
+		t.Errorf("the build rejects it: cost %d, %v", pol.Cost, pol.Problems)
+	} else {
+		t.Logf("charged %d of 5000", pol.Cost)
+	}
+}

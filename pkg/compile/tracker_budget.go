@@ -2,6 +2,9 @@ package compile
 
 import (
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
@@ -36,10 +39,10 @@ func (t *Tracker) indexCosts() {
 }
 
 // policyCostBound bounds what the build would charge a NetworkPolicy
-// (chargeBudget) with the pods tracked now, without matching any: each
-// selecting peer as if it were matched against, and selected, every pod
-// it could be, and a namespace selector against every namespace. It costs
-// the policy's size.
+// (chargeBudget) with the pods tracked now, without matching any pod:
+// each selecting peer as if it selected every pod of the namespaces it is
+// matched against (its namespace selector is matched against the
+// namespaces). It costs the policy's size times the namespaces.
 func (t *Tracker) policyCostBound(np *networkingv1.NetworkPolicy) int {
 	if np == nil {
 		return 0
@@ -48,16 +51,15 @@ func (t *Tracker) policyCostBound(np *networkingv1.NetworkPolicy) int {
 	if c > MaxPolicyCost {
 		return 0 // rejected for what it says, without a charge
 	}
-	nss := len(t.b.byNS) + len(t.moved)
-	inNS := len(t.b.byNS[np.Namespace]) + len(t.moved[np.Namespace])
+	nss := t.namespaces()
 	peers := func(ps []networkingv1.NetworkPolicyPeer) {
 		for i := range ps {
 			switch p := &ps[i]; {
 			case p.IPBlock != nil:
 			case p.NamespaceSelector != nil:
-				c += nss + 2*len(t.pods)
+				c += len(nss) + 2*t.podsMatching(nss, p.NamespaceSelector)
 			case p.PodSelector != nil:
-				c += 2 * inNS
+				c += 2 * t.podsAtMost(np.Namespace)
 			}
 		}
 	}
@@ -96,7 +98,8 @@ func (t *Tracker) noteCost(key, ns string, bound int) {
 
 // clusterCostBound bounds what the build would charge a
 // ClusterNetworkPolicy (chargeClusterBudget) with the pods tracked now, as
-// policyCostBound does.
+// policyCostBound does (a pods peer as if its pod selector selected every
+// pod of the namespaces its namespace selector matches).
 func (t *Tracker) clusterCostBound(cnp *npav1beta1.ClusterNetworkPolicy) int {
 	if cnp == nil {
 		return 0
@@ -105,23 +108,54 @@ func (t *Tracker) clusterCostBound(cnp *npav1beta1.ClusterNetworkPolicy) int {
 	if c > MaxPolicyCost {
 		return 0 // rejected for what it says, without a charge
 	}
-	sel := len(t.b.byNS) + len(t.moved) + 2*len(t.pods)
+	nss := t.namespaces()
+	peer := func(ns *metav1.LabelSelector, pods *npav1beta1.NamespacedPod) {
+		switch {
+		case ns != nil:
+			c += len(nss) + 2*t.podsMatching(nss, ns)
+		case pods != nil:
+			c += len(nss) + 2*t.podsMatching(nss, &pods.NamespaceSelector)
+		}
+	}
 	for i := range cnp.Spec.Ingress {
 		for j := range cnp.Spec.Ingress[i].From {
-			if f := &cnp.Spec.Ingress[i].From[j]; f.Namespaces != nil || f.Pods != nil {
-				c += sel
-			}
+			f := &cnp.Spec.Ingress[i].From[j]
+			peer(f.Namespaces, f.Pods)
 		}
 	}
 	for i := range cnp.Spec.Egress {
 		for j := range cnp.Spec.Egress[i].To {
-			switch p := &cnp.Spec.Egress[i].To[j]; {
-			case p.Namespaces != nil || p.Pods != nil:
-				c += sel
-			case p.Nodes != nil:
+			p := &cnp.Spec.Egress[i].To[j]
+			peer(p.Namespaces, p.Pods)
+			if p.Nodes != nil {
 				c += 2 * len(t.b.nodeNames)
 			}
 		}
 	}
 	return c
+}
+
+// podsAtMost bounds the pods of a namespace that a build would match: the
+// last build's, and those that moved since.
+func (t *Tracker) podsAtMost(ns string) int { return len(t.b.byNS[ns]) + len(t.moved[ns]) }
+
+// podsMatching bounds the pods of the namespaces (of nss) that a
+// namespace selector matches, as the build would match it; a selector
+// that does not parse matches nothing (the build reports it).
+func (t *Tracker) podsMatching(nss []string, sel *metav1.LabelSelector) int {
+	s, ok := (&problems{}).parseSelector(field.NewPath("spec"), sel)
+	if !ok {
+		return 0
+	}
+	n := 0
+	for _, ns := range nss {
+		nsl, known := t.b.nsLabels[ns]
+		if !known {
+			nsl = labels.Set{NamespaceNameLabel: ns}
+		}
+		if s.Matches(nsl) {
+			n += t.podsAtMost(ns)
+		}
+	}
+	return n
 }
