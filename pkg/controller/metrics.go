@@ -31,8 +31,8 @@ type Metrics struct {
 	ClusterPolicyProblems     prometheus.Counter
 
 	// RejectedPolicies counts the objects of each kind currently over
-	// compile.MaxPolicyCost; PoliciesRejected counts rejections, once per
-	// object version.
+	// compile.MaxPolicyCost or their budgets (compile.Budgets);
+	// PoliciesRejected counts rejections, once per object version.
 	RejectedPolicies *prometheus.GaugeVec
 	PoliciesRejected *prometheus.CounterVec
 	// NamespaceCostMax is the largest share of the namespace budget
