@@ -15,7 +15,7 @@ STATICCHECK := $(CURDIR)/_output/tools/staticcheck@$(STATICCHECK_VERSION)/static
 # pkg/ and cmd/.
 FUNCLEN_MAX ?= 100
 
-.PHONY: all build test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare
+.PHONY: all build test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare release release-verify release-check helm chart-test
 
 all: build
 
@@ -47,22 +47,12 @@ test-unit:
 	$(GO) test ./pkg/... ./cmd/...
 
 # Every fuzz target of the repository, FUZZTIME each (go test -fuzz runs
-# one target at a time). Inputs that found a bug are kept under each
-# package's testdata/fuzz/<FuzzName>/ and replayed by plain `go test`.
+# one target at a time), by hack/fuzz.sh: it prints how many inputs each
+# target executed (fuzz_new_execs_<Target>=N) and fails when one executed
+# none of its own. Inputs that found a bug are kept under each package's
+# testdata/fuzz/<FuzzName>/ and replayed by plain `go test`.
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseReply$$' -fuzztime $(FUZZTIME) ./pkg/fqdn
-	$(GO) test -run '^$$' -fuzz '^FuzzDNSPayload$$' -fuzztime $(FUZZTIME) ./pkg/fqdn
-	$(GO) test -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZTIME) ./pkg/fqdn
-	$(GO) test -run '^$$' -fuzz '^FuzzHandlePacket$$' -fuzztime $(FUZZTIME) ./pkg/fqdn
-	$(GO) test -run '^$$' -fuzz '^FuzzParsePacket$$' -fuzztime $(FUZZTIME) ./pkg/queue
-	$(GO) test -run '^$$' -fuzz '^FuzzParseQueueMsg$$' -fuzztime $(FUZZTIME) ./pkg/queue
-	$(GO) test -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME) ./pkg/compile
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeKey$$' -fuzztime $(FUZZTIME) ./pkg/nftnl
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodePod$$' -fuzztime $(FUZZTIME) ./pkg/slim
-	$(GO) test -run '^$$' -fuzz '^FuzzWatchEvent$$' -fuzztime $(FUZZTIME) ./pkg/slim
-	$(GO) test -run '^$$' -fuzz '^FuzzEventReader$$' -fuzztime $(FUZZTIME) ./pkg/slim
-	$(GO) test -run '^$$' -fuzz '^FuzzSnapshotDecoding$$' -fuzztime $(FUZZTIME) ./pkg/evaluate
-	$(GO) test -run '^$$' -fuzz '^FuzzSnapshotPodEncoding$$' -fuzztime $(FUZZTIME) ./pkg/evaluate
+	GO=$(GO) FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh
 
 # The red-team suite alone (tests/redteam, docs/security.md): every attack
 # on the agent enacted on the real kernel; make test runs it too.
@@ -71,7 +61,7 @@ redteam: deps tools build
 
 # Everything: lint, unit, real-kernel (root, network namespaces), real API
 # server, end-to-end, and the differential check over a fixed seed range.
-test: deps tools lint build
+test: deps tools helm lint build
 	NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout 40m ./...
 	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
 	bash hack/diff.sh --seeds 1-20 --mode queue
@@ -120,6 +110,29 @@ rollout: deps build
 
 image: build
 	bash hack/image.sh
+
+# Every artifact of a release in _output/release/<VERSION>/ (hack/release.sh:
+# the multi-arch agent image as an OCI image index, install.yaml pinned by
+# digest, the kubectl plugin and its krew manifest, SBOMs, SHA256SUMS).
+release:
+	bash hack/release.sh
+
+# Two builds of the release must be identical; then release-check.
+release-verify:
+	bash hack/release-verify.sh
+
+# The release's binaries, image index and manifest (hack/release-check.sh).
+release-check:
+	bash hack/release-check.sh
+
+# The real helm, built from the Go module proxy (hack/helm.sh).
+helm:
+	bash hack/helm.sh
+
+# charts/nftpolicy: helm template with default values renders install.yaml's
+# objects, values, helm lint (tests/chart).
+chart-test: helm
+	NFTPOLICY_REQUIRE_TOOLS=1 $(GO) test -count=1 ./tests/chart
 
 clean:
 	rm -rf _output

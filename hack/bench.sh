@@ -33,6 +33,11 @@
 #          150k pods: first sync, one policy change, one pod change
 #   delay  API write -> first connection observing the new verdict, with a
 #          real agent process (tests/internal/cluster)
+#   churn  another namespace's new policy (API write -> first connection
+#          with the new verdict, as in delay) while one namespace's policy of
+#          200 peers, each selecting every pod, is edited every 100 ms, at
+#          5,000 pods and 1,000 policies, with a real API server and agent
+#          (churn_other_policy_delay_ms_p99; churn_idle_* without the edits)
 #   status NodeEnforcements (kubectl nftpolicy status/wait) against a real
 #          kube-apiserver: 1,000 simulated nodes (agent pods, status.Reporters)
 #          -> Gather + Evaluate of 100 policies, API writes per policy change
@@ -55,6 +60,9 @@
 #          each selecting every pod) at 20,000 pods: what it adds to the
 #          agent's build, in process (cost_amp_build_ms_20k_pods,
 #          cost_amp_rss_extra_mb_20k_pods)
+#   metricsauth 300 addresses send made-up tokens to a real agent's metrics
+#          port (--metrics-auth=delegated, a real API server), then a new pod
+#          scrapes with a valid token (metrics_scrape_ok_under_lockout)
 #
 # Needs root (network namespaces, nftables, NFQUEUE), nft, and the control
 # plane binaries of hack/tools.sh. Creates only its own network namespaces;
@@ -98,6 +106,7 @@ if ((QUICK)); then
 	EVAL_TIME=300ms
 	SCALE_ARGS=(--pods 2000 --incremental 5 --settle 2s --policy-scale 200:4)
 	DELAY_ARGS=(--cycles 4)
+	CHURN_ARGS=(--pods 2000 --policies 400 --changes 8)
 	STATUS_ARGS=(--runs 3 --wait-rounds 8)
 	DNS_ARGS=(--lookups 200 --conns 20)
 else
@@ -111,6 +120,7 @@ else
 	EVAL_TIME=1s
 	SCALE_ARGS=(--pods 1000,10000,50000,100000,150000 --incremental 10 --settle 10s --policy-scale 10000:100)
 	DELAY_ARGS=(--cycles 8)
+	CHURN_ARGS=(--pods 5000 --policies 1000 --changes 40)
 	STATUS_ARGS=(--runs 9 --wait-rounds 20)
 	DNS_ARGS=(--lookups 2000 --conns 100)
 	STAGED_ARGS=(--conns 200)
@@ -221,6 +231,13 @@ if section delay; then
 	"$NFTBENCH" delay "${DELAY_ARGS[@]}" >"$OUT/delay.txt"
 fi
 
+if section churn; then
+	log "churn: another namespace's new policy while one policy is edited every 100 ms (${CHURN_ARGS[*]})"
+	bash hack/tools.sh >/dev/null
+	contention churn
+	"$NFTBENCH" churn "${CHURN_ARGS[@]}" >"$OUT/churn.txt"
+fi
+
 if section status; then
 	log "status: NodeEnforcements of 1,000 simulated nodes, then create -> wait with 2 agents (${STATUS_ARGS[*]})"
 	bash hack/tools.sh >/dev/null
@@ -266,6 +283,11 @@ if section costamp; then
 	"$NFTBENCH" costamp --pods 20000 >"$OUT/costamp.txt"
 fi
 
+if section metricsauth; then
+	log "metricsauth: 300 addresses with made-up tokens, then a valid scrape from a new pod"
+	"$NFTBENCH" metricsauth --sources 300 >"$OUT/metricsauth.txt"
+fi
+
 {
 	echo "machine_load_end=$(cut -d' ' -f1 /proc/loadavg)"
 	echo "bench_wall_s=$(($(date +%s) - began))"
@@ -273,5 +295,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,status,newpod,queueflood,dns,staged,revoke,costamp}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth,costamp}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -3,10 +3,13 @@
 # docker-archive tarballs (the layer, the image config and manifest.json) that
 # `ctr -n k8s.io images import FILE` and `docker load -i FILE` accept.
 #
-# The agent image (what the Dockerfile builds): a static nftpolicy at
-# /nftpolicy (the entrypoint) plus Debian's nft binary and the shared
-# libraries it loads (found with ldd, copied from this machine's nftables
-# package files):
+# The agent image for this machine's architecture, quickly, for the lab
+# (hack/conformance.sh): a static nftpolicy at /nftpolicy (the entrypoint)
+# plus Debian's nft binary and the shared libraries it loads (found with
+# ldd, copied from this machine's nftables package files). The Dockerfile
+# and `make release` (hack/release.sh: both architectures, one OCI image
+# index) take nft and its libraries from Debian's packages of the target
+# architecture instead:
 #   bash hack/image.sh [--tag IMAGE] [--out FILE]
 #     IMAGE defaults to the image of install.yaml's DaemonSet
 #     (ghcr.io/nftpolicy/nftpolicy:v0.1.0), FILE to _output/image/nftpolicy.tar.
@@ -33,7 +36,7 @@ while (($#)); do
 	--entrypoint) ENTRY+=("$2"); shift 2 ;;
 	--cmd) CMD+=("$2"); shift 2 ;;
 	--host-binary) HOSTBIN+=("$2"); shift 2 ;;
-	-h | --help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument $1 (see --help)" ;;
 	esac
 done

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,19 +34,21 @@ import (
 // verb on its path (SubjectAccessReview with nonResourceAttributes), as
 // kube-rbac-proxy and controller-runtime's metrics filters do. Answers are
 // cached for a short time in bounded caches, keyed by hashes (no token is
-// kept). Reviews are what a peer without a valid token can make the agent
-// do, so each remote address gets a bounded rate of reviews not answered
-// from the cache, and a bounded number are in flight at once.
+// kept). A request already allowed is remembered in a cache of its own,
+// which only allowed requests enter, so an authorized scraper needs no
+// review per scrape and peers making up tokens cannot push it out. Reviews
+// are what a peer without a valid token can make the agent do: the gate
+// bounds them per address and overall, fairly (reviewGate).
 type delegatedAuth struct {
 	client kubernetes.Interface
 	log    klog.Logger
 	result map[string]prometheus.Counter
 
-	authn *ttlCache[authnAnswer]
-	authz *ttlCache[bool]
+	allowed *ttlCache[struct{}] // hashes of token, verb and path allowed
+	authn   *ttlCache[authnAnswer]
+	authz   *ttlCache[bool]
 
-	reviews  chan struct{} // in-flight reviews
-	limiters *sourceLimiters
+	gate *reviewGate
 }
 
 // authnAnswer is a TokenReview's answer.
@@ -65,20 +66,40 @@ const (
 	authAllowedTTL   = 30 * time.Second
 	authDeniedTTL    = 10 * time.Second
 	authReviewTimout = 5 * time.Second
-	// authReviewsInFlight bounds concurrent reviews; a request waits up to
-	// authReviewWait for a turn, then gets 429.
-	authReviewsInFlight = 8
-	authReviewWait      = 2 * time.Second
 	// One remote address may cause authReviewRate reviews per second that
 	// the caches do not answer (burst authReviewBurst); past that, 429.
 	authReviewRate  = 5
 	authReviewBurst = 10
+	// Overall, authGlobalReviewRate reviews per second (burst
+	// authGlobalReviewBurst) and authReviewsInFlight at once. A request
+	// waits up to authReviewWait for a turn, in a line of at most
+	// authReviewQueue, then gets 429.
+	authGlobalReviewRate  = 25
+	authGlobalReviewBurst = 50
+	authReviewsInFlight   = 8
+	authReviewWait        = 2 * time.Second
+	authReviewQueue       = 64
+	// authReviewSources addresses are remembered (allowance, last review);
+	// past that the one unused longest is forgotten.
+	authReviewSources = 4096
 )
 
+// authGateConfig is the gate of the metrics server.
+var authGateConfig = reviewGateConfig{
+	perSource: authReviewRate, burst: authReviewBurst,
+	globalRate: authGlobalReviewRate, globalBurst: authGlobalReviewBurst,
+	inFlight: authReviewsInFlight, maxWait: authReviewWait, maxQueue: authReviewQueue, maxSource: authReviewSources,
+}
+
 func newDelegatedAuth(client kubernetes.Interface, results *prometheus.CounterVec, log klog.Logger) *delegatedAuth {
+	return newDelegatedAuthWith(client, results, log, authGateConfig)
+}
+
+func newDelegatedAuthWith(client kubernetes.Interface, results *prometheus.CounterVec, log klog.Logger, gate reviewGateConfig) *delegatedAuth {
 	a := &delegatedAuth{client: client, log: log, result: map[string]prometheus.Counter{},
-		authn: newTTLCache[authnAnswer](authCacheSize), authz: newTTLCache[bool](authCacheSize),
-		reviews: make(chan struct{}, authReviewsInFlight), limiters: newSourceLimiters(rate.Limit(authReviewRate), authReviewBurst)}
+		allowed: newTTLCache[struct{}](authCacheSize),
+		authn:   newTTLCache[authnAnswer](authCacheSize), authz: newTTLCache[bool](authCacheSize),
+		gate: newReviewGate(gate)}
 	for _, r := range []string{"allowed", "unauthenticated", "forbidden", "throttled", "error"} {
 		a.result[r] = results.WithLabelValues(r)
 	}
@@ -114,6 +135,15 @@ func (a *delegatedAuth) check(r *http.Request) (int, string) {
 		a.result["unauthenticated"].Inc()
 		return http.StatusUnauthorized, "Unauthorized: a bearer token is needed"
 	}
+	verb := strings.ToLower(r.Method)
+	if r.Method == http.MethodHead {
+		verb = "get"
+	}
+	allowedKey := requestKey(token, verb, r.URL.Path)
+	if _, ok := a.allowed.get(allowedKey); ok {
+		a.result["allowed"].Inc()
+		return http.StatusOK, ""
+	}
 	user, err := a.authenticate(r.Context(), src.Addr().Unmap(), token)
 	if code, why, done := a.failed(err); done {
 		return code, why
@@ -121,10 +151,6 @@ func (a *delegatedAuth) check(r *http.Request) (int, string) {
 	if !user.ok {
 		a.result["unauthenticated"].Inc()
 		return http.StatusUnauthorized, "Unauthorized"
-	}
-	verb := strings.ToLower(r.Method)
-	if r.Method == http.MethodHead {
-		verb = "get"
 	}
 	allowed, err := a.authorize(r.Context(), src.Addr().Unmap(), user.user, verb, r.URL.Path)
 	if code, why, done := a.failed(err); done {
@@ -134,6 +160,7 @@ func (a *delegatedAuth) check(r *http.Request) (int, string) {
 		a.result["forbidden"].Inc()
 		return http.StatusForbidden, fmt.Sprintf("Forbidden: %q may not %s %s", user.user.Username, verb, r.URL.Path)
 	}
+	a.allowed.put(allowedKey, struct{}{}, authAllowedTTL)
 	a.result["allowed"].Inc()
 	return http.StatusOK, ""
 }
@@ -221,6 +248,17 @@ func ttlOf(ok bool) time.Duration {
 	return authDeniedTTL
 }
 
+// requestKey hashes a token with the verb and path it was allowed for.
+func requestKey(token, verb, path string) [32]byte {
+	h := sha256.New()
+	for _, s := range []string{token, verb, path} {
+		fmt.Fprintf(h, "%d:%s", len(s), s)
+	}
+	var key [32]byte
+	h.Sum(key[:0])
+	return key
+}
+
 // authzKey hashes everything a SubjectAccessReview is asked about.
 func authzKey(u authenticationv1.UserInfo, verb, path string) [32]byte {
 	h := sha256.New()
@@ -248,22 +286,14 @@ func authzKey(u authenticationv1.UserInfo, verb, path string) [32]byte {
 	return key
 }
 
-// review runs one review the caches could not answer, within src's rate
-// and the in-flight bound.
+// review runs one review the caches could not answer, when the gate
+// gives src a turn.
 func (a *delegatedAuth) review(ctx context.Context, src netip.Addr, fn func(context.Context) error) error {
-	if !a.limiters.allow(src) {
-		return errThrottled
+	release, err := a.gate.acquire(ctx, src)
+	if err != nil {
+		return err
 	}
-	wait := time.NewTimer(authReviewWait)
-	defer wait.Stop()
-	select {
-	case a.reviews <- struct{}{}:
-	case <-wait.C:
-		return errThrottled
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-a.reviews }()
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, authReviewTimout)
 	defer cancel()
 	return fn(ctx)
@@ -318,56 +348,6 @@ func (c *ttlCache[V]) put(k [32]byte, v V, ttl time.Duration) {
 		}
 	}
 	c.m[k] = ttlEntry[V]{v: v, expires: now.Add(ttl)}
-}
-
-// sourceLimiters is a token bucket per remote address. The addresses
-// with an open connection are bounded by the listener's limits; buckets
-// unused for a minute are dropped once there are more than
-// sourceLimitersMax.
-type sourceLimiters struct {
-	r     rate.Limit
-	burst int
-	now   func() time.Time
-
-	mu sync.Mutex
-	m  map[netip.Addr]*sourceLimiter
-}
-
-type sourceLimiter struct {
-	lim  *rate.Limiter
-	used time.Time
-}
-
-const sourceLimitersMax = 256
-
-func newSourceLimiters(r rate.Limit, burst int) *sourceLimiters {
-	return &sourceLimiters{r: r, burst: burst, now: time.Now, m: map[netip.Addr]*sourceLimiter{}}
-}
-
-func (s *sourceLimiters) allow(src netip.Addr) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	l, ok := s.m[src]
-	if !ok {
-		if len(s.m) >= sourceLimitersMax {
-			for a, o := range s.m {
-				if now.Sub(o.used) > time.Minute {
-					delete(s.m, a)
-				}
-			}
-		}
-		if len(s.m) >= sourceLimitersMax {
-			// Every bucket is in use: the listener's limits bound the
-			// peers, so this is a flood of short connections; refuse
-			// until buckets age out.
-			return false
-		}
-		l = &sourceLimiter{lim: rate.NewLimiter(s.r, s.burst)}
-		s.m[src] = l
-	}
-	l.used = now
-	return l.lim.AllowN(now, 1)
 }
 
 // certSource is the metrics server's certificate: from files, re-read

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -268,9 +269,7 @@ func (s *previewServer) preview(ctx context.Context, m *scenario.Manifest, del b
 	defer closeTable()
 	j := conntrack.Judge{Decide: s.eval.DecideSides, DecideBefore: s.eval.DecideSidesBeforeIn(candidate)}
 	pass, err := j.Preview(ctx, table, cur, candidate, func(f *ct.Flow, c conntrack.Conn, ch conntrack.Change, d conntrack.Decision) {
-		row := PreviewFlow{Change: "allow", Protocol: c.Proto.String(),
-			Source:      netip.AddrPortFrom(c.Src, f.TupleOrig.Proto.SourcePort).String(),
-			Destination: netip.AddrPortFrom(c.Dst, c.Port).String(), Reason: d.Reason}
+		row := previewRow(f, c, d)
 		if ch == conntrack.Cut {
 			res.Cut++
 			row.Change, row.Policy = "cut", conntrack.DecidingPolicy(candidate, c, d)
@@ -297,6 +296,18 @@ func (s *previewServer) preview(ctx context.Context, m *scenario.Manifest, del b
 	res.AffectedAddresses, res.DumpedEntries = pass.Affected, pass.Dumped
 	res.DurationSeconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// previewRow is a connection's row, as "allow" (preview sets "cut"): a
+// protocol without ports (ICMP echoes, GRE, ...) has addresses alone and
+// its nft name.
+func previewRow(f *ct.Flow, c conntrack.Conn, d conntrack.Decision) PreviewFlow {
+	if !c.HasPorts() {
+		return PreviewFlow{Change: "allow", Protocol: strings.ToUpper(c.Proto.Name()), Source: c.Src.String(), Destination: c.Dst.String(), Reason: d.Reason}
+	}
+	return PreviewFlow{Change: "allow", Protocol: c.Proto.String(),
+		Source:      netip.AddrPortFrom(c.Src, f.TupleOrig.Proto.SourcePort).String(),
+		Destination: netip.AddrPortFrom(c.Dst, c.Port).String(), Reason: d.Reason}
 }
 
 // applyManifest replaces (or, with del, removes) in's policies of the

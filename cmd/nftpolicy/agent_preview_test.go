@@ -53,7 +53,8 @@ spec:
 
 // TestPreviewServer asks an agent's preview server over its socket: a
 // changed policy (replaced by namespace/name) cuts y/c1's connection and
-// allows y/c2's, the deletion of the policy allows y/c2's and names a
+// its ping (a protocol without ports, listed by addresses) and allows
+// y/c2's, the deletion of the policy allows y/c2's and names a
 // policy that does not exist, a staged version of the policy stops
 // enforcing it (and is named), the listing is capped, nothing is deleted
 // and nothing of the agent's inputs changes; the socket is mode 0600.
@@ -63,6 +64,7 @@ func TestPreviewServer(t *testing.T) {
 	table := &conntracktest.Table{Flows: []ct.Flow{
 		conntracktest.TCP(c1IP, srvIP, 40001, 80),
 		conntracktest.TCP(c2IP, srvIP, 40002, 80),
+		conntracktest.Echo(c1IP, srvIP, 7),
 	}}
 	eval := &evaluate.Evaluator{}
 	eval.Swap(cur)
@@ -84,23 +86,24 @@ func TestPreviewServer(t *testing.T) {
 		want     string
 		wantRows int
 	}{
-		{"changed", previewRequest{Manifest: allowServers, Namespace: "x"}, `node n1: 1 would cut, 1 would allow (pod addresses affected: 1, conntrack entries read: 2, X)
+		{"changed", previewRequest{Manifest: allowServers, Namespace: "x"}, `node n1: 2 would cut, 1 would allow (pod addresses affected: 1, conntrack entries read: 3, X)
+  would cut    ICMP 10.244.2.10 -> 10.244.1.10  x/allow: x/allow isolates x/srv for ingress; no rule matched
   would cut    TCP 10.244.2.10:40001 -> 10.244.1.10:80  x/allow: x/allow isolates x/srv for ingress; no rule matched
   would allow  TCP 10.244.2.11:40002 -> 10.244.1.10:80  allowed by x/allow ingress[0]
-`, 2},
+`, 3},
 		{"deleted", previewRequest{Manifest: allowServers + "---\n" + strings.Replace(allowServers, "name: allow", "name: missing", 1), Namespace: "x", Delete: true},
-			`node n1: 0 would cut, 1 would allow (pod addresses affected: 1, conntrack entries read: 2, X)
+			`node n1: 0 would cut, 1 would allow (pod addresses affected: 1, conntrack entries read: 3, X)
   would allow  TCP 10.244.2.11:40002 -> 10.244.1.10:80  destination not isolated for ingress
   warning: networkpolicy x/missing: not found; nothing to delete
 `, 1},
 		{"staged", previewRequest{Manifest: strings.Replace(allowServers, "metadata: {name: allow}", "metadata: {name: allow, annotations: {nftpolicy.io/staged: \"true\"}}", 1), Namespace: "x"},
-			`node n1: 0 would cut, 1 would allow (pod addresses affected: 1, conntrack entries read: 2, X)
+			`node n1: 0 would cut, 1 would allow (pod addresses affected: 1, conntrack entries read: 3, X)
   would allow  TCP 10.244.2.11:40002 -> 10.244.1.10:80  destination not isolated for ingress
   warning: networkpolicy x/allow is staged (nftpolicy.io/staged): logged, not enforced (an enforced version it replaces stops being enforced)
 `, 1},
-		{"capped", previewRequest{Manifest: allowServers, Namespace: "x", MaxFlows: 1}, `node n1: 1 would cut, 1 would allow (pod addresses affected: 1, conntrack entries read: 2, X)
+		{"capped", previewRequest{Manifest: allowServers, Namespace: "x", MaxFlows: 1}, `node n1: 2 would cut, 1 would allow (pod addresses affected: 1, conntrack entries read: 3, X)
   would cut    TCP 10.244.2.10:40001 -> 10.244.1.10:80  x/allow: x/allow isolates x/srv for ingress; no rule matched
-  and 1 more
+  and 2 more
 `, 1},
 	} {
 		res, err := askPreview(ctx, socket, tc.req)

@@ -10,7 +10,9 @@
 // reused addresses), and when there are any it streams the conntrack table
 // once over ctnetlink, decides each entry touching such an address with
 // both programs as it arrives, and deletes exactly the entries allowed
-// before and denied now. The next packet of a deleted flow is a new
+// before and denied now. Every protocol is judged, as the ruleset judges
+// every protocol's first packet: ICMP and ICMPv6 echoes and the protocols
+// without ports are decided as connections without ports (Forwarded). The next packet of a deleted flow is a new
 // connection to the kernel, which drops it. Nothing runs on a timer and no
 // entry that is still allowed is touched. A pass keeps no entry: its
 // memory does not grow with the table, which pods can inflate (dump.go).

@@ -197,9 +197,15 @@ const (
 	ctaIPv6Src = 3
 	ctaIPv6Dst = 4
 
-	ctaProtoNum     = 1
-	ctaProtoSrcPort = 2
-	ctaProtoDstPort = 3
+	ctaProtoNum        = 1
+	ctaProtoSrcPort    = 2
+	ctaProtoDstPort    = 3
+	ctaProtoICMPID     = 4
+	ctaProtoICMPType   = 5
+	ctaProtoICMPCode   = 6
+	ctaProtoICMPv6ID   = 7
+	ctaProtoICMPv6Type = 8
+	ctaProtoICMPv6Code = 9
 
 	nfgenmsgLen = 4
 	nlaTypeMask = 0x3fff // without NLA_F_NESTED and NLA_F_NET_BYTEORDER
@@ -252,19 +258,7 @@ func decodeTuple(b []byte, t *ct.Tuple) error {
 				return nil
 			})
 		case ctaTupleProto:
-			return eachAttr(v, func(typ uint16, v []byte) error {
-				switch {
-				case typ == ctaProtoNum && len(v) == 1:
-					t.Proto.Protocol = v[0]
-				case typ == ctaProtoSrcPort && len(v) == 2:
-					t.Proto.SourcePort = binary.BigEndian.Uint16(v)
-				case typ == ctaProtoDstPort && len(v) == 2:
-					t.Proto.DestinationPort = binary.BigEndian.Uint16(v)
-				case typ <= ctaProtoDstPort:
-					return errMalformed
-				}
-				return nil
-			})
+			return eachAttr(v, func(typ uint16, v []byte) error { return decodeProto(typ, v, &t.Proto) })
 		case ctaTupleZone:
 			if len(v) != 2 {
 				return errMalformed
@@ -273,6 +267,31 @@ func decodeTuple(b []byte, t *ct.Tuple) error {
 		}
 		return nil
 	})
+}
+
+// decodeProto decodes one attribute of a tuple's protocol: its number and
+// ports, or an ICMP or ICMPv6 echo's identifier, type and code. Deleting an
+// ICMP entry needs the latter: the kernel finds the entry by the whole
+// tuple.
+func decodeProto(typ uint16, v []byte, p *ct.ProtoTuple) error {
+	switch {
+	case typ == ctaProtoNum && len(v) == 1:
+		p.Protocol = v[0]
+		p.ICMPv4, p.ICMPv6 = v[0] == unix.IPPROTO_ICMP, v[0] == unix.IPPROTO_ICMPV6
+	case typ == ctaProtoSrcPort && len(v) == 2:
+		p.SourcePort = binary.BigEndian.Uint16(v)
+	case typ == ctaProtoDstPort && len(v) == 2:
+		p.DestinationPort = binary.BigEndian.Uint16(v)
+	case (typ == ctaProtoICMPID || typ == ctaProtoICMPv6ID) && len(v) == 2:
+		p.ICMPID = binary.BigEndian.Uint16(v)
+	case (typ == ctaProtoICMPType || typ == ctaProtoICMPv6Type) && len(v) == 1:
+		p.ICMPType = v[0]
+	case (typ == ctaProtoICMPCode || typ == ctaProtoICMPv6Code) && len(v) == 1:
+		p.ICMPCode = v[0]
+	case typ <= ctaProtoICMPv6Code:
+		return errMalformed
+	}
+	return nil
 }
 
 // eachAttr walks netlink attributes, calling fn with each one's type and

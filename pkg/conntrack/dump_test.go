@@ -8,6 +8,8 @@ import (
 	"github.com/mdlayher/netlink"
 	ct "github.com/ti-mo/conntrack"
 	"golang.org/x/sys/unix"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
 // attr encodes a netlink attribute (nested when it holds attributes).
@@ -33,6 +35,24 @@ func tupleAttr(typ uint16, src, dst netip.Addr, proto uint8, sport, dport, zone 
 	}
 	ip := append(attr(st, false, src.AsSlice()), attr(dt, false, dst.AsSlice())...)
 	pr := append(append(attr(ctaProtoNum, false, []byte{proto}), attr(ctaProtoSrcPort, false, be16(sport))...), attr(ctaProtoDstPort, false, be16(dport))...)
+	if proto == unix.IPPROTO_ICMP || proto == unix.IPPROTO_ICMPV6 {
+		// An echo: its identifier (sport of the original tuple), the
+		// request's type in the original tuple, the reply's in the reply.
+		id, typ4, typ6 := sport, byte(8), byte(128)
+		if typ == ctaTupleReply {
+			id, typ4, typ6 = dport, 0, 129
+		}
+		pr = attr(ctaProtoNum, false, []byte{proto})
+		if proto == unix.IPPROTO_ICMP {
+			pr = append(pr, attr(ctaProtoICMPID, false, be16(id))...)
+			pr = append(pr, attr(ctaProtoICMPType, false, []byte{typ4})...)
+			pr = append(pr, attr(ctaProtoICMPCode, false, []byte{0})...)
+		} else {
+			pr = append(pr, attr(ctaProtoICMPv6ID, false, be16(id))...)
+			pr = append(pr, attr(ctaProtoICMPv6Type, false, []byte{typ6})...)
+			pr = append(pr, attr(ctaProtoICMPv6Code, false, []byte{0})...)
+		}
+	}
 	v := append(attr(ctaTupleIP, true, ip), attr(ctaTupleProto, true, pr)...)
 	if zone != 0 {
 		v = append(v, attr(ctaTupleZone, false, be16(zone))...)
@@ -89,6 +109,9 @@ func TestDecodeFlowAgreesWithTheLibrary(t *testing.T) {
 		{"10.244.1.10", "192.0.2.10", unix.IPPROTO_TCP, 40000, 8080, 0},
 		{"fd00::10", "2001:db8::10", unix.IPPROTO_UDP, 5353, 53, 0},
 		{"10.244.1.11", "10.96.0.10", unix.IPPROTO_SCTP, 1, 2, 7},
+		{"10.244.1.12", "10.244.2.10", unix.IPPROTO_ICMP, 0x1234, 0, 0},
+		{"fd00::12", "fd00::2:10", unix.IPPROTO_ICMPV6, 0x4321, 0, 3},
+		{"10.244.1.13", "192.0.2.1", unix.IPPROTO_GRE, 0, 0, 0},
 	} {
 		m := entryMessage(seq, uint32(100+i), netip.MustParseAddr(c.src), netip.MustParseAddr(c.dst), c.proto, c.sport, c.dport, c.zone)
 		var nm netlink.Message
@@ -126,7 +149,8 @@ func TestDecodeFlowAgreesWithTheLibrary(t *testing.T) {
 		if g.ID != w.ID || g.Zone != w.Zone || g.TupleOrig != w.TupleOrig || g.TupleReply != w.TupleReply {
 			t.Errorf("entry %d: decoded\n%+v %+v %+v %+v\nthe library:\n%+v %+v %+v %+v", i, g.ID, g.Zone, g.TupleOrig, g.TupleReply, w.ID, w.Zone, w.TupleOrig, w.TupleReply)
 		}
-		if c, ok := Forwarded(&g); !ok || c.Src != w.TupleOrig.IP.SourceAddress || c.Port != w.TupleReply.Proto.SourcePort {
+		if c, ok := Forwarded(&g); !ok || c.Src != w.TupleOrig.IP.SourceAddress || c.Proto != compile.Protocol(w.TupleOrig.Proto.Protocol) ||
+			c.Port != w.TupleReply.Proto.SourcePort && c.HasPorts() || c.Port != 0 && !c.HasPorts() {
 			t.Errorf("entry %d: forwarded as %v, %v", i, c, ok)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	ct "github.com/ti-mo/conntrack"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -205,24 +206,47 @@ type Conn struct {
 
 // String formats the connection for logs.
 func (c Conn) String() string {
+	if !c.HasPorts() {
+		return fmt.Sprintf("%s %s -> %s", c.Proto.Name(), c.Src, c.Dst)
+	}
 	return fmt.Sprintf("%s %s -> %s", c.Proto.Name(), c.Src, netip.AddrPortFrom(c.Dst, c.Port))
+}
+
+// HasPorts reports whether the connection's protocol has ports: TCP, UDP,
+// UDP-Lite, SCTP and DCCP, the protocols whose ports the queue reads
+// (pkg/queue ParsePacket). Others (ICMP, ICMPv6, GRE, ESP, ...) are decided
+// with port 0, which only a rule without ports admits.
+func (c Conn) HasPorts() bool {
+	switch c.Proto {
+	case compile.ProtoTCP, compile.ProtoUDP, compile.ProtoSCTP, unix.IPPROTO_UDPLITE, unix.IPPROTO_DCCP:
+		return true
+	}
+	return false
 }
 
 // Forwarded returns the connection of a conntrack entry as the policy saw
 // it: the original tuple's source (the client before any SNAT, which
 // happens after the filter hook) and the reply tuple's source (the backend
-// after DNAT: the original destination may be a Service's ClusterIP) and
-// source port. Only TCP, UDP and SCTP entries are considered.
+// after DNAT: the original destination may be a Service's ClusterIP) and,
+// for a protocol with ports, its source port.
+//
+// Every protocol conntrack tracks is a connection, as the ruleset decides
+// every protocol's first packet: an ICMP or ICMPv6 echo (its tuple holds
+// the echo's identifier, not ports), GRE, or any protocol tracked
+// generically is decided as a connection without ports, which a rule
+// without ports admits and a rule with ports does not. Judging only the
+// protocols with ports would let a ping admitted before a narrowing be
+// answered for as long as it goes on.
 func Forwarded(f *ct.Flow) (Conn, bool) {
-	p := compile.Protocol(f.TupleOrig.Proto.Protocol)
-	if p != compile.ProtoTCP && p != compile.ProtoUDP && p != compile.ProtoSCTP {
-		return Conn{}, false
-	}
 	src, dst := f.TupleOrig.IP.SourceAddress.Unmap(), f.TupleReply.IP.SourceAddress.Unmap()
 	if !src.IsValid() || !dst.IsValid() {
 		return Conn{}, false
 	}
-	return Conn{Src: src, Dst: dst, Proto: p, Port: f.TupleReply.Proto.SourcePort}, true
+	c := Conn{Src: src, Dst: dst, Proto: compile.Protocol(f.TupleOrig.Proto.Protocol)}
+	if c.HasPorts() {
+		c.Port = f.TupleReply.Proto.SourcePort
+	}
+	return c, true
 }
 
 // DecidingPolicy names the policy behind a denial, for the revoked-flows

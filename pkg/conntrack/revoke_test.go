@@ -242,3 +242,93 @@ func TestRevokeDeletedDomainRule(t *testing.T) {
 		}
 	}
 }
+
+// protoScenario: x/srv (dual-stack, on n1) admits role=client pods of y on
+// PORTS (every protocol when empty); y/c1 and y/c2 are clients on n2.
+const protoScenario = `
+pods:
+  - {namespace: x, name: srv, ips: [10.244.1.10, "fd00::10"], node: n1}
+  - {namespace: y, name: c1, labels: {role: client}, ips: [10.244.2.10, "fd00::2:10"], node: n2}
+  - {namespace: y, name: c2, labels: {role: C2ROLE}, ips: [10.244.2.11, "fd00::2:11"], node: n2}
+policies:
+  - apiVersion: networking.k8s.io/v1
+    kind: NetworkPolicy
+    metadata: {namespace: x, name: allow-clients}
+    spec:
+      podSelector: {}
+      policyTypes: [Ingress]
+      ingress: [{from: [{namespaceSelector: {}, podSelector: {matchLabels: {role: client}}}]PORTS}]
+`
+
+func protoProgram(t *testing.T, c2Role, ports string) *compile.Program {
+	t.Helper()
+	s, err := scenario.Parse([]byte(strings.NewReplacer("C2ROLE", c2Role, "PORTS", ports).Replace(protoScenario)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := compile.Build(s.Input("n1", nil, nil))
+	if len(p.Problems) != 0 {
+		t.Fatalf("problems: %v", p.Problems)
+	}
+	return p
+}
+
+// TestRevokeEveryProtocol: every protocol a rule can admit is judged, as
+// the ruleset decides its first packet. A rule without ports admits ICMP
+// and ICMPv6 echoes, GRE and protocols conntrack tracks generically; when
+// it is narrowed to a TCP port they are cut (and the TCP flow on the port
+// kept), each entry deleted with the tuple the kernel finds it by. When a
+// rule without ports still admits them, nothing is cut.
+func TestRevokeEveryProtocol(t *testing.T) {
+	all := protoProgram(t, "client", "")
+	flows := []ct.Flow{
+		conntracktest.TCP("10.244.2.10", "10.244.1.10", 40000, 80),
+		conntracktest.Echo("10.244.2.10", "10.244.1.10", 0x1234),
+		conntracktest.Echo("fd00::2:10", "fd00::10", 0x4321),
+		conntracktest.Generic("10.244.2.10", "10.244.1.10", 47), // GRE
+		conntracktest.Generic("fd00::2:10", "fd00::10", 50),     // ESP
+		conntracktest.TCP("10.244.2.10", "10.244.1.10", 40001, 8080),
+	}
+	key := func(f ct.Flow) string {
+		c, ok := conntrack.Forwarded(&f)
+		if !ok {
+			return "not a connection"
+		}
+		return c.String()
+	}
+	for _, tc := range []struct {
+		name string
+		cur  *compile.Program
+		want []string
+	}{
+		{"narrowed to TCP 80", protoProgram(t, "client", ", ports: [{protocol: TCP, port: 80}]"), []string{
+			"icmp 10.244.2.10 -> 10.244.1.10", "ipv6-icmp fd00::2:10 -> fd00::10", "47 10.244.2.10 -> 10.244.1.10", "50 fd00::2:10 -> fd00::10",
+			"tcp 10.244.2.10 -> 10.244.1.10:8080"}},
+		{"narrowed to UDP 53", protoProgram(t, "client", ", ports: [{protocol: UDP, port: 53}]"), []string{
+			"tcp 10.244.2.10 -> 10.244.1.10:80", "icmp 10.244.2.10 -> 10.244.1.10", "ipv6-icmp fd00::2:10 -> fd00::10",
+			"47 10.244.2.10 -> 10.244.1.10", "50 fd00::2:10 -> fd00::10", "tcp 10.244.2.10 -> 10.244.1.10:8080"}},
+		{"another peer changed, every protocol still admitted", protoProgram(t, "server", ""), nil},
+	} {
+		table := &conntracktest.Table{Flows: flows}
+		eval := &evaluate.Evaluator{}
+		r, err := conntrack.NewRevoker(conntrack.Config{Decide: eval.DecideSides, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.Revoke([]*compile.Program{all}, tc.cur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, f := range table.Deleted {
+			got = append(got, key(f))
+			// The kernel finds an ICMP entry by its echo's identifier and type.
+			if i := slices.IndexFunc(flows, func(g ct.Flow) bool { return key(g) == key(f) }); f.TupleOrig != flows[i].TupleOrig || f.TupleReply != flows[i].TupleReply {
+				t.Errorf("%s: deleted %+v, the entry is %+v", tc.name, f, flows[i])
+			}
+		}
+		if !slices.Equal(got, tc.want) || res.Deleted != len(tc.want) {
+			t.Errorf("%s: deleted %q (result %+v), want %q", tc.name, got, res, tc.want)
+		}
+	}
+}

@@ -97,7 +97,8 @@ type Config struct {
 	// incrementally (hybrid mode) the program the evaluator and explain
 	// read is rebuilt, at least: pod churn reaches the kernel at once, the
 	// program within this delay or twice the last build's duration,
-	// whichever is longer.
+	// whichever is longer, of the first change it follows (the changes
+	// after it do not postpone it).
 	ProgramRefreshDelay time.Duration
 	// MemoryReleaser returns the memory full builds free to the OS; nil:
 	// one of the controller's own, with DefaultMemoryReleaseDelay. Share
@@ -202,6 +203,12 @@ type Controller struct {
 	// podNoted, if set, runs at the start of every pod notification
 	// (tests: handlers as slow as a large cluster's initial list).
 	podNoted func()
+	// passStarted, if set, runs at the start of every sync (tests: hold
+	// the loop while changes pile up); policyCost, if set, replaces the
+	// measured cost of applying a policy change (tests: an expensive
+	// namespace without a large cluster).
+	passStarted func()
+	policyCost  func(key string, measured time.Duration) time.Duration
 
 	// policyKeys are the NetworkPolicies changed since the last sync, applied
 	// one by one by the tracker (policies.go); policyHashes are their
@@ -223,9 +230,19 @@ type Controller struct {
 	podHashes map[string]uint64
 	inputsSum uint64
 	// refresh fires when the program should be rebuilt after incremental
-	// pod changes; lastBuild is how long the last full build took.
-	refresh   *time.Timer
-	lastBuild time.Duration
+	// pod changes, at refreshDue (zero: not armed); lastBuild is how long
+	// the last full build took.
+	refresh    *time.Timer
+	refreshDue time.Time
+	// refreshYielded is set when the refresh let the incremental changes
+	// pending when it fired go first; it yields once.
+	refreshYielded bool
+	lastBuild      time.Duration
+	// fair is what each namespace's policy changes cost the loop
+	// (fairshare.go); rebuildFor is the policy change of this sync that
+	// needed a full build.
+	fair       *fairShare
+	rebuildFor string
 
 	ready       atomic.Bool
 	lastSync    atomic.Int64  // unix nanoseconds of the last successful sync
@@ -257,6 +274,7 @@ func New(cfg Config) (*Controller, error) {
 		podKeys:   map[string]struct{}{},
 		rebuild:   true,
 		refresh:   time.NewTimer(time.Hour),
+		fair:      newFairShare(),
 	}
 	c.refresh.Stop()
 	c.policyKeys = map[string]struct{}{}
@@ -446,11 +464,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.rebuild = true
 			c.mu.Unlock()
 		case <-c.refresh.C:
-			// Bring the program up to date with the pods applied
+			// Bring the program up to date with the changes applied
 			// incrementally; the rebuild also checks the tracker.
-			c.mu.Lock()
-			c.rebuild = true
-			c.mu.Unlock()
+			c.refreshFired()
 		case <-c.dirty:
 		case <-retryTimer:
 			retryTimer = nil
@@ -542,9 +558,13 @@ func (c *Controller) lookupNodeIPs() []netip.Addr {
 }
 
 // syncOnce applies what changed since the last sync: in hybrid mode, pod
-// changes alone go through the tracker (their element changes, one batch);
-// anything else, and every change in queue mode, is a full build.
+// changes and policy changes go through the tracker (the policy changes of
+// the namespaces whose turn it is: fairshare.go); anything else, and every
+// change in queue mode, is a full build.
 func (c *Controller) syncOnce(ctx context.Context) error {
+	if c.passStarted != nil {
+		c.passStarted()
+	}
 	clusterOn := c.cnps.active() != nil
 	c.mu.Lock()
 	observed := c.firstUnsynced
@@ -553,7 +573,21 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	keys, pkeys := c.podKeys, c.policyKeys
 	c.rebuild = false
 	c.podKeys, c.policyKeys = map[string]struct{}{}, map[string]struct{}{}
+	var pols []string
+	if !rebuild && len(pkeys) > 0 {
+		var later []string
+		pols, later = c.fair.pick(pkeys)
+		for _, k := range later {
+			c.policyKeys[k] = struct{}{}
+		}
+		if len(later) > 0 {
+			// The deferred changes were observed as early as this pass's.
+			c.firstUnsynced = observed
+			c.wake()
+		}
+	}
 	taken := c.takeStatusLocked(clusterOn)
+	c.deferStatusLocked(&taken, c.policyKeys)
 	c.mu.Unlock()
 	restore := func() {
 		c.mu.Lock()
@@ -567,19 +601,26 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	}
 	start := time.Now()
 	var err error
-	if !rebuild && len(pkeys) > 0 {
+	if !rebuild && len(pols) > 0 {
 		var ok bool
-		ok, err = c.syncPolicies(ctx, pkeys, start, observed, len(keys) == 0)
+		ok, err = c.syncPolicies(ctx, pols, start, observed, len(keys) == 0)
 		rebuild = !ok
 	}
-	if !rebuild && err == nil && (len(keys) > 0 || len(pkeys) == 0) {
+	if !rebuild && err == nil && (len(keys) > 0 || len(pols) == 0) {
 		var ok bool
 		ok, err = c.syncPods(ctx, keys, start, observed)
 		rebuild = !ok
 	}
 	if rebuild && err == nil {
 		err = c.syncAll(ctx, start, observed)
+		if c.rebuildFor != "" && err == nil {
+			// A policy change the tracker cannot apply alone (a staged
+			// policy with the staged log on) costs a full build: its
+			// namespace owes it.
+			c.fair.charge(policyNamespace(c.rebuildFor), c.costOf(c.rebuildFor, time.Since(start)))
+		}
 	}
+	c.rebuildFor = ""
 	if err != nil {
 		restore()
 		return err
@@ -737,6 +778,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 		c.cfg.Metrics.TrackerCorrections.Add(float64(res.ElementsAdded + res.ElementsDeleted))
 		log.V(2).Info("Rebuild after incremental pod changes changed elements", "elementsAdded", res.ElementsAdded, "elementsDeleted", res.ElementsDeleted)
 	}
+	c.refreshDone()
 	c.inputsSum, c.podHashes = inputsSum(in)
 	c.policyHashes = policyTerms(in.Policies)
 	maps.Copy(c.policyHashes, clusterPolicyTerms(in.ClusterPolicies))

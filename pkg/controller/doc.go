@@ -7,7 +7,8 @@
 // ClusterNetworkPolicies that runs while discovery says their CRD is
 // served, event handlers that only mark the state dirty, and one sync loop
 // that compiles, applies one transaction, and then publishes the program
-// to the evaluator. Nothing is
+// to the evaluator; the loop's passes are shared fairly between
+// namespaces by what their policy changes cost (fairshare.go). Nothing is
 // written to the kernel before every informer has synced (the
 // ClusterNetworkPolicy one is waited for a bounded time: its CRD may be
 // missing, or unreadable). It also reports invalid policies of both APIs

@@ -60,49 +60,31 @@ func (c *Controller) markPolicy(obj any, ev policyEvent) {
 }
 
 // syncPolicies applies NetworkPolicy and ClusterNetworkPolicy changes
-// (clusterpolicy_sync.go) through the tracker and writes
-// the new ruleset; false when one of them needs a full build. commit says
-// whether this is the whole sync (no pod changes follow).
-func (c *Controller) syncPolicies(ctx context.Context, keys map[string]struct{}, start, observed time.Time, commit bool) (bool, error) {
+// (clusterpolicy_sync.go) through the tracker, in the order given, and
+// writes the new ruleset; false when one of them needs a full build.
+// commit says whether this is the whole sync (no pod changes follow).
+// What each change cost is charged to its namespace (fairshare.go).
+func (c *Controller) syncPolicies(ctx context.Context, keys []string, start, observed time.Time, commit bool) (bool, error) {
 	log := c.cfg.Logger.WithName("sync")
 	terms := make(map[string]uint64, len(keys)) // 0: deleted
-	for key := range keys {
-		if isClusterPolicyKey(key) {
-			h, ok := c.applyClusterPolicy(key)
-			if !ok {
-				return false, nil
-			}
-			terms[key] = h
-			continue
-		}
-		obj, exists, err := c.polStore.GetByKey(key)
-		if err != nil {
-			log.Error(err, "Reading a NetworkPolicy from the cache; rebuilding", "policy", key)
+	costs := make(map[string]time.Duration, len(keys))
+	for _, key := range keys {
+		t0 := time.Now()
+		h, ok := c.applyPolicyKey(key)
+		if !ok {
+			c.rebuildFor = key
 			return false, nil
 		}
-		var np *networkingv1.NetworkPolicy
-		if exists {
-			var ok bool
-			if np, ok = obj.(*networkingv1.NetworkPolicy); !ok {
-				log.Error(fmt.Errorf("stored as %T", obj), "Unexpected NetworkPolicy object; rebuilding", "policy", key)
-				return false, nil
-			}
-		}
-		if f := c.tracker.ApplyPolicy(key, np); f != compile.NoFallback {
-			// The tracker is left for a Rebuild; nothing was written.
-			c.fellBack(f, "policy", key)
-			return false, nil
-		}
-		terms[key] = 0
-		if np != nil {
-			terms[key] = objectTerm('P', np.Namespace, np.Name, np.ResourceVersion)
-		}
+		terms[key] = h
+		costs[key] = time.Since(t0)
 	}
+	t0 := time.Now()
 	res, err := c.cfg.Syncer.Sync(ctx, c.tracker.Ruleset())
 	if err != nil {
 		c.cfg.Metrics.SyncFailures.Inc()
 		return false, err
 	}
+	c.chargePolicies(costs, time.Since(t0))
 	for key, h := range terms {
 		c.notePolicySynced(key, h)
 	}
@@ -120,6 +102,64 @@ func (c *Controller) syncPolicies(ctx context.Context, keys map[string]struct{},
 		"elementsAdded", res.ElementsAdded, "elementsDeleted", res.ElementsDeleted, "chainsWritten", res.ChainsWritten,
 		"chainsDeleted", res.ChainsDeleted, "duration", now.Sub(start))
 	return true, nil
+}
+
+// applyPolicyKey applies the change of one NetworkPolicy or
+// ClusterNetworkPolicy through the tracker and returns its fingerprint
+// term (0: deleted); false when it needs a full build (nothing was
+// changed then).
+func (c *Controller) applyPolicyKey(key string) (uint64, bool) {
+	if isClusterPolicyKey(key) {
+		return c.applyClusterPolicy(key)
+	}
+	log := c.cfg.Logger.WithName("sync")
+	obj, exists, err := c.polStore.GetByKey(key)
+	if err != nil {
+		log.Error(err, "Reading a NetworkPolicy from the cache; rebuilding", "policy", key)
+		return 0, false
+	}
+	var np *networkingv1.NetworkPolicy
+	if exists {
+		var ok bool
+		if np, ok = obj.(*networkingv1.NetworkPolicy); !ok {
+			log.Error(fmt.Errorf("stored as %T", obj), "Unexpected NetworkPolicy object; rebuilding", "policy", key)
+			return 0, false
+		}
+	}
+	if f := c.tracker.ApplyPolicy(key, np); f != compile.NoFallback {
+		// The tracker is left for a Rebuild; nothing was written.
+		c.fellBack(f, "policy", key)
+		return 0, false
+	}
+	if np == nil {
+		return 0, true
+	}
+	return objectTerm('P', np.Namespace, np.Name, np.ResourceVersion), true
+}
+
+// chargePolicies charges each namespace what its policy changes cost the
+// sync: their own tracker time, and the transaction's in proportion.
+func (c *Controller) chargePolicies(costs map[string]time.Duration, tx time.Duration) {
+	var total time.Duration
+	for _, d := range costs {
+		total += d
+	}
+	for key, d := range costs {
+		cost := d
+		if total > 0 {
+			cost += time.Duration(float64(tx) * float64(d) / float64(total))
+		}
+		c.fair.charge(policyNamespace(key), c.costOf(key, cost))
+	}
+}
+
+// costOf is what a policy change cost the sync loop: measured, unless a
+// test replaces it.
+func (c *Controller) costOf(key string, measured time.Duration) time.Duration {
+	if c.policyCost != nil {
+		return c.policyCost(key, measured)
+	}
+	return measured
 }
 
 // notePolicySynced updates the inputs fingerprint for a NetworkPolicy or
@@ -161,7 +201,10 @@ func policyTerms(pols []*networkingv1.NetworkPolicy) map[string]uint64 {
 }
 
 // scheduleRefresh arms the program refresh after changes the tracker
-// applied: the program lags the kernel until then.
+// applied: the program lags the kernel until then. A refresh already armed
+// is never pushed later: changes that keep coming (one namespace's
+// edits, every 100 ms) must not keep the program, the revocation of
+// flows other changes deny (OnProgram) and explain behind the kernel.
 func (c *Controller) scheduleRefresh() {
 	if !c.tracker.Stale() {
 		return
@@ -172,5 +215,35 @@ func (c *Controller) scheduleRefresh() {
 		// in the queue: publish now.
 		delay = 0
 	}
+	due := time.Now().Add(delay)
+	if !c.refreshDue.IsZero() && !due.Before(c.refreshDue) {
+		return
+	}
+	c.refreshDue = due
 	c.refresh.Reset(delay)
+}
+
+// refreshFired starts the program refresh, a full build. Incremental
+// changes pending when it fires go first, once: a full build takes as long
+// as the cluster is large, and they would wait for all of it.
+func (c *Controller) refreshFired() {
+	c.refreshDue = time.Time{}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.refreshYielded && !c.rebuild && (len(c.policyKeys) > 0 || len(c.podKeys) > 0) {
+		c.refreshYielded = true
+		c.refreshDue = time.Now()
+		c.refresh.Reset(0)
+		return
+	}
+	c.refreshYielded = false
+	c.rebuild = true
+}
+
+// refreshDone disarms the refresh after a full build, which published the
+// current program.
+func (c *Controller) refreshDone() {
+	c.refresh.Stop()
+	c.refreshDue = time.Time{}
+	c.refreshYielded = false
 }

@@ -145,6 +145,22 @@ func (c *Controller) takeStatusLocked(clusterOn bool) statusTake {
 
 // restoreStatusLocked puts back the changes of a failed sync, but for the
 // policies that changed again since.
+// deferStatusLocked puts back the changes of the policies a sync defers
+// (fairshare.go): they are not in its commit. Nor is the watermark raised
+// by it: a deferred change may be older than the highest seen.
+func (c *Controller) deferStatusLocked(t *statusTake, deferred map[string]struct{}) {
+	if len(deferred) == 0 {
+		return
+	}
+	t.marks = status.Watermarks{}
+	for key := range deferred {
+		if ch, ok := t.changes[key]; ok {
+			delete(t.changes, key)
+			c.pendingChanges[key] = ch
+		}
+	}
+}
+
 func (c *Controller) restoreStatusLocked(t statusTake) {
 	for key, ch := range t.changes {
 		if _, newer := c.pendingChanges[key]; !newer {

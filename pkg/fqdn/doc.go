@@ -25,20 +25,26 @@
 //  4. checks that the reply comes from a trusted DNS server (the cluster DNS
 //     service's endpoints, or --dns-servers); others are never learned;
 //  5. parses it with golang.org/x/net/dns/dnsmessage (ParseMessage) and
-//     finds, for each question, which addresses each name resolves to: an
-//     address is resolved by a name only if the name owns its A or AAAA
-//     record or reaches the owner through the reply's CNAME records along
-//     a chain that starts at the question. Records no chain from the
-//     question reaches are ignored; loops and chains longer than 16 names
-//     end. A reply cannot make an address stand for a name that does not
-//     resolve to it ("x.attacker.test A addr" next to "x.attacker.test
-//     CNAME www.example.com" admits addr for x.attacker.test only);
+//     finds, for each question, the addresses it resolves to: those the
+//     question owns, and those of the owners it reaches through the
+//     reply's CNAME records along a chain that starts at it. Records no
+//     chain from the question reaches are ignored; loops and chains longer
+//     than 16 names end. A reply cannot make an address stand for a name
+//     that does not resolve to it ("x.attacker.test A addr" next to
+//     "x.attacker.test CNAME www.example.com" admits addr for
+//     x.attacker.test only);
 //  6. learns AAAA answers only as IPv6 addresses: IPv4-mapped answers
 //     (::ffff:a.b.c.d), which a dual-stack socket would reach over IPv4
 //     from the pod's IPv4 address, and unspecified, loopback, multicast and
 //     broadcast answers are not learned (counted by cause);
-//  7. matches the names that resolve to each address against the patterns
-//     of the rules that apply to the receiving pod;
+//  7. matches the question, and only the question, against the patterns
+//     of the rules that apply to the receiving pod: the trusted resolver
+//     answers the name the pod asked, but the records it relays past the
+//     question were written by the zones the chain passes through, and a
+//     zone the pod controls may alias its name to any other
+//     ("y.attacker.test CNAME www.example.com", "www.example.com A addr"
+//     admits addr for no rule naming www.example.com); the store keeps
+//     the question, so Resolved and later programs' sets agree;
 //  8. writes "pod address . answer address" into each matching rule's set
 //     with a timeout of the chain's smallest TTL, clamped, in one netlink
 //     batch (Writer), and records the matching names in the pod's store

@@ -17,8 +17,10 @@ import (
 
 // FuzzParseReply: any bytes as a DNS reply. ParseReply never panics; what
 // it returns is well formed: each answer names a chain (at most 16 names,
-// the question first) and holds valid addresses. ReplyQuestion and
-// ParseQuery never panic on the same bytes.
+// a question of the reply first) and holds valid addresses. ReplyQuestion
+// and ParseQuery never panic on the same bytes. Learn writes elements only
+// for a reply one of whose questions a rule of the pod matches: no name
+// reached through a CNAME admits anything.
 func FuzzParseReply(f *testing.F) {
 	t := &testing.T{}
 	f.Add(reply(t, "www.example.com.", dnsmessage.TypeA, false, rr{name: "www.example.com.", cname: "edge.cdn.test.", ttl: 60},
@@ -26,8 +28,26 @@ func FuzzParseReply(f *testing.F) {
 	f.Add(reply(t, "a.example.org.", dnsmessage.TypeAAAA, false, rr{name: "a.example.org.", addr: "2001:db8::1", ttl: 30}))
 	f.Add(reply(t, "loop.test.", dnsmessage.TypeA, false, rr{name: "loop.test.", cname: "loop.test.", ttl: 1}))
 	f.Add(reply(t, "t.test.", dnsmessage.TypeA, true))
+	f.Add(reply(t, "y.attacker.test.", dnsmessage.TypeA, false, rr{name: "y.attacker.test.", cname: "www.example.com.", ttl: 60},
+		rr{name: "www.example.com.", addr: "203.0.113.77", ttl: 60}))
 	f.Add([]byte{})
+	sc, err := scenario.Parse([]byte(webScenario))
+	if err != nil {
+		f.Fatal(err)
+	}
+	prog := compile.Build(sc.Input("n1", nil, nil))
+	w := &fakeWriter{}
+	l, err := fqdn.New(fqdn.Config{Program: func() *compile.Program { return prog }, Writer: w,
+		Trusted: func(a netip.Addr) bool { return a == server }, Logger: logr.Discard()})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, msg []byte) {
+		w.got = nil
+		_ = l.Learn(context.Background(), server, podA4, msg)
+		if len(w.got) > 0 && !anyQuestionMatches(msg, web) {
+			t.Fatalf("learned %v from a reply none of whose questions rule web matches", w.got)
+		}
 		answers, err := fqdn.ParseReply(msg)
 		_, _, _ = fqdn.ReplyQuestion(msg)
 		_, _, _ = fqdn.ParseQuery(msg)
@@ -38,8 +58,11 @@ func FuzzParseReply(f *testing.F) {
 			return
 		}
 		for _, a := range answers {
-			if len(a.Names) == 0 || len(a.Names) > 16 || len(a.Addrs) == 0 || a.TTL < 0 {
+			if len(a.Names) == 0 || len(a.Names) > 16 || len(a.Addrs) == 0 || a.TTL < 0 || a.Question() != a.Names[0] {
 				t.Fatalf("malformed answer %+v", a)
+			}
+			if !anyQuestionMatches(msg, []compile.DomainPattern{{Suffix: a.Question()}}) {
+				t.Fatalf("answer %+v: its chain does not start at a question of the reply", a)
 			}
 			for _, ad := range a.Addrs {
 				if !ad.IsValid() || ad.Is4In6() {
@@ -48,6 +71,25 @@ func FuzzParseReply(f *testing.F) {
 			}
 		}
 	})
+}
+
+// anyQuestionMatches reports whether a pattern matches the name of a
+// question of msg.
+func anyQuestionMatches(msg []byte, ps []compile.DomainPattern) bool {
+	var p dnsmessage.Parser
+	if _, err := p.Start(msg); err != nil {
+		return false
+	}
+	qs, err := p.AllQuestions()
+	if err != nil {
+		return false
+	}
+	for _, q := range qs {
+		if compile.DomainsMatch(ps, compile.NormalizeDomain(q.Name.String())) {
+			return true
+		}
+	}
+	return false
 }
 
 // FuzzDNSPayload: any packet, any transport offset. DNSPayload never

@@ -349,31 +349,27 @@ func (l *Learner) selectAnswers(pod *podEntry, answers []Answer, now time.Time) 
 	names, links := 0, 0
 	for _, a := range answers {
 		ttl := min(max(a.TTL, l.cfg.MinTTL), l.cfg.MaxTTL)
+		// Only the question is matched against the rules: the names the
+		// chain reaches through CNAMEs are the answering zone's word,
+		// which may be any other zone's (see Answer.Question).
+		q := a.Question()
 		var rules []*compile.FQDNRule
 		for i := range pod.rules {
-			if anyNameMatches(pod.rules[i].Domains, a.Names) {
+			if compile.DomainsMatch(pod.rules[i].Domains, q) {
 				rules = append(rules, &pod.rules[i])
 			}
 		}
 		if len(rules) == 0 {
 			continue
 		}
-		// The store keeps the names a rule of the pod matches: what
-		// Resolved and a later program's rules can ask about.
-		var kept []string
-		for _, n := range a.Names {
-			if podMatches(pod.rules, n) {
-				kept = append(kept, n)
-			}
-		}
-		if names+len(kept) > l.cfg.MaxNamesPerPod || links+len(kept)*len(a.Addrs) > l.cfg.MaxAddrsPerPod {
+		// The store keeps the question, which a rule of the pod matches:
+		// what Resolved and a later program's rules can ask about.
+		if names+1 > l.cfg.MaxNamesPerPod || links+len(a.Addrs) > l.cfg.MaxAddrsPerPod {
 			l.cfg.Metrics.answersSkipped.WithLabelValues(AnswerOverBound).Add(float64(len(a.Addrs)))
 			continue
 		}
-		names, links = names+len(kept), links+len(kept)*len(a.Addrs)
-		for _, n := range kept {
-			learned = append(learned, learnedName{name: n, addrs: a.Addrs, expiry: now.Add(ttl), ttl: ttl})
-		}
+		names, links = names+1, links+len(a.Addrs)
+		learned = append(learned, learnedName{name: q, addrs: a.Addrs, expiry: now.Add(ttl), ttl: ttl})
 		for _, fr := range rules {
 			// An A answer pairs with the pod's IPv4 address, an AAAA
 			// answer with its IPv6 address, whatever the reply's family.
@@ -393,25 +389,6 @@ func (l *Learner) skip(cause string, src, dst netip.Addr) Result {
 		v.Info("DNS reply released without learning", "cause", cause, "server", src, "podIP", dst)
 	}
 	return Result{Cause: cause, Release: true}
-}
-
-func anyNameMatches(ps []compile.DomainPattern, names []string) bool {
-	for _, n := range names {
-		if compile.DomainsMatch(ps, n) {
-			return true
-		}
-	}
-	return false
-}
-
-// podMatches reports whether a rule of the pod matches name.
-func podMatches(rules []compile.FQDNRule, name string) bool {
-	for i := range rules {
-		if compile.DomainsMatch(rules[i].Domains, name) {
-			return true
-		}
-	}
-	return false
 }
 
 func addrList(as []netip.Addr) string {

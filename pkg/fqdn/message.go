@@ -43,9 +43,9 @@ const (
 	AnswerOverBound = "over_pod_bound"
 )
 
-// Answer is one set of addresses of a reply and the names that resolve to
-// them: the owner of the A/AAAA records and every name that reaches it
-// through the reply's CNAME records from the question.
+// Answer is one set of addresses of a reply and the chain of names that
+// leads to them: from the question, through the reply's CNAME records, to
+// the owner of the A/AAAA records.
 type Answer struct {
 	// Names holds the question name, then the CNAME targets, in chain
 	// order, up to the records' owner (the last).
@@ -54,6 +54,21 @@ type Answer struct {
 	// TTL is the smallest TTL of the chain's CNAME records and the owner's
 	// address records.
 	TTL time.Duration
+}
+
+// Question returns the name the pod asked, the first of the chain: the
+// only name the answer may be learned for. The trusted resolver answers
+// the question truthfully, but the records it relays past the question
+// were written by whichever zones the chain passes through: a zone the
+// pod controls may alias its name to any other ("y.attacker.test CNAME
+// www.example.com") and give that name any address in the same reply.
+// Matched against the rules, a name reached only through a CNAME would
+// let any zone assert addresses for every name it can point at.
+func (a Answer) Question() string {
+	if len(a.Names) == 0 {
+		return ""
+	}
+	return a.Names[0]
 }
 
 // Reply is what ParseMessage found in a DNS response.
@@ -146,6 +161,8 @@ func ParseReply(msg []byte) ([]Answer, error) {
 // does not matter. A name with more than one distinct CNAME target ends
 // its chain (the reply is inconsistent; neither target is followed);
 // loops end at the first repeated name and chains at maxChain names.
+// Every name of a chain resolves to its addresses, but the learner learns
+// them for the question only (Answer.Question).
 //
 // AAAA records are learned only as IPv6 addresses: an IPv4-mapped AAAA
 // answer (::ffff:a.b.c.d) is not learned. A dual-stack socket connecting

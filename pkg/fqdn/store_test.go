@@ -90,6 +90,65 @@ func TestLearnCNAMEAttack(t *testing.T) {
 	}
 }
 
+// TestLearnCNAMEFromOtherZone: an answer is learned for its question only.
+// A chain that reaches a rule's name through a CNAME of another zone admits
+// nothing, whatever address the reply gives that name; a question a rule
+// matches is learned for itself, never for the names its chain passes
+// through, in the store and in the sets of a later program.
+func TestLearnCNAMEFromOtherZone(t *testing.T) {
+	tl := newTestLearner(t, webScenario, 0, 0)
+	tl.OnProgram(nil, tl.prog)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		addr string
+	}{
+		{"alias of the rule's exact name", reply(t, "y.attacker.test.", dnsmessage.TypeA, false,
+			rr{name: "y.attacker.test.", cname: "www.example.com.", ttl: 60}, rr{name: "www.example.com.", addr: "203.0.113.77", ttl: 60}), "203.0.113.77"},
+		{"target record first", reply(t, "y.attacker.test.", dnsmessage.TypeA, false,
+			rr{name: "www.example.com.", addr: "203.0.113.77", ttl: 60}, rr{name: "y.attacker.test.", cname: "www.example.com.", ttl: 60}), "203.0.113.77"},
+		{"through a hop, under the wildcard", reply(t, "z.attacker.test.", dnsmessage.TypeA, false,
+			rr{name: "z.attacker.test.", cname: "hop.attacker.test.", ttl: 60}, rr{name: "hop.attacker.test.", cname: "evil.example.org.", ttl: 60},
+			rr{name: "evil.example.org.", addr: "203.0.113.78", ttl: 60}), "203.0.113.78"},
+		{"AAAA", reply(t, "y.attacker.test.", dnsmessage.TypeAAAA, false,
+			rr{name: "y.attacker.test.", cname: "www.example.com.", ttl: 60}, rr{name: "www.example.com.", addr: "2001:db8::77", ttl: 60}), "2001:db8::77"},
+	} {
+		tl.w.got = nil
+		r := tl.Learn(ctx, server, podA4, tc.msg)
+		if r.Cause != fqdn.CauseNoMatch || !r.Release || len(tl.w.got) != 0 {
+			t.Errorf("%s: Learn = %+v, wrote %v; want released, nothing learned", tc.name, r, tl.w.got)
+		}
+		for _, pod := range []netip.Addr{podA4, podA6} {
+			if tl.Resolved(pod, netip.MustParseAddr(tc.addr), web) {
+				t.Errorf("%s: %s resolved for rule web", tc.name, tc.addr)
+			}
+		}
+	}
+
+	// The question is the rule's: learned for it, not for the target.
+	tl.w.got = nil
+	r := tl.Learn(ctx, server, podA4, reply(t, "www.example.com.", dnsmessage.TypeA, false,
+		rr{name: "www.example.com.", cname: "a.example.org.", ttl: 300}, rr{name: "a.example.org.", addr: "192.0.2.5", ttl: 300}))
+	addr := netip.MustParseAddr("192.0.2.5")
+	if r.Learned != 1 || !tl.Resolved(podA4, addr, []compile.DomainPattern{{Suffix: "www.example.com"}}) {
+		t.Fatalf("www.example.com -> a.example.org -> 192.0.2.5: Learn = %+v", r)
+	}
+	if tl.Resolved(podA4, addr, []compile.DomainPattern{{Suffix: "example.org", Wildcard: true}}) {
+		t.Errorf("a.example.org, reached only through a CNAME, is resolved for *.example.org")
+	}
+	// A program whose rule names only *.example.org gets nothing of it.
+	tl.w.got = nil
+	only := strings.Replace(webScenario, `[Www.Example.com., "*.example.org"]`, `["*.example.org"]`, 1)
+	if only == webScenario {
+		t.Fatal("webScenario's rule changed")
+	}
+	tl.publish(tl.program(only))
+	if len(tl.w.got) != 0 {
+		t.Errorf("a rule naming only the CNAME target's wildcard got %v", elementStrings(tl.w.got))
+	}
+}
+
 // TestLearnMappedAAAA: an IPv4-mapped AAAA answer is learned as neither
 // family; it is counted.
 func TestLearnMappedAAAA(t *testing.T) {

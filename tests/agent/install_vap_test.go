@@ -24,7 +24,8 @@ import (
 // TestInstallAgentWritesOnlyItsNodeEnforcement: with install.yaml's
 // admission policy, the agent's ServiceAccount token bound to its pod on
 // node-1 may create and patch node-1's NodeEnforcement, and neither
-// create nor patch node-2's. No root needed.
+// create nor patch node-2's; a token of the ServiceAccount bound to no pod
+// writes none. No root needed.
 func TestInstallAgentWritesOnlyItsNodeEnforcement(t *testing.T) {
 	env := cluster.StartControlPlane(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -99,5 +100,27 @@ func TestInstallAgentWritesOnlyItsNodeEnforcement(t *testing.T) {
 	}
 	if _, err := agent.Patch(ctx, "node-1", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Errorf("node-1's agent patching its own NodeEnforcement: %v", err)
+	}
+
+	// A token of the same ServiceAccount bound to no pod (TokenRequest
+	// without boundObjectRef) names no node: it writes no NodeEnforcement
+	// (issue 43, item 8).
+	unbound, err := env.Client.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "nftpolicy", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ucfg := rest.CopyConfig(cfg)
+	ucfg.BearerToken = unbound.Status.Token
+	free := dynamic.NewForConfigOrDie(ucfg).Resource(status.GVR)
+	if _, err := free.Create(ctx, ne("node-4"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "names no node") {
+		t.Errorf("a token of the agent's ServiceAccount bound to no pod creating node-4's NodeEnforcement: %v, want Forbidden (names no node)", err)
+	} else {
+		t.Logf("denied: %v", err)
+	}
+	for _, n := range []string{"node-1", "node-2"} {
+		if _, err := free.Patch(ctx, n, types.MergePatchType, patch, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("a token of the agent's ServiceAccount bound to no pod patching %s's NodeEnforcement: %v, want Forbidden", n, err)
+		}
 	}
 }

@@ -36,11 +36,12 @@ type previewAnswer struct {
 }
 
 // TestAgentPreviewListsWhatRevocationCuts: long-lived TCP and UDP flows
-// of both families from y/a (node-1) and y/b (node-2) to x/web (node-1),
-// as in TestAgentRevokesDeniedFlows. `nftpolicy preview --local`, run in
-// each node's namespace as kubectl runs it in the agent's pod, previews a
-// policy that admits only y/b: node-1 lists y/a's four flows as cut by
-// x/web, node-2 nothing, and nothing is applied (the flows go on). The
+// and pings of both families from y/a (node-1) and y/b (node-2) to x/web
+// (node-1), as in TestAgentRevokesDeniedFlows. `nftpolicy preview
+// --local`, run in each node's namespace as kubectl runs it in the agent's
+// pod, previews a policy that admits only y/b: node-1 lists y/a's six
+// flows as cut by x/web, node-2 nothing, and nothing is applied (the flows
+// go on). The
 // plugin, through the real API server's pods/exec, reports the same, and
 // refuses a user without pods/exec on every node. Then the policy is
 // created through the API: the conntrack entries the agents' revocation
@@ -82,8 +83,12 @@ func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 		}
 		ans := answers[0]
 		for _, f := range ans.Flows {
-			src, err := netip.ParseAddrPort(f.Source)
-			if f.Change != "cut" || f.Policy != "x/web" || err != nil || !slices.Contains(aIPs, src.Addr()) {
+			// A ping is listed by its addresses alone.
+			src, err := netip.ParseAddr(f.Source)
+			if ap, perr := netip.ParseAddrPort(f.Source); perr == nil {
+				src, err = ap.Addr(), nil
+			}
+			if f.Change != "cut" || f.Policy != "x/web" || err != nil || !slices.Contains(aIPs, src) {
 				t.Errorf("%s: %+v: want y/a's flow cut by x/web", n, f)
 			}
 			previewed[n] = append(previewed[n], f.Protocol+" "+f.Source+" -> "+f.Destination)
@@ -95,8 +100,8 @@ func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(previewed["node-1"]); n != 2*len(aIPs) {
-		t.Errorf("node-1 previews %d cuts %v, want y/a's TCP and UDP flows of both families", n, previewed["node-1"])
+	if n := len(previewed["node-1"]); n != 3*len(aIPs) {
+		t.Errorf("node-1 previews %d cuts %v, want y/a's TCP and UDP flows and pings of both families", n, previewed["node-1"])
 	}
 	if len(previewed["node-2"]) != 0 {
 		t.Errorf("node-2 previews %v, want nothing", previewed["node-2"])
@@ -163,6 +168,9 @@ func TestAgentPreviewListsWhatRevocationCuts(t *testing.T) {
 		if last, _, _ := w.log("tcp", aIP).Snapshot(); time.Since(last) > time.Second {
 			t.Errorf("y/a's TCP flow from %s stopped %v ago: the preview applied something", aIP, time.Since(last))
 		}
+		if _, last := w.pings[aIP].After(time.Time{}); time.Since(last) > time.Second {
+			t.Errorf("y/a's ping from %s stopped %v ago: the preview applied something", aIP, time.Since(last))
+		}
 	}
 
 	if _, err := c.ApplyPolicy(ctx, np); err != nil {
@@ -208,7 +216,11 @@ func webEntries(c *cluster.Cluster, node string, dsts []netip.Addr) ([]string, e
 		}
 		defer t.Close()
 		return t.Stream(0, func(f *ct.Flow) error {
-			if cn, ok := conntrack.Forwarded(f); ok && slices.Contains(dsts, cn.Dst) {
+			switch cn, ok := conntrack.Forwarded(f); {
+			case !ok || !slices.Contains(dsts, cn.Dst):
+			case !cn.HasPorts():
+				out = append(out, fmt.Sprintf("%s %s -> %s", strings.ToUpper(cn.Proto.Name()), cn.Src, cn.Dst))
+			default:
 				out = append(out, fmt.Sprintf("%s %s -> %s", cn.Proto, netip.AddrPortFrom(cn.Src, f.TupleOrig.Proto.SourcePort), netip.AddrPortFrom(cn.Dst, cn.Port)))
 			}
 			return nil

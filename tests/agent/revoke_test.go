@@ -14,12 +14,13 @@ import (
 )
 
 // webFlows is the revocation tests' cluster: x/web (node-1) serving a
-// FlowServer per family, and long-lived TCP and UDP flows of both families
-// to it from y/a (node-1) and y/b (node-2, keep=yes), all dual-stack,
-// running until the test ends.
+// FlowServer per family, and long-lived TCP and UDP flows and pings of
+// both families to it from y/a (node-1) and y/b (node-2, keep=yes), all
+// dual-stack, running until the test ends.
 type webFlows struct {
 	c       *cluster.Cluster
-	servers map[bool]*lab.FlowServer // by IPv4
+	servers map[bool]*lab.FlowServer   // by IPv4
+	pings   map[netip.Addr]*lab.Pinger // by client address
 }
 
 // log is the record of the flow from client over proto; a flow's log is
@@ -48,7 +49,7 @@ func startWebFlows(t *testing.T, ctx context.Context) *webFlows {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &webFlows{c: c, servers: map[bool]*lab.FlowServer{}}
+	w := &webFlows{c: c, servers: map[bool]*lab.FlowServer{}, pings: map[netip.Addr]*lab.Pinger{}}
 	for _, ip := range c.PodIPs("x/web") {
 		srv, err := lab.StartFlowServer(c.Lab, web, ip)
 		if err != nil {
@@ -69,8 +70,21 @@ func startWebFlows(t *testing.T, ctx context.Context) *webFlows {
 				t.Fatal(err)
 			}
 		}
+		for i, src := range c.PodIPs(k) {
+			dst := c.PodIPs("x/web")[i] // the same family
+			p, err := lab.StartPinger(flowCtx, c.Lab, ep, src, dst, uint16(0x7700+len(w.pings)), 200*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.pings[src] = p
+		}
 	}
 	time.Sleep(time.Second)
+	for src, p := range w.pings {
+		if n, _ := p.After(time.Time{}); n == 0 {
+			t.Fatalf("the ping from %s to %s is not answered before any policy", src, p.Dst)
+		}
+	}
 	return w
 }
 
@@ -87,11 +101,11 @@ func webKeepOnly() *networkingv1.NetworkPolicy {
 }
 
 // TestAgentRevokesDeniedFlows: the real agents, a real API server, and
-// long-lived TCP and UDP flows from y/a (node-1) and y/b (node-2) to x/web
-// (node-1), all dual-stack, over IPv4 and IPv6. A policy created through
-// the API that admits only y/b must cut y/a's established flows of both
-// families (the agent deletes their conntrack entries) and leave y/b's
-// untouched, without a lost datagram.
+// long-lived TCP and UDP flows and pings from y/a (node-1) and y/b
+// (node-2) to x/web (node-1), all dual-stack, over IPv4 and IPv6. A policy
+// created through the API that admits only y/b must cut y/a's established
+// flows and pings of both families (the agent deletes their conntrack
+// entries) and leave y/b's untouched, without a lost datagram.
 func TestAgentRevokesDeniedFlows(t *testing.T) {
 	requireRoot(t)
 	ctx := testContext(t, 3*time.Minute)
@@ -126,6 +140,14 @@ func TestAgentRevokesDeniedFlows(t *testing.T) {
 			if proto == "udp" && (bLost != 0 || bN <= bBefore[bIP]) {
 				t.Errorf("y/b udp from %s: %d lost, %d records (%d before the change)", bIP, bLost, bN, bBefore[bIP])
 			}
+		}
+		// The pings: the policy's rule names no ports, so y/b's are
+		// still admitted; y/a's are cut like its TCP and UDP flows.
+		if n, last := w.pings[aIP].After(applied.Add(1500 * time.Millisecond)); n > 0 {
+			t.Errorf("y/a's ping from %s still answered %v after the policy was created", aIP, last.Sub(applied))
+		}
+		if n, _ := w.pings[bIP].After(applied.Add(time.Second)); n == 0 {
+			t.Errorf("y/b's ping from %s stopped after the change", bIP)
 		}
 	}
 }

@@ -148,6 +148,45 @@ func TestRedTeamDNSCNAMEChain(t *testing.T) {
 	}
 }
 
+// TestRedTeamDNSCNAMEFromOtherZone: the pod asks the trusted resolver
+// for names of a zone it controls, which the resolver relays with their
+// records as the attacker's zone wrote them: "y.attacker.test CNAME
+// www.example.com" and "www.example.com A 203.0.113.77" (and the same
+// shape under rule web's wildcard). The pod never asked a name rule web
+// admits: nothing may be learned, whatever names the chain passes
+// through. The rule's names asked directly still work.
+func TestRedTeamDNSCNAMEFromOtherZone(t *testing.T) {
+	l := newDNSStoreLab(t,
+		dnsserver.Record{Name: "y.attacker.test", Raw: []dnsserver.RawRecord{
+			{Name: "y.attacker.test", CNAME: "www.example.com", TTL: 300},
+			{Name: "www.example.com", Addr: netip.MustParseAddr("203.0.113.77"), TTL: 300},
+		}},
+		dnsserver.Record{Name: "z.attacker.test", Raw: []dnsserver.RawRecord{
+			{Name: "z.attacker.test", CNAME: "hop.attacker.test", TTL: 300},
+			{Name: "hop.attacker.test", CNAME: "evil.example.org", TTL: 300},
+			{Name: "evil.example.org", Addr: netip.MustParseAddr("203.0.113.78"), TTL: 300},
+		}})
+	for _, c := range []struct{ name, addr string }{{"y.attacker.test", "203.0.113.77"}, {"z.attacker.test", "203.0.113.78"}} {
+		if got := l.lookup("x/a", c.name, false); !slices.Contains(got, netip.MustParseAddr(c.addr)) {
+			t.Fatalf("the attacker's lookup of %s got %v", c.name, got)
+		}
+		if l.connects("x/a", c.addr) {
+			t.Errorf("x/a reached %s after asking %s, whose chain passes through a name of rule web\n%s", c.addr, c.name, l.ListTable("node-1"))
+		}
+		if l.Agent("node-1").DNS().Learner.Resolved(netip.MustParseAddr("10.244.1.10"), netip.MustParseAddr(c.addr), webDomains) {
+			t.Errorf("the evaluator takes %s (asked as %s) for a name of rule web", c.addr, c.name)
+		}
+	}
+	// The names asked directly resolve as the zone that owns them says.
+	l.lookup("x/a", "www.example.com", false)
+	if !l.connects("x/a", "192.0.2.10") {
+		t.Errorf("www.example.com -> 192.0.2.10: denied")
+	}
+	if l.connects("x/a", "203.0.113.77") {
+		t.Errorf("x/a reached 203.0.113.77 after asking www.example.com, which the cluster DNS answers with 192.0.2.10")
+	}
+}
+
 // TestRedTeamDNSMappedAAAA: the pod resolves a name of rule web whose AAAA
 // record is ::ffff:203.0.113.78 (the zone is the attacker's, under a
 // wildcard the rule admits) and connects to 203.0.113.78 over IPv4, as a

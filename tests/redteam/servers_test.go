@@ -492,17 +492,7 @@ func startServersLabWith(t *testing.T, ctx context.Context, nodes []string, args
 	// The agents learn the pods (until then their connections wait as
 	// an unknown pod's): the health port answers the pod.
 	for _, n := range nodes {
-		cl := serversHTTPClient(c.Lab, l.attacker[n], time.Second)
-		url := "http://" + l.nodeAddr(n, serversHealthPort) + "/healthz"
-		for end := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-			code, _, err := serversGet(ctx, cl, url, "")
-			if err == nil && code == http.StatusOK {
-				break
-			}
-			if time.Now().After(end) {
-				t.Fatalf("the attacker pod on %s cannot reach %s: %d %v", n, url, code, err)
-			}
-		}
+		serversWaitKnown(t, ctx, l, l.attacker[n], n)
 	}
 	return l
 }
@@ -635,4 +625,59 @@ func serversPodReads(ctx context.Context, cl *http.Client, addr, path, token str
 		seen = append(seen, fmt.Sprintf("%s: %d %v", scheme, code, err))
 	}
 	return strings.Join(seen, "; "), false
+}
+
+// TestRedTeamMetricsLockout is issue 43's lockout of the scraper (item
+// 7): more addresses than the agent kept review buckets for (256) each
+// send one request with a made-up token to the node's metrics port
+// (install.yaml's flags, a real API server answering the reviews); then
+// a Prometheus rescheduled to a new pod scrapes with a valid token and
+// must get the metrics, not 429.
+func TestRedTeamMetricsLockout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	metricsFlag, installArgs := serversInstallArgs(t)
+	l := startServersLabWith(t, ctx, []string{"node-1"}, installArgs, map[string]string{"node-1": metricsFlag})
+	token, err := l.c.MetricsReaderToken(ctx, "monitoring", "prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.c.CreatePod(ctx, cluster.Pod{Namespace: "monitoring", Name: "prometheus", Node: "node-1"}); err != nil {
+		t.Fatal(err)
+	}
+	scraper, err := l.c.PodEndpoint("monitoring/prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serversWaitKnown(t, ctx, l, scraper, "node-1")
+	r, err := l.c.RunMetricsLockout(ctx, cluster.MetricsLockout{Node: "node-1", Addr: l.nodeAddr("node-1", serversMetricsPort),
+		Sources: 300, Scraper: scraper, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the crowd's 300 addresses got (status: count) %v", r.Crowd)
+	if r.Crowd[http.StatusUnauthorized] == 0 {
+		t.Errorf("no made-up token of the crowd was refused with 401: %v (the attack did not reach the agent)", r.Crowd)
+	}
+	if !r.ScrapeOK() {
+		t.Errorf("a valid scrape from a new pod after 300 addresses sent made-up tokens: %d %s; want 200", r.ScrapeCode, r.ScrapeError)
+	}
+}
+
+// serversWaitKnown waits until node's agent knows the pod at ep: its
+// health port answers the pod (until then its connections wait as an
+// unknown pod's).
+func serversWaitKnown(t *testing.T, ctx context.Context, l *serversLab, ep netlab.Endpoint, node string) {
+	t.Helper()
+	cl := serversHTTPClient(l.c.Lab, ep, time.Second)
+	url := "http://" + l.nodeAddr(node, serversHealthPort) + "/healthz"
+	for end := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		code, _, err := serversGet(ctx, cl, url, "")
+		if err == nil && code == http.StatusOK {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%v on %s cannot reach %s: %d %v", ep, node, url, code, err)
+		}
+	}
 }

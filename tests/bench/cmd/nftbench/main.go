@@ -8,10 +8,12 @@
 //	nftbench conn  [--rounds N] [--duration D] [--max-conns N] [--workers N] [--reply] [--client-in-process]
 //	nftbench scale [--pods 1000,10000,50000,100000,150000] [--policies 1000] [--local-pods 4] [--policy-scale 10000:100]
 //	nftbench delay [--cycles 5] [--interval 2ms] [--mode hybrid]
+//	nftbench churn [--pods 5000] [--policies 1000] [--peers 200] [--interval 100ms] [--changes 20]
 //	nftbench newpod [--pods 200] [--informer-delay 30ms] [--revocations 20]
 //	nftbench queueflood [--rounds 3]
 //	nftbench dns   [--lookups 1000] [--conns 100]
 //	nftbench revoke [--entries 200000]
+//	nftbench metricsauth [--sources 300]
 //	nftbench costamp [--pods 20000] [--policies 1000] [--peers 2300] [--runs 5]
 //	nftbench stagedlag [--conns 200]
 //	nftbench status [--nodes 1000] [--policies 100] [--changes 16] [--runs 9] [--burst 10] [--burst-window 50ms] [--wait-rounds 20] [--admin-writes]
@@ -58,7 +60,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|newpod|queueflood|dns|revoke|costamp|stagedlag|status|restart|contention|gobench|report|chart|comparechart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|churn|newpod|queueflood|dns|revoke|metricsauth|costamp|stagedlag|status|restart|contention|gobench|report|chart|comparechart [flags]")
 	os.Exit(2)
 }
 
@@ -162,6 +164,17 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunDelay(ctx, c)
+	case "churn":
+		var c bench.ChurnConfig
+		fs.IntVar(&c.Pods, "pods", 5000, "pods in the API, on fake nodes")
+		fs.IntVar(&c.Policies, "policies", 1000, "NetworkPolicies in the API besides the churning one")
+		fs.IntVar(&c.Peers, "peers", 200, "peers of the churning policy, each selecting every pod")
+		fs.DurationVar(&c.Interval, "interval", 100*time.Millisecond, "time between two edits of the churning policy")
+		fs.IntVar(&c.Changes, "changes", 20, "another namespace's new policies timed, without the churn and then with it")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunChurn(ctx, c)
 	case "newpod":
 		var c bench.NewPodConfig
 		fs.IntVar(&c.Pods, "pods", 200, "new pods created one after another, each connecting the moment its interface is up")
@@ -193,6 +206,13 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunRevoke(ctx, c)
+	case "metricsauth":
+		var c bench.MetricsAuthConfig
+		fs.IntVar(&c.Sources, "sources", 300, "addresses that send a made-up token each before the valid scrape")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunMetricsAuth(ctx, c)
 	case "costamp":
 		var c bench.CostAmpConfig
 		fs.IntVar(&c.Pods, "pods", 20000, "pods in the cluster")

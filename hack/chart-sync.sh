@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# hack/chart-sync.sh remakes charts/nftpolicy/templates/install.yaml from
+# install.yaml (hack/release/chart.go: the DaemonSet's settings become
+# values, everything else is copied). Run it after changing install.yaml;
+# it stops, naming the line, when install.yaml moved a line the chart makes
+# a value of. go test ./hack/release fails while the two differ.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+GOWORK=off go run ./hack/release chart-sync -in install.yaml -out charts/nftpolicy/templates/install.yaml

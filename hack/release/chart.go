@@ -1,0 +1,71 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// chartHeader starts charts/nftpolicy/templates/install.yaml.
+const chartHeader = `{{- /*
+Made from install.yaml by hack/chart-sync.sh (release chart-sync): do not
+edit. The DaemonSet's settings come from values.yaml; everything else is
+install.yaml's text. tests/chart checks that the default values render
+exactly install.yaml's objects.
+*/ -}}
+{{- include "nftpolicy.validate" . }}
+`
+
+// chartEdits are the replacements that turn install.yaml into the chart's
+// template, in order; each must match exactly once, so a change of
+// install.yaml that moves one of these lines stops the sync with the line
+// to look at instead of rendering a chart that lost a value.
+var chartEdits = [][2]string{
+	{"#   kubectl apply -f install.yaml\n", "#   helm install nftpolicy charts/nftpolicy\n"},
+	{"      nodeSelector:\n        kubernetes.io/os: linux\n",
+		"      {{- with .Values.nodeSelector }}\n      nodeSelector:\n        {{- toYaml . | nindent 8 }}\n      {{- end }}\n"},
+	{"      tolerations:\n        - operator: Exists\n",
+		"      {{- with .Values.tolerations }}\n      tolerations:\n        {{- toYaml . | nindent 8 }}\n      {{- end }}\n"},
+	{"          image: ghcr.io/nftpolicy/nftpolicy:v0.1.0\n          imagePullPolicy: IfNotPresent\n",
+		"          image: {{ include \"nftpolicy.image\" . }}\n          imagePullPolicy: {{ .Values.image.pullPolicy }}\n"},
+	{"            - --mode=hybrid\n",
+		"            - --mode={{ .Values.mode }}\n            {{- if .Values.failOpen }}\n            - --fail-open\n            {{- end }}\n"},
+	{"            - --metrics-bind-address=:9402\n            - --metrics-auth=delegated\n",
+		"            - --metrics-bind-address={{ .Values.metrics.bindAddress }}\n            - --metrics-auth={{ .Values.metrics.auth }}\n"},
+	{"            - --v=1\n",
+		"            - --v={{ .Values.logVerbosity }}\n            {{- with .Values.extraArgs }}\n            {{- toYaml . | nindent 12 }}\n            {{- end }}\n"},
+	{"          resources:\n            requests:\n              cpu: 50m\n              memory: 128Mi\n            limits:\n              memory: 768Mi\n",
+		"          {{- with .Values.resources }}\n          resources:\n            {{- toYaml . | nindent 12 }}\n          {{- end }}\n"},
+}
+
+// chartTemplate returns the chart's template made from install.yaml.
+func chartTemplate(install string) (string, error) {
+	if strings.Contains(install, "{{") {
+		return "", fmt.Errorf("install.yaml holds {{, which helm would read as a template action")
+	}
+	s := install
+	for _, e := range chartEdits {
+		if n := strings.Count(s, e[0]); n != 1 {
+			return "", fmt.Errorf("install.yaml has %d copies of %q, want 1: change hack/release/chart.go's chartEdits (and values.yaml) with it", n, e[0])
+		}
+		s = strings.Replace(s, e[0], e[1], 1)
+	}
+	return chartHeader + s, nil
+}
+
+func cmdChartSync(args []string) error {
+	fs := flag.NewFlagSet("chart-sync", flag.ExitOnError)
+	in := fs.String("in", "install.yaml", "the manifest")
+	out := fs.String("out", "charts/nftpolicy/templates/install.yaml", "the chart's template to write")
+	fs.Parse(args)
+	b, err := os.ReadFile(*in)
+	if err != nil {
+		return err
+	}
+	t, err := chartTemplate(string(b))
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(*out, []byte(t), 0o644)
+}

@@ -1,0 +1,203 @@
+// Package chart checks the Helm chart charts/nftpolicy with the real helm
+// binary (hack/helm.sh builds it): with default values it renders exactly
+// the objects of install.yaml, each value lands where the agent reads it,
+// values the agent would refuse fail the rendering, and `helm lint` is
+// clean. The equality test is the guard that keeps the chart in step with
+// install.yaml when either changes.
+package chart
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/nftpolicy/nftpolicy/tests/testenv"
+)
+
+const chartDir = "../../charts/nftpolicy"
+
+// helmBin returns the helm that hack/helm.sh built (NFTPOLICY_HELM
+// overrides), or stops the test as testenv decides.
+func helmBin(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("NFTPOLICY_HELM"); p != "" {
+		return p
+	}
+	out, err := exec.Command("bash", "../../hack/helm.sh", "--built").Output()
+	if err != nil {
+		err = errors.New("needs helm: bash hack/helm.sh (make helm) builds it")
+	}
+	testenv.Require(t, "chart tests", testenv.Err(err))
+	return strings.TrimSpace(string(out))
+}
+
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(helmBin(t), args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("helm %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out), nil
+}
+
+func render(t *testing.T, sets ...string) map[string]map[string]any {
+	t.Helper()
+	args := []string{"template", "nftpolicy", chartDir, "--namespace", "kube-system"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	out, err := helm(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objects(t, out)
+}
+
+// objects parses a multi-document manifest into its objects, keyed by
+// apiVersion, kind, namespace and name (helm orders them by kind, not as
+// the file does).
+func objects(t *testing.T, manifest string) map[string]map[string]any {
+	t.Helper()
+	res := map[string]map[string]any{}
+	dec := yaml.NewDecoder(strings.NewReader(manifest))
+	for {
+		var obj map[string]any
+		err := dec.Decode(&obj)
+		if err == io.EOF {
+			return res
+		}
+		if err != nil {
+			t.Fatalf("parsing the manifest: %v", err)
+		}
+		if obj == nil {
+			continue
+		}
+		md, _ := obj["metadata"].(map[string]any)
+		key := fmt.Sprintf("%v %v %v/%v", obj["apiVersion"], obj["kind"], md["namespace"], md["name"])
+		if _, dup := res[key]; dup {
+			t.Fatalf("%s appears twice", key)
+		}
+		res[key] = obj
+	}
+}
+
+// TestReleaseChart: in a release directory (NFTPOLICY_RELEASE_DIR, which
+// hack/release-check.sh sets), the chart archive with its default values
+// and its CRDs renders exactly the objects of the release's install.yaml:
+// the same image digest, the same ClusterNetworkPolicy CRD.
+func TestReleaseChart(t *testing.T) {
+	dir := os.Getenv("NFTPOLICY_RELEASE_DIR")
+	if dir == "" {
+		t.Skip("NFTPOLICY_RELEASE_DIR is not set: hack/release-check.sh runs this test on a release")
+	}
+	charts, err := filepath.Glob(filepath.Join(dir, "nftpolicy-*.tgz"))
+	if err != nil || len(charts) != 1 {
+		t.Fatalf("%s: want one chart archive, have %v (%v)", dir, charts, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "install.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := helm(t, "template", "nftpolicy", charts[0], "--include-crds", "--namespace", "kube-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(objects(t, string(b)), objects(t, out)); d != "" {
+		t.Errorf("%s differs from install.yaml (-install.yaml +chart):\n%s", charts[0], d)
+	}
+}
+
+func TestChartDefaultsRenderInstallYAML(t *testing.T) {
+	b, err := os.ReadFile("../../install.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := objects(t, string(b))
+	got := render(t)
+	if len(want) < 10 {
+		t.Fatalf("install.yaml has %d objects; is it the manifest?", len(want))
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("helm template with default values differs from install.yaml (-install.yaml +chart):\n%s", d)
+	}
+}
+
+// daemonSet returns the rendered agent container and pod spec.
+func daemonSet(t *testing.T, objs map[string]map[string]any) (container, pod map[string]any) {
+	t.Helper()
+	ds := objs["apps/v1 DaemonSet kube-system/nftpolicy"]
+	if ds == nil {
+		t.Fatal("no DaemonSet kube-system/nftpolicy rendered")
+	}
+	pod = ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	return pod["containers"].([]any)[0].(map[string]any), pod
+}
+
+func TestChartValues(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	c, pod := daemonSet(t, render(t,
+		"mode=queue", "failOpen=true", "image.repository=registry.example/np", "image.tag=v9.9.9",
+		"image.digest="+digest, "image.pullPolicy=Always", "metrics.auth=none",
+		"metrics.bindAddress=127.0.0.1:9402", "logVerbosity=4", "extraArgs[0]=--unknown-pod-wait=2s",
+		"resources.limits.memory=1Gi", "nodeSelector.pool=edge", "tolerations=null"))
+	want := []any{
+		"agent", "--mode=queue", "--fail-open", "--metrics-bind-address=127.0.0.1:9402", "--metrics-auth=none",
+		"--health-bind-address=:9403", "--state-dir=/run/nftpolicy",
+		"--preview-socket=/run/nftpolicy-preview/preview.sock", "--v=4", "--unknown-pod-wait=2s",
+	}
+	if d := cmp.Diff(want, c["args"]); d != "" {
+		t.Errorf("args (-want +got):\n%s", d)
+	}
+	if got, want := c["image"], "registry.example/np:v9.9.9@"+digest; got != want {
+		t.Errorf("image %v, want %s", got, want)
+	}
+	if c["imagePullPolicy"] != "Always" {
+		t.Errorf("imagePullPolicy %v, want Always", c["imagePullPolicy"])
+	}
+	limits := c["resources"].(map[string]any)["limits"].(map[string]any)
+	if limits["memory"] != "1Gi" {
+		t.Errorf("memory limit %v, want 1Gi", limits["memory"])
+	}
+	if d := cmp.Diff(map[string]any{"kubernetes.io/os": "linux", "pool": "edge"}, pod["nodeSelector"]); d != "" {
+		t.Errorf("nodeSelector (-want +got):\n%s", d)
+	}
+	if _, ok := pod["tolerations"]; ok {
+		t.Errorf("tolerations %v rendered, want none", pod["tolerations"])
+	}
+}
+
+// TestChartRefusesBadValues: values the agent refuses at start (it would
+// crash-loop on every node) fail the rendering with the value's name.
+func TestChartRefusesBadValues(t *testing.T) {
+	for _, set := range []string{"mode=enforce", "metrics.auth=token", "image.digest=sha256:short", "image.digest=latest"} {
+		_, err := helm(t, "template", "nftpolicy", chartDir, "--set", set)
+		name, _, _ := strings.Cut(set, "=")
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("--set %s: error %v, want one naming %s", set, err, name)
+		}
+	}
+}
+
+func TestChartLint(t *testing.T) {
+	out, err := helm(t, "lint", "--strict", chartDir)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "0 chart(s) failed") {
+		t.Fatalf("helm lint:\n%s", out)
+	}
+	abs, _ := filepath.Abs(chartDir)
+	t.Logf("helm lint --strict %s:\n%s", abs, out)
+}
