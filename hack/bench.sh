@@ -56,6 +56,10 @@
 #          (staged_log_lag_ms_p99)
 #   revoke one connection-revocation pass over 200k conntrack entries: the
 #          RSS it adds (revocation_extra_rss_mb_200k_conntrack) and its time
+#   costamp issue 43's cost amplification (one NetworkPolicy of 2,300 peers,
+#          each selecting every pod) at 20,000 pods: what it adds to the
+#          agent's build, in process (cost_amp_build_ms_20k_pods,
+#          cost_amp_rss_extra_mb_20k_pods)
 #   metricsauth 300 addresses send made-up tokens to a real agent's metrics
 #          port (--metrics-auth=delegated, a real API server), then a new pod
 #          scrapes with a valid token (metrics_scrape_ok_under_lockout)
@@ -273,6 +277,12 @@ if section revoke; then
 	"$NFTBENCH" revoke --entries 200000 >"$OUT/revoke.txt"
 fi
 
+if section costamp; then
+	log "costamp: one policy of 2,300 peers each selecting every pod, 20,000 pods"
+	contention costamp
+	"$NFTBENCH" costamp --pods 20000 >"$OUT/costamp.txt"
+fi
+
 if section metricsauth; then
 	log "metricsauth: 300 addresses with made-up tokens, then a valid scrape from a new pod"
 	"$NFTBENCH" metricsauth --sources 300 >"$OUT/metricsauth.txt"
@@ -285,5 +295,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth,costamp}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

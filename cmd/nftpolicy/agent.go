@@ -64,6 +64,7 @@ type agentOptions struct {
 	healthAddr     string
 	fullSyncPeriod time.Duration
 	refreshDelay   time.Duration
+	budgets        compile.Budgets
 	cnpCheck       time.Duration
 	livenessBudget time.Duration
 	maxQueueLen    uint32
@@ -108,6 +109,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
 	fs.DurationVar(&o.refreshDelay, "program-refresh-delay", controller.DefaultProgramRefreshDelay,
 		"hybrid mode: pod changes reach the kernel at once as element changes; the program that explain and the queue's evaluator read is rebuilt this long after (at least twice the last build's duration)")
+	addBudgetFlags(fs, &o.budgets)
 	fs.DurationVar(&o.cnpCheck, "cluster-policy-check-period", controller.DefaultClusterPolicyCheckPeriod,
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
@@ -299,7 +301,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	ctrl, err := o.status.newController(ctx, controller.Config{
 		Client: client, PodClient: podClient, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,
-		PodCIDRs: podCIDRs, OnProgram: hooks.run, OnPodApplied: hooks.runPod, MemoryReleaser: release,
+		PodCIDRs: podCIDRs, Budgets: o.budgets, OnProgram: hooks.run, OnPodApplied: hooks.runPod, MemoryReleaser: release,
 	}, dyn, reg)
 	if err != nil {
 		return err

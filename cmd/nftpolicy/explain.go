@@ -63,6 +63,7 @@ type explainOptions struct {
 	fromRuleset                                         bool
 	port                                                uint16
 	timeout                                             time.Duration
+	budgets                                             compile.Budgets
 }
 
 func runExplain(args []string, stdout, stderr io.Writer) int {
@@ -76,6 +77,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.protocol, "protocol", "TCP", "TCP, UDP or SCTP")
 	fs.StringVarP(&o.output, "output", "o", "text", "text or json")
 	fs.DurationVar(&o.timeout, "request-timeout", 30*time.Second, "time limit for listing the cluster's objects")
+	addBudgetFlags(fs, &o.budgets)
 	if code, ok := parseFlags(fs, args, stderr, explainUsage); !ok {
 		return code
 	}
@@ -117,6 +119,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 			return exitFailure
 		}
 	}
+	in.Budgets = o.budgets
 	prog := compile.Build(in)
 	src, dst, err := resolvePair(prog, from, to)
 	if err != nil {

@@ -293,6 +293,17 @@ type snapshotDoc struct {
 	Policies        []*networkingv1.NetworkPolicy      `json:"policies,omitempty"`
 	ClusterPolicies []*npav1beta1.ClusterNetworkPolicy `json:"clusterPolicies,omitempty"`
 	Nodes           []*corev1.Node                     `json:"nodes,omitempty"`
+	// Budgets are the agent's cost budgets (compile.Input.Budgets): a
+	// program restored with other budgets would admit a policy the agent
+	// rejected, or reject one it admitted.
+	Budgets *snapshotBudgets `json:"budgets,omitempty"`
+}
+
+// snapshotBudgets is a compile.Budgets, with JSON names.
+type snapshotBudgets struct {
+	Policy        int `json:"policy,omitempty"`
+	Namespace     int `json:"namespace,omitempty"`
+	ClusterPolicy int `json:"clusterPolicy,omitempty"`
 }
 
 // snapshotPod is a compile.PodInfo: the pod as compile.Build reads it.
@@ -360,6 +371,9 @@ func encodeSnapshot(w io.Writer, node string, in compile.Input) (sum [sha256.Siz
 	writeArray(&d, "clusterPolicies", in.ClusterPolicies, func(cnp *npav1beta1.ClusterNetworkPolicy) any {
 		return &npav1beta1.ClusterNetworkPolicy{ObjectMeta: leanMeta(cnp.ObjectMeta), Spec: cnp.Spec}
 	})
+	if in.Budgets != (compile.Budgets{}) {
+		d.field("budgets", snapshotBudgets{Policy: in.Budgets.Policy, Namespace: in.Budgets.Namespace, ClusterPolicy: in.Budgets.ClusterPolicy})
+	}
 	writeArray(&d, "nodes", in.Nodes, func(n *corev1.Node) any {
 		return &corev1.Node{ObjectMeta: leanMeta(n.ObjectMeta),
 			Spec:   corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
@@ -518,6 +532,9 @@ func decodeSnapshot(node string, b []byte) (compile.Input, time.Time, error) {
 		in.PodInfos[i] = sp.info()
 	}
 	in.Namespaces, in.Policies, in.ClusterPolicies, in.Nodes = d.Namespaces, d.Policies, d.ClusterPolicies, d.Nodes
+	if b := d.Budgets; b != nil {
+		in.Budgets = compile.Budgets{Policy: b.Policy, Namespace: b.Namespace, ClusterPolicy: b.ClusterPolicy}
+	}
 	return in, d.Written, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,7 +107,12 @@ func samePrograms(t *testing.T, a, b *compile.Program) {
 func TestSnapshotRoundTrip(t *testing.T) {
 	in := snapshotInput(300)
 	in.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	// Budgets that reject some policies: the restored program must too.
+	in.Budgets = compile.Budgets{Policy: 700, Namespace: 100000, ClusterPolicy: 100000}
 	want := compile.Build(in)
+	if !slices.ContainsFunc(want.Policies, func(p compile.Policy) bool { return p.Rejected }) {
+		t.Fatal("no policy rejected for its budget: the budgets are not tested")
+	}
 	body := snapshotBytes(t, want.Source)
 	t.Logf("%d pods: %d bytes", len(in.Pods), len(body))
 	// The document is written item by item: every field must be one that

@@ -81,6 +81,8 @@ var Targets = []target{
 	{"new_pod_allowed_failed", "==", 0},
 	{"revocation_ms_p99", "<=", 1000},
 	{"revocation_extra_rss_mb_200k_conntrack", "<=", 30},
+	{"cost_amp_rss_extra_mb_20k_pods", "<=", 50},
+	{"cost_amp_build_ms_20k_pods", "<=", 200},
 	{"queue_flood_other_allowed_ok", ">=", 0.99},
 	{"queue_flood_admitted_denied", "==", 0},
 	{"metrics_scrape_ok_under_lockout", "==", 1},
@@ -350,6 +352,9 @@ func Report(r *Result, quick bool) string {
 	row("revocation", "same, p99", "revocation_ms_p99", "ms")
 	row("revocation", "RSS added by one pass over 200k conntrack entries", "revocation_extra_rss_mb_200k_conntrack", "MiB")
 	row("revocation", "that pass's duration", "revocation_pass_ms_200k_conntrack", "ms")
+	row("cost amplification", "RSS one policy of 2,300 peers each selecting every pod adds to a build at 20k pods", "cost_amp_rss_extra_mb_20k_pods", "MiB")
+	row("cost amplification", "time it adds to that build (refused at its budget)", "cost_amp_build_ms_20k_pods", "ms")
+	row("cost amplification", "CPU time it adds to that build", "cost_amp_build_cpu_ms_20k_pods", "ms")
 	row("queue flood", "other pods' allowed connections that succeed while one pod floods the queue (both fail modes)", "queue_flood_other_allowed_ok", "")
 	row("queue flood", "denied connections admitted during the flood, both fail modes", "queue_flood_admitted_denied", "")
 	row("metrics auth", "a new pod's valid scrape succeeds after 300 addresses sent made-up tokens", "metrics_scrape_ok_under_lockout", "")
