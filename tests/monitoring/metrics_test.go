@@ -53,16 +53,7 @@ func TestMonitoredMetricsExist(t *testing.T) {
 	defer cancel()
 	exercise(t, ctx, c)
 
-	served := map[string]bool{}
-	for _, a := range c.Agents() {
-		code, body, err := a.Get(ctx, cluster.MetricsAddr, "/metrics")
-		if err != nil || code != http.StatusOK {
-			t.Fatalf("scraping the agent of %s: status %d, %v", a.Node, code, err)
-		}
-		for n := range exposedNames(body) {
-			served[n] = true
-		}
-	}
+	served := scrapeUntil(t, ctx, c, exercised)
 	declared, err := declaredVectors()
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +75,53 @@ func TestMonitoredMetricsExist(t *testing.T) {
 	}
 	t.Logf("%d metrics used by the alerts and the dashboard; %d served by the agents; not sampled in this run, declared by the agent as labelled metrics: %s",
 		len(names), len(names)-len(unexercised), strings.Join(unexercised, ", "))
+}
+
+// exercised are labelled metrics that exercise must give their first
+// samples: the test waits for them (the deny log and the verification
+// samples are read after the probes), and fails without them.
+var exercised = []string{
+	"nftpolicy_denied_connections_total", "nftpolicy_verdicts_verified_total",
+	"nftpolicy_policy_packets_total", "nftpolicy_sync_duration_seconds_bucket",
+}
+
+// scrapeUntil scrapes every agent until the names of want are all served
+// (at most 30 s) and returns the names served. It probes every pair again
+// each 2 s meanwhile: an agent's NFLOG readers start after it is ready,
+// so the kernel may have logged the first probes' denials to no one.
+func scrapeUntil(t *testing.T, ctx context.Context, c *cluster.Cluster, want []string) map[string]bool {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 1; ; i++ {
+		served := map[string]bool{}
+		for _, a := range c.Agents() {
+			code, body, err := a.Get(ctx, cluster.MetricsAddr, "/metrics")
+			if err != nil || code != http.StatusOK {
+				t.Fatalf("scraping the agent of %s: status %d, %v", a.Node, code, err)
+			}
+			for n := range exposedNames(body) {
+				served[n] = true
+			}
+		}
+		var missing []string
+		for _, n := range want {
+			if !served[n] {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) == 0 {
+			return served
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the probes, the agents serve no sample of %s", strings.Join(missing, ", "))
+		}
+		time.Sleep(200 * time.Millisecond)
+		if i%10 == 0 {
+			if _, err := c.ProbeAll(ctx, cluster.ProbeOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 // exercise creates two namespaces with pods on both nodes and a policy
@@ -136,7 +174,6 @@ func exercise(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 		t.Fatalf("real packets disagree with the evaluator:\n%s", m.Report())
 	}
 	t.Logf("probed:\n%s", m.Grid())
-	time.Sleep(2 * time.Second) // the deny log and verification samples read
 }
 
 // exposedNames returns the sample names and the metric family names

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,6 +84,33 @@ func TestPromtoolTestRules(t *testing.T) {
 			t.Errorf("alert %s has no promtool test case in which it fires", a)
 		}
 	}
+}
+
+// TestDashboardQueriesParse checks every panel query of the dashboard with
+// promtool: each becomes a recording rule of a temporary rules file
+// (Grafana's $__rate_interval and $instance replaced by what they expand
+// to), which `promtool check rules` parses.
+func TestDashboardQueriesParse(t *testing.T) {
+	dash := loadDashboard(t)
+	var b strings.Builder
+	b.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	n := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			expr := strings.NewReplacer("$__rate_interval", "2m", "$instance", ".*").Replace(tg.Expr)
+			q, _ := json.Marshal(expr)
+			fmt.Fprintf(&b, "      - record: dashboard:panel%d\n        expr: %s\n", n, q)
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("the dashboard has no panel queries")
+	}
+	path := filepath.Join(t.TempDir(), "dashboard-rules.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Log(runPromtool(t, "check", "rules", path))
 }
 
 // firingCases lists the alerts a promtool test file expects to fire at
@@ -325,27 +353,7 @@ func usedMetrics(t *testing.T) map[string][]string {
 			add(r.Expr, "alert "+r.Alert+r.Record)
 		}
 	}
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-		Templating struct {
-			List []struct {
-				Name       string `json:"name"`
-				Definition string `json:"definition"`
-			} `json:"list"`
-		} `json:"templating"`
-	}
-	data, err := os.ReadFile(filepath.Join(kitDir, "grafana-dashboard.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &dash); err != nil {
-		t.Fatalf("grafana-dashboard.json: %v", err)
-	}
+	dash := loadDashboard(t)
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
 			add(tg.Expr, "panel "+p.Title)
@@ -358,6 +366,35 @@ func usedMetrics(t *testing.T) map[string][]string {
 		sort.Strings(w)
 	}
 	return used
+}
+
+// dashboard is the part of the Grafana dashboard these tests read.
+type dashboard struct {
+	Panels []struct {
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name       string `json:"name"`
+			Definition string `json:"definition"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+func loadDashboard(t *testing.T) dashboard {
+	t.Helper()
+	var dash dashboard
+	data, err := os.ReadFile(filepath.Join(kitDir, "grafana-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("grafana-dashboard.json: %v", err)
+	}
+	return dash
 }
 
 // TestExprMetrics checks the extraction the metrics test relies on.
