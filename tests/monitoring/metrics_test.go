@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
+	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
@@ -34,9 +35,10 @@ func TestMain(m *testing.M) {
 // TestMonitoredMetricsExist scrapes real agents in the lab and fails when
 // a metric an alert or a dashboard panel uses is not one the agent
 // serves. The agents run as install.yaml's (hybrid mode, deny log, DNS
-// learner) plus --verify-rate; the test creates pods and a policy and
-// probes every pair, so that the labelled metrics of syncs, packets,
-// denials and verification get their first samples.
+// learner, staged log) plus --verify-rate; the test creates pods, a policy
+// and a staged policy, revokes flows and probes every pair, so that the
+// labelled metrics of syncs, packets, denials, revocations, staged verdicts
+// and verification get their first samples (exercised: the test fails without them).
 //
 // A labelled metric (a Vec, or a collector's Desc with variable labels)
 // has no line in the exposition before its first labelled sample, and
@@ -77,12 +79,42 @@ func TestMonitoredMetricsExist(t *testing.T) {
 		len(names), len(names)-len(unexercised), strings.Join(unexercised, ", "))
 }
 
+// startFlows opens TCP and UDP flows from one pod to a flow server on the
+// other (8080/TCP, 9090/UDP) that run until the test ends: a policy that
+// denies them then has them revoked.
+func startFlows(t *testing.T, ctx context.Context, c *cluster.Cluster, from, to string) {
+	t.Helper()
+	if _, err := c.WaitProgrammed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srvPod, err := c.PodEndpoint(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := c.PodIPs(to)[0]
+	srv, err := lab.StartFlowServer(c.Lab, srvPod, ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flowCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(srv.Close)
+	t.Cleanup(stop) // before the server closes
+	client, err := c.PodEndpoint(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.StartFlows(flowCtx, c.Lab, client, ip); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // exercised are labelled metrics that exercise must give their first
 // samples: the test waits for them (the deny log and the verification
 // samples are read after the probes), and fails without them.
 var exercised = []string{
 	"nftpolicy_denied_connections_total", "nftpolicy_verdicts_verified_total",
-	"nftpolicy_policy_packets_total", "nftpolicy_sync_duration_seconds_bucket",
+	"nftpolicy_policy_packets_total", "nftpolicy_sync_duration_seconds_bucket", "nftpolicy_staged_verdicts_total",
+	"nftpolicy_revoked_flows_total",
 }
 
 // scrapeUntil scrapes every agent until the names of want are all served
@@ -124,9 +156,11 @@ func scrapeUntil(t *testing.T, ctx context.Context, c *cluster.Cluster, want []s
 	}
 }
 
-// exercise creates two namespaces with pods on both nodes and a policy
-// that admits only clients to the web pod on 80/TCP, and probes every pair
-// (allowed and denied connections, deny log lines, verified verdicts).
+// exercise creates two namespaces with pods on both nodes and flows from
+// the db pod to the web pod, then a policy that admits only clients to the
+// web pod on 80/TCP (the flows are revoked) and a staged one that would
+// deny the clients' egress, and probes every pair (allowed and denied
+// connections, deny log lines, staged verdicts, verified verdicts).
 func exercise(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	t.Helper()
 	nodes := c.Nodes()
@@ -146,6 +180,7 @@ func exercise(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 			t.Fatal(err)
 		}
 	}
+	startFlows(t, ctx, c, "x/b", "x/a")
 	port := intstr.FromInt32(80)
 	np := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "web"},
@@ -161,6 +196,20 @@ func exercise(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 		},
 	}
 	if _, err := c.ApplyPolicy(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	// Staged: the clients' egress limited to port 81 would deny their
+	// probes on 80 (nftpolicy_staged_verdicts_total{would="deny"}).
+	port81 := intstr.FromInt32(81)
+	staged := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "y", Name: "staged-egress", Annotations: map[string]string{"nftpolicy.io/staged": "true"}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress:      []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{{Port: &port81}}}},
+		},
+	}
+	if _, err := c.ApplyPolicy(ctx, staged); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.WaitProgrammed(ctx); err != nil {
