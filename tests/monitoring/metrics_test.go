@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/internal/lab"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
@@ -35,7 +36,8 @@ func TestMain(m *testing.M) {
 // TestMonitoredMetricsExist scrapes real agents in the lab and fails when
 // a metric an alert or a dashboard panel uses is not one the agent
 // serves. The agents run as install.yaml's (hybrid mode, deny log, DNS
-// learner, staged log) plus --verify-rate; the test creates pods, a policy
+// learner, staged log) plus --verify-rate, then in queue mode (the
+// userspace decisions' metrics); the test creates pods, a policy
 // and a staged policy, revokes flows and probes every pair, so that the
 // labelled metrics of syncs, packets, denials, revocations, staged verdicts
 // and verification get their first samples (exercised: the test fails without them).
@@ -50,12 +52,29 @@ func TestMain(m *testing.M) {
 func TestMonitoredMetricsExist(t *testing.T) {
 	testenv.Require(t, "monitoring metrics test", testenv.Root("create network namespaces and run nftpolicy agents"))
 	used := usedMetrics(t)
-	c := cluster.Start(t, cluster.Config{Prefix: "npmon", AgentArgs: []string{"--verify-rate=1"}})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	exercise(t, ctx, c)
-
-	served := scrapeUntil(t, ctx, c, exercised)
+	served := map[string]bool{}
+	for _, run := range []struct {
+		mode   compile.Mode
+		prefix string
+		args   []string
+		want   []string
+	}{
+		{compile.ModeHybrid, "npmonh", []string{"--verify-rate=1"}, exercised},
+		{compile.ModeQueue, "npmonq", nil, []string{"nftpolicy_queue_verdicts_total", "nftpolicy_queue_decision_seconds_bucket"}},
+	} {
+		t.Run(string(run.mode), func(t *testing.T) {
+			c := cluster.Start(t, cluster.Config{Mode: run.mode, Prefix: run.prefix, AgentArgs: run.args})
+			exercise(t, ctx, c)
+			for n := range scrapeUntil(t, ctx, c, run.want) {
+				served[n] = true
+			}
+		})
+	}
+	if t.Failed() {
+		return
+	}
 	declared, err := declaredVectors()
 	if err != nil {
 		t.Fatal(err)
