@@ -2,7 +2,8 @@
 // alert rules with the real promtool (hack/promtool.sh builds it; `promtool
 // check rules` and the unit tests of deploy/monitoring/tests), the
 // PrometheusRule against the plain rules file, the ServiceMonitor against
-// install.yaml's metrics port, and, against a real agent in the lab, that
+// install.yaml's metrics port and the Prometheus Operator's CRDs in a real
+// API server (objects_test.go), and, against real agents in the lab, that
 // every metric an alert or a dashboard panel uses exists
 // (metrics_test.go).
 package monitoring
