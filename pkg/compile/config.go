@@ -2,8 +2,15 @@ package compile
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 )
+
+// DefaultTunnelUDPPorts are the UDP ports of overlay encapsulation that only
+// nodes may send to nodes: 4789 (VXLAN, IANA), 6081 (Geneve), 8472
+// (VXLAN as Flannel and the Linux kernel's default use it).
+var DefaultTunnelUDPPorts = []uint16{4789, 6081, 8472}
 
 // Mode says who decides new connections of policy-selected pods.
 type Mode string
@@ -119,6 +126,16 @@ type RenderConfig struct {
 	// through that interface are then not dropped (render_source.go). For
 	// CNIs that already stop pods from spoofing.
 	NoSourceValidation bool
+	// TunnelUDPPorts are the UDP ports of encapsulation (VXLAN, Geneve)
+	// that only nodes may send to nodes (render_source.go's tunnel check,
+	// part of source validation): nil means DefaultTunnelUDPPorts, an
+	// empty non-nil slice none (the IP protocols ipip, ipv6 and gre are
+	// always checked).
+	TunnelUDPPorts []uint16
+	// TunnelPeers are sources besides the Nodes' addresses that may send
+	// encapsulation to this node: tunnel endpoints on addresses no Node
+	// lists, load balancers that deliver IPIP.
+	TunnelPeers []netip.Prefix
 	// Verify samples the kernel's verdicts for runtime verification
 	// (verify.go); its zero value renders nothing.
 	Verify VerifyConfig
@@ -150,6 +167,9 @@ func (c *RenderConfig) Defaults() {
 	}
 	c.shareDefaults()
 	c.stagedLogDefaults()
+	if c.TunnelUDPPorts == nil {
+		c.TunnelUDPPorts = slices.Clone(DefaultTunnelUDPPorts)
+	}
 	c.Verify.defaults()
 }
 
@@ -180,6 +200,9 @@ func (c *RenderConfig) Validate() error {
 		return err
 	}
 	if err := c.validateVerify(); err != nil {
+		return err
+	}
+	if err := c.validateTunnel(); err != nil {
 		return err
 	}
 	return c.validateDenyLog()
@@ -233,4 +256,19 @@ func QueueStatement(first, n uint16, bypass, fanout bool) string {
 // userspace chain for the configuration (fanout whenever several queues).
 func NativeQueueStatement(cfg RenderConfig) string {
 	return "counter " + QueueStatement(cfg.QueueNum, cfg.Queues, cfg.FailOpen, true)
+}
+
+// validateTunnel checks the tunnel check's ports and peers.
+func (c *RenderConfig) validateTunnel() error {
+	for _, p := range c.TunnelUDPPorts {
+		if p == 0 {
+			return fmt.Errorf("tunnel UDP port 0: ports are 1-65535")
+		}
+	}
+	for _, p := range c.TunnelPeers {
+		if !p.IsValid() {
+			return fmt.Errorf("tunnel peer %v: not a prefix", p)
+		}
+	}
+	return nil
 }

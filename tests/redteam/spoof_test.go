@@ -131,10 +131,16 @@ type spoofLab struct {
 
 func newSpoofLab(t *testing.T, cfg lab.Config) *spoofLab {
 	t.Helper()
+	return newScenarioLab(t, spoofScenario, cfg)
+}
+
+// newScenarioLab is the lab of a scenario, applied, with its endpoints.
+func newScenarioLab(t *testing.T, text string, cfg lab.Config) *spoofLab {
+	t.Helper()
 	spoofRequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := scenario.Parse([]byte(spoofScenario))
+	s, err := scenario.Parse([]byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
