@@ -293,6 +293,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	// clean-up (added by startFQDN, before the controller runs).
 	hooks := &programHooks{}
 	hooks.add(onProgram)
+	hooks.add(o.newPod.rangesHook(log, render))
 	ctrl, err := o.status.newController(ctx, controller.Config{
 		Client: client, PodClient: podClient, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,

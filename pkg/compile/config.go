@@ -3,6 +3,7 @@ package compile
 import (
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -136,6 +137,11 @@ type RenderConfig struct {
 	// encapsulation to this node: tunnel endpoints on addresses no Node
 	// lists, load balancers that deliver IPIP.
 	TunnelPeers []netip.Prefix
+	// UplinkIfaces names the node's uplinks (nft iifname patterns: a name,
+	// or a prefix and "*"): without pod ranges, an unknown source on a pod
+	// interface is dropped (render_unknown.go), and these interfaces,
+	// which may be veths or bridges, are not pod interfaces.
+	UplinkIfaces []string
 	// Verify samples the kernel's verdicts for runtime verification
 	// (verify.go); its zero value renders nothing.
 	Verify VerifyConfig
@@ -258,7 +264,12 @@ func NativeQueueStatement(cfg RenderConfig) string {
 	return "counter " + QueueStatement(cfg.QueueNum, cfg.Queues, cfg.FailOpen, true)
 }
 
-// validateTunnel checks the tunnel check's ports and peers.
+// ifacePattern is an interface name (at most 15 characters), or a prefix
+// of one and "*".
+var ifacePattern = regexp.MustCompile(`^[A-Za-z0-9._@:-]{1,15}\*?$`)
+
+// validateTunnel checks the tunnel check's ports and peers, and the
+// uplinks.
 func (c *RenderConfig) validateTunnel() error {
 	for _, p := range c.TunnelUDPPorts {
 		if p == 0 {
@@ -268,6 +279,17 @@ func (c *RenderConfig) validateTunnel() error {
 	for _, p := range c.TunnelPeers {
 		if !p.IsValid() {
 			return fmt.Errorf("tunnel peer %v: not a prefix", p)
+		}
+	}
+	return ValidateUplinks(c.UplinkIfaces)
+}
+
+// ValidateUplinks checks RenderConfig.UplinkIfaces: interface names, or a
+// prefix of one and "*".
+func ValidateUplinks(names []string) error {
+	for _, u := range names {
+		if !ifacePattern.MatchString(u) {
+			return fmt.Errorf("uplink interface %q: not an interface name (or prefix and *)", u)
 		}
 	}
 	return nil

@@ -177,7 +177,9 @@ func (r *renderer) tunnelChain() {
 			"encapsulation from a pod interface to a node: --source-validation=false disables"))
 	}
 	for _, v4 := range []bool{true, false} {
-		c.Rules = append(c.Rules, rule(fmt.Sprintf(`iifname != "lo" fib daddr type { local, broadcast, multicast } %s saddr != @%s counter drop`, famWord(v4), nodeAddrsSet(v4)),
+		// The source first: a node's own tunnel traffic, nearly all of what
+		// comes here, ends at a set lookup, before the routing lookup.
+		c.Rules = append(c.Rules, rule(fmt.Sprintf(`iifname != "lo" %s saddr != @%s fib daddr type { local, broadcast, multicast } counter drop`, famWord(v4), nodeAddrsSet(v4)),
 			"encapsulation to this node from no node (a pod, any interface): --tunnel-peers admits more, --source-validation=false disables"))
 	}
 	r.addChain(c)

@@ -67,8 +67,8 @@ func checkTunnelChain(t *testing.T, name string, rs *compile.Ruleset) {
 	want := []string{
 		`meta iifkind { "veth", "bridge", "netkit" } ip daddr @node-addrs-v4 counter drop`,
 		`meta iifkind { "veth", "bridge", "netkit" } ip6 daddr @node-addrs-v6 counter drop`,
-		`iifname != "lo" fib daddr type { local, broadcast, multicast } ip saddr != @node-addrs-v4 counter drop`,
-		`iifname != "lo" fib daddr type { local, broadcast, multicast } ip6 saddr != @node-addrs-v6 counter drop`,
+		`iifname != "lo" ip saddr != @node-addrs-v4 fib daddr type { local, broadcast, multicast } counter drop`,
+		`iifname != "lo" ip6 saddr != @node-addrs-v6 fib daddr type { local, broadcast, multicast } counter drop`,
 	}
 	if len(c.Rules) != len(want) {
 		t.Fatalf("%s: tunnel rules %+v", name, c.Rules)
@@ -118,5 +118,46 @@ func TestTunnelConfig(t *testing.T) {
 	}
 	if _, err := compile.Render(&compile.Program{}, compile.RenderConfig{TunnelUDPPorts: []uint16{0}}); err == nil {
 		t.Errorf("tunnel port 0 accepted")
+	}
+}
+
+// TestUnknownLocalSources: without pod ranges, hybrid and queue mode drop a
+// new connection from an unknown source on a pod interface, except on the
+// configured uplinks; with ranges, in kernel mode and with unknown pods
+// off, there is no such rule; a bad uplink name is refused.
+func TestUnknownLocalSources(t *testing.T) {
+	const drop = `meta iifkind { "veth", "bridge", "netkit" } iifname != "eth0" iifname != "ext*" ip saddr != @known-pods-v4 counter drop`
+	has := func(rs *compile.Ruleset) bool {
+		for _, r := range rs.Chains[compile.ChainForward].Rules {
+			if strings.Contains(r.Rule, "saddr != @known-pods") && strings.HasSuffix(r.Rule, "counter drop") {
+				return true
+			}
+		}
+		return false
+	}
+	up := []string{"eth0", "ext*"}
+	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
+		rs := renderScenarioRuleset(t, "testdata/golden/egress-dualstack.yaml", compile.RenderConfig{Mode: mode, UplinkIfaces: up})
+		found := false
+		for _, r := range rs.Chains[compile.ChainForward].Rules {
+			found = found || r.Rule == drop
+		}
+		if !found {
+			t.Errorf("%s, no ranges: no rule %q", mode, drop)
+		}
+		if has(renderScenarioRuleset(t, "testdata/golden/cluster-tiers.yaml", compile.RenderConfig{Mode: mode, UplinkIfaces: up})) {
+			t.Errorf("%s, ranges known: the drop rule is there", mode)
+		}
+		if has(renderScenarioRuleset(t, "testdata/golden/egress-dualstack.yaml", compile.RenderConfig{Mode: mode, SkipUnknownPods: true})) {
+			t.Errorf("%s, unknown pods off: the drop rule is there", mode)
+		}
+	}
+	if has(renderScenarioRuleset(t, "testdata/golden/egress-dualstack.yaml", compile.RenderConfig{Mode: compile.ModeKernel})) {
+		t.Errorf("kernel mode: the drop rule is there")
+	}
+	for _, bad := range []string{`eth0" accept`, "", "averyveryverylongname0", "e*th"} {
+		if _, err := compile.Render(&compile.Program{}, compile.RenderConfig{UplinkIfaces: []string{bad}}); err == nil {
+			t.Errorf("uplink %q accepted", bad)
+		}
 	}
 }
