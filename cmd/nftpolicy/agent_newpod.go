@@ -81,7 +81,7 @@ func (o *newPodOptions) configure(render *compile.RenderConfig, eval *evaluate.E
 	eval.UnknownPodWait = o.wait
 	m := &newPodMetrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nftpolicy_unknown_pod_decisions_total",
-			Help: "New connections of pod addresses the agent did not know yet, by result: programmed (the pod was learned within --unknown-pod-wait and policy decided), timeout_allowed or timeout_dropped (--fail-open decided at the bound). Those dropped before being held are nftpolicy_queue_held_dropped_total."},
+			Help: "New connections of pod addresses the agent did not know yet, by result: programmed (the pod was learned within --unknown-pod-wait and policy decided), timeout_allowed or timeout_dropped (--fail-open decided at the bound for a known source; an unknown source is always dropped). Those dropped before being held are nftpolicy_queue_held_dropped_total."},
 			[]string{"result"}),
 		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nftpolicy_unknown_pod_wait_seconds",
 			Help:    "How long a new connection of an unknown pod address was held before its verdict.",
