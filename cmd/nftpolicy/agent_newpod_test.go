@@ -1,10 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 )
 
 // TestDefaultRouteIfaces: the uplinks are the interfaces of the IPv4 and
@@ -34,5 +43,35 @@ fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000
 	}
 	if got := defaultRouteIfaces(filepath.Join(dir, "none"), filepath.Join(dir, "none6")); len(got) != 0 {
 		t.Errorf("no files: %q", got)
+	}
+}
+
+// TestRangesHook: each program's pod ranges are in nftpolicy_pod_ranges,
+// and the agent warns when a program has none while unknown pods are held
+// (once per change to none), never in kernel mode.
+func TestRangesHook(t *testing.T) {
+	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeKernel} {
+		var buf bytes.Buffer
+		log := funcr.New(func(prefix, args string) { buf.WriteString(args + "\n") }, funcr.Options{})
+		o := &newPodOptions{metrics: &newPodMetrics{ranges: prometheus.NewGauge(prometheus.GaugeOpts{Name: "r"})}}
+		hook := o.rangesHook(log, compile.RenderConfig{Mode: mode})
+		none, some := &compile.Program{}, &compile.Program{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
+		hook(nil, none)
+		if got := testutil.ToFloat64(o.metrics.ranges); got != 0 {
+			t.Errorf("%s: no ranges: gauge %v", mode, got)
+		}
+		hook(none, none)
+		hook(none, some)
+		if got := testutil.ToFloat64(o.metrics.ranges); got != 1 {
+			t.Errorf("%s: one range: gauge %v", mode, got)
+		}
+		hook(some, none)
+		want := 2
+		if mode == compile.ModeKernel {
+			want = 0
+		}
+		if n := strings.Count(buf.String(), "no pod address ranges known"); n != want {
+			t.Errorf("%s: %d warnings, want %d:\n%s", mode, n, want, buf.String())
+		}
 	}
 }

@@ -3,6 +3,7 @@ package compile
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -154,9 +155,10 @@ func (r *renderer) sourceValidation() {
 func (c *RenderConfig) tunnelMatches() []string {
 	out := []string{"meta l4proto " + tunnelProtocols}
 	if len(c.TunnelUDPPorts) > 0 {
-		ports := make([]string, len(c.TunnelUDPPorts))
-		for i, p := range c.TunnelUDPPorts {
-			ports[i] = strconv.Itoa(int(p))
+		// Sorted, each once: nft refuses a set with an element twice.
+		var ports []string
+		for _, p := range slices.Compact(slices.Sorted(slices.Values(c.TunnelUDPPorts))) {
+			ports = append(ports, strconv.Itoa(int(p)))
 		}
 		out = append(out, "udp dport { "+strings.Join(ports, ", ")+" }")
 	}

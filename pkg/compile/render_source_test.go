@@ -97,9 +97,9 @@ func TestTunnelConfig(t *testing.T) {
 			t.Errorf("no tunnel ports configured, yet %q", r.Rule)
 		}
 	}
-	rs = renderScenarioRuleset(t, sc, compile.RenderConfig{Mode: compile.ModeKernel, TunnelUDPPorts: []uint16{7777},
+	rs = renderScenarioRuleset(t, sc, compile.RenderConfig{Mode: compile.ModeKernel, TunnelUDPPorts: []uint16{7777, 53, 7777},
 		TunnelPeers: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:1::/48"), netip.MustParsePrefix("198.51.100.7/32")}})
-	if got := rs.Chains[compile.ChainPrerouting].Rules[3].Rule; got != "udp dport { 7777 } jump tunnel" {
+	if got := rs.Chains[compile.ChainPrerouting].Rules[3].Rule; got != "udp dport { 53, 7777 } jump tunnel" {
 		t.Errorf("prerouting's UDP rule is %q", got)
 	}
 	str := func(set string) []string {
