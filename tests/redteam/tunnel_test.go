@@ -43,11 +43,11 @@ nodes:
   - {name: node-1, ips: [192.168.7.1, "fd00:192:168:7::1"]}
   - {name: node-2, ips: [192.168.7.2, "fd00:192:168:7::2"]}
 pods:
-  - {namespace: victim, name: v1, labels: {app: v}, ips: [10.244.1.10], node: node-1}
-  - {namespace: victim, name: v2, labels: {app: v}, ips: [10.244.2.10], node: node-2}
-  - {namespace: attacker, name: a, labels: {app: a}, ips: [10.244.1.66], node: node-1}
-  - {namespace: friends, name: near, labels: {app: friend}, ips: [10.244.1.20], node: node-1}
-  - {namespace: friends, name: far, labels: {app: friend}, ips: [10.244.2.20], node: node-2}
+  - {namespace: victim, name: v1, labels: {app: v}, ips: [10.244.1.10, "fd00:10:244:1::10"], node: node-1}
+  - {namespace: victim, name: v2, labels: {app: v}, ips: [10.244.2.10, "fd00:10:244:2::10"], node: node-2}
+  - {namespace: attacker, name: a, labels: {app: a}, ips: [10.244.1.66, "fd00:10:244:1::66"], node: node-1}
+  - {namespace: friends, name: near, labels: {app: friend}, ips: [10.244.1.20, "fd00:10:244:1::20"], node: node-1}
+  - {namespace: friends, name: far, labels: {app: friend}, ips: [10.244.2.20, "fd00:10:244:2::20"], node: node-2}
 policies:
   - apiVersion: networking.k8s.io/v1
     kind: NetworkPolicy
@@ -68,42 +68,51 @@ probes:
 // default VXLAN port too).
 const flannelPort = 8472
 
-// addFlannel gives every node of the lab a Flannel-like VXLAN device:
-// flannel.1, VNI 1, UDP 8472 on the node's underlay address, no learning,
-// the first address of the node's pod range on it, with rp_filter (all and
-// the device's) set to rpFilter. It returns each node's device MAC.
+// addFlannel gives every node of the lab Flannel-like VXLAN devices:
+// flannel.1 (VNI 1) on the node's IPv4 underlay address and flannel-v6.1
+// (VNI 2, as Flannel's dual stack) on its IPv6 one, both UDP 8472, no
+// learning, with rp_filter (all and the devices') set to rpFilter. It
+// returns each node's devices' MACs, by node and outer family ("v4" or
+// "v6").
 func addFlannel(t *testing.T, l *spoofLab, rpFilter int) map[string]net.HardwareAddr {
 	t.Helper()
 	macs := map[string]net.HardwareAddr{}
 	for i, node := range []string{"node-1", "node-2"} {
-		ip := spoofNodeAddr(l, t, node, true)
-		for _, args := range [][]string{
-			{"ip", "link", "add", "flannel.1", "type", "vxlan", "id", "1", "dstport", strconv.Itoa(flannelPort), "local", ip.String(), "dev", "eth0", "nolearning"},
-			{"ip", "addr", "add", fmt.Sprintf("10.244.%d.0/32", i+1), "dev", "flannel.1"},
-			{"ip", "link", "set", "flannel.1", "up"},
-		} {
-			if out, err := l.lab.NodeExec(node, args...); err != nil {
-				t.Fatalf("%s: %v: %v\n%s", node, args, err, out)
+		for _, d := range flannelDevices {
+			ip := spoofNodeAddr(l, t, node, d.fam == "v4")
+			for _, args := range [][]string{
+				{"ip", "link", "add", d.name, "type", "vxlan", "id", d.vni, "dstport", strconv.Itoa(flannelPort), "local", ip.String(), "dev", "eth0", "nolearning"},
+				{"ip", "link", "set", d.name, "up"},
+			} {
+				if out, err := l.lab.NodeExec(node, args...); err != nil {
+					t.Fatalf("%s: %v: %v\n%s", node, args, err, out)
+				}
 			}
+			err := l.lab.InNode(node, func() error {
+				ifi, err := net.InterfaceByName(d.name)
+				if err == nil {
+					macs[node+" "+d.fam] = ifi.HardwareAddr
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, err := l.lab.NodeExec(node, "ip", "addr", "add", fmt.Sprintf("10.244.%d.0/32", i+1), "dev", "flannel.1"); err != nil {
+			t.Fatalf("%s: %v\n%s", node, err, out)
 		}
 		setRPFilter(t, l, node, rpFilter)
-		err := l.lab.InNode(node, func() error {
-			ifi, err := net.InterfaceByName("flannel.1")
-			if err == nil {
-				macs[node] = ifi.HardwareAddr
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 	return macs
 }
 
+// flannelDevices are the VXLAN devices of addFlannel, by outer family.
+var flannelDevices = []struct{ name, vni, fam string }{{"flannel.1", "1", "v4"}, {"flannel-v6.1", "2", "v6"}}
+
 func setRPFilter(t *testing.T, l *spoofLab, node string, v int) {
 	t.Helper()
-	for _, k := range []string{"net.ipv4.conf.all.rp_filter", "net.ipv4.conf.flannel/1.rp_filter"} {
+	for _, k := range []string{"net.ipv4.conf.all.rp_filter", "net.ipv4.conf.flannel/1.rp_filter", "net.ipv4.conf.flannel-v6/1.rp_filter"} {
 		if out, err := l.lab.NodeExec(node, "sysctl", "-w", fmt.Sprintf("%s=%d", k, v)); err != nil {
 			t.Fatalf("%s: sysctl %s: %v\n%s", node, k, err, out)
 		}
@@ -128,7 +137,7 @@ func vxlanFrame(vni uint32, dstMAC net.HardwareAddr, src, dst netip.AddrPort, pa
 func sendVXLAN(t *testing.T, l *spoofLab, ep netlab.Endpoint, to netip.Addr, frame []byte) {
 	t.Helper()
 	err := l.lab.InNetns(ep, func() error {
-		c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(to, flannelPort)))
+		c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(to, flannelPort)))
 		if err != nil {
 			return err
 		}
@@ -146,21 +155,24 @@ func sendVXLAN(t *testing.T, l *spoofLab, ep netlab.Endpoint, to netip.Addr, fra
 type tunnelAttack struct {
 	name     string
 	node     string // the tunnel endpoint's node
+	outer    string // the outer family: "v4" or "v6"
 	src, dst netip.AddrPort
 	at       *spoofListener
 }
 
 // tunnelAttacks lists the attacks: to the attacker's own node, the inner
 // datagram from far (node-2), which v1 admits, to v1; to the other node,
-// from near (node-1) to v2.
+// from near (node-1) to v2; and the first again over IPv6 (the inner
+// datagram is IPv4 in every attack).
 func tunnelAttacks(t *testing.T, l *spoofLab) []tunnelAttack {
 	t.Helper()
 	ap := func(pod string) netip.AddrPort { return netip.AddrPortFrom(l.addr(t, pod, true), spoofVictimPort) }
 	v1 := spoofListen(t, l.lab, l.pod(t, "victim/v1"), "udp4", spoofVictimPort)
 	v2 := spoofListen(t, l.lab, l.pod(t, "victim/v2"), "udp4", spoofVictimPort)
 	return []tunnelAttack{
-		{name: "to its own node, as friends/far to victim/v1", node: "node-1", src: netip.AddrPortFrom(l.addr(t, "friends/far", true), 4444), dst: ap("victim/v1"), at: v1},
-		{name: "to node-2, as friends/near to victim/v2", node: "node-2", src: netip.AddrPortFrom(l.addr(t, "friends/near", true), 4444), dst: ap("victim/v2"), at: v2},
+		{name: "to its own node, as friends/far to victim/v1", node: "node-1", outer: "v4", src: netip.AddrPortFrom(l.addr(t, "friends/far", true), 4444), dst: ap("victim/v1"), at: v1},
+		{name: "to node-2, as friends/near to victim/v2", node: "node-2", outer: "v4", src: netip.AddrPortFrom(l.addr(t, "friends/near", true), 4444), dst: ap("victim/v2"), at: v2},
+		{name: "over IPv6 to its own node, as friends/far to victim/v1", node: "node-1", outer: "v6", src: netip.AddrPortFrom(l.addr(t, "friends/far", true), 4445), dst: ap("victim/v1"), at: v1},
 	}
 }
 
@@ -169,8 +181,12 @@ func tunnelAttacks(t *testing.T, l *spoofLab) []tunnelAttack {
 func runTunnel(t *testing.T, l *spoofLab, macs map[string]net.HardwareAddr, attacks []tunnelAttack, tag string) map[string]bool {
 	t.Helper()
 	for i, a := range attacks {
-		frame := vxlanFrame(1, macs[a.node], a.src, a.dst, []byte(fmt.Sprintf("TUNNEL-%s-%d", tag, i)))
-		sendVXLAN(t, l, l.pod(t, "attacker/a"), spoofNodeAddr(l, t, a.node, true), frame)
+		vni := uint32(1)
+		if a.outer == "v6" {
+			vni = 2
+		}
+		frame := vxlanFrame(vni, macs[a.node+" "+a.outer], a.src, a.dst, []byte(fmt.Sprintf("TUNNEL-%s-%d", tag, i)))
+		sendVXLAN(t, l, l.pod(t, "attacker/a"), spoofNodeAddr(l, t, a.node, a.outer == "v4"), frame)
 	}
 	time.Sleep(time.Second)
 	arrived := map[string]bool{}
@@ -242,7 +258,7 @@ func TestRedTeamTunnelFromPod(t *testing.T) {
 				}
 			}
 			masquerade(t, l)
-			for name, ok := range runTunnel(t, l, macs, attacks[1:], "masq") {
+			for name, ok := range runTunnel(t, l, macs, attacks[1:2], "masq") {
 				if ok {
 					t.Errorf("masqueraded: %s: the forged inner datagram arrived", name)
 				}
@@ -270,7 +286,7 @@ func TestRedTeamTunnelFromPod(t *testing.T) {
 			}
 		}})
 		macs := addFlannel(t, l, 0)
-		attacks := tunnelAttacks(t, l)[1:]
+		attacks := tunnelAttacks(t, l)[1:2]
 		if runTunnel(t, l, macs, attacks, "recv")[attacks[0].name] {
 			t.Errorf("%s: the forged inner datagram arrived", attacks[0].name)
 		}
