@@ -36,11 +36,17 @@ type ClusterFlags struct {
 
 // Add registers the flags on fs; timeoutHelp describes --timeout.
 func (f *ClusterFlags) Add(fs *pflag.FlagSet, timeoutHelp string) {
-	fs.StringVar(&f.Kubeconfig, clientcmd.RecommendedConfigPathFlag, "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-	clientcmd.BindOverrideFlags(&f.Overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
+	f.AddConnection(fs)
 	fs.StringVar(&f.Agents.Namespace, "agent-namespace", status.DefaultAgents.Namespace, "namespace of the agents' DaemonSet")
 	fs.StringVar(&f.Agents.Selector, "agent-selector", status.DefaultAgents.Selector, "label selector of the agents' pods")
 	fs.DurationVar(&f.Timeout, "timeout", 30*time.Second, timeoutHelp)
+}
+
+// AddConnection registers the connection flags only, for a command that
+// does not look for the agents.
+func (f *ClusterFlags) AddConnection(fs *pflag.FlagSet) {
+	fs.StringVar(&f.Kubeconfig, clientcmd.RecommendedConfigPathFlag, "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	clientcmd.BindOverrideFlags(&f.Overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
 }
 
 // loader is the kubeconfig as kubectl loads it: --kubeconfig, else
