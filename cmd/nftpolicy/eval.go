@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/nftpolicy/nftpolicy/pkg/cli"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
 
@@ -52,7 +53,7 @@ func runEval(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("eval", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "", "scenario file (YAML or JSON, see docs/scenario-format.md)")
-	if code, ok := parseFlags(fs, args, stderr, "usage: nftpolicy eval --scenario FILE\n\nPrints one JSON line per probe: {\"probe\":i,\"allowed\":b,\"ingress\":b,\"egress\":b,\"reason\":\"...\"}."); !ok {
+	if code, ok := parseFlags(fs, args, stderr, "usage: nftpolicy eval --scenario FILE\n\nPrints one JSON line per probe: {\"probe\":i,\"allowed\":b,\"ingress\":b,\"egress\":b,\"reason\":\"...\"}.\n\n"+cli.ExitCodes); !ok {
 		return code
 	}
 	s, code := loadScenario(*scenario, stderr)
