@@ -15,11 +15,11 @@ import (
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 )
 
-// nftpolicyCLI runs `nftpolicy args...` as an administrator and returns
+// nftpolicyCLI runs `kubectl-nftpolicy args...` (the plugin) as an administrator and returns
 // its exit code, stdout and stderr.
 func nftpolicyCLI(t *testing.T, ctx context.Context, c *cluster.Cluster, args ...string) (int, string, string) {
 	t.Helper()
-	bin, err := cluster.AgentBinary()
+	bin, err := cluster.PluginBinary()
 	if err != nil {
 		t.Fatal(err)
 	}

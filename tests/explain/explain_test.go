@@ -147,9 +147,9 @@ func TestExplainLive(t *testing.T) {
 	// As a kubectl plugin: kubectl finds kubectl-nftpolicy on PATH (make
 	// build writes it next to the agent's binary), which runs explain with
 	// nftpolicy from PATH.
-	plugin := filepath.Join(filepath.Dir(bin), "kubectl-nftpolicy")
-	if fi, err := os.Lstat(plugin); err != nil || !fi.Mode().IsRegular() {
-		t.Fatalf("%s: want the plugin's binary (make build): %v", plugin, err)
+	plugin, err := cluster.PluginBinary()
+	if err != nil {
+		t.Fatal(err)
 	}
 	pluginDir := t.TempDir()
 	for name, target := range map[string]string{"kubectl-nftpolicy": plugin, "nftpolicy": bin} {

@@ -378,6 +378,20 @@ func AgentBinary() (string, error) {
 	return buildBin, buildErr
 }
 
+// PluginBinary returns the kubectl plugin beside AgentBinary's binary
+// (make build writes both; AgentBinary builds both).
+func PluginBinary() (string, error) {
+	bin, err := AgentBinary()
+	if err != nil {
+		return "", err
+	}
+	plugin := filepath.Join(filepath.Dir(bin), "kubectl-nftpolicy")
+	if fi, err := os.Lstat(plugin); err != nil || !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%s: want the kubectl plugin's binary beside %s (make build): %v", plugin, bin, err)
+	}
+	return plugin, nil
+}
+
 // RemoveBuiltBinary deletes the binary AgentBinary built, if any. Call it
 // from TestMain after the tests.
 func RemoveBuiltBinary() {
