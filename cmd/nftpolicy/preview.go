@@ -27,7 +27,7 @@ import (
 )
 
 const previewUsage = `usage:
-  kubectl nftpolicy preview -f FILE [--delete] [--node NODE] [-n NS] [-o text|json]
+  kubectl nftpolicy preview -f FILE [--delete] [--node NODE] [-n NS] [-o text|json|yaml]
   nftpolicy preview --local [-f FILE] [--delete] [-n NS] [-o text|json]   (in an agent's container)
 
 Per node, the live connections whose verdict would change if FILE's
@@ -66,7 +66,7 @@ func runPreview(args []string, stdout, stderr io.Writer) int {
 	fs.StringVarP(&o.file, "filename", "f", "", "the policies (YAML or JSON, documents separated by ---, as kubectl apply -f reads them); - for standard input")
 	fs.BoolVar(&o.del, "delete", false, "preview deleting FILE's policies (by namespace/name) instead of applying them")
 	fs.StringVar(&o.node, "node", "", "ask this node's agent only")
-	fs.StringVarP(&o.output, "output", "o", "text", "text or json")
+	fs.StringVarP(&o.output, "output", "o", "text", "text, json or yaml (the JSON's field names)")
 	fs.BoolVar(&o.local, "local", false, "ask the agent of this pod (run in the agent's container; kubectl nftpolicy preview does that on every node)")
 	fs.StringVar(&o.socket, "socket", defaultPreviewSocket, "with --local: the agent's --preview-socket")
 	fs.IntVar(&o.maxFlows, "max-flows", defaultPreviewFlows, fmt.Sprintf("connections listed per node, at most %d (the others are counted)", maxPreviewFlows))
@@ -81,8 +81,8 @@ func runPreview(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case fs.NArg() != 0:
 		return bad("unexpected arguments %q (the policies come with -f FILE)", fs.Args())
-	case o.output != "text" && o.output != "json":
-		return bad("--output %q: must be text or json", o.output)
+	case o.output != "text" && o.output != "json" && o.output != "yaml":
+		return bad("--output %q: must be text, json or yaml", o.output)
 	case o.maxFlows <= 0 || o.maxFlows > maxPreviewFlows:
 		return bad("--max-flows %d: must be 1 to %d", o.maxFlows, maxPreviewFlows)
 	case !o.local && o.file == "":
@@ -278,8 +278,11 @@ func spdyOrWebSocketExec(cfg *rest.Config, kube status.KubeClient, container str
 }
 
 // printPreview prints the nodes' answers: per node a summary line and its
-// connections, or all of them as JSON.
+// connections, or all of them as JSON or YAML.
 func printPreview(w io.Writer, results []PreviewResult, output string) error {
+	if output == "yaml" {
+		return cli.PrintStructured(w, results, output)
+	}
 	if output == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetEscapeHTML(false)
