@@ -2,6 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := _output/bin/nftpolicy
+PLUGIN := _output/bin/kubectl-nftpolicy
 SEEDS ?= 1-60
 FUZZTIME ?= 10s
 # make test runs every fuzz target briefly (the kept inputs run in go test).
@@ -26,14 +27,21 @@ VERSION_PKG := github.com/nftpolicy/nftpolicy/pkg/version
 GO_LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT)
 GO_BUILDFLAGS := -trimpath -buildvcs=auto -ldflags "$(GO_LDFLAGS)"
 
-.PHONY: all build test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare release release-verify release-check helm chart-test promtool monitoring-test
+.PHONY: all build plugin-cross test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare release release-verify release-check helm chart-test promtool monitoring-test
 
 all: build
 
 build:
 	$(GO) build $(GO_BUILDFLAGS) -o $(BIN) ./cmd/nftpolicy
-	# The kubectl plugin: kubectl runs kubectl-nftpolicy with the same arguments.
-	ln -sf nftpolicy $(dir $(BIN))kubectl-nftpolicy
+	# The kubectl plugin: kubectl runs kubectl-nftpolicy on PATH. Its own
+	# binary, without the kernel side (cmd/kubectl-nftpolicy).
+	rm -f $(PLUGIN)
+	$(GO) build $(GO_BUILDFLAGS) -o $(PLUGIN) ./cmd/kubectl-nftpolicy
+
+# The plugin builds for the operators' machines: macOS and Windows too.
+plugin-cross:
+	GOOS=darwin GOARCH=arm64 $(GO) build $(GO_BUILDFLAGS) -o $(dir $(BIN))darwin-arm64/kubectl-nftpolicy ./cmd/kubectl-nftpolicy
+	GOOS=windows GOARCH=amd64 $(GO) build $(GO_BUILDFLAGS) -o $(dir $(BIN))windows-amd64/kubectl-nftpolicy.exe ./cmd/kubectl-nftpolicy
 
 deps:
 	bash hack/deps.sh
@@ -72,7 +80,7 @@ redteam: deps tools build
 
 # Everything: lint, unit, real-kernel (root, network namespaces), real API
 # server, end-to-end, and the differential check over a fixed seed range.
-test: deps tools helm promtool lint build
+test: deps tools helm promtool lint build plugin-cross
 	NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout 40m ./...
 	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
 	bash hack/diff.sh --seeds 1-20 --mode queue

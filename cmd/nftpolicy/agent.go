@@ -55,6 +55,7 @@ type agentOptions struct {
 	mode           string
 	failOpen       bool
 	sourceValid    bool
+	tunnel         tunnelOptions
 	queueNum       uint16
 	queues         uint16
 	queueVariant   string
@@ -94,7 +95,8 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.nodeIPs, "node-ip", nil, "this node's addresses (default: from the Node object)")
 	fs.StringVar(&o.mode, "mode", string(compile.ModeHybrid), "hybrid (the kernel decides, userspace only for what it cannot), queue (userspace decides every new connection of selected pods) or kernel (never queue)")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "let queued packets through while no agent listens on the queue (the queue rule's bypass), and allow a connection of an unknown pod address when the pod is not programmed within --unknown-pod-wait (default: drop them); a full queue always drops")
-	fs.BoolVar(&o.sourceValid, "source-validation", true, "drop packets that come in on a pod interface (veth or bridge) with a source address the node does not route back through it (spoofed); false for CNIs that already stop pods from spoofing")
+	fs.BoolVar(&o.sourceValid, "source-validation", true, "drop packets that come in on a pod interface (veth, bridge or netkit) with a source address the node does not route back through it (spoofed), and encapsulated packets (IPIP, 6in4, GRE, --tunnel-udp-ports) that pods send to nodes or that come to this node from anything but a node; false for CNIs that already stop both")
+	o.tunnel.addFlags(fs)
 	fs.Uint16Var(&o.queueNum, "queue-num", 100, "first NFQUEUE number")
 	fs.Uint16Var(&o.queues, "queues", queuesPerCPU, "number of NFQUEUE queues, with CPU fanout when more than one; 0: one per CPU")
 	fs.StringVar(&o.queueVariant, "queue-variant", "auto", "queue rule: auto (probe the kernel), native (nft queue statement) or xt-compat (xtables NFQUEUE target)")
@@ -202,8 +204,13 @@ func (o *agentOptions) renderConfig(mode compile.Mode) (compile.RenderConfig, er
 	if o.queueSourceRate == 0 || o.queueSourceBurst == 0 {
 		return compile.RenderConfig{}, fmt.Errorf("--queue-source-rate %d, --queue-source-burst %d: must be positive", o.queueSourceRate, o.queueSourceBurst)
 	}
+	ports, peers, err := o.tunnel.parse()
+	if err != nil {
+		return compile.RenderConfig{}, err
+	}
 	return compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark,
-		DNSQueueNum: dnsQueue, NoSourceValidation: !o.sourceValid, QueueSourceRate: o.queueSourceRate, QueueSourceBurst: o.queueSourceBurst}, nil
+		DNSQueueNum: dnsQueue, NoSourceValidation: !o.sourceValid, QueueSourceRate: o.queueSourceRate, QueueSourceBurst: o.queueSourceBurst,
+		TunnelUDPPorts: ports, TunnelPeers: peers}, nil
 }
 
 // chooseQueueVariant returns the variant the flag names, or, for auto, the
@@ -298,6 +305,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	// clean-up (added by startFQDN, before the controller runs).
 	hooks := &programHooks{}
 	hooks.add(onProgram)
+	hooks.add(o.newPod.rangesHook(log, render))
 	ctrl, err := o.status.newController(ctx, controller.Config{
 		Client: client, PodClient: podClient, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftpolicy/nftpolicy/pkg/cli"
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 )
@@ -45,7 +47,7 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 	variant := fs.String("queue-variant", string(compile.QueueNative), "queue rule: native or xt-compat (the agent probes the kernel)")
 	nodeIPs := fs.StringSlice("node-ip", nil, "the node's own addresses (traffic between them and the node's pods is always allowed)")
 	failOpen := fs.Bool("fail-open", false, "queued packets pass while no agent listens")
-	if code, ok := parseFlags(fs, args, stderr, "usage: nftpolicy compile --scenario FILE --node NAME [--mode hybrid|queue|kernel]\n\nPrints the nftables ruleset the agent would install on that node."); !ok {
+	if code, ok := parseFlags(fs, args, stderr, "usage: nftpolicy compile --scenario FILE --node NAME [--mode hybrid|queue|kernel]\n\nPrints the nftables ruleset the agent would install on that node.\n\n"+cli.ExitCodes); !ok {
 		return code
 	}
 	if *node == "" {
@@ -55,6 +57,10 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 	m, err := compile.ParseMode(*mode)
 	if err != nil {
 		fmt.Fprintf(stderr, "nftpolicy: --mode: %v\n", err)
+		return exitBadInput
+	}
+	if v := compile.QueueVariant(*variant); v != compile.QueueNative && v != compile.QueueXTCompat {
+		fmt.Fprintf(stderr, "nftpolicy: --queue-variant %q: want %s or %s\n", *variant, compile.QueueNative, compile.QueueXTCompat)
 		return exitBadInput
 	}
 	var ips []netip.Addr
@@ -69,6 +75,12 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 	s, code := loadScenario(*scenario, stderr)
 	if s == nil {
 		return code
+	}
+	// A node the scenario does not have (a typo) would render a ruleset
+	// without local pods.
+	if nodes := s.NodeNames(defaultNodes); !slices.Contains(nodes, *node) {
+		fmt.Fprintf(stderr, "nftpolicy: --node %q: not a node of the scenario (%s)\n", *node, strings.Join(nodes, ", "))
+		return exitBadInput
 	}
 	out, prog, err := CompileScenario(s, *node, ips, compile.RenderConfig{Mode: m, QueueVariant: compile.QueueVariant(*variant), FailOpen: *failOpen})
 	if err != nil {

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/spf13/pflag"
+
+	"github.com/nftpolicy/nftpolicy/pkg/cli"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -27,11 +28,12 @@ commands:
 Run 'nftpolicy <command> --help' for the flags of a command.
 `
 
-// Exit statuses shared by the offline commands (see docs/scenario-format.md).
+// Exit statuses shared by every command (pkg/cli's table).
 const (
-	exitOK       = 0
-	exitFailure  = 1
-	exitBadInput = 2
+	exitOK          = cli.ExitOK
+	exitFailure     = cli.ExitFailure
+	exitBadInput    = cli.ExitBadInput
+	exitUnreachable = cli.ExitUnreachable
 )
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -66,22 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitBadInput
 }
 
-// parseFlags parses a subcommand's flags. It returns ok=false with the exit
-// code when the command must stop: 0 after --help, 2 for bad flags (with the
-// error and the usage on stderr).
+// parseFlags parses a subcommand's flags (see cli.ParseFlags).
 func parseFlags(fs *pflag.FlagSet, args []string, stderr io.Writer, usage string) (int, bool) {
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, usage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return exitOK, false
-		}
-		fmt.Fprintf(stderr, "nftpolicy: %v\n", err)
-		fs.Usage()
-		return exitBadInput, false
-	}
-	return exitOK, true
+	return cli.ParseFlags(fs, args, stderr, usage)
 }

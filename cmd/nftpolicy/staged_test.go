@@ -86,8 +86,12 @@ func TestCompileStaged(t *testing.T) {
 func TestExplainStaged(t *testing.T) {
 	for to, want := range map[string]string{"x/a": "ALLOWED", "x/b": "DENIED", "y/a": "ALLOWED", "z/a": "ALLOWED"} {
 		var out, errb bytes.Buffer
-		if code := run([]string{"explain", "--scenario", stagedScenario, "z/c", to}, &out, &errb); code != exitOK {
-			t.Fatalf("exit %d: %s", code, errb.String())
+		wantCode := exitOK
+		if want == "DENIED" {
+			wantCode = exitFailure
+		}
+		if code := run([]string{"explain", "--scenario", stagedScenario, "z/c", to}, &out, &errb); code != wantCode {
+			t.Fatalf("exit %d, want %d: %s", code, wantCode, errb.String())
 		}
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("explain z/c %s: want %s:\n%s", to, want, out.String())
@@ -102,12 +106,13 @@ func TestExplainStagedVerdict(t *testing.T) {
 	explain := func(scenario, from, to string) ExplainResult {
 		t.Helper()
 		var out, errb bytes.Buffer
-		if code := run([]string{"explain", "--scenario", scenario, from, to, "--port", "80", "-o", "json"}, &out, &errb); code != exitOK {
-			t.Fatalf("exit %d, stderr: %s", code, errb.String())
-		}
+		code := run([]string{"explain", "--scenario", scenario, from, to, "--port", "80", "-o", "json"}, &out, &errb)
 		var r ExplainResult
 		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-			t.Fatal(err)
+			t.Fatalf("exit %d, stderr %s: %v", code, errb.String(), err)
+		}
+		if code != explainCode(r.Allowed) {
+			t.Fatalf("allowed %v: exit %d, stderr: %s", r.Allowed, code, errb.String())
 		}
 		return r
 	}

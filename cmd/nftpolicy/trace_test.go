@@ -125,8 +125,13 @@ func TestTraceAgreesWithEvaluator(t *testing.T) {
 func TestExplainCommand(t *testing.T) {
 	scenario := "../../pkg/compile/testdata/golden/deny-and-allow.yaml"
 	var out, errb bytes.Buffer
-	if code := run([]string{"explain", "--scenario", scenario, "y/client", "x/web", "--port", "81", "-o", "json"}, &out, &errb); code != exitOK {
-		t.Fatalf("exit %d: %s", code, errb.String())
+	// Denied: exit 1, as kubectl auth can-i says no; --exit-code=false: 0.
+	if code := run([]string{"explain", "--scenario", scenario, "y/client", "x/web", "--port", "81", "-o", "json"}, &out, &errb); code != exitFailure {
+		t.Fatalf("exit %d, want %d: %s", code, exitFailure, errb.String())
+	}
+	var quiet bytes.Buffer
+	if code := run([]string{"explain", "--scenario", scenario, "y/client", "x/web", "--port", "81", "--exit-code=false"}, &quiet, &errb); code != exitOK {
+		t.Fatalf("--exit-code=false: exit %d: %s", code, errb.String())
 	}
 	var res struct {
 		Allowed, Ingress, Egress bool
@@ -144,6 +149,17 @@ func TestExplainCommand(t *testing.T) {
 		t.Errorf("nearest misses %+v; want x/allow-web ingress[0] on port 80", res.NearestMiss)
 	}
 
+	// YAML: the JSON's field names, the connection decided included.
+	out.Reset()
+	if code := run([]string{"explain", "--scenario", scenario, "y/client", "x/web", "--port", "81", "-o", "yaml"}, &out, &errb); code != exitFailure {
+		t.Fatalf("-o yaml: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"from: y/client\n", "to: x/web\n", "port: 81\n", "protocol: TCP\n", "allowed: false\n", "nearestMiss:\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-o yaml lacks %q:\n%s", want, out.String())
+		}
+	}
+
 	out.Reset()
 	if code := run([]string{"explain", "--scenario", scenario, "y/client", "x/web", "--port", "8080"}, &out, &errb); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errb.String())
@@ -156,11 +172,19 @@ func TestExplainCommand(t *testing.T) {
 		{"y/client", "x/nope"},
 		{"y/client", "x/web", "--protocol", "ICMP"},
 		{"y/client", "node:node-1"}, // scenarios give nodes no addresses
-		{"y/client", "x/web", "-o", "yaml"},
+		{"y/client", "x/web", "-o", "wide"},
 	} {
 		errb.Reset()
 		if code := run(append([]string{"explain", "--scenario", scenario}, args...), &out, &errb); code != exitBadInput || errb.Len() == 0 {
 			t.Errorf("%v: exit %d, stderr %q; want 2 with a message", args, code, errb.String())
 		}
 	}
+}
+
+// explainCode is explain's exit status for a verdict.
+func explainCode(allowed bool) int {
+	if allowed {
+		return exitOK
+	}
+	return exitFailure
 }

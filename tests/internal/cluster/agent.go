@@ -150,6 +150,9 @@ func (a *Agent) Args() []string {
 		// One state directory per node, as a DaemonSet's hostPath would be.
 		"--state-dir", a.StateDir(),
 		"--preview-socket", a.PreviewSocket,
+		// The lab's nodes have no default route: their underlay (a veth)
+		// and the external hosts' veths are the uplinks.
+		"--uplink-interfaces", "eth0,ext*",
 	}
 	if a.MetricsAddr != "" {
 		args = append(args, "--metrics-bind-address", a.MetricsAddr)
