@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,7 +46,9 @@ func TestMain(m *testing.M) {
 // A labelled metric (a Vec, or a collector's Desc with variable labels)
 // has no line in the exposition before its first labelled sample, and
 // some only count faults (verdict disagreements, queue drops) that a
-// healthy agent never has. Such a name is accepted only when the agent's
+// healthy agent never has (the hybrid run has its table tampered with to
+// get a verdict disagreement, but queue drops and connections of unknown
+// pods are not provoked). Such a name is accepted only when the agent's
 // own code declares it as a labelled metric (declaredVectors reads the Go
 // source of cmd/ and pkg/); the test logs each one so accepted. A name
 // that is neither served nor declared, a misspelling, fails.
@@ -61,12 +64,15 @@ func TestMonitoredMetricsExist(t *testing.T) {
 		args   []string
 		want   []string
 	}{
-		{compile.ModeHybrid, "npmonh", []string{"--verify-rate=1"}, exercised},
+		{compile.ModeHybrid, "npmonh", []string{"--verify-rate=1"}, append(exercised, "nftpolicy_verdict_disagreements_total")},
 		{compile.ModeQueue, "npmonq", nil, []string{"nftpolicy_queue_verdicts_total", "nftpolicy_queue_decision_seconds_bucket"}},
 	} {
 		t.Run(string(run.mode), func(t *testing.T) {
 			c := cluster.Start(t, cluster.Config{Mode: run.mode, Prefix: run.prefix, AgentArgs: run.args})
 			exercise(t, ctx, c)
+			if run.mode == compile.ModeHybrid {
+				tamper(t, c, "x/a", "y/a", "x/web ingress[0]")
+			}
 			for n := range scrapeUntil(t, ctx, c, run.want) {
 				served[n] = true
 			}
@@ -125,6 +131,37 @@ func startFlows(t *testing.T, ctx context.Context, c *cluster.Cluster, from, to 
 	if err := lab.StartFlows(flowCtx, c.Lab, client, ip); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// tamperRE finds the peer set of a rule in `nft list table`.
+var tamperRE = regexp.MustCompile(`ip saddr @(\S+) .*comment "([^"]+)"`)
+
+// tamper changes the table behind the agent's back, as the
+// NftpolicyVerdictDisagreement alert's runbook says can happen: on the
+// node of pod dst, it deletes pod src's IPv4 address from the peer set of
+// the rule commented rule, so the kernel denies what the policy allows and
+// the verifier (--verify-rate) counts a disagreement on the next probes.
+func tamper(t *testing.T, c *cluster.Cluster, dst, src, rule string) {
+	t.Helper()
+	pod, err := c.Client.CoreV1().Pods(strings.Split(dst, "/")[0]).Get(context.Background(), strings.Split(dst, "/")[1], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := pod.Spec.NodeName
+	var set string
+	for _, m := range tamperRE.FindAllStringSubmatch(c.ListTable(node), -1) {
+		if m[2] == rule {
+			set = m[1]
+		}
+	}
+	if set == "" {
+		t.Fatalf("no rule %q with a peer set in the table of %s:\n%s", rule, node, c.ListTable(node))
+	}
+	addr := c.PodIPs(src)[0].String()
+	if out, err := c.Lab.NodeExec(node, "nft", "delete", "element", "inet", "nftpolicy", set, "{ "+addr+" }"); err != nil {
+		t.Fatalf("deleting %s from %s on %s: %v\n%s", addr, set, node, err, out)
+	}
+	t.Logf("tampered: deleted %s (%s) from set %s on %s", addr, src, set, node)
 }
 
 // exercised are labelled metrics that exercise must give their first
