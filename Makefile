@@ -27,7 +27,7 @@ VERSION_PKG := github.com/nftpolicy/nftpolicy/pkg/version
 GO_LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT)
 GO_BUILDFLAGS := -trimpath -buildvcs=auto -ldflags "$(GO_LDFLAGS)"
 
-.PHONY: all build plugin-cross test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare release release-verify release-check helm chart-test
+.PHONY: all build plugin-cross test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare release release-verify release-check helm chart-test promtool monitoring-test
 
 all: build
 
@@ -80,7 +80,7 @@ redteam: deps tools build
 
 # Everything: lint, unit, real-kernel (root, network namespaces), real API
 # server, end-to-end, and the differential check over a fixed seed range.
-test: deps tools helm lint build plugin-cross
+test: deps tools helm promtool lint build plugin-cross
 	NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout 40m ./...
 	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
 	bash hack/diff.sh --seeds 1-20 --mode queue
@@ -152,6 +152,17 @@ helm:
 # objects, values, helm lint (tests/chart).
 chart-test: helm
 	NFTPOLICY_REQUIRE_TOOLS=1 $(GO) test -count=1 ./tests/chart
+
+# The real promtool, built from the Go module proxy (hack/promtool.sh).
+promtool:
+	bash hack/promtool.sh
+
+# deploy/monitoring: promtool check rules and test rules of the alerts, the
+# PrometheusRule, ServiceMonitor and runbook, and every metric the alerts
+# and the dashboard use scraped from real agents in the lab
+# (tests/monitoring; make test runs it too).
+monitoring-test: deps tools promtool build
+	NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./tests/monitoring
 
 clean:
 	rm -rf _output
