@@ -161,15 +161,21 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		Reason: ex.Reason(), NearestMiss: ex.NearestMiss}
 	res.Staged = stagedVerdict(in, prog, src, dst, proto, port)
 	if o.fromRuleset {
+		// A --ruleset-file that cannot be read or parsed is bad input
+		// (exit 2), not a denial (1).
+		failed := exitFailure
+		if o.rulesetFile != "" {
+			failed = exitBadInput
+		}
 		data, err := readRuleset(o.rulesetFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "nftpolicy explain: %v\n", err)
-			return exitFailure
+			return failed
 		}
 		tr, err := TraceRuleset(data, src, dst, proto, port)
 		if err != nil {
 			fmt.Fprintf(stderr, "nftpolicy explain: %v\n", err)
-			return exitFailure
+			return failed
 		}
 		res.Kernel = &tr
 		if modelless {

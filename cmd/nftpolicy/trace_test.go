@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -226,6 +227,23 @@ func TestExplainOutOfRange(t *testing.T) {
 		var out, errb bytes.Buffer
 		if code := run([]string{"explain", "--scenario", scenario, "y/client", "x/web", "--port", p, "--exit-code=false"}, &out, &errb); code != exitOK {
 			t.Errorf("--port %s: exit %d: %s", p, code, errb.String())
+		}
+	}
+}
+
+// TestExplainBadRulesetFile: a --ruleset-file that does not exist or is
+// not nft's JSON is bad input (exit 2), which a CI step can tell from a
+// denial (1).
+func TestExplainBadRulesetFile(t *testing.T) {
+	garbage := filepath.Join(t.TempDir(), "garbage.json")
+	if err := os.WriteFile(garbage, []byte("not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{filepath.Join(t.TempDir(), "missing.json"), garbage} {
+		var out, errb bytes.Buffer
+		code := run([]string{"explain", "--from-ruleset", "--ruleset-file", file, "10.0.0.1", "10.0.0.2"}, &out, &errb)
+		if code != exitBadInput || errb.Len() == 0 {
+			t.Errorf("%s: exit %d, stderr %q; want %d with a message", filepath.Base(file), code, errb.String(), exitBadInput)
 		}
 	}
 }
