@@ -26,6 +26,8 @@
 #   eval   BenchmarkEvaluate* of pkg/evaluate at 10k policies
 #   compile BenchmarkExceptCompile of pkg/compile: one policy with 16,000
 #          scattered /32 exceptions, whole build (except_compile_ms_16000)
+#          and BenchmarkCompileCommand of cmd/nftpolicy: the whole
+#          `nftpolicy compile` of it (compile_cmd_ms_16000_except)
 #   scale  a real kube-apiserver with 1k/10k/50k/100k/150k pods on fake nodes
 #          and 1k policies, one real agent process; RSS, CPU, sync durations
 #          (first sync on a node without the table, re-sync after a restart);
@@ -139,6 +141,7 @@ $GO test -c -o "$OUT/sets.test" ./pkg/sets
 $GO test -c -o "$OUT/evaluate.test" ./pkg/evaluate
 $GO test -c -o "$OUT/fqdn.test" ./pkg/fqdn
 $GO test -c -o "$OUT/compile.test" ./pkg/compile
+$GO test -c -o "$OUT/nftpolicy.test" ./cmd/nftpolicy
 NFTBENCH=$OUT/nftbench
 
 # The machine, and how much of a CPU a thread gets right now (wall/CPU of a
@@ -212,6 +215,9 @@ if section compile; then
 	log "compile: BenchmarkExceptCompile, 16,000 exceptions"
 	"$OUT/compile.test" -test.run '^$' -test.bench 'BenchmarkExceptCompile/excepts=16000$' \
 		-test.benchtime 5x -test.count 3 -test.timeout 10m | tee "$OUT/compile.bench" >&2
+	log "compile: BenchmarkCompileCommand, nftpolicy compile of 16,000 exceptions"
+	"$OUT/nftpolicy.test" -test.run '^$' -test.bench 'BenchmarkCompileCommand/excepts=16000$' \
+		-test.benchtime 5x -test.count 3 -test.timeout 10m | tee -a "$OUT/compile.bench" >&2
 	"$NFTBENCH" gobench "$OUT/compile.bench" >"$OUT/compile.txt"
 fi
 

@@ -462,6 +462,15 @@ func (o *agentOptions) finishRenderConfig(ctx context.Context, render *compile.R
 		}
 		render.DNSQueueNum = n
 	}
+	return o.configureLogs(render)
+}
+
+// configureLogs turns on the kernel side of the deny log, the staged log
+// and runtime verification as their flags say, fills in the defaults and
+// validates: the end of the agent's render configuration, and of
+// `nftpolicy compile`'s (compileRenderConfig), which must render what the
+// agent installs.
+func (o *agentOptions) configureLogs(render *compile.RenderConfig) error {
 	o.denyLog.configureDenyLog(render)
 	o.stagedLog.configureStagedLog(render)
 	if err := o.verify.configureVerify(render); err != nil {

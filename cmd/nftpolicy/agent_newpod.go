@@ -69,15 +69,23 @@ func (o *newPodOptions) parsePodCIDRs() ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// configure applies the options to the render configuration and the
-// evaluator, and registers the unknown-pod metrics.
-func (o *newPodOptions) configure(render *compile.RenderConfig, eval *evaluate.Evaluator, reg prometheus.Registerer) error {
+// configureRender applies the options to the render configuration: the
+// agent's, and `nftpolicy compile`'s, which must render what the agent
+// installs (without --uplink-interfaces, both take the default-route
+// interfaces of the machine they run on).
+func (o *newPodOptions) configureRender(render *compile.RenderConfig) {
 	render.SkipUnknownPods = !o.unknownPods
 	render.UplinkIfaces = o.uplinks
 	if render.UplinkIfaces == nil {
 		render.UplinkIfaces = defaultRouteIfaces("/proc/net/route", "/proc/net/ipv6_route")
 	}
 	render.HeldSourceRate, render.HeldSourceBurst = o.sourceRate, o.sourceBurst
+}
+
+// configure applies the options to the render configuration and the
+// evaluator, and registers the unknown-pod metrics.
+func (o *newPodOptions) configure(render *compile.RenderConfig, eval *evaluate.Evaluator, reg prometheus.Registerer) error {
+	o.configureRender(render)
 	eval.UnknownPodWait = o.wait
 	m := &newPodMetrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nftpolicy_unknown_pod_decisions_total",

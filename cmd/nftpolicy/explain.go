@@ -66,10 +66,33 @@ type ExplainResult struct {
 type explainOptions struct {
 	scenario, protocol, output, rulesetFile string
 	fromRuleset, exitCode                   bool
-	port                                    uint16
-	timeout                                 time.Duration
-	cluster                                 cli.ClusterFlags
-	budgets                                 compile.Budgets
+	// port is an int, not a uint16, so that 0, negative and too large
+	// values all get the same message (pflag's says "non-negative").
+	port    int
+	timeout time.Duration
+	cluster cli.ClusterFlags
+	budgets compile.Budgets
+}
+
+// check validates the flags that need no cluster and returns the
+// connection's protocol and port.
+func (o *explainOptions) check() (compile.Protocol, uint16, error) {
+	proto, ok := compile.ParseProtocol(strings.ToUpper(o.protocol))
+	if !ok {
+		return 0, 0, fmt.Errorf("--protocol %q: must be TCP, UDP or SCTP", o.protocol)
+	}
+	// Port 0 is no connection's destination: an answer for it would be
+	// about a connection that cannot exist.
+	if o.port < 1 || o.port > 65535 {
+		return 0, 0, fmt.Errorf("--port %d: out of range 1-65535", o.port)
+	}
+	if o.timeout <= 0 {
+		return 0, 0, fmt.Errorf("--timeout %v: must be positive", o.timeout)
+	}
+	if o.output != "text" && o.output != "json" && o.output != "yaml" {
+		return 0, 0, fmt.Errorf("--output %q: must be text, json or yaml", o.output)
+	}
+	return proto, uint16(o.port), nil
 }
 
 func runExplain(args []string, stdout, stderr io.Writer) int {
@@ -79,7 +102,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	o.cluster.AddConnection(fs)
 	fs.BoolVar(&o.fromRuleset, "from-ruleset", false, "trace the connection through this node's kernel ruleset (nft -j list table inet nftpolicy) too")
 	fs.StringVar(&o.rulesetFile, "ruleset-file", "", "with --from-ruleset: read the nft JSON listing from this file instead of running nft")
-	fs.Uint16Var(&o.port, "port", 80, "destination port")
+	fs.IntVar(&o.port, "port", 80, "destination port (1-65535)")
 	fs.StringVar(&o.protocol, "protocol", "TCP", "TCP, UDP or SCTP")
 	fs.StringVarP(&o.output, "output", "o", "text", "text, json or yaml")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "time limit for listing the cluster's objects")
@@ -95,12 +118,9 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 2 {
 		return bad("want FROM and TO, got %d arguments (see --help)", fs.NArg())
 	}
-	proto, ok := compile.ParseProtocol(strings.ToUpper(o.protocol))
-	if !ok {
-		return bad("--protocol %q: must be TCP, UDP or SCTP", o.protocol)
-	}
-	if o.output != "text" && o.output != "json" && o.output != "yaml" {
-		return bad("--output %q: must be text, json or yaml", o.output)
+	proto, port, err := o.check()
+	if err != nil {
+		return bad("%v", err)
 	}
 	from, to := fs.Arg(0), fs.Arg(1)
 
@@ -135,21 +155,27 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return bad("%v", err)
 	}
-	ex := evaluate.Explain(prog, src, dst, proto, o.port)
-	res := ExplainResult{From: from, To: to, Source: src.String(), Destination: dst.String(), Protocol: proto.String(), Port: o.port,
+	ex := evaluate.Explain(prog, src, dst, proto, port)
+	res := ExplainResult{From: from, To: to, Source: src.String(), Destination: dst.String(), Protocol: proto.String(), Port: port,
 		Allowed: ex.Allowed, Egress: ex.Egress, Ingress: ex.Ingress, EgressReason: ex.EgressReason, IngressReason: ex.IngressReason,
 		Reason: ex.Reason(), NearestMiss: ex.NearestMiss}
-	res.Staged = stagedVerdict(in, prog, src, dst, proto, o.port)
+	res.Staged = stagedVerdict(in, prog, src, dst, proto, port)
 	if o.fromRuleset {
+		// A --ruleset-file that cannot be read or parsed is bad input
+		// (exit 2), not a denial (1).
+		failed := exitFailure
+		if o.rulesetFile != "" {
+			failed = exitBadInput
+		}
 		data, err := readRuleset(o.rulesetFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "nftpolicy explain: %v\n", err)
-			return exitFailure
+			return failed
 		}
-		tr, err := TraceRuleset(data, src, dst, proto, o.port)
+		tr, err := TraceRuleset(data, src, dst, proto, port)
 		if err != nil {
 			fmt.Fprintf(stderr, "nftpolicy explain: %v\n", err)
-			return exitFailure
+			return failed
 		}
 		res.Kernel = &tr
 		if modelless {

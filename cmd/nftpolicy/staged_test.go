@@ -31,7 +31,9 @@ func TestEvalStaged(t *testing.T) {
 }
 
 // TestCompileStaged: each node's ruleset is the one of the scenario
-// without its staged policies.
+// without its staged policies, but for the staged log's copies of their
+// subjects' packets (--staged-log=false here; on by default, as in the
+// agent).
 func TestCompileStaged(t *testing.T) {
 	s, code := loadScenario(stagedScenario, os.Stderr)
 	if s == nil {
@@ -68,10 +70,10 @@ func TestCompileStaged(t *testing.T) {
 	}
 	for _, node := range []string{"node-1", "node-2"} {
 		var got, want, errb bytes.Buffer
-		if code := run([]string{"compile", "--scenario", stagedScenario, "--node", node}, &got, &errb); code != exitOK {
+		if code := run([]string{"compile", "--scenario", stagedScenario, "--node", node, "--staged-log=false"}, &got, &errb); code != exitOK {
 			t.Fatalf("exit %d, stderr: %s", code, errb.String())
 		}
-		if code := run([]string{"compile", "--scenario", path, "--node", node}, &want, &errb); code != exitOK {
+		if code := run([]string{"compile", "--scenario", path, "--node", node, "--staged-log=false"}, &want, &errb); code != exitOK {
 			t.Fatalf("exit %d, stderr: %s", code, errb.String())
 		}
 		if got.String() != want.String() {
