@@ -32,11 +32,15 @@ const (
 	ChainPrerouting = "prerouting"
 	// ChainTunnel drops encapsulated packets that pods send to nodes, and
 	// those that come to this node from anything but a node
-	// (render_source.go); SetNodeAddrsV4 and SetNodeAddrsV6 hold the
-	// addresses that may send encapsulation to this node.
-	ChainTunnel    = "tunnel"
-	SetNodeAddrsV4 = "node-addrs-v4"
-	SetNodeAddrsV6 = "node-addrs-v6"
+	// (render_source.go); SetNodeAddrsV4 and SetNodeAddrsV6 hold every
+	// Node's addresses, SetTunnelPeersV4 and SetTunnelPeersV6 the
+	// configured --tunnel-peers: together, who may send encapsulation to
+	// this node.
+	ChainTunnel      = "tunnel"
+	SetNodeAddrsV4   = "node-addrs-v4"
+	SetNodeAddrsV6   = "node-addrs-v6"
+	SetTunnelPeersV4 = "tunnel-senders-v4"
+	SetTunnelPeersV6 = "tunnel-senders-v6"
 )
 
 // Names of the per-source share objects (render_share.go).
@@ -278,6 +282,13 @@ func nodeAddrsSet(v4 bool) string {
 		return SetNodeAddrsV4
 	}
 	return SetNodeAddrsV6
+}
+
+func tunnelPeersSet(v4 bool) string {
+	if v4 {
+		return SetTunnelPeersV4
+	}
+	return SetTunnelPeersV6
 }
 
 func knownPodsSet(v4 bool) string {

@@ -165,36 +165,45 @@ func (c *RenderConfig) tunnelMatches() []string {
 	return out
 }
 
-// tunnelChain renders ChainTunnel and its node-addrs sets (see above).
+// tunnelChain renders ChainTunnel and its sets (see above). Every Node's
+// addresses are single addresses in a plain set, as the other node address
+// sets are: they change with the cluster's nodes, element by element. The
+// configured peers may be prefixes: they live in interval sets of their
+// own, which change only with the agent's flags.
 func (r *renderer) tunnelChain() {
 	c := &Chain{Chain: knftables.Chain{Name: ChainTunnel,
 		Comment: ptr("encapsulated packets (IPIP, 6in4, GRE, UDP tunnel ports): no packet a node decapsulates may come from a pod")}}
 	for _, v4 := range []bool{true, false} {
-		s := r.addSet(&Set{Set: &knftables.Set{Name: nodeAddrsSet(v4), Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
-			Comment: ptr("every Node's addresses, this node's, and --tunnel-peers: the senders of encapsulation to this node")}})
+		s := r.addSet(&Set{Set: &knftables.Set{Name: nodeAddrsSet(v4), Type: addrType(v4),
+			Comment: ptr("every Node's addresses and this node's: the senders of encapsulation to this node")}})
 		s.Elements = append(s.Elements, r.nodeAddrElements(v4)...)
+		p := r.addSet(&Set{Set: &knftables.Set{Name: tunnelPeersSet(v4), Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+			Comment: ptr("--tunnel-peers: more senders of encapsulation to this node")}})
+		p.Elements = append(p.Elements, r.tunnelPeerElements(v4)...)
 	}
 	for _, v4 := range []bool{true, false} {
-		c.Rules = append(c.Rules, rule(fmt.Sprintf("meta iifkind %s %s daddr @%s counter drop", podIfaceKinds, famWord(v4), nodeAddrsSet(v4)),
-			"encapsulation from a pod interface to a node: --source-validation=false disables"))
+		for _, set := range []string{nodeAddrsSet(v4), tunnelPeersSet(v4)} {
+			c.Rules = append(c.Rules, rule(fmt.Sprintf("meta iifkind %s %s daddr @%s counter drop", podIfaceKinds, famWord(v4), set),
+				"encapsulation from a pod interface to a node: --source-validation=false disables"))
+		}
 	}
 	for _, v4 := range []bool{true, false} {
 		// The source first: a node's own tunnel traffic, nearly all of what
 		// comes here, ends at a set lookup, before the routing lookup.
-		c.Rules = append(c.Rules, rule(fmt.Sprintf(`iifname != "lo" %s saddr != @%s fib daddr type { local, broadcast, multicast } counter drop`, famWord(v4), nodeAddrsSet(v4)),
+		c.Rules = append(c.Rules, rule(fmt.Sprintf(`iifname != "lo" %[1]s saddr != @%[2]s %[1]s saddr != @%[3]s fib daddr type { local, broadcast, multicast } counter drop`,
+			famWord(v4), nodeAddrsSet(v4), tunnelPeersSet(v4)),
 			"encapsulation to this node from no node (a pod, any interface): --tunnel-peers admits more, --source-validation=false disables"))
 	}
 	r.addChain(c)
 }
 
 // nodeAddrElements are the elements of a node-addrs set: every known
-// node's addresses of the family, this node's and the configured tunnel
-// peers, each once.
+// node's addresses of the family and this node's, each once, sorted.
 func (r *renderer) nodeAddrElements(v4 bool) []Element {
-	var prefixes []netip.Prefix
+	var addrs []netip.Addr
 	add := func(ip netip.Addr) {
 		if ip = ip.Unmap(); ip.Is4() == v4 {
-			prefixes = append(prefixes, netip.PrefixFrom(ip, ip.BitLen()))
+			addrs = append(addrs, ip)
 		}
 	}
 	for _, ips := range r.prog.NodeAddrs {
@@ -205,14 +214,27 @@ func (r *renderer) nodeAddrElements(v4 bool) []Element {
 	for _, ip := range r.prog.NodeIPs {
 		add(ip)
 	}
-	for _, p := range r.cfg.TunnelPeers {
-		if p.Addr().Unmap().Is4() == v4 {
-			prefixes = append(prefixes, p)
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	var out []Element
+	for _, ip := range slices.Compact(addrs) {
+		out = append(out, Element{Addr: ip})
+	}
+	return out
+}
+
+// tunnelPeerElements are the elements of a tunnel-peers set: the
+// configured peers of the family, disjoint, adjacent ones merged (the form
+// the kernel keeps an interval set in).
+func (r *renderer) tunnelPeerElements(v4 bool) []Element {
+	var ranges []IPRange
+	for _, p := range normalizePrefixes(r.cfg.TunnelPeers) {
+		if p.Addr().Is4() == v4 {
+			ranges = append(ranges, prefixRange(p))
 		}
 	}
 	var out []Element
-	for _, p := range normalizePrefixes(prefixes) {
-		out = append(out, PrefixElement(p))
+	for _, rg := range normalizeRanges(ranges) {
+		out = append(out, RangeElement(rg))
 	}
 	return out
 }

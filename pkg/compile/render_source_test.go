@@ -66,9 +66,11 @@ func checkTunnelChain(t *testing.T, name string, rs *compile.Ruleset) {
 	}
 	want := []string{
 		`meta iifkind { "veth", "bridge", "netkit" } ip daddr @node-addrs-v4 counter drop`,
+		`meta iifkind { "veth", "bridge", "netkit" } ip daddr @tunnel-senders-v4 counter drop`,
 		`meta iifkind { "veth", "bridge", "netkit" } ip6 daddr @node-addrs-v6 counter drop`,
-		`iifname != "lo" ip saddr != @node-addrs-v4 fib daddr type { local, broadcast, multicast } counter drop`,
-		`iifname != "lo" ip6 saddr != @node-addrs-v6 fib daddr type { local, broadcast, multicast } counter drop`,
+		`meta iifkind { "veth", "bridge", "netkit" } ip6 daddr @tunnel-senders-v6 counter drop`,
+		`iifname != "lo" ip saddr != @node-addrs-v4 ip saddr != @tunnel-senders-v4 fib daddr type { local, broadcast, multicast } counter drop`,
+		`iifname != "lo" ip6 saddr != @node-addrs-v6 ip6 saddr != @tunnel-senders-v6 fib daddr type { local, broadcast, multicast } counter drop`,
 	}
 	if len(c.Rules) != len(want) {
 		t.Fatalf("%s: tunnel rules %+v", name, c.Rules)
@@ -78,7 +80,7 @@ func checkTunnelChain(t *testing.T, name string, rs *compile.Ruleset) {
 			t.Errorf("%s: tunnel rule %d is %q, want %q", name, i, c.Rules[i].Rule, w)
 		}
 	}
-	for _, s := range []string{compile.SetNodeAddrsV4, compile.SetNodeAddrsV6} {
+	for _, s := range []string{compile.SetNodeAddrsV4, compile.SetNodeAddrsV6, compile.SetTunnelPeersV4, compile.SetTunnelPeersV6} {
 		if rs.Sets[s] == nil {
 			t.Errorf("%s: no set %s", name, s)
 		}
@@ -109,12 +111,15 @@ func TestTunnelConfig(t *testing.T) {
 		}
 		return out
 	}
-	v4, v6 := str(compile.SetNodeAddrsV4), str(compile.SetNodeAddrsV6)
-	if got, want := strings.Join(v4, " "), "192.168.0.1-192.168.0.1 192.168.0.2-192.168.0.2 198.51.100.0-198.51.100.255"; got != want {
-		t.Errorf("node-addrs-v4 %q, want %q", got, want)
-	}
-	if got, want := strings.Join(v6, " "), "2001:db8:1::-2001:db8:1:ffff:ffff:ffff:ffff:ffff"; got != want {
-		t.Errorf("node-addrs-v6 %q, want %q", got, want)
+	for set, want := range map[string]string{
+		compile.SetNodeAddrsV4:   "192.168.0.1-192.168.0.1 192.168.0.2-192.168.0.2",
+		compile.SetNodeAddrsV6:   "",
+		compile.SetTunnelPeersV4: "198.51.100.0-198.51.100.255",
+		compile.SetTunnelPeersV6: "2001:db8:1::-2001:db8:1:ffff:ffff:ffff:ffff:ffff",
+	} {
+		if got := strings.Join(str(set), " "); got != want {
+			t.Errorf("%s %q, want %q", set, got, want)
+		}
 	}
 	if _, err := compile.Render(&compile.Program{}, compile.RenderConfig{TunnelUDPPorts: []uint16{0}}); err == nil {
 		t.Errorf("tunnel port 0 accepted")
