@@ -25,14 +25,18 @@ import (
 )
 
 // evalLine is one line of `nftpolicy eval` (and, without the evaluator's
-// fields, of the runner).
+// fields and the connection, of the runner).
 type evalLine struct {
-	Probe   int    `json:"probe"`
-	Allowed bool   `json:"allowed"`
-	Ingress bool   `json:"ingress"`
-	Egress  bool   `json:"egress"`
-	Reason  string `json:"reason"`
-	Error   string `json:"error"`
+	Probe    int    `json:"probe"`
+	Allowed  bool   `json:"allowed"`
+	Ingress  bool   `json:"ingress"`
+	Egress   bool   `json:"egress"`
+	Reason   string `json:"reason"`
+	Error    string `json:"error"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Protocol string `json:"protocol"`
+	Port     int    `json:"port"`
 }
 
 func parseLines(t *testing.T, out []byte) []evalLine {
