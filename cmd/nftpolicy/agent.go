@@ -43,6 +43,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/pkg/slim"
+	"github.com/nftpolicy/nftpolicy/pkg/tablewatch"
 )
 
 // agentOptions are the flags of `nftpolicy agent`.
@@ -82,6 +83,7 @@ type agentOptions struct {
 	serving     servingOptions
 	status      statusOptions
 	preview     previewServerOptions
+	watch       watchOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -118,6 +120,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	o.serving.addFlags(fs)
 	o.status.addFlags(fs)
 	o.preview.addFlags(fs)
+	o.watch.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -270,7 +273,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.finishRenderConfig(ctx, &render, dnsQueue, metrics); err != nil {
 		return err
 	}
-	syncer, elements, closeSyncer, err := newSyncer(render, reg, log)
+	syncer, elements, closeSyncer, err := newSyncer(render, reg, log, &o.watch)
 	defer closeSyncer()
 	if err != nil {
 		return err
@@ -310,6 +313,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.startNFLOGReaders(ctx, render, node, eval, reg); err != nil {
 		return err
 	}
+	o.watch.startTableWatch(ctx, ctrl, errs)
 	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
 	log.Info("nftpolicy agent started", "node", node, "mode", mode, "failOpen", o.failOpen)
 	select {
@@ -436,8 +440,9 @@ func (o *agentOptions) finishRenderConfig(ctx context.Context, render *compile.R
 
 // newSyncer returns the syncer that writes the node's table, and the
 // netlink writer it shares with DNS learning; closeAll releases both and
-// the nft process kept in advance, also after an error.
-func newSyncer(render compile.RenderConfig, reg *prometheus.Registry, log klog.Logger) (syncer *sets.Syncer, elements *nftnl.Conn, closeAll func(), err error) {
+// the nft process kept in advance, also after an error. It gives watch the
+// owner of the agent's transactions when its nft processes are known.
+func newSyncer(render compile.RenderConfig, reg *prometheus.Registry, log klog.Logger, watch *watchOptions) (syncer *sets.Syncer, elements *nftnl.Conn, closeAll func(), err error) {
 	var closers []func()
 	closeAll = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -456,6 +461,8 @@ func newSyncer(render compile.RenderConfig, reg *prometheus.Registry, log klog.L
 	} else {
 		closers = append(closers, func() { warm.Close() })
 		nft = warm
+		watch.owner = tablewatch.NewOwner()
+		warm.SetOnStart(watch.owner.AddChild)
 	}
 	// Pod churn and policy edits go to the kernel over netlink, in one
 	// batch per sync.
