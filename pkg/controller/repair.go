@@ -33,8 +33,10 @@ const (
 type repairState struct {
 	wake    chan struct{}
 	limiter *rate.Limiter
-	// timer is armed when the limiter deferred a pending repair.
-	timer <-chan time.Time
+	// timer is armed when the limiter deferred a pending repair; the
+	// token it waits for is reserved already (reserved).
+	timer    <-chan time.Time
+	reserved bool
 
 	mu sync.Mutex
 	// notes are the pending requests' descriptions (at most
@@ -106,10 +108,13 @@ func (c *Controller) beginRepair() bool {
 	if !pending {
 		return false
 	}
-	if d := r.limiter.Reserve().Delay(); d > 0 {
-		r.timer = time.After(d)
-		return false
+	if !r.reserved {
+		if d := r.limiter.Reserve().Delay(); d > 0 {
+			r.timer, r.reserved = time.After(d), true
+			return false
+		}
 	}
+	r.reserved = false
 	r.mu.Lock()
 	r.taken = r.requested
 	notes, more, kinds := r.notes, r.more, r.kinds
