@@ -47,8 +47,8 @@ func (c Change) String() string {
 type Transaction struct {
 	// Gen is the ruleset generation the transaction made.
 	Gen uint32
-	// PID and Proc are the committing process's pid (in the kernel's
-	// initial pid namespace) and command name.
+	// PID and Proc are the committing task's id (a thread's, in the
+	// kernel's initial pid namespace) and command name.
 	PID  uint32
 	Proc string
 	// PortID is the netlink port id of the socket that sent the batch.
@@ -57,9 +57,6 @@ type Transaction struct {
 	// maxChanges); Counts counts all of them by kind.
 	Changes []Change
 	Counts  map[string]int
-	// Probe is set when the transaction touched the probe table (the
-	// watcher's own transaction).
-	Probe bool
 }
 
 // Touched reports whether the transaction changed the watched table.
@@ -86,9 +83,7 @@ func (t *Transaction) Summary() string {
 type Decoder struct {
 	// Table is the inet table watched.
 	Table string
-	// ProbeTable is the name of the watcher's probe table (empty: none).
-	ProbeTable string
-	cur        Transaction
+	cur   Transaction
 }
 
 // Reset drops the transaction being read (its notifications were lost).
@@ -141,10 +136,6 @@ func (d *Decoder) Decode(m netlink.Message) (Transaction, bool) {
 	}
 	// NFTA_TABLE_NAME and every object's NFTA_*_TABLE are attribute 1.
 	table, name := tableAndName(attrs, k.nameAt)
-	if d.ProbeTable != "" && table == d.ProbeTable {
-		d.cur.Probe = true
-		return Transaction{}, false
-	}
 	if family != unix.NFPROTO_INET || table != d.Table {
 		return Transaction{}, false
 	}

@@ -51,10 +51,9 @@ func decodeAll(d *Decoder, msgs []netlink.Message) []Transaction {
 
 // TestDecodeTransactions: the changes of the watched inet table are grouped
 // up to the NEWGEN that ends their transaction, which names the committing
-// process; other tables, families and subsystems are left out, and the
-// probe table marks the watcher's own transaction.
+// process; other tables, families and subsystems are left out.
 func TestDecodeTransactions(t *testing.T) {
-	d := &Decoder{Table: "nftpolicy", ProbeTable: "nftpolicy-probe-7"}
+	d := &Decoder{Table: "nftpolicy"}
 	const inet, ip = unix.NFPROTO_INET, unix.NFPROTO_IPV4
 	msgs := []netlink.Message{
 		// nft flush ruleset by pid 4242: rules, a chain, a set, the table;
@@ -70,9 +69,9 @@ func TestDecodeTransactions(t *testing.T) {
 		// Another table only: a transaction that does not touch ours.
 		notification(t, unix.NFT_MSG_NEWCHAIN, inet, 99, uint16(unix.NFTA_CHAIN_TABLE), "filter", uint16(unix.NFTA_CHAIN_NAME), "x"),
 		newGen(t, 11, 99, 99, "nft"),
-		// The probe: created and deleted.
-		notification(t, unix.NFT_MSG_NEWTABLE, inet, 5, uint16(unix.NFTA_TABLE_NAME), "nftpolicy-probe-7"),
-		notification(t, unix.NFT_MSG_DELTABLE, inet, 5, uint16(unix.NFTA_TABLE_NAME), "nftpolicy-probe-7"),
+		// A chain created and a set flushed in one transaction.
+		notification(t, unix.NFT_MSG_NEWCHAIN, inet, 5, uint16(unix.NFTA_CHAIN_TABLE), "nftpolicy", uint16(unix.NFTA_CHAIN_NAME), "c"),
+		notification(t, unix.NFT_MSG_DELSETELEM, inet, 5, uint16(unix.NFTA_SET_ELEM_LIST_TABLE), "nftpolicy", uint16(unix.NFTA_SET_ELEM_LIST_SET), "s"),
 		newGen(t, 12, 777, 5, "nftpolicy"),
 		// One element deleted; a truncated message is skipped.
 		notification(t, unix.NFT_MSG_DELSETELEM, inet, 31, uint16(unix.NFTA_SET_ELEM_LIST_TABLE), "nftpolicy", uint16(unix.NFTA_SET_ELEM_LIST_SET), "vmap-x"),
@@ -97,8 +96,8 @@ func TestDecodeTransactions(t *testing.T) {
 	if txs[1].Touched() || txs[1].Gen != 11 {
 		t.Errorf("another table's transaction: %+v", txs[1])
 	}
-	if !txs[2].Probe || txs[2].Touched() || txs[2].PID != 777 {
-		t.Errorf("probe: %+v", txs[2])
+	if got := txs[2].Summary(); got != "add chain c, delete element s" || txs[2].PID != 777 || txs[2].Proc != "nftpolicy" {
+		t.Errorf("second transaction: %q %+v", got, txs[2])
 	}
 	if got := txs[3].Summary(); got != "delete element vmap-x" {
 		t.Errorf("element: %q", got)
@@ -123,9 +122,10 @@ func TestDecodeBoundsChanges(t *testing.T) {
 	}
 }
 
-// TestOwner: the agent's own transactions (its pid, the pid the probe
-// taught, its nft children by pid or port id, another agent by name or
-// as an nft child of it) are own; any other process's are outside.
+// TestOwner: the agent's own transactions (its pid or one of its threads,
+// its nft children by pid or port id, another agent or this one in a pid
+// namespace by name, another agent's nft child) are own; any other
+// process's are outside.
 func TestOwner(t *testing.T) {
 	procs := map[uint32]struct {
 		name string
@@ -137,7 +137,7 @@ func TestOwner(t *testing.T) {
 	o := &Owner{self: 100, proc: func(pid uint32) (string, uint32, bool) {
 		p, ok := procs[pid]
 		return p.name, p.ppid, ok
-	}}
+	}, thread: func(tid uint32) bool { return tid == 101 }}
 	o.AddChild(200)
 	for i := range recentChildren - 1 {
 		o.AddChild(1000 + i) // 200 is still among the recent ones
@@ -148,23 +148,19 @@ func TestOwner(t *testing.T) {
 		own  bool
 	}{
 		{"self", Transaction{PID: 100, Proc: "x"}, true},
+		{"a thread of self", Transaction{PID: 101, Proc: "x"}, true},
 		{"child by pid", Transaction{PID: 200, PortID: 9, Proc: "nft"}, true},
 		{"child by port id (pid namespace)", Transaction{PID: 88200, PortID: 200, Proc: "nft"}, true},
-		{"not yet learned", Transaction{PID: 70, Proc: "x"}, false},
-		{"another agent by name", Transaction{PID: 71, Proc: AgentProcName}, true},
+		{"another process", Transaction{PID: 70, Proc: "x"}, false},
+		{"an agent by name (another, or this one in a pid namespace)", Transaction{PID: 71, Proc: AgentProcName}, true},
 		{"another agent's nft", Transaction{PID: 500, PortID: 500, Proc: "nft"}, true},
 		{"an administrator's nft", Transaction{PID: 600, PortID: 600, Proc: "nft"}, false},
 		{"an exited nft", Transaction{PID: 601, PortID: 601, Proc: "nft"}, false},
-		{"probe", Transaction{PID: 70, Probe: true}, true},
 	}
 	for _, c := range cases {
 		if got := o.Own(&c.tx); got != c.own {
 			t.Errorf("%s: own %v, want %v", c.name, got, c.own)
 		}
-	}
-	o.Learn(70)
-	if !o.Own(&Transaction{PID: 70, Proc: "x"}) {
-		t.Error("the learned pid is not own")
 	}
 	o.AddChild(2000) // pushes 200 out
 	if o.Own(&Transaction{PID: 200, PortID: 200, Proc: "nft"}) {

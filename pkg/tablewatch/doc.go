@@ -5,9 +5,6 @@
 // ruleset`, a reloaded firewall service, an administrator's edit), which
 // the caller repairs at once instead of at its next periodic full sync.
 //
-// It owns no table state: it says that something outside changed the
-// table and what, not what the table should hold. It writes nothing but
-// one probe transaction at start-up (a table of its own, created and
-// deleted in the same transaction) that tells it the pid the kernel
-// reports for this process.
+// It owns no table state and writes nothing: it says that something
+// outside changed the table and what, not what the table should hold.
 package tablewatch

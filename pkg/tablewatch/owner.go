@@ -18,16 +18,17 @@ const AgentProcName = "nftpolicy"
 const recentChildren = 32
 
 // Owner decides whether a transaction is this agent's own. The kernel
-// names the committing process (NFTA_GEN_PROC_PID, in its initial pid
-// namespace) and the netlink port id of the socket that sent the batch;
-// the agent commits in-process (netlink batches: its pid) and through
-// nft processes it starts (their pids, and port ids that equal their pids
-// as this process sees them, where the port id was free). In a pid
-// namespace (a container without hostPID) the kernel's pid differs from
-// os.Getpid: the watcher's probe transaction teaches the kernel's pid of
-// this process (Learn). Another agent of this node (the old one during an
-// update) counts as own too: its process is named AgentProcName, or is an
-// nft whose parent is.
+// names the committing task (NFTA_GEN_PROC_PID: the thread's id, in the
+// kernel's initial pid namespace, and its command name) and the netlink
+// port id of the socket that sent the batch. The agent commits in-process
+// (netlink batches, from any of its threads) and through nft processes it
+// starts (their pids, and port ids that nft binds to its pid as its own
+// pid namespace sees it). In-process commits are recognised by thread
+// (/proc/self/task) and, in a pid namespace (a container without hostPID)
+// where the kernel's ids are not this process's, by the threads' command
+// name, AgentProcName; the nft processes by pid or port id. Another agent
+// of this node (the old one during an update) counts as own too: its
+// threads are named AgentProcName, its nft processes are children of one.
 //
 // Misjudging an own transaction as outside costs one needless repair (a
 // full sync, rate-limited); misjudging an outside one as own leaves it to
@@ -37,15 +38,18 @@ type Owner struct {
 	// proc reads /proc/<pid>/stat; a test replaces it.
 	proc func(pid uint32) (name string, ppid uint32, ok bool)
 
+	// thread reports whether a thread id is one of this process's; a
+	// test replaces it.
+	thread func(tid uint32) bool
+
 	mu       sync.Mutex
-	learned  uint32
 	children [recentChildren]uint32
 	next     int
 }
 
 // NewOwner returns the Owner of this process.
 func NewOwner() *Owner {
-	return &Owner{self: uint32(os.Getpid()), proc: procStat}
+	return &Owner{self: uint32(os.Getpid()), proc: procStat, thread: ownThread}
 }
 
 // AddChild records a child process that may commit transactions (an nft
@@ -58,13 +62,6 @@ func (o *Owner) AddChild(pid int) {
 	defer o.mu.Unlock()
 	o.children[o.next] = uint32(pid)
 	o.next = (o.next + 1) % recentChildren
-}
-
-// Learn records the pid the kernel reports for this process.
-func (o *Owner) Learn(pid uint32) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.learned = pid
 }
 
 func (o *Owner) child(pid uint32) bool {
@@ -81,13 +78,8 @@ func (o *Owner) child(pid uint32) bool {
 // Own reports whether t was committed by this agent or another agent of
 // the node.
 func (o *Owner) Own(t *Transaction) bool {
-	o.mu.Lock()
-	learned := o.learned
-	o.mu.Unlock()
 	switch {
-	case t.Probe:
-		return true
-	case t.PID == o.self || (learned != 0 && t.PID == learned):
+	case t.PID == o.self || o.thread(t.PID):
 		return true
 	case o.child(t.PID) || o.child(t.PortID):
 		return true
@@ -105,6 +97,12 @@ func (o *Owner) Own(t *Transaction) bool {
 		}
 	}
 	return false
+}
+
+// ownThread reports whether tid is a thread of this process.
+func ownThread(tid uint32) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid))
+	return err == nil
 }
 
 // procStat reads a process's command name and parent pid.

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -38,7 +36,10 @@ type Config struct {
 	// overran, or failed and was opened again): whatever they said is
 	// unknown, and only a full sync repairs it.
 	OnLost func(reason string)
-	Logger klog.Logger
+	// Subscribed, if set, is called each time the socket is subscribed:
+	// changes committed after it are read.
+	Subscribed func()
+	Logger     klog.Logger
 }
 
 // Run reads notifications until ctx ends. Its socket is subscribed before
@@ -48,10 +49,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = klog.Background()
 	}
-	probe := fmt.Sprintf("nftpolicy-probe-%d", os.Getpid())
 	first := true
 	for {
-		err := watchOnce(ctx, cfg, probe, first)
+		err := watchOnce(ctx, cfg)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -69,9 +69,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
-// watchOnce opens a subscribed socket, sends the probe transaction on the
-// first call, and reads until an error other than an overrun.
-func watchOnce(ctx context.Context, cfg Config, probe string, first bool) error {
+// watchOnce opens a subscribed socket and reads until an error other than
+// an overrun.
+func watchOnce(ctx context.Context, cfg Config) error {
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: cfg.NetNS})
 	if err != nil {
 		return fmt.Errorf("opening a netfilter netlink socket: %w", err)
@@ -86,15 +86,10 @@ func watchOnce(ctx context.Context, cfg Config, probe string, first bool) error 
 		return fmt.Errorf("subscribing to nftables notifications: %w", err)
 	}
 	setReceiveBuffer(c)
-	if first {
-		if err := sendProbe(cfg.NetNS, probe); err != nil {
-			// Without it, in a pid namespace, the agent's own netlink
-			// transactions look like outside changes until identified by
-			// name.
-			cfg.Logger.Error(err, "Could not send the probe transaction; own transactions are recognised by process name and child pids only")
-		}
+	if cfg.Subscribed != nil {
+		cfg.Subscribed()
 	}
-	d := Decoder{Table: cfg.Table, ProbeTable: probe}
+	d := Decoder{Table: cfg.Table}
 	for {
 		msgs, err := c.Receive()
 		if errors.Is(err, unix.ENOBUFS) {
@@ -109,9 +104,6 @@ func watchOnce(ctx context.Context, cfg Config, probe string, first bool) error 
 			t, ok := d.Decode(m)
 			if !ok {
 				continue
-			}
-			if t.Probe {
-				cfg.Owner.Learn(t.PID)
 			}
 			if !t.Touched() || cfg.Owner.Own(&t) {
 				continue
@@ -131,20 +123,4 @@ func setReceiveBuffer(c *netlink.Conn) {
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, receiveBufferBytes)
 		}
 	})
-}
-
-// sendProbe commits one transaction that creates and deletes the probe
-// table: its NEWGEN names this process as the kernel sees it.
-func sendProbe(netNS int, name string) error {
-	var opts []nftables.ConnOption
-	if netNS != 0 {
-		opts = append(opts, nftables.WithNetNSFd(netNS))
-	}
-	conn, err := nftables.New(opts...)
-	if err != nil {
-		return err
-	}
-	t := conn.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: name})
-	conn.DelTable(t)
-	return conn.Flush()
 }
