@@ -24,9 +24,11 @@ const repairWait = 10 * time.Second
 // outside, as an administrator or another service would, while a policy
 // denies r/bad -> r/server: `nft flush ruleset` (the table deleted), one
 // element of the verdict map that sends the server's traffic to its policy
-// deleted, and a foreign accept rule inserted into one of the table's base
-// chains. After each, the denied connection must be denied again within
-// repairWait (the agents run with a --full-sync-period of an hour), the
+// deleted, a foreign accept rule inserted into one of the table's base
+// chains, and a loop of `nft flush ruleset` (the repairs rate-limited, the
+// table back after the last one). After each, the denied connection must
+// be denied again within repairWait (the agents run with a
+// --full-sync-period of an hour), the
 // allowed one allowed, the table must be nftpolicy's alone, and the change
 // counted by kind. Readiness is true once repaired.
 func TestAgentRepairsOutsideChanges(t *testing.T) {
@@ -78,6 +80,11 @@ func TestAgentRepairsOutsideChanges(t *testing.T) {
 		}},
 		{"a foreign rule inserted", "rule", func() {
 			nft("insert", "rule", "inet", compile.TableName, "forward", "accept", "comment", `"foreign"`)
+		}},
+		{"a loop of 200 nft flush ruleset", "table", func() {
+			if out, err := c.Lab.NodeExec("node-1", "sh", "-c", "for i in $(seq 200); do nft flush ruleset || exit 1; done"); err != nil {
+				t.Fatalf("flush loop: %v: %s", err, out)
+			}
 		}},
 	}
 	for _, s := range steps {
