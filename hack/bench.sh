@@ -39,6 +39,7 @@
 #          the first connection denied again (outside_flush_repair_ms_p99,
 #          outside_element_repair_ms_p99), and the denied connections of a
 #          loop (one every 2 ms) admitted meanwhile (outside_*_admitted_denied)
+#          and after the repair (outside_*_admitted_after_repair, target 0)
 #   churn  another namespace's new policy (API write -> first connection
 #          with the new verdict, as in delay) while one namespace's policy of
 #          200 peers, each selecting every pod, is edited every 100 ms, at

@@ -96,14 +96,15 @@ func runFaults(ctx context.Context, tb *cluster.ProgramTB, cfg FaultsConfig, res
 	}
 	for _, ch := range changes {
 		var repairs []time.Duration
-		admitted := 0
+		admitted, after := 0, 0
 		for i := 0; i < cfg.Repeats; i++ {
-			d, n, err := measureRepair(ctx, c, cfg, from, server, ch.argv)
+			d, n, na, err := measureRepair(ctx, c, cfg, from, server, ch.argv)
 			if err != nil {
 				return fmt.Errorf("%s %d: %w", ch.name, i, err)
 			}
 			repairs = append(repairs, d)
 			admitted += n
+			after += na
 			if _, err := c.WaitProgrammed(ctx); err != nil {
 				return err
 			}
@@ -112,6 +113,7 @@ func runFaults(ctx context.Context, tb *cluster.ProgramTB, cfg FaultsConfig, res
 		res.Set(fmt.Sprintf("outside_%s_repair_ms_p50", ch.name), float64(Percentile(repairs, 50).Microseconds())/1000)
 		res.Set(fmt.Sprintf("outside_%s_repair_ms_p99", ch.name), float64(Percentile(repairs, 99).Microseconds())/1000)
 		res.Set(fmt.Sprintf("outside_%s_admitted_denied", ch.name), admitted)
+		res.Set(fmt.Sprintf("outside_%s_admitted_after_repair", ch.name), after)
 		cfg.Logf("faults: %s: %d repairs, p50 %v, p99 %v; %d denied connections admitted during them", ch.name, len(repairs),
 			Percentile(repairs, 50), Percentile(repairs, 99), admitted)
 	}
@@ -126,9 +128,10 @@ func runFaults(ctx context.Context, tb *cluster.ProgramTB, cfg FaultsConfig, res
 
 // measureRepair opens a connection from -> to:80 every Interval while argv
 // changes the node's table, and returns the time from argv's return to the
-// SYN of the first connection dropped after it, and how many connections
-// whose SYN left after argv started were admitted.
-func measureRepair(ctx context.Context, c *cluster.Cluster, cfg FaultsConfig, from netlab.Endpoint, to netip.Addr, argv []string) (time.Duration, int, error) {
+// SYN of the first connection dropped after it, how many connections whose
+// SYN left after argv started were admitted, and how many of those left
+// after that first dropped one (none if the repair holds).
+func measureRepair(ctx context.Context, c *cluster.Cluster, cfg FaultsConfig, from netlab.Endpoint, to netip.Addr, argv []string) (time.Duration, int, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	type obs struct {
@@ -176,7 +179,7 @@ func measureRepair(ctx context.Context, c *cluster.Cluster, cfg FaultsConfig, fr
 		close(stop)
 		launcher.Wait()
 		wg.Wait()
-		return 0, 0, fmt.Errorf("%v: %w: %s", argv, err, out)
+		return 0, 0, 0, fmt.Errorf("%v: %w: %s", argv, err, out)
 	}
 	// Probes go on until one whose SYN left after t1 was dropped.
 	deadline := time.Now().Add(10 * time.Second)
@@ -195,14 +198,17 @@ func measureRepair(ctx context.Context, c *cluster.Cluster, cfg FaultsConfig, fr
 	launcher.Wait()
 	wg.Wait()
 	if repaired.IsZero() {
-		return 0, 0, fmt.Errorf("%v: no connection denied again within 10s", argv)
+		return 0, 0, 0, fmt.Errorf("%v: no connection denied again within 10s", argv)
 	}
 	sort.Slice(seen, func(i, j int) bool { return seen[i].sent.Before(seen[j].sent) })
-	admitted := 0
+	admitted, after := 0, 0
 	for _, o := range seen {
 		if o.err == nil && o.ok && !o.sent.Before(t0) {
 			admitted++
+			if o.sent.After(repaired) {
+				after++
+			}
 		}
 	}
-	return repaired.Sub(t1), admitted, nil
+	return repaired.Sub(t1), admitted, after, nil
 }

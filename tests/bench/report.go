@@ -54,6 +54,8 @@ var Targets = []target{
 	// Issue 46: outside changes of the table repaired within a second.
 	{"outside_flush_repair_ms_p99", "<=", 1000},
 	{"outside_element_repair_ms_p99", "<=", 1000},
+	{"outside_flush_admitted_after_repair", "==", 0},
+	{"outside_element_admitted_after_repair", "==", 0},
 	{"incr_sync_ms_10k", "<=", 10},
 	{"incr_sync_ms_50k", "<=", 10},
 	{"incr_sync_ms_100k", "<=", 10},
@@ -248,6 +250,7 @@ func Report(r *Result, quick bool) string {
 	row("outside changes", "`nft flush ruleset` in the node's namespace -> first connection denied again, p50", "outside_flush_repair_ms_p50", "ms")
 	row("outside changes", "same, p99", "outside_flush_repair_ms_p99", "ms")
 	row("outside changes", "denied connections admitted during the flush repairs (one every 2 ms)", "outside_flush_admitted_denied", "")
+	row("outside changes", "of those, opened after the first connection denied again (target 0)", "outside_flush_admitted_after_repair", "")
 	row("outside changes", "one verdict-map element deleted -> first connection denied again, p99", "outside_element_repair_ms_p99", "ms")
 	row("outside changes", "denied connections admitted during the element repairs", "outside_element_admitted_denied", "")
 
