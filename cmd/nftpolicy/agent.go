@@ -313,7 +313,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.startNFLOGReaders(ctx, render, node, eval, reg); err != nil {
 		return err
 	}
-	o.watch.startTableWatch(ctx, ctrl, errs)
+	o.watch.startTableWatch(ctx, ctrl)
 	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
 	log.Info("nftpolicy agent started", "node", node, "mode", mode, "failOpen", o.failOpen)
 	select {

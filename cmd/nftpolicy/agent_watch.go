@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
@@ -27,8 +28,8 @@ func (o *watchOptions) addFlags(fs *pflag.FlagSet) {
 
 // startTableWatch starts the watcher of the table in the agent's network
 // namespace: each outside change is counted and repaired at once by the
-// controller, and lost notifications make a full sync.
-func (o *watchOptions) startTableWatch(ctx context.Context, ctrl *controller.Controller, errs chan<- error) {
+// controller, and lost notifications make a full sync (lostNotifications).
+func (o *watchOptions) startTableWatch(ctx context.Context, ctrl *controller.Controller) {
 	log := klog.FromContext(ctx).WithName("tablewatch")
 	if !o.enabled {
 		return
@@ -43,8 +44,46 @@ func (o *watchOptions) startTableWatch(ctx context.Context, ctrl *controller.Con
 		OnOutside: func(t tablewatch.Transaction) {
 			ctrl.OutsideChange(t.Counts, fmt.Sprintf("%s, by %s (pid %d, generation %d)", t.Summary(), t.Proc, t.PID, t.Gen))
 		},
-		OnLost: func(reason string) { ctrl.RequestFullSync(reason) },
+		OnLost: (&lostNotifications{ctrl: ctrl, log: log}).lost,
 		Logger: log,
 	}
-	go func() { errs <- wrapErr("table watch", tablewatch.Run(ctx, cfg)) }()
+	go func() {
+		// Without the watch the agent still enforces, and the periodic
+		// full sync repairs: no reason to stop it.
+		if err := tablewatch.Run(ctx, cfg); err != nil {
+			log.Error(err, "Not watching the table; outside changes are repaired at --full-sync-period only")
+		}
+	}()
+}
+
+// ownOverrunWindow: notifications lost while the sync loop writes, or
+// this soon after, are taken for the loop's own.
+const ownOverrunWindow = 2 * time.Second
+
+// ownOverrunResync bounds the full syncs made for notifications lost
+// during the agent's own writes: a full sync of a big table notifies more
+// than the socket holds, and a full sync after each such overrun would
+// overrun again, endlessly.
+const ownOverrunResync = time.Minute
+
+// lostNotifications decides what lost notifications cost: a full sync at
+// once, unless the agent was writing (then at most one a minute).
+type lostNotifications struct {
+	ctrl interface {
+		WroteWithin(time.Duration) bool
+		RequestFullSync(reason string)
+	}
+	log  klog.Logger
+	last time.Time
+}
+
+func (l *lostNotifications) lost(reason string) {
+	if l.ctrl.WroteWithin(ownOverrunWindow) {
+		if time.Since(l.last) < ownOverrunResync {
+			l.log.V(2).Info("Notifications lost while the agent wrote; full sync already made within the last minute", "reason", reason)
+			return
+		}
+		l.last = time.Now()
+	}
+	l.ctrl.RequestFullSync(reason)
 }

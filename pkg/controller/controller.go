@@ -481,7 +481,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		if retryTimer != nil {
 			continue // a retry is pending; it will pick this change up
 		}
-		if err := c.syncOnce(ctx); err != nil {
+		if err := c.syncWriting(ctx); err != nil {
 			if ctx.Err() != nil {
 				log.Info("Stopping; the ruleset stays in place")
 				return nil

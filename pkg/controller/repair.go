@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -51,6 +52,10 @@ type repairState struct {
 	requested, taken uint64
 	outside          atomic.Bool
 	started          time.Time
+	// writing is set while the loop syncs; wrote is when it last ended
+	// (unix nanoseconds).
+	writing atomic.Bool
+	wrote   atomic.Int64
 }
 
 func newRepairState() repairState {
@@ -140,7 +145,7 @@ func (c *Controller) beginRepair() bool {
 // start.
 func (c *Controller) repairTimerFired() { c.repair.timer = nil }
 
-// synced runs in the sync loop after each successful sync: a repair that
+// repairSynced runs in the sync loop after each successful sync: a repair that
 // started before it is done, readiness true again unless another request
 // came meanwhile.
 func (c *Controller) repairSynced() {
@@ -155,9 +160,23 @@ func (c *Controller) repairSynced() {
 	r.started = time.Time{}
 }
 
-// Repairing reports whether an outside change (or lost notifications)
-// waits for its repair.
-func (c *Controller) Repairing() bool { return c.repair.outside.Load() }
+// syncWriting is syncOnce, noting when the loop writes (WroteWithin).
+func (c *Controller) syncWriting(ctx context.Context) error {
+	c.repair.writing.Store(true)
+	defer func() {
+		c.repair.wrote.Store(time.Now().UnixNano())
+		c.repair.writing.Store(false)
+	}()
+	return c.syncOnce(ctx)
+}
+
+// WroteWithin reports whether the sync loop is writing to the table or
+// wrote within d: notifications lost then were most likely the loop's own
+// (a full sync of a big table notifies every element and rule at once,
+// more than a socket buffer holds).
+func (c *Controller) WroteWithin(d time.Duration) bool {
+	return c.repair.writing.Load() || time.Since(time.Unix(0, c.repair.wrote.Load())) < d
+}
 
 // nodeEvent records an Event on the node's Node object, if a recorder is
 // set.

@@ -1,6 +1,7 @@
 package tablewatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,9 @@ type Config struct {
 	// overran, or failed and was opened again): whatever they said is
 	// unknown, and only a full sync repairs it.
 	OnLost func(reason string)
+	// ReceiveBuffer is the socket's receive buffer in bytes (0:
+	// receiveBufferBytes).
+	ReceiveBuffer int
 	// Subscribed, if set, is called each time the socket is subscribed:
 	// changes committed after it are read.
 	Subscribed func()
@@ -85,7 +89,7 @@ func watchOnce(ctx context.Context, cfg Config) error {
 	if err := c.JoinGroup(unix.NFNLGRP_NFTABLES); err != nil {
 		return fmt.Errorf("subscribing to nftables notifications: %w", err)
 	}
-	setReceiveBuffer(c)
+	setReceiveBuffer(c, cmp.Or(cfg.ReceiveBuffer, receiveBufferBytes))
 	if cfg.Subscribed != nil {
 		cfg.Subscribed()
 	}
@@ -113,14 +117,14 @@ func watchOnce(ctx context.Context, cfg Config) error {
 	}
 }
 
-func setReceiveBuffer(c *netlink.Conn) {
+func setReceiveBuffer(c *netlink.Conn, bytes int) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return
 	}
 	_ = rc.Control(func(fd uintptr) {
-		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, receiveBufferBytes) != nil {
-			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, receiveBufferBytes)
+		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bytes) != nil {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, bytes)
 		}
 	})
 }

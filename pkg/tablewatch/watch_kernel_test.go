@@ -116,3 +116,66 @@ func TestWatchKernel(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+// TestWatchKernelOverrun: a transaction whose notifications overrun the
+// socket (20,000 elements, a 64 KiB buffer) is reported as lost
+// notifications, and the watch goes on: the next outside change is
+// reported.
+func TestWatchKernelOverrun(t *testing.T) {
+	ns, f := scratchNetns(t)
+	lost := make(chan string, 16)
+	outside := make(chan Transaction, 64)
+	subscribed := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Table: "nftpolicy", NetNS: int(f.Fd()), Owner: NewOwner(), ReceiveBuffer: 64 << 10,
+			Subscribed: func() { subscribed <- struct{}{} },
+			OnOutside:  func(tx Transaction) { outside <- tx },
+			OnLost:     func(reason string) { lost <- reason }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	<-subscribed
+	var b strings.Builder
+	b.WriteString("add table inet nftpolicy\nadd set inet nftpolicy s { type ipv4_addr; }\n")
+	for i := range 20000 {
+		fmt.Fprintf(&b, "add element inet nftpolicy s { 10.%d.%d.%d }\n", i>>16, (i>>8)&255, i&255)
+	}
+	cmd := nftCmd(ns, "-f", "-")
+	cmd.Stdin = strings.NewReader(b.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	select {
+	case reason := <-lost:
+		if !strings.Contains(reason, "ENOBUFS") {
+			t.Errorf("lost: %q", reason)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the overrun was not reported")
+	}
+	// Drain what was read of the big transaction, then one more change.
+	time.Sleep(200 * time.Millisecond)
+	for len(outside) > 0 {
+		<-outside
+	}
+	if out, err := nftCmd(ns, "delete", "set", "inet", "nftpolicy", "s").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case tx := <-outside:
+			if tx.Counts["set"] == 1 {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the change after the overrun was not reported")
+		}
+	}
+}
