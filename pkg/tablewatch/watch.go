@@ -46,20 +46,20 @@ type Config struct {
 	Logger     klog.Logger
 }
 
-// Run reads notifications until ctx ends. Its socket is subscribed before
-// it returns from the first dial; a failure after that is reported to
-// OnLost and the socket opened again.
+// Run reads notifications until ctx ends. It returns an error only when
+// its first socket cannot be opened and subscribed; a failure after that
+// is reported to OnLost and the socket opened again.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = klog.Background()
 	}
 	first := true
 	for {
-		err := watchOnce(ctx, cfg)
+		subscribed, err := watchOnce(ctx, cfg)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if first && err != nil {
+		if first && !subscribed {
 			return err
 		}
 		first = false
@@ -74,11 +74,11 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // watchOnce opens a subscribed socket and reads until an error other than
-// an overrun.
-func watchOnce(ctx context.Context, cfg Config) error {
+// an overrun; subscribed says whether it got as far as reading.
+func watchOnce(ctx context.Context, cfg Config) (subscribed bool, err error) {
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: cfg.NetNS})
 	if err != nil {
-		return fmt.Errorf("opening a netfilter netlink socket: %w", err)
+		return false, fmt.Errorf("opening a netfilter netlink socket: %w", err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 	defer func() {
@@ -87,7 +87,7 @@ func watchOnce(ctx context.Context, cfg Config) error {
 		}
 	}()
 	if err := c.JoinGroup(unix.NFNLGRP_NFTABLES); err != nil {
-		return fmt.Errorf("subscribing to nftables notifications: %w", err)
+		return false, fmt.Errorf("subscribing to nftables notifications: %w", err)
 	}
 	setReceiveBuffer(c, cmp.Or(cfg.ReceiveBuffer, receiveBufferBytes))
 	if cfg.Subscribed != nil {
@@ -102,7 +102,7 @@ func watchOnce(ctx context.Context, cfg Config) error {
 			continue
 		}
 		if err != nil {
-			return err
+			return true, err
 		}
 		for _, m := range msgs {
 			t, ok := d.Decode(m)
