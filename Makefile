@@ -2,6 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := _output/bin/nftpolicy
+PLUGIN := _output/bin/kubectl-nftpolicy
 SEEDS ?= 1-60
 FUZZTIME ?= 10s
 # make test runs every fuzz target briefly (the kept inputs run in go test).
@@ -14,15 +15,33 @@ STATICCHECK := $(CURDIR)/_output/tools/staticcheck@$(STATICCHECK_VERSION)/static
 # make lint: no function longer than FUNCLEN_MAX lines (tables aside) in
 # pkg/ and cmd/.
 FUNCLEN_MAX ?= 100
+# The build's identity (pkg/version): the VERSION file and the commit
+# ("-dirty" when tracked files differ from it), stamped by the linker. No
+# time is stamped and paths are trimmed, so two builds of one tree are the
+# same bytes. With -trimpath Go does not record -ldflags in the binary's
+# build information; `go version -m` shows the commit (vcs.revision, from
+# git) and, for a build of a tagged commit, the tag as the module's version.
+VERSION ?= $(shell cat VERSION)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git rev-parse HEAD >/dev/null 2>&1 && { git diff --quiet HEAD -- || echo -dirty; })
+VERSION_PKG := github.com/nftpolicy/nftpolicy/pkg/version
+GO_LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT)
+GO_BUILDFLAGS := -trimpath -buildvcs=auto -ldflags "$(GO_LDFLAGS)"
 
-.PHONY: all build test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare release release-verify release-check helm chart-test
+.PHONY: all build plugin-cross test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare release release-verify release-check helm chart-test promtool monitoring-test
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/nftpolicy
-	# The kubectl plugin: kubectl runs kubectl-nftpolicy with the same arguments.
-	ln -sf nftpolicy $(dir $(BIN))kubectl-nftpolicy
+	$(GO) build $(GO_BUILDFLAGS) -o $(BIN) ./cmd/nftpolicy
+	# The kubectl plugin: kubectl runs kubectl-nftpolicy on PATH. Its own
+	# binary, without the kernel side (cmd/kubectl-nftpolicy).
+	rm -f $(PLUGIN)
+	$(GO) build $(GO_BUILDFLAGS) -o $(PLUGIN) ./cmd/kubectl-nftpolicy
+
+# The plugin builds for the operators' machines: macOS and Windows too.
+plugin-cross:
+	GOOS=darwin GOARCH=arm64 $(GO) build $(GO_BUILDFLAGS) -o $(dir $(BIN))darwin-arm64/kubectl-nftpolicy ./cmd/kubectl-nftpolicy
+	GOOS=windows GOARCH=amd64 $(GO) build $(GO_BUILDFLAGS) -o $(dir $(BIN))windows-amd64/kubectl-nftpolicy.exe ./cmd/kubectl-nftpolicy
 
 deps:
 	bash hack/deps.sh
@@ -61,7 +80,7 @@ redteam: deps tools build
 
 # Everything: lint, unit, real-kernel (root, network namespaces), real API
 # server, end-to-end, and the differential check over a fixed seed range.
-test: deps tools helm lint build
+test: deps tools helm promtool lint build plugin-cross
 	NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout 40m ./...
 	bash hack/diff.sh --seeds $(SEEDS) --mode hybrid
 	bash hack/diff.sh --seeds 1-20 --mode queue
@@ -133,6 +152,17 @@ helm:
 # objects, values, helm lint (tests/chart).
 chart-test: helm
 	NFTPOLICY_REQUIRE_TOOLS=1 $(GO) test -count=1 ./tests/chart
+
+# The real promtool, built from the Go module proxy (hack/promtool.sh).
+promtool:
+	bash hack/promtool.sh
+
+# deploy/monitoring: promtool check rules and test rules of the alerts, the
+# PrometheusRule, ServiceMonitor and runbook, and every metric the alerts
+# and the dashboard use scraped from real agents in the lab
+# (tests/monitoring; make test runs it too).
+monitoring-test: deps tools promtool build
+	NFTPOLICY_REQUIRE_TOOLS=1 NFTPOLICY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./tests/monitoring
 
 clean:
 	rm -rf _output

@@ -26,6 +26,8 @@
 #   eval   BenchmarkEvaluate* of pkg/evaluate at 10k policies
 #   compile BenchmarkExceptCompile of pkg/compile: one policy with 16,000
 #          scattered /32 exceptions, whole build (except_compile_ms_16000)
+#          and BenchmarkCompileCommand of cmd/nftpolicy: the whole
+#          `nftpolicy compile` of it (compile_cmd_ms_16000_except)
 #   scale  a real kube-apiserver with 1k/10k/50k/100k/150k pods on fake nodes
 #          and 1k policies, one real agent process; RSS, CPU, sync durations
 #          (first sync on a node without the table, re-sync after a restart);
@@ -63,6 +65,10 @@
 #          (staged_log_lag_ms_p99)
 #   revoke one connection-revocation pass over 200k conntrack entries: the
 #          RSS it adds (revocation_extra_rss_mb_200k_conntrack) and its time
+#   costamp issue 43's cost amplification (one NetworkPolicy of 2,300 peers,
+#          each selecting every pod) at 20,000 pods: what it adds to the
+#          agent's build, in process (cost_amp_build_ms_20k_pods,
+#          cost_amp_rss_extra_mb_20k_pods)
 #   metricsauth 300 addresses send made-up tokens to a real agent's metrics
 #          port (--metrics-auth=delegated, a real API server), then a new pod
 #          scrapes with a valid token (metrics_scrape_ok_under_lockout)
@@ -144,6 +150,7 @@ $GO test -c -o "$OUT/sets.test" ./pkg/sets
 $GO test -c -o "$OUT/evaluate.test" ./pkg/evaluate
 $GO test -c -o "$OUT/fqdn.test" ./pkg/fqdn
 $GO test -c -o "$OUT/compile.test" ./pkg/compile
+$GO test -c -o "$OUT/nftpolicy.test" ./cmd/nftpolicy
 NFTBENCH=$OUT/nftbench
 
 # The machine, and how much of a CPU a thread gets right now (wall/CPU of a
@@ -217,6 +224,9 @@ if section compile; then
 	log "compile: BenchmarkExceptCompile, 16,000 exceptions"
 	"$OUT/compile.test" -test.run '^$' -test.bench 'BenchmarkExceptCompile/excepts=16000$' \
 		-test.benchtime 5x -test.count 3 -test.timeout 10m | tee "$OUT/compile.bench" >&2
+	log "compile: BenchmarkCompileCommand, nftpolicy compile of 16,000 exceptions"
+	"$OUT/nftpolicy.test" -test.run '^$' -test.bench 'BenchmarkCompileCommand/excepts=16000$' \
+		-test.benchtime 5x -test.count 3 -test.timeout 10m | tee -a "$OUT/compile.bench" >&2
 	"$NFTBENCH" gobench "$OUT/compile.bench" >"$OUT/compile.txt"
 fi
 
@@ -289,6 +299,12 @@ if section revoke; then
 	"$NFTBENCH" revoke --entries 200000 >"$OUT/revoke.txt"
 fi
 
+if section costamp; then
+	log "costamp: one policy of 2,300 peers each selecting every pod, 20,000 pods"
+	contention costamp
+	"$NFTBENCH" costamp --pods 20000 >"$OUT/costamp.txt"
+fi
+
 if section metricsauth; then
 	log "metricsauth: 300 addresses with made-up tokens, then a valid scrape from a new pod"
 	"$NFTBENCH" metricsauth --sources 300 >"$OUT/metricsauth.txt"
@@ -301,5 +317,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,faults,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,faults,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth,costamp}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

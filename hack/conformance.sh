@@ -28,11 +28,17 @@
 # flows, then applies the previewed policy: the flows listed as "would cut"
 # must be exactly those revocation cuts (hack/conformance/preview.sh; 2 nodes).
 #
+# With --suite uninstall it deletes install.yaml (kubectl delete -f) and
+# checks that a new pod on each node reaches a pod a policy selects within
+# 30 s and that no node keeps the nftpolicy table
+# (hack/conformance/uninstall.sh; 2 nodes).
+#
 # Usage: bash hack/conformance.sh [options]      (root; make conformance)
-#   --suite e2e|npa|rollout|preview  Kubernetes' e2e NetworkPolicy specs
-#                    (default), SIG Network's ClusterNetworkPolicy suite, a
-#                    rolling update of the agent under connections, or a
-#                    preview of a policy against what it then cuts
+#   --suite e2e|npa|rollout|preview|uninstall  Kubernetes' e2e NetworkPolicy
+#                    specs (default), SIG Network's ClusterNetworkPolicy suite,
+#                    a rolling update of the agent under connections, a
+#                    preview of a policy against what it then cuts, or the
+#                    removal of nftpolicy
 #   --mode hybrid|queue|kernel  the agent's --mode (default hybrid; rollout: queue)
 #   --focus REGEX    ginkgo focus instead of 'Netpol|NetworkPolicy', e.g. one spec;
 #                    with --suite npa: run only the tests whose name matches
@@ -140,7 +146,12 @@ preview)
 	((!NO_AGENT)) || { echo "--suite preview needs the agent: --no-agent does not apply" >&2; exit 2; }
 	[[ -z $FOCUS && -z $SKIP ]] || { echo "--focus/--run/--skip do not apply to --suite preview" >&2; exit 2; }
 	;;
-*) echo "--suite must be e2e, npa, rollout or preview" >&2; exit 2 ;;
+uninstall)
+	NODES=${NODES:-2} OUT=${NFTPOLICY_CONFORMANCE_OUT:-$ROOT/_output/uninstall}
+	((!NO_AGENT)) || { echo "--suite uninstall removes the agent: --no-agent does not apply" >&2; exit 2; }
+	[[ -z $FOCUS && -z $SKIP ]] || { echo "--focus/--run/--skip do not apply to --suite uninstall" >&2; exit 2; }
+	;;
+*) echo "--suite must be e2e, npa, rollout, preview or uninstall" >&2; exit 2 ;;
 esac
 case $NODES in 1 | 2) ;; *) echo "--nodes must be 1 or 2" >&2; exit 2 ;; esac
 
@@ -299,7 +310,7 @@ fi
 
 TOOLSET=conformance SUITE_BINS=(e2e.test ginkgo)
 [[ $SUITE == npa ]] && TOOLSET=npa SUITE_BINS=(npa-conformance.test)
-[[ $SUITE == rollout || $SUITE == preview ]] && SUITE_BINS=()
+[[ $SUITE == rollout || $SUITE == preview || $SUITE == uninstall ]] && SUITE_BINS=()
 if ((BUILD)); then
 	log "building tools (hack/tools.sh $TOOLSET; cached in $TOOLS)"
 	bash "$ROOT/hack/tools.sh" "$TOOLSET" >/dev/null
@@ -833,6 +844,10 @@ preview)
 	source "$HERE/preview.sh"
 	run_preview
 	;;
+uninstall)
+	source "$HERE/uninstall.sh"
+	run_uninstall
+	;;
 *) run_e2e ;;
 esac
 
@@ -961,7 +976,7 @@ summarize_npa() {
 	echo "------------------------------------------------------------------"
 }
 
-case $SUITE in npa) summarize_npa ;; rollout) summarize_rollout ;; preview) summarize_preview ;; *) summarize_e2e ;; esac
+case $SUITE in npa) summarize_npa ;; rollout) summarize_rollout ;; preview) summarize_preview ;; uninstall) summarize_uninstall ;; *) summarize_e2e ;; esac
 
 if ((KEEP)); then
 	log "cluster left up (--keep). kubectl: nsenter -t $(holder_pid 1) -m -n $BIN/kubectl --kubeconfig $KCFG ..."

@@ -44,12 +44,15 @@ VERSION_PKG=github.com/nftpolicy/nftpolicy/pkg/version
 # The agent image's architectures.
 IMAGE_ARCHES=(amd64 arm64)
 # The kubectl plugin's platforms (GOOS/GOARCH), one a line, built from
-# PLUGIN_PKG; a darwin or windows line is all a new platform needs (windows
-# binaries get .exe).
-PLUGIN_PKG=./cmd/nftpolicy
+# PLUGIN_PKG (windows binaries get .exe).
+PLUGIN_PKG=./cmd/kubectl-nftpolicy
 PLUGIN_PLATFORMS=(
 	linux/amd64
 	linux/arm64
+	darwin/amd64
+	darwin/arm64
+	windows/amd64
+	windows/arm64
 )
 
 # gobuild GOOS GOARCH PKG OUT: a static, reproducible build of the clone

@@ -44,6 +44,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/pkg/slim"
 	"github.com/nftpolicy/nftpolicy/pkg/tablewatch"
+	"github.com/nftpolicy/nftpolicy/pkg/version"
 )
 
 // agentOptions are the flags of `nftpolicy agent`.
@@ -55,6 +56,7 @@ type agentOptions struct {
 	mode           string
 	failOpen       bool
 	sourceValid    bool
+	tunnel         tunnelOptions
 	queueNum       uint16
 	queues         uint16
 	queueVariant   string
@@ -64,6 +66,7 @@ type agentOptions struct {
 	healthAddr     string
 	fullSyncPeriod time.Duration
 	refreshDelay   time.Duration
+	budgets        compile.Budgets
 	cnpCheck       time.Duration
 	livenessBudget time.Duration
 	maxQueueLen    uint32
@@ -83,6 +86,7 @@ type agentOptions struct {
 	serving     servingOptions
 	status      statusOptions
 	preview     previewServerOptions
+	uninstall   uninstallOptions
 	watch       watchOptions
 }
 
@@ -93,7 +97,8 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.nodeIPs, "node-ip", nil, "this node's addresses (default: from the Node object)")
 	fs.StringVar(&o.mode, "mode", string(compile.ModeHybrid), "hybrid (the kernel decides, userspace only for what it cannot), queue (userspace decides every new connection of selected pods) or kernel (never queue)")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "let queued packets through while no agent listens on the queue (the queue rule's bypass), and allow a connection of an unknown pod address when the pod is not programmed within --unknown-pod-wait (default: drop them); a full queue always drops")
-	fs.BoolVar(&o.sourceValid, "source-validation", true, "drop packets that come in on a pod interface (veth or bridge) with a source address the node does not route back through it (spoofed); false for CNIs that already stop pods from spoofing")
+	fs.BoolVar(&o.sourceValid, "source-validation", true, "drop packets that come in on a pod interface (veth, bridge or netkit) with a source address the node does not route back through it (spoofed), and encapsulated packets (IPIP, 6in4, GRE, --tunnel-udp-ports) that pods send to nodes or that come to this node from anything but a node; false for CNIs that already stop both")
+	o.tunnel.addFlags(fs)
 	fs.Uint16Var(&o.queueNum, "queue-num", 100, "first NFQUEUE number")
 	fs.Uint16Var(&o.queues, "queues", queuesPerCPU, "number of NFQUEUE queues, with CPU fanout when more than one; 0: one per CPU")
 	fs.StringVar(&o.queueVariant, "queue-variant", "auto", "queue rule: auto (probe the kernel), native (nft queue statement) or xt-compat (xtables NFQUEUE target)")
@@ -108,6 +113,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
 	fs.DurationVar(&o.refreshDelay, "program-refresh-delay", controller.DefaultProgramRefreshDelay,
 		"hybrid mode: pod changes reach the kernel at once as element changes; the program that explain and the queue's evaluator read is rebuilt this long after (at least twice the last build's duration)")
+	addBudgetFlags(fs, &o.budgets)
 	fs.DurationVar(&o.cnpCheck, "cluster-policy-check-period", controller.DefaultClusterPolicyCheckPeriod,
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
 	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
@@ -120,6 +126,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	o.serving.addFlags(fs)
 	o.status.addFlags(fs)
 	o.preview.addFlags(fs)
+	o.uninstall.addFlags(fs)
 	o.watch.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
@@ -142,6 +149,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	logger := klog.Background().WithName("agent")
 	ctx = klog.NewContext(ctx, logger)
+	info := version.Get()
+	logger.Info("Starting nftpolicy agent", "version", info.Version, "commit", info.Commit, "goVersion", info.GoVersion, "platform", info.Platform)
 	if err := applyMemoryLimit(logger); err != nil {
 		logger.Error(err, "Invalid memory limit")
 		return exitBadInput
@@ -198,8 +207,13 @@ func (o *agentOptions) renderConfig(mode compile.Mode) (compile.RenderConfig, er
 	if o.queueSourceRate == 0 || o.queueSourceBurst == 0 {
 		return compile.RenderConfig{}, fmt.Errorf("--queue-source-rate %d, --queue-source-burst %d: must be positive", o.queueSourceRate, o.queueSourceBurst)
 	}
+	ports, peers, err := o.tunnel.parse()
+	if err != nil {
+		return compile.RenderConfig{}, err
+	}
 	return compile.RenderConfig{Mode: mode, QueueNum: o.queueNum, Queues: o.queues, FailOpen: o.failOpen, AllowMark: o.allowMark,
-		DNSQueueNum: dnsQueue, NoSourceValidation: !o.sourceValid, QueueSourceRate: o.queueSourceRate, QueueSourceBurst: o.queueSourceBurst}, nil
+		DNSQueueNum: dnsQueue, NoSourceValidation: !o.sourceValid, QueueSourceRate: o.queueSourceRate, QueueSourceBurst: o.queueSourceBurst,
+		TunnelUDPPorts: ports, TunnelPeers: peers}, nil
 }
 
 // chooseQueueVariant returns the variant the flag names, or, for auto, the
@@ -270,6 +284,11 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
+	// The DaemonSet's watch outlives ctx (a SIGTERM): its last word decides
+	// at exit whether the table stays.
+	ownerCtx, stopOwner := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopOwner()
+	owner := o.uninstall.start(ownerCtx, client)
 	if err := o.finishRenderConfig(ctx, &render, dnsQueue, metrics); err != nil {
 		return err
 	}
@@ -289,10 +308,11 @@ func agent(ctx context.Context, o *agentOptions) error {
 	// clean-up (added by startFQDN, before the controller runs).
 	hooks := &programHooks{}
 	hooks.add(onProgram)
+	hooks.add(o.newPod.rangesHook(log, render))
 	ctrl, err := o.status.newController(ctx, controller.Config{
 		Client: client, PodClient: podClient, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,
-		PodCIDRs: podCIDRs, OnProgram: hooks.run, OnPodApplied: hooks.runPod, MemoryReleaser: release,
+		PodCIDRs: podCIDRs, Budgets: o.budgets, OnProgram: hooks.run, OnPodApplied: hooks.runPod, MemoryReleaser: release,
 	}, dyn, reg)
 	if err != nil {
 		return err
@@ -304,6 +324,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 	o.preview.start(ctx, &previewServer{node: node, snapshot: ctrl.Snapshot, current: ctrl.Program, eval: eval, revoke: o.newPod.revoke, afterBuild: release.Soon})
 	if render.LearnsDNS() {
+		o.fqdn.removed = &o.uninstall.removed
 		stopDNS, err := o.fqdn.startFQDN(ctx, render, dnsQueue, eval, elements, client, reg, errs, hooks)
 		defer stopDNS()
 		if err != nil {
@@ -313,14 +334,29 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.startNFLOGReaders(ctx, render, node, eval, reg); err != nil {
 		return err
 	}
+	return o.run(ctx, ctrl, mode, node, owner, errs)
+}
+
+// run runs the controller until ctx ends or a part fails. At the end,
+// unless the agent's DaemonSet is going away, the table stays: kernel-
+// decided verdicts remain enforced while the agent is away; queued packets
+// are dropped (or, with --fail-open, let through) by the kernel until an
+// agent listens again.
+func (o *agentOptions) run(ctx context.Context, ctrl *controller.Controller, mode compile.Mode, node string, owner *ownerWatch, errs chan error) error {
+	log := klog.FromContext(ctx)
 	o.watch.startTableWatch(ctx, ctrl)
-	go func() { errs <- wrapErr("controller", ctrl.Run(ctx)) }()
+	ctrlDone := make(chan struct{})
+	go func() {
+		err := ctrl.Run(ctx)
+		close(ctrlDone)
+		errs <- wrapErr("controller", err)
+	}()
 	log.Info("nftpolicy agent started", "node", node, "mode", mode, "failOpen", o.failOpen)
 	select {
 	case <-ctx.Done():
-		// The table stays: kernel-decided verdicts remain enforced while the
-		// agent is away; queued packets are dropped (or, with --fail-open,
-		// let through) by the kernel until an agent listens again.
+		if o.uninstall.removeAtExit(log, owner, ctrlDone, o.state.dir); o.uninstall.removed.Load() {
+			return nil
+		}
 		log.Info("Shutting down; the nftables ruleset stays in place", "queuedPacketsWhileAway", map[bool]string{true: "accepted", false: "dropped"}[o.failOpen])
 		return nil
 	case err := <-errs:
@@ -355,7 +391,8 @@ func (o *agentOptions) parse() (mode compile.Mode, node string, nodeIPs []netip.
 func newRegistry() (*controller.Metrics, *prometheus.Registry, error) {
 	metrics := controller.NewMetrics()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		controller.NewBuildInfo(version.Get()))
 	if err := metrics.Register(reg); err != nil {
 		return nil, nil, fmt.Errorf("registering metrics: %w", err)
 	}
@@ -429,6 +466,15 @@ func (o *agentOptions) finishRenderConfig(ctx context.Context, render *compile.R
 		}
 		render.DNSQueueNum = n
 	}
+	return o.configureLogs(render)
+}
+
+// configureLogs turns on the kernel side of the deny log, the staged log
+// and runtime verification as their flags say, fills in the defaults and
+// validates: the end of the agent's render configuration, and of
+// `nftpolicy compile`'s (compileRenderConfig), which must render what the
+// agent installs.
+func (o *agentOptions) configureLogs(render *compile.RenderConfig) error {
 	o.denyLog.configureDenyLog(render)
 	o.stagedLog.configureStagedLog(render)
 	if err := o.verify.configureVerify(render); err != nil {

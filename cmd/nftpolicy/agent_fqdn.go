@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,8 @@ type fqdnOptions struct {
 	maxNames       int
 	maxAddrs       int
 	queryTimeout   time.Duration
+	// removed is the agent's: set once it removed its table at exit.
+	removed *atomic.Bool
 }
 
 // programHooks are the controller's OnProgram hooks, called in the order
@@ -167,7 +170,7 @@ func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig
 	if err != nil {
 		return stop, err
 	}
-	stop = runUntilHandedOver(ctx, rt, "DNS queue runtime", errs, func() {
+	stop = runUntilHandedOver(ctx, rt, "DNS queue runtime", errs, o.removed, func() {
 		succ := render
 		succ.DNSQueueNum = base // the DNS queue's two numbers: base and base+1
 		if render.DNSQueueNum == base {

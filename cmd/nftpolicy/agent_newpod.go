@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -28,6 +30,8 @@ type newPodOptions struct {
 	sourceRate, sourceBurst uint32
 	revoke                  bool
 	metrics                 *newPodMetrics
+	// uplinks are --uplink-interfaces; nil: the default routes' interfaces.
+	uplinks []string
 }
 
 func (o *newPodOptions) addFlags(fs *pflag.FlagSet) {
@@ -38,6 +42,8 @@ func (o *newPodOptions) addFlags(fs *pflag.FlagSet) {
 		"per source address, at most this many new connections of unknown pod addresses a second are queued (held until the pod is programmed); what exceeds it, and the burst, is dropped in the kernel")
 	fs.Uint32Var(&o.sourceBurst, "unknown-pod-source-burst", compile.DefaultHeldSourceBurst,
 		"burst of --unknown-pod-source-rate; a source holds at most burst + rate * --unknown-pod-wait packets in the queue")
+	fs.StringSliceVar(&o.uplinks, "uplink-interfaces", nil,
+		"the node's uplinks (names, or a prefix and *): without pod ranges (--pod-cidrs, Nodes' spec.podCIDRs) a new connection from an unknown source on a veth, bridge or netkit interface is dropped, except on these (default: the interfaces of the default routes)")
 	fs.BoolVar(&o.revoke, "revoke-connections", true, "after a policy change, delete the conntrack entries of connections it denies (ctnetlink)")
 }
 
@@ -54,21 +60,36 @@ func (o *newPodOptions) parsePodCIDRs() ([]netip.Prefix, error) {
 	if o.wait <= 0 {
 		return nil, fmt.Errorf("--unknown-pod-wait %v: must be positive", o.wait)
 	}
+	if err := compile.ValidateUplinks(o.uplinks); err != nil {
+		return nil, fmt.Errorf("--uplink-interfaces: %w", err)
+	}
 	if o.sourceRate == 0 || o.sourceBurst == 0 {
 		return nil, fmt.Errorf("--unknown-pod-source-rate %d, --unknown-pod-source-burst %d: must be positive", o.sourceRate, o.sourceBurst)
 	}
 	return out, nil
 }
 
+// configureRender applies the options to the render configuration: the
+// agent's, and `nftpolicy compile`'s, which must render what the agent
+// installs (without --uplink-interfaces, both take the default-route
+// interfaces of the machine they run on).
+func (o *newPodOptions) configureRender(render *compile.RenderConfig) {
+	render.SkipUnknownPods = !o.unknownPods
+	render.UplinkIfaces = o.uplinks
+	if render.UplinkIfaces == nil {
+		render.UplinkIfaces = defaultRouteIfaces("/proc/net/route", "/proc/net/ipv6_route")
+	}
+	render.HeldSourceRate, render.HeldSourceBurst = o.sourceRate, o.sourceBurst
+}
+
 // configure applies the options to the render configuration and the
 // evaluator, and registers the unknown-pod metrics.
 func (o *newPodOptions) configure(render *compile.RenderConfig, eval *evaluate.Evaluator, reg prometheus.Registerer) error {
-	render.SkipUnknownPods = !o.unknownPods
-	render.HeldSourceRate, render.HeldSourceBurst = o.sourceRate, o.sourceBurst
+	o.configureRender(render)
 	eval.UnknownPodWait = o.wait
 	m := &newPodMetrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nftpolicy_unknown_pod_decisions_total",
-			Help: "New connections of pod addresses the agent did not know yet, by result: programmed (the pod was learned within --unknown-pod-wait and policy decided), timeout_allowed or timeout_dropped (--fail-open decided at the bound). Those dropped before being held are nftpolicy_queue_held_dropped_total."},
+			Help: "New connections of pod addresses the agent did not know yet, by result: programmed (the pod was learned within --unknown-pod-wait and policy decided), timeout_allowed or timeout_dropped (--fail-open decided at the bound for a known source; an unknown source is always dropped). Those dropped before being held are nftpolicy_queue_held_dropped_total."},
 			[]string{"result"}),
 		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nftpolicy_unknown_pod_wait_seconds",
 			Help:    "How long a new connection of an unknown pod address was held before its verdict.",
@@ -82,7 +103,9 @@ func (o *newPodOptions) configure(render *compile.RenderConfig, eval *evaluate.E
 		passFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "nftpolicy_revocation_failures_total",
 			Help: "Revocation passes that failed (conntrack unreadable, or a delete refused): denied connections may keep flowing until they end; see the agent log."}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.wait, m.revoked, m.pass, m.passFailures} {
+	m.ranges = prometheus.NewGauge(prometheus.GaugeOpts{Name: "nftpolicy_pod_ranges",
+		Help: "Pod address ranges the last program knows (--pod-cidrs, else Nodes' spec.podCIDRs). 0 in hybrid or queue mode: unknown pods are not held; a new connection from an unknown source on a pod interface is dropped until the pod is programmed (see docs/security.md)."})
+	for _, c := range []prometheus.Collector{m.decisions, m.wait, m.revoked, m.pass, m.passFailures, m.ranges} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -121,6 +144,52 @@ type newPodMetrics struct {
 	decisions, revoked *prometheus.CounterVec
 	wait, pass         prometheus.Histogram
 	passFailures       prometheus.Counter
+	ranges             prometheus.Gauge
+}
+
+// rangesHook is an OnProgram hook that reports the pod ranges of each
+// program (nftpolicy_pod_ranges) and warns when a program has none while
+// unknown pods are to be held: the agent never runs without them silently.
+func (o *newPodOptions) rangesHook(log klog.Logger, render compile.RenderConfig) func(old, cur *compile.Program) {
+	return func(old, cur *compile.Program) {
+		if cur == nil {
+			return
+		}
+		o.metrics.ranges.Set(float64(len(cur.PodCIDRs)))
+		if len(cur.PodCIDRs) == 0 && render.QueuesUnknownPods() && (old == nil || len(old.PodCIDRs) > 0) {
+			log.Info("WARNING: no pod address ranges known (no --pod-cidrs, no Node has spec.podCIDRs): unknown pods cannot be held; a new connection from an unknown source on a pod interface is dropped until the pod is programmed. Set --pod-cidrs to hold them instead",
+				"uplinks", render.UplinkIfaces)
+		}
+	}
+}
+
+// defaultRouteIfaces returns the interfaces of the IPv4 and IPv6 default
+// routes (/proc/net/route, /proc/net/ipv6_route), sorted, each once; lo's
+// unreachable IPv6 default is not one. Unreadable files give none.
+func defaultRouteIfaces(route4, route6 string) []string {
+	seen := map[string]bool{}
+	if b, err := os.ReadFile(route4); err == nil {
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+			if f := strings.Fields(line); len(f) >= 8 && f[1] == "00000000" && f[7] == "00000000" {
+				seen[f[0]] = true
+			}
+		}
+	}
+	if b, err := os.ReadFile(route6); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			// dest destlen src srclen nexthop metric refcnt use flags iface
+			if f := strings.Fields(line); len(f) == 10 && f[1] == "00" && strings.Trim(f[0], "0") == "" && f[9] != "lo" {
+				seen[f[9]] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (m *newPodMetrics) ObserveUnknownPod(result string, waited time.Duration) {

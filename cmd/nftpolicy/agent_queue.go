@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -102,7 +103,7 @@ func (o *agentOptions) startQueue(ctx context.Context, render *compile.RenderCon
 		return stop, true, err
 	}
 	reg.MustRegister(controller.NewQueueStatsCollector(metrics, log.WithName("metrics")))
-	stop = runUntilHandedOver(ctx, rt, "queue runtime", errs, func() {
+	stop = runUntilHandedOver(ctx, rt, "queue runtime", errs, &o.uninstall.removed, func() {
 		other := base // the agent's two ranges: base.. and the alternate one
 		if render.QueueNum == base {
 			other = queue.AlternateRange(base, render.Queues)
@@ -205,8 +206,10 @@ func chooseQueueRange(log klog.Logger, first, n uint16, chain string) (uint16, e
 
 // runUntilHandedOver runs rt; the queues outlive ctx (a SIGTERM) until
 // stop, called when the agent exits, has run handOver (only when ctx
-// ended: on a start-up error there is no successor to wait for).
-func runUntilHandedOver(ctx context.Context, rt *queue.Runtime, name string, errs chan<- error, handOver func()) (stop func()) {
+// ended: on a start-up error there is no successor to wait for; and not
+// once removed is set: the agent removed its table at uninstall, nothing
+// queues any more).
+func runUntilHandedOver(ctx context.Context, rt *queue.Runtime, name string, errs chan<- error, removed *atomic.Bool, handOver func()) (stop func()) {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	exited := make(chan struct{})
 	go func() {
@@ -220,7 +223,7 @@ func runUntilHandedOver(ctx context.Context, rt *queue.Runtime, name string, err
 		}
 	}()
 	return func() {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && (removed == nil || !removed.Load()) {
 			handOver()
 		}
 		cancel()

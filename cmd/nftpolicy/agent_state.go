@@ -53,9 +53,16 @@ func (o *stateOptions) restore(ctx context.Context, eval *evaluate.Evaluator, no
 	eval.Snapshots = snaps
 	snaps.AfterWrite = o.afterWrite
 	go snaps.Run(ctx)
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nftpolicy_state_snapshot_refused_total",
+		Help: "Program snapshots found at start and not used, by reason: unknown_format (written by an agent of another version, whose format this one does not read) or unusable (damaged, another node's); the agent then holds queued connections until its first sync.",
+	}, []string{"reason"})
+	refused.WithLabelValues("unknown_format")
+	refused.WithLabelValues("unusable")
+	reg.MustRegister(refused)
 	go func() {
 		defer close(done)
-		loadSnapshot(log, eval, snaps)
+		loadSnapshot(log, eval, snaps, refused)
 	}()
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "nftpolicy_state_snapshot_writes_total",
@@ -77,13 +84,19 @@ func (o *stateOptions) restore(ctx context.Context, eval *evaluate.Evaluator, no
 // snapshot the first sync's publication removes while it is read is
 // either read whole or not found: both are safe, a program published
 // meanwhile wins.
-func loadSnapshot(log klog.Logger, eval *evaluate.Evaluator, snaps *evaluate.Snapshots) {
+func loadSnapshot(log klog.Logger, eval *evaluate.Evaluator, snaps *evaluate.Snapshots, refused *prometheus.CounterVec) {
 	start := time.Now()
 	prog, written, err := snaps.Load()
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		log.Info("No program snapshot; queued connections wait for the first sync", "path", snaps.Path())
+	case errors.Is(err, evaluate.ErrUnknownSnapshotFormat):
+		// An upgrade or a rollback across a format change: the kernel's
+		// table goes on enforcing; only the queue waits for the first sync.
+		refused.WithLabelValues("unknown_format").Inc()
+		log.Error(err, "Refusing the program snapshot: another agent version wrote it in a format this one does not read; the kernel's table stays in force and queued connections wait for the first sync")
 	case err != nil:
+		refused.WithLabelValues("unusable").Inc()
 		log.Error(err, "Ignoring the program snapshot; queued connections wait for the first sync")
 	case eval.Restore(prog):
 		log.Info("Deciding from the program snapshot until the first sync", "path", snaps.Path(), "age", time.Since(written).Round(time.Millisecond),

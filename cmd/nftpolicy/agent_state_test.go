@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -138,4 +141,78 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// TestStateRefusesUnknownFormat: a snapshot of a format version this agent
+// does not read (another agent version wrote it) is refused at start: no
+// program is published from it (the queues wait for the first sync), the
+// refusal is counted by reason, and the agent goes on.
+func TestStateRefusesUnknownFormat(t *testing.T) {
+	const node = "node-1"
+	dir := t.TempDir()
+	_, tctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(tctx)
+	defer cancel()
+	snaps, err := evaluate.NewSnapshots(dir, node, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go snaps.Run(ctx)
+	prev := &evaluate.Evaluator{Snapshots: snaps}
+	prev.Swap(compile.Build(compile.Input{NodeName: node, Namespaces: []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "a"}}}}))
+	path := filepath.Join(dir, evaluate.SnapshotFile(node))
+	var b []byte
+	waitFor(t, "the snapshot written", func() bool {
+		b, err = os.ReadFile(path)
+		return err == nil && len(b) > 0
+	})
+	// The same document under a future format version, its checksum
+	// recomputed: only the version tells it apart.
+	doc := b[bytes.IndexByte(b, '\n')+1:]
+	i := bytes.Index(doc, []byte(":"))
+	j := i + 1 + bytes.IndexAny(doc[i+1:], ",}")
+	doc = append(append(append([]byte(nil), doc[:i+1]...), "9999"...), doc[j:]...)
+	sum := sha256.Sum256(doc)
+	if err := os.WriteFile(path, append([]byte(hex.EncodeToString(sum[:])+"\n"), doc...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cancel() // the writer stops: the file stays as written here
+
+	o := &stateOptions{dir: dir}
+	eval := &evaluate.Evaluator{}
+	reg := prometheus.NewRegistry()
+	read, err := o.restore(tctx, eval, node, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-read
+	if eval.Program() != nil {
+		t.Fatal("a program was published from a snapshot of an unknown format")
+	}
+	if got := counterOf(t, reg, "nftpolicy_state_snapshot_refused_total", "unknown_format"); got != 1 {
+		t.Errorf("nftpolicy_state_snapshot_refused_total{reason=unknown_format} = %v, want 1", got)
+	}
+}
+
+// counterOf returns the value of the registered counter name{reason=reason}.
+func counterOf(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{reason=%q}", name, reason)
+	return 0
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/status"
+	"github.com/nftpolicy/nftpolicy/pkg/version"
 )
 
 // statusOptions are the flags of the node's status (pkg/status): the
@@ -62,7 +63,7 @@ type statusReporter struct {
 }
 
 func newStatusReporter(ctx context.Context, node string, dyn dynamic.Interface, reg prometheus.Registerer, log klog.Logger) *statusReporter {
-	s := &statusReporter{ctx: ctx, cfg: status.ReporterConfig{Node: node, Client: dyn, Logger: log}}
+	s := &statusReporter{ctx: ctx, cfg: status.ReporterConfig{Node: node, Client: dyn, Logger: log, AgentVersion: version.Get().Version}}
 	s.writes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nftpolicy_status_writes_total",
 		Help: "Writes of the node's NodeEnforcement (the status kubectl nftpolicy status and wait read), by result (ok, error); failed writes are retried with backoff.",

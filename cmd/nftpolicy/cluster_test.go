@@ -67,3 +67,22 @@ func TestEvalRejectsInvalidClusterNetworkPolicy(t *testing.T) {
 		t.Errorf("stdout: %s", out.String())
 	}
 }
+
+// compile's bad input is exit 2 with the flag named: an unknown queue
+// variant, and a node the scenario does not have (a typo would otherwise
+// render a ruleset without the node's pods).
+func TestCompileBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--node", "node-1", "--queue-variant", "bogus"}, `--queue-variant "bogus": want native or xt-compat`},
+		{[]string{"--node", "node2"}, `--node "node2": not a node of the scenario (node-1, node-2)`},
+	} {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"compile", "--scenario", clusterScenario}, tc.args...), &out, &errb)
+		if code != exitBadInput || !strings.Contains(errb.String(), tc.want) || out.Len() > 0 {
+			t.Errorf("%v: exit %d, stderr %q, stdout %d bytes; want exit 2 and %q", tc.args, code, errb.String(), out.Len(), tc.want)
+		}
+	}
+}

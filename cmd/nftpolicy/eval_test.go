@@ -23,7 +23,10 @@ func checkEval(t *testing.T, scenario string, want []string) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(got), len(want), out.String())
 	}
 	for i := range want {
-		if got[i] != want[i] {
+		// The connection decided follows the verdict; TestEvalConnection
+		// checks it, the callers the verdicts.
+		verdict, _, ok := strings.Cut(got[i], `,"from":`)
+		if !ok || verdict+"}" != want[i] {
 			t.Errorf("line %d:\n got %s\nwant %s", i, got[i], want[i])
 		}
 	}
@@ -39,6 +42,29 @@ func TestEvalExample(t *testing.T) {
 		`{"probe":2,"allowed":true,"ingress":true,"egress":true,"reason":"source not isolated for egress; destination not isolated for ingress"}`,
 	}
 	checkEval(t, exampleScenario, want)
+}
+
+// Every format names the connection each probe decided.
+func TestEvalConnection(t *testing.T) {
+	for output, want := range map[string][]string{
+		"json": {
+			`"reason":"x/deny-all isolates x/a for ingress; no rule matched","from":"y/b","to":"x/a","protocol":"TCP","port":80}`,
+			`"from":"192.0.2.10","to":"x/a","protocol":"UDP","port":81}`,
+			`"from":"x/a","to":"198.51.100.20","protocol":"TCP","port":80}`,
+		},
+		"yaml": {"- allowed: false\n  egress: true\n  from: y/b\n", "  port: 81\n  probe: 1\n  protocol: UDP\n", "  to: 198.51.100.20\n"},
+		"text": {"PROBE  FROM", "0      y/b         x/a            TCP       80    DENIED", "2      x/a         198.51.100.20  TCP       80    ALLOWED"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run([]string{"eval", "--scenario", exampleScenario, "-o", output}, &out, &errb); code != exitOK {
+			t.Fatalf("-o %s: exit %d, stderr: %s", output, code, errb.String())
+		}
+		for _, w := range want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("-o %s lacks %q:\n%s", output, w, out.String())
+			}
+		}
+	}
 }
 
 func TestEvalBadScenario(t *testing.T) {

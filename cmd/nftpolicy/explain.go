@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -17,10 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
+	"github.com/nftpolicy/nftpolicy/pkg/cli"
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/slim"
@@ -34,7 +33,13 @@ const explainUsage = `usage:
 FROM and TO are NS/POD, an IP address, or node:NAME. The verdict is given per
 direction with the deciding policy and rule; for a denial, the nearest misses:
 the rules that would have allowed the connection and the one condition each
-failed. As a kubectl plugin (kubectl-nftpolicy on PATH): kubectl nftpolicy explain ...`
+failed. -o json and yaml give every field. As a kubectl plugin
+(kubectl-nftpolicy and nftpolicy on PATH): kubectl nftpolicy explain ...
+The live form takes kubectl's connection flags (--context, --as, ...).
+
+Exit status: 0 allowed; 1 denied (0 with --exit-code=false); 2 bad input
+(flags, arguments, files, kubeconfig, an unknown pod); 3 the API server
+cannot be reached or refuses the request.`
 
 // ExplainResult is the output of `nftpolicy explain --output json`.
 type ExplainResult struct {
@@ -59,23 +64,50 @@ type ExplainResult struct {
 }
 
 type explainOptions struct {
-	scenario, kubeconfig, protocol, output, rulesetFile string
-	fromRuleset                                         bool
-	port                                                uint16
-	timeout                                             time.Duration
+	scenario, protocol, output, rulesetFile string
+	fromRuleset, exitCode                   bool
+	// port is an int, not a uint16, so that 0, negative and too large
+	// values all get the same message (pflag's says "non-negative").
+	port    int
+	timeout time.Duration
+	cluster cli.ClusterFlags
+	budgets compile.Budgets
+}
+
+// check validates the flags that need no cluster and returns the
+// connection's protocol and port.
+func (o *explainOptions) check() (compile.Protocol, uint16, error) {
+	proto, ok := compile.ParseProtocol(strings.ToUpper(o.protocol))
+	if !ok {
+		return 0, 0, fmt.Errorf("--protocol %q: must be TCP, UDP or SCTP", o.protocol)
+	}
+	// Port 0 is no connection's destination: an answer for it would be
+	// about a connection that cannot exist.
+	if o.port < 1 || o.port > 65535 {
+		return 0, 0, fmt.Errorf("--port %d: out of range 1-65535", o.port)
+	}
+	if o.timeout <= 0 {
+		return 0, 0, fmt.Errorf("--timeout %v: must be positive", o.timeout)
+	}
+	if o.output != "text" && o.output != "json" && o.output != "yaml" {
+		return 0, 0, fmt.Errorf("--output %q: must be text, json or yaml", o.output)
+	}
+	return proto, uint16(o.port), nil
 }
 
 func runExplain(args []string, stdout, stderr io.Writer) int {
 	o := explainOptions{}
 	fs := pflag.NewFlagSet("explain", pflag.ContinueOnError)
 	fs.StringVar(&o.scenario, "scenario", "", "explain over a scenario file instead of a live cluster (docs/scenario-format.md)")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	o.cluster.AddConnection(fs)
 	fs.BoolVar(&o.fromRuleset, "from-ruleset", false, "trace the connection through this node's kernel ruleset (nft -j list table inet nftpolicy) too")
 	fs.StringVar(&o.rulesetFile, "ruleset-file", "", "with --from-ruleset: read the nft JSON listing from this file instead of running nft")
-	fs.Uint16Var(&o.port, "port", 80, "destination port")
+	fs.IntVar(&o.port, "port", 80, "destination port (1-65535)")
 	fs.StringVar(&o.protocol, "protocol", "TCP", "TCP, UDP or SCTP")
-	fs.StringVarP(&o.output, "output", "o", "text", "text or json")
-	fs.DurationVar(&o.timeout, "request-timeout", 30*time.Second, "time limit for listing the cluster's objects")
+	fs.StringVarP(&o.output, "output", "o", "text", "text, json or yaml")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "time limit for listing the cluster's objects")
+	fs.BoolVar(&o.exitCode, "exit-code", true, "exit 1 when the connection is denied; false: exit 0")
+	addBudgetFlags(fs, &o.budgets)
 	if code, ok := parseFlags(fs, args, stderr, explainUsage); !ok {
 		return code
 	}
@@ -86,12 +118,9 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 2 {
 		return bad("want FROM and TO, got %d arguments (see --help)", fs.NArg())
 	}
-	proto, ok := compile.ParseProtocol(strings.ToUpper(o.protocol))
-	if !ok {
-		return bad("--protocol %q: must be TCP, UDP or SCTP", o.protocol)
-	}
-	if o.output != "text" && o.output != "json" {
-		return bad("--output %q: must be text or json", o.output)
+	proto, port, err := o.check()
+	if err != nil {
+		return bad("%v", err)
 	}
 	from, to := fs.Arg(0), fs.Arg(1)
 
@@ -104,39 +133,49 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 		in = s.Input("", nil, nil)
-	case o.fromRuleset && o.kubeconfig == "" && isAddr(from) && isAddr(to):
+	case o.fromRuleset && o.cluster.Kubeconfig == "" && isAddr(from) && isAddr(to):
 		// Addresses only: the kernel trace needs no cluster, and there is
 		// no policy model to compare it with.
 		modelless = true
 	default:
+		cfg, err := o.cluster.RESTConfig()
+		if err != nil {
+			return bad("loading client configuration: %v", err)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 		defer cancel()
-		var err error
-		if in, err = liveInput(ctx, o.kubeconfig); err != nil {
+		if in, err = liveInput(ctx, cfg); err != nil {
 			fmt.Fprintf(stderr, "nftpolicy explain: %v\n", err)
-			return exitFailure
+			return exitUnreachable
 		}
 	}
+	in.Budgets = o.budgets
 	prog := compile.Build(in)
 	src, dst, err := resolvePair(prog, from, to)
 	if err != nil {
 		return bad("%v", err)
 	}
-	ex := evaluate.Explain(prog, src, dst, proto, o.port)
-	res := ExplainResult{From: from, To: to, Source: src.String(), Destination: dst.String(), Protocol: proto.String(), Port: o.port,
+	ex := evaluate.Explain(prog, src, dst, proto, port)
+	res := ExplainResult{From: from, To: to, Source: src.String(), Destination: dst.String(), Protocol: proto.String(), Port: port,
 		Allowed: ex.Allowed, Egress: ex.Egress, Ingress: ex.Ingress, EgressReason: ex.EgressReason, IngressReason: ex.IngressReason,
 		Reason: ex.Reason(), NearestMiss: ex.NearestMiss}
-	res.Staged = stagedVerdict(in, prog, src, dst, proto, o.port)
+	res.Staged = stagedVerdict(in, prog, src, dst, proto, port)
 	if o.fromRuleset {
+		// A --ruleset-file that cannot be read or parsed is bad input
+		// (exit 2), not a denial (1).
+		failed := exitFailure
+		if o.rulesetFile != "" {
+			failed = exitBadInput
+		}
 		data, err := readRuleset(o.rulesetFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "nftpolicy explain: %v\n", err)
-			return exitFailure
+			return failed
 		}
-		tr, err := TraceRuleset(data, src, dst, proto, o.port)
+		tr, err := TraceRuleset(data, src, dst, proto, port)
 		if err != nil {
 			fmt.Fprintf(stderr, "nftpolicy explain: %v\n", err)
-			return exitFailure
+			return failed
 		}
 		res.Kernel = &tr
 		if modelless {
@@ -146,17 +185,29 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 			res.NearestMiss = []evaluate.Miss{}
 		}
 	}
-	if o.output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(res); err != nil {
-			fmt.Fprintf(stderr, "nftpolicy explain: writing: %v\n", err)
-			return exitFailure
-		}
-		return exitOK
+	if err := writeExplanation(stdout, &res, o.output); err != nil {
+		fmt.Fprintf(stderr, "nftpolicy explain: writing: %v\n", err)
+		return exitFailure
 	}
-	printExplanation(stdout, &res)
+	if !res.Allowed {
+		return cli.FailCode(o.exitCode)
+	}
 	return exitOK
+}
+
+// writeExplanation prints r as text, one line of JSON, or YAML (the JSON
+// field names).
+func writeExplanation(w io.Writer, r *ExplainResult, output string) error {
+	switch output {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(r)
+	case "yaml":
+		return cli.PrintStructured(w, r, output)
+	}
+	printExplanation(w, r)
+	return nil
 }
 
 // StagedVerdict is what a connection's verdict would be with the staged
@@ -298,11 +349,7 @@ func resolveEndpoint(p *compile.Program, s string) ([]netip.Addr, error) {
 
 // liveInput lists what the agent's informers watch, transformed as they
 // transform it, for a cluster-wide program.
-func liveInput(ctx context.Context, kubeconfig string) (compile.Input, error) {
-	cfg, err := clientConfig(kubeconfig)
-	if err != nil {
-		return compile.Input{}, fmt.Errorf("loading client configuration: %w", err)
-	}
+func liveInput(ctx context.Context, cfg *rest.Config) (compile.Input, error) {
 	cfg.UserAgent = "nftpolicy-explain"
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -367,21 +414,4 @@ func transformed[T any](obj T) T {
 		return t
 	}
 	return obj
-}
-
-// clientConfig loads a kubeconfig the way kubectl does: the flag, else
-// $KUBECONFIG, else ~/.kube/config, else the in-cluster configuration.
-func clientConfig(kubeconfig string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil && kubeconfig == "" {
-		if in, ierr := rest.InClusterConfig(); ierr == nil {
-			return in, nil
-		}
-	}
-	if err != nil && errors.Is(err, clientcmd.ErrEmptyConfig) {
-		return nil, fmt.Errorf("no kubeconfig: pass --kubeconfig or set $KUBECONFIG")
-	}
-	return cfg, err
 }

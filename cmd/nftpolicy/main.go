@@ -1,12 +1,13 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/spf13/pflag"
+
+	"github.com/nftpolicy/nftpolicy/pkg/cli"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -21,15 +22,18 @@ commands:
   status    on how many nodes each policy's current version is in force
   wait      wait until every node enforces a policy's current version or its deletion
   preview   per node, the live connections a policy change would cut or allow (nothing applied)
+  cleanup   remove what the agent installed in this node's kernel (its table and queue rules)
+  version   print the version, commit, Go version and platform (also --version)
 
 Run 'nftpolicy <command> --help' for the flags of a command.
 `
 
-// Exit statuses shared by the offline commands (see docs/scenario-format.md).
+// Exit statuses shared by every command (pkg/cli's table).
 const (
-	exitOK       = 0
-	exitFailure  = 1
-	exitBadInput = 2
+	exitOK          = cli.ExitOK
+	exitFailure     = cli.ExitFailure
+	exitBadInput    = cli.ExitBadInput
+	exitUnreachable = cli.ExitUnreachable
 )
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -52,6 +56,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runWait(args[1:], stdout, stderr)
 	case "preview":
 		return runPreview(args[1:], stdout, stderr)
+	case "cleanup":
+		return runCleanup(args[1:], stdout, stderr)
+	case "version", "--version":
+		return runVersion(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -60,22 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitBadInput
 }
 
-// parseFlags parses a subcommand's flags. It returns ok=false with the exit
-// code when the command must stop: 0 after --help, 2 for bad flags (with the
-// error and the usage on stderr).
+// parseFlags parses a subcommand's flags (see cli.ParseFlags).
 func parseFlags(fs *pflag.FlagSet, args []string, stderr io.Writer, usage string) (int, bool) {
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, usage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return exitOK, false
-		}
-		fmt.Fprintf(stderr, "nftpolicy: %v\n", err)
-		fs.Usage()
-		return exitBadInput, false
-	}
-	return exitOK, true
+	return cli.ParseFlags(fs, args, stderr, usage)
 }

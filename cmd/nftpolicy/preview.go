@@ -16,18 +16,18 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
 
+	"github.com/nftpolicy/nftpolicy/pkg/cli"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/pkg/status"
 )
 
 const previewUsage = `usage:
-  kubectl nftpolicy preview -f FILE [--delete] [--node NODE] [-n NS] [-o text|json]
+  kubectl nftpolicy preview -f FILE [--delete] [--node NODE] [-n NS] [-o text|json|yaml]
   nftpolicy preview --local [-f FILE] [--delete] [-n NS] [-o text|json]   (in an agent's container)
 
 Per node, the live connections whose verdict would change if FILE's
@@ -45,7 +45,7 @@ its pod over the unix socket --socket (the agent's --preview-socket).`
 
 // previewOptions are the flags of `nftpolicy preview`.
 type previewOptions struct {
-	cluster   clusterFlags
+	cluster   cli.ClusterFlags
 	file      string
 	del       bool
 	node      string
@@ -62,11 +62,11 @@ var previewStdin io.Reader = os.Stdin
 func runPreview(args []string, stdout, stderr io.Writer) int {
 	var o previewOptions
 	fs := pflag.NewFlagSet("preview", pflag.ContinueOnError)
-	o.cluster.add(fs, "time limit for the whole preview")
+	o.cluster.Add(fs, "time limit for the whole preview")
 	fs.StringVarP(&o.file, "filename", "f", "", "the policies (YAML or JSON, documents separated by ---, as kubectl apply -f reads them); - for standard input")
 	fs.BoolVar(&o.del, "delete", false, "preview deleting FILE's policies (by namespace/name) instead of applying them")
 	fs.StringVar(&o.node, "node", "", "ask this node's agent only")
-	fs.StringVarP(&o.output, "output", "o", "text", "text or json")
+	fs.StringVarP(&o.output, "output", "o", "text", "text, json or yaml (the JSON's field names)")
 	fs.BoolVar(&o.local, "local", false, "ask the agent of this pod (run in the agent's container; kubectl nftpolicy preview does that on every node)")
 	fs.StringVar(&o.socket, "socket", defaultPreviewSocket, "with --local: the agent's --preview-socket")
 	fs.IntVar(&o.maxFlows, "max-flows", defaultPreviewFlows, fmt.Sprintf("connections listed per node, at most %d (the others are counted)", maxPreviewFlows))
@@ -81,8 +81,8 @@ func runPreview(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case fs.NArg() != 0:
 		return bad("unexpected arguments %q (the policies come with -f FILE)", fs.Args())
-	case o.output != "text" && o.output != "json":
-		return bad("--output %q: must be text or json", o.output)
+	case o.output != "text" && o.output != "json" && o.output != "yaml":
+		return bad("--output %q: must be text, json or yaml", o.output)
 	case o.maxFlows <= 0 || o.maxFlows > maxPreviewFlows:
 		return bad("--max-flows %d: must be 1 to %d", o.maxFlows, maxPreviewFlows)
 	case !o.local && o.file == "":
@@ -100,20 +100,20 @@ func runPreview(args []string, stdout, stderr io.Writer) int {
 	if _, err := scenario.ParseManifest(data, metav1.NamespaceDefault); err != nil {
 		return bad("%s: %v", o.file, err)
 	}
-	c, err := o.cluster.clients()
+	c, err := o.cluster.Clients()
 	if err != nil {
 		return bad("%v", err)
 	}
-	cfg, err := clientConfig(o.cluster.kubeconfig)
+	cfg, err := o.cluster.RESTConfig()
 	if err != nil {
 		return bad("%v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.cluster.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), o.cluster.Timeout)
 	defer cancel()
-	results, err := previewCluster(ctx, c.Kube, o.cluster.agents, o.node, o.localArgs(), data, spdyOrWebSocketExec(cfg, c.Kube, o.container))
+	results, err := previewCluster(ctx, c.Kube, o.cluster.Agents, o.node, o.localArgs(), data, spdyOrWebSocketExec(cfg, c.Kube, o.container))
 	if err != nil {
 		fmt.Fprintf(stderr, "nftpolicy preview: %v\n", err)
-		return exitFailure
+		return exitUnreachable
 	}
 	if err := printPreview(stdout, results, o.output); err != nil {
 		fmt.Fprintf(stderr, "nftpolicy preview: %v\n", err)
@@ -150,11 +150,11 @@ func readManifestFile(path string) ([]byte, error) {
 
 // runLocal asks this pod's agent and prints its answer.
 func (o *previewOptions) runLocal(data []byte, stdout, stderr io.Writer) int {
-	ns := o.cluster.namespace
+	ns := o.cluster.ExplicitNamespace()
 	if ns == "" {
 		ns = metav1.NamespaceDefault
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.cluster.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), o.cluster.Timeout)
 	defer cancel()
 	res, err := askPreview(ctx, o.socket, previewRequest{Manifest: string(data), Namespace: ns, Delete: o.del, MaxFlows: o.maxFlows})
 	if err != nil {
@@ -171,8 +171,8 @@ func (o *previewOptions) runLocal(data []byte, stdout, stderr io.Writer) int {
 // localArgs is the command run in each agent's container: the image's
 // binary (install.yaml's ENTRYPOINT) with --local, answering in JSON.
 func (o *previewOptions) localArgs() []string {
-	args := []string{"/nftpolicy", "preview", "--local", "-o", "json", "-n", o.cluster.namespace,
-		"--max-flows", strconv.Itoa(o.maxFlows), "--timeout", o.cluster.timeout.String()}
+	args := []string{"/nftpolicy", "preview", "--local", "-o", "json", "-n", o.cluster.Namespace(),
+		"--max-flows", strconv.Itoa(o.maxFlows), "--timeout", o.cluster.Timeout.String()}
 	if o.del {
 		args = append(args, "--delete")
 	}
@@ -186,7 +186,7 @@ type podExec func(ctx context.Context, pod *corev1.Pod, argv []string, stdin []b
 // previewCluster asks the agent pod of every node (or of node only),
 // a few at a time, and returns their answers sorted by node; a node that
 // could not be asked has Error set.
-func previewCluster(ctx context.Context, kube kubernetes.Interface, agents status.Agents, node string, argv []string, data []byte, exec podExec) ([]PreviewResult, error) {
+func previewCluster(ctx context.Context, kube status.KubeClient, agents status.Agents, node string, argv []string, data []byte, exec podExec) ([]PreviewResult, error) {
 	list, err := kube.CoreV1().Pods(agents.Namespace).List(ctx, metav1.ListOptions{LabelSelector: agents.Selector})
 	if err != nil {
 		return nil, fmt.Errorf("listing the agents' pods: %w", err)
@@ -253,7 +253,7 @@ func askPod(ctx context.Context, pod *corev1.Pod, argv []string, data []byte, ex
 
 // spdyOrWebSocketExec execs through the API server as kubectl exec does:
 // over WebSocket, or SPDY where the server or a proxy cannot upgrade to it.
-func spdyOrWebSocketExec(cfg *rest.Config, kube kubernetes.Interface, container string) podExec {
+func spdyOrWebSocketExec(cfg *rest.Config, kube status.KubeClient, container string) podExec {
 	return func(ctx context.Context, pod *corev1.Pod, argv []string, stdin []byte) ([]byte, []byte, error) {
 		req := kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
 			VersionedParams(&corev1.PodExecOptions{Container: container, Command: argv, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
@@ -278,8 +278,11 @@ func spdyOrWebSocketExec(cfg *rest.Config, kube kubernetes.Interface, container 
 }
 
 // printPreview prints the nodes' answers: per node a summary line and its
-// connections, or all of them as JSON.
+// connections, or all of them as JSON or YAML.
 func printPreview(w io.Writer, results []PreviewResult, output string) error {
+	if output == "yaml" {
+		return cli.PrintStructured(w, results, output)
+	}
 	if output == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetEscapeHTML(false)

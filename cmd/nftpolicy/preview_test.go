@@ -80,6 +80,17 @@ node node-2: ERROR: pod kube-system/nftpolicy-b: command terminated with exit co
 		t.Errorf("output (-want +got):\n%s", diff)
 	}
 
+	// -o yaml: the JSON's field names.
+	out.Reset()
+	if err := printPreview(&out, results, "yaml"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"  node: node-1\n", "  cut: 3\n", "  node: node-2\n", "  error: 'pod kube-system/nftpolicy-b: command terminated"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-o yaml lacks %q:\n%s", want, out.String())
+		}
+	}
+
 	asked = nil
 	if _, err := previewCluster(context.Background(), kube, status.DefaultAgents, "node-3", args, []byte("FILE"), exec); err == nil ||
 		!strings.Contains(err.Error(), "no running agent pod on node node-3") || len(asked) != 0 {
@@ -94,7 +105,7 @@ func TestPreviewBadInput(t *testing.T) {
 	}{
 		{[]string{"preview"}, "-f FILE is required"},
 		{[]string{"preview", "-f", "testdata/cluster.yaml"}, `kind "": want NetworkPolicy or ClusterNetworkPolicy`},
-		{[]string{"preview", "-f", "x", "-o", "yaml"}, "--output"},
+		{[]string{"preview", "-f", "x", "-o", "wide"}, "--output"},
 		{[]string{"preview", "-f", "x", "--max-flows", "0"}, "--max-flows 0"},
 	} {
 		var out, errb bytes.Buffer

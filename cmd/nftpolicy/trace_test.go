@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -125,8 +126,13 @@ func TestTraceAgreesWithEvaluator(t *testing.T) {
 func TestExplainCommand(t *testing.T) {
 	scenario := "../../pkg/compile/testdata/golden/deny-and-allow.yaml"
 	var out, errb bytes.Buffer
-	if code := run([]string{"explain", "--scenario", scenario, "y/client", "x/web", "--port", "81", "-o", "json"}, &out, &errb); code != exitOK {
-		t.Fatalf("exit %d: %s", code, errb.String())
+	// Denied: exit 1, as kubectl auth can-i says no; --exit-code=false: 0.
+	if code := run([]string{"explain", "--scenario", scenario, "y/client", "x/web", "--port", "81", "-o", "json"}, &out, &errb); code != exitFailure {
+		t.Fatalf("exit %d, want %d: %s", code, exitFailure, errb.String())
+	}
+	var quiet bytes.Buffer
+	if code := run([]string{"explain", "--scenario", scenario, "y/client", "x/web", "--port", "81", "--exit-code=false"}, &quiet, &errb); code != exitOK {
+		t.Fatalf("--exit-code=false: exit %d: %s", code, errb.String())
 	}
 	var res struct {
 		Allowed, Ingress, Egress bool
@@ -144,6 +150,17 @@ func TestExplainCommand(t *testing.T) {
 		t.Errorf("nearest misses %+v; want x/allow-web ingress[0] on port 80", res.NearestMiss)
 	}
 
+	// YAML: the JSON's field names, the connection decided included.
+	out.Reset()
+	if code := run([]string{"explain", "--scenario", scenario, "y/client", "x/web", "--port", "81", "-o", "yaml"}, &out, &errb); code != exitFailure {
+		t.Fatalf("-o yaml: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"from: y/client\n", "to: x/web\n", "port: 81\n", "protocol: TCP\n", "allowed: false\n", "nearestMiss:\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-o yaml lacks %q:\n%s", want, out.String())
+		}
+	}
+
 	out.Reset()
 	if code := run([]string{"explain", "--scenario", scenario, "y/client", "x/web", "--port", "8080"}, &out, &errb); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errb.String())
@@ -156,11 +173,77 @@ func TestExplainCommand(t *testing.T) {
 		{"y/client", "x/nope"},
 		{"y/client", "x/web", "--protocol", "ICMP"},
 		{"y/client", "node:node-1"}, // scenarios give nodes no addresses
-		{"y/client", "x/web", "-o", "yaml"},
+		{"y/client", "x/web", "-o", "wide"},
 	} {
 		errb.Reset()
 		if code := run(append([]string{"explain", "--scenario", scenario}, args...), &out, &errb); code != exitBadInput || errb.Len() == 0 {
 			t.Errorf("%v: exit %d, stderr %q; want 2 with a message", args, code, errb.String())
+		}
+	}
+}
+
+// explainCode is explain's exit status for a verdict.
+func explainCode(allowed bool) int {
+	if allowed {
+		return exitOK
+	}
+	return exitFailure
+}
+
+// TestExplainOutOfRange: a port outside 1-65535 or a timeout that is not
+// positive is bad input (exit 2, the flag and its range named) before any
+// scenario, cluster or ruleset is read, in each of explain's forms.
+func TestExplainOutOfRange(t *testing.T) {
+	scenario := "../../pkg/compile/testdata/golden/deny-and-allow.yaml"
+	forms := map[string][]string{
+		"scenario": {"--scenario", scenario, "y/client", "x/web"},
+		"live":     {"--kubeconfig", "/nonexistent", "y/client", "x/web"},
+		"ruleset":  {"--from-ruleset", "--ruleset-file", "/nonexistent", "10.0.0.1", "10.0.0.2"},
+	}
+	for form, base := range forms {
+		for _, tc := range []struct{ flags, want []string }{
+			{[]string{"--port", "0"}, []string{"--port 0", "1-65535"}},
+			{[]string{"--port", "-1"}, []string{"--port -1", "1-65535"}},
+			{[]string{"--port", "65536"}, []string{"--port 65536", "1-65535"}},
+			{[]string{"--port", "70000"}, []string{"--port 70000", "1-65535"}},
+			{[]string{"--timeout", "0s"}, []string{"--timeout 0s", "positive"}},
+			{[]string{"--timeout", "-1s"}, []string{"--timeout -1s", "positive"}},
+		} {
+			var out, errb bytes.Buffer
+			code := run(append(append([]string{"explain"}, base...), tc.flags...), &out, &errb)
+			if code != exitBadInput {
+				t.Errorf("%s %v: exit %d, want %d (stdout %q, stderr %q)", form, tc.flags, code, exitBadInput, out.String(), errb.String())
+				continue
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errb.String(), w) {
+					t.Errorf("%s %v: stderr %q lacks %q", form, tc.flags, errb.String(), w)
+				}
+			}
+		}
+	}
+	// The edges of the range are ports.
+	for _, p := range []string{"1", "65535"} {
+		var out, errb bytes.Buffer
+		if code := run([]string{"explain", "--scenario", scenario, "y/client", "x/web", "--port", p, "--exit-code=false"}, &out, &errb); code != exitOK {
+			t.Errorf("--port %s: exit %d: %s", p, code, errb.String())
+		}
+	}
+}
+
+// TestExplainBadRulesetFile: a --ruleset-file that does not exist or is
+// not nft's JSON is bad input (exit 2), which a CI step can tell from a
+// denial (1).
+func TestExplainBadRulesetFile(t *testing.T) {
+	garbage := filepath.Join(t.TempDir(), "garbage.json")
+	if err := os.WriteFile(garbage, []byte("not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{filepath.Join(t.TempDir(), "missing.json"), garbage} {
+		var out, errb bytes.Buffer
+		code := run([]string{"explain", "--from-ruleset", "--ruleset-file", file, "10.0.0.1", "10.0.0.2"}, &out, &errb)
+		if code != exitBadInput || errb.Len() == 0 {
+			t.Errorf("%s: exit %d, stderr %q; want %d with a message", filepath.Base(file), code, errb.String(), exitBadInput)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
@@ -51,6 +52,9 @@ type Input struct {
 	// (StagedAnnotation) were enforced too: what they would do. By
 	// default they do not exist for the program.
 	EnforceStaged bool
+	// Budgets bound what NetworkPolicies make (budget.go); zero fields
+	// take their defaults.
+	Budgets Budgets
 }
 
 // Build compiles the input into a program. It never fails: problems in
@@ -131,6 +135,7 @@ func (b *builder) buildFrom(in Input, pods []*PodInfo) *Program {
 		}
 		b.prog.Policies = append(b.prog.Policies, b.compilePolicy(np))
 	}
+	b.prog.NamespaceCosts = b.nsCost
 	b.finish()
 	b.compileClusterPolicies(b.enforcedClusterPolicies(in.ClusterPolicies))
 	b.prog.buildEvalIndex()
@@ -153,6 +158,18 @@ type builder struct {
 	// staged are the staged policies' selections, by name
 	// (staged_subjects.go).
 	staged []stagedSubject
+
+	// budgets bound what resolved NetworkPolicies make; nsCost is what
+	// each namespace's have been charged so far (budget.go). metered is
+	// false in a Tracker's scratch builder, which knows no pods: the
+	// Tracker bounds a policy change itself (trackedCost).
+	budgets Budgets
+	nsCost  map[string]int
+	metered bool
+	// parsed holds the peer selectors chargePeer parsed, for compileRule;
+	// meter charges the object being built.
+	parsed map[*metav1.LabelSelector]labels.Selector
+	meter  costMeter
 
 	nodeLabels map[string]labels.Set
 	nodeNames  []string
@@ -183,7 +200,10 @@ func newBuilder(in Input) *builder {
 		sels:     map[string]SelectorID{},
 		nsMatch:  map[string][]string{},
 		nodeSets: map[string]NodeSetID{},
+		budgets:  in.Budgets,
+		metered:  true,
 	}
+	b.budgets.Defaults()
 	if !in.EnforceStaged {
 		b.stagedNS = map[string]bool{}
 	}
@@ -401,11 +421,17 @@ func (b *builder) compile(np *networkingv1.NetworkPolicy, resolve bool) Policy {
 			}
 		}
 	}
-	if cost := NetworkPolicyCost(np); cost > MaxPolicyCost {
+	cost := NetworkPolicyCost(np)
+	if cost > MaxPolicyCost {
 		// Not compiled: the policy isolates its pods and allows nothing,
 		// as one whose podSelector cannot be parsed.
 		pr.rejectCost(cost, "no rule of it allows anything and it still isolates the pods it selects")
-		pol.Rejected = true
+		pol.Rejected, pol.RejectedFor = true, RejectedCost
+		pol.Problems = pr.list
+		return pol
+	}
+	if resolve && b.metered && b.chargeBudget(pr, np, &pol, cost) != "" {
+		// Rejected as above, having made nothing.
 		pol.Problems = pr.list
 		return pol
 	}
@@ -558,7 +584,7 @@ func (b *builder) ipBlock(pr *problems, path *field.Path, blk *networkingv1.IPBl
 func (b *builder) selectorPeer(pr *problems, path *field.Path, ns string, peer networkingv1.NetworkPolicyPeer, resolve bool) (SelectorID, bool) {
 	podSel := labels.Everything()
 	if peer.PodSelector != nil {
-		s, ok := pr.parseSelector(path.Child("podSelector"), peer.PodSelector)
+		s, ok := b.peerSelector(pr, path.Child("podSelector"), peer.PodSelector)
 		if !ok {
 			pr.add(path, "this peer matches nothing")
 			return 0, false
@@ -567,7 +593,7 @@ func (b *builder) selectorPeer(pr *problems, path *field.Path, ns string, peer n
 	}
 	var nsSel labels.Selector
 	if peer.NamespaceSelector != nil {
-		s, ok := pr.parseSelector(path.Child("namespaceSelector"), peer.NamespaceSelector)
+		s, ok := b.peerSelector(pr, path.Child("namespaceSelector"), peer.NamespaceSelector)
 		if !ok {
 			pr.add(path, "this peer matches nothing")
 			return 0, false

@@ -181,9 +181,17 @@ func (b *builder) compileCluster(cnp *npav1beta1.ClusterNetworkPolicy, resolve b
 		}
 	}
 	id := ClusterPolicyID(len(b.prog.ClusterPolicies))
-	if cost := ClusterPolicyCost(cnp); cost > MaxPolicyCost {
-		pr.rejectCost(cost, "its Accept rules match nothing and its Deny and Pass rules deny all traffic of its subjects (fail closed)")
-		cp.Rejected = true
+	const enforced = "its Accept rules match nothing and its Deny and Pass rules deny all traffic of its subjects (fail closed)"
+	cost := ClusterPolicyCost(cnp)
+	if cost > MaxPolicyCost {
+		pr.rejectCost(cost, enforced)
+		cp.Rejected, cp.RejectedFor = true, RejectedCost
+	} else if resolve && b.metered && !b.chargeClusterBudget(cnp, &cp, cost) {
+		pr.add(spec, "too costly to build: what it makes (entries, pods and nodes its selectors are matched against, peer set elements) passed its budget of %d; %s",
+			b.budgets.ClusterPolicy, enforced)
+		cp.Rejected, cp.RejectedFor = true, RejectedBudget
+	}
+	if cp.Rejected {
 		for i, r := range cnp.Spec.Ingress {
 			cp.Ingress = append(cp.Ingress, rejectedClusterRule(&cp, id, Ingress, i, r.Name, r.Action))
 		}

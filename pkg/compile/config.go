@@ -2,8 +2,16 @@ package compile
 
 import (
 	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
 	"strings"
 )
+
+// DefaultTunnelUDPPorts are the UDP ports of overlay encapsulation that only
+// nodes may send to nodes: 4789 (VXLAN, IANA), 6081 (Geneve), 8472
+// (VXLAN as Flannel and the Linux kernel's default use it).
+var DefaultTunnelUDPPorts = []uint16{4789, 6081, 8472}
 
 // Mode says who decides new connections of policy-selected pods.
 type Mode string
@@ -119,6 +127,21 @@ type RenderConfig struct {
 	// through that interface are then not dropped (render_source.go). For
 	// CNIs that already stop pods from spoofing.
 	NoSourceValidation bool
+	// TunnelUDPPorts are the UDP ports of encapsulation (VXLAN, Geneve)
+	// that only nodes may send to nodes (render_source.go's tunnel check,
+	// part of source validation): nil means DefaultTunnelUDPPorts, an
+	// empty non-nil slice none (the IP protocols ipip, ipv6 and gre are
+	// always checked).
+	TunnelUDPPorts []uint16
+	// TunnelPeers are sources besides the Nodes' addresses that may send
+	// encapsulation to this node: tunnel endpoints on addresses no Node
+	// lists, load balancers that deliver IPIP.
+	TunnelPeers []netip.Prefix
+	// UplinkIfaces names the node's uplinks (nft iifname patterns: a name,
+	// or a prefix and "*"): without pod ranges, an unknown source on a pod
+	// interface is dropped (render_unknown.go), and these interfaces,
+	// which may be veths or bridges, are not pod interfaces.
+	UplinkIfaces []string
 	// Verify samples the kernel's verdicts for runtime verification
 	// (verify.go); its zero value renders nothing.
 	Verify VerifyConfig
@@ -150,6 +173,9 @@ func (c *RenderConfig) Defaults() {
 	}
 	c.shareDefaults()
 	c.stagedLogDefaults()
+	if c.TunnelUDPPorts == nil {
+		c.TunnelUDPPorts = slices.Clone(DefaultTunnelUDPPorts)
+	}
 	c.Verify.defaults()
 }
 
@@ -180,6 +206,9 @@ func (c *RenderConfig) Validate() error {
 		return err
 	}
 	if err := c.validateVerify(); err != nil {
+		return err
+	}
+	if err := c.validateTunnel(); err != nil {
 		return err
 	}
 	return c.validateDenyLog()
@@ -233,4 +262,35 @@ func QueueStatement(first, n uint16, bypass, fanout bool) string {
 // userspace chain for the configuration (fanout whenever several queues).
 func NativeQueueStatement(cfg RenderConfig) string {
 	return "counter " + QueueStatement(cfg.QueueNum, cfg.Queues, cfg.FailOpen, true)
+}
+
+// ifacePattern is an interface name (at most 15 characters), or a prefix
+// of one and "*".
+var ifacePattern = regexp.MustCompile(`^[A-Za-z0-9._@:-]{1,15}\*?$`)
+
+// validateTunnel checks the tunnel check's ports and peers, and the
+// uplinks.
+func (c *RenderConfig) validateTunnel() error {
+	for _, p := range c.TunnelUDPPorts {
+		if p == 0 {
+			return fmt.Errorf("tunnel UDP port 0: ports are 1-65535")
+		}
+	}
+	for _, p := range c.TunnelPeers {
+		if !p.IsValid() {
+			return fmt.Errorf("tunnel peer %v: not a prefix", p)
+		}
+	}
+	return ValidateUplinks(c.UplinkIfaces)
+}
+
+// ValidateUplinks checks RenderConfig.UplinkIfaces: interface names, or a
+// prefix of one and "*".
+func ValidateUplinks(names []string) error {
+	for _, u := range names {
+		if !ifacePattern.MatchString(u) {
+			return fmt.Errorf("uplink interface %q: not an interface name (or prefix and *)", u)
+		}
+	}
+	return nil
 }

@@ -19,7 +19,10 @@ import (
 // cost is counted from the object alone (NetworkPolicyCost,
 // ClusterPolicyCost, linear in its size); past MaxPolicyCost it is not
 // compiled but enforced fail-closed on its own (Policy.Rejected,
-// ClusterPolicy.Rejected), so it never costs more than counting it.
+// ClusterPolicy.Rejected), so it never costs more than counting it. What
+// an object says does not bound what it makes (a selector's set grows
+// with the pods it selects): that is charged as the object is built,
+// against its budgets (budget.go).
 
 // MaxPolicyCost bounds the cost of one NetworkPolicy or ClusterNetworkPolicy.
 //

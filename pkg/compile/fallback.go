@@ -27,6 +27,11 @@ package compile
 //     change of a staged policy (before or after the change), or a pod
 //     that is the first or last local subject of a staged policy: the
 //     staged log's subjects and its chain are decided by a build.
+//   - cost: a NetworkPolicy change whose new version might pass its budget
+//     or its namespace's (Budgets; the tracker bounds what it makes
+//     without matching its selectors), or in a namespace where a policy
+//     was rejected for the namespace's budget: the build charges what it
+//     makes and decides.
 type Fallback string
 
 // NoFallback means the change was applied.
@@ -41,6 +46,7 @@ const (
 	FallbackKeyMismatch Fallback = "key-mismatch"
 	FallbackDenyLog     Fallback = "deny-log"
 	FallbackDomainNames Fallback = "domain-names"
+	FallbackCost        Fallback = "cost"
 )
 
 // Pod changes (a pod's first or last use of a combination chain can also
@@ -58,5 +64,5 @@ const FallbackStaged Fallback = "staged"
 // Fallbacks lists every reason a change can fall back, for metrics.
 func Fallbacks() []Fallback {
 	return []Fallback{FallbackNotBuilt, FallbackQueueMode, FallbackKeyMismatch, FallbackDenyLog,
-		FallbackDomainNames, FallbackAddressShared, FallbackNodeAddress, FallbackDNSCapture, FallbackStaged}
+		FallbackDomainNames, FallbackCost, FallbackAddressShared, FallbackNodeAddress, FallbackDNSCapture, FallbackStaged}
 }

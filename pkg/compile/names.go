@@ -30,6 +30,13 @@ const (
 	// ChainPrerouting is the base chain of the source check
 	// (render_source.go).
 	ChainPrerouting = "prerouting"
+	// ChainTunnel drops encapsulated packets that pods send to nodes, and
+	// those that come to this node from anything but a node
+	// (render_source.go); SetNodeAddrsV4 and SetNodeAddrsV6 hold the
+	// addresses that may send encapsulation to this node.
+	ChainTunnel    = "tunnel"
+	SetNodeAddrsV4 = "node-addrs-v4"
+	SetNodeAddrsV6 = "node-addrs-v6"
 )
 
 // Names of the per-source share objects (render_share.go).
@@ -264,6 +271,13 @@ func fqdnPodsSet(v4 bool) string {
 		return SetFQDNPodsV4
 	}
 	return SetFQDNPodsV6
+}
+
+func nodeAddrsSet(v4 bool) string {
+	if v4 {
+		return SetNodeAddrsV4
+	}
+	return SetNodeAddrsV6
 }
 
 func knownPodsSet(v4 bool) string {

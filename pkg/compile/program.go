@@ -265,9 +265,17 @@ type Policy struct {
 	// allow nothing (see docs/semantics.md).
 	Problems []Problem
 	// Rejected is set when the policy's cost (NetworkPolicyCost) is over
-	// MaxPolicyCost: its rules were not compiled (it has none), and it
-	// isolates the pods it selects, allowing nothing.
-	Rejected bool
+	// MaxPolicyCost, or what building it makes is over its budget
+	// (RejectedFor says which; budget.go): its rules were not compiled (it
+	// has none), and it isolates the pods it selects, allowing nothing.
+	Rejected    bool
+	RejectedFor RejectReason
+	// Cost is what building the policy was charged (budget.go): its
+	// entries, the pods its selectors were matched against and the
+	// elements of its peer sets; for a rejected policy, what was charged
+	// before the build stopped, at most its budget. Zero for a policy
+	// compiled only for its shape.
+	Cost int
 }
 
 // Rules returns the policy's rules in one direction.
@@ -462,6 +470,10 @@ type Program struct {
 	// its first sync (pkg/evaluate's snapshot).
 	Source Input
 
+	// NamespaceCosts is, by namespace, the sum of its NetworkPolicies'
+	// Cost, which Input.Budgets.Namespace bounds.
+	NamespaceCosts map[string]int
+
 	// StagedPolicies lists, sorted, the staged policies the program leaves
 	// out: NetworkPolicy keys ("namespace/name") and ClusterNetworkPolicy
 	// names (empty when the input enforces them, or has none).
@@ -576,10 +588,15 @@ type ClusterPolicy struct {
 	// those parts are enforced safely (docs/semantics.md).
 	Problems []Problem
 	// Rejected is set when the policy's cost (ClusterPolicyCost) is over
-	// MaxPolicyCost: its rules' peers and protocols were not compiled; its
-	// Accept rules match nothing and its Deny and Pass rules deny all
-	// traffic of its subjects in their direction.
-	Rejected bool
+	// MaxPolicyCost, or what building it makes is over
+	// Budgets.ClusterPolicy (RejectedFor says which): its rules' peers and
+	// protocols were not compiled; its Accept rules match nothing and its
+	// Deny and Pass rules deny all traffic of its subjects in their
+	// direction.
+	Rejected    bool
+	RejectedFor RejectReason
+	// Cost is what building it was charged (budget.go), as Policy.Cost.
+	Cost int
 }
 
 // Rules returns the policy's rules in one direction.

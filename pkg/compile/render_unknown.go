@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 
 	"sigs.k8s.io/knftables"
 )
@@ -26,6 +27,20 @@ func (c *RenderConfig) QueuesUnknownPods() bool {
 // Each source address gets a bounded share of the queue on the way
 // (ChainQueueHeld, render_share.go): a pod that opens connections to
 // unused pod-range addresses cannot fill it for the others.
+//
+// Without pod ranges (no Node has spec.podCIDRs and --pod-cidrs is not
+// given: CNIs with their own IPAM) nothing tells an unknown pod's address
+// from an outside one, except where it comes in: a new connection from a
+// source that no known pod or node holds, on a pod interface (the kinds of
+// source validation: veth, bridge, netkit), is a pod this agent does not
+// know, a new one or an address a pod added (on a bridge CNI, an unused
+// address of the bridge's subnet passes source validation). It is dropped
+// (unknownLocalRules): the evaluator cannot hold it, because it tells
+// held connections by their addresses, and without ranges an unknown pod's
+// address looks like an outside one. A new pod's first connections are
+// then dropped until it is programmed (its SYN is retransmitted); the
+// agent reports that it runs without ranges (nftpolicy_pod_ranges, a
+// warning), and --pod-cidrs turns the drop into the hold.
 func (r *renderer) unknownPods() []knftables.Rule {
 	if !r.cfg.QueuesUnknownPods() {
 		return nil
@@ -49,6 +64,27 @@ func (r *renderer) unknownPods() []knftables.Rule {
 			out = append(out, rule(fmt.Sprintf("%s %s @%s %s %s != @%s counter goto %s", famWord(v4), side, podCIDRsSet(v4), famWord(v4), side, knownPodsSet(v4), ChainQueueHeld),
 				"unknown pod ("+side+" in the pod ranges, not yet programmed): the evaluator waits for it"))
 		}
+	}
+	return append(out, r.unknownLocalRules()...)
+}
+
+// unknownLocalRules are the rules of unknown sources on pod interfaces
+// without pod ranges (see unknownPods): none when ranges are known. The
+// node's uplinks (RenderConfig.UplinkIfaces) are left out: a node whose
+// uplink is a veth or a bridge (kind's nodes, a bridge holding the node's
+// address) receives outside traffic on it, from addresses no pod holds.
+func (r *renderer) unknownLocalRules() []knftables.Rule {
+	if len(r.prog.PodCIDRs) > 0 {
+		return nil
+	}
+	var uplinks strings.Builder
+	for _, u := range r.cfg.UplinkIfaces {
+		fmt.Fprintf(&uplinks, "iifname != %q ", u)
+	}
+	var out []knftables.Rule
+	for _, v4 := range []bool{true, false} {
+		out = append(out, rule(fmt.Sprintf("meta iifkind %s %s%s saddr != @%s counter drop", podIfaceKinds, uplinks.String(), famWord(v4), knownPodsSet(v4)),
+			"unknown source on a pod interface, no pod ranges known: dropped until programmed; --pod-cidrs holds it instead"))
 	}
 	return out
 }
@@ -75,7 +111,10 @@ func (r *renderer) knownPodElements(pod *Pod, pt *podText, emit func(set string,
 
 // knownNodeElements adds node addresses that lie in the pod ranges (some
 // CNIs give nodes a pod-range address in status) to the known-pods sets:
-// a node is no pod to wait for.
+// a node is no pod to wait for. Without pod ranges every node address is
+// added: the rules of unknown local sources (unknownLocalRules) look at
+// every source, and a node whose uplink is a veth or a bridge receives
+// the other nodes' traffic on it.
 func (r *renderer) knownNodeElements() {
 	names := make([]string, 0, len(r.prog.NodeAddrs))
 	for n := range r.prog.NodeAddrs {
@@ -83,7 +122,7 @@ func (r *renderer) knownNodeElements() {
 	}
 	sort.Strings(names)
 	add := func(ip netip.Addr, comment string) {
-		if !r.prog.InPodCIDRs(ip) {
+		if len(r.prog.PodCIDRs) > 0 && !r.prog.InPodCIDRs(ip) {
 			return
 		}
 		if _, ok := r.prog.PodByIP(ip); ok {

@@ -2,6 +2,7 @@ package compile
 
 import (
 	"sort"
+	"strings"
 
 	"sigs.k8s.io/knftables"
 )
@@ -183,5 +184,73 @@ func (s *Set) AddressTo(e *knftables.Element) {
 		e.Map = s.Map.Name
 	} else {
 		e.Set = s.Set.Name
+	}
+}
+
+// DumpTo adds the whole ruleset to a transaction in the order and form of
+// knftables.Fake's Dump of a table that AddTo filled: the table, chains
+// by name, sets then maps by name, then each chain's rules, each set's
+// and each map's elements (one per key, the last one added winning, as in
+// the fake). The transaction's String is then that dump, without loading
+// the ruleset into a fake, whose element lookups cost a scan of the set
+// per element (`nftpolicy compile` of a large set).
+func (rs *Ruleset) DumpTo(tx *knftables.Transaction) {
+	tx.Add(&knftables.Table{Comment: rs.Table.Comment})
+	chains := make([]string, 0, len(rs.Chains))
+	for n := range rs.Chains {
+		chains = append(chains, n)
+	}
+	sort.Strings(chains)
+	var sets, maps []*Set
+	for _, n := range rs.SortedSetNames() {
+		if s := rs.Sets[n]; s.Map != nil {
+			maps = append(maps, s)
+		} else {
+			sets = append(sets, s)
+		}
+	}
+	for _, n := range chains {
+		ch := rs.Chains[n].Chain
+		tx.Add(&ch)
+	}
+	for _, s := range sets {
+		set := *s.Set
+		tx.Add(&set)
+	}
+	for _, s := range maps {
+		m := *s.Map
+		tx.Add(&m)
+	}
+	for _, n := range chains {
+		c := rs.Chains[n]
+		for i := range c.Rules {
+			kr := c.Rules[i]
+			kr.Chain = n
+			kr.Handle, kr.Index = nil, nil
+			tx.Add(&kr)
+		}
+	}
+	for _, s := range append(sets, maps...) {
+		s.dumpElementsTo(tx)
+	}
+}
+
+// dumpElementsTo adds the set's elements, one per key: a later element
+// with a key already added takes the earlier one's place.
+func (s *Set) dumpElementsTo(tx *knftables.Transaction) {
+	els := make([]*knftables.Element, 0, len(s.Elements))
+	at := make(map[string]int, len(s.Elements))
+	for i := range s.Elements {
+		e := s.Element(i)
+		k := strings.Join(e.Key, "\x00")
+		if j, ok := at[k]; ok {
+			els[j] = e
+			continue
+		}
+		at[k] = len(els)
+		els = append(els, e)
+	}
+	for _, e := range els {
+		tx.Add(e)
 	}
 }

@@ -84,6 +84,7 @@ type Tracker struct {
 	stale     bool
 	pol       policyState
 	cpol      clusterState
+	costs     trackedCosts
 }
 
 // trackedPod is what the tracker holds about a pod.
@@ -169,6 +170,7 @@ func (t *Tracker) Rebuild(in Input) (*Program, *Ruleset, error) {
 	t.pol = policyState{}
 	t.cpol = clusterState{}
 	t.index(pods)
+	t.indexCosts()
 	// The copy of the program that NetworkPolicy changes edit, made now,
 	// in the rebuild, rather than by the next policy change: at ten
 	// thousand policies it is milliseconds, the most of such a change.

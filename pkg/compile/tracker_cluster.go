@@ -77,6 +77,9 @@ func (k *cnpChange) check(t *Tracker) Fallback {
 	if k.cnp != nil && hasDomainPeers(k.cnp) {
 		return FallbackDomainNames
 	}
+	if t.clusterCostBound(k.cnp) > t.b.budgets.ClusterPolicy {
+		return FallbackCost
+	}
 	if t.cpol.owned {
 		if id, ok := t.cpol.ids[k.name]; ok && !clusterRulesTrackable(&t.cur.ClusterPolicies[id]) {
 			return FallbackDomainNames

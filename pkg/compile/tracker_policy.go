@@ -52,7 +52,12 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) Fallba
 	if np != nil && t.b != nil && policyKey(np) == key && !t.b.enforced(np) {
 		np = nil
 	}
-	return t.applyPolicyChange(&npChange{key: key, ns: ns, np: np})
+	k := &npChange{key: key, ns: ns, np: np}
+	f := t.applyPolicyChange(k)
+	if f == NoFallback && t.r != nil {
+		t.noteCost(key, ns, k.bound)
+	}
+	return f
 }
 
 // policyKind is the part of a policy change (applyPolicyChange) that
@@ -249,13 +254,17 @@ type npChange struct {
 	old      []string
 	target   labels.Selector
 	isolates [2]bool
+	// bound is checkCost's bound on what the new version makes.
+	bound int
 }
 
 func (k *npChange) check(t *Tracker) Fallback {
 	if k.np != nil && policyKey(k.np) != k.key {
 		return FallbackKeyMismatch
 	}
-	return NoFallback
+	var f Fallback
+	k.bound, f = t.checkCost(k.key, k.ns, k.np)
+	return f
 }
 
 func (k *npChange) own(t *Tracker) { t.ownProgram() }

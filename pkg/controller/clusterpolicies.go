@@ -294,9 +294,12 @@ func (w *clusterPolicies) report(prog *compile.Program, rec record.EventRecorder
 		reason, what := invalidClusterPolicyReason, "unusable Accept parts allow nothing, unusable Deny and Pass parts deny"
 		if cp.Rejected {
 			reason, what = rejectedReason, "too large to compile: its Accept rules match nothing, its Deny and Pass rules deny all traffic of its subjects"
-			w.metrics.PoliciesRejected.WithLabelValues(clusterPolicyKind, "cost").Inc()
-			log.Error(nil, "ClusterNetworkPolicy too large to compile: enforced fail-closed, its Accept rules match nothing, its Deny and Pass rules deny",
-				"clusterNetworkPolicy", cp.Name, "tier", cp.Tier, "priority", cp.Priority, "problems", text)
+			if cp.RejectedFor != compile.RejectedCost {
+				what = "too costly to build (what it makes is over its budget): its Accept rules match nothing, its Deny and Pass rules deny all traffic of its subjects"
+			}
+			w.metrics.PoliciesRejected.WithLabelValues(clusterPolicyKind, string(cp.RejectedFor)).Inc()
+			log.Error(nil, "ClusterNetworkPolicy too large or too costly to compile: enforced fail-closed, its Accept rules match nothing, its Deny and Pass rules deny",
+				"clusterNetworkPolicy", cp.Name, "tier", cp.Tier, "priority", cp.Priority, "reason", string(cp.RejectedFor), "cost", cp.Cost, "problems", text)
 		} else {
 			log.Info("Invalid or unsupported ClusterNetworkPolicy: its Accept parts that cannot be used allow nothing, its Deny and Pass parts that cannot be used deny",
 				"clusterNetworkPolicy", cp.Name, "tier", cp.Tier, "priority", cp.Priority, "problems", text)

@@ -105,6 +105,9 @@ type Config struct {
 	// it with other sources of garbage (the program snapshot).
 	MemoryReleaser *MemoryReleaser
 	Logger         klog.Logger
+	// Budgets bound what NetworkPolicies make, each and per namespace
+	// (compile.Budgets; zero fields take their defaults).
+	Budgets compile.Budgets
 }
 
 // DefaultProgramRefreshDelay is Config.ProgramRefreshDelay's default.
@@ -145,6 +148,10 @@ func (c *Config) Defaults() {
 // Validate reports an unusable configuration.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.Budgets.Policy < 0 || c.Budgets.Namespace < 0 || c.Budgets.ClusterPolicy < 0 {
+		errs = append(errs, fmt.Errorf("cost budgets %d (policy), %d (namespace), %d (cluster policy): must not be negative",
+			c.Budgets.Policy, c.Budgets.Namespace, c.Budgets.ClusterPolicy))
+	}
 	if c.Client == nil {
 		errs = append(errs, errors.New("client is required"))
 	}
@@ -876,7 +883,7 @@ func (c *Controller) notePodSynced(key string, pod *compile.PodInfo) {
 func (c *Controller) Snapshot() (compile.Input, error) { return c.snapshot() }
 
 func (c *Controller) snapshot() (compile.Input, error) {
-	in := compile.Input{NodeName: c.cfg.NodeName, NodeIPs: c.cfg.NodeIPs, PodCIDRs: c.cfg.PodCIDRs}
+	in := compile.Input{NodeName: c.cfg.NodeName, NodeIPs: c.cfg.NodeIPs, PodCIDRs: c.cfg.PodCIDRs, Budgets: c.cfg.Budgets}
 	var err error
 	in.PodInfos = c.pods.List()
 	if in.Namespaces, err = c.nss.List(labels.Everything()); err != nil {
@@ -921,9 +928,12 @@ func (c *Controller) reportProblems(ctx context.Context, prog *compile.Program) 
 		reason, what := invalidPolicyReason, "invalid parts allow nothing"
 		if pol.Rejected {
 			reason, what = rejectedReason, "too large to compile: it isolates the pods it selects and allows nothing"
-			c.cfg.Metrics.PoliciesRejected.WithLabelValues(kindNetworkPolicy, "cost").Inc()
-			log.Error(nil, "NetworkPolicy too large to compile: enforced fail-closed, isolating the pods it selects and allowing nothing",
-				"policy", klog.KRef(pol.Namespace, pol.Name), "problems", text)
+			if pol.RejectedFor != compile.RejectedCost {
+				what = "too costly to build (what it makes is over its budget): it isolates the pods it selects and allows nothing"
+			}
+			c.cfg.Metrics.PoliciesRejected.WithLabelValues(kindNetworkPolicy, string(pol.RejectedFor)).Inc()
+			log.Error(nil, "NetworkPolicy too large or too costly to compile: enforced fail-closed, isolating the pods it selects and allowing nothing",
+				"policy", klog.KRef(pol.Namespace, pol.Name), "reason", string(pol.RejectedFor), "cost", pol.Cost, "problems", text)
 		} else {
 			log.Info("Invalid NetworkPolicy: the invalid parts allow nothing; the policy still isolates the pods it selects",
 				"policy", klog.KRef(pol.Namespace, pol.Name), "problems", text)
@@ -949,6 +959,7 @@ func (c *Controller) reportProblems(ctx context.Context, prog *compile.Program) 
 		}
 	}
 	c.cfg.Metrics.RejectedPolicies.WithLabelValues(kindNetworkPolicy).Set(float64(rejected))
+	c.cfg.Metrics.NamespaceCostMax.Set(namespaceCostMax(prog, c.cfg.Budgets))
 	c.cnps.report(prog, c.cfg.Recorder, c.cfg.NodeName)
 }
 
@@ -959,8 +970,19 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
+// namespaceCostMax is the largest share of its budget that a namespace's
+// NetworkPolicies were charged (1: the namespace is at its budget).
+func namespaceCostMax(prog *compile.Program, b compile.Budgets) float64 {
+	b.Defaults()
+	m := 0
+	for _, n := range prog.NamespaceCosts {
+		m = max(m, n)
+	}
+	return float64(m) / float64(b.Namespace)
+}
+
 // rejectedReason is the reason of the Warning Event on an object over
-// compile.MaxPolicyCost; kindNetworkPolicy and clusterPolicyKind label
+// compile.MaxPolicyCost or over its budget (compile.Budgets); kindNetworkPolicy and clusterPolicyKind label
 // the rejection metrics.
 const (
 	rejectedReason    = "PolicyTooLarge"

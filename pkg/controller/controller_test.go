@@ -349,6 +349,39 @@ func TestTooLargePolicyIsRejected(t *testing.T) {
 	}
 }
 
+// TestCostlyPolicyIsRejected: a NetworkPolicy whose peers each select
+// every pod, within compile.MaxPolicyCost but over the agent's policy
+// budget for what it makes (Config.Budgets), is reported (Warning Event
+// PolicyTooLarge saying it is too costly, nftpolicy_policies_rejected_total
+// with reason budget, nftpolicy_namespace_cost_max_ratio) and enforced
+// fail-closed, while a policy of another namespace allows as written.
+func TestCostlyPolicyIsRejected(t *testing.T) {
+	amp := compiletest.CostAmplificationPolicy("x", "amp", "a", 40)
+	amp.ResourceVersion = "1"
+	allowC := denyAll("y")
+	allowC.Name = "allow-c"
+	allowC.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}}
+	h := startWith(t, func(c *Config) { c.Budgets = compile.Budgets{Policy: 100, Namespace: 1000} },
+		testPod("x", "a", "n1", "10.0.1.1", map[string]string{"app": "a"}), testPod("x", "b", "n1", "10.0.1.2", nil),
+		testPod("y", "c", "n2", "10.0.2.1", nil), amp, allowC)
+	eventually(t, "first sync", h.ctrl.Ready)
+	h.expectEvent(t, "Warning PolicyTooLarge", "too costly to build")
+	m := h.ctrl.cfg.Metrics
+	if v := counterValue(t, m.PoliciesRejected.WithLabelValues("NetworkPolicy", "budget")); v != 1 {
+		t.Errorf("nftpolicy_policies_rejected_total{kind=NetworkPolicy,reason=budget} = %v, want 1", v)
+	}
+	if v := counterValue(t, m.NamespaceCostMax); v != 0.1 {
+		t.Errorf("nftpolicy_namespace_cost_max_ratio = %v, want 0.1 (x charged its policy budget, 100 of 1000)", v)
+	}
+	src := netip.MustParseAddr("10.0.2.1")
+	if v := h.eval.Evaluate(src, netip.MustParseAddr("10.0.1.1"), compile.ProtoTCP, 80); v.Allowed {
+		t.Errorf("the rejected policy's pod is reachable: %s", v.Reason())
+	}
+	if v := h.eval.Evaluate(netip.MustParseAddr("10.0.1.2"), src, compile.ProtoTCP, 80); !v.Allowed {
+		t.Errorf("the other namespace's policy does not allow: %s", v.Reason())
+	}
+}
+
 // TestHealthyWhileCachesSync holds the first list of pods, as a large
 // cluster's API server would be slow to answer it: the controller is not
 // ready, but it stays healthy for longer than a liveness budget of a few

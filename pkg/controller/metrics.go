@@ -31,10 +31,13 @@ type Metrics struct {
 	ClusterPolicyProblems     prometheus.Counter
 
 	// RejectedPolicies counts the objects of each kind currently over
-	// compile.MaxPolicyCost; PoliciesRejected counts rejections, once per
-	// object version.
+	// compile.MaxPolicyCost or their budgets (compile.Budgets);
+	// PoliciesRejected counts rejections, once per object version.
 	RejectedPolicies *prometheus.GaugeVec
 	PoliciesRejected *prometheus.CounterVec
+	// NamespaceCostMax is the largest share of the namespace budget
+	// (compile.Budgets.Namespace) one namespace's NetworkPolicies use.
+	NamespaceCostMax prometheus.Gauge
 
 	QueueVerdicts    *prometheus.CounterVec
 	QueueDecision    prometheus.Histogram
@@ -121,12 +124,16 @@ func NewMetrics() *Metrics {
 		}),
 		RejectedPolicies: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "nftpolicy_rejected_policies",
-			Help: "Objects (kind NetworkPolicy or ClusterNetworkPolicy) not compiled because their cost is over the bound (compile.MaxPolicyCost); each is enforced fail-closed: a NetworkPolicy isolates its pods and allows nothing, a ClusterNetworkPolicy's Accept rules match nothing and its Deny and Pass rules deny.",
+			Help: "Objects (kind NetworkPolicy or ClusterNetworkPolicy) not compiled because their cost is over the bound (compile.MaxPolicyCost) or, for a NetworkPolicy, what it makes is over its budget (--policy-cost-budget, --namespace-cost-budget); each is enforced fail-closed: a NetworkPolicy isolates its pods and allows nothing, a ClusterNetworkPolicy's Accept rules match nothing and its Deny and Pass rules deny.",
 		}, []string{"kind"}),
 		PoliciesRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nftpolicy_policies_rejected_total",
-			Help: "Objects rejected and enforced fail-closed, counted once per object version, by kind and reason (cost: over compile.MaxPolicyCost).",
+			Help: "Objects rejected and enforced fail-closed, counted once per object version, by kind and reason (cost: what it says is over compile.MaxPolicyCost; budget: what it makes is over --policy-cost-budget or --cluster-policy-cost-budget; namespace-budget: over what its namespace has left of --namespace-cost-budget).",
 		}, []string{"kind", "reason"}),
+		NamespaceCostMax: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nftpolicy_namespace_cost_max_ratio",
+			Help: "The largest share of --namespace-cost-budget that one namespace's NetworkPolicies were charged at the last build (what they make: entries, pods their selectors are matched against, peer set elements); 1: a namespace is at its budget and its next policy by name is rejected.",
+		}),
 		QueueVerdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nftpolicy_queue_verdicts_total", Help: "Verdicts given to queued packets.",
 		}, []string{"verdict", "protocol", "family"}),
@@ -169,7 +176,7 @@ func fallbackReasons() string {
 func (m *Metrics) Register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.SyncDuration, m.TrackerCorrections, m.IncrementalFallbacks, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency,
 		m.ProgrammedPolicies, m.ProgrammedPods, m.SetElements, m.InvalidPolicies, m.PolicyProblems,
-		m.ClusterPolicyAPI, m.ProgrammedClusterPolicies, m.InvalidClusterPolicies, m.ClusterPolicyProblems, m.RejectedPolicies, m.PoliciesRejected,
+		m.ClusterPolicyAPI, m.ProgrammedClusterPolicies, m.InvalidClusterPolicies, m.ClusterPolicyProblems, m.RejectedPolicies, m.PoliciesRejected, m.NamespaceCostMax,
 		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant, m.QueueHeldDropped, m.CollectorErrors, m.OutsideChanges} {
 		if err := r.Register(c); err != nil {
 			return err

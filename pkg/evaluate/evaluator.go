@@ -441,7 +441,7 @@ func (e *Evaluator) Decide(c Conn) (bool, string) {
 		return e.OpenWithoutProgram, ReasonNoProgram
 	}
 	if unknownEnds(p, c.Src, c.Dst) {
-		return e.unknownAtBound(0)
+		return e.unknownAtBound(p, c, 0)
 	}
 	return e.decideWith(p, c)
 }

@@ -55,6 +55,35 @@ func SnapshotFile(node string) string { return "program-input-" + node + ".json"
 // ranges (--pod-cidrs, the nodes' spec.podCIDRs).
 const snapshotVersion = 2
 
+// ErrUnknownSnapshotFormat wraps the error of a snapshot written in a
+// format version this agent does not read (an agent of another version
+// wrote it: an upgrade or a rollback). The agent then starts without it.
+var ErrUnknownSnapshotFormat = errors.New("program snapshot of a format this agent does not know")
+
+// peekVersion returns the format version of a document that begins, as
+// encodeSnapshot writes it, with its "version" field (JSON whitespace
+// allowed), and false for any other: the version is read before the rest,
+// whose shape another version may have changed.
+func peekVersion(doc []byte) (int, bool) {
+	rest := doc
+	for _, tok := range []string{"{", `"version"`, ":"} {
+		rest = bytes.TrimLeft(rest, " \t\r\n")
+		var ok bool
+		if rest, ok = bytes.CutPrefix(rest, []byte(tok)); !ok {
+			return 0, false
+		}
+	}
+	rest = bytes.TrimLeft(rest, " \t\r\n")
+	n, digits := 0, 0
+	for _, c := range rest {
+		if c < '0' || c > '9' || digits == 9 {
+			break
+		}
+		n, digits = n*10+int(c-'0'), digits+1
+	}
+	return n, digits > 0
+}
+
 // Snapshots keeps the snapshot of the program in force in a directory.
 // Attach it to an Evaluator (Evaluator.Snapshots) and run Run.
 type Snapshots struct {
@@ -264,6 +293,17 @@ type snapshotDoc struct {
 	Policies        []*networkingv1.NetworkPolicy      `json:"policies,omitempty"`
 	ClusterPolicies []*npav1beta1.ClusterNetworkPolicy `json:"clusterPolicies,omitempty"`
 	Nodes           []*corev1.Node                     `json:"nodes,omitempty"`
+	// Budgets are the agent's cost budgets (compile.Input.Budgets): a
+	// program restored with other budgets would admit a policy the agent
+	// rejected, or reject one it admitted.
+	Budgets *snapshotBudgets `json:"budgets,omitempty"`
+}
+
+// snapshotBudgets is a compile.Budgets, with JSON names.
+type snapshotBudgets struct {
+	Policy        int `json:"policy,omitempty"`
+	Namespace     int `json:"namespace,omitempty"`
+	ClusterPolicy int `json:"clusterPolicy,omitempty"`
 }
 
 // snapshotPod is a compile.PodInfo: the pod as compile.Build reads it.
@@ -316,7 +356,7 @@ func encodeSnapshot(w io.Writer, node string, in compile.Input) (sum [sha256.Siz
 	mw := io.MultiWriter(w, h)
 	d := docWriter{w: mw, enc: json.NewEncoder(mw)}
 	d.raw("{")
-	d.field("version", snapshotVersion)
+	d.field("version", snapshotVersion) // first: see peekVersion
 	d.field("node", node)
 	d.field("written", time.Now().UTC())
 	writeArray(&d, "nodeIPs", in.NodeIPs, func(a netip.Addr) any { return a.String() })
@@ -331,6 +371,9 @@ func encodeSnapshot(w io.Writer, node string, in compile.Input) (sum [sha256.Siz
 	writeArray(&d, "clusterPolicies", in.ClusterPolicies, func(cnp *npav1beta1.ClusterNetworkPolicy) any {
 		return &npav1beta1.ClusterNetworkPolicy{ObjectMeta: leanMeta(cnp.ObjectMeta), Spec: cnp.Spec}
 	})
+	if in.Budgets != (compile.Budgets{}) {
+		d.field("budgets", snapshotBudgets{Policy: in.Budgets.Policy, Namespace: in.Budgets.Namespace, ClusterPolicy: in.Budgets.ClusterPolicy})
+	}
 	writeArray(&d, "nodes", in.Nodes, func(n *corev1.Node) any {
 		return &corev1.Node{ObjectMeta: leanMeta(n.ObjectMeta),
 			Spec:   corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
@@ -456,12 +499,15 @@ func decodeSnapshot(node string, b []byte) (compile.Input, time.Time, error) {
 	if hex.EncodeToString(sum[:]) != string(b[:nl]) {
 		return in, time.Time{}, errors.New("checksum mismatch: the snapshot is damaged")
 	}
+	if v, ok := peekVersion(b[nl+1:]); ok && v != snapshotVersion {
+		return in, time.Time{}, fmt.Errorf("%w: format version %d, this agent reads %d", ErrUnknownSnapshotFormat, v, snapshotVersion)
+	}
 	var d snapshotDoc
 	if err := decodeDoc(b[nl+1:], &d); err != nil {
 		return in, time.Time{}, fmt.Errorf("decoding: %w", err)
 	}
 	if d.Version != snapshotVersion {
-		return in, time.Time{}, fmt.Errorf("format version %d, this agent reads %d", d.Version, snapshotVersion)
+		return in, time.Time{}, fmt.Errorf("%w: format version %d, this agent reads %d", ErrUnknownSnapshotFormat, d.Version, snapshotVersion)
 	}
 	if d.Node != node {
 		return in, time.Time{}, fmt.Errorf("snapshot of node %q, this is %q", d.Node, node)
@@ -486,6 +532,9 @@ func decodeSnapshot(node string, b []byte) (compile.Input, time.Time, error) {
 		in.PodInfos[i] = sp.info()
 	}
 	in.Namespaces, in.Policies, in.ClusterPolicies, in.Nodes = d.Namespaces, d.Policies, d.ClusterPolicies, d.Nodes
+	if b := d.Budgets; b != nil {
+		in.Budgets = compile.Budgets{Policy: b.Policy, Namespace: b.Namespace, ClusterPolicy: b.ClusterPolicy}
+	}
 	return in, d.Written, nil
 }
 

@@ -3,6 +3,8 @@ package evaluate
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,7 +107,12 @@ func samePrograms(t *testing.T, a, b *compile.Program) {
 func TestSnapshotRoundTrip(t *testing.T) {
 	in := snapshotInput(300)
 	in.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	// Budgets that reject some policies: the restored program must too.
+	in.Budgets = compile.Budgets{Policy: 700, Namespace: 100000, ClusterPolicy: 100000}
 	want := compile.Build(in)
+	if !slices.ContainsFunc(want.Policies, func(p compile.Policy) bool { return p.Rejected }) {
+		t.Fatal("no policy rejected for its budget: the budgets are not tested")
+	}
 	body := snapshotBytes(t, want.Source)
 	t.Logf("%d pods: %d bytes", len(in.Pods), len(body))
 	// The document is written item by item: every field must be one that
@@ -270,6 +278,32 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	for start := time.Now(); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Since(start) > 5*time.Second {
 			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestSnapshotUnknownFormat: a snapshot of another format version is
+// refused as such (ErrUnknownSnapshotFormat), also when the rest of its
+// document has a shape this version cannot decode, so that the agent can
+// say why it starts without it.
+func TestSnapshotUnknownFormat(t *testing.T) {
+	body := snapshotBytes(t, compile.Build(snapshotInput(3)).Source)
+	doc := body[bytes.IndexByte(body, '\n')+1:]
+	if v, ok := peekVersion(doc); !ok || v != snapshotVersion {
+		t.Fatalf("peekVersion of this version's snapshot: %d, %v", v, ok)
+	}
+	withSum := func(doc []byte) []byte {
+		sum := sha256.Sum256(doc)
+		return append([]byte(hex.EncodeToString(sum[:])+"\n"), doc...)
+	}
+	same := bytes.Replace(doc, []byte(fmt.Sprint(snapshotVersion)), []byte("99"), 1)
+	for name, b := range map[string][]byte{
+		"same shape":  withSum(same),
+		"other shape": withSum([]byte(`{"version": 99, "pods": {"by-node": {}}, "node": 7}`)),
+	} {
+		_, _, err := decodeSnapshot("node-1", b)
+		if !errors.Is(err, ErrUnknownSnapshotFormat) {
+			t.Errorf("%s: %v, want ErrUnknownSnapshotFormat", name, err)
 		}
 	}
 }

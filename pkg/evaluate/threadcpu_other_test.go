@@ -1,6 +1,6 @@
 //go:build !linux
 
-package queue_test
+package evaluate_test
 
 import "time"
 

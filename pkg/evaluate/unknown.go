@@ -28,6 +28,10 @@ const (
 // ReasonUnknownPod is the reason of a decision taken at the wait's bound.
 const ReasonUnknownPod = "unknown pod address in the pod ranges: not programmed within the wait; decided by the fail mode"
 
+// ReasonUnknownSource is the reason of a connection dropped at the wait's
+// bound although --fail-open is on: its source is the unknown address.
+const ReasonUnknownSource = "unknown source address in the pod ranges: not programmed within the wait; dropped whatever the fail mode"
+
 // UnknownPodObserver receives one call per decided connection of an unknown
 // pod address: the result and how long the packet waited.
 type UnknownPodObserver interface {
@@ -107,22 +111,32 @@ func (e *Evaluator) DecideHeld(ctx context.Context, c Conn) (bool, string) {
 		select {
 		case <-ch:
 		case <-timer.C:
-			return e.unknownAtBound(time.Since(start))
+			return e.unknownAtBound(p, c, time.Since(start))
 		case <-ctx.Done():
-			return e.unknownAtBound(time.Since(start))
+			return e.unknownAtBound(p, c, time.Since(start))
 		}
 	}
 }
 
 // unknownAtBound is the fail-mode decision for a connection whose pod was
-// not programmed in time.
-func (e *Evaluator) unknownAtBound(waited time.Duration) (bool, string) {
+// not programmed in time under p (the last program read). --fail-open
+// admits it only when its source is known: an unknown source is the pod
+// whose own egress policy is not known yet, or an address a pod took that
+// no pod holds (on a bridge CNI any unused address of its subnet), and
+// admitting it would let that pod's egress out unchecked. Such a source is
+// dropped whatever the fail mode; a known source's connection to a pod
+// not yet programmed is what --fail-open is for.
+func (e *Evaluator) unknownAtBound(p *compile.Program, c Conn, waited time.Duration) (bool, string) {
+	open := e.OpenWithoutProgram && (p == nil || !p.IsUnknownPodAddr(c.Src))
 	res := UnknownPodTimeoutDropped
-	if e.OpenWithoutProgram {
+	if open {
 		res = UnknownPodTimeoutAllowed
 	}
 	e.observeUnknown(res, waited)
-	return e.OpenWithoutProgram, ReasonUnknownPod
+	if !open && e.OpenWithoutProgram {
+		return false, ReasonUnknownSource
+	}
+	return open, ReasonUnknownPod
 }
 
 func (e *Evaluator) observeUnknown(result string, waited time.Duration) {

@@ -103,23 +103,41 @@ func TestUnknownPodWaitsForProgram(t *testing.T) {
 	}
 }
 
+// TestUnknownPodBound: at the wait's bound a connection to an unknown pod
+// address (its source known) gets the fail mode's verdict; one from an
+// unknown source is dropped whatever the fail mode (issue 43, item 4: an
+// address a pod took was admitted by --fail-open).
 func TestUnknownPodBound(t *testing.T) {
 	for _, open := range []bool{false, true} {
-		rec := &unknownRecorder{}
-		e := &evaluate.Evaluator{UnknownPodWait: 30 * time.Millisecond, UnknownPods: rec, OpenWithoutProgram: open}
-		e.Swap(compile.Build(unknownInput(false)))
-		// A program without the pod changes nothing: still waiting.
-		go e.Swap(compile.Build(unknownInput(false)))
-		allow, reason := e.DecideHeld(context.Background(), conn("10.244.1.20", "10.244.1.10"))
-		if allow != open || reason != evaluate.ReasonUnknownPod {
-			t.Errorf("failOpen=%v: at the bound %v %q", open, allow, reason)
-		}
-		want := evaluate.UnknownPodTimeoutDropped
-		if open {
-			want = evaluate.UnknownPodTimeoutAllowed
-		}
-		if len(rec.results) != 1 || rec.results[0] != want {
-			t.Errorf("failOpen=%v: observed %v, want [%s]", open, rec.results, want)
+		for _, c := range []struct {
+			conn       evaluate.Conn
+			allow      bool
+			reason     string
+			observed   string
+			unknownSrc bool
+		}{
+			{conn: conn("10.244.1.10", "10.244.1.20"), allow: open, reason: evaluate.ReasonUnknownPod},
+			{conn: conn("10.244.1.20", "10.244.1.10"), unknownSrc: true, reason: evaluate.ReasonUnknownPod},
+		} {
+			if c.unknownSrc && open {
+				c.reason = evaluate.ReasonUnknownSource
+			}
+			rec := &unknownRecorder{}
+			e := &evaluate.Evaluator{UnknownPodWait: 30 * time.Millisecond, UnknownPods: rec, OpenWithoutProgram: open}
+			e.Swap(compile.Build(unknownInput(false)))
+			// A program without the pod changes nothing: still waiting.
+			go e.Swap(compile.Build(unknownInput(false)))
+			allow, reason := e.DecideHeld(context.Background(), c.conn)
+			if allow != c.allow || reason != c.reason {
+				t.Errorf("failOpen=%v %v -> %v: at the bound %v %q, want %v %q", open, c.conn.Src, c.conn.Dst, allow, reason, c.allow, c.reason)
+			}
+			want := evaluate.UnknownPodTimeoutDropped
+			if c.allow {
+				want = evaluate.UnknownPodTimeoutAllowed
+			}
+			if len(rec.results) != 1 || rec.results[0] != want {
+				t.Errorf("failOpen=%v %v -> %v: observed %v, want [%s]", open, c.conn.Src, c.conn.Dst, rec.results, want)
+			}
 		}
 	}
 }

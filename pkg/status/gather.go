@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -10,7 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
 	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 )
 
@@ -26,10 +28,18 @@ var DefaultAgents = Agents{Namespace: "kube-system", Selector: "app.kubernetes.i
 
 // Clients are the API clients a status client needs.
 type Clients struct {
-	Kube    kubernetes.Interface
+	Kube    KubeClient
 	Dynamic dynamic.Interface
 	// Policy reads ClusterNetworkPolicies; nil when their API is not used.
 	Policy npaclient.Interface
+}
+
+// KubeClient is what this package reads of the built-in APIs. A
+// kubernetes.Interface is one; the kubectl plugin builds just these two
+// groups' clients, which keeps the others' code out of its binary.
+type KubeClient interface {
+	CoreV1() corev1client.CoreV1Interface
+	NetworkingV1() networkingv1client.NetworkingV1Interface
 }
 
 // Gather lists the agents' pods and the NodeEnforcements: two requests.
@@ -106,6 +116,10 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
+// ErrNotFound is Resolve's error for a policy that does not exist (and
+// whose deletion is not what the caller waits for).
+var ErrNotFound = errors.New("not found")
+
 // Resolve returns the policy's current version (deleted false), or, for
 // deleted true, its deletion: the policy's last version marked deleted
 // when it still exists (Wait then watches it go), else a version at or
@@ -133,7 +147,7 @@ func Resolve(ctx context.Context, c Clients, ref PolicyRef, deleted bool) (t Tar
 	case !apierrors.IsNotFound(err):
 		return t, false, err
 	case !deleted:
-		return t, false, fmt.Errorf("%s not found", ref)
+		return t, false, fmt.Errorf("%s %w", ref, ErrNotFound)
 	}
 	t.ResourceVersion, err = listVersion(ctx, c, ref)
 	return t, false, err

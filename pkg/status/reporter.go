@@ -29,6 +29,8 @@ type ReporterConfig struct {
 	// RetryDelay is the wait after a failed write (default 100 ms, doubling
 	// up to 30 s).
 	RetryDelay time.Duration
+	// AgentVersion is the agent's version, written into the status.
+	AgentVersion string
 	// OnWrite, if set, is told each write's outcome (metrics).
 	OnWrite func(err error)
 	Logger  klog.Logger
@@ -65,7 +67,7 @@ func NewReporter(cfg ReporterConfig) (*Reporter, error) {
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = klog.Background().WithName("status")
 	}
-	return &Reporter{cfg: cfg, kick: make(chan struct{}, 1)}, nil
+	return &Reporter{cfg: cfg, st: NodeStatus{AgentVersion: cfg.AgentVersion}, kick: make(chan struct{}, 1)}, nil
 }
 
 // Programmed records a commit.

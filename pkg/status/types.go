@@ -44,6 +44,9 @@ type NodeEnforcement struct {
 // always written (null when empty), so that a merge patch of the whole
 // status clears what is gone.
 type NodeStatus struct {
+	// AgentVersion is the version of the agent that wrote the status
+	// (during a rollout, which nodes run which version).
+	AgentVersion string `json:"agentVersion"`
 	// Programmed holds, per kind, the resourceVersion through which every
 	// change of that kind is in the node's kernel.
 	Programmed Watermarks `json:"programmed"`

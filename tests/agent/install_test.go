@@ -135,20 +135,25 @@ var agentAccess = []struct {
 	group, resource string
 	verbs           []string
 	where           string
+	// names are the only objects the agent reads, when it reads by name.
+	names []string
 }{
-	{"", "pods", []string{"list", "watch"}, "pkg/podstore: the pod watch (and its list fallback)"},
-	{"", "namespaces", []string{"list", "watch"}, "pkg/controller: the namespace informer (namespaceSelector)"},
-	{"", "nodes", []string{"list", "watch"}, "pkg/controller: the node informer (nodes peers, the agent's addresses)"},
-	{"networking.k8s.io", "networkpolicies", []string{"list", "watch"}, "pkg/controller: the NetworkPolicy informer"},
-	{"policy.networking.k8s.io", "clusternetworkpolicies", []string{"list", "watch"}, "pkg/controller/clusterpolicies.go: the ClusterNetworkPolicy informer"},
-	{"discovery.k8s.io", "endpointslices", []string{"list", "watch"}, "cmd/nftpolicy/agent_fqdn.go: the --dns-service EndpointSlices"},
+	{"", "pods", []string{"list", "watch"}, "pkg/podstore: the pod watch (and its list fallback); cmd/nftpolicy/agent_uninstall.go: the agent's own pod, by name", nil},
+	{"", "namespaces", []string{"list", "watch"}, "pkg/controller: the namespace informer (namespaceSelector)", nil},
+	{"", "nodes", []string{"list", "watch"}, "pkg/controller: the node informer (nodes peers, the agent's addresses)", nil},
+	{"networking.k8s.io", "networkpolicies", []string{"list", "watch"}, "pkg/controller: the NetworkPolicy informer", nil},
+	{"policy.networking.k8s.io", "clusternetworkpolicies", []string{"list", "watch"}, "pkg/controller/clusterpolicies.go: the ClusterNetworkPolicy informer", nil},
+	{"discovery.k8s.io", "endpointslices", []string{"list", "watch"}, "cmd/nftpolicy/agent_fqdn.go: the --dns-service EndpointSlices", nil},
 	// client-go's tools/record broadcaster (cmd/nftpolicy/agent.go, through
 	// controller.EventSink): Create, and Patch when an Event recurs.
-	{"", "events", []string{"create", "patch"}, "cmd/nftpolicy/agent.go: the event broadcaster (core/v1)"},
-	{"authentication.k8s.io", "tokenreviews", []string{"create"}, "cmd/nftpolicy/agent_metricsauth.go: --metrics-auth=delegated"},
-	{"authorization.k8s.io", "subjectaccessreviews", []string{"create"}, "cmd/nftpolicy/agent_metricsauth.go: --metrics-auth=delegated"},
+	{"", "events", []string{"create", "patch"}, "cmd/nftpolicy/agent.go: the event broadcaster (core/v1)", nil},
+	{"authentication.k8s.io", "tokenreviews", []string{"create"}, "cmd/nftpolicy/agent_metricsauth.go: --metrics-auth=delegated", nil},
+	{"authorization.k8s.io", "subjectaccessreviews", []string{"create"}, "cmd/nftpolicy/agent_metricsauth.go: --metrics-auth=delegated", nil},
 	// status.Reporter's write: a merge patch, and a create when missing.
-	{"nftpolicy.io", "nodeenforcements", []string{"create", "patch"}, "cmd/nftpolicy/agent_status.go: the node's NodeEnforcement (pkg/status)"},
+	{"nftpolicy.io", "nodeenforcements", []string{"create", "patch"}, "cmd/nftpolicy/agent_status.go: the node's NodeEnforcement (pkg/status)", nil},
+	// A list and watch with a field selector on metadata.name, which RBAC
+	// authorizes against resourceNames.
+	{"apps", "daemonsets", []string{"list", "watch"}, "cmd/nftpolicy/agent_uninstall.go: the agent's own DaemonSet (removal at uninstall)", []string{"nftpolicy"}},
 }
 
 // nodeEnforcements is the NodeEnforcement resource, as kubectl names it.
@@ -156,8 +161,8 @@ const nodeEnforcements = "nodeenforcements.nftpolicy.io"
 
 // TestInstallClusterRoleIsLeastPrivilege parses install.yaml's ClusterRole
 // and compares what it grants, rule by rule, with agentAccess: nothing
-// missing, nothing more, and no wildcard, resource name or non-resource
-// URL. No API server needed.
+// missing, nothing more, no wildcard or non-resource URL, and resource
+// names exactly where the agent reads by name. No API server needed.
 func TestInstallClusterRoleIsLeastPrivilege(t *testing.T) {
 	docs, err := cluster.InstallDocuments("ClusterRole")
 	if err != nil {
@@ -186,12 +191,19 @@ func TestInstallClusterRoleIsLeastPrivilege(t *testing.T) {
 		return group + "/" + resource + ":" + verb
 	}
 	granted := map[string]bool{}
+	byName := map[string][]string{}
+	for _, a := range agentAccess {
+		byName[key(a.group, a.resource, "")] = a.names
+	}
 	for i, r := range role.Rules {
-		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
-			t.Errorf("rule %d: resourceNames %v, nonResourceURLs %v: the agent uses neither", i, r.ResourceNames, r.NonResourceURLs)
+		if len(r.NonResourceURLs) > 0 {
+			t.Errorf("rule %d: nonResourceURLs %v: the agent uses none", i, r.NonResourceURLs)
 		}
 		for _, g := range r.APIGroups {
 			for _, res := range r.Resources {
+				if want := byName[key(g, res, "")]; !slices.Equal(r.ResourceNames, want) {
+					t.Errorf("rule %d: %s resourceNames %v, want %v", i, key(g, res, ""), r.ResourceNames, want)
+				}
 				for _, v := range r.Verbs {
 					if g == "*" || res == "*" || v == "*" || strings.Contains(res, "/") {
 						t.Errorf("rule %d grants %s: no wildcards or subresources", i, key(g, res, v))

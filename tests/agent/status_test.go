@@ -15,11 +15,11 @@ import (
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 )
 
-// nftpolicyCLI runs `nftpolicy args...` as an administrator and returns
+// nftpolicyCLI runs `kubectl-nftpolicy args...` (the plugin) as an administrator and returns
 // its exit code, stdout and stderr.
 func nftpolicyCLI(t *testing.T, ctx context.Context, c *cluster.Cluster, args ...string) (int, string, string) {
 	t.Helper()
-	bin, err := cluster.AgentBinary()
+	bin, err := cluster.PluginBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +101,11 @@ func TestStatusAndWait(t *testing.T) {
 		t.Errorf("wait with node-2's agent stopped: exit %d, want 1 naming node-2 only\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	t.Logf("wait timing out: %s", strings.TrimSpace(errOut))
+	// --exit-code=false: the timeout is said, the exit status is 0.
+	code, _, errOut = nftpolicyCLI(t, ctx, c, "wait", "np/deny", "-n", "x", "--timeout=1s", "--exit-code=false")
+	if code != 0 || !strings.Contains(errOut, "timed out after 1s") {
+		t.Errorf("wait --exit-code=false timing out: exit %d, want 0 and the timeout said; stderr: %s", code, errOut)
+	}
 	if err := c.Agent("node-2").Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -28,12 +28,13 @@ BenchmarkEvaluate/policies=10000-2     	 1000000	      250.0 ns/op	        50.00
 BenchmarkEvaluate/policies=10000-2     	 1000000	      350.0 ns/op	        50.00 allowed-%	       0 B/op
 BenchmarkEvaluate/policies=10000-2     	 1000000	      300.0 ns/op	        50.00 allowed-%	       0 B/op
 BenchmarkSync/kernel/pods=100000/incremental-remote-2 	 3	 783262797 ns/op	 560.8 build-ms	 213.3 render-ms	 63918 set-elements	 783.0 total-ms	 8.911 tx-ms	 2.000 tx-ops
+BenchmarkCompileCommand/excepts=16000-2         	       5	  87230650 ns/op
 PASS
 `
 	r := ParseGoBench(out).Results()
 	for name, want := range map[string]string{
 		"eval_ns": "300", "eval_ns_min": "250", "sync_kernel_incr_ms_100k": "783", "sync_kernel_incr_build_ms_100k": "560.8",
-		"sync_kernel_incr_ops_100k": "2", "sync_set_elements_100k": "63918",
+		"sync_kernel_incr_ops_100k": "2", "sync_set_elements_100k": "63918", "compile_cmd_ms_16000_except": "87.2",
 	} {
 		if got, _ := r.Get(name); got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)

@@ -56,6 +56,7 @@ func (g GoBench) min(name, unit string) float64 {
 //	eval_ns, eval_ns_min                     BenchmarkEvaluate/policies=10000 (median, min over -count)
 //	eval_hot_ns, eval_worst_ns               BenchmarkEvaluateHot/Worst at 10000 policies
 //	except_compile_ms_16000                  BenchmarkExceptCompile/excepts=16000 (median)
+//	compile_cmd_ms_16000_except              BenchmarkCompileCommand/excepts=16000 (median)
 //	sync_<backend>_<kind>_ms_<pods>          BenchmarkSync: build+render+transaction per sync
 //	sync_<backend>_<kind>_{build,render,tx}_ms_<pods>, ..._ops_<pods>
 //
@@ -79,6 +80,9 @@ func (g GoBench) Results() *Result {
 	}
 	if _, ok := g["BenchmarkExceptCompile/excepts=16000"]; ok {
 		r.Set("except_compile_ms_16000", round(g.median("BenchmarkExceptCompile/excepts=16000", "ns/op")/1e6, 1))
+	}
+	if _, ok := g["BenchmarkCompileCommand/excepts=16000"]; ok {
+		r.Set("compile_cmd_ms_16000_except", round(g.median("BenchmarkCompileCommand/excepts=16000", "ns/op")/1e6, 1))
 	}
 	kinds := [][2]string{{"full", "full"}, {"incremental-remote", "incr"}, {"incremental-local", "incr_local"},
 		{"pods-remote", "pods"}, {"pods-local", "pods_local"}, {"pods-new-chain", "pods_new_chain"}}

@@ -76,6 +76,7 @@ var Targets = []target{
 	{"policy_sync_ms_150k_10k_policies", "<=", 5},
 	{"eval_ns", "<=", 200},
 	{"except_compile_ms_16000", "<=", 300},
+	{"compile_cmd_ms_16000_except", "<=", 1000},
 	{"sync_kernel_full_ms_100k", "<=", 3000},
 	{"sync_kernel_pods_ms_100k", "<=", 10},
 	{"dns_hold_us_p99", "<=", 2000},
@@ -86,6 +87,8 @@ var Targets = []target{
 	{"new_pod_allowed_failed", "==", 0},
 	{"revocation_ms_p99", "<=", 1000},
 	{"revocation_extra_rss_mb_200k_conntrack", "<=", 30},
+	{"cost_amp_rss_extra_mb_20k_pods", "<=", 50},
+	{"cost_amp_build_ms_20k_pods", "<=", 200},
 	{"queue_flood_other_allowed_ok", ">=", 0.99},
 	{"queue_flood_admitted_denied", "==", 0},
 	{"metrics_scrape_ok_under_lockout", "==", 1},
@@ -346,6 +349,7 @@ func Report(r *Result, quick bool) string {
 	row("evaluator", "cache-hot (16 connections cycled)", "eval_hot_ns", "ns")
 	row("evaluator", "worst case (every rule tried)", "eval_worst_ns", "ns")
 	row("compiler", "one policy with 16,000 scattered /32 exceptions: whole build (Build and Render)", "except_compile_ms_16000", "ms")
+	row("compiler", "`nftpolicy compile` of one policy with 16,000 scattered /32 exceptions: the whole command (scenario, build, printed ruleset)", "compile_cmd_ms_16000_except", "ms")
 	row("DNS learning", "reply held while learned, p50", "dns_hold_us_p50", "µs")
 	row("DNS learning", "reply held while learned, p99", "dns_hold_us_p99", "µs")
 	row("DNS learning", "one reply learned by a pod holding 40k names, p99 (BenchmarkLearn40kNames)", "dns_learn_us_p99_40k_names", "µs")
@@ -362,6 +366,9 @@ func Report(r *Result, quick bool) string {
 	row("revocation", "same, p99", "revocation_ms_p99", "ms")
 	row("revocation", "RSS added by one pass over 200k conntrack entries", "revocation_extra_rss_mb_200k_conntrack", "MiB")
 	row("revocation", "that pass's duration", "revocation_pass_ms_200k_conntrack", "ms")
+	row("cost amplification", "RSS one policy of 2,300 peers each selecting every pod adds to a build at 20k pods", "cost_amp_rss_extra_mb_20k_pods", "MiB")
+	row("cost amplification", "time it adds to that build (refused at its budget)", "cost_amp_build_ms_20k_pods", "ms")
+	row("cost amplification", "CPU time it adds to that build", "cost_amp_build_cpu_ms_20k_pods", "ms")
 	row("queue flood", "other pods' allowed connections that succeed while one pod floods the queue (both fail modes)", "queue_flood_other_allowed_ok", "")
 	row("queue flood", "denied connections admitted during the flood, both fail modes", "queue_flood_admitted_denied", "")
 	row("metrics auth", "a new pod's valid scrape succeeds after 300 addresses sent made-up tokens", "metrics_scrape_ok_under_lockout", "")

@@ -135,7 +135,7 @@ func measureStatusAPI(ctx context.Context, tb testing.TB, cfg StatusConfig, res 
 	if err != nil {
 		return err
 	}
-	cs, dyn := admin.Kube, admin.Dynamic
+	cs, dyn := admin.Kube.(kubernetes.Interface), admin.Dynamic // statusClients makes a whole clientset
 	nodes := make([]string, cfg.Nodes)
 	for i := range nodes {
 		nodes[i] = fmt.Sprintf("node-%d", i+1)

@@ -6,6 +6,7 @@ package explain_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,16 +108,19 @@ func TestExplainLive(t *testing.T) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, name, args...)
 		out, err := cmd.Output()
-		if err != nil {
-			stderr := ""
-			if ee, ok := err.(*exec.ExitError); ok {
-				stderr = string(ee.Stderr)
-			}
-			t.Fatalf("%s %v: %v\n%s%s", name, args, err, out, stderr)
+		stderr, code := "", 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr, code = string(ee.Stderr), ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("%s %v: %v", name, args, err)
 		}
 		var r result
 		if err := json.Unmarshal(out, &r); err != nil {
-			t.Fatalf("%s: %v", out, err)
+			t.Fatalf("%s %v: exit %d: %s%s: %v", name, args, code, out, stderr, err)
+		}
+		// Exit 1 when denied (as kubectl auth can-i), 0 when allowed.
+		if want := map[bool]int{true: 0, false: 1}[r.Allowed]; code != want {
+			t.Fatalf("%s %v: allowed %v, exit %d, want %d; stderr: %s", name, args, r.Allowed, code, want, stderr)
 		}
 		return r
 	}
@@ -140,15 +144,24 @@ func TestExplainLive(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// As a kubectl plugin: kubectl finds kubectl-nftpolicy on PATH.
-	pluginDir := t.TempDir()
-	if err := os.Symlink(bin, filepath.Join(pluginDir, "kubectl-nftpolicy")); err != nil {
+	// As a kubectl plugin: kubectl finds kubectl-nftpolicy on PATH (make
+	// build writes it next to the agent's binary), which runs explain with
+	// nftpolicy from PATH.
+	plugin, err := cluster.PluginBinary()
+	if err != nil {
 		t.Fatal(err)
+	}
+	pluginDir := t.TempDir()
+	for name, target := range map[string]string{"kubectl-nftpolicy": plugin, "nftpolicy": bin} {
+		if err := os.Symlink(target, filepath.Join(pluginDir, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Setenv("PATH", pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	t.Setenv("KUBECONFIG", env.AdminKubeconfig)
 	text, err := exec.CommandContext(ctx, env.KubectlPath, "nftpolicy", "explain", "x/db", "x/web", "--port", "80").CombinedOutput()
-	if err != nil || !strings.Contains(string(text), "DENIED") || !strings.Contains(string(text), "namespaceLabel") {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(text), "DENIED") || !strings.Contains(string(text), "namespaceLabel") {
 		t.Fatalf("kubectl nftpolicy explain (text): %v\n%s", err, text)
 	}
 	t.Logf("$ kubectl nftpolicy explain x/db x/web --port 80\n%s", text)

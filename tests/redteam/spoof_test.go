@@ -42,7 +42,11 @@ import (
 // the DNS server. The victims admit UDP 9000-9010 from the friends and from
 // the outside ranges 192.0.2.0/24 and 2001:db8::/32, nothing else; a
 // ClusterNetworkPolicy denies the attacker's namespace UDP to the nodes.
-// The probes are the legitimate traffic that must keep working.
+// The probes are the legitimate traffic that must keep working. The nodes
+// list their pod ranges: without them an unknown source on a pod interface
+// (the outside addresses spoofed here) is dropped by the unknown-source
+// rule too (unknownsrc_test.go), and the control would not show the
+// spoofing that source validation alone stops.
 const spoofScenario = `
 namespaces:
   - {name: victim}
@@ -50,8 +54,8 @@ namespaces:
   - {name: friends}
   - {name: kube-system}
 nodes:
-  - {name: node-1, ips: [192.168.7.1, "fd00:192:168:7::1"]}
-  - {name: node-2, ips: [192.168.7.2, "fd00:192:168:7::2"]}
+  - {name: node-1, ips: [192.168.7.1, "fd00:192:168:7::1"], podCIDRs: [10.244.1.0/24, "fd00:10:244:1::/64"]}
+  - {name: node-2, ips: [192.168.7.2, "fd00:192:168:7::2"], podCIDRs: [10.244.2.0/24, "fd00:10:244:2::/64"]}
 pods:
   - {namespace: victim, name: v1, labels: {app: v}, ips: [10.244.1.10, "fd00:10:244:1::10"], node: node-1}
   - {namespace: victim, name: v2, labels: {app: v}, ips: [10.244.2.10, "fd00:10:244:2::10"], node: node-2}
@@ -131,10 +135,16 @@ type spoofLab struct {
 
 func newSpoofLab(t *testing.T, cfg lab.Config) *spoofLab {
 	t.Helper()
+	return newScenarioLab(t, spoofScenario, cfg)
+}
+
+// newScenarioLab is the lab of a scenario, applied, with its endpoints.
+func newScenarioLab(t *testing.T, text string, cfg lab.Config) *spoofLab {
+	t.Helper()
 	spoofRequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := scenario.Parse([]byte(spoofScenario))
+	s, err := scenario.Parse([]byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,3 +49,17 @@ func HugeExceptPolicy(ns, name, app string, n int, port int32) *networkingv1.Net
 		},
 	}
 }
+
+// CostAmplificationPolicy is issue 43's attack on what a policy makes: a
+// NetworkPolicy of ns whose one ingress rule has n peers, peer i
+// `namespaceSelector: {}` and `podSelector` "label nope-<i> does not
+// exist": each selects every pod of the cluster, so the policy says
+// little (21 per peer, NetworkPolicyCost) and makes n x pods elements.
+// Its subject is the pods labelled app=<app>.
+func CostAmplificationPolicy(ns, name, app string, n int) *networkingv1.NetworkPolicy {
+	peers := make([]networkingv1.NetworkPolicyPeer, n)
+	for i := range peers {
+		peers[i] = PodNSPeer(Expr(fmt.Sprintf("nope-%d", i), metav1.LabelSelectorOpDoesNotExist), Sel())
+	}
+	return NetPol(ns, name, Sel("app", app), Ingress(Peers(peers...)))
+}

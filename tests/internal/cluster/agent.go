@@ -39,6 +39,9 @@ type Agent struct {
 	// PreviewSocket is the agent's --preview-socket, as install.yaml's
 	// emptyDir would hold it (`nftpolicy preview --local --socket`).
 	PreviewSocket string
+	// ExtraArgs are more flags of this node's agent, after the cluster's
+	// AgentArgs (set before Start).
+	ExtraArgs []string
 
 	// saDir holds the ServiceAccount files of an EnforcerKNP agent.
 	saDir string
@@ -147,11 +150,14 @@ func (a *Agent) Args() []string {
 		// One state directory per node, as a DaemonSet's hostPath would be.
 		"--state-dir", a.StateDir(),
 		"--preview-socket", a.PreviewSocket,
+		// The lab's nodes have no default route: their underlay (a veth)
+		// and the external hosts' veths are the uplinks.
+		"--uplink-interfaces", "eth0,ext*",
 	}
 	if a.MetricsAddr != "" {
 		args = append(args, "--metrics-bind-address", a.MetricsAddr)
 	}
-	return append(args, a.c.cfg.AgentArgs...)
+	return append(append(args, a.c.cfg.AgentArgs...), a.ExtraArgs...)
 }
 
 // Start starts the agent process; it returns once the process is started,

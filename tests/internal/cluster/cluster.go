@@ -364,16 +364,32 @@ func AgentBinary() (string, error) {
 			buildErr = err
 			return
 		}
-		bin := filepath.Join(buildDir, "nftpolicy")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/nftpolicy")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/nftpolicy (set %s to use a built binary): %w\n%s", BinEnv, err, out)
-			return
+		// The kubectl plugin beside it, as make build writes them.
+		for _, name := range []string{"nftpolicy", "kubectl-nftpolicy"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, name), "./cmd/"+name)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build ./cmd/%s (set %s to use a built binary): %w\n%s", name, BinEnv, err, out)
+				return
+			}
 		}
-		buildBin = bin
+		buildBin = filepath.Join(buildDir, "nftpolicy")
 	})
 	return buildBin, buildErr
+}
+
+// PluginBinary returns the kubectl plugin beside AgentBinary's binary
+// (make build writes both; AgentBinary builds both).
+func PluginBinary() (string, error) {
+	bin, err := AgentBinary()
+	if err != nil {
+		return "", err
+	}
+	plugin := filepath.Join(filepath.Dir(bin), "kubectl-nftpolicy")
+	if fi, err := os.Lstat(plugin); err != nil || !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%s: want the kubectl plugin's binary beside %s (make build): %v", plugin, bin, err)
+	}
+	return plugin, nil
 }
 
 // RemoveBuiltBinary deletes the binary AgentBinary built, if any. Call it

@@ -219,7 +219,10 @@ func (cfg Config) render(ctx context.Context) (compile.RenderConfig, error) {
 		StagedLogGroup: cfg.StagedLogGroup, StagedLogRate: cfg.StagedLogRate, StagedLogBurst: cfg.StagedLogRate,
 		StagedLogTotalRate: cmp.Or(cfg.StagedLogTotalRate, cfg.StagedLogRate), StagedLogTotalBurst: cmp.Or(cfg.StagedLogTotalRate, cfg.StagedLogRate),
 		NoSourceValidation: cfg.NoSourceValidation, Verify: cfg.Verify,
-		QueueSourceRate: cfg.QueueSourceRate, QueueSourceBurst: cfg.QueueSourceBurst}
+		QueueSourceRate: cfg.QueueSourceRate, QueueSourceBurst: cfg.QueueSourceBurst,
+		// The nodes' underlay (a veth) and the external hosts' veths are
+		// no pod interfaces: outside addresses come in on them.
+		UplinkIfaces: []string{"eth0", "ext*"}}
 	if (rcfg.UsesQueue() || rcfg.LearnsDNS()) && rcfg.QueueVariant == "" {
 		v, err := queuerule.ProbeQueueVariant(ctx)
 		if err != nil {

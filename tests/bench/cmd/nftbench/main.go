@@ -15,6 +15,7 @@
 //	nftbench dns   [--lookups 1000] [--conns 100]
 //	nftbench revoke [--entries 200000]
 //	nftbench metricsauth [--sources 300]
+//	nftbench costamp [--pods 20000] [--policies 1000] [--peers 2300] [--runs 5]
 //	nftbench stagedlag [--conns 200]
 //	nftbench status [--nodes 1000] [--policies 100] [--changes 16] [--runs 9] [--burst 10] [--burst-window 50ms] [--wait-rounds 20] [--admin-writes]
 //	nftbench contention [--name N] [--duration D]   (contention, cpu_speed and wakeup_rtt_us lines)
@@ -60,7 +61,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|faults|churn|newpod|queueflood|dns|revoke|metricsauth|stagedlag|status|restart|contention|gobench|report|chart|comparechart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|faults|churn|newpod|queueflood|dns|revoke|metricsauth|costamp|stagedlag|status|restart|contention|gobench|report|chart|comparechart [flags]")
 	os.Exit(2)
 }
 
@@ -220,6 +221,16 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunMetricsAuth(ctx, c)
+	case "costamp":
+		var c bench.CostAmpConfig
+		fs.IntVar(&c.Pods, "pods", 20000, "pods in the cluster")
+		fs.IntVar(&c.Policies, "policies", 1000, "the cluster's other NetworkPolicies")
+		fs.IntVar(&c.Peers, "peers", 2300, "peers of the attacking policy, each selecting every pod")
+		fs.IntVar(&c.Runs, "runs", 5, "builds timed with and without the attacking policy")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunCostAmp(c)
 	case "stagedlag":
 		var c bench.StagedLagConfig
 		fs.IntVar(&c.Conns, "conns", 200, "connections timed per path (same node, across nodes), one at a time")

@@ -168,10 +168,10 @@ func waitApplied(ctx context.Context, tb *cluster.ProgramTB, c *cluster.Cluster,
 	}
 }
 
-// nftpolicyCLI runs the nftpolicy binary as the cluster's administrator
+// nftpolicyCLI runs the kubectl plugin's binary as the cluster's administrator
 // and returns its output; a failure ends the demo.
 func nftpolicyCLI(ctx context.Context, tb *cluster.ProgramTB, c *cluster.Cluster, args ...string) string {
-	bin, err := cluster.AgentBinary()
+	bin, err := cluster.PluginBinary()
 	if err != nil {
 		tb.Fatal(err)
 	}
