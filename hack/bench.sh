@@ -35,6 +35,13 @@
 #          150k pods: first sync, one policy change, one pod change
 #   delay  API write -> first connection observing the new verdict, with a
 #          real agent process (tests/internal/cluster)
+#   faults outside changes of a real agent's table while a policy denies a
+#          connection, 20 times each: `nft flush ruleset` in the node's
+#          namespace and one verdict-map element deleted; from the change to
+#          the first connection denied again (outside_flush_repair_ms_p99,
+#          outside_element_repair_ms_p99), and the denied connections of a
+#          loop (one every 2 ms) admitted meanwhile (outside_*_admitted_denied)
+#          and after the repair (outside_*_admitted_after_repair, target 0)
 #   churn  another namespace's new policy (API write -> first connection
 #          with the new verdict, as in delay) while one namespace's policy of
 #          200 peers, each selecting every pod, is edited every 100 ms, at
@@ -108,6 +115,7 @@ if ((QUICK)); then
 	EVAL_TIME=300ms
 	SCALE_ARGS=(--pods 2000 --incremental 5 --settle 2s --policy-scale 200:4)
 	DELAY_ARGS=(--cycles 4)
+	FAULTS_ARGS=(--repeats 5)
 	CHURN_ARGS=(--pods 2000 --policies 400 --changes 8)
 	STATUS_ARGS=(--runs 3 --wait-rounds 8)
 	DNS_ARGS=(--lookups 200 --conns 20)
@@ -122,6 +130,7 @@ else
 	EVAL_TIME=1s
 	SCALE_ARGS=(--pods 1000,10000,50000,100000,150000 --incremental 10 --settle 10s --policy-scale 10000:100)
 	DELAY_ARGS=(--cycles 8)
+	FAULTS_ARGS=(--repeats 20)
 	CHURN_ARGS=(--pods 5000 --policies 1000 --changes 40)
 	STATUS_ARGS=(--runs 9 --wait-rounds 20)
 	DNS_ARGS=(--lookups 2000 --conns 100)
@@ -237,6 +246,13 @@ if section delay; then
 	"$NFTBENCH" delay "${DELAY_ARGS[@]}" >"$OUT/delay.txt"
 fi
 
+if section faults; then
+	log "faults: outside changes of the table repaired (${FAULTS_ARGS[*]})"
+	bash hack/tools.sh >/dev/null
+	contention faults
+	"$NFTBENCH" faults "${FAULTS_ARGS[@]}" >"$OUT/faults.txt"
+fi
+
 if section churn; then
 	log "churn: another namespace's new policy while one policy is edited every 100 ms (${CHURN_ARGS[*]})"
 	bash hack/tools.sh >/dev/null
@@ -301,5 +317,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth,costamp}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,faults,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth,costamp}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

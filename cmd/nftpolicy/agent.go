@@ -43,6 +43,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/pkg/slim"
+	"github.com/nftpolicy/nftpolicy/pkg/tablewatch"
 	"github.com/nftpolicy/nftpolicy/pkg/version"
 )
 
@@ -86,6 +87,7 @@ type agentOptions struct {
 	status      statusOptions
 	preview     previewServerOptions
 	uninstall   uninstallOptions
+	watch       watchOptions
 }
 
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
@@ -125,6 +127,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	o.status.addFlags(fs)
 	o.preview.addFlags(fs)
 	o.uninstall.addFlags(fs)
+	o.watch.addFlags(fs)
 	o.logs = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logs, fs)
 }
@@ -289,7 +292,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err := o.finishRenderConfig(ctx, &render, dnsQueue, metrics); err != nil {
 		return err
 	}
-	syncer, elements, closeSyncer, err := newSyncer(render, reg, log)
+	syncer, elements, closeSyncer, err := newSyncer(render, reg, log, &o.watch)
 	defer closeSyncer()
 	if err != nil {
 		return err
@@ -341,6 +344,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 // agent listens again.
 func (o *agentOptions) run(ctx context.Context, ctrl *controller.Controller, mode compile.Mode, node string, owner *ownerWatch, errs chan error) error {
 	log := klog.FromContext(ctx)
+	o.watch.startTableWatch(ctx, ctrl)
 	ctrlDone := make(chan struct{})
 	go func() {
 		err := ctrl.Run(ctx)
@@ -482,8 +486,9 @@ func (o *agentOptions) configureLogs(render *compile.RenderConfig) error {
 
 // newSyncer returns the syncer that writes the node's table, and the
 // netlink writer it shares with DNS learning; closeAll releases both and
-// the nft process kept in advance, also after an error.
-func newSyncer(render compile.RenderConfig, reg *prometheus.Registry, log klog.Logger) (syncer *sets.Syncer, elements *nftnl.Conn, closeAll func(), err error) {
+// the nft process kept in advance, also after an error. It gives watch the
+// owner of the agent's transactions when its nft processes are known.
+func newSyncer(render compile.RenderConfig, reg *prometheus.Registry, log klog.Logger, watch *watchOptions) (syncer *sets.Syncer, elements *nftnl.Conn, closeAll func(), err error) {
 	var closers []func()
 	closeAll = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -502,6 +507,8 @@ func newSyncer(render compile.RenderConfig, reg *prometheus.Registry, log klog.L
 	} else {
 		closers = append(closers, func() { warm.Close() })
 		nft = warm
+		watch.owner = tablewatch.NewOwner()
+		warm.SetOnStart(watch.owner.AddChild)
 	}
 	// Pod churn and policy edits go to the kernel over netlink, in one
 	// batch per sync.

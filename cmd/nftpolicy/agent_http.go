@@ -123,7 +123,7 @@ type healthChecker interface {
 }
 
 // healthMux serves /healthz (progress within budget) and /readyz (a sync
-// committed).
+// committed, and no outside change of the table waiting for its repair).
 func healthMux(c healthChecker, budget time.Duration) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -135,7 +135,7 @@ func healthMux(c healthChecker, budget time.Duration) *http.ServeMux {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !c.Ready() {
-			http.Error(w, "no sync committed yet", http.StatusServiceUnavailable)
+			http.Error(w, "no sync committed yet, or the table is being repaired after an outside change", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

@@ -255,6 +255,9 @@ type Controller struct {
 	gcPercent int
 	// status is the sync loop's side of the node's status.
 	status statusState
+	// repair is the sync loop's side of repairs of outside changes
+	// (repair.go).
+	repair repairState
 }
 
 // New creates the controller and its informers.
@@ -280,6 +283,7 @@ func New(cfg Config) (*Controller, error) {
 	c.policyKeys = map[string]struct{}{}
 	c.pendingChanges = map[string]policyChange{}
 	c.status = newStatusState()
+	c.repair = newRepairState()
 	if cfg.Render.Mode != compile.ModeQueue {
 		t, err := compile.NewTracker(cfg.Render)
 		if err != nil {
@@ -378,9 +382,10 @@ func (c *Controller) wake() {
 	}
 }
 
-// Ready reports whether a first sync has committed. It turns true before
-// the evaluator receives the first program.
-func (c *Controller) Ready() bool { return c.ready.Load() }
+// Ready reports whether a first sync has committed and no outside change
+// of the table waits for its repair (repair.go). It turns true before the
+// evaluator receives the first program.
+func (c *Controller) Ready() bool { return c.ready.Load() && !c.repair.outside.Load() }
 
 // Healthy reports whether the agent is making progress: the sync loop ran
 // or waited, or the informers were still waiting for their first lists,
@@ -468,13 +473,22 @@ func (c *Controller) Run(ctx context.Context) error {
 			// incrementally; the rebuild also checks the tracker.
 			c.refreshFired()
 		case <-c.dirty:
+		case <-c.repair.wake:
+			if !c.beginRepair() {
+				continue
+			}
+		case <-c.repair.timer:
+			c.repairTimerFired()
+			if !c.beginRepair() {
+				continue
+			}
 		case <-retryTimer:
 			retryTimer = nil
 		}
 		if retryTimer != nil {
 			continue // a retry is pending; it will pick this change up
 		}
-		if err := c.syncOnce(ctx); err != nil {
+		if err := c.syncWriting(ctx); err != nil {
 			if ctx.Err() != nil {
 				log.Info("Stopping; the ruleset stays in place")
 				return nil
@@ -485,6 +499,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			retry = min(retry*2, c.cfg.MaxRetryDelay)
 			continue
 		}
+		c.repairSynced()
 		retry = c.cfg.MinRetryDelay
 	}
 }

@@ -54,11 +54,19 @@ type Metrics struct {
 	// IncrementalFallbacks counts the changes the tracker left to a full
 	// rebuild, by reason (compile.Fallback).
 	IncrementalFallbacks *prometheus.CounterVec
+
+	// OutsideChanges counts the changes other processes made to the
+	// table, by kind (repair.go).
+	OutsideChanges *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics, unregistered.
 func NewMetrics() *Metrics {
 	m := &Metrics{
+		OutsideChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nftpolicy_outside_changes_total",
+			Help: "Changes another process made to table inet nftpolicy (the kernel's nftables notifications), by kind: table, chain, rule, set, element, object, flowtable. Each is repaired at once by a full sync.",
+		}, []string{"kind"}),
 		IncrementalFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nftpolicy_incremental_fallbacks_total",
 			Help: "Pod, NetworkPolicy and ClusterNetworkPolicy changes the incremental compiler left to a full rebuild, by reason (" + fallbackReasons() + ").",
@@ -148,6 +156,9 @@ func NewMetrics() *Metrics {
 	for _, f := range compile.Fallbacks() {
 		m.IncrementalFallbacks.WithLabelValues(string(f)) // every reason exported, from 0
 	}
+	for _, k := range []string{"table", "chain", "rule", "set", "element"} {
+		m.OutsideChanges.WithLabelValues(k)
+	}
 	return m
 }
 
@@ -166,7 +177,7 @@ func (m *Metrics) Register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.SyncDuration, m.TrackerCorrections, m.IncrementalFallbacks, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency,
 		m.ProgrammedPolicies, m.ProgrammedPods, m.SetElements, m.InvalidPolicies, m.PolicyProblems,
 		m.ClusterPolicyAPI, m.ProgrammedClusterPolicies, m.InvalidClusterPolicies, m.ClusterPolicyProblems, m.RejectedPolicies, m.PoliciesRejected, m.NamespaceCostMax,
-		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant, m.QueueHeldDropped, m.CollectorErrors} {
+		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant, m.QueueHeldDropped, m.CollectorErrors, m.OutsideChanges} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -42,6 +42,9 @@ type WarmNFT struct {
 
 	mu    gosync.Mutex
 	spare *nftProcess
+	// onStart is called with each process's pid as it starts
+	// (SetOnStart).
+	onStart func(pid int)
 }
 
 // nftProcess is a started `nft -f -` waiting for its input.
@@ -125,11 +128,27 @@ func (w *WarmNFT) start() (*nftProcess, error) {
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting nft: %w", err)
 	}
+	if w.onStart != nil {
+		w.onStart(p.cmd.Process.Pid)
+	}
 	go func() {
 		p.err = p.cmd.Wait()
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// SetOnStart makes w call f with the pid of each nft process it starts,
+// the spare already started included, before the process can commit
+// anything: the table's watcher (pkg/tablewatch) recognises the agent's
+// own transactions by the committing process.
+func (w *WarmNFT) SetOnStart(f func(pid int)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.onStart = f
+	if w.spare != nil {
+		f(w.spare.cmd.Process.Pid)
+	}
 }
 
 // errorMarker starts the line knftables appends to a transaction's text

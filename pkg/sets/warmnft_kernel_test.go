@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -209,4 +210,31 @@ func deadOrZombie(pid int) bool {
 	}
 	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
+}
+
+// TestWarmNFTReportsEachProcess: SetOnStart reports the spare already
+// started and each process started after it, before it runs anything
+// (the table's watcher recognises the agent's transactions by them).
+func TestWarmNFTReportsEachProcess(t *testing.T) {
+	n := newWarmNode(t)
+	var mu sync.Mutex
+	var pids []int
+	n.warm.SetOnStart(func(pid int) {
+		mu.Lock()
+		defer mu.Unlock()
+		pids = append(pids, pid)
+	})
+	for range 2 {
+		tx := n.warm.NewTransaction()
+		tx.Add(&knftables.Table{})
+		if err := n.run(context.Background(), tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The first spare, the one started after each of the two transactions.
+	if len(pids) != 3 || pids[0] == pids[1] || pids[1] == pids[2] || pids[0] <= 0 {
+		t.Fatalf("processes reported: %v, want 3 different pids", pids)
+	}
 }

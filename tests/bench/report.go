@@ -51,6 +51,11 @@ var Targets = []target{
 	// Issue 43, item 6: another namespace's new policy while one namespace
 	// edits an expensive policy every 100 ms, against the delay section's.
 	{"churn_other_policy_delay_vs_program_delay", "<=", 2},
+	// Issue 46: outside changes of the table repaired within a second.
+	{"outside_flush_repair_ms_p99", "<=", 1000},
+	{"outside_element_repair_ms_p99", "<=", 1000},
+	{"outside_flush_admitted_after_repair", "==", 0},
+	{"outside_element_admitted_after_repair", "==", 0},
 	{"incr_sync_ms_10k", "<=", 10},
 	{"incr_sync_ms_50k", "<=", 10},
 	{"incr_sync_ms_100k", "<=", 10},
@@ -96,6 +101,7 @@ var Headline = []string{
 	"hybrid_conn_ratio", "hybrid_conn_ratio_denylog", "hybrid_conn_ratio_cnp", "hybrid_cnp_vs_hybrid", "queue_conn_ratio", "hybrid_p50_us", "queue_p50_us", "control_p50_us", "queued_packets_per_conn",
 	"queue_q2_vs_queue", "queue_restart_gap_ms", "queue_restart_admitted_denied",
 	"program_delay_p50_ms", "program_delay_p99_ms", "churn_other_policy_delay_ms_p99",
+	"outside_flush_repair_ms_p99", "outside_element_repair_ms_p99", "outside_flush_admitted_denied",
 	"rss_mb_10k", "rss_mb_50k", "rss_mb_100k", "rss_mb_150k", "rss_peak_mb_150k", "rss_marginal_kib_per_pod",
 	"full_sync_ms_10k", "full_sync_ms_50k", "full_sync_ms_100k", "full_resync_ms_50k", "full_resync_ms_100k",
 	"startup_s_150k", "startup_agent_cpu_s_150k",
@@ -244,6 +250,12 @@ func Report(r *Result, quick bool) string {
 	row("policy churn", "same cluster without the edits, p99", "churn_idle_delay_ms_p99", "ms")
 	row("policy churn", "the agent's program refreshes (full builds) during the edits", "churn_agent_refreshes", "")
 	row("policy churn", "mean program refresh during the edits", "churn_agent_refresh_mean_ms", "ms")
+	row("outside changes", "`nft flush ruleset` in the node's namespace -> first connection denied again, p50", "outside_flush_repair_ms_p50", "ms")
+	row("outside changes", "same, p99", "outside_flush_repair_ms_p99", "ms")
+	row("outside changes", "denied connections admitted during the flush repairs (one every 2 ms)", "outside_flush_admitted_denied", "")
+	row("outside changes", "of those, opened after the first connection denied again (target 0)", "outside_flush_admitted_after_repair", "")
+	row("outside changes", "one verdict-map element deleted -> first connection denied again, p99", "outside_element_repair_ms_p99", "ms")
+	row("outside changes", "denied connections admitted during the element repairs", "outside_element_admitted_denied", "")
 
 	// The status section: 1,000 simulated nodes, then 2 real agents.
 	for _, f := range [][3]string{

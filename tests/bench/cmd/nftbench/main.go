@@ -8,6 +8,7 @@
 //	nftbench conn  [--rounds N] [--duration D] [--max-conns N] [--workers N] [--reply] [--client-in-process]
 //	nftbench scale [--pods 1000,10000,50000,100000,150000] [--policies 1000] [--local-pods 4] [--policy-scale 10000:100]
 //	nftbench delay [--cycles 5] [--interval 2ms] [--mode hybrid]
+//	nftbench faults [--repeats 20] [--interval 2ms]
 //	nftbench churn [--pods 5000] [--policies 1000] [--peers 200] [--interval 100ms] [--changes 20]
 //	nftbench newpod [--pods 200] [--informer-delay 30ms] [--revocations 20]
 //	nftbench queueflood [--rounds 3]
@@ -60,7 +61,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|churn|newpod|queueflood|dns|revoke|metricsauth|costamp|stagedlag|status|restart|contention|gobench|report|chart|comparechart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|faults|churn|newpod|queueflood|dns|revoke|metricsauth|costamp|stagedlag|status|restart|contention|gobench|report|chart|comparechart [flags]")
 	os.Exit(2)
 }
 
@@ -164,6 +165,13 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunDelay(ctx, c)
+	case "faults":
+		var c bench.FaultsConfig
+		fs.IntVar(&c.Repeats, "repeats", 20, "times each outside change is made")
+		fs.DurationVar(&c.Interval, "interval", 2*time.Millisecond, "time between connections during a repair")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		res, err = bench.RunFaults(ctx, c)
 	case "churn":
 		var c bench.ChurnConfig
 		fs.IntVar(&c.Pods, "pods", 5000, "pods in the API, on fake nodes")
