@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
@@ -91,14 +90,6 @@ const (
 	metricsAuthNone      = "none"
 	metricsAuthDelegated = "delegated"
 )
-
-func (o *servingOptions) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.metricsAuth, "metrics-auth", metricsAuthNone,
-		"none: /metrics (and /debug/pprof/) over plain HTTP to whoever reaches --metrics-bind-address (keep it on loopback); "+
-			"delegated: HTTPS, and each request needs a bearer token the API server authenticates (TokenReview) and authorizes for the request's path and verb (SubjectAccessReview on nonResourceURLs, e.g. get /metrics)")
-	fs.StringVar(&o.certFile, "metrics-tls-cert-file", "", "with --metrics-auth=delegated: the metrics server's certificate (PEM, re-read when it changes); empty: a self-signed one made at start")
-	fs.StringVar(&o.keyFile, "metrics-tls-private-key-file", "", "the private key of --metrics-tls-cert-file (PEM)")
-}
 
 func (o *servingOptions) validate() error {
 	switch o.metricsAuth {
@@ -201,6 +192,11 @@ func (o *agentOptions) startServers(ctx context.Context, reg *prometheus.Registr
 	}
 	if o.healthAddr != "" {
 		h := healthMux(health, o.livenessBudget)
+		configz, err := configzHandler(o.cfg)
+		if err != nil {
+			return err
+		}
+		h.Handle("/configz", configz)
 		go func() { errs <- wrapErr("health server", serveHTTP(ctx, healthServer, o.healthAddr, h, nil, m)) }()
 	}
 	return nil

@@ -38,6 +38,7 @@ func parseAgentFlags(t *testing.T, prober queuerule.QueueProber, args ...string)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
+	o.applyConfig()
 	return o
 }
 

@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -39,13 +37,6 @@ type uninstallOptions struct {
 	// removed is set once the agent removed its table at shutdown: there
 	// is then no queue to hand over.
 	removed atomic.Bool
-}
-
-func (o *uninstallOptions) addFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.enabled, "remove-on-uninstall", true, "when the agent's DaemonSet is deleted (not updated), remove the nftables table and its queue rules before exiting, "+
-		"so that no node goes on sending new connections to a queue nobody reads; needs --pod-name and --pod-namespace")
-	fs.StringVar(&o.podName, "pod-name", os.Getenv("POD_NAME"), "the agent's pod (default: $POD_NAME, from the downward API), whose DaemonSet the agent watches")
-	fs.StringVar(&o.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the agent's pod's namespace (default: $POD_NAMESPACE)")
 }
 
 // ownerWatch follows the agent's DaemonSet: the owner found through the

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -20,12 +19,6 @@ type verifyOptions struct {
 	rate       float64
 	group      uint16
 	kernelRate uint32
-}
-
-func (o *verifyOptions) addFlags(fs *pflag.FlagSet) {
-	fs.Float64Var(&o.rate, "verify-rate", 0, "runtime verification: the fraction (0 to 1) of the kernel's verdicts on new connections, allowed and denied, that the agent decides again with the policy model, counting and logging any disagreement; 0 (the default) renders nothing")
-	fs.Uint16Var(&o.group, "verify-log-group", verify.DefaultGroup, "NFLOG group of runtime verification's samples (must not be used by anything else on the node)")
-	fs.Uint32Var(&o.kernelRate, "verify-kernel-rate", compile.DefaultVerifySourceRate, "kernel limit on verification samples per source address, per second (burst twice that): a source cannot make the agent decide its every connection")
 }
 
 // configureVerify turns sampling on in the render configuration (kernel

@@ -1,0 +1,60 @@
+package config
+
+import (
+	"reflect"
+	"strings"
+)
+
+// Field is one setting of AgentConfiguration: its path in the file
+// (dotted JSON names) and the flag that sets it ("" for none).
+type Field struct {
+	Path  string
+	Flag  string
+	Index []int // reflect's index of the field in AgentConfiguration
+}
+
+// Fields lists the settings of AgentConfiguration in declaration order,
+// from the struct's json and flag tags: a nested struct with a flag tag
+// (the deny and staged logs) prefixes its fields' flags. The logging
+// configuration, whose flags component-base adds, and TypeMeta are left
+// out.
+func Fields() []Field {
+	var out []Field
+	walk(reflect.TypeOf(AgentConfiguration{}), "", "", nil, &out)
+	return out
+}
+
+func walk(t reflect.Type, path, flagPrefix string, index []int, out *[]Field) {
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if name == "" || name == "-" || sf.Name == "Logging" {
+			continue
+		}
+		p := name
+		if path != "" {
+			p = path + "." + name
+		}
+		idx := append(append([]int(nil), index...), i)
+		flag, hasFlag := sf.Tag.Lookup("flag")
+		if sf.Type.Kind() == reflect.Struct && sf.Type.PkgPath() == t.PkgPath() {
+			walk(sf.Type, p, flagPrefix+flag, idx, out)
+			continue
+		}
+		if hasFlag {
+			flag = flagPrefix + flag
+		}
+		*out = append(*out, Field{Path: p, Flag: flag, Index: idx})
+	}
+}
+
+// FlagOf returns the flag that sets the setting at path (as Fields names
+// it), or "".
+func FlagOf(path string) string {
+	for _, f := range Fields() {
+		if f.Path == path {
+			return f.Flag
+		}
+	}
+	return ""
+}
