@@ -13,11 +13,6 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/config"
 )
 
-// agentOnlyFlags are the agent's flags that have no AgentConfiguration
-// field (docs/config.md lists them): --config itself and the node's and
-// pod's identity.
-var agentOnlyFlags = []string{"config", "hostname-override", "node-ip", "pod-name", "pod-namespace"}
-
 // addFlags adds the agent's flags to fs: the settings of o.cfg (its values
 // are the flags' defaults) and the flags only the command line gives.
 func (o *agentOptions) addFlags(fs *pflag.FlagSet) {

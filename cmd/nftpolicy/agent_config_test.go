@@ -90,7 +90,8 @@ func TestAgentConfigBadInput(t *testing.T) {
 
 // TestAgentFlagsAreSettings: every flag of the agent is a setting of
 // AgentConfiguration (or the logging configuration's), except the few
-// that name this node and pod (agentOnlyFlags, listed in docs/config.md).
+// that name this node and pod (config.CommandLineOnlyFlags, listed in
+// docs/config.md).
 func TestAgentFlagsAreSettings(t *testing.T) {
 	settings := map[string]bool{}
 	for _, f := range config.Fields() {
@@ -98,17 +99,21 @@ func TestAgentFlagsAreSettings(t *testing.T) {
 	}
 	logging := pflag.NewFlagSet("logging", pflag.ContinueOnError)
 	config.Default().AddFlags(logging)
+	var agentOnlyFlags []string
+	for _, f := range config.CommandLineOnlyFlags {
+		agentOnlyFlags = append(agentOnlyFlags, f.Name)
+	}
 	o := &agentOptions{}
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 	o.addFlags(fs)
 	fs.VisitAll(func(f *pflag.Flag) {
 		if !settings[f.Name] && logging.Lookup(f.Name) == nil && !slices.Contains(agentOnlyFlags, f.Name) {
-			t.Errorf("--%s: neither a setting of AgentConfiguration nor in agentOnlyFlags", f.Name)
+			t.Errorf("--%s: neither a setting of AgentConfiguration nor in config.CommandLineOnlyFlags", f.Name)
 		}
 	})
 	for _, name := range agentOnlyFlags {
 		if fs.Lookup(name) == nil {
-			t.Errorf("agentOnlyFlags names --%s, which the agent does not have", name)
+			t.Errorf("config.CommandLineOnlyFlags names --%s, which the agent does not have", name)
 		}
 	}
 }

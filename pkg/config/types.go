@@ -119,9 +119,10 @@ type AgentConfiguration struct {
 	// nftpolicy (nft flush ruleset, a firewall service's reload) as soon as
 	// the kernel reports them, rather than at the next full sync.
 	WatchTable bool `json:"watchTable" flag:"watch-table"`
-	// Logging is the log's format and verbosity (Kubernetes' component-base
-	// LoggingConfiguration: format, verbosity, vmodule, flushFrequency,
-	// options; flags --logging-format, -v, --vmodule, --log-flush-frequency).
+	// Logging is the log's format and verbosity: Kubernetes' component-base
+	// LoggingConfiguration (format, verbosity, vmodule, flushFrequency,
+	// options), whose flags are --logging-format, -v, --vmodule and
+	// --log-flush-frequency.
 	Logging logsapi.LoggingConfiguration `json:"logging"`
 }
 
@@ -160,7 +161,7 @@ type QueueConfiguration struct {
 	// it below what the node's queues decide a second, or one source can
 	// crowd out the others.
 	SourceRate uint32 `json:"sourceRate" flag:"queue-source-rate"`
-	// SourceBurst is the burst of sourceRate.
+	// SourceBurst is the burst of queue.sourceRate.
 	SourceBurst uint32 `json:"sourceBurst" flag:"queue-source-burst"`
 }
 
@@ -170,17 +171,17 @@ type MetricsConfiguration struct {
 	// reach the host network's other addresses; see auth); empty disables
 	// it.
 	BindAddress string `json:"bindAddress" flag:"metrics-bind-address"`
-	// Auth is none (plain HTTP to whoever reaches bindAddress: keep it on
-	// loopback) or delegated (HTTPS, and each request needs a bearer token
+	// Auth is the endpoint's protection: none (plain HTTP to whoever
+	// reaches metrics.bindAddress: keep it on loopback) or delegated (HTTPS, and each request needs a bearer token
 	// the API server authenticates with a TokenReview and authorizes for the
 	// request's path and verb with a SubjectAccessReview on
 	// nonResourceURLs, e.g. get /metrics).
 	Auth string `json:"auth" flag:"metrics-auth"`
-	// TLSCertFile is, with auth delegated, the metrics server's certificate
+	// TLSCertFile is, with metrics.auth delegated, the metrics server's certificate
 	// (PEM, re-read when it changes); empty: a self-signed one made at
 	// start.
 	TLSCertFile string `json:"tlsCertFile" flag:"metrics-tls-cert-file"`
-	// TLSPrivateKeyFile is the private key of tlsCertFile (PEM). The
+	// TLSPrivateKeyFile is the private key of metrics.tlsCertFile (PEM). The
 	// configuration holds its path, never the key.
 	TLSPrivateKeyFile string `json:"tlsPrivateKeyFile" flag:"metrics-tls-private-key-file"`
 	// Profiling serves Go's profiles (/debug/pprof/: heap, CPU, goroutines)
@@ -249,8 +250,9 @@ type VerifyConfiguration struct {
 // UnknownPodsConfiguration is the handling of connections from or to
 // addresses in the pod ranges that no known pod holds.
 type UnknownPodsConfiguration struct {
-	// Enabled queues such connections until the agent learns the pod
-	// (hybrid and queue mode).
+	// Enabled queues new connections from or to an address in the pod
+	// ranges that no known pod holds, until the agent learns the pod (hybrid
+	// and queue mode).
 	Enabled bool `json:"enabled" flag:"unknown-pods"`
 	// PodCIDRs are the cluster's pod address ranges; empty: every Node's
 	// spec.podCIDRs.
@@ -262,8 +264,8 @@ type UnknownPodsConfiguration struct {
 	// unknown pod addresses a second are queued (held until the pod is
 	// programmed); what exceeds it, and the burst, is dropped in the kernel.
 	SourceRate uint32 `json:"sourceRate" flag:"unknown-pod-source-rate"`
-	// SourceBurst is the burst of sourceRate; a source holds at most burst +
-	// rate * wait packets in the queue.
+	// SourceBurst is the burst of unknownPods.sourceRate; a source holds at
+	// most burst + rate * unknownPods.wait packets in the queue.
 	SourceBurst uint32 `json:"sourceBurst" flag:"unknown-pod-source-burst"`
 	// UplinkInterfaces are the node's uplinks (names, or a prefix and *):
 	// without pod ranges a new connection from an unknown source on a veth,
@@ -281,11 +283,11 @@ type DNSConfiguration struct {
 	// twice queue.count (102 and 103 with one queue).
 	QueueNum uint16 `json:"queueNum" flag:"dns-queue-num"`
 	// Servers are addresses or CIDRs of DNS servers whose replies may be
-	// learned, besides the endpoints of service.
+	// learned, besides the endpoints of dns.service.
 	Servers []string `json:"servers" flag:"dns-servers"`
 	// Service is the namespace/name of the cluster DNS Service: replies from
 	// its endpoints (EndpointSlices) may be learned; empty to trust only
-	// servers.
+	// dns.servers.
 	Service string `json:"service" flag:"dns-service"`
 	// MinTTL: a learned address is admitted for at least this long, whatever
 	// the answer's TTL.
@@ -299,7 +301,7 @@ type DNSConfiguration struct {
 	MaxNamesPerPod int `json:"maxNamesPerPod" flag:"fqdn-max-names-per-pod"`
 	// MaxAddressesPerPod is the learned name-address pairs kept per pod;
 	// past it the names learned least recently are evicted, as with
-	// maxNamesPerPod.
+	// dns.maxNamesPerPod.
 	MaxAddressesPerPod int `json:"maxAddressesPerPod" flag:"fqdn-max-addresses-per-pod"`
 	// QueryTimeout is how long a pod's DNS query waits for its reply: only a
 	// reply that answers an outstanding query of the pod is learned. Above
