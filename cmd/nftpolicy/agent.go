@@ -172,9 +172,6 @@ func (o *agentOptions) renderConfig(mode compile.Mode) (compile.RenderConfig, er
 	if err != nil {
 		return compile.RenderConfig{}, err
 	}
-	if o.queueSourceRate == 0 || o.queueSourceBurst == 0 {
-		return compile.RenderConfig{}, fmt.Errorf("--queue-source-rate %d, --queue-source-burst %d: must be positive", o.queueSourceRate, o.queueSourceBurst)
-	}
 	ports, peers, err := o.tunnel.parse()
 	if err != nil {
 		return compile.RenderConfig{}, err
@@ -332,17 +329,14 @@ func (o *agentOptions) run(ctx context.Context, ctrl *controller.Controller, mod
 	}
 }
 
-// parse checks the flags the agent reads first: the mode, the node's name
-// and addresses, the liveness budget.
+// parse reads the settings the agent needs first: the mode, the node's
+// name and addresses (config.Validate checked the rest).
 func (o *agentOptions) parse() (mode compile.Mode, node string, nodeIPs []netip.Addr, err error) {
 	if mode, err = compile.ParseMode(o.mode); err != nil {
 		return "", "", nil, err
 	}
 	if node, err = o.nodeName(); err != nil {
 		return "", "", nil, err
-	}
-	if o.livenessBudget < controller.MinHealthBudget {
-		return "", "", nil, fmt.Errorf("--liveness-timeout %v: must be at least %v (the agent's heartbeat is every second)", o.livenessBudget, controller.MinHealthBudget)
 	}
 	for _, s := range o.nodeIPs {
 		a, err := netip.ParseAddr(strings.TrimSpace(s))
@@ -445,9 +439,7 @@ func (o *agentOptions) finishRenderConfig(ctx context.Context, render *compile.R
 func (o *agentOptions) configureLogs(render *compile.RenderConfig) error {
 	o.denyLog.configureDenyLog(render)
 	o.stagedLog.configureStagedLog(render)
-	if err := o.verify.configureVerify(render); err != nil {
-		return err
-	}
+	o.verify.configureVerify(render)
 	render.Defaults()
 	return render.Validate()
 }

@@ -91,22 +91,6 @@ const (
 	metricsAuthDelegated = "delegated"
 )
 
-func (o *servingOptions) validate() error {
-	switch o.metricsAuth {
-	case metricsAuthNone:
-		if o.certFile != "" || o.keyFile != "" {
-			return fmt.Errorf("--metrics-tls-cert-file and --metrics-tls-private-key-file need --metrics-auth=%s", metricsAuthDelegated)
-		}
-	case metricsAuthDelegated:
-		if (o.certFile == "") != (o.keyFile == "") {
-			return errors.New("--metrics-tls-cert-file and --metrics-tls-private-key-file: give both or neither")
-		}
-	default:
-		return fmt.Errorf("--metrics-auth %q: must be %s or %s", o.metricsAuth, metricsAuthNone, metricsAuthDelegated)
-	}
-	return nil
-}
-
 // healthChecker is what /healthz and /readyz ask (the controller).
 type healthChecker interface {
 	Healthy(budget time.Duration) bool
@@ -165,9 +149,6 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 // each sends its error, if it fails, to errs.
 func (o *agentOptions) startServers(ctx context.Context, reg *prometheus.Registry, health healthChecker, client kubernetes.Interface, node string, errs chan<- error) error {
 	log := klog.FromContext(ctx)
-	if err := o.serving.validate(); err != nil {
-		return err
-	}
 	m, err := newHTTPMetrics(reg)
 	if err != nil {
 		return err

@@ -33,7 +33,8 @@ type newPodOptions struct {
 	uplinks []string
 }
 
-// parsePodCIDRs validates --pod-cidrs.
+// parsePodCIDRs parses --pod-cidrs (config.Validate checked them) and
+// checks --uplink-interfaces.
 func (o *newPodOptions) parsePodCIDRs() ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, s := range o.podCIDRs {
@@ -43,14 +44,8 @@ func (o *newPodOptions) parsePodCIDRs() ([]netip.Prefix, error) {
 		}
 		out = append(out, p)
 	}
-	if o.wait <= 0 {
-		return nil, fmt.Errorf("--unknown-pod-wait %v: must be positive", o.wait)
-	}
 	if err := compile.ValidateUplinks(o.uplinks); err != nil {
 		return nil, fmt.Errorf("--uplink-interfaces: %w", err)
-	}
-	if o.sourceRate == 0 || o.sourceBurst == 0 {
-		return nil, fmt.Errorf("--unknown-pod-source-rate %d, --unknown-pod-source-burst %d: must be positive", o.sourceRate, o.sourceBurst)
 	}
 	return out, nil
 }

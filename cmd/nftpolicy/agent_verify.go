@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"time"
 
@@ -22,23 +21,17 @@ type verifyOptions struct {
 }
 
 // configureVerify turns sampling on in the render configuration (kernel
-// and hybrid modes: in queue mode the evaluator decides every connection).
-func (o *verifyOptions) configureVerify(render *compile.RenderConfig) error {
+// and hybrid modes: in queue mode the evaluator decides every connection);
+// config.Validate bounded the rate and the group.
+func (o *verifyOptions) configureVerify(render *compile.RenderConfig) {
 	if o.rate == 0 {
-		return nil
-	}
-	if math.IsNaN(o.rate) || o.rate < 0 || o.rate > 1 {
-		return fmt.Errorf("--verify-rate %v: a fraction from 0 to 1", o.rate)
-	}
-	if o.group == 0 {
-		return fmt.Errorf("--verify-log-group must not be 0 with --verify-rate")
+		return
 	}
 	render.Verify = compile.VerifyConfig{Group: o.group, PerMillion: uint32(math.Round(o.rate * compile.VerifyPerMillion)),
 		SourceRate: o.kernelRate, SourceBurst: 2 * o.kernelRate}
 	if render.Verify.PerMillion == 0 {
 		render.Verify.PerMillion = 1
 	}
-	return nil
 }
 
 // startNFLOGReaders starts the readers of the ruleset's NFLOG groups: the
