@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/config"
 )
 
 // The agent runs on the host network: its health and metrics ports are
@@ -86,9 +88,10 @@ type servingOptions struct {
 	keyFile     string
 }
 
+// The values of --metrics-auth (pkg/config validates them).
 const (
-	metricsAuthNone      = "none"
-	metricsAuthDelegated = "delegated"
+	metricsAuthNone      = config.MetricsAuthNone
+	metricsAuthDelegated = config.MetricsAuthDelegated
 )
 
 // healthChecker is what /healthz and /readyz ask (the controller).
