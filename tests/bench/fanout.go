@@ -99,7 +99,10 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*Result, error) {
 }
 
 func runFanout(ctx context.Context, tb *cluster.ProgramTB, cfg FanoutConfig, res *Result) error {
-	env := cluster.StartControlPlane(tb)
+	// The watch cache's consistency check off, as in the scale section:
+	// every few minutes it lists and hashes every pod, a cost of the
+	// stored pods, not of the watchers, that would land in one window.
+	env := cluster.StartControlPlane(tb, kubeenv.WithAPIServerArgs("--feature-gates=DetectCacheInconsistency=false"))
 	pid, err := childPID("kube-apiserver")
 	if err != nil {
 		return err

@@ -109,6 +109,8 @@ var Headline = []string{
 	"policy_sync_ms_150k_10k_policies",
 	"eval_ns",
 	"status_gather_ms_1000_nodes", "status_api_writes_per_change_1000_nodes", "wait_latency_ms_p50",
+	"watchall_apiserver_cpu_ms_per_pod_change_1000_agents", "watchall_apiserver_bytes_per_pod_change_1000_agents", "watchall_agent_start_apiserver_cpu_s_150k",
+	"kubeproxy_apiserver_cpu_ms_per_pod_change_1000_agents", "kubeproxy_apiserver_bytes_per_pod_change_1000_agents", "kubeproxy_agent_start_apiserver_cpu_s_150k",
 }
 
 // derive adds the values computed from other sections' figures: how much
@@ -281,6 +283,22 @@ func Report(r *Result, quick bool) string {
 		{"the agents' reported change-to-commit latency, p50", "wait_reported_latency_ms_p50", "ms"},
 	} {
 		row("status", f[0], f[1], f[2])
+	}
+
+	// The fanout section: simulated agents (every one watching every pod)
+	// and kube-proxies against a real API server (docs/scale-out.md).
+	for _, f := range [][3]string{
+		{"one pod change (kubelet status write), %s clients: API server CPU", "%s_apiserver_cpu_ms_per_pod_change_1000_agents", "ms"},
+		{"same: bytes the API server sent (TLS included)", "%s_apiserver_bytes_per_pod_change_1000_agents", "B"},
+		{"same: bytes it allocated", "%s_apiserver_alloc_bytes_per_pod_change_1000_agents", "B"},
+		{"same, linear model at 5,000 clients: CPU", "%s_apiserver_cpu_ms_per_pod_change_5000_agents_model", "ms"},
+		{"same, linear model at 5,000 clients: bytes", "%s_apiserver_bytes_per_pod_change_5000_agents_model", "B"},
+		{"one client start at 150,000 pods (extrapolated): API server CPU", "%s_agent_start_apiserver_cpu_s_150k", "s"},
+		{"same: MB sent", "%s_agent_start_apiserver_mb_sent_150k", "MB"},
+	} {
+		for _, who := range []string{"watchall", "kubeproxy"} {
+			row("fanout ("+who+")", fmt.Sprintf(f[0], "1,000"), fmt.Sprintf(f[1], who), f[2])
+		}
 	}
 
 	// The scale section's rows, per size and for the policy scale.
