@@ -13,7 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
@@ -38,7 +40,9 @@ type FanoutConfig struct {
 	// StartPods are the pods when the clients' starts are measured, and
 	// StartAgents how many start, one after the other.
 	StartPods, StartAgents int
-	// Nodes are the Node objects (pods are spread over them).
+	// Nodes are the Node objects (pods are spread over them); by default
+	// StartPods/30, the density of 150,000 pods on 5,000 nodes, so that an
+	// agent that watches its own node's pods reads as many as there.
 	Nodes int
 	// Idle is how long the API server's CPU is read with the clients
 	// connected and no change, to subtract what it spends anyway.
@@ -66,7 +70,7 @@ func (c *FanoutConfig) defaults() {
 		c.StartAgents = 5
 	}
 	if c.Nodes <= 0 {
-		c.Nodes = 50
+		c.Nodes = max(c.StartPods*fanoutTargetNodes/fanoutTargetPods, 1)
 	}
 	if c.Idle <= 0 {
 		c.Idle = 3 * time.Second
@@ -111,14 +115,18 @@ func runFanout(ctx context.Context, tb *cluster.ProgramTB, cfg FanoutConfig, res
 	if err != nil {
 		return err
 	}
+	if fx.dyn, err = installPodSlices(tb, env); err != nil {
+		return err
+	}
 	t0 := time.Now()
 	if err := fx.grow(ctx, cfg.Pods); err != nil {
 		return err
 	}
-	cfg.Logf("fanout: %d nodes, %d pods, %d EndpointSlices in %v (a pod is %d bytes of protobuf, an EndpointSlice %d)",
-		cfg.Nodes, len(fx.pods), len(fx.slices), time.Since(t0).Round(time.Millisecond), fx.podBytes(), fx.sliceBytes())
+	cfg.Logf("fanout: %d nodes, %d pods, %d EndpointSlices and PodAddressSlices in %v (a pod is %d bytes of protobuf, an EndpointSlice %d, a PodAddressSlice %d of JSON)",
+		cfg.Nodes, len(fx.pods), len(fx.slices), time.Since(t0).Round(time.Millisecond), fx.podBytes(), fx.sliceBytes(), fx.podSliceBytes())
 	res.Set("fanout_pod_protobuf_bytes", fx.podBytes())
 	res.Set("fanout_endpointslice_protobuf_bytes", fx.sliceBytes())
+	res.Set("fanout_podaddressslice_json_bytes", fx.podSliceBytes())
 	for _, m := range []struct {
 		prefix  string
 		watches func(string) []watchRequest
@@ -126,6 +134,7 @@ func runFanout(ctx context.Context, tb *cluster.ProgramTB, cfg FanoutConfig, res
 	}{
 		{"watchall", agentWatches, fx.changePod},
 		{"kubeproxy", kubeProxyWatches, fx.changeSlice},
+		{"podslices", podSliceWatches, fx.changePodAndSlice},
 	} {
 		if err := fx.measureChanges(ctx, res, m.prefix, m.watches, m.change); err != nil {
 			return fmt.Errorf("%s: %w", m.prefix, err)
@@ -140,7 +149,7 @@ func (fx *fanoutCluster) measureAllStarts(ctx context.Context, res *Result) erro
 	kinds := []struct {
 		prefix  string
 		watches func(string) []watchRequest
-	}{{"watchall", agentWatches}, {"kubeproxy", kubeProxyWatches}}
+	}{{"watchall", agentWatches}, {"kubeproxy", kubeProxyWatches}, {"podslices", podSliceWatches}}
 	costs := make([][]startCost, len(kinds))
 	for round, pods := range []int{fx.cfg.Pods, fx.cfg.StartPods} {
 		t0 := time.Now()
@@ -174,6 +183,9 @@ type fanoutCluster struct {
 	mu     sync.Mutex
 	pods   []*corev1.Pod // in index order; each the API server's last answer
 	slices []*discoveryv1.EndpointSlice
+	// dyn and podSlices: the PodAddressSlices of the podslices_ figures.
+	dyn       dynamic.Interface
+	podSlices []*unstructured.Unstructured
 }
 
 // fanoutNamespaces are the namespaces the Deployments are spread over.
@@ -239,7 +251,10 @@ func (fx *fanoutCluster) grow(ctx context.Context, n int) error {
 	})
 	fx.pods = append(fx.pods, pods...)
 	fx.slices = append(fx.slices, slices...)
-	return err
+	if err != nil {
+		return err
+	}
+	return fx.createPodSlices(ctx, first, pods)
 }
 
 // deployment returns the namespace and name of the d-th Deployment.

@@ -63,7 +63,7 @@ func TestReadWatchFramesCountsTheAPIServersStream(t *testing.T) {
 		{Type: watch.Deleted, Object: watchPod("c")},
 		{Type: watch.Bookmark, Object: bookmark(true)}, // a second end closes nothing twice
 	})
-	w := &watchCounts{synced: make(chan struct{})}
+	w := newWatchCounts()
 	if err := readWatchFrames(bytes.NewReader(stream), w); err != nil {
 		t.Fatalf("readWatchFrames: %v", err)
 	}
@@ -85,7 +85,7 @@ func TestReadWatchFramesNotSyncedBeforeTheEndBookmark(t *testing.T) {
 		{Type: watch.Added, Object: watchPod("a")},
 		{Type: watch.Bookmark, Object: bookmark(false)},
 	})
-	w := &watchCounts{synced: make(chan struct{})}
+	w := newWatchCounts()
 	if err := readWatchFrames(bytes.NewReader(stream), w); err != nil {
 		t.Fatalf("readWatchFrames: %v", err)
 	}
@@ -107,7 +107,7 @@ func TestReadWatchFramesRefusesBrokenStreams(t *testing.T) {
 		"not a WatchEvent": garbage,
 		"empty event":      binary.BigEndian.AppendUint32(nil, 0),
 	} {
-		w := &watchCounts{synced: make(chan struct{})}
+		w := newWatchCounts()
 		if err := readWatchFrames(bytes.NewReader(stream), w); err == nil {
 			t.Errorf("%s: no error", name)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,8 @@ type watchRequest struct {
 	path          string
 	labelSelector string
 	fieldSelector string
+	// json: a custom resource, which the API server serves as JSON only.
+	json bool
 }
 
 // agentWatches are the watches of an nftpolicy agent (cmd/nftpolicy,
@@ -67,7 +70,12 @@ type watchCounts struct {
 	// without HTTP chunking).
 	payload atomic.Int64
 	synced  chan struct{} // closed at the bookmark that ends the initial events
+	ended   chan struct{} // closed when the watch has ended
 	err     atomic.Pointer[error]
+}
+
+func newWatchCounts() *watchCounts {
+	return &watchCounts{synced: make(chan struct{}), ended: make(chan struct{})}
 }
 
 // simClient is one simulated client (an agent or a kube-proxy): its own
@@ -120,13 +128,17 @@ func startSimClient(ctx context.Context, sc simConfig, reqs []watchRequest) *sim
 	left := atomic.Int64{}
 	left.Store(int64(len(reqs)))
 	for _, r := range reqs {
-		w := &watchCounts{synced: make(chan struct{})}
+		w := newWatchCounts()
 		c.watches = append(c.watches, w)
 		go func() {
 			err := c.run(ctx, sc, r, w)
+			if err == nil && ctx.Err() == nil {
+				err = fmt.Errorf("watch %s ended by the API server", r.path)
+			}
 			if err != nil && ctx.Err() == nil {
 				w.err.Store(&err)
 			}
+			close(w.ended)
 			if left.Add(-1) == 0 {
 				close(c.done)
 			}
@@ -174,7 +186,11 @@ func (c *simClient) run(ctx context.Context, sc simConfig, r watchRequest, w *wa
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Accept", runtime.ContentTypeProtobuf+","+runtime.ContentTypeJSON)
+	if r.json {
+		req.Header.Set("Accept", runtime.ContentTypeJSON)
+	} else {
+		req.Header.Set("Accept", runtime.ContentTypeProtobuf+","+runtime.ContentTypeJSON)
+	}
 	req.Header.Set("User-Agent", sc.userAgent)
 	resp, err := (&http.Client{Transport: c.tr}).Do(req)
 	if err != nil {
@@ -185,7 +201,62 @@ func (c *simClient) run(ctx context.Context, sc simConfig, r watchRequest, w *wa
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("watch %s: %s: %s", r.path, resp.Status, body)
 	}
+	if r.json {
+		return readJSONWatch(resp.Body, w)
+	}
 	return readWatchFrames(bufio.NewReaderSize(resp.Body, 64<<10), w)
+}
+
+// readJSONWatch reads a JSON watch stream (one event object after the
+// other) and counts its events as readWatchFrames does.
+func readJSONWatch(r io.Reader, w *watchCounts) error {
+	cr := &countingReader{r: r}
+	dec := json.NewDecoder(bufio.NewReaderSize(cr, 64<<10))
+	synced := false
+	for {
+		var ev struct {
+			Type   watch.EventType `json:"type"`
+			Object struct {
+				Metadata struct {
+					Annotations map[string]string `json:"annotations"`
+				} `json:"metadata"`
+			} `json:"object"`
+		}
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		w.payload.Store(cr.n)
+		switch ev.Type {
+		case watch.Added:
+			w.added.Add(1)
+		case watch.Modified:
+			w.modified.Add(1)
+		case watch.Deleted:
+			w.deleted.Add(1)
+		case watch.Bookmark:
+			if !synced && ev.Object.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+				synced = true
+				close(w.synced)
+			}
+		default:
+			return fmt.Errorf("watch event of type %q", ev.Type)
+		}
+	}
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // protobufMagic starts every object the API server encodes as protobuf.

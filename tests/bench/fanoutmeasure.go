@@ -253,11 +253,11 @@ func waitSynced(ctx context.Context, clients []*simClient, timeout time.Duration
 				select {
 				case <-w.synced:
 					synced = true
-				case <-c.done:
+				case <-w.ended:
 					if err := c.err(); err != nil {
 						return err
 					}
-					return fmt.Errorf("a simulated client's watches ended before their initial events")
+					return fmt.Errorf("a simulated client's watch ended before its initial events")
 				case <-deadline.C:
 					return fmt.Errorf("simulated clients not synced after %v", timeout)
 				case <-ctx.Done():

@@ -247,7 +247,7 @@ func main() {
 		fs.IntVar(&c.Changes, "changes", 100, "changes timed at each number of clients")
 		fs.IntVar(&c.StartPods, "start-pods", 10000, "pods when the clients' starts are timed (extrapolated to 150,000)")
 		fs.IntVar(&c.StartAgents, "start-agents", 5, "client starts timed, one after the other")
-		fs.IntVar(&c.Nodes, "nodes", 50, "Node objects")
+		fs.IntVar(&c.Nodes, "nodes", 0, "Node objects (0: start-pods/30, the density of 150,000 pods on 5,000 nodes)")
 		fs.DurationVar(&c.Idle, "idle", 3*time.Second, "idle time over which the API server's own CPU is read at each number of clients")
 		_ = fs.Parse(args)
 		for _, s := range strings.Split(agents, ",") {
