@@ -84,6 +84,7 @@ func newWatchCounts() *watchCounts {
 type simClient struct {
 	watches []*watchCounts
 	wire    atomic.Int64 // bytes read from the sockets: TLS records, HTTP headers and chunking included
+	retries atomic.Int64 // watches opened again after an error event before their initial events
 	tr      *http.Transport
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -182,6 +183,23 @@ func watchQuery(r watchRequest) url.Values {
 }
 
 func (c *simClient) run(ctx context.Context, sc simConfig, r watchRequest, w *watchCounts) error {
+	backoff := 800 * time.Millisecond // client-go reflector's first back-off
+	for attempt := 0; ; attempt++ {
+		err := c.runOnce(ctx, sc, r, w)
+		if ctx.Err() != nil || !retryable(err, w) || attempt == watchRetries {
+			return err
+		}
+		c.retries.Add(1)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func (c *simClient) runOnce(ctx context.Context, sc simConfig, r watchRequest, w *watchCounts) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, sc.server+r.path+"?"+watchQuery(r).Encode(), nil)
 	if err != nil {
 		return err
@@ -241,6 +259,8 @@ func readJSONWatch(r io.Reader, w *watchCounts) error {
 				synced = true
 				close(w.synced)
 			}
+		case watch.Error:
+			return &watchErrorEvent{msg: "(JSON stream)"}
 		default:
 			return fmt.Errorf("watch event of type %q", ev.Type)
 		}
@@ -309,7 +329,7 @@ func readWatchFrames(r io.Reader, w *watchCounts) error {
 				close(w.synced)
 			}
 		case watch.Error:
-			return fmt.Errorf("watch error event")
+			return &watchErrorEvent{msg: watchErrorMessage(obj)}
 		}
 	}
 }
@@ -346,6 +366,44 @@ func endsInitialEvents(raw []byte) bool {
 	}
 	m, ok := obj.(metav1.Object)
 	return ok && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true"
+}
+
+// watchErrorEvent is an ERROR event of a watch.
+type watchErrorEvent struct{ msg string }
+
+func (e *watchErrorEvent) Error() string { return "watch error event: " + e.msg }
+
+// watchRetries bounds the re-opens of a watch that failed before its
+// initial events.
+const watchRetries = 10
+
+// retryable reports whether a watch that ended with err is opened again,
+// as client-go's reflector and pkg/podstore do (after a back-off): any
+// failure before its initial events ended, such as a TLS handshake that
+// timed out or the API server's "Too large resource version" when its
+// watch cache lags behind etcd.
+func retryable(err error, w *watchCounts) bool {
+	if err == nil {
+		return false
+	}
+	select {
+	case <-w.synced:
+		return false
+	default:
+		return true
+	}
+}
+
+// watchErrorMessage returns the message of an error event's Status.
+func watchErrorMessage(raw []byte) string {
+	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(raw, nil, nil)
+	if err != nil {
+		return err.Error()
+	}
+	if st, ok := obj.(*metav1.Status); ok {
+		return fmt.Sprintf("%s (%s, %d)", st.Message, st.Reason, st.Code)
+	}
+	return fmt.Sprintf("%T", obj)
 }
 
 // countingConn counts the bytes read from a connection.
