@@ -146,3 +146,79 @@ func TestFitLine(t *testing.T) {
 		t.Error("a line through one x")
 	}
 }
+
+// jsonWatchStream encodes events as the API server writes a JSON watch of
+// a custom resource: one WatchEvent object after the other.
+func jsonWatchStream(t *testing.T, events []watch.Event) []byte {
+	t.Helper()
+	info, ok := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), runtime.ContentTypeJSON)
+	if !ok || info.StreamSerializer == nil {
+		t.Fatal("no JSON stream serializer")
+	}
+	var out bytes.Buffer
+	enc := streaming.NewEncoder(info.StreamSerializer.Framer.NewFrameWriter(&out), info.StreamSerializer.Serializer)
+	for _, ev := range events {
+		var obj bytes.Buffer
+		if err := info.Serializer.Encode(ev.Object, &obj); err != nil {
+			t.Fatal(err)
+		}
+		if err := enc.Encode(&metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: obj.Bytes()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out.Bytes()
+}
+
+func TestReadJSONWatchCountsAndSyncs(t *testing.T) {
+	stream := jsonWatchStream(t, []watch.Event{
+		{Type: watch.Added, Object: watchPod("a")},
+		{Type: watch.Bookmark, Object: bookmark(false)},
+		{Type: watch.Added, Object: watchPod("b")},
+		{Type: watch.Bookmark, Object: bookmark(true)},
+		{Type: watch.Modified, Object: watchPod("a")},
+		{Type: watch.Deleted, Object: watchPod("b")},
+	})
+	w := newWatchCounts()
+	if err := readJSONWatch(bytes.NewReader(stream), w); err != nil {
+		t.Fatalf("readJSONWatch: %v", err)
+	}
+	if a, m, d := w.added.Load(), w.modified.Load(), w.deleted.Load(); a != 2 || m != 1 || d != 1 {
+		t.Errorf("added, modified, deleted = %d, %d, %d; want 2, 1, 1", a, m, d)
+	}
+	if got := w.payload.Load(); got != int64(len(stream)) {
+		t.Errorf("payload = %d bytes, want the stream's %d", got, len(stream))
+	}
+	select {
+	case <-w.synced:
+	default:
+		t.Error("the bookmark ending the initial events did not mark the watch synced")
+	}
+	early := newWatchCounts()
+	if err := readJSONWatch(bytes.NewReader(jsonWatchStream(t, []watch.Event{{Type: watch.Bookmark, Object: bookmark(false)}})), early); err != nil {
+		t.Fatalf("readJSONWatch: %v", err)
+	}
+	select {
+	case <-early.synced:
+		t.Error("synced by a bookmark without the initial-events-end annotation")
+	default:
+	}
+	status := &metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Status: metav1.StatusFailure, Message: "too old"}
+	if err := readJSONWatch(bytes.NewReader(jsonWatchStream(t, []watch.Event{{Type: watch.Error, Object: status}})), newWatchCounts()); err == nil {
+		t.Error("an ERROR event read as no error")
+	}
+}
+
+func TestRetryableOnlyBeforeTheInitialEvents(t *testing.T) {
+	w := newWatchCounts()
+	failed := &watchErrorEvent{msg: "Too large resource version"}
+	if !retryable(failed, w) {
+		t.Error("a watch that failed before its initial events is not opened again")
+	}
+	if retryable(nil, w) {
+		t.Error("a watch that ended without error is opened again")
+	}
+	close(w.synced)
+	if retryable(failed, w) {
+		t.Error("a watch that failed after its initial events is opened again: its losses would go unseen")
+	}
+}
