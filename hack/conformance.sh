@@ -2,8 +2,10 @@
 # hack/conformance.sh runs Kubernetes' own e2e NetworkPolicy suite (upstream
 # e2e.test v1.37.2, ginkgo focus "Netpol|NetworkPolicy") against a real
 # Kubernetes cluster whose NetworkPolicy enforcer is nftpolicy, deployed from
-# install.yaml as the DaemonSet it ships (only the image, the pull policy and
-# --mode are changed).
+# a release (make release) as an operator deploys it: the release's image index
+# imported into the nodes' containerd, its install.yaml (image pinned by
+# digest) applied with kubectl apply --server-side, only --mode changed
+# (--image-build: the repository's install.yaml with hack/image.sh's image).
 #
 # The cluster is built from source (hack/tools.sh conformance: the Go module
 # proxy and Debian's packages; no Docker, no registry) and lives entirely in
@@ -33,13 +35,22 @@
 # 30 s and that no node keeps the nftpolicy table
 # (hack/conformance/uninstall.sh; 2 nodes).
 #
+# With --suite helm it installs the release's chart with the real helm,
+# upgrades it to the next release's chart under the rollout suite's
+# connection loop, rolls back under it, uninstalls with the uninstall
+# suite's checks, and runs the release's cleanup.yaml on a node holding a
+# left-behind table (hack/conformance/helm.sh; 2 nodes, queue mode).
+#
 # Usage: bash hack/conformance.sh [options]      (root; make conformance)
-#   --suite e2e|npa|rollout|preview|uninstall  Kubernetes' e2e NetworkPolicy
-#                    specs (default), SIG Network's ClusterNetworkPolicy suite,
-#                    a rolling update of the agent under connections, a
-#                    preview of a policy against what it then cuts, or the
-#                    removal of nftpolicy
-#   --mode hybrid|queue|kernel  the agent's --mode (default hybrid; rollout: queue)
+#   --suite e2e|npa|rollout|preview|uninstall|helm  Kubernetes' e2e
+#                    NetworkPolicy specs (default), SIG Network's
+#                    ClusterNetworkPolicy suite, a rolling update of the agent
+#                    under connections, a preview of a policy against what it
+#                    then cuts, the removal of nftpolicy, or the chart's
+#                    install, upgrade and rollback under connections,
+#                    uninstall and cleanup.yaml
+#   --mode hybrid|queue|kernel  the agent's --mode (default hybrid; rollout
+#                    and helm: queue)
 #   --focus REGEX    ginkgo focus instead of 'Netpol|NetworkPolicy', e.g. one spec;
 #                    with --suite npa: run only the tests whose name matches
 #                    (the others are reported as skipped); --run is the same
@@ -61,6 +72,19 @@
 #   --keep           leave the cluster up afterwards (then: --down)
 #   --down           tear down a cluster left by --keep (or by a crash), exit
 #   --no-build       do not run hack/tools.sh (use what is in the tools dir)
+#   --release DIR    the release directory to deploy (default
+#                    _output/release/<VERSION>, built by make release when
+#                    missing): its image index imported into every node's
+#                    containerd (ctr import --all-platforms), its install.yaml
+#                    (image pinned by digest) applied with kubectl apply
+#                    --server-side; only the ConfigMap's mode and --agent-arg
+#                    flags are changed (install.diff)
+#   --next-release DIR  with --suite helm: the release helm upgrades to
+#                    (default _output/release/<VERSION>-next, built by
+#                    hack/release.sh with that version when missing)
+#   --image-build    deploy the repository's install.yaml with an image made by
+#                    hack/image.sh from the build host's nft instead (the path
+#                    before releases existed)
 # Environment: NFTPOLICY_TOOLS (tools cache, default /var/cache/nftpolicy/tools),
 #   NFTPOLICY_CONFORMANCE_STATE (cluster state, default /var/cache/nftpolicy/conformance),
 #   NFTPOLICY_CONFORMANCE_OUT (reports, default <repo>/_output/conformance,
@@ -96,7 +120,7 @@ NPA_VERSION=v0.3.0
 NPA_PROFILE=ClusterNetworkPolicy
 NPA_SCTP_TESTS=CNPAdminTierEgressSCTP,CNPAdminTierIngressSCTP,CNPBaselineTierEgressSCTP,CNPBaselineTierIngressSCTP
 
-SUITE=e2e MODE= FOCUS= SKIP= NO_AGENT=0 KEEP=0 NODES= PROCS=4 DOWN=0 BUILD=1 IP_FAMILY=ipv4 AGENT_ARGS=()
+RELEASE_DIR= NEXT_RELEASE_DIR= IMAGE_BUILD= RELEASE_IMPORTS=() SUITE=e2e MODE= FOCUS= SKIP= NO_AGENT=0 KEEP=0 NODES= PROCS=4 DOWN=0 BUILD=1 IP_FAMILY=ipv4 AGENT_ARGS=()
 while (($#)); do
 	case $1 in
 	--suite) SUITE=$2; shift 2 ;;
@@ -121,10 +145,16 @@ while (($#)); do
 	--keep) KEEP=1; shift ;;
 	--down) DOWN=1; shift ;;
 	--no-build) BUILD=0; shift ;;
+	--release) RELEASE_DIR=$2; shift 2 ;;
+	--release=*) RELEASE_DIR=${1#*=}; shift ;;
+	--image-build) IMAGE_BUILD=1; shift ;;
+	--next-release) NEXT_RELEASE_DIR=$2; shift 2 ;;
+	--next-release=*) NEXT_RELEASE_DIR=${1#*=}; shift ;;
 	-h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "hack/conformance.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
+MODE_SET=$MODE
 [[ -n $MODE ]] || { [[ $SUITE == rollout ]] && MODE=queue || MODE=hybrid; }
 case $MODE in hybrid | queue | kernel) ;; *) echo "--mode must be hybrid, queue or kernel" >&2; exit 2 ;; esac
 case $SUITE in
@@ -151,7 +181,14 @@ uninstall)
 	((!NO_AGENT)) || { echo "--suite uninstall removes the agent: --no-agent does not apply" >&2; exit 2; }
 	[[ -z $FOCUS && -z $SKIP ]] || { echo "--focus/--run/--skip do not apply to --suite uninstall" >&2; exit 2; }
 	;;
-*) echo "--suite must be e2e, npa, rollout, preview or uninstall" >&2; exit 2 ;;
+helm)
+	NODES=${NODES:-2} MODE=${MODE_SET:-queue} OUT=${NFTPOLICY_CONFORMANCE_OUT:-$ROOT/_output/helm}
+	((!NO_AGENT)) || { echo "--suite helm installs the agent: --no-agent does not apply" >&2; exit 2; }
+	[[ -z $FOCUS && -z $SKIP ]] || { echo "--focus/--run/--skip do not apply to --suite helm" >&2; exit 2; }
+	[[ -z $IMAGE_BUILD ]] || { echo "--suite helm installs the releases' charts: --image-build does not apply" >&2; exit 2; }
+	((${#AGENT_ARGS[@]} == 0)) || { echo "--agent-arg does not apply to --suite helm" >&2; exit 2; }
+	;;
+*) echo "--suite must be e2e, npa, rollout, preview, uninstall or helm" >&2; exit 2 ;;
 esac
 case $NODES in 1 | 2) ;; *) echo "--nodes must be 1 or 2" >&2; exit 2 ;; esac
 
@@ -310,7 +347,7 @@ fi
 
 TOOLSET=conformance SUITE_BINS=(e2e.test ginkgo)
 [[ $SUITE == npa ]] && TOOLSET=npa SUITE_BINS=(npa-conformance.test)
-[[ $SUITE == rollout || $SUITE == preview || $SUITE == uninstall ]] && SUITE_BINS=()
+[[ $SUITE == rollout || $SUITE == preview || $SUITE == uninstall || $SUITE == helm ]] && SUITE_BINS=()
 if ((BUILD)); then
 	log "building tools (hack/tools.sh $TOOLSET; cached in $TOOLS)"
 	bash "$ROOT/hack/tools.sh" "$TOOLSET" >/dev/null
@@ -359,6 +396,7 @@ else
 	trap 'rc=$?; declare -F suite_cleanup >/dev/null && suite_cleanup; ((rc == 0)) || log "cluster left up (--keep); tear down with: bash hack/conformance.sh --down"; exit $rc' EXIT
 fi
 
+source "$HERE/release.sh"
 log "building images"
 mkrootfs() { # DIR: an empty root filesystem with /tmp and /etc/passwd
 	mkdir -p "$1"/{etc,tmp,proc,sys,dev}
@@ -381,11 +419,27 @@ if [[ $SUITE == npa ]]; then
 		--cmd pause --host-binary "$(command -v bash)" --out "$STATE/images/agnhost-npa.tar" >/dev/null
 fi
 rm -rf "$STATE/images/pause" "$STATE/images/agnhost"
-AGENT_IMAGE=
-if ((!NO_AGENT)); then
+AGENT_IMAGE= AGENT_MANIFEST=$ROOT/install.yaml
+if ((!NO_AGENT)) && [[ -n $IMAGE_BUILD ]]; then
 	[[ -f $ROOT/install.yaml ]] || die "install.yaml is missing"
 	bash "$ROOT/hack/image.sh" --tag nftpolicy.local/nftpolicy:conformance --out "$STATE/images/nftpolicy.tar" >/dev/null
 	AGENT_IMAGE=nftpolicy.local/nftpolicy:conformance
+elif ((!NO_AGENT)); then
+	release_prepare
+fi
+if [[ $SUITE == helm ]]; then
+	source "$HERE/helm.sh"
+	helm_prepare
+	# The pause image the release's cleanup.yaml names (the kubelet's
+	# sandbox image is $PAUSE_IMAGE).
+	cleanup_pause=$(awk '$1 == "image:" && $2 ~ /pause/ { print $2; exit }' "$RELEASE_DIR/cleanup.yaml")
+	if [[ -n $cleanup_pause && $cleanup_pause != "$PAUSE_IMAGE" ]]; then
+		mkrootfs "$STATE/images/pause"
+		cp "$BIN/pause" "$STATE/images/pause/pause"
+		bash "$ROOT/hack/image.sh" --rootfs "$STATE/images/pause" --tag "$cleanup_pause" --entrypoint /pause \
+			--out "$STATE/images/pause-cleanup.tar" >/dev/null
+		rm -rf "$STATE/images/pause"
+	fi
 fi
 
 # ---------------------------------------------------------------------------
@@ -621,6 +675,7 @@ start_worker() {
 	start_bg "$n" "containerd-node$n" containerd --config "$nd/containerd.toml"
 	wait_for 60 "containerd on node$n" innode "$n" ctr -a /run/containerd/containerd.sock version
 	local img
+	((${#RELEASE_IMPORTS[@]})) && release_import "$n"
 	for img in "$STATE"/images/*.tar; do
 		innode "$n" ctr -a /run/containerd/containerd.sock -n k8s.io images import --local "$img" >/dev/null 2>>"$LOGS/ctr-node$n.log" ||
 			innode "$n" ctr -a /run/containerd/containerd.sock -n k8s.io images import "$img" >/dev/null 2>>"$LOGS/ctr-node$n.log" ||
@@ -769,11 +824,18 @@ fi
 # nftpolicy
 # ---------------------------------------------------------------------------
 if ((!NO_AGENT)); then
-	log "deploying install.yaml (image $AGENT_IMAGE, --mode=$MODE)"
-	sed -e "s#^\([[:space:]]*image:[[:space:]]*\)[^[:space:]]*nftpolicy[^[:space:]]*#\1$AGENT_IMAGE#" \
-		-e "s#^\([[:space:]]*imagePullPolicy:[[:space:]]*\).*#\1Never#" \
-		-e "s#^    mode: [a-z]*\$#    mode: $MODE#" "$ROOT/install.yaml" >"$STATE/install.yaml"
-	grep -q "image: $AGENT_IMAGE" "$STATE/install.yaml" || die "could not set the image in install.yaml"
+	log "deploying $AGENT_MANIFEST (image $AGENT_IMAGE, --mode=$MODE)"
+	if [[ -n $IMAGE_BUILD ]]; then
+		sed -e "s#^\([[:space:]]*image:[[:space:]]*\)[^[:space:]]*nftpolicy[^[:space:]]*#\1$AGENT_IMAGE#" \
+			-e "s#^\([[:space:]]*imagePullPolicy:[[:space:]]*\).*#\1Never#" "$AGENT_MANIFEST" >"$STATE/install.yaml"
+		grep -q "image: $AGENT_IMAGE" "$STATE/install.yaml" || die "could not set the image in install.yaml"
+	else
+		# The release's manifest as a user applies it; --suite npa installs
+		# the experimental channel's CRD itself, so the standard one the
+		# release carries is left out there.
+		release_manifest >"$STATE/install.yaml"
+	fi
+	sed -i "s#^    mode: [a-z]*\$#    mode: $MODE#" "$STATE/install.yaml"
 	# The mode is a setting of the agent's ConfigMap (docs/config.md).
 	grep -q "^    mode: $MODE\$" "$STATE/install.yaml" || die "could not set the mode in install.yaml's ConfigMap"
 	for a in "${AGENT_ARGS[@]}"; do
@@ -781,8 +843,12 @@ if ((!NO_AGENT)); then
 		sed -i "s#^\([[:space:]]*\)- --config=/etc/nftpolicy/config.yaml\$#&\n\1- \"$a\"#" "$STATE/install.yaml"
 		grep -qF -- "- \"$a\"" "$STATE/install.yaml" || die "could not add $a to the agent's arguments"
 	done
-	diff -u "$ROOT/install.yaml" "$STATE/install.yaml" >"$OUT/install.diff" || true
-	kc apply -f "$STATE/install.yaml" >/dev/null
+	diff -u "$AGENT_MANIFEST" "$STATE/install.yaml" >"$OUT/install.diff" || true
+	if [[ $SUITE == helm ]]; then
+		helm_install # the chart, not install.yaml
+	else
+		kc apply --server-side -f "$STATE/install.yaml" >/dev/null
+	fi
 	if ! kc -n kube-system rollout status ds/nftpolicy --timeout=180s >&2; then
 		kc -n kube-system get pods -o wide >&2 || true
 		kc -n kube-system describe ds/nftpolicy >&2 || true
@@ -849,6 +915,7 @@ uninstall)
 	source "$HERE/uninstall.sh"
 	run_uninstall
 	;;
+helm) run_helm ;;
 *) run_e2e ;;
 esac
 
@@ -977,7 +1044,7 @@ summarize_npa() {
 	echo "------------------------------------------------------------------"
 }
 
-case $SUITE in npa) summarize_npa ;; rollout) summarize_rollout ;; preview) summarize_preview ;; uninstall) summarize_uninstall ;; *) summarize_e2e ;; esac
+case $SUITE in npa) summarize_npa ;; rollout) summarize_rollout ;; preview) summarize_preview ;; uninstall) summarize_uninstall ;; helm) summarize_helm ;; *) summarize_e2e ;; esac
 
 if ((KEEP)); then
 	log "cluster left up (--keep). kubectl: nsenter -t $(holder_pid 1) -m -n $BIN/kubectl --kubeconfig $KCFG ..."

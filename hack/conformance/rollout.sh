@@ -187,6 +187,13 @@ suite_cleanup() {
 	ROLLOUT_BG=()
 }
 
+# rollout_restart: the update the rollout suite makes (the helm suite sets
+# ROLLOUT_UPDATE to its helm upgrade or rollback instead).
+rollout_restart() {
+	kc -n kube-system rollout restart ds/nftpolicy >/dev/null
+	log "rollout: kubectl rollout restart daemonset/nftpolicy; waiting for kubectl rollout status"
+}
+
 # fmt_time UNIXTIME: UTC time of day with milliseconds.
 fmt_time() { date -u -d "@$1" +%H:%M:%S.%3N; }
 
@@ -228,8 +235,7 @@ run_rollout() {
 	queue_stats before
 	local t_restart t_done
 	t_restart=$(date +%s.%N)
-	kc -n kube-system rollout restart ds/nftpolicy >/dev/null
-	log "rollout: kubectl rollout restart daemonset/nftpolicy; waiting for kubectl rollout status"
+	"${ROLLOUT_UPDATE:-rollout_restart}"
 	local status_rc=0
 	kc -n kube-system rollout status ds/nftpolicy --timeout=300s >"$OUT/rollout-status.txt" 2>&1 || status_rc=$?
 	t_done=$(date +%s.%N)
@@ -265,7 +271,7 @@ run_rollout() {
 summarize_rollout() {
 	local fa=$OUT/connections-allowed.txt fd=$OUT/connections-denied.txt
 	{
-		echo "suite: rolling update of the nftpolicy DaemonSet under connections, mode: $MODE, nodes: $NODES"
+		echo "suite: rolling update of the nftpolicy DaemonSet under connections (${ROLLOUT_WHAT:-kubectl rollout restart}), mode: $MODE, nodes: $NODES"
 		echo "connections: a new TCP connection every ${ROLLOUT_INTERVAL}s from each client, deadline ${ROLLOUT_TIMEOUT}s;" \
 			"${ROLLOUT_BEFORE}s before the update, ${ROLLOUT_AFTER}s after kubectl rollout status returned"
 		echo "rollout restart at $(fmt_time "$ROLLOUT_T_RESTART"), rollout status returned (exit $ROLLOUT_STATUS_RC) at $(fmt_time "$ROLLOUT_T_DONE")" \

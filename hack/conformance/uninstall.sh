@@ -69,6 +69,10 @@ uninstall_probe() {
 	nsenter -t "$pid" -n -- "$UNINSTALL_PY" "$HERE/holdflows.py" probe "client-node$1=$2:8080" 2>/dev/null
 }
 
+# uninstall_delete: the removal the uninstall suite makes (the helm suite
+# sets UNINSTALL_DELETE to its helm uninstall instead).
+uninstall_delete() { kc delete -f "$STATE/install.yaml" --wait=false; }
+
 run_uninstall() {
 	local snode pid_s host n start now pod
 	# preview_pid lives there.
@@ -93,9 +97,9 @@ run_uninstall() {
 	sleep 2
 
 	: >"$OUT/probes.txt"
-	log "uninstall: kubectl delete -f install.yaml, then a new client pod on each node must reach the server within ${UNINSTALL_DEADLINE}s"
+	log "uninstall: ${UNINSTALL_WHAT:-kubectl delete -f install.yaml}, then a new client pod on each node must reach the server within ${UNINSTALL_DEADLINE}s"
 	start=$SECONDS
-	kc delete -f "$STATE/install.yaml" --wait=false >"$OUT/delete.txt" 2>&1 || true
+	"${UNINSTALL_DELETE:-uninstall_delete}" >"$OUT/delete.txt" 2>&1 || true
 	for n in $(seq 1 "$NODES"); do uninstall_client "$n"; echo ---; done | kc apply -f - >/dev/null
 	declare -gA UNINSTALL_OK=()
 	while :; do
@@ -123,7 +127,7 @@ run_uninstall() {
 summarize_uninstall() {
 	local n ok=1 tables
 	{
-		echo "suite: uninstall (kubectl delete -f install.yaml), mode: $MODE, nodes: $NODES${AGENT_ARGS[*]:+, agent args: ${AGENT_ARGS[*]}}"
+		echo "suite: uninstall (${UNINSTALL_WHAT:-kubectl delete -f install.yaml}), mode: $MODE, nodes: $NODES${AGENT_ARGS[*]:+, agent args: ${AGENT_ARGS[*]}}"
 		for n in $(seq 1 "$NODES"); do
 			tables=unknown
 			[[ -e $OUT/tables-after-node$n.txt ]] &&
