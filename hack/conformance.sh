@@ -824,7 +824,7 @@ fi
 # nftpolicy
 # ---------------------------------------------------------------------------
 if ((!NO_AGENT)); then
-	log "deploying $AGENT_MANIFEST (image $AGENT_IMAGE, --mode=$MODE)"
+	log "deploying $([[ $SUITE == helm ]] && echo "the chart of $RELEASE_DIR (helm install)" || echo "$AGENT_MANIFEST") (image $AGENT_IMAGE, --mode=$MODE)"
 	if [[ -n $IMAGE_BUILD ]]; then
 		sed -e "s#^\([[:space:]]*image:[[:space:]]*\)[^[:space:]]*nftpolicy[^[:space:]]*#\1$AGENT_IMAGE#" \
 			-e "s#^\([[:space:]]*imagePullPolicy:[[:space:]]*\).*#\1Never#" "$AGENT_MANIFEST" >"$STATE/install.yaml"
