@@ -22,6 +22,8 @@ release_prepare() {
 		RELEASE_DIR=$ROOT/_output/release/$version
 		release_build "$RELEASE_DIR" "$version"
 	fi
+	# Absolute: the nodes' processes run in their own mount namespaces.
+	RELEASE_DIR=$(cd "$RELEASE_DIR" && pwd) || die "no release directory $RELEASE_DIR"
 	AGENT_IMAGE=$(release_check "$RELEASE_DIR") || exit 1
 	AGENT_MANIFEST=$RELEASE_DIR/install.yaml
 	RELEASE_IMPORTS+=("$RELEASE_DIR/nftpolicy-image.oci.tar=$AGENT_IMAGE")
@@ -80,15 +82,18 @@ release_manifest() {
 # import names it only by the archive's repo:tag, and the kubelet asks for
 # repo@digest.
 release_import() {
-	local n=$1 ctr=(innode "$1" ctr -a /run/containerd/containerd.sock -n k8s.io) imp oci image ref name
+	local n=$1 ctr=(innode "$1" ctr -a /run/containerd/containerd.sock -n k8s.io) imp oci image ref name names
 	for imp in "${RELEASE_IMPORTS[@]}"; do
 		oci=${imp%%=*} image=${imp#*=}
 		ref=$(digest_ref "$image")
 		"${ctr[@]}" images import --all-platforms "$oci" >/dev/null 2>>"$LOGS/ctr-node$n.log" ||
 			die "importing $oci on node$n failed (see $LOGS/ctr-node$n.log)"
 		name=${image%@*}
-		"${ctr[@]}" images ls -q | grep -qxF "$name" || die "node$n: $oci did not import as $name"
-		if ! "${ctr[@]}" images ls -q | grep -qxF "$ref"; then
+		# The list first: grep -q would stop reading, and pipefail report
+		# ctr's SIGPIPE.
+		names=$("${ctr[@]}" images ls -q 2>>"$LOGS/ctr-node$n.log") || die "node$n: ctr images ls failed"
+		grep -qxF "$name" <<<"$names" || die "node$n: $oci did not import as $name"
+		if ! grep -qxF "$ref" <<<"$names"; then
 			echo "node$n: naming $name $ref" >>"$LOGS/ctr-node$n.log"
 			"${ctr[@]}" images tag --force "$name" "$ref" >/dev/null 2>>"$LOGS/ctr-node$n.log" ||
 				die "node$n: could not name the image $ref"
