@@ -27,7 +27,7 @@ VERSION_PKG := github.com/nftpolicy/nftpolicy/pkg/version
 GO_LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT)
 GO_BUILDFLAGS := -trimpath -buildvcs=auto -ldflags "$(GO_LDFLAGS)"
 
-.PHONY: all build plugin-cross test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout image clean compare release release-verify release-check helm chart-test promtool monitoring-test
+.PHONY: all build plugin-cross test test-unit fuzz redteam vet lint tools deps demo bench bench-quick diff diff-long conformance conformance-npa rollout conformance-helm image clean compare release release-verify release-check helm chart-test promtool monitoring-test
 
 all: build
 
@@ -126,6 +126,13 @@ conformance-npa: deps build
 # connection may fail, no denied one be admitted. 1.5 to 3 minutes.
 rollout: deps build
 	bash hack/conformance.sh --suite rollout $(CONFORMANCE_FLAGS)
+
+# The release's chart with the real helm: install, upgrade to the next
+# release and rollback under connections, uninstall, cleanup.yaml (two
+# nodes, queue mode; hack/conformance/README.md). About 1.5 minutes once the
+# two releases are built.
+conformance-helm: deps build
+	bash hack/conformance.sh --suite helm $(CONFORMANCE_FLAGS)
 
 image: build
 	bash hack/image.sh
