@@ -65,13 +65,14 @@ digest_ref() {
 }
 
 # release_manifest: the release's install.yaml as applied (stdout); for
-# --suite npa without its CustomResourceDefinition documents.
+# --suite npa without the ClusterNetworkPolicy CRD (the suite installs the
+# experimental channel's), keeping nftpolicy's own NodeEnforcement CRD.
 release_manifest() {
 	if [[ $SUITE != npa ]]; then
 		cat "$AGENT_MANIFEST"
 		return
 	fi
-	awk 'function flush() { if (doc != "" && doc !~ /\nkind: CustomResourceDefinition\n/) printf "%s", doc; doc = "" }
+	awk 'function flush() { if (doc != "" && !(doc ~ /\nkind: CustomResourceDefinition\n/ && doc ~ /\n  name: clusternetworkpolicies\.policy\.networking\.k8s\.io\n/)) printf "%s", doc; doc = "" }
 		/^---$/ { flush(); doc = "---\n"; next }
 		{ doc = doc $0 "\n" }
 		END { flush() }' "$AGENT_MANIFEST"
