@@ -75,7 +75,6 @@ ds_state() {
 }
 
 helm_upgrade() {
-	ROLLOUT_T_UPDATE=$(date +%s.%N)
 	helm_cmd upgrade "$HELM_RELEASE" "$(helm_chart "$NEXT_RELEASE_DIR")" --set mode="$MODE" --set logVerbosity=2 \
 		>"$OUT/helm-upgrade.txt" 2>&1 || { cat "$OUT/helm-upgrade.txt" >&2; die "helm upgrade failed"; }
 	log "helm: helm upgrade to $(basename "$(helm_chart "$NEXT_RELEASE_DIR")") (logVerbosity 2); waiting for kubectl rollout status"

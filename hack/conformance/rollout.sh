@@ -274,7 +274,7 @@ summarize_rollout() {
 		echo "suite: rolling update of the nftpolicy DaemonSet under connections (${ROLLOUT_WHAT:-kubectl rollout restart}), mode: $MODE, nodes: $NODES"
 		echo "connections: a new TCP connection every ${ROLLOUT_INTERVAL}s from each client, deadline ${ROLLOUT_TIMEOUT}s;" \
 			"${ROLLOUT_BEFORE}s before the update, ${ROLLOUT_AFTER}s after kubectl rollout status returned"
-		echo "rollout restart at $(fmt_time "$ROLLOUT_T_RESTART"), rollout status returned (exit $ROLLOUT_STATUS_RC) at $(fmt_time "$ROLLOUT_T_DONE")" \
+		echo "${ROLLOUT_WHAT:-rollout restart} at $(fmt_time "$ROLLOUT_T_RESTART"), rollout status returned (exit $ROLLOUT_STATUS_RC) at $(fmt_time "$ROLLOUT_T_DONE")" \
 			"($(awk -v a="$ROLLOUT_T_RESTART" -v b="$ROLLOUT_T_DONE" 'BEGIN {printf "%.1f", b - a}')s)"
 		echo "allowed client: $(wc -l <"$fa") attempts, $(tally "$fa" ok) ok, $(tally "$fa" '!ok') failed" \
 			"($(awk '$2 != "ok" {print $2}' "$fa" | sort | uniq -c | awk '{printf "%s%s=%s", s, $2, $1; s=" "}'))"
