@@ -973,6 +973,7 @@ summarize_e2e() {
 	{
 		echo "commit: $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown), finished: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 		echo "mode: $( ((NO_AGENT)) && echo no-agent || echo "$MODE"), ip family: $IP_FAMILY, nodes: $NODES, procs: $PROCS, focus: $FOCUS${SKIP_RE:+, skip: $SKIP_RE}"
+		[[ -n $AGENT_IMAGE ]] && echo "agent: $AGENT_IMAGE from $AGENT_MANIFEST${RELEASE_DIR:+ ($(sed -n '1s/^# //p' "$AGENT_MANIFEST" | cut -d: -f1))}"
 		echo "${ran:-no ginkgo summary (see $OUT/e2e.log)}"
 		echo "${res:-}"
 		grep -E '^\s*\[FAIL\]' "$OUT/e2e.log" | sed 's/^\s*//' | sort -u || true
