@@ -699,8 +699,15 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 		}
 		delta = append(delta, d...)
 	}
+	// The program of the pods applied, derived before the transaction so
+	// that it is published as soon as the kernel has what it describes.
+	prog := c.tracker.Program()
 	if err := write(c.tracker.Ruleset()); err != nil {
 		return false, err
+	}
+	if !c.tracker.Stale() && prog != c.lastProgram.Load() {
+		c.publish(prog)
+		c.recordProgrammedPods(prog)
 	}
 	if !complete {
 		return false, nil
@@ -797,18 +804,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	c.inputsSum, c.podHashes = inputsSum(in)
 	c.policyHashes = policyTerms(in.Policies)
 	maps.Copy(c.policyHashes, clusterPolicyTerms(in.ClusterPolicies))
-	// Publish only after the matching transaction committed: the evaluator
-	// and the kernel never disagree about which program is in force.
-	// Readiness and the controller's program are stored before the
-	// evaluator's, so whoever sees the evaluator's program also sees the
-	// controller ready.
-	old := c.lastProgram.Load()
-	c.lastProgram.Store(prog)
-	first := !c.ready.Swap(true)
-	c.cfg.Evaluator.Swap(prog)
-	if c.cfg.OnProgram != nil {
-		c.cfg.OnProgram(old, prog)
-	}
+	first := c.publish(prog)
 	now := time.Now()
 	c.committed(kind, start, now, observed)
 	c.recordGauges(prog, rs)
@@ -825,6 +821,23 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	log.V(4).Info("Sync phases", "kind", kind, "observed", observed, "waited", durationSince(observed, start),
 		"snapshot", snapshotted.Sub(start), "build", built.Sub(snapshotted), "apply", applied.Sub(built), "publish", now.Sub(applied))
 	return nil
+}
+
+// publish makes prog the program in force, after the transaction that
+// enforces it committed: the evaluator and the kernel never disagree about
+// which program is in force. Readiness and the controller's program are
+// stored before the evaluator's, so whoever sees the evaluator's program
+// also sees the controller ready. It reports whether this is the first
+// program.
+func (c *Controller) publish(prog *compile.Program) bool {
+	old := c.lastProgram.Load()
+	c.lastProgram.Store(prog)
+	first := !c.ready.Swap(true)
+	c.cfg.Evaluator.Swap(prog)
+	if c.cfg.OnProgram != nil {
+		c.cfg.OnProgram(old, prog)
+	}
+	return first
 }
 
 // logFirstSync says what the agent's first committed sync did and cost.
@@ -905,6 +918,13 @@ func (c *Controller) recordGauges(prog *compile.Program, rs *compile.Ruleset) {
 	m := c.cfg.Metrics
 	m.ProgrammedPolicies.Set(float64(len(prog.Policies)))
 	m.ProgrammedClusterPolicies.Set(float64(len(prog.ClusterPolicies)))
+	c.recordProgrammedPods(prog)
+	m.SetElements.Set(float64(rs.ElementCount()))
+}
+
+// recordProgrammedPods sets the gauge of the local pods a NetworkPolicy
+// isolates.
+func (c *Controller) recordProgrammedPods(prog *compile.Program) {
 	n := 0
 	for i := range prog.Pods {
 		p := &prog.Pods[i]
@@ -912,8 +932,7 @@ func (c *Controller) recordGauges(prog *compile.Program, rs *compile.Ruleset) {
 			n++
 		}
 	}
-	m.ProgrammedPods.Set(float64(n))
-	m.SetElements.Set(float64(rs.ElementCount()))
+	c.cfg.Metrics.ProgrammedPods.Set(float64(n))
 }
 
 // reportProblems logs, counts and emits an Event for each policy whose
