@@ -112,7 +112,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.healthAddr, "health-bind-address", ":9403", "address of /healthz and /readyz (the kubelet probes the node's address); empty to disable")
 	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
 	fs.DurationVar(&o.refreshDelay, "program-refresh-delay", controller.DefaultProgramRefreshDelay,
-		"hybrid mode: pod changes reach the kernel at once as element changes; the program that explain and the queue's evaluator read is rebuilt this long after (at least twice the last build's duration)")
+		"hybrid mode: policy changes reach the kernel at once through the incremental compiler; the program that explain and the queue's evaluator read is rebuilt this long after (at least twice the last build's duration); pod changes publish their program with their transaction")
 	addBudgetFlags(fs, &o.budgets)
 	fs.DurationVar(&o.cnpCheck, "cluster-policy-check-period", controller.DefaultClusterPolicyCheckPeriod,
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")

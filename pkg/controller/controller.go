@@ -93,12 +93,13 @@ type Config struct {
 	MinRetryDelay, MaxRetryDelay time.Duration
 	// ResyncPeriod of the informers (0: none).
 	ResyncPeriod time.Duration
-	// ProgramRefreshDelay is how long after pod changes applied
+	// ProgramRefreshDelay is how long after policy changes applied
 	// incrementally (hybrid mode) the program the evaluator and explain
-	// read is rebuilt, at least: pod churn reaches the kernel at once, the
-	// program within this delay or twice the last build's duration,
+	// read is rebuilt, at least: policy changes reach the kernel at once,
+	// the program within this delay or twice the last build's duration,
 	// whichever is longer, of the first change it follows (the changes
-	// after it do not postpone it).
+	// after it do not postpone it). Pod changes publish their program
+	// with their transaction.
 	ProgramRefreshDelay time.Duration
 	// MemoryReleaser returns the memory full builds free to the OS; nil:
 	// one of the controller's own, with DefaultMemoryReleaseDelay. Share
@@ -238,6 +239,12 @@ type Controller struct {
 	// pending when it fired go first; it yields once.
 	refreshYielded bool
 	lastBuild      time.Duration
+	// unchecked is set when pod changes were applied incrementally since
+	// the last full build: the consistency check rebuilds after them
+	// (scheduleRefresh).
+	unchecked bool
+	// checkDelay replaces consistencyCheckDelay when set (tests).
+	checkDelay time.Duration
 	// fair is what each namespace's policy changes cost the loop
 	// (fairshare.go); rebuildFor is the policy change of this sync that
 	// needed a full build.
@@ -705,6 +712,7 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 	if err := write(c.tracker.Ruleset()); err != nil {
 		return false, err
 	}
+	c.unchecked = c.unchecked || applied > 0
 	if !c.tracker.Stale() && prog != c.lastProgram.Load() {
 		c.publish(prog)
 		c.recordProgrammedPods(prog)
@@ -756,7 +764,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// the programs in force and the build.
 	stale := false
 	if c.tracker != nil {
-		stale = c.tracker.Stale()
+		stale = c.tracker.Stale() || c.unchecked
 		c.tracker.Reset()
 	}
 	runtime.GC()
@@ -801,6 +809,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 		log.V(2).Info("Rebuild after incremental pod changes changed elements", "elementsAdded", res.ElementsAdded, "elementsDeleted", res.ElementsDeleted)
 	}
 	c.refreshDone()
+	c.unchecked = false
 	c.inputsSum, c.podHashes = inputsSum(in)
 	c.policyHashes = policyTerms(in.Policies)
 	maps.Copy(c.policyHashes, clusterPolicyTerms(in.ClusterPolicies))

@@ -681,6 +681,35 @@ func TestPodChangesPublishTheirProgram(t *testing.T) {
 	}
 }
 
+// TestConsistencyCheckFollowsPodChanges: pod changes applied incrementally
+// are followed, after the consistency check's delay, by one full build
+// that checks the tracker (and finds nothing to correct), and no full
+// build follows while no pod changes.
+func TestConsistencyCheckFollowsPodChanges(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ProgramRefreshDelay = time.Hour }, testPod("x", "a", "n1", "10.0.1.1", nil), denyAll("x"))
+	h.ctrl.checkDelay = 300 * time.Millisecond
+	h.run(t)
+	eventually(t, "first sync", h.ctrl.Ready)
+	syncs := h.ctrl.cfg.Metrics.SyncDuration
+	rebuilds := func() uint64 { return histogramCount(t, syncs, "incremental") + histogramCount(t, syncs, "full") }
+	time.Sleep(time.Second)
+	before := rebuilds()
+	if before != 1 {
+		t.Fatalf("%d full builds without a change, want the first only", before)
+	}
+	if _, err := h.client.CoreV1().Pods("x").Create(context.Background(), testPod("x", "b", "n1", "10.0.1.2", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the consistency check after x/b", func() bool { return rebuilds() > before })
+	time.Sleep(time.Second)
+	if got := rebuilds(); got != before+1 {
+		t.Errorf("%d full builds after one pod change, want 1", got-before)
+	}
+	if got := counterValue(t, h.ctrl.cfg.Metrics.TrackerCorrections); got != 0 {
+		t.Errorf("nftpolicy_tracker_corrections_total = %v", got)
+	}
+}
+
 // TestFallbackIsCountedWithItsReason: a pod change the tracker leaves to a
 // full rebuild (its address is another pod's) counts in
 // nftpolicy_incremental_fallbacks_total under its reason and is logged
