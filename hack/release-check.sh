@@ -9,8 +9,8 @@
 #     with the entrypoint /nftpolicy, and each image's nft and dynamic loader
 #     are ELF files of that architecture (`file`), its /nftpolicy the binary
 #     of the release;
-#   - install.yaml pins the image by the index's digest, and has the
-#     ClusterNetworkPolicy CRD;
+#   - install.yaml and cleanup.yaml pin the image by the index's digest,
+#     and install.yaml has the ClusterNetworkPolicy CRD;
 #   - krew's manifest has every archive's sha256; every binary has an SBOM;
 #   - the chart archive renders the objects of install.yaml (with helm);
 #   - as root, the image of this machine's architecture runs nft and the
@@ -124,6 +124,8 @@ if helm=$(bash "$ROOT/hack/helm.sh" --built 2>/dev/null); then
 else
 	printf 'skip the chart archive: helm is not built (bash hack/helm.sh)\n'
 fi
+check "cleanup.yaml pins ghcr.io/nftpolicy/nftpolicy:$VERSION@$digest" \
+	grep -q "image: ghcr.io/nftpolicy/nftpolicy:$VERSION@$digest\$" "$DIR/cleanup.yaml"
 check "install.yaml has the ClusterNetworkPolicy CRD" grep -q "name: clusternetworkpolicies.policy.networking.k8s.io" "$DIR/install.yaml"
 printf '%s\n' "image size: $(du -k "$DIR/nftpolicy-image.oci.tar" | cut -f1) KiB (oci-archive, both platforms)"
 for arch in amd64 arm64; do

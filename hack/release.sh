@@ -10,6 +10,8 @@
 #   install.yaml              the release manifest: the ClusterNetworkPolicy
 #                             CRD, then install.yaml with the image pinned by
 #                             the index's digest
+#   cleanup.yaml              deploy/cleanup.yaml (removes every node's table
+#                             after an uninstall), its image pinned likewise
 #   nftpolicy_<os>_<arch>     the agent binaries in the image
 #   kubectl-nftpolicy_<os>_<arch>.tar.gz  the kubectl plugin
 #   nftpolicy.yaml            krew's plugin manifest for those archives
@@ -122,6 +124,12 @@ pinned="image: $IMAGE_REPO:$VERSION@$digest"
 } >"$OUT/install.yaml"
 n=$(grep -c "$pinned" "$OUT/install.yaml")
 ((n == 1)) || { log "install.yaml: the agent's image line was replaced $n times, want 1"; exit 1; }
+{
+	printf '# nftpolicy %s (commit %s): after deleting install.yaml, see docs/uninstall.md\n' "$VERSION" "$COMMIT"
+	sed "s|^\([[:space:]]*\)image: ghcr.io/nftpolicy/nftpolicy:.*|\1$pinned|" "$SRC/deploy/cleanup.yaml"
+} >"$OUT/cleanup.yaml"
+n=$(grep -c "$pinned" "$OUT/cleanup.yaml")
+((n == 1)) || { log "cleanup.yaml: the cleanup image line was replaced $n times, want 1"; exit 1; }
 
 # --- the kubectl plugin ----------------------------------------------------
 archives=()
