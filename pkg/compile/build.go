@@ -701,18 +701,7 @@ func (b *builder) finish() {
 	}
 	reasons := map[string]string{}
 	reason := func(pod *Pod, ids []PolicyID, dir Direction) string {
-		if len(ids) == 0 {
-			return ""
-		}
-		names := make([]string, len(ids))
-		for i, id := range ids {
-			names[i] = p.Policies[id].Key
-		}
-		verb := "isolates"
-		if len(ids) > 1 {
-			verb = "isolate"
-		}
-		s := strings.Join(names, ", ") + " " + verb + " " + pod.Key + " for " + dir.String() + "; no rule matched"
+		s := deniedReason(p, pod, ids, dir)
 		if r, ok := reasons[s]; ok {
 			return r
 		}
@@ -742,22 +731,53 @@ func (b *builder) finish() {
 	}
 }
 
-// table returns the decision table of a combination of policies, building
-// it the first time the combination is seen.
-func (b *builder) table(seen map[string]int32, ids []PolicyID, d Direction) int32 {
+// deniedReason is the reason given when an isolated pod's traffic in one
+// direction matches no rule of the policies ids ("" when not isolated).
+func deniedReason(p *Program, pod *Pod, ids []PolicyID, dir Direction) string {
 	if len(ids) == 0 {
-		return -1
+		return ""
 	}
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = p.Policies[id].Key
+	}
+	verb := "isolates"
+	if len(ids) > 1 {
+		verb = "isolate"
+	}
+	return strings.Join(names, ", ") + " " + verb + " " + pod.Key + " for " + dir.String() + "; no rule matched"
+}
+
+// tableKey identifies a combination of policies in one direction.
+func tableKey(ids []PolicyID, d Direction) string {
 	var key strings.Builder
 	key.WriteString(d.String())
 	for _, id := range ids {
 		key.WriteByte(',')
 		key.WriteString(itoa(int(id)))
 	}
-	if t, ok := seen[key.String()]; ok {
+	return key.String()
+}
+
+// table returns the decision table of a combination of policies, building
+// it the first time the combination is seen.
+func (b *builder) table(seen map[string]int32, ids []PolicyID, d Direction) int32 {
+	if len(ids) == 0 {
+		return -1
+	}
+	key := tableKey(ids, d)
+	if t, ok := seen[key]; ok {
 		return t
 	}
 	p := b.prog
+	idx := int32(len(p.Tables))
+	p.Tables = append(p.Tables, buildTable(p, ids, d))
+	seen[key] = idx
+	return idx
+}
+
+// buildTable builds the decision table of a combination of policies.
+func buildTable(p *Program, ids []PolicyID, d Direction) Table {
 	t := Table{Policies: ids}
 	for _, id := range ids {
 		rules := p.Policies[id].Rules(d)
@@ -785,10 +805,7 @@ func (b *builder) table(seen map[string]int32, ids []PolicyID, d Direction) int3
 		}
 		return a.Rule.Order < b.Rule.Order
 	})
-	idx := int32(len(p.Tables))
-	p.Tables = append(p.Tables, t)
-	seen[key.String()] = idx
-	return idx
+	return t
 }
 
 func itoa(i int) string {

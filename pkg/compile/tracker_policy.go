@@ -122,7 +122,10 @@ func (t *Tracker) applyPolicyChange(k policyKind) Fallback {
 	k.own(t)
 	id, existed := k.find(t)
 	if !existed && k.deleted() {
-		return NoFallback // never seen: Build would not see it either
+		// Never seen: Build would not see it either, but the program's
+		// list of staged policies may name it.
+		t.policyChanged()
+		return NoFallback
 	}
 	// The new version is compiled with the tracker's selectors: a peer
 	// that selects what an existing selector selects shares its ID (and
@@ -176,8 +179,15 @@ func (t *Tracker) applyPolicyChange(k policyKind) Fallback {
 	if k.cluster() {
 		t.indexCombos()
 	}
-	t.stale = true
+	t.policyChanged()
 	return NoFallback
+}
+
+// policyChanged records that the program lags the tracked ruleset until
+// the next Rebuild: Program does not follow policy changes.
+func (t *Tracker) policyChanged() {
+	t.stale = true
+	t.pending = nil
 }
 
 // reselectPods finds where a changed policy stands among the tracked

@@ -300,7 +300,7 @@ func stagedAnnotation(staged bool) map[string]string {
 // ruleset equals the full build's, in hybrid and queue mode, for each
 // node's view; every third seed builds with the staged policies enforced.
 func TestTrackerEqualsFullBuild(t *testing.T) {
-	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol, stagedPol int
+	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol, stagedPol, programs, podPrograms int
 	for _, cfg := range []compile.RenderConfig{
 		{Mode: compile.ModeHybrid, QueueVariant: compile.QueueNative},
 		{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative},
@@ -328,6 +328,7 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 			tr, _ := newTracker(t, cfg, w)
 			for step := 0; step < *steps; step++ {
 				var what, key string
+				podStep := false
 				if x := w.r.IntN(14); x == 0 {
 					what = w.otherEvent()
 					if _, _, err := tr.Rebuild(w.input()); err != nil {
@@ -384,6 +385,7 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					var p *corev1.Pod
 					key, p, what = w.podEvent()
 					pod++
+					podStep = true
 					prev := tr.Ruleset()
 					if _, f := tr.ApplyPod(key, p); f == compile.NoFallback {
 						fast++
@@ -397,7 +399,16 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 						rebuilt++
 					}
 				}
-				want, err := compile.Render(compile.Build(w.input()), cfg)
+				built := compile.Build(w.input())
+				if checkProgram(t, tr, built, func() string {
+					return fmt.Sprintf("mode %s seed %d node %s step %d (%s %s)", mode, seed, node, step, what, key)
+				}) {
+					programs++
+					if podStep {
+						podPrograms++
+					}
+				}
+				want, err := compile.Render(built, cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -417,6 +428,12 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 		"%d policy events applied alone (of %d; %d outside queue mode), "+
 		"%d cluster policy events applied alone (of %d; %d trackable), %d changes rebuilt (%d pod events in all), %d staged policy events rebuilt for the staged log",
 		fast, reshaped, fastPol, pol, hybridPol, fastCPol, cpol, trackableCPol, rebuilt, pod, stagedPol)
+	t.Logf("%d programs compared with the full build, %d of them after pod events", programs, podPrograms)
+	// The program is checked after most pod events: those after a policy
+	// change wait for the next rebuild (Stale).
+	if podPrograms < fast/4 {
+		t.Errorf("only %d of %d pod events applied were followed by a program to compare", podPrograms, fast)
+	}
 	// Pods that create or delete combination chains take their own path.
 	if reshaped < pod/50 {
 		t.Errorf("only %d of %d pod events created or deleted combination chains", reshaped, pod)
