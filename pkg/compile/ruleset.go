@@ -10,7 +10,8 @@ import (
 // Chain is a desired chain and its rules, in order.
 type Chain struct {
 	Chain knftables.Chain
-	Rules []knftables.Rule
+	// Rules are typed (TableRule); knftables gets their printing.
+	Rules []TableRule
 	// External chains have their rules installed outside knftables (the
 	// xt-compat queue rule); syncs create them but never flush them.
 	External bool
@@ -143,7 +144,7 @@ func (rs *Ruleset) AddTo(tx *knftables.Transaction) {
 	for _, n := range rs.ChainOrder {
 		c := rs.Chains[n]
 		for i := range c.Rules {
-			kr := c.Rules[i]
+			kr := c.Rules[i].Knft()
 			kr.Chain = n
 			tx.Add(&kr)
 		}
@@ -224,9 +225,8 @@ func (rs *Ruleset) DumpTo(tx *knftables.Transaction) {
 	for _, n := range chains {
 		c := rs.Chains[n]
 		for i := range c.Rules {
-			kr := c.Rules[i]
+			kr := c.Rules[i].Knft()
 			kr.Chain = n
-			kr.Handle, kr.Index = nil, nil
 			tx.Add(&kr)
 		}
 	}

@@ -62,7 +62,7 @@ func refEncode(l *Layout, e *knftables.Element, forDelete bool) ([]refElement, e
 			if len(e.Value) != 1 {
 				return nil, fmt.Errorf("verdict map element %q needs one verdict", strings.Join(e.Key, " . "))
 			}
-			code, chain, err := parseVerdict(e.Value[0])
+			code, chain, err := refParseVerdict(e.Value[0])
 			if err != nil {
 				return nil, err
 			}
@@ -173,7 +173,12 @@ func typedOf(l *Layout, e *knftables.Element) (compile.Element, error) {
 		return out, fmt.Errorf("element %q: not one of the typed shapes of the set's type", e.Key)
 	}
 	if len(e.Value) == 1 {
-		out.Value = e.Value[0]
+		if _, chain, err := refParseVerdict(e.Value[0]); err != nil {
+			return out, err
+		} else {
+			word, _, _ := strings.Cut(strings.TrimSpace(e.Value[0]), " ")
+			out.Verdict, out.Chain = refVerdictKinds[word], chain
+		}
 	}
 	for i, k := range l.key {
 		first, last, err := refParseField(k, e.Key[i])
@@ -469,7 +474,7 @@ func equivalenceSets(r *rand.Rand) []propSet {
 			{Key: []string{"0"}},
 		}},
 		propSet{set: &compile.Set{Map: &knftables.Map{Name: "verdicts", Type: "inet_proto . inet_service : verdict", Flags: interval}}, pool: []knftables.Element{
-			{Key: []string{"tcp", "1-1023"}, Value: []string{"continue"}},
+			{Key: []string{"tcp", "1-1023"}, Value: []string{"accept"}},
 			{Key: []string{"udp", "53"}, Value: []string{"return"}, Comment: c("r")},
 			{Key: []string{"icmpv6", "0"}, Value: []string{" jump  a-chain-with-a-long-name "}},
 		}},
@@ -671,4 +676,20 @@ func encodeChanges(w *Conn, changes []testChange) (*Batch, error) {
 		}
 	}
 	return b, nil
+}
+
+var refVerdictKinds = map[string]compile.VerdictKind{"accept": compile.VerdictAccept, "drop": compile.VerdictDrop, "return": compile.VerdictReturn,
+	"jump": compile.VerdictJump, "goto": compile.VerdictGoto}
+
+// refParseVerdict reads a knftables element's verdict: "accept", "drop",
+// "return", "jump C" or "goto C".
+func refParseVerdict(s string) (int32, string, error) {
+	word, chain, _ := strings.Cut(strings.TrimSpace(s), " ")
+	k, ok := refVerdictKinds[word]
+	if !ok {
+		return 0, "", fmt.Errorf("verdict %q: unknown", s)
+	}
+	v := compile.RuleVerdict{Kind: k, Chain: strings.TrimSpace(chain)}
+	code, err := verdictCode(v)
+	return code, v.Chain, err
 }

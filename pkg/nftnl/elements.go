@@ -108,8 +108,8 @@ func LayoutOf(s *compile.Set) (Layout, error) {
 }
 
 // verdict codes (include/uapi/linux/netfilter/nf_tables.h, netfilter.h).
-var verdictCodes = map[string]int32{
-	"drop": 0, "accept": 1, "continue": -1, "jump": -3, "goto": -4, "return": -5,
+var verdictCodes = map[compile.VerdictKind]int32{
+	compile.VerdictDrop: 0, compile.VerdictAccept: 1, compile.VerdictJump: -3, compile.VerdictGoto: -4, compile.VerdictReturn: -5,
 }
 
 // maxValueLen is NFT_DATA_VALUE_MAXLEN: the longest key or map data the
@@ -247,14 +247,14 @@ func (l *Layout) encode(e *compile.Element, forDelete bool, out *[2]Element) (in
 func (l *Layout) encodePayload(e *compile.Element, el *Element) error {
 	switch {
 	case l.verdict:
-		code, chain, err := parseVerdict(e.Value)
+		code, err := verdictCode(e.Value())
 		if err != nil {
 			return err
 		}
-		el.hasVerdict, el.verdict, el.chain = true, code, chain
+		el.hasVerdict, el.verdict, el.chain = true, code, e.Chain
 	case l.data != nil:
 		return fmt.Errorf("%w: map data", ErrUnsupported)
-	case e.Value != "":
+	case e.Verdict != compile.VerdictNone:
 		return fmt.Errorf("set element %q has a value", e.Text())
 	}
 	if e.Comment != nil {
@@ -280,23 +280,18 @@ func increment(b []byte) bool {
 	return false
 }
 
-// parseVerdict reads "accept", "drop", "continue", "return", "jump C" or
-// "goto C".
-func parseVerdict(s string) (int32, string, error) {
-	word, chain, hasChain := strings.Cut(strings.TrimSpace(s), " ")
-	code, ok := verdictCodes[word]
+// verdictCode is a verdict's code; jump and goto need a chain, the
+// others take none.
+func verdictCode(v compile.RuleVerdict) (int32, error) {
+	code, ok := verdictCodes[v.Kind]
 	if !ok {
-		return 0, "", fmt.Errorf("verdict %q: unknown", s)
+		return 0, fmt.Errorf("verdict kind %d: not a verdict", v.Kind)
 	}
-	needsChain := word == "jump" || word == "goto"
-	chain = strings.TrimSpace(chain)
-	if needsChain != (hasChain && chain != "") {
-		return 0, "", fmt.Errorf("verdict %q: jump and goto need a chain, other verdicts take none", s)
+	needsChain := v.Kind == compile.VerdictJump || v.Kind == compile.VerdictGoto
+	if needsChain != (v.Chain != "") || len(v.Chain) > 255 || strings.ContainsAny(v.Chain, " \x00") {
+		return 0, fmt.Errorf("verdict %q: jump and goto need a chain, other verdicts take none", v)
 	}
-	if len(chain) > 255 || strings.ContainsAny(chain, " \x00") {
-		return 0, "", fmt.Errorf("verdict %q: bad chain name", s)
-	}
-	return code, chain, nil
+	return code, nil
 }
 
 // appendUdata appends one userdata TLV (libnftnl's: type, length, value).

@@ -126,7 +126,7 @@ func TestFullSyncUnhookedIntervals(t *testing.T) {
 		Table: knftables.Table{Comment: ptrString("intervals")},
 		Chains: map[string]*compile.Chain{"forward": {
 			Chain: knftables.Chain{Name: "forward", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.ForwardHook), Priority: knftables.PtrTo(knftables.FilterPriority)},
-			Rules: []knftables.Rule{{Rule: "ip saddr @ranges-v4 meta l4proto . th dport @ports-v4 counter accept"}},
+			Rules: []compile.TableRule{{Exprs: []compile.RuleExpr{{Kind: compile.ExprNft, Text: "ip saddr @ranges-v4 meta l4proto . th dport @ports-v4 counter accept"}}}},
 		}},
 		ChainOrder: []string{"forward"},
 		Sets:       map[string]*compile.Set{"ranges-v4": v4, "ports-v4": cc},

@@ -126,7 +126,7 @@ func hookedRuleset(rule string, sets ...*compile.Set) *compile.Ruleset {
 		Table: knftables.Table{Comment: knftables.PtrTo("t")},
 		Chains: map[string]*compile.Chain{"forward": {
 			Chain: knftables.Chain{Name: "forward", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.ForwardHook), Priority: knftables.PtrTo(knftables.FilterPriority)},
-			Rules: []knftables.Rule{{Rule: rule}},
+			Rules: []compile.TableRule{{Exprs: []compile.RuleExpr{{Kind: compile.ExprNft, Text: rule}}}},
 		}},
 		ChainOrder: []string{"forward"},
 		Sets:       map[string]*compile.Set{},

@@ -282,7 +282,7 @@ func addAllRules(tx *knftables.Transaction, desired *compile.Ruleset, res *Resul
 
 func addRules(tx *knftables.Transaction, chain string, c *compile.Chain) {
 	for i := range c.Rules {
-		r := c.Rules[i]
+		r := c.Rules[i].Knft()
 		r.Chain = chain
 		tx.Add(&r)
 	}
@@ -342,7 +342,7 @@ type diffWriter interface {
 	delElement(s *compile.Set, e *compile.Element) error
 	addElement(s *compile.Set, e *compile.Element) error
 	flushChain(name string) error
-	addRule(chain string, r *knftables.Rule) error
+	addRule(chain string, r *compile.TableRule) error
 	delChain(name string) error
 	delSet(s *compile.Set) error
 }
@@ -506,8 +506,8 @@ func (w txWriter) addElement(s *compile.Set, e *compile.Element) error {
 	return nil
 }
 func (w txWriter) flushChain(name string) error { w.tx.Flush(&knftables.Chain{Name: name}); return nil }
-func (w txWriter) addRule(chain string, r *knftables.Rule) error {
-	rule := *r
+func (w txWriter) addRule(chain string, r *compile.TableRule) error {
+	rule := r.Knft()
 	rule.Chain = chain
 	w.tx.Add(&rule)
 	return nil
@@ -541,12 +541,12 @@ func equalStrPtr(a, b *string) bool {
 	return *a == *b
 }
 
-func equalRules(a, b []knftables.Rule) bool {
+func equalRules(a, b []compile.TableRule) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if a[i].Rule != b[i].Rule || !equalStrPtr(a[i].Comment, b[i].Comment) {
+		if !a[i].Equal(&b[i]) {
 			return false
 		}
 	}
