@@ -87,6 +87,9 @@ type Syncer struct {
 	cfg              Config
 	applied          *compile.Ruleset
 	netlinkFallbacks atomic.Int64
+	// committed is the ruleset of the last sync that succeeded, for
+	// readers on other goroutines (CommittedRule).
+	committed atomic.Pointer[compile.Ruleset]
 	// dynamic holds the declarations of the dynamic sets last committed.
 	dynamic map[string]*compile.Set
 	// pre is the read of the kernel's sets Prefetch started, which the
@@ -135,8 +138,26 @@ func (s *Syncer) sync(ctx context.Context, desired *compile.Ruleset, shared comp
 		return res, err
 	}
 	s.applied = desired
+	s.committed.Store(desired)
 	s.recordDynamic(desired)
 	return res, nil
+}
+
+// CommittedRule returns rule i of a chain as the last successful sync
+// wrote it (nil when that ruleset has no such rule): the per-policy
+// counters read the owner of the rule the kernel counted. Safe for
+// concurrent use: a ruleset's chains are not changed once it is synced
+// (the tracker changes chains in a copy, Tracker.newRuleset).
+func (s *Syncer) CommittedRule(chain string, i int) *compile.TableRule {
+	rs := s.committed.Load()
+	if rs == nil {
+		return nil
+	}
+	c := rs.Chains[chain]
+	if c == nil || i < 0 || i >= len(c.Rules) {
+		return nil
+	}
+	return &c.Rules[i]
 }
 
 // full rewrites every chain and set of the table without deleting the table:
