@@ -33,20 +33,6 @@ func comboKey(p *Program, ids []PolicyID) string {
 	return strings.Join(keys, ",")
 }
 
-func famWord(v4 bool) string {
-	if v4 {
-		return "ip"
-	}
-	return "ip6"
-}
-
-func addrType(v4 bool) string {
-	if v4 {
-		return "ipv4_addr"
-	}
-	return "ipv6_addr"
-}
-
 type renderer struct {
 	prog           *Program
 	cfg            RenderConfig
@@ -159,6 +145,12 @@ func (r *renderer) addSet(s *Set) *Set {
 	if old, ok := r.rs.Sets[s.Name()]; ok {
 		return old
 	}
+	// The declaration's type is the typed key's printing.
+	if s.Map != nil {
+		s.Map.Type = keyText(s.Key) + " : verdict"
+	} else {
+		s.Set.Type = keyText(s.Key)
+	}
 	r.rs.Sets[s.Name()] = s
 	return s
 }
@@ -188,21 +180,21 @@ func (r *renderer) static() {
 	kernel := r.cfg.Mode != ModeQueue
 	for _, v4 := range []bool{true, false} {
 		for _, d := range []Direction{Egress, Ingress} {
-			r.addSet(&Set{Map: &knftables.Map{Name: tierMapName(0, d, v4), Type: addrType(v4) + " : verdict",
+			r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Map: &knftables.Map{Name: tierMapName(0, d, v4),
 				Comment: ptr("local pods isolated for " + d.String() + " by NetworkPolicies -> the chain that decides their new connections")}})
 			if kernel {
 				for _, t := range []Tier{TierAdmin, TierBaseline} {
-					r.addSet(&Set{Map: &knftables.Map{Name: tierMapName(t, d, v4), Type: addrType(v4) + " : verdict",
+					r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Map: &knftables.Map{Name: tierMapName(t, d, v4),
 						Comment: ptr("local pods with " + t.String() + " ClusterNetworkPolicy " + d.String() + " rules -> their policies, in precedence order")}})
 				}
 			}
 		}
-		r.addSet(&Set{Set: &knftables.Set{Name: selfSetName(v4), Type: addrType(v4) + " . " + addrType(v4),
+		r.addSet(&Set{Key: []KeyKind{addrKind(v4), addrKind(v4)}, Set: &knftables.Set{Name: selfSetName(v4),
 			Comment: ptr("local pods that policies select, twice: a pod can always reach itself")}})
-		r.addSet(&Set{Set: &knftables.Set{Name: clusterEgressSetName(v4), Type: addrType(v4),
+		r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: clusterEgressSetName(v4),
 			Comment: ptr("local pods with ClusterNetworkPolicy egress rules: their traffic to this node is decided too")}})
 		if kernel {
-			r.addSet(&Set{Set: &knftables.Set{Name: nodeIPsSetName(v4), Type: addrType(v4),
+			r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: nodeIPsSetName(v4),
 				Comment: ptr("this node's addresses: NetworkPolicy never isolates a pod from its own node")}})
 		}
 	}
@@ -683,7 +675,7 @@ func (r *renderer) peerAlternatives(c *Chain, m *Match, base, comment string, d 
 	}
 	if blocks := familyRanges(m.IPBlocks, v4); len(blocks) > 0 {
 		name := ruleCIDRsSetName(base, v4)
-		s := r.addSet(&Set{owner: c.Chain.Name, Set: &knftables.Set{Name: name, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+		s := r.addSet(&Set{owner: c.Chain.Name, Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: name, Flags: []knftables.SetFlag{knftables.IntervalFlag},
 			Comment: truncComment(comment + " address peers")}})
 		for _, b := range blocks {
 			s.Elements = append(s.Elements, RangeElement(b))
@@ -705,7 +697,7 @@ func (r *renderer) portAlternatives(c *Chain, m *Match, base, comment string, d 
 	var ports [][]RuleExpr
 	if len(m.Ports) > 0 {
 		name := rulePortsSetName(base)
-		s := r.addSet(&Set{owner: c.Chain.Name, Set: &knftables.Set{Name: name, Type: "inet_proto . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag},
+		s := r.addSet(&Set{owner: c.Chain.Name, Key: []KeyKind{KeyProto, KeyService}, Set: &knftables.Set{Name: name, Flags: []knftables.SetFlag{knftables.IntervalFlag},
 			Comment: truncComment(comment + " ports")}})
 		if len(s.Elements) == 0 {
 			for _, p := range m.Ports {
@@ -735,7 +727,7 @@ func (r *renderer) peerSet(id SelectorID, v4 bool) string {
 	sel := &r.prog.Selectors[id]
 	name := PeerSetName(sel, v4)
 	// Created empty: podElements fills it with its members.
-	r.addSet(&Set{shared: true, Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(sel.Description)}})
+	r.addSet(&Set{shared: true, Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: name, Comment: truncComment(sel.Description)}})
 	r.peerSets.note(id, v4, name)
 	return name
 }
@@ -793,7 +785,7 @@ func (r *renderer) namedPortSet(owner, base string, m *Match, comment string, d 
 		}
 		r.named = append(r.named, u)
 	}
-	r.addSet(&Set{owner: owner, Set: &knftables.Set{Name: name, Type: addrType(v4) + " . inet_proto . inet_service",
+	r.addSet(&Set{owner: owner, Key: []KeyKind{addrKind(v4), KeyProto, KeyService}, Set: &knftables.Set{Name: name,
 		Comment: truncComment(comment + " named ports, resolved per destination pod")}})
 	return name
 }

@@ -97,7 +97,7 @@ func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID,
 		r.combos = append(r.combos, comboSet{chain: name, d: d, ids: ids, sets: [2]string{tierSkipSetName(name, true), tierSkipSetName(name, false)}})
 		for _, v4 := range []bool{true, false} {
 			set := tierSkipSetName(name, v4)
-			s := r.addSet(&Set{Set: &knftables.Set{Name: set, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+			s := r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: set, Flags: []knftables.SetFlag{knftables.IntervalFlag},
 				Comment: truncComment("every address a rule of " + name + " names")}})
 			s.Elements = comboElements(ranges, v4)
 			matches, comment := []RuleExpr{notIn(set, addrField(v4, peerAddr(d)))}, "no rule of these policies names the "+peerWord(d)
@@ -219,7 +219,7 @@ func (r *renderer) nodeSet(id NodeSetID, v4 bool) string {
 	if _, ok := r.rs.Sets[name]; ok {
 		return name
 	}
-	s := r.addSet(&Set{shared: true, Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(ns.Description)}})
+	s := r.addSet(&Set{shared: true, Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: name, Comment: truncComment(ns.Description)}})
 	// Addresses are sorted; a node name per address for the listing.
 	for _, a := range ns.Addrs {
 		if a.Is4() != v4 {

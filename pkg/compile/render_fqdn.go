@@ -85,8 +85,7 @@ func (r *renderer) fqdnPeer(c *Chain, m *Match, base, comment string, d Directio
 		return nil
 	}
 	name := fqdnSetName(base, m.Domains, v4)
-	t := addrType(v4) + " . " + addrType(v4)
-	r.addSet(&Set{Dynamic: true, owner: c.Chain.Name, Set: &knftables.Set{Name: name, Type: t, Flags: []knftables.SetFlag{knftables.TimeoutFlag},
+	r.addSet(&Set{Dynamic: true, owner: c.Chain.Name, Key: []KeyKind{addrKind(v4), addrKind(v4)}, Set: &knftables.Set{Name: name, Flags: []knftables.SetFlag{knftables.TimeoutFlag},
 		Comment: truncComment(comment + " pod . address it resolved (learned, TTL) for " + domainsKey(m.Domains))}})
 	return []RuleExpr{lookup(name, addrField(v4, "saddr"), addrField(v4, "daddr"))}
 }
@@ -141,7 +140,7 @@ func (r *renderer) dnsCapture() {
 	}
 	// Created empty: podElements fills them (fqdnPodElements).
 	for _, v4 := range []bool{true, false} {
-		r.addSet(&Set{Set: &knftables.Set{Name: fqdnPodsSet(v4), Type: addrType(v4),
+		r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: fqdnPodsSet(v4),
 			Comment: ptr("local pods with domainNames egress rules: their DNS replies are learned")}})
 	}
 	c := &Chain{Chain: knftables.Chain{Name: ChainDNS,

@@ -168,7 +168,7 @@ func (r *renderer) addrLimitChainOver(name, prefix string, bySource bool, rate, 
 	c := &Chain{Chain: knftables.Chain{Name: name, Comment: ptr(comment)}}
 	for _, v4 := range []bool{true, false} {
 		set := meterSetName(prefix, bySource, v4)
-		r.addSet(&Set{Dynamic: true, Set: &knftables.Set{Name: set, Type: addrType(v4),
+		r.addSet(&Set{Dynamic: true, Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: set,
 			Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Size: ptr(uint64(sourceSetSize)), Timeout: ptr(sourceSetTimeout),
 			Comment: ptr(fmt.Sprintf("per %s address: %d packets/second, burst %d (written by the rules of %s)", what, rate, burst, name))}})
 		c.Rules = append(c.Rules, mkRule([]RuleExpr{meter(set, addrField(v4, field), rate, burst, true)}, counted(over), "over this "+what+"'s share"))

@@ -173,10 +173,10 @@ func (r *renderer) tunnelChain() {
 	c := &Chain{Chain: knftables.Chain{Name: ChainTunnel,
 		Comment: ptr("encapsulated packets (IPIP, 6in4, GRE, UDP tunnel ports): no packet a node decapsulates may come from a pod")}}
 	for _, v4 := range []bool{true, false} {
-		s := r.addSet(&Set{Set: &knftables.Set{Name: nodeAddrsSet(v4), Type: addrType(v4),
+		s := r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: nodeAddrsSet(v4),
 			Comment: ptr("every Node's addresses and this node's: the senders of encapsulation to this node")}})
 		s.Elements = append(s.Elements, r.nodeAddrElements(v4)...)
-		p := r.addSet(&Set{Set: &knftables.Set{Name: tunnelPeersSet(v4), Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+		p := r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: tunnelPeersSet(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
 			Comment: ptr("--tunnel-peers: more senders of encapsulation to this node")}})
 		p.Elements = append(p.Elements, r.tunnelPeerElements(v4)...)
 	}

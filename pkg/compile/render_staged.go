@@ -58,7 +58,7 @@ func (r *renderer) stagedLog() (forward, input []TableRule) {
 	}
 	for _, v4 := range []bool{true, false} {
 		for _, d := range []Direction{Ingress, Egress} {
-			r.addSet(&Set{Set: &knftables.Set{Name: stagedSubjectsSetName(d, v4), Type: addrType(v4),
+			r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: stagedSubjectsSetName(d, v4),
 				Comment: ptr("local pods a staged policy selects for " + d.String() + ": their new connections are copied to the staged log")}})
 		}
 	}

@@ -47,9 +47,9 @@ func (r *renderer) unknownPods() []TableRule {
 	}
 	var out []TableRule
 	for _, v4 := range []bool{true, false} {
-		r.addSet(&Set{Set: &knftables.Set{Name: knownPodsSet(v4), Type: addrType(v4),
+		r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: knownPodsSet(v4),
 			Comment: ptr("every pod address this agent knows, on any node, and the nodes' addresses: their new connections are decided by policy")}})
-		r.addSet(&Set{Set: &knftables.Set{Name: podCIDRsSet(v4), Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+		r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: podCIDRsSet(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
 			Comment: ptr("the cluster's pod address ranges (Nodes' spec.podCIDRs or --pod-cidrs)")}})
 	}
 	// Pods' addresses come with their other elements (podElements).

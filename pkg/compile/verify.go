@@ -204,7 +204,7 @@ func (r *renderer) verifyMeters() {
 		return
 	}
 	for _, v4 := range []bool{true, false} {
-		r.addSet(&Set{Dynamic: true, Set: &knftables.Set{Name: meterSetName(meterVerify, true, v4), Type: addrType(v4),
+		r.addSet(&Set{Dynamic: true, Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: meterSetName(meterVerify, true, v4),
 			Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Size: ptr(uint64(sourceSetSize)), Timeout: ptr(sourceSetTimeout),
 			Comment: ptr(fmt.Sprintf("per source address: %d verification samples/second, burst %d (written by the sampled copies of deciding rules)", v.SourceRate, v.SourceBurst))}})
 	}

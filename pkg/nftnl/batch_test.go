@@ -459,21 +459,21 @@ func equivalenceSets(r *rand.Rand) []propSet {
 	c := func(s string) *string { return &s }
 	interval := []knftables.SetFlag{knftables.IntervalFlag}
 	return append(sets,
-		propSet{set: &compile.Set{Set: &knftables.Set{Name: "open4", Type: "ipv4_addr", Flags: interval}}, pool: []knftables.Element{
+		propSet{set: &compile.Set{Key: keyOf("ipv4_addr"), Set: &knftables.Set{Name: "open4", Type: "ipv4_addr", Flags: interval}}, pool: []knftables.Element{
 			{Key: []string{"255.255.255.0/24"}, Comment: c("to the end")},
 			{Key: []string{"0.0.0.0/1"}},
 			{Key: []string{"10.0.0.1-10.0.0.255"}, Comment: c("")},
 		}},
-		propSet{set: &compile.Set{Set: &knftables.Set{Name: "open6", Type: "ipv6_addr", Flags: interval}}, pool: []knftables.Element{
+		propSet{set: &compile.Set{Key: keyOf("ipv6_addr"), Set: &knftables.Set{Name: "open6", Type: "ipv6_addr", Flags: interval}}, pool: []knftables.Element{
 			{Key: []string{"ffff::/16"}},
 			{Key: []string{"fd00::/8"}, Comment: c("ula")},
 			{Key: []string{"2001:db8::1"}},
 		}},
-		propSet{set: &compile.Set{Set: &knftables.Set{Name: "openports", Type: "inet_service", Flags: interval}}, pool: []knftables.Element{
+		propSet{set: &compile.Set{Key: keyOf("inet_service"), Set: &knftables.Set{Name: "openports", Type: "inet_service", Flags: interval}}, pool: []knftables.Element{
 			{Key: []string{"65000-65535"}},
 			{Key: []string{"0"}},
 		}},
-		propSet{set: &compile.Set{Map: &knftables.Map{Name: "verdicts", Type: "inet_proto . inet_service : verdict", Flags: interval}}, pool: []knftables.Element{
+		propSet{set: &compile.Set{Key: keyOf("inet_proto . inet_service : verdict"), Map: &knftables.Map{Name: "verdicts", Type: "inet_proto . inet_service : verdict", Flags: interval}}, pool: []knftables.Element{
 			{Key: []string{"tcp", "1-1023"}, Value: []string{"accept"}},
 			{Key: []string{"udp", "53"}, Value: []string{"return"}, Comment: c("r")},
 			{Key: []string{"icmpv6", "0"}, Value: []string{" jump  a-chain-with-a-long-name "}},
@@ -569,7 +569,7 @@ func checkEncodedLen(t *testing.T, e *Element) {
 // the reference's, and encodedLen is the exact size of what is written.
 func TestElementBatchSplitsLists(t *testing.T) {
 	w := NewConn("nftpolicy", 0)
-	s := &compile.Set{Map: &knftables.Map{Name: "pods6", Type: "ipv6_addr : verdict"}}
+	s := &compile.Set{Key: keyOf("ipv6_addr : verdict"), Map: &knftables.Map{Name: "pods6", Type: "ipv6_addr : verdict"}}
 	var texts []knftables.Element
 	for i := range 6000 {
 		texts = append(texts, knftables.Element{

@@ -56,22 +56,26 @@ type Layout struct {
 // declaration, a data type it does not know): its changes go through nft.
 var ErrUnsupported = errors.New("not supported by the netlink element writer")
 
-// LayoutOf reads a set's or map's declaration.
+// LayoutOf reads a set's or map's typed declaration: its key fields
+// (compile.Set.Key), its flags, and for a map a verdict as data.
 func LayoutOf(s *compile.Set) (Layout, error) {
-	var typ, typeOf string
+	var typeOf string
 	var flags []knftables.SetFlag
 	isMap := s.Map != nil
 	if isMap {
-		typ, typeOf, flags = s.Map.Type, s.Map.TypeOf, s.Map.Flags
+		typeOf, flags = s.Map.TypeOf, s.Map.Flags
 	} else if s.Set != nil {
-		typ, typeOf, flags = s.Set.Type, s.Set.TypeOf, s.Set.Flags
+		typeOf, flags = s.Set.TypeOf, s.Set.Flags
 	} else {
 		return Layout{}, errors.New("neither a set nor a map")
 	}
-	if typeOf != "" || typ == "" {
+	if typeOf != "" {
 		return Layout{}, fmt.Errorf("%w: typeof declaration %q", ErrUnsupported, typeOf)
 	}
-	var l Layout
+	if len(s.Key) == 0 {
+		return Layout{}, fmt.Errorf("%w: set %s has no typed key", ErrUnsupported, s.Name())
+	}
+	l := Layout{verdict: isMap}
 	for _, f := range flags {
 		switch f {
 		case knftables.IntervalFlag:
@@ -83,28 +87,24 @@ func LayoutOf(s *compile.Set) (Layout, error) {
 			return Layout{}, fmt.Errorf("%w: set flag %q", ErrUnsupported, f)
 		}
 	}
-	keyType := typ
-	if isMap {
-		k, v, ok := strings.Cut(typ, " : ")
+	l.key = make([]fieldKind, len(s.Key))
+	for i, k := range s.Key {
+		fk, ok := keyFieldKinds[k]
 		if !ok {
-			return Layout{}, fmt.Errorf("map type %q has no data type", typ)
+			return Layout{}, fmt.Errorf("%w: key field %s", ErrUnsupported, k)
 		}
-		keyType = k
-		if strings.TrimSpace(v) == "verdict" {
-			l.verdict = true
-		} else if l.data, ok = parseKinds(v); !ok {
-			return Layout{}, fmt.Errorf("%w: map data type %q", ErrUnsupported, v)
-		}
+		l.key[i] = fk
 	}
-	var ok bool
-	if l.key, ok = parseKinds(keyType); !ok {
-		return Layout{}, fmt.Errorf("%w: key type %q", ErrUnsupported, keyType)
-	}
-	if valueLen(l.key) > maxValueLen || valueLen(l.data) > maxValueLen {
-		return Layout{}, fmt.Errorf("%w: type %q longer than %d bytes", ErrUnsupported, typ, maxValueLen)
+	if valueLen(l.key) > maxValueLen {
+		return Layout{}, fmt.Errorf("%w: key %v longer than %d bytes", ErrUnsupported, s.Key, maxValueLen)
 	}
 	l.shape, l.typed = shapeOf(l.key)
 	return l, nil
+}
+
+// keyFieldKinds are the field kinds of the compiler's key fields.
+var keyFieldKinds = map[compile.KeyKind]fieldKind{
+	compile.KeyIPv4: kindIPv4, compile.KeyIPv6: kindIPv6, compile.KeyProto: kindProto, compile.KeyService: kindService,
 }
 
 // verdict codes (include/uapi/linux/netfilter/nf_tables.h, netfilter.h).

@@ -28,7 +28,7 @@ func ruleSets(name string) *compile.Set {
 	case "proto-v4":
 		return set("inet_proto . ipv4_addr")
 	case "pods-v4":
-		return &compile.Set{Map: &knftables.Map{Name: name, Type: "ipv4_addr : verdict"}}
+		return &compile.Set{Key: keyOf("ipv4_addr : verdict"), Map: &knftables.Map{Name: name, Type: "ipv4_addr : verdict"}}
 	}
 	return nil
 }
