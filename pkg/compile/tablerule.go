@@ -211,9 +211,12 @@ func (r *TableRule) Knft() knftables.Rule {
 }
 
 // Equal reports whether two rules are the same rule of the table: same
-// expressions, verdict and comment (the owner follows from these).
-func (r *TableRule) Equal(o *TableRule) bool {
-	if r.Verdict != o.Verdict || !equalComment(r.Comment, o.Comment) || len(r.Exprs) != len(o.Exprs) {
+// expressions, verdict, comment and owner. (A value method: go-cmp
+// compares rules with it.)
+func (r TableRule) Equal(o TableRule) bool {
+	if r.Verdict != o.Verdict || !equalComment(r.Comment, o.Comment) || len(r.Exprs) != len(o.Exprs) ||
+		r.Owner.Kind != o.Owner.Kind || r.Owner.Direction != o.Owner.Direction || r.Owner.Rule != o.Owner.Rule ||
+		!slices.Equal(r.Owner.Policies, o.Owner.Policies) {
 		return false
 	}
 	for i := range r.Exprs {

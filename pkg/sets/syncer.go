@@ -567,7 +567,7 @@ func equalRules(a, b []compile.TableRule) bool {
 		return false
 	}
 	for i := range a {
-		if !a[i].Equal(&b[i]) {
+		if !a[i].Equal(b[i]) {
 			return false
 		}
 	}
