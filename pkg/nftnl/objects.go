@@ -16,13 +16,15 @@ import (
 // process, which parses and builds its cache on every transaction whatever
 // the change's size.
 //
-// The messages are those nft 1.0.6 sends for the forms the compiler
-// renders: the same attributes, the same expressions, the same userdata,
-// so that `nft list` prints what was written exactly as the ruleset reads
-// and a later read-back finds no difference. TestNetlinkObjectsMatchNFT
-// writes every golden ruleset both ways and compares the kernel's listings,
-// expressions included. Anything outside these forms (base chains, a rule
-// with another statement, a typed set this file does not know) is
+// The messages are those nft 1.0.6 sends for the printing of the
+// compiler's typed rules and declarations: the same attributes, the same
+// expressions, the same userdata, so that `nft list` prints what was
+// written exactly as the ruleset reads and a later read-back finds no
+// difference. TestNetlinkObjectsMatchNFT writes every golden ruleset both
+// ways and compares the kernel's listings, expressions included;
+// TestEveryRenderedRuleEncodes checks that every rule the renderer emits
+// is encoded unless it has an expression of a kind only nft writes. Those
+// (base chains, compile.ExprNft, meters, sampling, a timeout set) are
 // ErrUnsupported: the whole sync then goes through nft.
 
 // Attributes and values missing from x/sys/unix (more in readback.go).
