@@ -36,12 +36,6 @@ type Element struct {
 // Value is a verdict map element's verdict (Kind VerdictNone in a set).
 func (e *Element) Value() RuleVerdict { return RuleVerdict{Kind: e.Verdict, Chain: e.Chain} }
 
-// withVerdict returns the element with verdict v.
-func (e Element) withVerdict(v RuleVerdict) Element {
-	e.Verdict, e.Chain = v.Kind, v.Chain
-	return e
-}
-
 // Shape is the sequence of an element's key fields.
 type Shape uint8
 

@@ -138,12 +138,11 @@ type RuleVerdict struct {
 	Chain string
 }
 
-func accept() RuleVerdict              { return RuleVerdict{Kind: VerdictAccept} }
-func drop() RuleVerdict                { return RuleVerdict{Kind: VerdictDrop} }
-func jump(chain string) RuleVerdict    { return RuleVerdict{Kind: VerdictJump, Chain: chain} }
-func gotoV(chain string) RuleVerdict   { return RuleVerdict{Kind: VerdictGoto, Chain: chain} }
-func returnV() RuleVerdict             { return RuleVerdict{Kind: VerdictReturn} }
-func verdictText(v RuleVerdict) string { return v.String() }
+func accept() RuleVerdict            { return RuleVerdict{Kind: VerdictAccept} }
+func drop() RuleVerdict              { return RuleVerdict{Kind: VerdictDrop} }
+func jump(chain string) RuleVerdict  { return RuleVerdict{Kind: VerdictJump, Chain: chain} }
+func gotoV(chain string) RuleVerdict { return RuleVerdict{Kind: VerdictGoto, Chain: chain} }
+func returnV() RuleVerdict           { return RuleVerdict{Kind: VerdictReturn} }
 
 func (v RuleVerdict) String() string {
 	switch v.Kind {
