@@ -50,10 +50,17 @@ type RuleAt func(chain string, i int) *compile.TableRule
 
 // NewCounterCollector returns the per-policy packet counter collector,
 // reading through conn (best a connection of its own: a scrape then never
-// waits for a sync's batch) the counters of the rules rule returns; its
-// failures are counted in m.CollectorErrors.
-func NewCounterCollector(interval time.Duration, conn *nftnl.Conn, rule RuleAt, m *Metrics, log klog.Logger) *CounterCollector {
-	return &CounterCollector{read: conn.RuleCounters, rule: rule, interval: interval, errs: newErrorReporter("nft_counters", m, log)}
+// waits for a sync's batch); its failures are counted in m.CollectorErrors.
+// It counts for the policies of the rules WithRules names (none without).
+func NewCounterCollector(interval time.Duration, conn *nftnl.Conn, m *Metrics, log klog.Logger) *CounterCollector {
+	return &CounterCollector{read: conn.RuleCounters, interval: interval, errs: newErrorReporter("nft_counters", m, log)}
+}
+
+// WithRules makes the collector read each counted rule's policy in the
+// typed rule that rule returns (sets.Syncer.CommittedRule).
+func (c *CounterCollector) WithRules(rule RuleAt) *CounterCollector {
+	c.rule = rule
+	return c
 }
 
 // Describe implements prometheus.Collector.
@@ -95,6 +102,9 @@ type PolicyCounterKey struct{ Policy, Direction, Verdict string }
 // repair under way) counts for no policy.
 func PolicyCounters(rules []nftnl.RuleCounter, rule RuleAt) map[PolicyCounterKey]uint64 {
 	out := map[PolicyCounterKey]uint64{}
+	if rule == nil {
+		return out
+	}
 	for _, rc := range rules {
 		r := rule(rc.Chain, rc.Index)
 		if r == nil || (r.Comment == nil) != (rc.Comment == "") || r.Comment != nil && *r.Comment != rc.Comment {

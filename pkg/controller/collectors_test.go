@@ -70,6 +70,9 @@ func TestPolicyCounters(t *testing.T) {
 	if got := PolicyCounters(counters, func(string, int) *compile.TableRule { return nil }); len(got) != 0 {
 		t.Errorf("before the first sync: %v, want none", got)
 	}
+	if got := PolicyCounters(counters, nil); len(got) != 0 {
+		t.Errorf("no rules to read: %v, want none", got)
+	}
 }
 
 // renderedRuleCounters renders deny-and-allow as node-1 (hybrid mode)
@@ -146,7 +149,7 @@ func TestCounterCollectorCountsAndLogsFailures(t *testing.T) {
 	m := NewMetrics()
 	var logs logLines
 	rs, counters := renderedRuleCounters(t)
-	c := NewCounterCollector(0, nftnl.NewConn("unused", 0), ruleAt(rs), m, logs.logger(0))
+	c := NewCounterCollector(0, nftnl.NewConn("unused", 0), m, logs.logger(0)).WithRules(ruleAt(rs))
 	now := time.Unix(1000, 0)
 	c.errs.now = func() time.Time { return now }
 	errs := m.CollectorErrors.WithLabelValues("nft_counters")
