@@ -282,7 +282,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(controller.NewCounterCollector(10*time.Second, nftnl.NewConn(compile.TableName, 0), metrics, log.WithName("metrics")))
+	reg.MustRegister(controller.NewCounterCollector(10*time.Second, nftnl.NewConn(compile.TableName, 0), metrics, log.WithName("metrics")).WithRules(syncer.CommittedRule))
 
 	if err := o.startServers(ctx, reg, ctrl, client, node, errs); err != nil {
 		return err
