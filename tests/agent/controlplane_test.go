@@ -2,13 +2,16 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -108,21 +111,47 @@ func TestControlPlaneAway(t *testing.T) {
 	})
 	t.Run("relist", func(t *testing.T) { cp.relist(t, ctx) })
 	t.Run("sigkill-under-churn", func(t *testing.T) {
-		stop := cp.churn(ctx)
-		cp.settle = func() { t.Logf("churn: %d pod writes", stop()) }
-		defer func() { cp.settle = nil }()
-		a := c.Agent("node-1")
-		cp.fault(t, ctx, "t5", func() time.Time {
-			if err := a.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			cp.denyTarget(t, ctx, "t5")
-			time.Sleep(killedFor)
+		cp.killed(t, ctx, "t5", 0)
+	})
+	t.Run("crash-loop-under-churn", func(t *testing.T) {
+		cp.killed(t, ctx, "t6", crashLoopKills)
+	})
+}
+
+// crashLoopKills: how many times crash-loop-under-churn kills the agent
+// again during its start.
+const crashLoopKills = 3
+
+// killed kills the agent with SIGKILL while pods churn, writes the policy
+// that denies target, and starts the agent again after killedFor; then
+// kills it again during its start (before or during its first sync, where
+// its memory peaks: a memory limit the start exceeds makes such a crash
+// loop) kills times before it may run.
+func (cp *controlPlaneAway) killed(t *testing.T, ctx context.Context, target string, kills int) {
+	stop := cp.churn(ctx)
+	cp.settle = func() { t.Logf("churn: %d pod writes", stop()) }
+	cp.restarts = true
+	defer func() { cp.settle, cp.restarts = nil, false }()
+	a := cp.c.Agent("node-1")
+	cp.fault(t, ctx, target, func() time.Time {
+		if err := a.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		cp.denyTarget(t, ctx, target)
+		time.Sleep(killedFor)
+		for i := 0; i < kills; i++ {
 			if err := a.Start(); err != nil {
 				t.Fatal(err)
 			}
-			return time.Now()
-		})
+			time.Sleep(time.Duration(50+rand.IntN(250)) * time.Millisecond)
+			if err := a.Kill(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
 	})
 }
 
@@ -133,6 +162,10 @@ type controlPlaneAway struct {
 	// settle, if set, runs once the change is enforced, before fault
 	// waits for the agent to program the API's current state.
 	settle func()
+	// restarts: the agent process is restarted in this fault, so /readyz
+	// answers 503 until its first sync; otherwise it must answer 200
+	// throughout.
+	restarts bool
 }
 
 func setUpControlPlaneAway(t *testing.T, ctx context.Context, c *cluster.Cluster) *controlPlaneAway {
@@ -144,7 +177,7 @@ func setUpControlPlaneAway(t *testing.T, ctx context.Context, c *cluster.Cluster
 		{Namespace: cpNS, Name: "good", Labels: map[string]string{"role": "good"}, Node: "node-1"},
 		{Namespace: cpNS, Name: "bad", Labels: map[string]string{"role": "bad"}, Node: "node-1"},
 	}
-	targets := []string{"t1", "t2", "t3", "t4", "t5"}
+	targets := []string{"t1", "t2", "t3", "t4", "t5", "t6"}
 	for _, n := range targets {
 		pods = append(pods, cluster.Pod{Namespace: cpNS, Name: n, Labels: map[string]string{"target": n}, Node: "node-1"})
 	}
@@ -229,6 +262,10 @@ func (cp *controlPlaneAway) fault(t *testing.T, ctx context.Context, target stri
 	if _, err := cp.c.WaitProgrammed(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := a.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // a probe of the agent in charge again
 	probes := health()
 	res := loop.Stop()
 	t.Logf("connections %v; the change written while the agent was blind enforced %v after it could see the API server; health: %s",
@@ -242,6 +279,9 @@ func (cp *controlPlaneAway) fault(t *testing.T, ctx context.Context, target stri
 	if delay > cpChangeDelay {
 		t.Errorf("the change written while the agent was blind was enforced %v after it could see the API server, want at most %v",
 			delay.Round(time.Millisecond), cpChangeDelay)
+	}
+	if probes.ready[http.StatusOK] == 0 || len(probes.ready) > 1 && !cp.restarts {
+		t.Errorf("/readyz while the control plane was away: %v, want 200 only (the node enforces a committed program)", probes.ready)
 	}
 	if probes.unhealthy > 0 {
 		t.Errorf("/healthz failed %d times while the agent was working: %s", probes.unhealthy, probes.lastBad)
@@ -264,9 +304,9 @@ func (h healthProbes) String() string {
 
 // watchHealth probes the agent's /healthz and /readyz every 250 ms until
 // the returned function is called, which returns what they answered. While
-// the agent process is not running (killed, not started again yet) its
-// probes are not counted: the kubelet's would fail too, which says nothing
-// about the agent.
+// the agent process is not running (killed, not started again yet) or not
+// listening yet (connection refused: a started process before it serves,
+// which the kubelet's probe delay covers) its probes are not counted.
 func watchHealth(ctx context.Context, a *cluster.Agent) func() healthProbes {
 	ctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
@@ -277,7 +317,7 @@ func watchHealth(ctx context.Context, a *cluster.Agent) func() healthProbes {
 		for ctx.Err() == nil {
 			time.Sleep(250 * time.Millisecond)
 			code, body, err := a.Get(ctx, a.HealthAddr, "/healthz")
-			if !a.Running() || ctx.Err() != nil {
+			if !a.Running() || ctx.Err() != nil || errors.Is(err, syscall.ECONNREFUSED) {
 				continue
 			}
 			rc, rerr := a.Ready(ctx)
