@@ -402,7 +402,7 @@ func (cp *controlPlaneAway) relist(t *testing.T, ctx context.Context) {
 	n := builds(after) - builds(before)
 	t.Logf("the relist of %d pods cost %v full builds; %s", len(all.Items), n, read)
 	if n > 1 {
-		t.Errorf("the relist cost %v full builds, want at most 1", n)
+		t.Errorf("the relist cost %v full builds, want at most 1; agent log:\n%s", n, a.LogTail(80))
 	}
 }
 
