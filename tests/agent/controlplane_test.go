@@ -98,6 +98,11 @@ func TestControlPlaneAway(t *testing.T) {
 			c.Agent("node-1").ReleaseAPI()
 			return time.Now()
 		})
+		// Back in touch, the node reports the policy programmed.
+		code, out, errOut := nftpolicyCLI(t, ctx, c, "wait", "np/deny-t2", "-n", cpNS, "--for=programmed", "--timeout=30s")
+		if code != 0 || !strings.Contains(out, "on 1/1 nodes") {
+			t.Errorf("wait after the agent is back: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+		}
 	})
 	t.Run("etcd-restarted", func(t *testing.T) {
 		cp.fault(t, ctx, "t3", func() time.Time {
