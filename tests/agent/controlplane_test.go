@@ -42,7 +42,7 @@ const (
 
 // TestControlPlaneAway runs one agent (hybrid mode, its periodic full sync
 // an hour away) while the control plane goes away in the ways a node meets:
-// the API server stopped for $NFTPOLICY_OUTAGE (15 s unless set) and
+// the API server stopped for $NFTPOLICY_OUTAGE (10 s unless set) and
 // started again; the agent cut off from a running API server (a partition)
 // while a policy is written; etcd restarted; the agent's watches expired
 // (etcd compacted while the agent was cut off, the API server restarted:
@@ -57,7 +57,7 @@ const (
 // server again, and a relist must cost at most one full build.
 func TestControlPlaneAway(t *testing.T) {
 	requireRoot(t)
-	outage := 15 * time.Second
+	outage := 10 * time.Second
 	if v := os.Getenv(outageEnv); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
