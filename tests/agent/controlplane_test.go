@@ -397,7 +397,10 @@ func (cp *controlPlaneAway) relist(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	read := lastLine(a.LogTail(400), "Pods read from a watch's initial events")
+	var read string
+	if lines := podsRead.FindAllString(a.LogTail(400), -1); len(lines) > 0 {
+		read = lines[len(lines)-1]
+	}
 	if m := podsRead.FindStringSubmatch(read); m == nil || m[1] != strconv.Itoa(len(all.Items)) {
 		t.Errorf("the agent's last read of every pod was not a relist of the %d pods: %q", len(all.Items), read)
 	}
@@ -412,8 +415,9 @@ func (cp *controlPlaneAway) relist(t *testing.T, ctx context.Context) {
 }
 
 // podsRead is the pod count of the pod store's log line after it read
-// every pod.
-var podsRead = regexp.MustCompile(` pods=(\d+) `)
+// every pod: from a watch's initial events, or listed when the API server
+// (just restarted) refused those.
+var podsRead = regexp.MustCompile(`"(?:Pods read from a watch's initial events|Pods listed)".* pods=(\d+) `)
 
 // createAPIPods creates pods prefix-<from..to-1> in the cp namespace as API
 // objects only, on a node of no lab (running, with an address outside the

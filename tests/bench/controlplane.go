@@ -194,8 +194,9 @@ func retryWrite(ctx context.Context, write func() error) error {
 }
 
 // relistPodsRead is the pod count of the pod store's line after it read
-// every pod.
-var relistPodsRead = regexp.MustCompile(`"Pods read from a watch's initial events".* pods=(\d+) `)
+// every pod: from a watch's initial events, or listed when the API server
+// (just restarted) refused those.
+var relistPodsRead = regexp.MustCompile(`"(?:Pods read from a watch's initial events|Pods listed)".* pods=(\d+) `)
 
 // measureRelist cuts the agent off, deletes a namespace's pods, compacts
 // etcd and restarts the API server, then lets the agent back and measures
@@ -238,8 +239,8 @@ func measureRelist(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interf
 	cfg.Logf("controlplane: etcd compacted at revision %d, API server restarted; the agent let back", rev)
 	var line string
 	for line == "" {
-		if time.Since(t0) > 5*time.Minute {
-			return fmt.Errorf("the agent did not read every pod again within 5 minutes; log tail:\n%s", agent.LogTail(30))
+		if time.Since(t0) > 5*time.Minute || ctx.Err() != nil {
+			return fmt.Errorf("the agent did not read every pod again (%v); log tail:\n%s", ctx.Err(), agent.LogTail(30))
 		}
 		time.Sleep(50 * time.Millisecond)
 		if all := relistPodsRead.FindAllString(agent.LogTail(math.MaxInt), -1); len(all) > reads {
