@@ -309,9 +309,10 @@ func (h healthProbes) String() string {
 
 // watchHealth probes the agent's /healthz and /readyz every 250 ms until
 // the returned function is called, which returns what they answered. While
-// the agent process is not running (killed, not started again yet) or not
-// listening yet (connection refused: a started process before it serves,
-// which the kubelet's probe delay covers) its probes are not counted.
+// the agent process is not running (killed, not started again yet), was
+// replaced during the probe, or is not listening yet (connection refused:
+// a started process before it serves, which the kubelet's probe delay
+// covers) its probes are not counted.
 func watchHealth(ctx context.Context, a *cluster.Agent) func() healthProbes {
 	ctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
@@ -321,9 +322,15 @@ func watchHealth(ctx context.Context, a *cluster.Agent) func() healthProbes {
 		defer close(done)
 		for ctx.Err() == nil {
 			time.Sleep(250 * time.Millisecond)
+			pid := a.Pid()
 			code, body, err := a.Get(ctx, a.HealthAddr, "/healthz")
-			if !a.Running() || ctx.Err() != nil || errors.Is(err, syscall.ECONNREFUSED) {
-				continue
+			if err != nil {
+				// A connection cut by the process' death: it is
+				// reaped (and maybe replaced) a moment later.
+				time.Sleep(100 * time.Millisecond)
+			}
+			if pid == 0 || a.Pid() != pid || ctx.Err() != nil || errors.Is(err, syscall.ECONNREFUSED) {
+				continue // no agent, or another one by now
 			}
 			rc, rerr := a.Ready(ctx)
 			mu.Lock()
