@@ -253,7 +253,7 @@ if section delay; then
 fi
 
 if section faults; then
-	log "faults: outside changes of the table repaired (${FAULTS_ARGS[*]})"
+	log "faults: outside changes of the table repaired; the control plane away (${FAULTS_ARGS[*]})"
 	bash hack/tools.sh >/dev/null
 	contention faults
 	"$NFTBENCH" faults "${FAULTS_ARGS[@]}" >"$OUT/faults.txt"
