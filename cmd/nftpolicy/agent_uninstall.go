@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,9 @@ type uninstallOptions struct {
 	// removed is set once the agent removed its table at shutdown: there
 	// is then no queue to hand over.
 	removed atomic.Bool
+	// cni are the host's CNI directories where cni-install put the boot
+	// plugin (empty: not installed by this DaemonSet).
+	cni cniDirs
 }
 
 func (o *uninstallOptions) addFlags(fs *pflag.FlagSet) {
@@ -46,6 +50,7 @@ func (o *uninstallOptions) addFlags(fs *pflag.FlagSet) {
 		"so that no node goes on sending new connections to a queue nobody reads; needs --pod-name and --pod-namespace")
 	fs.StringVar(&o.podName, "pod-name", os.Getenv("POD_NAME"), "the agent's pod (default: $POD_NAME, from the downward API), whose DaemonSet the agent watches")
 	fs.StringVar(&o.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the agent's pod's namespace (default: $POD_NAMESPACE)")
+	o.cni.addFlags(fs, "", "")
 }
 
 // ownerWatch follows the agent's DaemonSet: the owner found through the
@@ -199,6 +204,11 @@ func (o *uninstallOptions) removeAtExit(log klog.Logger, w *ownerWatch, ctrlDone
 	case <-ctrlDone:
 	case <-time.After(uninstallCheckTimeout):
 		log.Info("The controller has not stopped; removing the table anyway")
+	}
+	// The boot plugin first: left configured without an agent, it would
+	// hold every new pod of the node.
+	if err := removeBootPlugin(io.Discard, o.cni); err != nil {
+		log.Error(err, "The agent's DaemonSet is going away but the boot plugin could not be removed; run `nftpolicy cleanup` on this node")
 	}
 	conn, err := nftables.New()
 	if err == nil {
