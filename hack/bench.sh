@@ -41,7 +41,11 @@
 #          the first connection denied again (outside_flush_repair_ms_p99,
 #          outside_element_repair_ms_p99), and the denied connections of a
 #          loop (one every 2 ms) admitted meanwhile (outside_*_admitted_denied)
-#          and after the repair (outside_*_admitted_after_repair, target 0)
+#          and after the repair (outside_*_admitted_after_repair, target 0);
+#          then a node after a reboot, pods talking before its agent starts:
+#          denied connections admitted for pods started through the boot
+#          plugin (boot_window_admitted_denied, target 0) and without it
+#          (boot_window_admitted_denied_unheld)
 #   churn  another namespace's new policy (API write -> first connection
 #          with the new verdict, as in delay) while one namespace's policy of
 #          200 peers, each selecting every pod, is edited every 100 ms, at
@@ -247,7 +251,7 @@ if section delay; then
 fi
 
 if section faults; then
-	log "faults: outside changes of the table repaired (${FAULTS_ARGS[*]})"
+	log "faults: outside changes of the table repaired, the boot window (${FAULTS_ARGS[*]})"
 	bash hack/tools.sh >/dev/null
 	contention faults
 	"$NFTBENCH" faults "${FAULTS_ARGS[@]}" >"$OUT/faults.txt"

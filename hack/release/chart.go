@@ -27,6 +27,10 @@ var chartEdits = [][2]string{
 		"      {{- with .Values.nodeSelector }}\n      nodeSelector:\n        {{- toYaml . | nindent 8 }}\n      {{- end }}\n"},
 	{"      tolerations:\n        - operator: Exists\n",
 		"      {{- with .Values.tolerations }}\n      tolerations:\n        {{- toYaml . | nindent 8 }}\n      {{- end }}\n"},
+	// The boot plugin's init container first: the agent's container has
+	// the same two lines.
+	{"          image: ghcr.io/nftpolicy/nftpolicy:v0.1.0\n          imagePullPolicy: IfNotPresent\n          args: [cni-install,",
+		"          image: {{ include \"nftpolicy.image\" . }}\n          imagePullPolicy: {{ .Values.image.pullPolicy }}\n          args: [cni-install,"},
 	{"          image: ghcr.io/nftpolicy/nftpolicy:v0.1.0\n          imagePullPolicy: IfNotPresent\n",
 		"          image: {{ include \"nftpolicy.image\" . }}\n          imagePullPolicy: {{ .Values.image.pullPolicy }}\n"},
 	{"            - --mode=hybrid\n",
