@@ -155,13 +155,20 @@ func TestChartValues(t *testing.T) {
 	want := []any{
 		"agent", "--mode=queue", "--fail-open", "--metrics-bind-address=127.0.0.1:9402", "--metrics-auth=none",
 		"--health-bind-address=:9403", "--state-dir=/run/nftpolicy",
-		"--preview-socket=/run/nftpolicy-preview/preview.sock", "--v=4", "--unknown-pod-wait=2s",
+		"--preview-socket=/run/nftpolicy-preview/preview.sock", "--cni-bin-dir=/host/opt/cni/bin",
+		"--cni-conf-dir=/host/etc/cni/net.d", "--v=4", "--unknown-pod-wait=2s",
 	}
 	if d := cmp.Diff(want, c["args"]); d != "" {
 		t.Errorf("args (-want +got):\n%s", d)
 	}
 	if got, want := c["image"], "registry.example/np:v9.9.9@"+digest; got != want {
 		t.Errorf("image %v, want %s", got, want)
+	}
+	// The boot plugin's init container installs the agent's binary: the
+	// same image.
+	if inits, _ := pod["initContainers"].([]any); len(inits) != 1 ||
+		inits[0].(map[string]any)["image"] != c["image"] || inits[0].(map[string]any)["imagePullPolicy"] != "Always" {
+		t.Errorf("init containers %v: want cni-install in the agent's image %v, pulled Always", pod["initContainers"], c["image"])
 	}
 	if c["imagePullPolicy"] != "Always" {
 		t.Errorf("imagePullPolicy %v, want Always", c["imagePullPolicy"])
