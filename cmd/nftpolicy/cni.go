@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/pflag"
 
@@ -25,7 +27,10 @@ and appends it to the configuration list the runtime uses (the first
 pod started before the agent's first sync (after a reboot) is held, not
 open. Idempotent. See docs/security.md, "The boot window".
 
-Exit status: 0 installed (or no configuration yet), 1 failed, 2 bad usage.`
+A configuration of one plugin (a .conf) cannot be chained: it warns and
+succeeds (the agent starts; the boot window stays open on that node).
+
+Exit status: 0 installed (or no configuration to chain into), 1 failed, 2 bad usage.`
 
 // cniDirs are the host's CNI directories as the container mounts them.
 type cniDirs struct{ bin, conf string }
@@ -52,6 +57,11 @@ func runCNIInstall(args []string, stdout, stderr io.Writer) int {
 		var conf string
 		conf, err = bootcni.Install(self, dirs.bin, dirs.conf)
 		switch {
+		case errors.Is(err, bootcni.ErrSingleConf):
+			// The agent must start all the same: it enforces everything
+			// but the boot window.
+			fmt.Fprintf(stderr, "nftpolicy cni-install: WARNING: %v: pods that start before the agent's first sync after a reboot are not held on this node\n", err)
+			err = nil
 		case err != nil:
 		case conf == "":
 			fmt.Fprintf(stdout, "installed %s/%s; no CNI configuration in %s yet: run again once the network plugin wrote it (the agent's restart does)\n",
@@ -77,7 +87,11 @@ func removeBootPlugin(stdout io.Writer, dirs cniDirs) error {
 	}
 	changed, err := bootcni.Remove(dirs.bin, dirs.conf)
 	for _, p := range changed {
-		fmt.Fprintf(stdout, "removed %s from %s\n", bootcni.PluginName, p)
+		if filepath.Dir(p) == filepath.Clean(dirs.bin) {
+			fmt.Fprintf(stdout, "removed %s\n", p)
+		} else {
+			fmt.Fprintf(stdout, "removed %s from %s\n", bootcni.PluginName, p)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("removing the boot plugin: %w", err)

@@ -12,6 +12,10 @@ import (
 	"strings"
 )
 
+// ErrSingleConf is Install's error for a configuration of one plugin (a
+// .conf): nothing can be chained after it.
+var ErrSingleConf = errors.New("a single plugin's configuration, not a list: " + PluginName + " cannot be chained after it (convert it to a .conflist)")
+
 // ConfFile returns the configuration file a runtime (containerd, CRI-O)
 // uses in dir: the first by name of those ending in .conflist, .conf or
 // .json. Empty when there is none.
@@ -113,7 +117,7 @@ func readList(path string) (map[string]json.RawMessage, []json.RawMessage, error
 	}
 	raw, ok := list["plugins"]
 	if !ok {
-		return nil, nil, fmt.Errorf("%s: a single plugin's configuration, not a list: %s cannot be chained after it (convert it to a .conflist)", path, PluginName)
+		return nil, nil, fmt.Errorf("%s: %w", path, ErrSingleConf)
 	}
 	var plugins []json.RawMessage
 	if err := json.Unmarshal(raw, &plugins); err != nil {

@@ -2,6 +2,7 @@ package bootcni
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,7 +106,7 @@ func TestInstallWithoutOrWithSingleConfiguration(t *testing.T) {
 	if err := os.WriteFile(single, []byte(`{"cniVersion":"1.0.0","name":"b","type":"bridge"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Install(self, dir, confDir); err == nil || !strings.Contains(err.Error(), "not a list") {
+	if _, err := Install(self, dir, confDir); !errors.Is(err, ErrSingleConf) {
 		t.Errorf("a single plugin's .conf: %v, want refused", err)
 	}
 }
