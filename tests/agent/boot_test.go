@@ -1,6 +1,8 @@
 package agent_test
 
 import (
+	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,7 +19,8 @@ import (
 // are admitted: the scenario does run before enforcement). After the
 // first sync the hold is gone (nothing held, the allowed connection
 // allowed), the policy enforced, and a pod started later through the
-// plugin is not held.
+// plugin is not held. The plugin's CHECK succeeds for a held pod, and DEL
+// (twice) releases a pod gone before the agent came.
 func TestBootWindowHoldsPodsUntilFirstSync(t *testing.T) {
 	requireRoot(t)
 	c := cluster.Start(t, cluster.Config{Mode: compile.ModeHybrid, Nodes: []string{"node-1"}, NoAgents: true,
@@ -29,6 +32,10 @@ func TestBootWindowHoldsPodsUntilFirstSync(t *testing.T) {
 	}
 	t.Logf("%d rounds before the agent: held pods %d denied admitted, unheld pods %d; first sync %v",
 		res.Rounds, res.HeldAdmittedDenied, res.UnheldAdmittedDenied, res.FirstSync.Round(time.Millisecond))
+	want := append(c.PodIPs("boot/held-client"), c.PodIPs("boot/held-server")...)
+	if !slices.Equal(sortAddrs(res.HeldBefore), sortAddrs(want)) || slices.Contains(res.HeldBefore, res.Gone[0]) {
+		t.Errorf("held before the agent: %v; want the held pair's %v (not the deleted pod's %v)", res.HeldBefore, want, res.Gone)
+	}
 	if res.UnheldAdmittedDenied == 0 {
 		t.Errorf("pods without the boot plugin: no denied connection admitted before the agent: the scenario did not run in the boot window")
 	}
@@ -46,4 +53,10 @@ func TestBootWindowHoldsPodsUntilFirstSync(t *testing.T) {
 	if !res.LateAllowed {
 		t.Errorf("a pod started through the plugin after the first sync cannot connect (held with an agent running?)\ntable:\n%s", c.ListTable("node-1"))
 	}
+}
+
+func sortAddrs(a []netip.Addr) []netip.Addr {
+	a = slices.Clone(a)
+	slices.SortFunc(a, func(x, y netip.Addr) int { return x.Compare(y) })
+	return a
 }

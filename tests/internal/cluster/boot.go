@@ -102,6 +102,10 @@ type BootWindow struct {
 type BootWindowResult struct {
 	// Rounds of probes made before the agent started.
 	Rounds int
+	// HeldBefore is what the hold held before the agent started: the
+	// held pair's addresses, not those of Gone, a pod whose sandbox was
+	// added and deleted (DEL twice) meanwhile.
+	HeldBefore, Gone []netip.Addr
 	// HeldAdmittedDenied counts the denied connections admitted between
 	// pods started through the boot plugin before the agent's first sync
 	// (the window as the plugin leaves it: 0).
@@ -159,6 +163,9 @@ func (c *Cluster) RunBootWindow(ctx context.Context, bw BootWindow) (BootWindowR
 			return res, err
 		}
 	}
+	if err := c.bootPluginCheckDel(ctx, bw, pods["held-server"], &res); err != nil {
+		return res, err
+	}
 	probe := func(from, to string) (bool, error) {
 		ep, err := c.PodEndpoint(bw.Namespace + "/" + from)
 		if err != nil {
@@ -183,6 +190,27 @@ func (c *Cluster) RunBootWindow(ctx context.Context, bw BootWindow) (BootWindowR
 		time.Sleep(bw.Interval)
 	}
 	return res, c.bootWindowAfter(ctx, bw, probe, &res)
+}
+
+// bootPluginCheckDel runs CHECK for a held pod, then ADD and DEL for a
+// pod that goes before the agent comes (its sandbox torn down), and
+// records what the hold then holds.
+func (c *Cluster) bootPluginCheckDel(ctx context.Context, bw BootWindow, held StartedPod, res *BootWindowResult) error {
+	if _, err := c.BootPlugin(ctx, "CHECK", held); err != nil {
+		return err
+	}
+	gone, err := c.StartPod(Pod{Namespace: bw.Namespace, Name: "gone", Node: bw.Node})
+	if err != nil {
+		return err
+	}
+	for _, cmd := range []string{"ADD", "DEL", "DEL"} {
+		if _, err := c.BootPlugin(ctx, cmd, gone); err != nil {
+			return err
+		}
+	}
+	res.Gone = gone.lp.ips
+	res.HeldBefore, err = c.HeldAddrs(bw.Node)
+	return err
 }
 
 // bootWindowAfter starts the agent and checks the held pods after its
