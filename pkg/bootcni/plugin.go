@@ -106,7 +106,7 @@ func run(getenv func(string) string, stdin io.Reader, h Holder) ([]byte, error) 
 	case "DEL":
 		return nil, del(conf, h)
 	case "CHECK":
-		if len(conf.PrevResult) == 0 {
+		if !hasPrevResult(conf) {
 			return nil, &cniError{CNIVersion: conf.CNIVersion, Code: codeInvalidConfig, Msg: "no prevResult",
 				Details: PluginName + " is a chained plugin: it must follow the plugin that gives the pod its addresses"}
 		}
@@ -125,9 +125,13 @@ func add(conf netConf, getenv func(string) string, h Holder) ([]byte, error) {
 	if getenv("CNI_CONTAINERID") == "" || getenv("CNI_IFNAME") == "" {
 		return nil, &cniError{CNIVersion: conf.CNIVersion, Code: codeInvalidEnv, Msg: "missing CNI_CONTAINERID or CNI_IFNAME"}
 	}
-	if len(conf.PrevResult) == 0 {
+	if !hasPrevResult(conf) {
 		return nil, &cniError{CNIVersion: conf.CNIVersion, Code: codeInvalidConfig, Msg: "no prevResult",
 			Details: PluginName + " is a chained plugin: it must follow the plugin that gives the pod its addresses"}
+	}
+	var res map[string]json.RawMessage
+	if err := json.Unmarshal(conf.PrevResult, &res); err != nil {
+		return nil, &cniError{CNIVersion: conf.CNIVersion, Code: codeDecode, Msg: "decoding prevResult", Details: err.Error()}
 	}
 	addrs, err := resultAddrs(conf.PrevResult)
 	if err != nil {
@@ -140,10 +144,6 @@ func add(conf netConf, getenv func(string) string, h Holder) ([]byte, error) {
 			return nil, &cniError{CNIVersion: conf.CNIVersion, Code: codeTryAgainLater, Msg: "holding the pod's addresses", Details: err.Error()}
 		}
 	}
-	var res map[string]json.RawMessage
-	if err := json.Unmarshal(conf.PrevResult, &res); err != nil {
-		return nil, &cniError{CNIVersion: conf.CNIVersion, Code: codeDecode, Msg: "decoding prevResult", Details: err.Error()}
-	}
 	v, _ := json.Marshal(conf.CNIVersion)
 	res["cniVersion"] = v
 	return json.Marshal(res)
@@ -152,7 +152,7 @@ func add(conf netConf, getenv func(string) string, h Holder) ([]byte, error) {
 // del releases the pod's addresses when the runtime still knows them (its
 // cached result); a DEL never fails for what is already gone.
 func del(conf netConf, h Holder) error {
-	if len(conf.PrevResult) == 0 {
+	if !hasPrevResult(conf) {
 		return nil
 	}
 	addrs, err := resultAddrs(conf.PrevResult)
@@ -163,6 +163,13 @@ func del(conf netConf, h Holder) error {
 		return &cniError{CNIVersion: conf.CNIVersion, Code: codeTryAgainLater, Msg: "releasing the pod's addresses", Details: err.Error()}
 	}
 	return nil
+}
+
+// hasPrevResult reports whether the configuration carries a previous
+// result: a JSON object (null, or another kind, is none).
+func hasPrevResult(conf netConf) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(conf.PrevResult, &m) == nil && m != nil
 }
 
 // resultAddrs returns the addresses of a result's "ips" (CIDR notation).

@@ -133,3 +133,30 @@ func TestCheckVersionAndUnknownCommands(t *testing.T) {
 		t.Errorf("unknown command: exit %d, want 1", code)
 	}
 }
+
+// FuzzRun: no configuration makes the plugin panic, and an ADD that
+// succeeds either held every address of the result or found none.
+func FuzzRun(f *testing.F) {
+	for _, s := range []string{conf("1.0.0", prev), conf("1.0.0", "null"), conf("1.0.0", "5"), conf("1.0.0", `{"ips":null}`),
+		conf("1.0.0", `{"ips":[{"address":"::ffff:10.0.0.1/128"}]}`), `{"cniVersion":"1.0.0","prevResult":[]}`, "null", ""} {
+		f.Add("ADD", s)
+		f.Add("DEL", s)
+		f.Add("CHECK", s)
+	}
+	f.Fuzz(func(t *testing.T, cmd, stdin string) {
+		h := &fakeHolder{}
+		var out bytes.Buffer
+		code := Run(env(cmd), strings.NewReader(stdin), &out, h)
+		if code != 0 && code != 1 {
+			t.Fatalf("exit %d", code)
+		}
+		if code == 0 && cmd == "ADD" {
+			var c netConf
+			_ = json.Unmarshal([]byte(stdin), &c)
+			addrs, _ := resultAddrs(c.PrevResult)
+			if len(h.held) != len(addrs) {
+				t.Fatalf("ADD succeeded holding %v of %v", h.held, addrs)
+			}
+		}
+	})
+}
