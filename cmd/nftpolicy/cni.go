@@ -36,7 +36,7 @@ Exit status: 0 installed (or no configuration to chain into), 1 failed, 2 bad us
 type cniDirs struct{ bin, conf string }
 
 func (d *cniDirs) addFlags(fs *pflag.FlagSet, defBin, defConf string) {
-	fs.StringVar(&d.bin, "cni-bin-dir", defBin, "the node's CNI plugin directory (/opt/cni/bin), as mounted")
+	fs.StringVar(&d.bin, "cni-bin-dir", defBin, "the node's CNI plugin directory (/opt/cni/bin), as mounted: where the boot plugin is installed (agent: kept chained while it runs, removed at uninstall)")
 	fs.StringVar(&d.conf, "cni-conf-dir", defConf, "the node's CNI configuration directory (/etc/cni/net.d), as mounted")
 }
 

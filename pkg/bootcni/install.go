@@ -52,20 +52,29 @@ func Install(self, binDir, confDir string) (string, error) {
 	if err := copyExecutable(self, filepath.Join(binDir, PluginName)); err != nil {
 		return "", err
 	}
+	conf, _, err := Chain(confDir)
+	return conf, err
+}
+
+// Chain appends the plugin to the configuration list the runtime uses in
+// confDir unless it is there, and says whether it wrote. A network plugin
+// that rewrites its list (at its start, on a change) drops the entry: the
+// agent calls Chain again to put it back.
+func Chain(confDir string) (string, bool, error) {
 	conf, err := ConfFile(confDir)
 	if err != nil || conf == "" {
-		return "", err
+		return "", false, err
 	}
 	list, plugins, err := readList(conf)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if pluginIndex(plugins) >= 0 {
-		return conf, nil
+		return conf, false, nil
 	}
 	entry, _ := json.Marshal(map[string]string{"type": PluginName})
 	plugins = append(plugins, entry)
-	return conf, writeList(conf, list, plugins)
+	return conf, true, writeList(conf, list, plugins)
 }
 
 // Remove takes the plugin out of every configuration list in confDir, then

@@ -102,6 +102,14 @@ func TestUninstallRemovesTable(t *testing.T) {
 	waitLogCount(t, n1, "Watching the agent's DaemonSet", 2)
 	n1.HoldAPI()
 
+	// The network plugin rewrites its configuration list (flannel's and
+	// Calico's installers do at every start): node-2's agent chains the
+	// boot plugin again.
+	if err := os.WriteFile(filepath.Join(cni[n2.Node][3], "10-lab.conflist"), []byte(primaryConflist), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitRechained(t, n2, cni[n2.Node][3])
+
 	// kubectl delete -f install.yaml: ServiceAccount and RBAC first, the
 	// DaemonSet last.
 	for _, kind := range []string{"serviceaccount/nftpolicy", "clusterrolebinding/nftpolicy", "clusterrole/nftpolicy"} {
@@ -159,6 +167,25 @@ func installBootPlugin(t *testing.T, ctx context.Context, a *cluster.Agent) []st
 	}
 	assertBootPlugin(t, a, flags, true)
 	return flags
+}
+
+// waitRechained waits up to 15 s (the agent checks every 10 s) for the
+// boot plugin to be back in the configuration list of conf.
+func waitRechained(t *testing.T, a *cluster.Agent, conf string) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(conf, "10-lab.conflist"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), bootcni.PluginName) {
+			logLines(t, a, "chained it again")
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the boot plugin was not chained again after the list was rewritten:\n%s\n%s", a.Node, b, a.LogTail(10))
+		}
+	}
 }
 
 // assertBootPlugin checks whether the boot plugin is installed in the CNI
