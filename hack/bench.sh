@@ -76,6 +76,9 @@
 #   metricsauth 300 addresses send made-up tokens to a real agent's metrics
 #          port (--metrics-auth=delegated, a real API server), then a new pod
 #          scrapes with a valid token (metrics_scrape_ok_under_lockout)
+#   size   the kubectl plugin's binary (plugin_size_mb) and its size over the
+#          agent's (plugin_size_ratio), both built with -trimpath as
+#          `make build` does
 #
 # Needs root (network namespaces, nftables, NFQUEUE), nft, and the control
 # plane binaries of hack/tools.sh. Creates only its own network namespaces;
@@ -155,6 +158,9 @@ $GO test -c -o "$OUT/evaluate.test" ./pkg/evaluate
 $GO test -c -o "$OUT/fqdn.test" ./pkg/fqdn
 $GO test -c -o "$OUT/compile.test" ./pkg/compile
 $GO test -c -o "$OUT/nftpolicy.test" ./cmd/nftpolicy
+mkdir -p "$OUT/size"
+$GO build -trimpath -o "$OUT/size/nftpolicy" ./cmd/nftpolicy
+$GO build -trimpath -o "$OUT/size/kubectl-nftpolicy" ./cmd/kubectl-nftpolicy
 NFTBENCH=$OUT/nftbench
 
 # The machine, and how much of a CPU a thread gets right now (wall/CPU of a
@@ -314,6 +320,15 @@ if section metricsauth; then
 	"$NFTBENCH" metricsauth --sources 300 >"$OUT/metricsauth.txt"
 fi
 
+if section size; then
+	log "size: the kubectl plugin's binary beside the agent's"
+	agent_bytes=$(stat -c %s "$OUT/size/nftpolicy")
+	plugin_bytes=$(stat -c %s "$OUT/size/kubectl-nftpolicy")
+	awk -v a="$agent_bytes" -v p="$plugin_bytes" 'BEGIN {
+		printf "agent_size_mb=%.1f\nplugin_size_mb=%.1f\nplugin_size_ratio=%.3f\n", a / 1e6, p / 1e6, p / a
+	}' >"$OUT/size.txt"
+fi
+
 {
 	echo "machine_load_end=$(cut -d' ' -f1 /proc/loadavg)"
 	echo "bench_wall_s=$(($(date +%s) - began))"
@@ -321,5 +336,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,faults,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth,costamp}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,faults,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth,costamp,size}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -520,11 +520,17 @@ func newSyncer(render compile.RenderConfig, reg *prometheus.Registry, log klog.L
 	if err != nil {
 		return nil, nil, closeAll, err
 	}
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+	reg.MustRegister(netlinkFallbacksMetric(syncer.NetlinkFallbacks))
+	return syncer, elements, closeAll, nil
+}
+
+// netlinkFallbacksMetric is nftpolicy_netlink_batch_fallbacks_total, read
+// from the syncer's count when scraped.
+func netlinkFallbacksMetric(count func() int64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "nftpolicy_netlink_batch_fallbacks_total",
 		Help: "Netlink batches (elements, or chains, rules and sets) the kernel refused (nothing applied; a full sync followed).",
-	}, func() float64 { return float64(syncer.NetlinkFallbacks()) }))
-	return syncer, elements, closeAll, nil
+	}, func() float64 { return float64(count()) })
 }
 
 // eventRecorder returns a recorder of the agent's Events (as component

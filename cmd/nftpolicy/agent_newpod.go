@@ -87,6 +87,17 @@ func (o *newPodOptions) configureRender(render *compile.RenderConfig) {
 func (o *newPodOptions) configure(render *compile.RenderConfig, eval *evaluate.Evaluator, reg prometheus.Registerer) error {
 	o.configureRender(render)
 	eval.UnknownPodWait = o.wait
+	m, err := newNewPodMetrics(reg)
+	if err != nil {
+		return err
+	}
+	eval.UnknownPods = m
+	o.metrics = m
+	return nil
+}
+
+// newNewPodMetrics registers the unknown-pod and revocation metrics.
+func newNewPodMetrics(reg prometheus.Registerer) (*newPodMetrics, error) {
 	m := &newPodMetrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nftpolicy_unknown_pod_decisions_total",
 			Help: "New connections of pod addresses the agent did not know yet, by result: programmed (the pod was learned within --unknown-pod-wait and policy decided), timeout_allowed or timeout_dropped (--fail-open decided at the bound for a known source; an unknown source is always dropped). Those dropped before being held are nftpolicy_queue_held_dropped_total."},
@@ -107,12 +118,10 @@ func (o *newPodOptions) configure(render *compile.RenderConfig, eval *evaluate.E
 		Help: "Pod address ranges the last program knows (--pod-cidrs, else Nodes' spec.podCIDRs). 0 in hybrid or queue mode: unknown pods are not held; a new connection from an unknown source on a pod interface is dropped until the pod is programmed (see docs/security.md)."})
 	for _, c := range []prometheus.Collector{m.decisions, m.wait, m.revoked, m.pass, m.passFailures, m.ranges} {
 		if err := reg.Register(c); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	eval.UnknownPods = m
-	o.metrics = m
-	return nil
+	return m, nil
 }
 
 // startRevoker opens ctnetlink and runs the revoker; its OnProgram is the

@@ -53,29 +53,11 @@ func (o *stateOptions) restore(ctx context.Context, eval *evaluate.Evaluator, no
 	eval.Snapshots = snaps
 	snaps.AfterWrite = o.afterWrite
 	go snaps.Run(ctx)
-	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "nftpolicy_state_snapshot_refused_total",
-		Help: "Program snapshots found at start and not used, by reason: unknown_format (written by an agent of another version, whose format this one does not read) or unusable (damaged, another node's); the agent then holds queued connections until its first sync.",
-	}, []string{"reason"})
-	refused.WithLabelValues("unknown_format")
-	refused.WithLabelValues("unusable")
-	reg.MustRegister(refused)
+	refused := registerSnapshotMetrics(reg, snaps.Stats)
 	go func() {
 		defer close(done)
 		loadSnapshot(log, eval, snaps, refused)
 	}()
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "nftpolicy_state_snapshot_writes_total",
-		Help: "Snapshots of the policy program written to --state-dir (a restarted agent decides from the last one until its first sync).",
-	}, func() float64 { return float64(snaps.Stats().Saved) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "nftpolicy_state_snapshot_errors_total",
-		Help: "Snapshots of the policy program that could not be written or removed; a restarted agent then drops queued connections until its first sync.",
-	}, func() float64 { return float64(snaps.Stats().Failed) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "nftpolicy_state_snapshot_bytes",
-		Help: "Size of the last program snapshot written to --state-dir, in bytes.",
-	}, func() float64 { return float64(snaps.Stats().LastBytes) }))
 	return done, nil
 }
 
@@ -104,4 +86,30 @@ func loadSnapshot(log klog.Logger, eval *evaluate.Evaluator, snaps *evaluate.Sna
 	default:
 		log.Info("Program snapshot read after the first sync; not used", "path", snaps.Path(), "loadDuration", time.Since(start).Round(time.Microsecond))
 	}
+}
+
+// registerSnapshotMetrics registers the metrics of the program snapshots
+// (stats reads the writer's counts) and returns the counter of snapshots
+// refused at start, both reasons present from the start.
+func registerSnapshotMetrics(reg prometheus.Registerer, stats func() evaluate.SnapshotStats) *prometheus.CounterVec {
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nftpolicy_state_snapshot_refused_total",
+		Help: "Program snapshots found at start and not used, by reason: unknown_format (written by an agent of another version, whose format this one does not read) or unusable (damaged, another node's); the agent then holds queued connections until its first sync.",
+	}, []string{"reason"})
+	refused.WithLabelValues("unknown_format")
+	refused.WithLabelValues("unusable")
+	reg.MustRegister(refused)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nftpolicy_state_snapshot_writes_total",
+		Help: "Snapshots of the policy program written to --state-dir (a restarted agent decides from the last one until its first sync).",
+	}, func() float64 { return float64(stats().Saved) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nftpolicy_state_snapshot_errors_total",
+		Help: "Snapshots of the policy program that could not be written or removed; a restarted agent then drops queued connections until its first sync.",
+	}, func() float64 { return float64(stats().Failed) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nftpolicy_state_snapshot_bytes",
+		Help: "Size of the last program snapshot written to --state-dir, in bytes.",
+	}, func() float64 { return float64(stats().LastBytes) }))
+	return refused
 }

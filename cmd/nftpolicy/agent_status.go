@@ -64,15 +64,22 @@ type statusReporter struct {
 
 func newStatusReporter(ctx context.Context, node string, dyn dynamic.Interface, reg prometheus.Registerer, log klog.Logger) *statusReporter {
 	s := &statusReporter{ctx: ctx, cfg: status.ReporterConfig{Node: node, Client: dyn, Logger: log, AgentVersion: version.Get().Version}}
-	s.writes = prometheus.NewCounterVec(prometheus.CounterOpts{
+	s.writes = newStatusWrites(reg)
+	s.cfg.OnWrite = s.written
+	return s
+}
+
+// newStatusWrites registers nftpolicy_status_writes_total, both results
+// present from the start.
+func newStatusWrites(reg prometheus.Registerer) *prometheus.CounterVec {
+	writes := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nftpolicy_status_writes_total",
 		Help: "Writes of the node's NodeEnforcement (the status kubectl nftpolicy status and wait read), by result (ok, error); failed writes are retried with backoff.",
 	}, []string{"result"})
-	s.writes.WithLabelValues("ok")
-	s.writes.WithLabelValues("error")
-	reg.MustRegister(s.writes)
-	s.cfg.OnWrite = s.written
-	return s
+	writes.WithLabelValues("ok")
+	writes.WithLabelValues("error")
+	reg.MustRegister(writes)
+	return writes
 }
 
 // reporter returns the Reporter, started at the first call; nil if it

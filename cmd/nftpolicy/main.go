@@ -71,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCNIInstall(args[1:], stdout, stderr)
 	case "version", "--version":
 		return runVersion(args[1:], stdout, stderr)
+	case "reference": // hidden: writes docs/flags.md and docs/metrics.md
+		return runReference(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

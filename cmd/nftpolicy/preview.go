@@ -16,7 +16,11 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
@@ -100,17 +104,17 @@ func runPreview(args []string, stdout, stderr io.Writer) int {
 	if _, err := scenario.ParseManifest(data, metav1.NamespaceDefault); err != nil {
 		return bad("%s: %v", o.file, err)
 	}
-	c, err := o.cluster.Clients()
+	cfg, err := o.cluster.RESTConfig()
 	if err != nil {
 		return bad("%v", err)
 	}
-	cfg, err := o.cluster.RESTConfig()
+	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return bad("%v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.cluster.Timeout)
 	defer cancel()
-	results, err := previewCluster(ctx, c.Kube, o.cluster.Agents, o.node, o.localArgs(), data, spdyOrWebSocketExec(cfg, c.Kube, o.container))
+	results, err := previewCluster(ctx, kube, o.cluster.Agents, o.node, o.localArgs(), data, spdyOrWebSocketExec(cfg, kube, o.container))
 	if err != nil {
 		fmt.Fprintf(stderr, "nftpolicy preview: %v\n", err)
 		return exitUnreachable
@@ -179,21 +183,31 @@ func (o *previewOptions) localArgs() []string {
 	return args
 }
 
+// coreClient is the part of a clientset preview uses: the agents' pods
+// and their exec subresource.
+type coreClient interface {
+	CoreV1() corev1client.CoreV1Interface
+}
+
 // podExec runs argv in pod's agent container with stdin, returning its
 // standard output and error.
-type podExec func(ctx context.Context, pod *corev1.Pod, argv []string, stdin []byte) (stdout, stderr []byte, err error)
+type podExec func(ctx context.Context, pod status.AgentPod, argv []string, stdin []byte) (stdout, stderr []byte, err error)
 
 // previewCluster asks the agent pod of every node (or of node only),
 // a few at a time, and returns their answers sorted by node; a node that
 // could not be asked has Error set.
-func previewCluster(ctx context.Context, kube status.KubeClient, agents status.Agents, node string, argv []string, data []byte, exec podExec) ([]PreviewResult, error) {
+func previewCluster(ctx context.Context, kube coreClient, agents status.Agents, node string, argv []string, data []byte, exec podExec) ([]PreviewResult, error) {
 	list, err := kube.CoreV1().Pods(agents.Namespace).List(ctx, metav1.ListOptions{LabelSelector: agents.Selector})
 	if err != nil {
 		return nil, fmt.Errorf("listing the agents' pods: %w", err)
 	}
-	pods := make([]*corev1.Pod, 0, len(list.Items))
+	pods := make([]status.AgentPod, 0, len(list.Items))
 	for i := range list.Items {
-		if p := &list.Items[i]; p.Status.Phase == corev1.PodRunning && (node == "" || p.Spec.NodeName == node) {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&list.Items[i])
+		if err != nil {
+			return nil, fmt.Errorf("reading pod %s/%s: %w", list.Items[i].Namespace, list.Items[i].Name, err)
+		}
+		if p := status.AgentPodOf(&unstructured.Unstructured{Object: m}); p.Phase == string(corev1.PodRunning) && (node == "" || p.Node == node) {
 			pods = append(pods, p)
 		}
 	}
@@ -230,9 +244,9 @@ func previewCluster(ctx context.Context, kube status.KubeClient, agents status.A
 const previewParallel = 8
 
 // askPod runs the preview in one agent pod and decodes its answer.
-func askPod(ctx context.Context, pod *corev1.Pod, argv []string, data []byte, exec podExec) PreviewResult {
+func askPod(ctx context.Context, pod status.AgentPod, argv []string, data []byte, exec podExec) PreviewResult {
 	fail := func(err error) PreviewResult {
-		return PreviewResult{Node: pod.Spec.NodeName, Error: fmt.Sprintf("pod %s/%s: %v", pod.Namespace, pod.Name, err)}
+		return PreviewResult{Node: pod.Node, Error: fmt.Sprintf("pod %s/%s: %v", pod.Namespace, pod.Name, err)}
 	}
 	out, errOut, err := exec(ctx, pod, argv, data)
 	if err != nil {
@@ -245,16 +259,16 @@ func askPod(ctx context.Context, pod *corev1.Pod, argv []string, data []byte, ex
 	if err := json.Unmarshal(out, &res); err != nil {
 		return fail(fmt.Errorf("decoding its answer: %w", err))
 	}
-	if len(res) != 1 || res[0].Node != pod.Spec.NodeName {
-		return fail(fmt.Errorf("it answered %d results, not one for node %s", len(res), pod.Spec.NodeName))
+	if len(res) != 1 || res[0].Node != pod.Node {
+		return fail(fmt.Errorf("it answered %d results, not one for node %s", len(res), pod.Node))
 	}
 	return res[0]
 }
 
 // spdyOrWebSocketExec execs through the API server as kubectl exec does:
 // over WebSocket, or SPDY where the server or a proxy cannot upgrade to it.
-func spdyOrWebSocketExec(cfg *rest.Config, kube status.KubeClient, container string) podExec {
-	return func(ctx context.Context, pod *corev1.Pod, argv []string, stdin []byte) ([]byte, []byte, error) {
+func spdyOrWebSocketExec(cfg *rest.Config, kube coreClient, container string) podExec {
+	return func(ctx context.Context, pod status.AgentPod, argv []string, stdin []byte) ([]byte, []byte, error) {
 		req := kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
 			VersionedParams(&corev1.PodExecOptions{Container: container, Command: argv, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
 		spdy, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())

@@ -46,12 +46,12 @@ func TestPreviewCluster(t *testing.T) {
 			{Change: "allow", Protocol: "UDP", Source: "10.244.1.12:47701", Destination: "10.244.1.10:9090", Reason: "allowed by x/web ingress[0]"},
 		}}
 	var asked []string
-	exec := func(_ context.Context, pod *corev1.Pod, argv []string, stdin []byte) ([]byte, []byte, error) {
+	exec := func(_ context.Context, pod status.AgentPod, argv []string, stdin []byte) ([]byte, []byte, error) {
 		asked = append(asked, pod.Name)
 		if want := []string{"/nftpolicy", "preview", "--local", "-o", "json"}; !slices.Equal(argv[:5], want) || string(stdin) != "FILE" {
 			t.Errorf("%s: ran %q with %q", pod.Name, argv, stdin)
 		}
-		if pod.Spec.NodeName == "node-2" {
+		if pod.Node == "node-2" {
 			return nil, []byte("nftpolicy preview: the agent: another preview is running on this node; try again\n"), errors.New("command terminated with exit code 1")
 		}
 		out, err := json.Marshal([]PreviewResult{answer})

@@ -9,11 +9,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/dynamic"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/nftpolicy/nftpolicy/pkg/status"
 )
@@ -109,35 +106,14 @@ func checkKubeconfigEnv(explicit string) error {
 	return fmt.Errorf("$KUBECONFIG names %q, none of which exists", paths)
 }
 
-// Clients connects to the API server.
+// Clients connects to the API server: one dynamic client (pkg/status
+// reads everything through it, which keeps the typed clientsets, and
+// every API group's types with them, out of the plugin).
 func (f *ClusterFlags) Clients() (status.Clients, error) {
 	cfg, err := f.RESTConfig()
 	if err != nil {
 		return status.Clients{}, err
 	}
-	var c status.Clients
-	var k kubeClient
-	if k.core, err = corev1client.NewForConfig(cfg); err != nil {
-		return c, err
-	}
-	if k.networking, err = networkingv1client.NewForConfig(cfg); err != nil {
-		return c, err
-	}
-	c.Kube = k
-	if c.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
-		return c, err
-	}
-	c.Policy, err = npaclient.NewForConfig(cfg)
-	return c, err
+	dyn, err := dynamic.NewForConfig(cfg)
+	return status.Clients{Dynamic: dyn}, err
 }
-
-// kubeClient holds the two API groups' clients the commands use; the
-// whole clientset would link every group's into the plugin.
-type kubeClient struct {
-	core       corev1client.CoreV1Interface
-	networking networkingv1client.NetworkingV1Interface
-}
-
-func (k kubeClient) CoreV1() corev1client.CoreV1Interface { return k.core }
-
-func (k kubeClient) NetworkingV1() networkingv1client.NetworkingV1Interface { return k.networking }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nftpolicy/nftpolicy/pkg/status"
@@ -127,26 +128,27 @@ func resolveErrorCode(err error) int {
 // listTargets lists the NetworkPolicies of ns (all: "") and every
 // ClusterNetworkPolicy (none when their API is not served).
 func listTargets(ctx context.Context, c status.Clients, ns string) ([]status.Target, error) {
-	nps, err := c.Kube.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{})
+	nps, err := c.Dynamic.Resource(status.NetworkPoliciesGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing NetworkPolicies: %w", err)
 	}
-	var out []status.Target
-	for i := range nps.Items {
-		p := &nps.Items[i]
-		out = append(out, status.Target{Ref: status.PolicyRef{Kind: status.KindNetworkPolicy, Namespace: p.Namespace, Name: p.Name},
-			ResourceVersion: p.ResourceVersion, Generation: p.Generation})
-	}
-	cnps, err := c.Policy.PolicyV1beta1().ClusterNetworkPolicies().List(ctx, metav1.ListOptions{})
-	if err == nil {
-		for i := range cnps.Items {
-			p := &cnps.Items[i]
-			out = append(out, status.Target{Ref: status.PolicyRef{Kind: status.KindClusterNetworkPolicy, Name: p.Name},
-				ResourceVersion: p.ResourceVersion, Generation: p.Generation})
-		}
+	out := targetsOf(status.KindNetworkPolicy, nps)
+	if cnps, err := c.Dynamic.Resource(status.ClusterNetworkPoliciesGVR).List(ctx, metav1.ListOptions{}); err == nil {
+		out = append(out, targetsOf(status.KindClusterNetworkPolicy, cnps)...)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Ref.String() < out[j].Ref.String() })
 	return out, nil
+}
+
+// targetsOf are the current versions of a list's policies of kind.
+func targetsOf(kind string, l *unstructured.UnstructuredList) []status.Target {
+	out := make([]status.Target, 0, len(l.Items))
+	for i := range l.Items {
+		p := &l.Items[i]
+		out = append(out, status.Target{Ref: status.PolicyRef{Kind: kind, Namespace: p.GetNamespace(), Name: p.GetName()},
+			ResourceVersion: p.GetResourceVersion(), Generation: p.GetGeneration()})
+	}
+	return out
 }
 
 // PrintStructured prints v as indented JSON or as YAML (the same field

@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"sort"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
-	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 )
 
 // Agents says where the agents' pods are.
@@ -26,25 +23,70 @@ type Agents struct {
 // DefaultAgents are install.yaml's.
 var DefaultAgents = Agents{Namespace: "kube-system", Selector: "app.kubernetes.io/name=nftpolicy"}
 
-// Clients are the API clients a status client needs.
+// The resources a status client reads besides NodeEnforcements.
+var (
+	PodsGVR                   = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	NetworkPoliciesGVR        = schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}
+	ClusterNetworkPoliciesGVR = schema.GroupVersionResource{Group: "policy.networking.k8s.io", Version: "v1beta1", Resource: "clusternetworkpolicies"}
+)
+
+// Clients are the API clients a status client needs. Everything is read
+// through the dynamic client: the typed clientsets link every API group's
+// types and would make the kubectl plugin three times its size, for the
+// handful of fields (names, versions, a pod's node and readiness) that
+// status needs.
 type Clients struct {
-	Kube    KubeClient
 	Dynamic dynamic.Interface
-	// Policy reads ClusterNetworkPolicies; nil when their API is not used.
-	Policy npaclient.Interface
 }
 
-// KubeClient is what this package reads of the built-in APIs. A
-// kubernetes.Interface is one; the kubectl plugin builds just these two
-// groups' clients, which keeps the others' code out of its binary.
-type KubeClient interface {
-	CoreV1() corev1client.CoreV1Interface
-	NetworkingV1() networkingv1client.NetworkingV1Interface
+// policies is the dynamic client of ref's kind (NetworkPolicies of its
+// namespace, or ClusterNetworkPolicies).
+func (c Clients) policies(ref PolicyRef) (dynamic.ResourceInterface, error) {
+	switch ref.Kind {
+	case KindNetworkPolicy:
+		return c.Dynamic.Resource(NetworkPoliciesGVR).Namespace(ref.Namespace), nil
+	case KindClusterNetworkPolicy:
+		return c.Dynamic.Resource(ClusterNetworkPoliciesGVR), nil
+	}
+	return nil, fmt.Errorf("kind %q: want %s or %s", ref.Kind, KindNetworkPolicy, KindClusterNetworkPolicy)
+}
+
+// AgentPod is what status reads of an agent's pod.
+type AgentPod struct {
+	Namespace, Name string
+	// Node is the pod's spec.nodeName ("" while unscheduled).
+	Node string
+	// Phase is status.phase (Running, Pending, ...).
+	Phase string
+	// Ready: the pod's Ready condition is True and it is not being deleted.
+	Ready bool
+}
+
+// AgentPodOf reads a pod (as the dynamic client returns it, or a typed
+// pod converted with runtime.DefaultUnstructuredConverter).
+func AgentPodOf(u *unstructured.Unstructured) AgentPod {
+	p := AgentPod{Namespace: u.GetNamespace(), Name: u.GetName()}
+	p.Node, _, _ = unstructured.NestedString(u.Object, "spec", "nodeName")
+	p.Phase, _, _ = unstructured.NestedString(u.Object, "status", "phase")
+	if u.GetDeletionTimestamp() != nil {
+		return p
+	}
+	conds, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "conditions")
+	list, _ := conds.([]any)
+	for _, c := range list {
+		m, _ := c.(map[string]any)
+		if t, _ := m["type"].(string); t == "Ready" {
+			s, _ := m["status"].(string)
+			p.Ready = s == "True"
+			break
+		}
+	}
+	return p
 }
 
 // Gather lists the agents' pods and the NodeEnforcements: two requests.
 func Gather(ctx context.Context, c Clients, a Agents) (*Cluster, error) {
-	pods, err := c.Kube.CoreV1().Pods(a.Namespace).List(ctx, metav1.ListOptions{LabelSelector: a.Selector})
+	pods, err := c.Dynamic.Resource(PodsGVR).Namespace(a.Namespace).List(ctx, metav1.ListOptions{LabelSelector: a.Selector})
 	if err != nil {
 		return nil, fmt.Errorf("listing the agents' pods: %w", err)
 	}
@@ -56,18 +98,18 @@ func Gather(ctx context.Context, c Clients, a Agents) (*Cluster, error) {
 	for i := range list.Items {
 		reports[i] = &list.Items[i]
 	}
-	podPtrs := make([]*corev1.Pod, len(pods.Items))
+	agentPods := make([]AgentPod, len(pods.Items))
 	for i := range pods.Items {
-		podPtrs[i] = &pods.Items[i]
+		agentPods[i] = AgentPodOf(&pods.Items[i])
 	}
-	return assemble(podPtrs, reports)
+	return assemble(agentPods, reports)
 }
 
 // assemble joins the agents' pods and the NodeEnforcements by node.
-func assemble(pods []*corev1.Pod, reports []*unstructured.Unstructured) (*Cluster, error) {
+func assemble(pods []AgentPod, reports []*unstructured.Unstructured) (*Cluster, error) {
 	byNode := map[string]*NodeView{}
 	for node, p := range AgentPodsByNode(pods) {
-		byNode[node] = &NodeView{Name: node, AgentPod: p.Namespace + "/" + p.Name, AgentReady: podReady(p)}
+		byNode[node] = &NodeView{Name: node, AgentPod: p.Namespace + "/" + p.Name, AgentReady: p.Ready}
 	}
 	for _, u := range reports {
 		n := byNode[u.GetName()]
@@ -91,29 +133,17 @@ func assemble(pods []*corev1.Pod, reports []*unstructured.Unstructured) (*Cluste
 // AgentPodsByNode picks each node's agent pod among pods: the first
 // ready one, else the first one (during a DaemonSet update a node has two,
 // and the ready one is in charge).
-func AgentPodsByNode(pods []*corev1.Pod) map[string]*corev1.Pod {
-	out := map[string]*corev1.Pod{}
+func AgentPodsByNode(pods []AgentPod) map[string]AgentPod {
+	out := map[string]AgentPod{}
 	for _, p := range pods {
-		if p.Spec.NodeName == "" {
+		if p.Node == "" {
 			continue
 		}
-		if cur, ok := out[p.Spec.NodeName]; !ok || podReady(p) && !podReady(cur) {
-			out[p.Spec.NodeName] = p
+		if cur, ok := out[p.Node]; !ok || p.Ready && !cur.Ready {
+			out[p.Node] = p
 		}
 	}
 	return out
-}
-
-func podReady(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // ErrNotFound is Resolve's error for a policy that does not exist (and
@@ -126,20 +156,11 @@ var ErrNotFound = errors.New("not found")
 // after the deletion (a list's).
 func Resolve(ctx context.Context, c Clients, ref PolicyRef, deleted bool) (t Target, exists bool, err error) {
 	t = Target{Ref: ref, Deleted: deleted}
-	var meta metav1.Object
-	switch ref.Kind {
-	case KindNetworkPolicy:
-		np, e := c.Kube.NetworkingV1().NetworkPolicies(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		meta, err = np, e
-	case KindClusterNetworkPolicy:
-		if c.Policy == nil {
-			return t, false, fmt.Errorf("no client for ClusterNetworkPolicies")
-		}
-		cnp, e := c.Policy.PolicyV1beta1().ClusterNetworkPolicies().Get(ctx, ref.Name, metav1.GetOptions{})
-		meta, err = cnp, e
-	default:
-		return t, false, fmt.Errorf("kind %q: want %s or %s", ref.Kind, KindNetworkPolicy, KindClusterNetworkPolicy)
+	res, err := c.policies(ref)
+	if err != nil {
+		return t, false, err
 	}
+	meta, err := res.Get(ctx, ref.Name, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		t.ResourceVersion, t.Generation = meta.GetResourceVersion(), meta.GetGeneration()
@@ -156,17 +177,13 @@ func Resolve(ctx context.Context, c Clients, ref PolicyRef, deleted bool) (t Tar
 // listVersion is the resourceVersion of a list of the policy's kind: at
 // or after any deletion that happened before it.
 func listVersion(ctx context.Context, c Clients, ref PolicyRef) (string, error) {
-	opts := metav1.ListOptions{Limit: 1}
-	if ref.Kind == KindClusterNetworkPolicy {
-		l, err := c.Policy.PolicyV1beta1().ClusterNetworkPolicies().List(ctx, opts)
-		if err != nil {
-			return "", err
-		}
-		return l.ResourceVersion, nil
-	}
-	l, err := c.Kube.NetworkingV1().NetworkPolicies(ref.Namespace).List(ctx, opts)
+	res, err := c.policies(ref)
 	if err != nil {
 		return "", err
 	}
-	return l.ResourceVersion, nil
+	l, err := res.List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return "", err
+	}
+	return l.GetResourceVersion(), nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -29,16 +28,17 @@ func Wait(ctx context.Context, c Clients, a Agents, ref PolicyRef, deleted bool)
 			return Row{Target: t}, err
 		}
 	}
+	podRes := c.Dynamic.Resource(PodsGVR).Namespace(a.Namespace)
 	pods := cache.NewSharedIndexInformer(plainList(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = a.Selector
-			return c.Kube.CoreV1().Pods(a.Namespace).List(ctx, o)
+			return podRes.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = a.Selector
-			return c.Kube.CoreV1().Pods(a.Namespace).Watch(ctx, o)
+			return podRes.Watch(ctx, o)
 		},
-	}), &corev1.Pod{}, 0, cache.Indexers{})
+	}), &unstructured.Unstructured{}, 0, cache.Indexers{})
 	res := c.Dynamic.Resource(GVR)
 	reports := cache.NewSharedIndexInformer(plainList(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -136,10 +136,10 @@ func kick(c chan struct{}) {
 }
 
 func fromStores(pods, reports cache.Store) (*Cluster, error) {
-	var ps []*corev1.Pod
+	var ps []AgentPod
 	for _, o := range pods.List() {
-		if p, ok := o.(*corev1.Pod); ok {
-			ps = append(ps, p)
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			ps = append(ps, AgentPodOf(u))
 		}
 	}
 	var us []*unstructured.Unstructured
@@ -155,13 +155,11 @@ func fromStores(pods, reports cache.Store) (*Cluster, error) {
 // deletion's resourceVersion.
 func waitGone(ctx context.Context, c Clients, t Target) (string, error) {
 	o := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", t.Ref.Name).String(), ResourceVersion: t.ResourceVersion}
-	var w watch.Interface
-	var err error
-	if t.Ref.Kind == KindClusterNetworkPolicy {
-		w, err = c.Policy.PolicyV1beta1().ClusterNetworkPolicies().Watch(ctx, o)
-	} else {
-		w, err = c.Kube.NetworkingV1().NetworkPolicies(t.Ref.Namespace).Watch(ctx, o)
+	res, err := c.policies(t.Ref)
+	if err != nil {
+		return "", err
 	}
+	w, err := res.Watch(ctx, o)
 	if err != nil {
 		return "", fmt.Errorf("watching %s: %w", t.Ref, err)
 	}

@@ -91,6 +91,8 @@ var Targets = []target{
 	{"revocation_extra_rss_mb_200k_conntrack", "<=", 30},
 	{"cost_amp_rss_extra_mb_20k_pods", "<=", 50},
 	{"cost_amp_build_ms_20k_pods", "<=", 200},
+	// Issue 47: the plugin on every laptop, under a third of the agent.
+	{"plugin_size_ratio", "<=", 0.333},
 	{"queue_flood_other_allowed_ok", ">=", 0.99},
 	{"queue_flood_admitted_denied", "==", 0},
 	{"metrics_scrape_ok_under_lockout", "==", 1},
@@ -376,6 +378,8 @@ func Report(r *Result, quick bool) string {
 	row("queue flood", "other pods' allowed connections that succeed while one pod floods the queue (both fail modes)", "queue_flood_other_allowed_ok", "")
 	row("queue flood", "denied connections admitted during the flood, both fail modes", "queue_flood_admitted_denied", "")
 	row("metrics auth", "a new pod's valid scrape succeeds after 300 addresses sent made-up tokens", "metrics_scrape_ok_under_lockout", "")
+	row("kubectl plugin", "kubectl-nftpolicy binary (linux, -trimpath)", "plugin_size_mb", "MB")
+	row("kubectl plugin", "its size over the agent's binary", "plugin_size_ratio", "")
 
 	writeMarkdown(&b, []string{"area", "measurement", "result", "target", "met"}, rows)
 	b.WriteString("\n")

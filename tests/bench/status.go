@@ -78,14 +78,10 @@ func orDefault[T int | time.Duration](v *T, def T) {
 	}
 }
 
-// statusClients are the typed and dynamic clients of one configuration.
+// statusClients are the status clients of one configuration.
 func statusClients(rc *rest.Config) (status.Clients, error) {
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return status.Clients{}, err
-	}
 	dyn, err := dynamic.NewForConfig(rc)
-	return status.Clients{Kube: kube, Dynamic: dyn}, err
+	return status.Clients{Dynamic: dyn}, err
 }
 
 // RunStatus measures the NodeEnforcement status path against a real API
@@ -135,7 +131,11 @@ func measureStatusAPI(ctx context.Context, tb testing.TB, cfg StatusConfig, res 
 	if err != nil {
 		return err
 	}
-	cs, dyn := admin.Kube.(kubernetes.Interface), admin.Dynamic // statusClients makes a whole clientset
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	dyn := admin.Dynamic
 	nodes := make([]string, cfg.Nodes)
 	for i := range nodes {
 		nodes[i] = fmt.Sprintf("node-%d", i+1)

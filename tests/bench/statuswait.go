@@ -10,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftpolicy/nftpolicy/pkg/status"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
@@ -59,7 +60,7 @@ func measureWaitLatency(ctx context.Context, tb testing.TB, cfg StatusConfig, re
 	}
 	var rounds []waitSample
 	for i := 0; i < cfg.WaitRounds; i++ {
-		w, err := waitOnce(ctx, clients, i)
+		w, err := waitOnce(ctx, clients, c.Client, i)
 		if err != nil {
 			return "", err
 		}
@@ -102,7 +103,7 @@ type waitSample struct {
 
 // waitOnce creates policy i, waits for it, waits again, deletes it and
 // waits for the deletion.
-func waitOnce(ctx context.Context, c status.Clients, i int) (waitSample, error) {
+func waitOnce(ctx context.Context, c status.Clients, cs kubernetes.Interface, i int) (waitSample, error) {
 	var w waitSample
 	ne := c.Dynamic.Resource(status.GVR)
 	list, err := ne.List(ctx, metav1.ListOptions{Limit: 1})
@@ -113,7 +114,7 @@ func waitOnce(ctx context.Context, c status.Clients, i int) (waitSample, error) 
 	if err != nil {
 		return w, err
 	}
-	pols := c.Kube.NetworkingV1().NetworkPolicies(waitNS)
+	pols := cs.NetworkingV1().NetworkPolicies(waitNS)
 	np, err := pols.Create(ctx, waitPolicy(i), metav1.CreateOptions{})
 	if err != nil {
 		watcher.Stop()
