@@ -21,11 +21,12 @@ Removes what the nftpolicy agent installed on this node, for a node whose
 agent is gone (an agent whose DaemonSet is deleted does it itself): the
 table inet nftpolicy with its chains, sets and queue rules (the xt-compat
 NFQUEUE rule included: it lives in the table), and with --state-dir the
-program snapshot, and with --cni-bin-dir and --cni-conf-dir the boot plugin
-(nftpolicy-boot, taken out of the CNI configuration before the table goes,
-so that no new pod is held with no agent to release it). Run it as root in the node's network namespace (a pod
-with hostNetwork and NET_ADMIN: see docs/uninstall.md). Idempotent: with
-nothing to remove it says so and succeeds.
+program snapshot, and with --cni-bin-dir and --cni-conf-dir the boot
+plugin (nftpolicy-boot, taken out of the CNI configuration before the
+table goes, so that no new pod is held with no agent to release it). Run
+it as root in the node's network namespace (a pod with hostNetwork and
+NET_ADMIN: see docs/uninstall.md). Idempotent: with nothing to remove it
+says so and succeeds.
 
 It refuses while an agent listens on the queues the table's queue rules
 point at (removing the table under a running agent leaves its node open
@@ -45,6 +46,10 @@ func runCleanup(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "nftpolicy cleanup: unexpected argument %q\n", fs.Arg(0))
+		return exitBadInput
+	}
+	if (dirs.bin == "") != (dirs.conf == "") {
+		fmt.Fprintln(stderr, "nftpolicy cleanup: --cni-bin-dir and --cni-conf-dir go together")
 		return exitBadInput
 	}
 	if err := cleanup(stdout, *stateDir, dirs, *force); err != nil {
