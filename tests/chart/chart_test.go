@@ -185,6 +185,44 @@ func TestChartValues(t *testing.T) {
 	}
 }
 
+// TestChartBootPluginValues: the boot plugin's host directories come from
+// the values; disabled, nothing of it is rendered (no init container, no
+// CNI flags, mounts or volumes), and the agent leaves the node's CNI
+// configuration alone.
+func TestChartBootPluginValues(t *testing.T) {
+	_, pod := daemonSet(t, render(t, "bootPlugin.cniBinDir=/home/kubernetes/bin", "bootPlugin.cniConfDir=/etc/cni/custom"))
+	paths := map[string]any{}
+	for _, v := range pod["volumes"].([]any) {
+		v := v.(map[string]any)
+		if hp, ok := v["hostPath"].(map[string]any); ok {
+			paths[v["name"].(string)] = hp["path"]
+		}
+	}
+	if paths["cni-bin"] != "/home/kubernetes/bin" || paths["cni-conf"] != "/etc/cni/custom" {
+		t.Errorf("hostPath volumes %v: want cni-bin /home/kubernetes/bin, cni-conf /etc/cni/custom", paths)
+	}
+
+	c, pod := daemonSet(t, render(t, "bootPlugin.enabled=false"))
+	if _, ok := pod["initContainers"]; ok {
+		t.Errorf("bootPlugin.enabled=false rendered init containers %v", pod["initContainers"])
+	}
+	for _, a := range c["args"].([]any) {
+		if strings.HasPrefix(a.(string), "--cni-") {
+			t.Errorf("bootPlugin.enabled=false rendered the agent flag %s", a)
+		}
+	}
+	for _, m := range c["volumeMounts"].([]any) {
+		if n := m.(map[string]any)["name"]; n == "cni-bin" || n == "cni-conf" {
+			t.Errorf("bootPlugin.enabled=false rendered the mount %v", n)
+		}
+	}
+	for _, v := range pod["volumes"].([]any) {
+		if n := v.(map[string]any)["name"]; n == "cni-bin" || n == "cni-conf" {
+			t.Errorf("bootPlugin.enabled=false rendered the volume %v", n)
+		}
+	}
+}
+
 // TestChartRefusesBadValues: values the agent refuses at start (it would
 // crash-loop on every node) fail the rendering with the value's name.
 func TestChartRefusesBadValues(t *testing.T) {
