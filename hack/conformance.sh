@@ -772,12 +772,13 @@ if ((!NO_AGENT)); then
 	log "deploying install.yaml (image $AGENT_IMAGE, --mode=$MODE)"
 	sed -e "s#^\([[:space:]]*image:[[:space:]]*\)[^[:space:]]*nftpolicy[^[:space:]]*#\1$AGENT_IMAGE#" \
 		-e "s#^\([[:space:]]*imagePullPolicy:[[:space:]]*\).*#\1Never#" \
-		-e "s#--mode=[a-z]*#--mode=$MODE#" "$ROOT/install.yaml" >"$STATE/install.yaml"
+		-e "s#^    mode: [a-z]*\$#    mode: $MODE#" "$ROOT/install.yaml" >"$STATE/install.yaml"
 	grep -q "image: $AGENT_IMAGE" "$STATE/install.yaml" || die "could not set the image in install.yaml"
-	grep -q -- "--mode=$MODE" "$STATE/install.yaml" || die "could not set --mode in install.yaml"
+	# The mode is a setting of the agent's ConfigMap (docs/config.md).
+	grep -q "^    mode: $MODE\$" "$STATE/install.yaml" || die "could not set the mode in install.yaml's ConfigMap"
 	for a in "${AGENT_ARGS[@]}"; do
 		[[ $a == --* && $a != *[\"\#\\]* ]] || die "--agent-arg $a: want --flag or --flag=value (no quotes, # or backslashes)"
-		sed -i "s#^\([[:space:]]*\)- --mode=$MODE\$#&\n\1- \"$a\"#" "$STATE/install.yaml"
+		sed -i "s#^\([[:space:]]*\)- --config=/etc/nftpolicy/config.yaml\$#&\n\1- \"$a\"#" "$STATE/install.yaml"
 		grep -qF -- "- \"$a\"" "$STATE/install.yaml" || die "could not add $a to the agent's arguments"
 	done
 	diff -u "$ROOT/install.yaml" "$STATE/install.yaml" >"$OUT/install.diff" || true

@@ -38,7 +38,7 @@ if [[ -n $kubeconfig ]]; then
 	  kubectl --kubeconfig $kubeconfig apply -f install.yaml
 	  kubectl --kubeconfig $kubeconfig -n kube-system rollout status daemonset/nftpolicy
 
-	One agent per node (DaemonSet, hybrid mode; edit --mode in install.yaml for queue mode).
+	One agent per node (DaemonSet, hybrid mode; set mode: queue in install.yaml's ConfigMap nftpolicy-config for queue mode).
 	Then apply your NetworkPolicies as usual, e.g. the demo's, once namespaces x, y, z
 	hold pods labelled pod=a|b|c:
 

@@ -128,7 +128,7 @@ fi
 refuseOtherEnforcers
 docker build -t "$IMAGE" .
 kind load docker-image "$IMAGE" --name "$CLUSTER"
-sed -e "s#image: .*nftpolicy:.*#image: $IMAGE#" -e "s#--mode=hybrid#--mode=$MODE#" install.yaml | kubectl apply -f -
+sed -e "s#image: .*nftpolicy:.*#image: $IMAGE#" -e "s#^    mode: hybrid\$#    mode: $MODE#" install.yaml | kubectl apply -f -
 kubectl -n kube-system rollout status ds/nftpolicy --timeout=3m
 
 # Upstream's e2e binary and ginkgo, at the cluster's version.

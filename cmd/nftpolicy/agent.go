@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
@@ -36,10 +35,10 @@ import (
 	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/config"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
-	"github.com/nftpolicy/nftpolicy/pkg/queue"
 	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
 	"github.com/nftpolicy/nftpolicy/pkg/sets"
 	"github.com/nftpolicy/nftpolicy/pkg/slim"
@@ -49,6 +48,11 @@ import (
 
 // agentOptions are the flags of `nftpolicy agent`.
 type agentOptions struct {
+	// cfg is the effective configuration (defaults, --config, flags);
+	// applyConfig fills in the fields below from it.
+	cfg *config.AgentConfiguration
+	// configFile is --config.
+	configFile     string
 	kubeconfig     string
 	podCompress    bool
 	hostname       string
@@ -90,54 +94,15 @@ type agentOptions struct {
 	watch       watchOptions
 }
 
-func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
-	fs.BoolVar(&o.podCompress, "pod-watch-compression", false, "let the API server gzip the pod watch, whose initial events are every pod of the cluster: less network at the cost of the API server's and the agent's CPU (at 100k pods, compressing and decompressing cost more than decoding)")
-	fs.StringVar(&o.hostname, "hostname-override", "", "this node's name (default: $NODE_NAME, else the host name)")
-	fs.StringSliceVar(&o.nodeIPs, "node-ip", nil, "this node's addresses (default: from the Node object)")
-	fs.StringVar(&o.mode, "mode", string(compile.ModeHybrid), "hybrid (the kernel decides, userspace only for what it cannot), queue (userspace decides every new connection of selected pods) or kernel (never queue)")
-	fs.BoolVar(&o.failOpen, "fail-open", false, "let queued packets through while no agent listens on the queue (the queue rule's bypass), and allow a connection of an unknown pod address when the pod is not programmed within --unknown-pod-wait (default: drop them); a full queue always drops")
-	fs.BoolVar(&o.sourceValid, "source-validation", true, "drop packets that come in on a pod interface (veth, bridge or netkit) with a source address the node does not route back through it (spoofed), and encapsulated packets (IPIP, 6in4, GRE, --tunnel-udp-ports) that pods send to nodes or that come to this node from anything but a node; false for CNIs that already stop both")
-	o.tunnel.addFlags(fs)
-	fs.Uint16Var(&o.queueNum, "queue-num", 100, "first NFQUEUE number")
-	fs.Uint16Var(&o.queues, "queues", queuesPerCPU, "number of NFQUEUE queues, with CPU fanout when more than one; 0: one per CPU")
-	fs.StringVar(&o.queueVariant, "queue-variant", "auto", "queue rule: auto (probe the kernel), native (nft queue statement) or xt-compat (xtables NFQUEUE target)")
-	fs.Uint32Var(&o.allowMark, "allow-mark", 0x00100000, "packet and conntrack mark bit owned by nftpolicy (must not collide with kube-proxy's 0x4000/0x8000 or your CNI's)")
-	fs.Uint32Var(&o.maxQueueLen, "max-queue-len", queue.DefaultMaxQueueLen, "kernel queue length per queue")
-	fs.Uint32Var(&o.queueSourceRate, "queue-source-rate", compile.DefaultQueueSourceRate,
-		"queue mode: per source address, at most this many new connections a second are queued; what exceeds it and the burst is dropped in the kernel (the SYN is retransmitted after a second). Keep it below what the node's queues decide a second, or one source can crowd out the others")
-	fs.Uint32Var(&o.queueSourceBurst, "queue-source-burst", compile.DefaultQueueSourceBurst, "burst of --queue-source-rate")
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9402", "address of the Prometheus /metrics endpoint (loopback by default: pods reach the host network's other addresses; see --metrics-auth); empty to disable")
-	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (/debug/pprof/) on the metrics server, behind its address and --metrics-auth: heap, CPU, goroutines")
-	fs.StringVar(&o.healthAddr, "health-bind-address", ":9403", "address of /healthz and /readyz (the kubelet probes the node's address); empty to disable")
-	fs.DurationVar(&o.fullSyncPeriod, "full-sync-period", 10*time.Minute, "how often the whole table is rewritten, repairing outside changes")
-	fs.DurationVar(&o.refreshDelay, "program-refresh-delay", controller.DefaultProgramRefreshDelay,
-		"hybrid mode: pod changes reach the kernel at once as element changes; the program that explain and the queue's evaluator read is rebuilt this long after (at least twice the last build's duration)")
-	addBudgetFlags(fs, &o.budgets)
-	fs.DurationVar(&o.cnpCheck, "cluster-policy-check-period", controller.DefaultClusterPolicyCheckPeriod,
-		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")
-	fs.DurationVar(&o.livenessBudget, "liveness-timeout", 30*time.Second, "/healthz fails when the agent made no progress (sync loop, or waiting for the API's first lists) for this long")
-	o.denyLog.addFlags(fs)
-	o.stagedLog.addFlags(fs)
-	o.verify.addFlags(fs)
-	o.newPod.addFlags(fs)
-	o.fqdn.addFlags(fs)
-	o.state.addFlags(fs)
-	o.serving.addFlags(fs)
-	o.status.addFlags(fs)
-	o.preview.addFlags(fs)
-	o.uninstall.addFlags(fs)
-	o.watch.addFlags(fs)
-	o.logs = logsapi.NewLoggingConfiguration()
-	logsapi.AddFlags(o.logs, fs)
-}
+const agentUsage = `usage: nftpolicy agent [--config FILE] [flags]
+
+Enforces NetworkPolicies and ClusterNetworkPolicies for the pods of this node.
+Settings come from their defaults, then the AgentConfiguration file --config
+names (docs/config.md), then the flags given on the command line, which win.`
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
 	o := &agentOptions{queueProber: queuerule.KernelQueueProber{}}
-	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	o.addFlags(fs)
-	if code, ok := parseFlags(fs, args, stderr, "usage: nftpolicy agent [flags]\n\nEnforces NetworkPolicies and ClusterNetworkPolicies for the pods of this node."); !ok {
+	if code, ok := parseAgentArgs(o, args, stderr, agentUsage); !ok {
 		return code
 	}
 	if err := logsapi.ValidateAndApply(o.logs, nil); err != nil {
@@ -151,6 +116,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	ctx = klog.NewContext(ctx, logger)
 	info := version.Get()
 	logger.Info("Starting nftpolicy agent", "version", info.Version, "commit", info.Commit, "goVersion", info.GoVersion, "platform", info.Platform)
+	if cfg, err := effectiveConfigJSON(o.cfg); err == nil {
+		logger.V(1).Info("Effective configuration", "configFile", o.configFile, "config", string(cfg))
+	}
 	if err := applyMemoryLimit(logger); err != nil {
 		logger.Error(err, "Invalid memory limit")
 		return exitBadInput
@@ -203,9 +171,6 @@ func (o *agentOptions) renderConfig(mode compile.Mode) (compile.RenderConfig, er
 	dnsQueue, err := o.fqdn.dnsQueueNum(o.queueNum, o.queues)
 	if err != nil {
 		return compile.RenderConfig{}, err
-	}
-	if o.queueSourceRate == 0 || o.queueSourceBurst == 0 {
-		return compile.RenderConfig{}, fmt.Errorf("--queue-source-rate %d, --queue-source-burst %d: must be positive", o.queueSourceRate, o.queueSourceBurst)
 	}
 	ports, peers, err := o.tunnel.parse()
 	if err != nil {
@@ -365,17 +330,14 @@ func (o *agentOptions) run(ctx context.Context, ctrl *controller.Controller, mod
 	}
 }
 
-// parse checks the flags the agent reads first: the mode, the node's name
-// and addresses, the liveness budget.
+// parse reads the settings the agent needs first: the mode, the node's
+// name and addresses (config.Validate checked the rest).
 func (o *agentOptions) parse() (mode compile.Mode, node string, nodeIPs []netip.Addr, err error) {
 	if mode, err = compile.ParseMode(o.mode); err != nil {
 		return "", "", nil, err
 	}
 	if node, err = o.nodeName(); err != nil {
 		return "", "", nil, err
-	}
-	if o.livenessBudget < controller.MinHealthBudget {
-		return "", "", nil, fmt.Errorf("--liveness-timeout %v: must be at least %v (the agent's heartbeat is every second)", o.livenessBudget, controller.MinHealthBudget)
 	}
 	for _, s := range o.nodeIPs {
 		a, err := netip.ParseAddr(strings.TrimSpace(s))
@@ -478,9 +440,7 @@ func (o *agentOptions) finishRenderConfig(ctx context.Context, render *compile.R
 func (o *agentOptions) configureLogs(render *compile.RenderConfig) error {
 	o.denyLog.configureDenyLog(render)
 	o.stagedLog.configureStagedLog(render)
-	if err := o.verify.configureVerify(render); err != nil {
-		return err
-	}
+	o.verify.configureVerify(render)
 	render.Defaults()
 	return render.Validate()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -14,16 +13,6 @@ import (
 
 // denyLogOptions are the agent's deny log flags.
 type denyLogOptions struct{ nflogLogOptions }
-
-func (o *denyLogOptions) addFlags(fs *pflag.FlagSet) {
-	o.nflogLogOptions.addFlags(fs, nflogLogFlags{name: "deny-log",
-		enabledHelp: "log one line per connection the kernel path denies (NFLOG), naming the policy and rule",
-		group:       denylog.DefaultGroup,
-		rate:        compile.DefaultDenyLogRate,
-		rateHelp:    "kernel limit on deny log messages per source address, per second (burst twice that): one pod's denials cannot crowd out another's",
-		totalRate:   compile.DefaultDenyLogTotalRate,
-		flowKey:     "source, destination and policy"})
-}
 
 // configureDenyLog turns the kernel side on in the render configuration
 // (kernel and hybrid modes: in queue mode the evaluator denies in userspace

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -64,19 +63,6 @@ func (h *programHooks) run(old, cur *compile.Program) {
 	for _, f := range h.hooks {
 		f(old, cur)
 	}
-}
-
-func (o *fqdnOptions) addFlags(fs *pflag.FlagSet) {
-	fs.Uint16Var(&o.queueNum, "dns-queue-num", 0, "NFQUEUE holding the DNS queries of pods with domainNames rules (recorded) and the replies to them while their answers are learned; the number after it is its alternate during agent updates. "+
-		"Default: right after the connection queues' two ranges, --queue-num plus twice --queues (102 and 103 with one queue)")
-	fs.StringSliceVar(&o.servers, "dns-servers", nil, "addresses or CIDRs of DNS servers whose replies may be learned, besides the endpoints of --dns-service")
-	fs.StringVar(&o.service, "dns-service", "kube-system/kube-dns", "namespace/name of the cluster DNS Service: replies from its endpoints (EndpointSlices) may be learned; empty to trust only --dns-servers")
-	fs.DurationVar(&o.minTTL, "fqdn-min-ttl", fqdn.DefaultMinTTL, "a learned address is admitted for at least this long, whatever the answer's TTL")
-	fs.DurationVar(&o.maxTTL, "fqdn-max-ttl", fqdn.DefaultMaxTTL, "a learned address is admitted for at most this long, whatever the answer's TTL")
-	fs.IntVar(&o.maxNames, "fqdn-max-names-per-pod", fqdn.DefaultMaxNamesPerPod, "learned names kept per pod; past it the names learned least recently are evicted (their addresses denied until looked up again) and counted in nftpolicy_dns_learned_evictions_total")
-	fs.IntVar(&o.maxAddrs, "fqdn-max-addresses-per-pod", fqdn.DefaultMaxAddrsPerPod, "learned name-address pairs kept per pod; past it the names learned least recently are evicted, as with --fqdn-max-names-per-pod")
-	fs.DurationVar(&o.queryTimeout, "dns-query-timeout", fqdn.DefaultQueryTimeout, "a pod's DNS query waits this long for its reply: only a reply that answers an outstanding query of the pod is learned. "+
-		"Above the pods' resolver timeout (glibc and Go: 5 s a try) a reply the resolver no longer reads could be learned; below it a slow server's answers are not")
 }
 
 // dnsQueueNum resolves --dns-queue-num for the connection queues base..

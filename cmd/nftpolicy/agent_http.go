@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/nftpolicy/nftpolicy/pkg/config"
 )
 
 // The agent runs on the host network: its health and metrics ports are
@@ -87,34 +88,11 @@ type servingOptions struct {
 	keyFile     string
 }
 
+// The values of --metrics-auth (pkg/config validates them).
 const (
-	metricsAuthNone      = "none"
-	metricsAuthDelegated = "delegated"
+	metricsAuthNone      = config.MetricsAuthNone
+	metricsAuthDelegated = config.MetricsAuthDelegated
 )
-
-func (o *servingOptions) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.metricsAuth, "metrics-auth", metricsAuthNone,
-		"none: /metrics (and /debug/pprof/) over plain HTTP to whoever reaches --metrics-bind-address (keep it on loopback); "+
-			"delegated: HTTPS, and each request needs a bearer token the API server authenticates (TokenReview) and authorizes for the request's path and verb (SubjectAccessReview on nonResourceURLs, e.g. get /metrics)")
-	fs.StringVar(&o.certFile, "metrics-tls-cert-file", "", "with --metrics-auth=delegated: the metrics server's certificate (PEM, re-read when it changes); empty: a self-signed one made at start")
-	fs.StringVar(&o.keyFile, "metrics-tls-private-key-file", "", "the private key of --metrics-tls-cert-file (PEM)")
-}
-
-func (o *servingOptions) validate() error {
-	switch o.metricsAuth {
-	case metricsAuthNone:
-		if o.certFile != "" || o.keyFile != "" {
-			return fmt.Errorf("--metrics-tls-cert-file and --metrics-tls-private-key-file need --metrics-auth=%s", metricsAuthDelegated)
-		}
-	case metricsAuthDelegated:
-		if (o.certFile == "") != (o.keyFile == "") {
-			return errors.New("--metrics-tls-cert-file and --metrics-tls-private-key-file: give both or neither")
-		}
-	default:
-		return fmt.Errorf("--metrics-auth %q: must be %s or %s", o.metricsAuth, metricsAuthNone, metricsAuthDelegated)
-	}
-	return nil
-}
 
 // healthChecker is what /healthz and /readyz ask (the controller).
 type healthChecker interface {
@@ -174,9 +152,6 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 // each sends its error, if it fails, to errs.
 func (o *agentOptions) startServers(ctx context.Context, reg *prometheus.Registry, health healthChecker, client kubernetes.Interface, node string, errs chan<- error) error {
 	log := klog.FromContext(ctx)
-	if err := o.serving.validate(); err != nil {
-		return err
-	}
 	m, err := newHTTPMetrics(reg)
 	if err != nil {
 		return err
@@ -201,6 +176,11 @@ func (o *agentOptions) startServers(ctx context.Context, reg *prometheus.Registr
 	}
 	if o.healthAddr != "" {
 		h := healthMux(health, o.livenessBudget)
+		configz, err := configzHandler(o.cfg)
+		if err != nil {
+			return err
+		}
+		h.Handle("/configz", configz)
 		go func() { errs <- wrapErr("health server", serveHTTP(ctx, healthServer, o.healthAddr, h, nil, m)) }()
 	}
 	return nil

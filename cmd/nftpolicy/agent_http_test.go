@@ -38,21 +38,22 @@ func TestServingFlagDefaults(t *testing.T) {
 	if o.healthAddr != ":9403" {
 		t.Errorf("--health-bind-address defaults to %q, want :9403", o.healthAddr)
 	}
-	if err := o.serving.validate(); err != nil || o.serving.metricsAuth != metricsAuthNone {
-		t.Errorf("--metrics-auth defaults to %q (%v)", o.serving.metricsAuth, err)
+	if o.serving.metricsAuth != metricsAuthNone {
+		t.Errorf("--metrics-auth defaults to %q", o.serving.metricsAuth)
 	}
 	for _, tc := range []struct {
 		args    []string
 		wantErr string
 	}{
 		{[]string{"--metrics-auth=delegated"}, ""},
-		{[]string{"--metrics-auth=delegated", "--metrics-tls-cert-file=c"}, "both or neither"},
-		{[]string{"--metrics-tls-cert-file=c", "--metrics-tls-private-key-file=k"}, "need --metrics-auth=delegated"},
-		{[]string{"--metrics-auth=basic"}, "must be none or delegated"},
+		{[]string{"--metrics-auth=delegated", "--metrics-tls-cert-file=c"}, "or neither"},
+		{[]string{"--metrics-tls-cert-file=c", "--metrics-tls-private-key-file=k"}, "need metrics.auth delegated"},
+		{[]string{"--metrics-auth=basic"}, `supported values: "none", "delegated"`},
 	} {
-		err := parseAgentFlags(t, &stubProber{}, tc.args...).serving.validate()
-		if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
-			t.Errorf("%v: %v, want an error containing %q", tc.args, err, tc.wantErr)
+		var stderr strings.Builder
+		_, ok := parseAgentArgs(&agentOptions{}, tc.args, &stderr, "usage")
+		if ok != (tc.wantErr == "") || !strings.Contains(stderr.String(), tc.wantErr) {
+			t.Errorf("%v: %q, want an error containing %q", tc.args, stderr.String(), tc.wantErr)
 		}
 	}
 	for addr, want := range map[string]bool{"127.0.0.1:9402": true, "[::1]:9402": true, "localhost:9402": true, ":9402": false, "0.0.0.0:9402": false, "10.0.0.1:9402": false} {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -34,20 +33,8 @@ type newPodOptions struct {
 	uplinks []string
 }
 
-func (o *newPodOptions) addFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.unknownPods, "unknown-pods", true, "queue new connections from or to an address in the pod ranges that no known pod holds, until the agent learns the pod (hybrid and queue mode)")
-	fs.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "the cluster's pod address ranges (default: every Node's spec.podCIDRs)")
-	fs.DurationVar(&o.wait, "unknown-pod-wait", evaluate.DefaultUnknownPodWait, "how long a connection of an unknown pod waits for the pod to be programmed before --fail-open decides it")
-	fs.Uint32Var(&o.sourceRate, "unknown-pod-source-rate", compile.DefaultHeldSourceRate,
-		"per source address, at most this many new connections of unknown pod addresses a second are queued (held until the pod is programmed); what exceeds it, and the burst, is dropped in the kernel")
-	fs.Uint32Var(&o.sourceBurst, "unknown-pod-source-burst", compile.DefaultHeldSourceBurst,
-		"burst of --unknown-pod-source-rate; a source holds at most burst + rate * --unknown-pod-wait packets in the queue")
-	fs.StringSliceVar(&o.uplinks, "uplink-interfaces", nil,
-		"the node's uplinks (names, or a prefix and *): without pod ranges (--pod-cidrs, Nodes' spec.podCIDRs) a new connection from an unknown source on a veth, bridge or netkit interface is dropped, except on these (default: the interfaces of the default routes)")
-	fs.BoolVar(&o.revoke, "revoke-connections", true, "after a policy change, delete the conntrack entries of connections it denies (ctnetlink)")
-}
-
-// parsePodCIDRs validates --pod-cidrs.
+// parsePodCIDRs parses --pod-cidrs (config.Validate checked them) and
+// checks --uplink-interfaces.
 func (o *newPodOptions) parsePodCIDRs() ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, s := range o.podCIDRs {
@@ -57,14 +44,8 @@ func (o *newPodOptions) parsePodCIDRs() ([]netip.Prefix, error) {
 		}
 		out = append(out, p)
 	}
-	if o.wait <= 0 {
-		return nil, fmt.Errorf("--unknown-pod-wait %v: must be positive", o.wait)
-	}
 	if err := compile.ValidateUplinks(o.uplinks); err != nil {
 		return nil, fmt.Errorf("--uplink-interfaces: %w", err)
-	}
-	if o.sourceRate == 0 || o.sourceBurst == 0 {
-		return nil, fmt.Errorf("--unknown-pod-source-rate %d, --unknown-pod-source-burst %d: must be positive", o.sourceRate, o.sourceBurst)
 	}
 	return out, nil
 }

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
 	ct "github.com/ti-mo/conntrack"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/klog/v2"
@@ -34,12 +33,6 @@ type previewServerOptions struct{ socket string }
 // defaultPreviewSocket is where install.yaml's agent listens (an emptyDir
 // of its pod) and where `nftpolicy preview --local` asks.
 const defaultPreviewSocket = "/run/nftpolicy-preview/preview.sock"
-
-func (o *previewServerOptions) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.socket, "preview-socket", "",
-		"unix socket (mode 0600) on which `nftpolicy preview --local`, run in the agent's container (kubectl nftpolicy preview execs it through the API server), asks which live connections a policy change would cut or allow; "+
-			"put it in a directory only the agent's pod sees (install.yaml: "+defaultPreviewSocket+" on an emptyDir); empty: no preview")
-}
 
 // Bounds of one preview: the agent answers one at a time, reads at most
 // previewMaxRequest bytes, and stops judging entries after

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -15,16 +14,6 @@ import (
 
 // stagedLogOptions are the agent's staged log flags.
 type stagedLogOptions struct{ nflogLogOptions }
-
-func (o *stagedLogOptions) addFlags(fs *pflag.FlagSet) {
-	o.nflogLogOptions.addFlags(fs, nflogLogFlags{name: "staged-log",
-		enabledHelp: "log one line per new connection whose verdict staged policies (nftpolicy.io/staged) would change; the kernel copies only their subjects' first packets (NFLOG)",
-		group:       staged.DefaultGroup,
-		rate:        compile.DefaultStagedLogRate,
-		rateHelp:    "kernel limit on staged log copies per source address, per second (burst twice that); over it a connection is not copied, and still decided",
-		totalRate:   compile.DefaultStagedLogTotalRate,
-		flowKey:     "source, destination, protocol and port"})
-}
 
 // configureStagedLog turns the kernel side on in the render configuration.
 func (o *stagedLogOptions) configureStagedLog(render *compile.RenderConfig) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
@@ -20,11 +19,6 @@ type stateOptions struct {
 	// afterWrite is called after each snapshot write (the agent's
 	// memory releaser).
 	afterWrite func()
-}
-
-func (o *stateOptions) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.dir, "state-dir", "", "directory on the node (a tmpfs such as /run/nftpolicy) for the snapshot of the policy program in force: "+
-		"a restarted agent decides queued connections from it until its first sync, instead of dropping them; empty to disable")
 }
 
 // restore attaches the snapshots to eval and reads the last one in the

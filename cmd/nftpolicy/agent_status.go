@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -22,11 +21,6 @@ import (
 // and `wait`.
 type statusOptions struct {
 	report bool
-}
-
-func (o *statusOptions) addFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.report, "report-status", true, "keep this node's NodeEnforcement (nftpolicy.io/v1alpha1, install.yaml's CustomResourceDefinition) current: "+
-		"which policy changes its kernel enforces, for kubectl nftpolicy status and wait; false: no NodeEnforcement writes (say, without the CustomResourceDefinition)")
 }
 
 // newController creates the controller with cfg, its status hooks wired to

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/queuerule"
@@ -32,11 +30,9 @@ func (p *stubProber) CompatQueue(context.Context) (bool, error) { p.asked++; ret
 func parseAgentFlags(t *testing.T, prober queuerule.QueueProber, args ...string) *agentOptions {
 	t.Helper()
 	o := &agentOptions{queueProber: prober}
-	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	o.addFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		t.Fatal(err)
+	var stderr strings.Builder
+	if _, ok := parseAgentArgs(o, args, &stderr, "usage"); !ok {
+		t.Fatal(stderr.String())
 	}
 	return o
 }

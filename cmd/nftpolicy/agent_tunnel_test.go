@@ -13,13 +13,17 @@ import (
 // ports past 65535 and bad peers are refused.
 func TestTunnelFlags(t *testing.T) {
 	parse := func(args ...string) ([]uint16, []string, error) {
-		var o tunnelOptions
+		o := &agentOptions{}
 		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 		o.addFlags(fs)
 		if err := fs.Parse(args); err != nil {
 			return nil, nil, err
 		}
-		ports, peers, err := o.parse()
+		if err := o.cfg.Validate(); err != nil {
+			return nil, nil, err
+		}
+		o.applyConfig()
+		ports, peers, err := o.tunnel.parse()
 		var ps []string
 		for _, p := range peers {
 			ps = append(ps, p.String())

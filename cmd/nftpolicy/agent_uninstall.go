@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -85,14 +84,6 @@ func (o *uninstallOptions) keepChained(ctx context.Context) {
 			}
 		}
 	}()
-}
-
-func (o *uninstallOptions) addFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.enabled, "remove-on-uninstall", true, "when the agent's DaemonSet is deleted (not updated), remove the nftables table and its queue rules before exiting, "+
-		"so that no node goes on sending new connections to a queue nobody reads; needs --pod-name and --pod-namespace")
-	fs.StringVar(&o.podName, "pod-name", os.Getenv("POD_NAME"), "the agent's pod (default: $POD_NAME, from the downward API), whose DaemonSet the agent watches")
-	fs.StringVar(&o.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the agent's pod's namespace (default: $POD_NAMESPACE)")
-	o.cni.addFlags(fs, "", "")
 }
 
 // ownerWatch follows the agent's DaemonSet: the owner found through the

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -22,30 +20,18 @@ type verifyOptions struct {
 	kernelRate uint32
 }
 
-func (o *verifyOptions) addFlags(fs *pflag.FlagSet) {
-	fs.Float64Var(&o.rate, "verify-rate", 0, "runtime verification: the fraction (0 to 1) of the kernel's verdicts on new connections, allowed and denied, that the agent decides again with the policy model, counting and logging any disagreement; 0 (the default) renders nothing")
-	fs.Uint16Var(&o.group, "verify-log-group", verify.DefaultGroup, "NFLOG group of runtime verification's samples (must not be used by anything else on the node)")
-	fs.Uint32Var(&o.kernelRate, "verify-kernel-rate", compile.DefaultVerifySourceRate, "kernel limit on verification samples per source address, per second (burst twice that): a source cannot make the agent decide its every connection")
-}
-
 // configureVerify turns sampling on in the render configuration (kernel
-// and hybrid modes: in queue mode the evaluator decides every connection).
-func (o *verifyOptions) configureVerify(render *compile.RenderConfig) error {
+// and hybrid modes: in queue mode the evaluator decides every connection);
+// config.Validate bounded the rate and the group.
+func (o *verifyOptions) configureVerify(render *compile.RenderConfig) {
 	if o.rate == 0 {
-		return nil
-	}
-	if math.IsNaN(o.rate) || o.rate < 0 || o.rate > 1 {
-		return fmt.Errorf("--verify-rate %v: a fraction from 0 to 1", o.rate)
-	}
-	if o.group == 0 {
-		return fmt.Errorf("--verify-log-group must not be 0 with --verify-rate")
+		return
 	}
 	render.Verify = compile.VerifyConfig{Group: o.group, PerMillion: uint32(math.Round(o.rate * compile.VerifyPerMillion)),
 		SourceRate: o.kernelRate, SourceBurst: 2 * o.kernelRate}
 	if render.Verify.PerMillion == 0 {
 		render.Verify.PerMillion = 1
 	}
-	return nil
 }
 
 // startNFLOGReaders starts the readers of the ruleset's NFLOG groups: the

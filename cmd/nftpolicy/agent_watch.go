@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -20,10 +19,6 @@ type watchOptions struct {
 	// nft processes it starts; nil when it cannot (no spare nft), and the
 	// watcher does not run.
 	owner *tablewatch.Owner
-}
-
-func (o *watchOptions) addFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.enabled, "watch-table", true, "repair changes other processes make to table inet nftpolicy (nft flush ruleset, a firewall service's reload) as soon as the kernel reports them (its nftables notifications), rather than at the next --full-sync-period")
 }
 
 // startTableWatch starts the watcher of the table in the agent's network

@@ -60,7 +60,8 @@ var compileRenderFlags = []string{"mode", "fail-open", "source-validation", "tun
 	"policy-cost-budget", "namespace-cost-budget", "cluster-policy-cost-budget"}
 
 // addAgentRenderFlags adds compileRenderFlags to fs, bound to a new
-// agentOptions that holds the agent's defaults until fs is parsed.
+// agentOptions whose configuration holds the agent's defaults until fs is
+// parsed (compileRenderConfig validates and applies it).
 func addAgentRenderFlags(fs *pflag.FlagSet) *agentOptions {
 	o := &agentOptions{}
 	agentFS := pflag.NewFlagSet("agent", pflag.ContinueOnError)
@@ -75,6 +76,10 @@ func addAgentRenderFlags(fs *pflag.FlagSet) *agentOptions {
 // o, as the agent completes it (agentOptions.finishRenderConfig), with the
 // queue rule variant given instead of probed.
 func compileRenderConfig(o *agentOptions, variant string) (compile.RenderConfig, error) {
+	if err := o.cfg.Validate(); err != nil {
+		return compile.RenderConfig{}, err
+	}
+	o.applyConfig()
 	m, err := compile.ParseMode(o.mode)
 	if err != nil {
 		return compile.RenderConfig{}, fmt.Errorf("--mode: %w", err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/pkg/cli"
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/config"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/slim"
 )
@@ -71,7 +72,7 @@ type explainOptions struct {
 	port    int
 	timeout time.Duration
 	cluster cli.ClusterFlags
-	budgets compile.Budgets
+	budgets config.CostBudgets
 }
 
 // check validates the flags that need no cluster and returns the
@@ -107,7 +108,8 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVarP(&o.output, "output", "o", "text", "text, json or yaml")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "time limit for listing the cluster's objects")
 	fs.BoolVar(&o.exitCode, "exit-code", true, "exit 1 when the connection is denied; false: exit 0")
-	addBudgetFlags(fs, &o.budgets)
+	o.budgets = config.Default().CostBudgets
+	o.budgets.AddFlags(fs)
 	if code, ok := parseFlags(fs, args, stderr, explainUsage); !ok {
 		return code
 	}
@@ -149,7 +151,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 			return exitUnreachable
 		}
 	}
-	in.Budgets = o.budgets
+	in.Budgets = compileBudgets(o.budgets)
 	prog := compile.Build(in)
 	src, dst, err := resolvePair(prog, from, to)
 	if err != nil {

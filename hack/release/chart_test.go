@@ -35,8 +35,8 @@ func TestChartTemplateRefusesMovedLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ from, to, want string }{
-		{"            - --v=1\n", "            - --v=2\n", `0 copies of "            - --v=1\n"`},
-		{"            - --mode=hybrid\n", "            - --mode=hybrid\n            - --mode=hybrid\n", "2 copies"},
+		{"      verbosity: 1\n", "      verbosity: 2\n", `0 copies of "    logging:\n      verbosity: 1\n"`},
+		{"    mode: hybrid\n", "    mode: hybrid\n    mode: hybrid\n", "2 copies"},
 		{"kind: DaemonSet\n", "kind: DaemonSet # {{ .Values.x }}\n", "template action"},
 	} {
 		_, err := chartTemplate(strings.Replace(string(install), c.from, c.to, 1))

@@ -16,10 +16,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/nftpolicy/nftpolicy/pkg/config"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
@@ -119,6 +121,9 @@ func TestReleaseChart(t *testing.T) {
 	}
 }
 
+// TestChartDefaultsRenderInstallYAML: with default values, the chart
+// renders install.yaml's objects, whose agent configuration the agent
+// accepts.
 func TestChartDefaultsRenderInstallYAML(t *testing.T) {
 	b, err := os.ReadFile("../../install.yaml")
 	if err != nil {
@@ -132,6 +137,7 @@ func TestChartDefaultsRenderInstallYAML(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("helm template with default values differs from install.yaml (-install.yaml +chart):\n%s", d)
 	}
+	agentConfig(t, want)
 }
 
 // daemonSet returns the rendered agent container and pod spec.
@@ -145,21 +151,47 @@ func daemonSet(t *testing.T, objs map[string]map[string]any) (container, pod map
 	return pod["containers"].([]any)[0].(map[string]any), pod
 }
 
+// agentConfig returns the rendered ConfigMap's AgentConfiguration, decoded
+// as the agent decodes it (strict) and validated.
+func agentConfig(t *testing.T, objs map[string]map[string]any) *config.AgentConfiguration {
+	t.Helper()
+	cm := objs["v1 ConfigMap kube-system/nftpolicy-config"]
+	if cm == nil {
+		t.Fatal("no ConfigMap kube-system/nftpolicy-config rendered")
+	}
+	data, _ := cm["data"].(map[string]any)["config.yaml"].(string)
+	c, err := config.Decode([]byte(data))
+	if err != nil {
+		t.Fatalf("the agent would refuse the rendered configuration: %v\n%s", err, data)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("the agent would refuse the rendered configuration: %v\n%s", err, data)
+	}
+	return c
+}
+
 func TestChartValues(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("ab", 32)
-	c, pod := daemonSet(t, render(t,
+	objs := render(t,
 		"mode=queue", "failOpen=true", "image.repository=registry.example/np", "image.tag=v9.9.9",
 		"image.digest="+digest, "image.pullPolicy=Always", "metrics.auth=none",
-		"metrics.bindAddress=127.0.0.1:9402", "logVerbosity=4", "extraArgs[0]=--unknown-pod-wait=2s",
-		"resources.limits.memory=1Gi", "nodeSelector.pool=edge", "tolerations=null"))
-	want := []any{
-		"agent", "--mode=queue", "--fail-open", "--metrics-bind-address=127.0.0.1:9402", "--metrics-auth=none",
-		"--health-bind-address=:9403", "--state-dir=/run/nftpolicy",
-		"--preview-socket=/run/nftpolicy-preview/preview.sock", "--cni-bin-dir=/host/opt/cni/bin",
-		"--cni-conf-dir=/host/etc/cni/net.d", "--v=4", "--unknown-pod-wait=2s",
-	}
+		"metrics.bindAddress=127.0.0.1:9402", "logVerbosity=4", "config.unknownPods.wait=3s", "extraArgs[0]=--unknown-pod-wait=2s",
+		"resources.limits.memory=1Gi", "nodeSelector.pool=edge", "tolerations=null")
+	c, pod := daemonSet(t, objs)
+	want := []any{"agent", "--config=/etc/nftpolicy/config.yaml", "--unknown-pod-wait=2s",
+		"--cni-bin-dir=/host/opt/cni/bin", "--cni-conf-dir=/host/etc/cni/net.d"}
 	if d := cmp.Diff(want, c["args"]); d != "" {
 		t.Errorf("args (-want +got):\n%s", d)
+	}
+	wantCfg := config.Default()
+	wantCfg.Mode, wantCfg.FailOpen = "queue", true
+	wantCfg.Metrics.BindAddress, wantCfg.Metrics.Auth = "127.0.0.1:9402", "none"
+	wantCfg.HealthBindAddress, wantCfg.StateDir = ":9403", "/run/nftpolicy"
+	wantCfg.PreviewSocket = "/run/nftpolicy-preview/preview.sock"
+	wantCfg.Logging.Verbosity = 4
+	wantCfg.UnknownPods.Wait.Duration = 3 * time.Second
+	if d := cmp.Diff(wantCfg, agentConfig(t, objs)); d != "" {
+		t.Errorf("the agent's configuration (-want +got):\n%s", d)
 	}
 	if got, want := c["image"], "registry.example/np:v9.9.9@"+digest; got != want {
 		t.Errorf("image %v, want %s", got, want)

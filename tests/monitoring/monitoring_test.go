@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
 	"github.com/nftpolicy/nftpolicy/tests/testenv"
 )
 
@@ -236,7 +237,8 @@ func TestRunbookPerAlert(t *testing.T) {
 }
 
 // TestServiceMonitorMatchesInstall: the Service selects install.yaml's
-// agent pods and targets the port its --metrics-bind-address names, and
+// agent pods and targets the port its metrics.bindAddress names (its
+// ConfigMap's agent configuration, or a flag in the DaemonSet's args), and
 // the ServiceMonitor scrapes that port over HTTPS with a bearer token.
 func TestServiceMonitorMatchesInstall(t *testing.T) {
 	objs := yamlDocs(t, filepath.Join(kitDir, "servicemonitor.yaml"))
@@ -251,7 +253,11 @@ func TestServiceMonitorMatchesInstall(t *testing.T) {
 		}
 	}
 	args := dig(ds, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)["args"].([]any)
-	var bind string
+	cfg, err := cluster.InstallAgentConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bind := cfg.Metrics.BindAddress
 	for _, a := range args {
 		if s, _ := a.(string); strings.HasPrefix(s, "--metrics-bind-address=") {
 			bind = strings.TrimPrefix(s, "--metrics-bind-address=")

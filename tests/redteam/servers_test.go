@@ -38,11 +38,25 @@ const (
 	serversMetricsPort = 9402
 )
 
-// serversInstallArgs returns the flags of install.yaml's DaemonSet that
-// decide how the agent serves health and metrics (addresses, protection):
-// the value of --metrics-bind-address, and the others.
+// serversInstallArgs returns install.yaml's settings that decide how the
+// agent serves health and metrics (addresses, protection), from its
+// ConfigMap's agent configuration and then its DaemonSet's args (a flag
+// there overrides the file), as flags: the value of
+// --metrics-bind-address, and the others.
 func serversInstallArgs(t *testing.T) (string, []string) {
 	t.Helper()
+	c, err := cluster.InstallAgentConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := c.Metrics.BindAddress
+	out := []string{"--metrics-auth=" + c.Metrics.Auth, "--health-bind-address=" + c.HealthBindAddress}
+	if c.Metrics.TLSCertFile != "" {
+		out = append(out, "--metrics-tls-cert-file="+c.Metrics.TLSCertFile, "--metrics-tls-private-key-file="+c.Metrics.TLSPrivateKeyFile)
+	}
+	if c.Metrics.Profiling {
+		out = append(out, "--profiling")
+	}
 	docs, err := cluster.InstallDocuments("DaemonSet")
 	if err != nil || len(docs) != 1 {
 		t.Fatalf("install.yaml's DaemonSet: %d documents, %v", len(docs), err)
@@ -51,11 +65,9 @@ func serversInstallArgs(t *testing.T) (string, []string) {
 	if err := yaml.Unmarshal([]byte(docs[0]), &ds); err != nil {
 		t.Fatal(err)
 	}
-	metrics, ok := "", false
-	var out []string
 	for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
 		if v, found := strings.CutPrefix(a, "--metrics-bind-address="); found {
-			metrics, ok = v, true
+			metrics = v
 			continue
 		}
 		for _, p := range []string{"--metrics-", "--health-", "--profiling"} {
@@ -64,8 +76,8 @@ func serversInstallArgs(t *testing.T) (string, []string) {
 			}
 		}
 	}
-	if !ok {
-		t.Fatal("install.yaml's DaemonSet has no --metrics-bind-address=...")
+	if metrics == "" {
+		t.Fatal("install.yaml's agent serves no metrics")
 	}
 	return metrics, out
 }

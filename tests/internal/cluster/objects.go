@@ -19,8 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/config"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
@@ -59,6 +61,31 @@ func InstallDocuments(kinds ...string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// InstallAgentConfig returns the agent configuration of install.yaml's
+// ConfigMap nftpolicy-config, decoded as the agent decodes it (strict) and
+// validated.
+func InstallAgentConfig() (*config.AgentConfiguration, error) {
+	docs, err := InstallDocuments("ConfigMap")
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range docs {
+		var cm corev1.ConfigMap
+		if err := yaml.Unmarshal([]byte(d), &cm); err != nil {
+			return nil, fmt.Errorf("install.yaml's ConfigMap: %w", err)
+		}
+		if cm.Name != "nftpolicy-config" {
+			continue
+		}
+		c, err := config.Decode([]byte(cm.Data["config.yaml"]))
+		if err != nil {
+			return nil, fmt.Errorf("install.yaml's agent configuration: %w", err)
+		}
+		return c, c.Validate()
+	}
+	return nil, fmt.Errorf("install.yaml has no ConfigMap nftpolicy-config")
 }
 
 // applyInstallRBAC applies install.yaml's ServiceAccount, ClusterRoles,
