@@ -73,6 +73,14 @@
 #          each selecting every pod) at 20,000 pods: what it adds to the
 #          agent's build, in process (cost_amp_build_ms_20k_pods,
 #          cost_amp_rss_extra_mb_20k_pods)
+#   fanout issue 48: N simulated agents (each the agent's watch-list requests:
+#          every pod, namespace, NetworkPolicy and node; protobuf, HTTP/1.1)
+#          against a real kube-apiserver, N = 100..1,000, and as many
+#          simulated kube-proxies (EndpointSlices, Services, own Node): the
+#          API server's CPU time (its process's, not wall time), bytes sent
+#          and allocations per pod change and per client start; the watchall_
+#          and kubeproxy_ lines, with a linear model to 5,000 clients and
+#          150,000 pods (docs/scale-out.md)
 #   metricsauth 300 addresses send made-up tokens to a real agent's metrics
 #          port (--metrics-auth=delegated, a real API server), then a new pod
 #          scrapes with a valid token (metrics_scrape_ok_under_lockout)
@@ -125,6 +133,7 @@ if ((QUICK)); then
 	FAULTS_ARGS=(--repeats 5)
 	CHURN_ARGS=(--pods 2000 --policies 400 --changes 8)
 	STATUS_ARGS=(--runs 3 --wait-rounds 8)
+	FANOUT_ARGS=(--agents 50,100,200 --changes 30 --start-pods 2000 --start-agents 3)
 	DNS_ARGS=(--lookups 200 --conns 20)
 else
 	CONN_ARGS=(--rounds 40 --duration 150ms)
@@ -140,6 +149,7 @@ else
 	FAULTS_ARGS=(--repeats 20)
 	CHURN_ARGS=(--pods 5000 --policies 1000 --changes 40)
 	STATUS_ARGS=(--runs 9 --wait-rounds 20)
+	FANOUT_ARGS=(--agents 100,250,500,1000 --changes 100 --start-pods 10000 --start-agents 5)
 	DNS_ARGS=(--lookups 2000 --conns 100)
 	STAGED_ARGS=(--conns 200)
 fi
@@ -315,6 +325,13 @@ if section costamp; then
 	"$NFTBENCH" costamp --pods 20000 >"$OUT/costamp.txt"
 fi
 
+if section fanout; then
+	log "fanout: simulated agents and kube-proxies against a real kube-apiserver (${FANOUT_ARGS[*]})"
+	bash hack/tools.sh >/dev/null
+	contention fanout
+	"$NFTBENCH" fanout "${FANOUT_ARGS[@]}" >"$OUT/fanout.txt"
+fi
+
 if section metricsauth; then
 	log "metricsauth: 300 addresses with made-up tokens, then a valid scrape from a new pod"
 	"$NFTBENCH" metricsauth --sources 300 >"$OUT/metricsauth.txt"
@@ -336,5 +353,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,faults,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth,costamp,size}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,faults,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth,costamp,size,fanout}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -113,6 +113,8 @@ var Headline = []string{
 	"policy_sync_ms_150k_10k_policies",
 	"eval_ns",
 	"status_gather_ms_1000_nodes", "status_api_writes_per_change_1000_nodes", "wait_latency_ms_p50",
+	"watchall_apiserver_cpu_ms_per_pod_change_1000_agents", "watchall_apiserver_bytes_per_pod_change_1000_agents", "watchall_agent_start_apiserver_cpu_s_150k",
+	"kubeproxy_apiserver_cpu_ms_per_pod_change_1000_agents", "kubeproxy_apiserver_bytes_per_pod_change_1000_agents", "kubeproxy_agent_start_apiserver_cpu_s_150k",
 }
 
 // derive adds the values computed from other sections' figures: how much
@@ -287,6 +289,27 @@ func Report(r *Result, quick bool) string {
 		{"the agents' reported change-to-commit latency, p50", "wait_reported_latency_ms_p50", "ms"},
 	} {
 		row("status", f[0], f[1], f[2])
+	}
+
+	// The fanout section: simulated agents (every one watching every pod),
+	// kube-proxies and the agents of the chosen design against a real API
+	// server (docs/scale-out.md).
+	for _, who := range [][2]string{
+		{"watchall", "a Pod write (kubelet status), 1,000 agents watching every Pod"},
+		{"kubeproxy", "an EndpointSlice write, 1,000 kube-proxies"},
+		{"podslices", "a Pod write and its PodAddressSlice's, 1,000 agents of the chosen design (simulated)"},
+	} {
+		for _, f := range [][3]string{
+			{who[1] + ": API server CPU", "_apiserver_cpu_ms_per_pod_change_1000_agents", "ms"},
+			{"same: bytes the API server sent (TLS included)", "_apiserver_bytes_per_pod_change_1000_agents", "B"},
+			{"same: bytes it allocated", "_apiserver_alloc_bytes_per_pod_change_1000_agents", "B"},
+			{"same, linear model at 5,000: CPU", "_apiserver_cpu_ms_per_pod_change_5000_agents_model", "ms"},
+			{"same, linear model at 5,000: bytes", "_apiserver_bytes_per_pod_change_5000_agents_model", "B"},
+			{"one start at 150,000 pods (extrapolated): API server CPU", "_agent_start_apiserver_cpu_s_150k", "s"},
+			{"same: MB sent", "_agent_start_apiserver_mb_sent_150k", "MB"},
+		} {
+			row("fanout ("+who[0]+")", f[0], who[0]+f[1], f[2])
+		}
 	}
 
 	// The scale section's rows, per size and for the policy scale.

@@ -61,7 +61,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|faults|churn|newpod|queueflood|dns|revoke|metricsauth|costamp|stagedlag|status|restart|contention|gobench|report|chart|comparechart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|faults|churn|newpod|queueflood|dns|revoke|metricsauth|costamp|stagedlag|status|fanout|restart|contention|gobench|report|chart|comparechart [flags]")
 	os.Exit(2)
 }
 
@@ -238,6 +238,29 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunStagedLag(ctx, c)
+	case "fanout":
+		var c bench.FanoutConfig
+		var agents string
+		fs.StringVar(&agents, "agents", "100,250,500,1000", "numbers of simulated clients (agents, then kube-proxies), comma-separated, increasing")
+		fs.IntVar(&c.Pods, "pods", 200, "pods while the changes are timed (every simulated agent reads them all)")
+		fs.IntVar(&c.SliceSize, "slice-size", 50, "pods per Deployment: endpoints per EndpointSlice")
+		fs.IntVar(&c.Changes, "changes", 100, "changes timed at each number of clients")
+		fs.IntVar(&c.StartPods, "start-pods", 10000, "pods when the clients' starts are timed (extrapolated to 150,000)")
+		fs.IntVar(&c.StartAgents, "start-agents", 5, "client starts timed, one after the other")
+		fs.IntVar(&c.Nodes, "nodes", 0, "Node objects (0: start-pods/30, the density of 150,000 pods on 5,000 nodes)")
+		fs.DurationVar(&c.Idle, "idle", 3*time.Second, "idle time over which the API server's own CPU is read at each number of clients")
+		_ = fs.Parse(args)
+		for _, s := range strings.Split(agents, ",") {
+			n, perr := strconv.Atoi(strings.TrimSpace(s))
+			if perr != nil || n <= 0 {
+				fmt.Fprintf(os.Stderr, "nftbench fanout: --agents %q: want positive integers\n", agents)
+				os.Exit(2)
+			}
+			c.Agents = append(c.Agents, n)
+		}
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunFanout(ctx, c)
 	case "status":
 		var c bench.StatusConfig
 		fs.IntVar(&c.Nodes, "nodes", 1000, "simulated nodes: an agent pod and a status.Reporter each")
