@@ -48,6 +48,10 @@
 #          its return -> enforced (apiserver_outage_change_delay_ms), and one
 #          forced relist (etcd compacted, 410 Gone): the agent's CPU
 #          (relist_cpu_s_50k, beside relist_first_sync_cpu_s_50k)
+#          then a node after a reboot, pods talking before its agent starts:
+#          denied connections admitted for pods started through the boot
+#          plugin (boot_window_admitted_denied, target 0) and without it
+#          (boot_window_admitted_denied_unheld)
 #   churn  another namespace's new policy (API write -> first connection
 #          with the new verdict, as in delay) while one namespace's policy of
 #          200 peers, each selecting every pod, is edited every 100 ms, at
@@ -269,7 +273,7 @@ if section delay; then
 fi
 
 if section faults; then
-	log "faults: outside changes of the table repaired; the control plane away (${FAULTS_ARGS[*]})"
+	log "faults: outside changes of the table repaired, the boot window, the control plane away (${FAULTS_ARGS[*]})"
 	bash hack/tools.sh >/dev/null
 	contention faults
 	"$NFTBENCH" faults "${FAULTS_ARGS[@]}" >"$OUT/faults.txt"

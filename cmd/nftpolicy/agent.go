@@ -310,6 +310,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 func (o *agentOptions) run(ctx context.Context, ctrl *controller.Controller, mode compile.Mode, node string, owner *ownerWatch, errs chan error) error {
 	log := klog.FromContext(ctx)
 	o.watch.startTableWatch(ctx, ctrl)
+	o.uninstall.keepChained(ctx)
 	ctrlDone := make(chan struct{})
 	go func() {
 		err := ctrl.Run(ctx)

@@ -61,6 +61,8 @@ var Targets = []target{
 	{"apiserver_outage_change_delay_ms", "<=", 2000},
 	{"relist_cpu_vs_first_sync_50k", "<=", 1},
 	{"relist_builds", "<=", 1},
+	// Issue 46: a rebooted node runs no pod traffic unenforced.
+	{"boot_window_admitted_denied", "==", 0},
 	{"incr_sync_ms_10k", "<=", 10},
 	{"incr_sync_ms_50k", "<=", 10},
 	{"incr_sync_ms_100k", "<=", 10},
@@ -108,7 +110,7 @@ var Headline = []string{
 	"hybrid_conn_ratio", "hybrid_conn_ratio_denylog", "hybrid_conn_ratio_cnp", "hybrid_cnp_vs_hybrid", "queue_conn_ratio", "hybrid_p50_us", "queue_p50_us", "control_p50_us", "queued_packets_per_conn",
 	"queue_q2_vs_queue", "queue_restart_gap_ms", "queue_restart_admitted_denied",
 	"program_delay_p50_ms", "program_delay_p99_ms", "churn_other_policy_delay_ms_p99",
-	"outside_flush_repair_ms_p99", "outside_element_repair_ms_p99", "outside_flush_admitted_denied",
+	"outside_flush_repair_ms_p99", "outside_element_repair_ms_p99", "outside_flush_admitted_denied", "boot_window_admitted_denied",
 	"apiserver_outage_admitted_denied", "apiserver_outage_change_delay_ms", "relist_cpu_s_50k", "relist_first_sync_cpu_s_50k",
 	"rss_mb_10k", "rss_mb_50k", "rss_mb_100k", "rss_mb_150k", "rss_peak_mb_150k", "rss_marginal_kib_per_pod",
 	"full_sync_ms_10k", "full_sync_ms_50k", "full_sync_ms_100k", "full_resync_ms_50k", "full_resync_ms_100k",
@@ -277,6 +279,8 @@ func Report(r *Result, quick bool) string {
 	row("control plane away", "agent CPU of the first sync, same pods", "relist_first_sync_cpu_s_50k", "s")
 	row("control plane away", "relist CPU over the first sync's", "relist_cpu_vs_first_sync_50k", "")
 	row("control plane away", "full builds of the relist", "relist_builds", "")
+	row("boot window", "denied connections admitted before the agent's first sync, pods started through the boot plugin (target 0)", "boot_window_admitted_denied", "")
+	row("boot window", "same, pods started without it", "boot_window_admitted_denied_unheld", "")
 
 	// The status section: 1,000 simulated nodes, then 2 real agents.
 	for _, f := range [][3]string{
