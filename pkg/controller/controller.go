@@ -252,6 +252,9 @@ type Controller struct {
 	derive        *time.Timer
 	deriveDue     time.Time
 	deriveNext    time.Time
+	// deriveGap, when set, is the least time between two derivations
+	// (tests).
+	deriveGap time.Duration
 	// fair is what each namespace's policy changes cost the loop
 	// (fairshare.go); rebuildFor is the policy change of this sync that
 	// needed a full build.
@@ -885,7 +888,7 @@ func (c *Controller) publishDerived() {
 	c.deriveDue = time.Time{}
 	prog := c.tracker.Program()
 	took := time.Since(now)
-	c.deriveNext = now.Add(took + deriveFactor*took)
+	c.deriveNext = now.Add(max(took+deriveFactor*took, c.deriveGap))
 	if prog != c.lastProgram.Load() {
 		c.publish(prog)
 		c.recordProgrammedPods(prog)

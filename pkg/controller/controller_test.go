@@ -681,6 +681,40 @@ func TestPodChangesPublishTheirProgram(t *testing.T) {
 	}
 }
 
+// TestDerivedProgramsArePaced: the program of pod changes is derived
+// after their kernel transaction, at once when the last derivation is far
+// enough behind, else when the pace allows (a timer): never later, and
+// never by a full build.
+func TestDerivedProgramsArePaced(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ProgramRefreshDelay = time.Hour }, testPod("x", "a", "n1", "10.0.1.1", nil), denyAll("x"))
+	h.ctrl.checkDelay = time.Hour
+	h.ctrl.deriveGap = 1500 * time.Millisecond
+	h.run(t)
+	eventually(t, "first sync", h.ctrl.Ready)
+	ctx := context.Background()
+	inProgram := func(key string) func() bool {
+		return func() bool { _, ok := h.eval.Program().PodByKey(key); return ok }
+	}
+	if _, err := h.client.CoreV1().Pods("x").Create(ctx, testPod("x", "b", "n1", "10.0.1.2", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "x/b in the evaluator's program", inProgram("x/b"))
+	published := time.Now()
+	if _, err := h.client.CoreV1().Pods("x").Create(ctx, testPod("x", "c", "n1", "10.0.1.3", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "x/c in the kernel's ruleset", func() bool {
+		return strings.Contains(h.nft.dump(), "10.0.1.3")
+	})
+	if inProgram("x/c")() && time.Since(published) < h.ctrl.deriveGap/2 {
+		t.Fatalf("x/c was published %v after x/b, within the pace (%v)", time.Since(published), h.ctrl.deriveGap)
+	}
+	eventually(t, "x/c in the evaluator's program when the pace allows", inProgram("x/c"))
+	if since := time.Since(published); since < h.ctrl.deriveGap/2 {
+		t.Errorf("x/c published %v after x/b, within the pace (%v)", since, h.ctrl.deriveGap)
+	}
+}
+
 // TestConsistencyCheckFollowsPodChanges: pod changes applied incrementally
 // are followed, after the consistency check's delay, by one full build
 // that checks the tracker (and finds nothing to correct), and no full
