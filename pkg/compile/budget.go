@@ -20,11 +20,16 @@ import (
 //
 //   - its entries, as NetworkPolicyCost counts them (rules, ports,
 //     ipBlock ranges and exceptions);
+//   - the pods of its namespace, which its podSelector is matched
+//     against (before the charge: a rejected policy still isolates the
+//     pods it selects);
 //   - per selecting peer, the namespaces a namespaceSelector is matched
 //     against and the pods the peer is matched against, charged before
 //     they are matched;
 //   - per distinct peer set it uses, its members (the set's elements),
-//     charged as soon as the set is known.
+//     charged as soon as the set is known. Peers that select the same
+//     pods use one set, however they say it (peershare.go), and the
+//     object pays for it once.
 //
 // The charge is made before each step's work and the build stops as soon
 // as it passes the policy's budget: the policy is then rejected
@@ -137,7 +142,7 @@ func (m *costMeter) spent() int { return min(m.used, m.budget) }
 // on false those it interned are dropped again. Peers that do not parse
 // are left to compileRule, which reports them.
 func (b *builder) chargePolicy(np *networkingv1.NetworkPolicy, m *costMeter) bool {
-	mark := len(b.prog.Selectors)
+	mark := b.markSelectors()
 	ok := true
 	peers := func(ps []networkingv1.NetworkPolicyPeer) {
 		for i := range ps {
@@ -233,10 +238,12 @@ func (b *builder) chargeSelection(ns string, nsSel, podSel labels.Selector, m *c
 	return m.charge(len(b.prog.Selectors[id].Members))
 }
 
-// dropSelectorsFrom removes the selectors interned from ID mark on, and
-// their pods' memberships: a rejected policy leaves no set behind.
-func (b *builder) dropSelectorsFrom(mark int) {
-	for sid := len(b.prog.Selectors) - 1; sid >= mark; sid-- {
+// dropSelectorsFrom removes the selectors interned and the aliases made
+// since mark, and their pods' memberships: a rejected policy leaves no set
+// behind.
+func (b *builder) dropSelectorsFrom(mark selMark) {
+	b.dropAliasesFrom(mark.aliases)
+	for sid := len(b.prog.Selectors) - 1; sid >= mark.sels; sid-- {
 		s := &b.prog.Selectors[sid]
 		for _, pid := range s.Members {
 			// IDs grow as selectors are interned: sid is the last
@@ -245,9 +252,10 @@ func (b *builder) dropSelectorsFrom(mark int) {
 			*mo = (*mo)[:len(*mo)-1]
 		}
 		delete(b.sels, s.Key)
+		b.dropContent(SelectorID(sid))
 	}
-	b.prog.Selectors = b.prog.Selectors[:mark]
-	b.selMatch = b.selMatch[:mark]
+	b.prog.Selectors = b.prog.Selectors[:mark.sels]
+	b.selMatch = b.selMatch[:mark.sels]
 }
 
 // chargeBudget charges a NetworkPolicy being built with its pods resolved
@@ -259,7 +267,10 @@ func (b *builder) chargeBudget(pr *problems, np *networkingv1.NetworkPolicy, pol
 		b.nsCost = map[string]int{}
 	}
 	left := b.budgets.Namespace - b.nsCost[np.Namespace]
-	m := b.newMeter(min(b.budgets.Policy, left), static)
+	// Its podSelector was matched against the namespace's pods: a
+	// rejected policy must still isolate them, so that work is done
+	// first, and charged.
+	m := b.newMeter(min(b.budgets.Policy, left), static+len(b.byNS[np.Namespace]))
 	ok := m.used <= m.budget && b.chargePolicy(np, m)
 	pol.Cost = m.spent()
 	b.nsCost[np.Namespace] += pol.Cost
@@ -295,7 +306,7 @@ func (p *problems) rejectBudget(why RejectReason, b Budgets, ns string) {
 // dropped again).
 func (b *builder) chargeClusterBudget(cnp *npav1beta1.ClusterNetworkPolicy, cp *ClusterPolicy, static int) bool {
 	m := b.newMeter(b.budgets.ClusterPolicy, static)
-	mark := len(b.prog.Selectors)
+	mark := b.markSelectors()
 	ok := m.used <= m.budget
 	peer := func(ns *metav1.LabelSelector, pods *npav1beta1.NamespacedPod, nodes *metav1.LabelSelector) {
 		if !ok {

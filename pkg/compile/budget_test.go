@@ -95,13 +95,14 @@ func TestNamespaceBudget(t *testing.T) {
 		in.Policies = append(in.Policies, namespacePolicy("ns-0002", fmt.Sprintf("p%d", i), fmt.Sprintf("app-%d", i)))
 	}
 	// Each is charged 23 (NetworkPolicyCost: 1, podSelector 11, rule 1,
-	// namespaceSelector 10), 4 namespaces and 400 pods matched, 400
-	// members: 827.
+	// namespaceSelector 10), its namespace's 100 pods its podSelector is
+	// matched against, 4 namespaces and 400 pods matched, 400 members:
+	// 927.
 	in.Budgets = compile.Budgets{Policy: 1000, Namespace: 2000}
 	p := compile.Build(in)
 	for _, key := range []string{"ns-0001/p0", "ns-0001/p1", "ns-0002/p0", "ns-0002/p1"} {
-		if pol := findPolicy(t, p, key); pol.Rejected || pol.Cost != 827 {
-			t.Errorf("%s: rejected %v (%v), cost %d, want 827", key, pol.Rejected, pol.Problems, pol.Cost)
+		if pol := findPolicy(t, p, key); pol.Rejected || pol.Cost != 927 {
+			t.Errorf("%s: rejected %v (%v), cost %d, want 927", key, pol.Rejected, pol.Problems, pol.Cost)
 		}
 	}
 	pol := findPolicy(t, p, "ns-0001/p2")
@@ -112,8 +113,8 @@ func TestNamespaceBudget(t *testing.T) {
 	if got := p.NamespaceCosts["ns-0001"]; got != 2000 {
 		t.Errorf("ns-0001 charged %d, want its budget 2000", got)
 	}
-	if got := p.NamespaceCosts["ns-0002"]; got != 2*827 {
-		t.Errorf("ns-0002 charged %d, want %d", got, 2*827)
+	if got := p.NamespaceCosts["ns-0002"]; got != 2*927 {
+		t.Errorf("ns-0002 charged %d, want %d", got, 2*927)
 	}
 	in.Budgets.Namespace = 3000
 	if pol := findPolicy(t, compile.Build(in), "ns-0001/p2"); pol.Rejected {
@@ -144,9 +145,10 @@ func TestRecostOnPodJoin(t *testing.T) {
 	in := ct.Cluster(200, 0, 2)
 	in.NodeName = "node-0"
 	// Charged 1 + 11 + 1 + 21 per peer (NetworkPolicyCost), and per peer
-	// the namespaces, and every pod twice: 1,700 at 200 pods, 5,700 at 500.
+	// the namespaces and every pod, and the one set the four peers share
+	// (every pod): 1,105 at 200 pods, 2,617 at 500.
 	in.Policies = []*networkingv1.NetworkPolicy{ct.CostAmplificationPolicy("ns-0001", "grows", "app-1", 4)}
-	in.Budgets = compile.Budgets{Policy: 4000}
+	in.Budgets = compile.Budgets{Policy: 2000}
 	cfg := compile.RenderConfig{Mode: compile.ModeHybrid, QueueVariant: compile.QueueXTCompat}
 	tr, err := compile.NewTracker(cfg)
 	if err != nil {
@@ -208,7 +210,11 @@ func TestTrackerCostFallback(t *testing.T) {
 	if f := tr.ApplyPolicy("ns-0001/amp", attack); f != compile.FallbackCost {
 		t.Fatalf("the attack applied in place: fallback %q", f)
 	}
-	small := ct.CostAmplificationPolicy("ns-0001", "amp", "app-1", 3)
+	// Three peers of every pod: the build shares their set.
+	if f := tr.ApplyPolicy("ns-0001/amp", ct.CostAmplificationPolicy("ns-0001", "amp", "app-1", 3)); f != compile.FallbackSharedSet {
+		t.Fatalf("three peers selecting the same pods applied in place: fallback %q", f)
+	}
+	small := ct.CostAmplificationPolicy("ns-0001", "amp", "app-1", 1)
 	if f := tr.ApplyPolicy("ns-0001/amp", small); f != compile.NoFallback {
 		t.Fatalf("a small policy not tracked: %q", f)
 	}

@@ -723,7 +723,7 @@ func (r *renderer) peerSet(id SelectorID, v4 bool) string {
 	sel := &r.prog.Selectors[id]
 	name := PeerSetName(sel, v4)
 	// Created empty: podElements fills it with its members.
-	r.addSet(&Set{shared: true, Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(sel.Description)}})
+	r.addSet(&Set{shared: true, Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(sel.setComment())}})
 	r.peerSets.note(id, v4, name)
 	return name
 }

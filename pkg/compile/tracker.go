@@ -85,6 +85,7 @@ type Tracker struct {
 	pol       policyState
 	cpol      clusterState
 	costs     trackedCosts
+	shares    trackedShares
 }
 
 // trackedPod is what the tracker holds about a pod.
@@ -367,6 +368,9 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 	if f != NoFallback {
 		return nil, f
 	}
+	if f := t.checkPodShares(key, old, cur); f != NoFallback {
+		return nil, f
+	}
 
 	changes := setChanges{}
 	before := t.elementsOf(old)
@@ -384,6 +388,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 		}
 	}
 	t.notePod(key, ips, old, cur, oldCombos, newCombos, fqdnDelta)
+	t.notePodShares()
 	t.stagedUse += stagedDelta
 	// Then the tier-skip sets that list the pod's selectors.
 	t.updateCombos(key, old, cur, changes)

@@ -263,8 +263,10 @@ func (k *npChange) check(t *Tracker) Fallback {
 		return FallbackKeyMismatch
 	}
 	var f Fallback
-	k.bound, f = t.checkCost(k.key, k.ns, k.np)
-	return f
+	if k.bound, f = t.checkCost(k.key, k.ns, k.np); f != NoFallback {
+		return f
+	}
+	return t.checkPolicyShares(k.key, k.np)
 }
 
 func (k *npChange) own(t *Tracker) { t.ownProgram() }
@@ -480,23 +482,7 @@ func (t *Tracker) withPolicy(ids []PolicyID, id PolicyID, in bool) []PolicyID {
 
 // selects reports whether a pod belongs to a selector, as the build
 // decides it.
-func (t *Tracker) selects(sid SelectorID, pod *Pod) bool {
-	m := &t.b.selMatch[sid]
-	if m.nsSel == nil {
-		if pod.Namespace != m.ns {
-			return false
-		}
-	} else {
-		nsl, ok := t.b.nsLabels[pod.Namespace]
-		if !ok {
-			nsl = labels.Set{NamespaceNameLabel: pod.Namespace}
-		}
-		if !m.nsSel.Matches(nsl) {
-			return false
-		}
-	}
-	return m.podSel.Matches(labels.Set(pod.Labels))
-}
+func (t *Tracker) selects(sid SelectorID, pod *Pod) bool { return t.matches(&t.b.selMatch[sid], pod) }
 
 // notePodMoved records that a pod changed since the last build.
 func (t *Tracker) notePodMoved(key string) {
