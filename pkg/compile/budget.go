@@ -1,6 +1,8 @@
 package compile
 
 import (
+	"slices"
+
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -115,6 +117,9 @@ type costMeter struct {
 	budget, used int
 	// counted are the peer sets already charged to the object.
 	counted map[SelectorID]bool
+	// scopes lists, per selecting peer charged, its namespace selector
+	// (nil: the object's namespace): what the Tracker re-costs it by.
+	scopes []labels.Selector
 }
 
 // charge adds n and reports whether the object is still within its
@@ -129,6 +134,7 @@ func (m *costMeter) charge(n int) bool {
 func (b *builder) newMeter(budget, used int) *costMeter {
 	m := &b.meter
 	clear(m.counted)
+	m.scopes = m.scopes[:0]
 	m.budget, m.used = budget, used
 	return m
 }
@@ -215,6 +221,7 @@ func (b *builder) peerSelector(pr *problems, path *field.Path, sel *metav1.Label
 // object uses the set.
 func (b *builder) chargeSelection(ns string, nsSel, podSel labels.Selector, m *costMeter) bool {
 	pods := len(b.byNS[ns])
+	m.scopes = append(m.scopes, nsSel)
 	if nsSel != nil {
 		if !m.charge(len(b.byNS)) {
 			return false
@@ -275,6 +282,10 @@ func (b *builder) chargeBudget(pr *problems, np *networkingv1.NetworkPolicy, pol
 	pol.Cost = m.spent()
 	b.nsCost[np.Namespace] += pol.Cost
 	if ok {
+		if b.peerScopes == nil {
+			b.peerScopes = map[string][]labels.Selector{}
+		}
+		b.peerScopes[pol.Key] = slices.Clone(m.scopes)
 		return ""
 	}
 	pol.Rejected = true

@@ -170,6 +170,9 @@ type builder struct {
 	// meter charges the object being built.
 	parsed map[*metav1.LabelSelector]labels.Selector
 	meter  costMeter
+	// peerScopes lists, by key, the namespace selectors of the selecting
+	// peers of each NetworkPolicy built (costMeter.scopes).
+	peerScopes map[string][]labels.Selector
 
 	nodeLabels map[string]labels.Set
 	nodeNames  []string

@@ -31,7 +31,9 @@ package compile
 //     or its namespace's (Budgets; the tracker bounds what it makes
 //     without matching its selectors), or in a namespace where a policy
 //     was rejected for the namespace's budget: the build charges what it
-//     makes and decides.
+//     makes and decides. Also a pod change that might take a
+//     NetworkPolicy whose peers are matched against its namespace past its
+//     budget or its namespace's (tracker_budget.go re-costs as pods come).
 //   - shared-set: a change after which a build would share peer sets
 //     differently (peershare.go): a pod that one peer of a shared set
 //     selects and another does not, a shared set falling below

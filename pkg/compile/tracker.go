@@ -368,7 +368,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 	if f != NoFallback {
 		return nil, f
 	}
-	if f := t.checkPodShares(key, old, cur); f != NoFallback {
+	if f := t.checkPodCharges(key, old, cur); f != NoFallback {
 		return nil, f
 	}
 
@@ -388,7 +388,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 		}
 	}
 	t.notePod(key, ips, old, cur, oldCombos, newCombos, fqdnDelta)
-	t.notePodShares()
+	t.notePodCharges()
 	t.stagedUse += stagedDelta
 	// Then the tier-skip sets that list the pod's selectors.
 	t.updateCombos(key, old, cur, changes)

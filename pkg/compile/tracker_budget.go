@@ -1,7 +1,9 @@
 package compile
 
 import (
+	"maps"
 	"slices"
+	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,12 +23,33 @@ type trackedCosts struct {
 	// namespace's budget: any change there may admit it, so the build
 	// decides.
 	nsRejected map[string]bool
+	// scopes lists, by key, the namespace selectors of each admitted
+	// policy's selecting peers (nil: its own namespace), from the build
+	// or a tracked change; byNS, by namespace, what each pod that joins
+	// it may add to a policy's charge (derived from scopes, computed when
+	// first needed and dropped with any policy change).
+	scopes map[string][]labels.Selector
+	byNS   map[string][]podCharge
+	// pending holds the charges a pod change checked (checkPodCost),
+	// recorded by notePodCost once it is applied.
+	pending []podCharge
+}
+
+// podCharge is what a pod that joins a namespace may add to the charge of
+// a policy (key, of namespace ns).
+type podCharge struct {
+	key, ns string
+	n       int
 }
 
 // indexCosts records the build's charges.
 func (t *Tracker) indexCosts() {
 	p := t.prog
-	c := trackedCosts{ns: make(map[string]int, len(p.NamespaceCosts)), pol: make(map[string]int, len(p.Policies)), nsRejected: map[string]bool{}}
+	c := trackedCosts{ns: make(map[string]int, len(p.NamespaceCosts)), pol: make(map[string]int, len(p.Policies)), nsRejected: map[string]bool{},
+		scopes: maps.Clone(t.b.peerScopes)}
+	if c.scopes == nil {
+		c.scopes = map[string][]labels.Selector{}
+	}
 	for ns, n := range p.NamespaceCosts {
 		c.ns[ns] = n
 	}
@@ -91,8 +114,14 @@ func (t *Tracker) checkCost(key, ns string, np *networkingv1.NetworkPolicy) (int
 	return bound, NoFallback
 }
 
-// noteCost records a NetworkPolicy change tracked in place.
-func (t *Tracker) noteCost(key, ns string, bound int) {
+// noteCost records a NetworkPolicy change tracked in place (np nil: a
+// deletion).
+func (t *Tracker) noteCost(key, ns string, np *networkingv1.NetworkPolicy, bound int) {
+	t.costs.byNS = nil
+	delete(t.costs.scopes, key)
+	if np != nil {
+		t.costs.scopes[key] = policyScopes(np)
+	}
 	t.costs.ns[ns] += bound - t.costs.pol[key]
 	if bound == 0 {
 		delete(t.costs.pol, key)
@@ -305,6 +334,22 @@ func (t *Tracker) pendingShares() Fallback {
 		after[p.k] = true
 	}
 	return NoFallback
+}
+
+// checkPodCharges tells whether a pod change can be tracked in place as
+// far as shared peer sets (checkPodShares) and budgets (checkPodCost) go.
+func (t *Tracker) checkPodCharges(key string, old, cur *Pod) Fallback {
+	if f := t.checkPodShares(key, old, cur); f != NoFallback {
+		return f
+	}
+	return t.checkPodCost(key, old, cur)
+}
+
+// notePodCharges records what checkPodCharges checked, once the pod
+// change is applied.
+func (t *Tracker) notePodCharges() {
+	t.notePodShares()
+	t.notePodCost()
 }
 
 // notePodShares records the contents of the pod change checkPodShares
@@ -533,4 +578,142 @@ func (t *Tracker) checkClusterShares(name string, cnp *npav1beta1.ClusterNetwork
 		}
 	}
 	return NoFallback
+}
+
+// Re-costing as pods come. The build charges each NetworkPolicy for the
+// pods its podSelector and its peers are matched against and for its
+// sets' members (budget.go), all of which grow as pods join. A pod that
+// joins namespace X may add to the charge of a policy P: one for P's
+// podSelector (P in X), and per peer of P matched against X, one for the
+// matching and one for the set it may join; a pod whose labels change,
+// one per such peer (a set it may join); the first pod of a namespace,
+// one per namespace-selector peer of every policy (the namespaces they
+// are matched against). checkPodCost adds this bound to what the tracker
+// knows of each charge before the change is applied; a pod that would
+// take a policy past its budget, or its namespace's NetworkPolicies past
+// theirs, is not tracked in place (FallbackCost): the build charges what
+// the policy makes now and rejects it, fail-closed, on its own. Pods
+// that leave are not subtracted: the charges only fall at the next build.
+// A change costs the policies whose peers are matched against the pod's
+// namespace (after a policy change, every policy's peers once per
+// namespace, to find them).
+
+// checkPodCost bounds what a pod change adds to the charges of the
+// NetworkPolicies, and tells whether each stays within its budgets.
+func (t *Tracker) checkPodCost(key string, old, cur *Pod) Fallback {
+	c := &t.costs
+	c.pending = c.pending[:0]
+	added := old == nil && cur != nil
+	if !added && (cur == nil || old == nil || slices.Equal(old.MemberOf, cur.MemberOf)) {
+		return NoFallback
+	}
+	ns := cur.Namespace
+	per := 1
+	if added {
+		per = 2
+	}
+	for _, e := range t.nsCharges(ns) {
+		n := per * e.n
+		if added && e.ns == ns {
+			n++ // its podSelector's matching
+		}
+		if n > 0 {
+			c.pending = append(c.pending, podCharge{e.key, e.ns, n})
+		}
+	}
+	if added && t.namespaceEmpty(ns) {
+		for pk, scopes := range c.scopes {
+			n := 0
+			for _, s := range scopes {
+				if s != nil {
+					n++
+				}
+			}
+			if n > 0 {
+				pns, _, _ := strings.Cut(pk, "/")
+				c.pending = append(c.pending, podCharge{pk, pns, n})
+			}
+		}
+	}
+	b := t.b.budgets
+	pol, nsSum := map[string]int{}, map[string]int{}
+	for _, p := range c.pending {
+		pol[p.key] += p.n
+		nsSum[p.ns] += p.n
+		if c.pol[p.key]+pol[p.key] > b.Policy || c.ns[p.ns]+nsSum[p.ns] > b.Namespace {
+			return FallbackCost
+		}
+	}
+	return NoFallback
+}
+
+// notePodCost records the charges checkPodCost checked.
+func (t *Tracker) notePodCost() {
+	c := &t.costs
+	for _, p := range c.pending {
+		c.pol[p.key] += p.n
+		c.ns[p.ns] += p.n
+	}
+	c.pending = c.pending[:0]
+}
+
+// nsCharges lists, for a namespace, the admitted NetworkPolicies that a
+// pod joining it is charged to: those of the namespace, and those with a
+// peer matched against it; n counts the peers.
+func (t *Tracker) nsCharges(ns string) []podCharge {
+	c := &t.costs
+	if out, ok := c.byNS[ns]; ok {
+		return out
+	}
+	nsl := t.nsLabelsOf(ns)
+	var out []podCharge
+	for key, scopes := range c.scopes {
+		pns, _, _ := strings.Cut(key, "/")
+		n := 0
+		for _, s := range scopes {
+			if (s == nil && pns == ns) || (s != nil && s.Matches(nsl)) {
+				n++
+			}
+		}
+		if n > 0 || pns == ns {
+			out = append(out, podCharge{key, pns, n})
+		}
+	}
+	if c.byNS == nil {
+		c.byNS = map[string][]podCharge{}
+	}
+	c.byNS[ns] = out
+	return out
+}
+
+// namespaceEmpty reports whether no tracked pod is in the namespace.
+func (t *Tracker) namespaceEmpty(ns string) bool {
+	empty := true
+	t.podsIn(ns, func(string, *Pod) { empty = false })
+	return empty
+}
+
+// policyScopes lists the namespace selectors of a NetworkPolicy's
+// selecting peers (nil: its own namespace), as the build charges them; a
+// peer whose selectors do not parse is left out (it makes nothing).
+func policyScopes(np *networkingv1.NetworkPolicy) []labels.Selector {
+	var out []labels.Selector
+	peers := func(ps []networkingv1.NetworkPolicyPeer) {
+		for i := range ps {
+			p := &ps[i]
+			if p.IPBlock != nil || (p.PodSelector == nil && p.NamespaceSelector == nil) {
+				continue
+			}
+			if m, ok := peerMatcher(np.Namespace, p.NamespaceSelector, p.PodSelector); ok {
+				out = append(out, m.nsSel)
+			}
+		}
+	}
+	for i := range np.Spec.Ingress {
+		peers(np.Spec.Ingress[i].From)
+	}
+	for i := range np.Spec.Egress {
+		peers(np.Spec.Egress[i].To)
+	}
+	return out
 }

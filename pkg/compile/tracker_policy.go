@@ -55,7 +55,7 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) Fallba
 	k := &npChange{key: key, ns: ns, np: np}
 	f := t.applyPolicyChange(k)
 	if f == NoFallback && t.r != nil {
-		t.noteCost(key, ns, k.bound)
+		t.noteCost(key, ns, k.np, k.bound)
 	}
 	return f
 }
