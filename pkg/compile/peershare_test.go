@@ -1,8 +1,12 @@
 package compile_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -125,5 +129,78 @@ func TestRejectedPolicyLeavesNoAlias(t *testing.T) {
 	}
 	if c := findPolicy(t, p, "ns-0001/c"); c.Rejected || len(c.Ingress[0].Selectors) != 1 {
 		t.Fatalf("ns-0001/c: rejected %v, %d selectors", c.Rejected, len(c.Ingress[0].Selectors))
+	}
+}
+
+// TestTrackerSplitsSharedSet: two peers that say different things share
+// the set of every pod. A pod that both select is applied in place (the
+// set grows); a pod that one selects and the other does not would split
+// the set, which the tracker leaves to the build (FallbackSharedSet); a
+// pod that makes a small set hold what the shared one holds would merge
+// them, likewise. After each change the tracked ruleset is the full
+// build's.
+func TestTrackerSplitsSharedSet(t *testing.T) {
+	in := ct.Cluster(200, 0, 2)
+	in.NodeName = "node-0"
+	// odd selects every pod but those labelled odd: one.
+	odd := addPods("ns-0003", "odd", 1, 9)[0]
+	odd.Labels["odd"] = "1"
+	in.Pods = append(in.Pods, odd)
+	in.Policies = []*networkingv1.NetworkPolicy{ct.CostAmplificationPolicy("ns-0001", "amp", "app-1", 2),
+		ct.NetPol("ns-0001", "odd", ct.Sel("app", "app-1"), ct.Ingress(ct.Peers(ct.PodNSPeer(ct.Expr("odd", metav1.LabelSelectorOpDoesNotExist), ct.Sel()))))}
+	cfg := compile.RenderConfig{Mode: compile.ModeHybrid, QueueVariant: compile.QueueXTCompat}
+	tr, err := compile.NewTracker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := tr.Rebuild(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(p.Selectors); n != 2 || len(p.Selectors[0].Aliases) != 1 {
+		t.Fatalf("%d selectors, want one shared by amp's two peers and odd's", n)
+	}
+	same := func(step string) {
+		t.Helper()
+		want, err := compile.Render(compile.Build(in), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(elementsBySet(want), elementsBySet(tr.Ruleset())); diff != "" {
+			t.Fatalf("%s: tracked ruleset's elements differ from the full build's (-full +tracked):\n%s", step, diff)
+		}
+	}
+	apply := func(step string, pod *corev1.Pod, want compile.Fallback) {
+		t.Helper()
+		in.Pods = append(in.Pods, pod)
+		if _, f := tr.ApplyPod(pod.Namespace+"/"+pod.Name, pod); f != want {
+			t.Fatalf("%s: fallback %q, want %q", step, f, want)
+		}
+		if want != compile.NoFallback {
+			if _, _, err := tr.Rebuild(in); err != nil {
+				t.Fatal(err)
+			}
+		}
+		same(step)
+	}
+	both := addPods("ns-0002", "both", 1, 0)[0]
+	apply("a pod both peers select", both, compile.NoFallback)
+	split := addPods("ns-0002", "split", 1, 1)[0]
+	split.Labels["nope-1"] = "x" // peer 0 selects it, peer 1 does not
+	apply("a pod one peer selects", split, compile.FallbackSharedSet)
+	if n := len(tr.Program().Selectors); n != 3 {
+		t.Fatalf("after the split: %d selectors, want 3", n)
+	}
+	// Without the odd pod, amp's first peer and odd's select the same.
+	in.Pods = slices.DeleteFunc(in.Pods, func(p *corev1.Pod) bool { return p == odd })
+	if _, f := tr.ApplyPod(odd.Namespace+"/"+odd.Name, nil); f != compile.FallbackSharedSet {
+		t.Fatalf("a pod whose leaving makes two sets equal: fallback %q", f)
+	}
+	if _, _, err := tr.Rebuild(in); err != nil {
+		t.Fatal(err)
+	}
+	same("the odd pod deleted")
+	if n := len(tr.Program().Selectors); n != 2 {
+		t.Fatalf("after the merge: %d selectors, want 2", n)
 	}
 }

@@ -686,11 +686,21 @@ func (t *Tracker) nsCharges(ns string) []podCharge {
 	return out
 }
 
-// namespaceEmpty reports whether no tracked pod is in the namespace.
+// namespaceEmpty reports whether no tracked pod is in the namespace (as
+// podsIn visits them, stopping at the first).
 func (t *Tracker) namespaceEmpty(ns string) bool {
-	empty := true
-	t.podsIn(ns, func(string, *Pod) { empty = false })
-	return empty
+	moved := t.moved[ns]
+	for _, pid := range t.b.byNS[ns] {
+		if !moved[t.prog.Pods[pid].Key] {
+			return false
+		}
+	}
+	for key := range moved {
+		if t.view(key) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // policyScopes lists the namespace selectors of a NetworkPolicy's
