@@ -46,10 +46,10 @@ import (
 // in name order, each with at most what the namespace has left, and one
 // that passes what is left is rejected (RejectedNamespaceBudget); what a
 // rejected policy was charged stays spent. Pods joining or leaving what a
-// policy selects change its charge: every build charges anew, and the
-// agent rebuilds within its program refresh delay of any pod change (the
-// tracker's in-place changes between two builds are bounded by the pod
-// changes themselves).
+// policy selects change its charge: every build charges anew, and between
+// two builds the Tracker adds a bound of what each pod adds before it
+// applies it, leaving to the build a pod that might take a policy past
+// its budget (tracker_budget.go).
 //
 // A ClusterNetworkPolicy, written by cluster admins, is charged the same
 // way against a budget of its own (Budgets.ClusterPolicy), its nodes
