@@ -727,7 +727,7 @@ func (r *renderer) peerSet(id SelectorID, v4 bool) string {
 	sel := &r.prog.Selectors[id]
 	name := PeerSetName(sel, v4)
 	// Created empty: podElements fills it with its members.
-	r.addSet(&Set{shared: true, Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: name, Comment: truncComment(sel.Description)}})
+	r.addSet(&Set{shared: true, Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: name, Comment: truncComment(sel.setComment())}})
 	r.peerSets.note(id, v4, name)
 	return name
 }

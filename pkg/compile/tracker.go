@@ -94,10 +94,11 @@ type Tracker struct {
 	// nodeAddrs holds every node address the program knows.
 	nodeAddrs map[netip.Addr]bool
 	// stale is set by a policy change: Program lags until a Rebuild.
-	stale bool
-	pol   policyState
-	cpol  clusterState
-	costs trackedCosts
+	stale  bool
+	pol    policyState
+	cpol   clusterState
+	costs  trackedCosts
+	shares trackedShares
 }
 
 // trackedPod is what the tracker holds about a pod.
@@ -390,6 +391,9 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 	if f != NoFallback {
 		return nil, f
 	}
+	if f := t.checkPodCharges(key, old, cur); f != NoFallback {
+		return nil, f
+	}
 
 	changes := setChanges{}
 	before := t.elementsOf(old)
@@ -408,6 +412,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 	}
 	t.notePod(key, ips, old, cur, oldCombos, newCombos, fqdnDelta)
 	t.notePending(key, pod)
+	t.notePodCharges()
 	t.stagedUse += stagedDelta
 	// Then the tier-skip sets that list the pod's selectors.
 	t.updateCombos(key, old, cur, changes)

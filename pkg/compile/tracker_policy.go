@@ -55,7 +55,7 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) Fallba
 	k := &npChange{key: key, ns: ns, np: np}
 	f := t.applyPolicyChange(k)
 	if f == NoFallback && t.r != nil {
-		t.noteCost(key, ns, k.bound)
+		t.noteCost(key, ns, k.np, k.bound)
 	}
 	return f
 }
@@ -273,8 +273,10 @@ func (k *npChange) check(t *Tracker) Fallback {
 		return FallbackKeyMismatch
 	}
 	var f Fallback
-	k.bound, f = t.checkCost(k.key, k.ns, k.np)
-	return f
+	if k.bound, f = t.checkCost(k.key, k.ns, k.np); f != NoFallback {
+		return f
+	}
+	return t.checkPolicyShares(k.key, k.np)
 }
 
 func (k *npChange) own(t *Tracker) { t.ownProgram() }
@@ -490,23 +492,7 @@ func (t *Tracker) withPolicy(ids []PolicyID, id PolicyID, in bool) []PolicyID {
 
 // selects reports whether a pod belongs to a selector, as the build
 // decides it.
-func (t *Tracker) selects(sid SelectorID, pod *Pod) bool {
-	m := &t.b.selMatch[sid]
-	if m.nsSel == nil {
-		if pod.Namespace != m.ns {
-			return false
-		}
-	} else {
-		nsl, ok := t.b.nsLabels[pod.Namespace]
-		if !ok {
-			nsl = labels.Set{NamespaceNameLabel: pod.Namespace}
-		}
-		if !m.nsSel.Matches(nsl) {
-			return false
-		}
-	}
-	return m.podSel.Matches(labels.Set(pod.Labels))
-}
+func (t *Tracker) selects(sid SelectorID, pod *Pod) bool { return t.matches(&t.b.selMatch[sid], pod) }
 
 // notePodMoved records that a pod changed since the last build.
 func (t *Tracker) notePodMoved(key string) {

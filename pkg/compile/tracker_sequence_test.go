@@ -300,7 +300,7 @@ func stagedAnnotation(staged bool) map[string]string {
 // ruleset equals the full build's, in hybrid and queue mode, for each
 // node's view; every third seed builds with the staged policies enforced.
 func TestTrackerEqualsFullBuild(t *testing.T) {
-	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol, stagedPol, programs, podPrograms int
+	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol, stagedPol, sharedPol, sharedCPol, sharedPod, programs, podPrograms int
 	for _, cfg := range []compile.RenderConfig{
 		{Mode: compile.ModeHybrid, QueueVariant: compile.QueueNative},
 		{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative},
@@ -345,6 +345,8 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					f := tr.ApplyPolicy(key, np)
 					if f == compile.FallbackStaged && cfg.StagedLogGroup != 0 {
 						stagedPol++
+					} else if f == compile.FallbackSharedSet && mode != compile.ModeQueue {
+						sharedPol++
 					} else if want := policyFallback(mode); f != want {
 						t.Fatalf("mode %s seed %d step %d (%s %s): fallback %q, want %q", mode, seed, step, what, key, f, want)
 					}
@@ -370,10 +372,14 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					if f == compile.FallbackStaged && cfg.StagedLogGroup != 0 {
 						want = f
 					}
+					if f == compile.FallbackSharedSet && want == compile.NoFallback {
+						want = f
+						sharedCPol++
+					}
 					if f != want {
 						t.Fatalf("mode %s seed %d step %d (%s %s): fallback %q, want %q", mode, seed, step, what, key, f, want)
 					}
-					if want == compile.NoFallback {
+					if f == compile.NoFallback {
 						fastCPol++
 					} else {
 						if _, _, err := tr.Rebuild(w.input()); err != nil {
@@ -393,6 +399,9 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 							reshaped++
 						}
 					} else {
+						if f == compile.FallbackSharedSet {
+							sharedPod++
+						}
 						if _, _, err := tr.Rebuild(w.input()); err != nil {
 							t.Fatal(err)
 						}
@@ -426,8 +435,9 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 	}
 	t.Logf("%d pod events applied by the tracker (%d of them creating or deleting combination chains), "+
 		"%d policy events applied alone (of %d; %d outside queue mode), "+
-		"%d cluster policy events applied alone (of %d; %d trackable), %d changes rebuilt (%d pod events in all), %d staged policy events rebuilt for the staged log",
-		fast, reshaped, fastPol, pol, hybridPol, fastCPol, cpol, trackableCPol, rebuilt, pod, stagedPol)
+		"%d cluster policy events applied alone (of %d; %d trackable), %d changes rebuilt (%d pod events in all), %d staged policy events rebuilt for the staged log, "+
+		"%d policy, %d cluster policy and %d pod events rebuilt for shared peer sets",
+		fast, reshaped, fastPol, pol, hybridPol, fastCPol, cpol, trackableCPol, rebuilt, pod, stagedPol, sharedPol, sharedCPol, sharedPod)
 	t.Logf("%d programs compared with the full build, %d of them after pod events", programs, podPrograms)
 	// The program is checked after most pod events: those after a policy
 	// change wait for the next rebuild (Stale).
@@ -440,16 +450,16 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 	}
 	// The check is only worth something if many cluster policy changes
 	// take the incremental path.
-	if fastCPol < cpol/4 {
+	if fastCPol+sharedCPol < cpol/4 {
 		t.Errorf("only %d of %d cluster policy events were applied alone", fastCPol, cpol)
 	}
 	// Queue mode rebuilds every policy change; the other modes never.
-	if fastPol+stagedPol != hybridPol {
+	if fastPol+stagedPol+sharedPol != hybridPol {
 		t.Errorf("%d of %d policy events outside queue mode were applied alone", fastPol, hybridPol)
 	}
 	// The check is only worth something if most pod events take the
 	// incremental path.
-	if fast < pod/2 {
+	if fast+sharedPod < pod/2 {
 		t.Errorf("only %d of %d pod events were applied in place", fast, pod)
 	}
 }
@@ -580,4 +590,14 @@ func TestApplyPolicyLeavesTheProgram(t *testing.T) {
 			t.Fatalf("seed %d: %d policy changes changed the published program (-built +published):\n%s", seed, applied, diff)
 		}
 	}
+}
+
+// TestTrackerEqualsFullBuildSharedSets is TestTrackerEqualsFullBuild with
+// peer sets of two pods or more shared by content: the scenarios' peers
+// come to select the same pods and apart again as pods and policies
+// change, and the tracker must share and split sets as the build does, or
+// fall back (FallbackSharedSet).
+func TestTrackerEqualsFullBuildSharedSets(t *testing.T) {
+	compile.ShareFrom(t, 2)
+	TestTrackerEqualsFullBuild(t)
 }
