@@ -615,7 +615,7 @@ start_worker() {
 	        BinaryName = "$(command -v runc)"
 	        SystemdCgroup = false
 	  [plugins."io.containerd.cri.v1.runtime".cni]
-	    bin_dirs = ["/usr/lib/cni"]
+	    bin_dirs = ["/usr/lib/cni", "$nd/cni-bin"]
 	    conf_dir = "$nd/cni"
 	EOF
 	start_bg "$n" "containerd-node$n" containerd --config "$nd/containerd.toml"
@@ -772,7 +772,13 @@ if ((!NO_AGENT)); then
 	log "deploying install.yaml (image $AGENT_IMAGE, --mode=$MODE)"
 	sed -e "s#^\([[:space:]]*image:[[:space:]]*\)[^[:space:]]*nftpolicy[^[:space:]]*#\1$AGENT_IMAGE#" \
 		-e "s#^\([[:space:]]*imagePullPolicy:[[:space:]]*\).*#\1Never#" \
-		-e "s#^    mode: [a-z]*\$#    mode: $MODE#" "$ROOT/install.yaml" >"$STATE/install.yaml"
+		-e "s#^    mode: [a-z]*\$#    mode: $MODE#" \
+		-e "s#^\([[:space:]]*path:[[:space:]]*\)/opt/cni/bin\$#\1/run/nftpc-cni/bin#" \
+		-e "s#^\([[:space:]]*path:[[:space:]]*\)/etc/cni/net.d\$#\1/run/nftpc-cni/net.d#" "$ROOT/install.yaml" >"$STATE/install.yaml"
+	# The boot plugin goes into each node's own CNI directories (holder.sh
+	# binds them there), chained into its ptp configuration list.
+	grep -q "path: /run/nftpc-cni/bin\$" "$STATE/install.yaml" && grep -q "path: /run/nftpc-cni/net.d\$" "$STATE/install.yaml" ||
+		die "could not point install.yaml's CNI hostPaths at the nodes' own directories"
 	grep -q "image: $AGENT_IMAGE" "$STATE/install.yaml" || die "could not set the image in install.yaml"
 	# The mode is a setting of the agent's ConfigMap (docs/config.md).
 	grep -q "^    mode: $MODE\$" "$STATE/install.yaml" || die "could not set the mode in install.yaml's ConfigMap"
