@@ -161,9 +161,9 @@ func (cp *controlPlaneAway) killed(t *testing.T, ctx context.Context, target str
 }
 
 type controlPlaneAway struct {
-	c               *cluster.Cluster
-	good, bad, tgts map[string]cluster.Flow
-	loop            []cluster.Flow
+	c    *cluster.Cluster
+	tgts map[string]cluster.Flow
+	loop []cluster.Flow
 	// settle, if set, runs once the change is enforced, before fault
 	// waits for the agent to program the API's current state.
 	settle func()
