@@ -41,7 +41,17 @@
 #          the first connection denied again (outside_flush_repair_ms_p99,
 #          outside_element_repair_ms_p99), and the denied connections of a
 #          loop (one every 2 ms) admitted meanwhile (outside_*_admitted_denied)
-#          and after the repair (outside_*_admitted_after_repair, target 0)
+#          and after the repair (outside_*_admitted_after_repair, target 0);
+#          then the control plane away, 50,000 pods in the API: the API
+#          server stopped 5 minutes with a connection loop running
+#          (apiserver_outage_admitted_denied, target 0), a policy written at
+#          its return -> enforced (apiserver_outage_change_delay_ms), and one
+#          forced relist (etcd compacted, 410 Gone): the agent's CPU
+#          (relist_cpu_s_50k, beside relist_first_sync_cpu_s_50k)
+#          then a node after a reboot, pods talking before its agent starts:
+#          denied connections admitted for pods started through the boot
+#          plugin (boot_window_admitted_denied, target 0) and without it
+#          (boot_window_admitted_denied_unheld)
 #   churn  another namespace's new policy (API write -> first connection
 #          with the new verdict, as in delay) while one namespace's policy of
 #          200 peers, each selecting every pod, is edited every 100 ms, at
@@ -126,7 +136,7 @@ if ((QUICK)); then
 	EVAL_TIME=300ms
 	SCALE_ARGS=(--pods 2000 --incremental 5 --settle 2s --policy-scale 200:4)
 	DELAY_ARGS=(--cycles 4)
-	FAULTS_ARGS=(--repeats 5)
+	FAULTS_ARGS=(--repeats 5 --outage 30s --relist-pods 5000)
 	CHURN_ARGS=(--pods 2000 --policies 400 --changes 8)
 	STATUS_ARGS=(--runs 3 --wait-rounds 8)
 	FANOUT_ARGS=(--agents 50,100,200 --changes 30 --start-pods 2000 --start-agents 3)
@@ -142,7 +152,7 @@ else
 	EVAL_TIME=1s
 	SCALE_ARGS=(--pods 1000,10000,50000,100000,150000 --incremental 10 --settle 10s --policy-scale 10000:100)
 	DELAY_ARGS=(--cycles 8)
-	FAULTS_ARGS=(--repeats 20)
+	FAULTS_ARGS=(--repeats 20 --outage 5m --relist-pods 50000)
 	CHURN_ARGS=(--pods 5000 --policies 1000 --changes 40)
 	STATUS_ARGS=(--runs 9 --wait-rounds 20)
 	FANOUT_ARGS=(--agents 100,250,500,1000 --changes 100 --start-pods 10000 --start-agents 5)
@@ -263,7 +273,7 @@ if section delay; then
 fi
 
 if section faults; then
-	log "faults: outside changes of the table repaired (${FAULTS_ARGS[*]})"
+	log "faults: outside changes of the table repaired, the boot window, the control plane away (${FAULTS_ARGS[*]})"
 	bash hack/tools.sh >/dev/null
 	contention faults
 	"$NFTBENCH" faults "${FAULTS_ARGS[@]}" >"$OUT/faults.txt"

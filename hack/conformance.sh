@@ -669,7 +669,7 @@ start_worker() {
 	        BinaryName = "$(command -v runc)"
 	        SystemdCgroup = false
 	  [plugins."io.containerd.cri.v1.runtime".cni]
-	    bin_dirs = ["/usr/lib/cni"]
+	    bin_dirs = ["/usr/lib/cni", "$nd/cni-bin"]
 	    conf_dir = "$nd/cni"
 	EOF
 	start_bg "$n" "containerd-node$n" containerd --config "$nd/containerd.toml"
@@ -836,6 +836,7 @@ if ((!NO_AGENT)); then
 		release_manifest >"$STATE/install.yaml"
 	fi
 	sed -i "s#^    mode: [a-z]*\$#    mode: $MODE#" "$STATE/install.yaml"
+	node_cni_paths "$STATE/install.yaml"
 	# The mode is a setting of the agent's ConfigMap (docs/config.md).
 	grep -q "^    mode: $MODE\$" "$STATE/install.yaml" || die "could not set the mode in install.yaml's ConfigMap"
 	for a in "${AGENT_ARGS[@]}"; do

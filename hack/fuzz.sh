@@ -42,6 +42,7 @@ targets=(
 	"FuzzEventReader ./pkg/slim"
 	"FuzzSnapshotDecoding ./pkg/evaluate"
 	"FuzzSnapshotPodEncoding ./pkg/evaluate"
+	"FuzzRun ./pkg/bootcni"
 )
 
 # Go keeps every input that found new coverage in its fuzz cache and

@@ -282,7 +282,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(controller.NewCounterCollector(10*time.Second, nftnl.NewConn(compile.TableName, 0), metrics, log.WithName("metrics")))
+	reg.MustRegister(controller.NewCounterCollector(10*time.Second, nftnl.NewConn(compile.TableName, 0), metrics, log.WithName("metrics")).WithRules(syncer.CommittedRule))
 
 	if err := o.startServers(ctx, reg, ctrl, client, node, errs); err != nil {
 		return err
@@ -310,6 +310,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 func (o *agentOptions) run(ctx context.Context, ctrl *controller.Controller, mode compile.Mode, node string, owner *ownerWatch, errs chan error) error {
 	log := klog.FromContext(ctx)
 	o.watch.startTableWatch(ctx, ctrl)
+	o.uninstall.keepChained(ctx)
 	ctrlDone := make(chan struct{})
 	go func() {
 		err := ctrl.Run(ctx)

@@ -24,6 +24,7 @@ func (o *agentOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.nodeIPs, "node-ip", o.nodeIPs, "this node's addresses (default: from the Node object)")
 	fs.StringVar(&o.uninstall.podName, "pod-name", os.Getenv("POD_NAME"), "the agent's pod (default: $POD_NAME, from the downward API), whose DaemonSet the agent watches")
 	fs.StringVar(&o.uninstall.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the agent's pod's namespace (default: $POD_NAMESPACE)")
+	o.uninstall.cni.addFlags(fs, "", "")
 	o.cfg.AddFlags(fs)
 }
 

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/nftpolicy/nftpolicy/pkg/bootcni"
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/uninstall"
 )
@@ -37,6 +41,49 @@ type uninstallOptions struct {
 	// removed is set once the agent removed its table at shutdown: there
 	// is then no queue to hand over.
 	removed atomic.Bool
+	// cni are the host's CNI directories where cni-install put the boot
+	// plugin (empty: not installed by this DaemonSet).
+	cni cniDirs
+	// chainDone is closed when keepChained has stopped (nil: not started).
+	chainDone chan struct{}
+}
+
+// chainPeriod is how often the agent checks that the boot plugin is still
+// in the node's CNI configuration list.
+const chainPeriod = 10 * time.Second
+
+// keepChained puts the boot plugin back into the node's CNI configuration
+// list whenever the network plugin rewrote the list without it (flannel's
+// and Calico's installers write their list at every start), until ctx
+// ends; the removal at exit waits for it to stop. Only when cni-install
+// installed the plugin (its executable is there).
+func (o *uninstallOptions) keepChained(ctx context.Context) {
+	if o.cni.bin == "" || o.cni.conf == "" {
+		return
+	}
+	log := klog.FromContext(ctx).WithName("boot-plugin")
+	o.chainDone = make(chan struct{})
+	go func() {
+		defer close(o.chainDone)
+		t := time.NewTicker(chainPeriod)
+		defer t.Stop()
+		for {
+			if _, err := os.Stat(filepath.Join(o.cni.bin, bootcni.PluginName)); err == nil {
+				conf, wrote, err := bootcni.Chain(o.cni.conf)
+				switch {
+				case err != nil:
+					log.V(2).Info("Cannot chain the boot plugin", "err", err)
+				case wrote:
+					log.Info("The boot plugin was missing from the CNI configuration (rewritten by the network plugin?): chained it again", "file", conf)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
 }
 
 // ownerWatch follows the agent's DaemonSet: the owner found through the
@@ -190,6 +237,14 @@ func (o *uninstallOptions) removeAtExit(log klog.Logger, w *ownerWatch, ctrlDone
 	case <-ctrlDone:
 	case <-time.After(uninstallCheckTimeout):
 		log.Info("The controller has not stopped; removing the table anyway")
+	}
+	// The boot plugin first: left configured without an agent, it would
+	// hold every new pod of the node. keepChained must not put it back.
+	if o.chainDone != nil {
+		<-o.chainDone
+	}
+	if err := removeBootPlugin(io.Discard, o.cni); err != nil {
+		log.Error(err, "The agent's DaemonSet is going away but the boot plugin could not be removed; run `nftpolicy cleanup` on this node")
 	}
 	conn, err := nftables.New()
 	if err == nil {

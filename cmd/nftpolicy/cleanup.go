@@ -15,15 +15,18 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/uninstall"
 )
 
-const cleanupUsage = `usage: nftpolicy cleanup [--state-dir DIR] [--force]
+const cleanupUsage = `usage: nftpolicy cleanup [--state-dir DIR] [--cni-bin-dir DIR --cni-conf-dir DIR] [--force]
 
 Removes what the nftpolicy agent installed on this node, for a node whose
 agent is gone (an agent whose DaemonSet is deleted does it itself): the
 table inet nftpolicy with its chains, sets and queue rules (the xt-compat
 NFQUEUE rule included: it lives in the table), and with --state-dir the
-program snapshot. Run it as root in the node's network namespace (a pod
-with hostNetwork and NET_ADMIN: see docs/uninstall.md). Idempotent: with
-nothing to remove it says so and succeeds.
+program snapshot, and with --cni-bin-dir and --cni-conf-dir the boot
+plugin (nftpolicy-boot, taken out of the CNI configuration before the
+table goes, so that no new pod is held with no agent to release it). Run
+it as root in the node's network namespace (a pod with hostNetwork and
+NET_ADMIN: see docs/uninstall.md). Idempotent: with nothing to remove it
+says so and succeeds.
 
 It refuses while an agent listens on the queues the table's queue rules
 point at (removing the table under a running agent leaves its node open
@@ -36,6 +39,8 @@ func runCleanup(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("cleanup", pflag.ContinueOnError)
 	stateDir := fs.String("state-dir", "", "the agent's --state-dir on this node (e.g. /run/nftpolicy): its program snapshot is removed too")
 	force := fs.Bool("force", false, "remove the table even while an agent listens on its queues")
+	var dirs cniDirs
+	dirs.addFlags(fs, "", "")
 	if code, ok := parseFlags(fs, args, stderr, cleanupUsage); !ok {
 		return code
 	}
@@ -43,14 +48,18 @@ func runCleanup(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nftpolicy cleanup: unexpected argument %q\n", fs.Arg(0))
 		return exitBadInput
 	}
-	if err := cleanup(stdout, *stateDir, *force); err != nil {
+	if (dirs.bin == "") != (dirs.conf == "") {
+		fmt.Fprintln(stderr, "nftpolicy cleanup: --cni-bin-dir and --cni-conf-dir go together")
+		return exitBadInput
+	}
+	if err := cleanup(stdout, *stateDir, dirs, *force); err != nil {
 		fmt.Fprintf(stderr, "nftpolicy cleanup: %v\n", err)
 		return exitFailure
 	}
 	return exitOK
 }
 
-func cleanup(stdout io.Writer, stateDir string, force bool) error {
+func cleanup(stdout io.Writer, stateDir string, dirs cniDirs, force bool) error {
 	conn, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("opening netlink: %w", err)
@@ -63,6 +72,9 @@ func cleanup(stdout io.Writer, stateDir string, force bool) error {
 			return fmt.Errorf("an nftpolicy agent runs on this node (it listens on queue %d, where table inet %s queues): "+
 				"removing the table would leave the node unprotected until its next sync; stop it first (delete its DaemonSet), or use --force", q, compile.TableName)
 		}
+	}
+	if err := removeBootPlugin(stdout, dirs); err != nil {
+		return err
 	}
 	had, err := uninstall.RemoveTable(conn)
 	if err != nil {

@@ -4,13 +4,21 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/pflag"
 
+	"github.com/nftpolicy/nftpolicy/pkg/bootcni"
 	"github.com/nftpolicy/nftpolicy/pkg/cli"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	// A runtime executes the boot plugin by its name, without arguments.
+	if filepath.Base(os.Args[0]) == bootcni.PluginName {
+		os.Exit(runBootPlugin(os.Stdin, os.Stdout))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 const usage = `usage: nftpolicy <command> [flags]
 
@@ -23,6 +31,7 @@ commands:
   wait      wait until every node enforces a policy's current version or its deletion
   preview   per node, the live connections a policy change would cut or allow (nothing applied)
   cleanup   remove what the agent installed in this node's kernel (its table and queue rules)
+  cni-install  install the boot hold: the chained CNI plugin that holds pods started before the agent's first sync
   version   print the version, commit, Go version and platform (also --version)
 
 Run 'nftpolicy <command> --help' for the flags of a command.
@@ -58,6 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runPreview(args[1:], stdout, stderr)
 	case "cleanup":
 		return runCleanup(args[1:], stdout, stderr)
+	case "cni-install":
+		return runCNIInstall(args[1:], stdout, stderr)
 	case "version", "--version":
 		return runVersion(args[1:], stdout, stderr)
 	case "reference": // hidden: writes docs/flags.md and docs/metrics.md

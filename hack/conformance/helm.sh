@@ -58,11 +58,25 @@ helm_prepare() {
 	log "helm: $HELM; upgrade to $NEXT_RELEASE_DIR ($NEXT_IMAGE)"
 }
 
+# HELM_NODE_VALUES: the boot plugin's CNI directories, each node's own
+# (holder.sh binds them), never the machine's (a chart older than the boot
+# plugin ignores them).
+HELM_NODE_VALUES=(--set "bootPlugin.cniBinDir=$NODE_CNI_DIR/bin" --set "bootPlugin.cniConfDir=$NODE_CNI_DIR/net.d")
+
+# helm_check_paths: the release's objects as helm applied them mount none of
+# the machine's CNI directories.
+helm_check_paths() {
+	helm_cmd get manifest "$HELM_RELEASE" >"$STATE/helm-manifest.yaml" || die "helm get manifest failed"
+	! grep -qE "path: (/opt/cni/bin|/etc/cni/net.d)\$" "$STATE/helm-manifest.yaml" ||
+		die "the chart mounts the machine's CNI directories (bootPlugin values not applied)"
+}
+
 # helm_install: the first release's chart, as install.yaml would be applied.
 helm_install() {
 	mkdir -p "$STATE/helm"
-	helm_cmd install "$HELM_RELEASE" "$(helm_chart "$RELEASE_DIR")" --set mode="$MODE" >"$OUT/helm-install.txt" 2>&1 ||
-		{ cat "$OUT/helm-install.txt" >&2; die "helm install failed"; }
+	helm_cmd install "$HELM_RELEASE" "$(helm_chart "$RELEASE_DIR")" --set mode="$MODE" "${HELM_NODE_VALUES[@]}" \
+		>"$OUT/helm-install.txt" 2>&1 || { cat "$OUT/helm-install.txt" >&2; die "helm install failed"; }
+	helm_check_paths
 }
 
 # ds_state: the digest of the DaemonSet's image and the ConfigMap's
@@ -76,13 +90,15 @@ ds_state() {
 
 helm_upgrade() {
 	helm_cmd upgrade "$HELM_RELEASE" "$(helm_chart "$NEXT_RELEASE_DIR")" --set mode="$MODE" --set logVerbosity=2 \
-		>"$OUT/helm-upgrade.txt" 2>&1 || { cat "$OUT/helm-upgrade.txt" >&2; die "helm upgrade failed"; }
+		"${HELM_NODE_VALUES[@]}" >"$OUT/helm-upgrade.txt" 2>&1 || { cat "$OUT/helm-upgrade.txt" >&2; die "helm upgrade failed"; }
+	helm_check_paths
 	log "helm: helm upgrade to $(basename "$(helm_chart "$NEXT_RELEASE_DIR")") (logVerbosity 2); waiting for kubectl rollout status"
 }
 
 helm_rollback() {
 	helm_cmd rollback "$HELM_RELEASE" 1 >"$OUT/helm-rollback.txt" 2>&1 ||
 		{ cat "$OUT/helm-rollback.txt" >&2; die "helm rollback failed"; }
+	helm_check_paths
 	log "helm: helm rollback $HELM_RELEASE 1; waiting for kubectl rollout status"
 }
 
@@ -140,7 +156,10 @@ helm_cleanup_phase() {
 	r=$(uninstall_probe "$n" "$host")
 	echo "before cleanup: $r" >"$OUT/probes.txt"
 	[[ $r == *" ok "* ]] && { log "helm: the left-behind table did not drop the probe: the check proves nothing"; ok=0; }
-	kc apply --server-side -f "$RELEASE_DIR/cleanup.yaml" >"$OUT/apply.txt" 2>&1 || { cat "$OUT/apply.txt" >&2; ok=0; }
+	cp "$RELEASE_DIR/cleanup.yaml" "$STATE/cleanup.yaml"
+	node_cni_paths "$STATE/cleanup.yaml"
+	diff -u "$RELEASE_DIR/cleanup.yaml" "$STATE/cleanup.yaml" >"$OUT/cleanup.diff" || true
+	kc apply --server-side -f "$STATE/cleanup.yaml" >"$OUT/apply.txt" 2>&1 || { cat "$OUT/apply.txt" >&2; ok=0; }
 	t0=$SECONDS
 	kc -n kube-system rollout status ds/nftpolicy-cleanup --timeout=120s >"$OUT/rollout-status.txt" 2>&1 || ok=0
 	kc -n kube-system logs -l app.kubernetes.io/name=nftpolicy-cleanup -c cleanup --prefix >"$OUT/cleanup.log" 2>&1 || true
@@ -155,7 +174,7 @@ helm_cleanup_phase() {
 		innode "$i" nft list tables >"$OUT/tables-after-node$i.txt" 2>&1 || true
 		grep -q 'table inet nftpolicy' "$OUT/tables-after-node$i.txt" && ok=0
 	done
-	kc delete -f "$RELEASE_DIR/cleanup.yaml" --wait=false >>"$OUT/apply.txt" 2>&1 || true
+	kc delete -f "$STATE/cleanup.yaml" --wait=false >>"$OUT/apply.txt" 2>&1 || true
 	kill "$serve" 2>/dev/null || true
 	wait "$serve" 2>/dev/null || true
 	{

@@ -39,6 +39,13 @@ mount --bind "$NODEDIR/var-lib" /var/lib
 mount --bind "$NODEDIR/var-log" /var/log
 mount --bind "$NODEDIR/hosts" /etc/hosts
 mount --bind "$NODEDIR/resolv.conf" /etc/resolv.conf
+# The node's CNI directories where install.yaml's hostPaths (rewritten by
+# hack/conformance.sh) find them: the boot plugin is installed and chained
+# into this node's own configuration, never the machine's /opt/cni or
+# /etc/cni.
+mkdir -p "$NODEDIR/cni" "$NODEDIR/cni-bin" /run/nftpc-cni/net.d /run/nftpc-cni/bin
+mount --bind "$NODEDIR/cni" /run/nftpc-cni/net.d
+mount --bind "$NODEDIR/cni-bin" /run/nftpc-cni/bin
 
 for f in "$SYSCTLDIR"/*; do
 	p=/proc/sys/$(basename "$f" | tr . /)

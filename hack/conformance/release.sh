@@ -11,6 +11,8 @@
 # --server-side`. Only the ConfigMap's mode and --agent-arg flags may be
 # changed in the copy applied (install.diff shows it).
 
+NODE_CNI_DIR=/run/nftpc-cni
+
 # release_prepare: checks the release directory (building it with
 # hack/release.sh when it is the default one and missing) and sets
 # AGENT_MANIFEST, AGENT_IMAGE (repo:tag@digest) and RELEASE_IMPORTS (the
@@ -101,4 +103,14 @@ release_import() {
 		fi
 	done
 	"${ctr[@]}" images ls 2>/dev/null | grep -F "${image%%:*}" >>"$LOGS/ctr-node$n.log" || true
+}
+
+# node_cni_paths FILE: the CNI hostPaths of a manifest (install.yaml's
+# boot plugin, cleanup.yaml's removal of it) pointed at each node's own CNI
+# directories (holder.sh binds /run/nftpc-cni there), never the machine's.
+node_cni_paths() {
+	sed -i -e "s#^\([[:space:]]*path:[[:space:]]*\)/opt/cni/bin\$#\1$NODE_CNI_DIR/bin#" \
+		-e "s#^\([[:space:]]*path:[[:space:]]*\)/etc/cni/net.d\$#\1$NODE_CNI_DIR/net.d#" "$1"
+	# (A release older than the boot plugin mounts neither.)
+	! grep -qE "path: (/opt/cni/bin|/etc/cni/net.d)\$" "$1" || die "$1 still mounts the machine's CNI directories"
 }

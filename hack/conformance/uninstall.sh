@@ -147,6 +147,18 @@ summarize_uninstall() {
 			else
 				echo "node$n: no nftpolicy table"
 			fi
+			# The boot plugin (install.yaml's install-cni) chained itself
+			# into the node's CNI configuration: the agent takes it out
+			# before it removes its table.
+			if grep -qs '"nftpolicy-boot"' "$STATE/node$n/cni/"*.conflist; then
+				echo "node$n: the boot plugin is still in the node's CNI configuration"
+				ok=0
+			elif [[ -e $STATE/node$n/cni-bin/nftpolicy-boot ]]; then
+				echo "node$n: the boot plugin's executable is still in the node's CNI directory"
+				ok=0
+			else
+				echo "node$n: no boot plugin configured or installed"
+			fi
 		done
 		grep -h 'removed the nftables table\|Keeping the nftables table\|Cannot read the agent' "$OUT"/agent-*.log 2>/dev/null | sed 's/^/agent: /' || true
 		((ok)) && echo "uninstall: PASS" || echo "uninstall: FAIL"

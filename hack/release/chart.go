@@ -27,6 +27,20 @@ var chartEdits = [][2]string{
 		"      {{- with .Values.nodeSelector }}\n      nodeSelector:\n        {{- toYaml . | nindent 8 }}\n      {{- end }}\n"},
 	{"      tolerations:\n        - operator: Exists\n",
 		"      {{- with .Values.tolerations }}\n      tolerations:\n        {{- toYaml . | nindent 8 }}\n      {{- end }}\n"},
+	// The boot plugin (values bootPlugin): its init container, the
+	// agent's flags and mounts that name its directories, the volumes.
+	// The init container first: the agent's container has the same image
+	// lines.
+	{"      initContainers:\n", "      {{- if .Values.bootPlugin.enabled }}\n      initContainers:\n"},
+	{"      containers:\n        - name: nftpolicy\n", "      {{- end }}\n      containers:\n        - name: nftpolicy\n"},
+	{"          image: ghcr.io/nftpolicy/nftpolicy:v0.1.0\n          imagePullPolicy: IfNotPresent\n          args: [cni-install,",
+		"          image: {{ include \"nftpolicy.image\" . }}\n          imagePullPolicy: {{ .Values.image.pullPolicy }}\n          args: [cni-install,"},
+	{"            - --cni-bin-dir=/host/opt/cni/bin\n            - --cni-conf-dir=/host/etc/cni/net.d\n",
+		"            {{- if .Values.bootPlugin.enabled }}\n            - --cni-bin-dir=/host/opt/cni/bin\n            - --cni-conf-dir=/host/etc/cni/net.d\n            {{- end }}\n"},
+	{"              mountPath: /run/nftpolicy-preview\n            - name: cni-bin\n              mountPath: /host/opt/cni/bin\n            - name: cni-conf\n              mountPath: /host/etc/cni/net.d\n",
+		"              mountPath: /run/nftpolicy-preview\n            {{- if .Values.bootPlugin.enabled }}\n            - name: cni-bin\n              mountPath: /host/opt/cni/bin\n            - name: cni-conf\n              mountPath: /host/etc/cni/net.d\n            {{- end }}\n"},
+	{"        - name: cni-bin\n          hostPath:\n            path: /opt/cni/bin\n            type: DirectoryOrCreate\n        - name: cni-conf\n          hostPath:\n            path: /etc/cni/net.d\n            type: DirectoryOrCreate",
+		"        {{- if .Values.bootPlugin.enabled }}\n        - name: cni-bin\n          hostPath:\n            path: {{ .Values.bootPlugin.cniBinDir }}\n            type: DirectoryOrCreate\n        - name: cni-conf\n          hostPath:\n            path: {{ .Values.bootPlugin.cniConfDir }}\n            type: DirectoryOrCreate\n        {{- end }}"},
 	{"          image: ghcr.io/nftpolicy/nftpolicy:v0.1.0\n          imagePullPolicy: IfNotPresent\n",
 		"          image: {{ include \"nftpolicy.image\" . }}\n          imagePullPolicy: {{ .Values.image.pullPolicy }}\n"},
 	{"    mode: hybrid\n",

@@ -1,6 +1,8 @@
 package compile
 
 import (
+	"slices"
+
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,11 +22,16 @@ import (
 //
 //   - its entries, as NetworkPolicyCost counts them (rules, ports,
 //     ipBlock ranges and exceptions);
+//   - the pods of its namespace, which its podSelector is matched
+//     against (before the charge: a rejected policy still isolates the
+//     pods it selects);
 //   - per selecting peer, the namespaces a namespaceSelector is matched
 //     against and the pods the peer is matched against, charged before
 //     they are matched;
 //   - per distinct peer set it uses, its members (the set's elements),
-//     charged as soon as the set is known.
+//     charged as soon as the set is known. Peers that select the same
+//     pods use one set, however they say it (peershare.go), and the
+//     object pays for it once.
 //
 // The charge is made before each step's work and the build stops as soon
 // as it passes the policy's budget: the policy is then rejected
@@ -39,10 +46,10 @@ import (
 // in name order, each with at most what the namespace has left, and one
 // that passes what is left is rejected (RejectedNamespaceBudget); what a
 // rejected policy was charged stays spent. Pods joining or leaving what a
-// policy selects change its charge: every build charges anew, and the
-// agent rebuilds within its program refresh delay of any pod change (the
-// tracker's in-place changes between two builds are bounded by the pod
-// changes themselves).
+// policy selects change its charge: every build charges anew, and between
+// two builds the Tracker adds a bound of what each pod adds before it
+// applies it, leaving to the build a pod that might take a policy past
+// its budget (tracker_budget.go).
 //
 // A ClusterNetworkPolicy, written by cluster admins, is charged the same
 // way against a budget of its own (Budgets.ClusterPolicy), its nodes
@@ -110,6 +117,9 @@ type costMeter struct {
 	budget, used int
 	// counted are the peer sets already charged to the object.
 	counted map[SelectorID]bool
+	// scopes lists, per selecting peer charged, its namespace selector
+	// (nil: the object's namespace): what the Tracker re-costs it by.
+	scopes []labels.Selector
 }
 
 // charge adds n and reports whether the object is still within its
@@ -124,6 +134,7 @@ func (m *costMeter) charge(n int) bool {
 func (b *builder) newMeter(budget, used int) *costMeter {
 	m := &b.meter
 	clear(m.counted)
+	m.scopes = m.scopes[:0]
 	m.budget, m.used = budget, used
 	return m
 }
@@ -137,7 +148,7 @@ func (m *costMeter) spent() int { return min(m.used, m.budget) }
 // on false those it interned are dropped again. Peers that do not parse
 // are left to compileRule, which reports them.
 func (b *builder) chargePolicy(np *networkingv1.NetworkPolicy, m *costMeter) bool {
-	mark := len(b.prog.Selectors)
+	mark := b.markSelectors()
 	ok := true
 	peers := func(ps []networkingv1.NetworkPolicyPeer) {
 		for i := range ps {
@@ -210,6 +221,7 @@ func (b *builder) peerSelector(pr *problems, path *field.Path, sel *metav1.Label
 // object uses the set.
 func (b *builder) chargeSelection(ns string, nsSel, podSel labels.Selector, m *costMeter) bool {
 	pods := len(b.byNS[ns])
+	m.scopes = append(m.scopes, nsSel)
 	if nsSel != nil {
 		if !m.charge(len(b.byNS)) {
 			return false
@@ -233,10 +245,12 @@ func (b *builder) chargeSelection(ns string, nsSel, podSel labels.Selector, m *c
 	return m.charge(len(b.prog.Selectors[id].Members))
 }
 
-// dropSelectorsFrom removes the selectors interned from ID mark on, and
-// their pods' memberships: a rejected policy leaves no set behind.
-func (b *builder) dropSelectorsFrom(mark int) {
-	for sid := len(b.prog.Selectors) - 1; sid >= mark; sid-- {
+// dropSelectorsFrom removes the selectors interned and the aliases made
+// since mark, and their pods' memberships: a rejected policy leaves no set
+// behind.
+func (b *builder) dropSelectorsFrom(mark selMark) {
+	b.dropAliasesFrom(mark.aliases)
+	for sid := len(b.prog.Selectors) - 1; sid >= mark.sels; sid-- {
 		s := &b.prog.Selectors[sid]
 		for _, pid := range s.Members {
 			// IDs grow as selectors are interned: sid is the last
@@ -245,9 +259,10 @@ func (b *builder) dropSelectorsFrom(mark int) {
 			*mo = (*mo)[:len(*mo)-1]
 		}
 		delete(b.sels, s.Key)
+		b.dropContent(SelectorID(sid))
 	}
-	b.prog.Selectors = b.prog.Selectors[:mark]
-	b.selMatch = b.selMatch[:mark]
+	b.prog.Selectors = b.prog.Selectors[:mark.sels]
+	b.selMatch = b.selMatch[:mark.sels]
 }
 
 // chargeBudget charges a NetworkPolicy being built with its pods resolved
@@ -259,11 +274,18 @@ func (b *builder) chargeBudget(pr *problems, np *networkingv1.NetworkPolicy, pol
 		b.nsCost = map[string]int{}
 	}
 	left := b.budgets.Namespace - b.nsCost[np.Namespace]
-	m := b.newMeter(min(b.budgets.Policy, left), static)
+	// Its podSelector was matched against the namespace's pods: a
+	// rejected policy must still isolate them, so that work is done
+	// first, and charged.
+	m := b.newMeter(min(b.budgets.Policy, left), static+len(b.byNS[np.Namespace]))
 	ok := m.used <= m.budget && b.chargePolicy(np, m)
 	pol.Cost = m.spent()
 	b.nsCost[np.Namespace] += pol.Cost
 	if ok {
+		if b.peerScopes == nil {
+			b.peerScopes = map[string][]labels.Selector{}
+		}
+		b.peerScopes[pol.Key] = slices.Clone(m.scopes)
 		return ""
 	}
 	pol.Rejected = true
@@ -295,7 +317,7 @@ func (p *problems) rejectBudget(why RejectReason, b Budgets, ns string) {
 // dropped again).
 func (b *builder) chargeClusterBudget(cnp *npav1beta1.ClusterNetworkPolicy, cp *ClusterPolicy, static int) bool {
 	m := b.newMeter(b.budgets.ClusterPolicy, static)
-	mark := len(b.prog.Selectors)
+	mark := b.markSelectors()
 	ok := m.used <= m.budget
 	peer := func(ns *metav1.LabelSelector, pods *npav1beta1.NamespacedPod, nodes *metav1.LabelSelector) {
 		if !ok {

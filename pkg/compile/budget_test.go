@@ -95,13 +95,14 @@ func TestNamespaceBudget(t *testing.T) {
 		in.Policies = append(in.Policies, namespacePolicy("ns-0002", fmt.Sprintf("p%d", i), fmt.Sprintf("app-%d", i)))
 	}
 	// Each is charged 23 (NetworkPolicyCost: 1, podSelector 11, rule 1,
-	// namespaceSelector 10), 4 namespaces and 400 pods matched, 400
-	// members: 827.
+	// namespaceSelector 10), its namespace's 100 pods its podSelector is
+	// matched against, 4 namespaces and 400 pods matched, 400 members:
+	// 927.
 	in.Budgets = compile.Budgets{Policy: 1000, Namespace: 2000}
 	p := compile.Build(in)
 	for _, key := range []string{"ns-0001/p0", "ns-0001/p1", "ns-0002/p0", "ns-0002/p1"} {
-		if pol := findPolicy(t, p, key); pol.Rejected || pol.Cost != 827 {
-			t.Errorf("%s: rejected %v (%v), cost %d, want 827", key, pol.Rejected, pol.Problems, pol.Cost)
+		if pol := findPolicy(t, p, key); pol.Rejected || pol.Cost != 927 {
+			t.Errorf("%s: rejected %v (%v), cost %d, want 927", key, pol.Rejected, pol.Problems, pol.Cost)
 		}
 	}
 	pol := findPolicy(t, p, "ns-0001/p2")
@@ -112,8 +113,8 @@ func TestNamespaceBudget(t *testing.T) {
 	if got := p.NamespaceCosts["ns-0001"]; got != 2000 {
 		t.Errorf("ns-0001 charged %d, want its budget 2000", got)
 	}
-	if got := p.NamespaceCosts["ns-0002"]; got != 2*827 {
-		t.Errorf("ns-0002 charged %d, want %d", got, 2*827)
+	if got := p.NamespaceCosts["ns-0002"]; got != 2*927 {
+		t.Errorf("ns-0002 charged %d, want %d", got, 2*927)
 	}
 	in.Budgets.Namespace = 3000
 	if pol := findPolicy(t, compile.Build(in), "ns-0001/p2"); pol.Rejected {
@@ -136,17 +137,22 @@ func addPods(ns, app string, n, first int) []*corev1.Pod {
 }
 
 // TestRecostOnPodJoin: a policy admitted while it makes little is
-// re-costed as pods join what it selects. The tracker applies the pods in
-// place; the next build (the agent's refresh after pod changes) charges
-// what the policy makes now, rejects it, and admits it again once the
-// pods left.
+// re-costed as pods join what it selects, before each is applied. The
+// tracker applies pods in place while the charge it bounds fits the
+// budget, and leaves the pod that might pass it to the build
+// (FallbackCost): at no step does the tracked ruleset hold the sets of a
+// policy the build rejects. Once rejected, the policy has no sets and
+// pods are applied in place again. The build rejects it once the pods make it
+// pass its budget, and admits it again once they left.
 func TestRecostOnPodJoin(t *testing.T) {
 	in := ct.Cluster(200, 0, 2)
 	in.NodeName = "node-0"
-	// Charged 1 + 11 + 1 + 21 per peer (NetworkPolicyCost), and per peer
-	// the namespaces, and every pod twice: 1,700 at 200 pods, 5,700 at 500.
+	// Charged 1 + 11 + 1 + 21 per peer (NetworkPolicyCost), its
+	// namespace's 100 pods, and per peer the namespaces and every pod, and
+	// the one set the four peers share (every pod): 1,205 at 200 pods,
+	// 2,717 at 500.
 	in.Policies = []*networkingv1.NetworkPolicy{ct.CostAmplificationPolicy("ns-0001", "grows", "app-1", 4)}
-	in.Budgets = compile.Budgets{Policy: 4000}
+	in.Budgets = compile.Budgets{Policy: 2000}
 	cfg := compile.RenderConfig{Mode: compile.ModeHybrid, QueueVariant: compile.QueueXTCompat}
 	tr, err := compile.NewTracker(cfg)
 	if err != nil {
@@ -161,19 +167,32 @@ func TestRecostOnPodJoin(t *testing.T) {
 	}
 	base := in.Pods
 	extra := addPods("ns-0002", "joiner", 300, 0)
-	for _, pod := range extra {
-		if _, f := tr.ApplyPod(pod.Namespace+"/"+pod.Name, pod); f != compile.NoFallback {
+	var fallbacks int
+	for i, pod := range extra {
+		in.Pods = append(append([]*corev1.Pod(nil), base...), extra[:i+1]...)
+		_, f := tr.ApplyPod(pod.Namespace+"/"+pod.Name, pod)
+		switch f {
+		case compile.NoFallback:
+			// Applied in place while the tracked policy is admitted (it
+			// has sets), the build must admit it too.
+			tracked := findPolicy(t, tr.Program(), "ns-0001/grows")
+			if pol := findPolicy(t, compile.Build(in), "ns-0001/grows"); pol.Rejected && !tracked.Rejected {
+				t.Fatalf("pod %d applied in place, but with it the build rejects the policy (charged %d)", i, pol.Cost)
+			}
+		case compile.FallbackCost:
+			fallbacks++
+			if _, _, err := tr.Rebuild(in); err != nil {
+				t.Fatal(err)
+			}
+		default:
 			t.Fatalf("pod %s not tracked: %s", pod.Name, f)
 		}
 	}
-	in.Pods = append(append([]*corev1.Pod(nil), base...), extra...)
-	if p, _, err = tr.Rebuild(in); err != nil {
-		t.Fatal(err)
-	}
-	pol := findPolicy(t, p, "ns-0001/grows")
+	pol := findPolicy(t, tr.Program(), "ns-0001/grows")
 	if !pol.Rejected || pol.RejectedFor != compile.RejectedBudget {
 		t.Fatalf("not rejected at 500 pods: rejected %v (%q), cost %d", pol.Rejected, pol.RejectedFor, pol.Cost)
 	}
+	t.Logf("%d of %d pods left to the build for the policy's budget", fallbacks, len(extra))
 	for _, pod := range extra {
 		if _, f := tr.ApplyPod(pod.Namespace+"/"+pod.Name, nil); f != compile.NoFallback {
 			t.Fatalf("pod %s deletion not tracked: %s", pod.Name, f)
@@ -208,7 +227,11 @@ func TestTrackerCostFallback(t *testing.T) {
 	if f := tr.ApplyPolicy("ns-0001/amp", attack); f != compile.FallbackCost {
 		t.Fatalf("the attack applied in place: fallback %q", f)
 	}
-	small := ct.CostAmplificationPolicy("ns-0001", "amp", "app-1", 3)
+	// Three peers of every pod: the build shares their set.
+	if f := tr.ApplyPolicy("ns-0001/amp", ct.CostAmplificationPolicy("ns-0001", "amp", "app-1", 3)); f != compile.FallbackSharedSet {
+		t.Fatalf("three peers selecting the same pods applied in place: fallback %q", f)
+	}
+	small := ct.CostAmplificationPolicy("ns-0001", "amp", "app-1", 1)
 	if f := tr.ApplyPolicy("ns-0001/amp", small); f != compile.NoFallback {
 		t.Fatalf("a small policy not tracked: %q", f)
 	}

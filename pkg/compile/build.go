@@ -170,6 +170,9 @@ type builder struct {
 	// meter charges the object being built.
 	parsed map[*metav1.LabelSelector]labels.Selector
 	meter  costMeter
+	// peerScopes lists, by key, the namespace selectors of the selecting
+	// peers of each NetworkPolicy built (costMeter.scopes).
+	peerScopes map[string][]labels.Selector
 
 	nodeLabels map[string]labels.Set
 	nodeNames  []string
@@ -180,6 +183,18 @@ type builder struct {
 	targets  []labels.Selector // NetworkPolicy podSelector (Everything when invalid)
 	subjects []clusterSubject
 	selMatch []selMatcher
+
+	// Peer sets shared by content (peershare.go): the content of each set
+	// by ID, the sets of ShareMinMembers pods or more by content, the
+	// matchers of the peers that use a set interned for another and, in
+	// order, the aliases made (to undo a rejected object's); podHash
+	// caches the pods' key hashes, scratch the members being matched.
+	selContent []shareKey
+	shares     map[shareKey][]SelectorID
+	aliasMatch map[SelectorID][]selMatcher
+	aliasLog   []aliasEntry
+	podHash    []uint64
+	scratch    []PodID
 }
 
 // selMatcher is a parsed pod-selecting peer: podSel in namespace ns, or in
@@ -477,8 +492,11 @@ func (b *builder) compileRule(pr *problems, pol PolicyID, key string, dir Direct
 			}
 		case hasSel:
 			if id, ok := b.selectorPeer(pr, pp, ns, peer, resolve); ok {
+				n := len(r.Selectors)
 				r.Selectors = appendNew(r.Selectors, &seenSels, id)
-				if resolve {
+				// A rule is a user once, however many of its peers
+				// use the set (peers shared by content: any number).
+				if resolve && len(r.Selectors) > n {
 					s := &b.prog.Selectors[id]
 					s.Users = append(s.Users, r.Name)
 				}
@@ -608,46 +626,25 @@ func (b *builder) selectorPeer(pr *problems, path *field.Path, ns string, peer n
 
 // internSelector returns the shared peer set of the pods matching podSel in
 // namespace ns (nsSel nil) or in the namespaces matching nsSel. NetworkPolicy
-// and ClusterNetworkPolicy peers that select the same pods share one set.
+// and ClusterNetworkPolicy peers that say the same share one set, and so do
+// peers that select the same pods, however they say it (peershare.go).
 func (b *builder) internSelector(ns string, nsSel, podSel labels.Selector) SelectorID {
-	var key, desc string
-	podDesc := "all pods"
-	if !podSel.Empty() {
-		podDesc = "pods with " + podSel.String()
-	}
-	if nsSel == nil {
-		key = "ns=" + ns + "|pods=" + podSel.String()
-		desc = podDesc + " in namespace " + ns
-	} else {
-		key = "nssel=" + nsSel.String() + "|pods=" + podSel.String()
-		if nsSel.Empty() {
-			desc = podDesc + " in all namespaces"
-		} else {
-			desc = podDesc + " in namespaces with " + nsSel.String()
-		}
-	}
+	key, desc := selectionKey(ns, nsSel, podSel)
 	if id, ok := b.sels[key]; ok {
 		return id
 	}
+	m := selMatcher{ns: ns, nsSel: nsSel, podSel: podSel}
+	members := b.matchMembers(m)
+	content := b.contentOf(members)
+	if id, ok := b.sharedWith(content, members); ok {
+		b.alias(id, key, m)
+		return id
+	}
+	members = slices.Clone(members)
 	id := SelectorID(len(b.prog.Selectors))
 	b.sels[key] = id
-	b.selMatch = append(b.selMatch, selMatcher{ns: ns, nsSel: nsSel, podSel: podSel})
-	var members []PodID
-	match := func(pids []PodID) {
-		for _, pid := range pids {
-			if podSel.Matches(labels.Set(b.prog.Pods[pid].Labels)) {
-				members = append(members, pid)
-			}
-		}
-	}
-	if nsSel == nil {
-		match(b.byNS[ns])
-	} else {
-		for _, n := range b.matchNamespaces(nsSel) {
-			match(b.byNS[n])
-		}
-		sort.Slice(members, func(i, j int) bool { return members[i] < members[j] })
-	}
+	b.selMatch = append(b.selMatch, m)
+	b.noteContent(id, content)
 	for _, pid := range members {
 		// Selector IDs grow as selectors are created: each list stays sorted.
 		b.prog.Pods[pid].MemberOf = append(b.prog.Pods[pid].MemberOf, id)
@@ -660,6 +657,46 @@ func (b *builder) internSelector(ns string, nsSel, podSel labels.Selector) Selec
 	}
 	b.prog.Selectors = append(b.prog.Selectors, sel)
 	return id
+}
+
+// selectionKey returns the canonical key of a pod-selecting peer (as
+// internSelector takes it) and what it selects in words.
+func selectionKey(ns string, nsSel, podSel labels.Selector) (key, desc string) {
+	podDesc := "all pods"
+	if !podSel.Empty() {
+		podDesc = "pods with " + podSel.String()
+	}
+	if nsSel == nil {
+		return "ns=" + ns + "|pods=" + podSel.String(), podDesc + " in namespace " + ns
+	}
+	key = "nssel=" + nsSel.String() + "|pods=" + podSel.String()
+	if nsSel.Empty() {
+		return key, podDesc + " in all namespaces"
+	}
+	return key, podDesc + " in namespaces with " + nsSel.String()
+}
+
+// matchMembers returns the pods a peer selects, sorted, in a scratch
+// slice the next call reuses.
+func (b *builder) matchMembers(m selMatcher) []PodID {
+	members := b.scratch[:0]
+	match := func(pids []PodID) {
+		for _, pid := range pids {
+			if m.podSel.Matches(labels.Set(b.prog.Pods[pid].Labels)) {
+				members = append(members, pid)
+			}
+		}
+	}
+	if m.nsSel == nil {
+		match(b.byNS[m.ns])
+	} else {
+		for _, n := range b.matchNamespaces(m.nsSel) {
+			match(b.byNS[n])
+		}
+		slices.Sort(members)
+	}
+	b.scratch = members
+	return members
 }
 
 // matchNamespaces returns the namespaces (with pods or listed) whose labels
@@ -701,18 +738,7 @@ func (b *builder) finish() {
 	}
 	reasons := map[string]string{}
 	reason := func(pod *Pod, ids []PolicyID, dir Direction) string {
-		if len(ids) == 0 {
-			return ""
-		}
-		names := make([]string, len(ids))
-		for i, id := range ids {
-			names[i] = p.Policies[id].Key
-		}
-		verb := "isolates"
-		if len(ids) > 1 {
-			verb = "isolate"
-		}
-		s := strings.Join(names, ", ") + " " + verb + " " + pod.Key + " for " + dir.String() + "; no rule matched"
+		s := deniedReason(p, pod, ids, dir)
 		if r, ok := reasons[s]; ok {
 			return r
 		}
@@ -742,22 +768,53 @@ func (b *builder) finish() {
 	}
 }
 
-// table returns the decision table of a combination of policies, building
-// it the first time the combination is seen.
-func (b *builder) table(seen map[string]int32, ids []PolicyID, d Direction) int32 {
+// deniedReason is the reason given when an isolated pod's traffic in one
+// direction matches no rule of the policies ids ("" when not isolated).
+func deniedReason(p *Program, pod *Pod, ids []PolicyID, dir Direction) string {
 	if len(ids) == 0 {
-		return -1
+		return ""
 	}
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = p.Policies[id].Key
+	}
+	verb := "isolates"
+	if len(ids) > 1 {
+		verb = "isolate"
+	}
+	return strings.Join(names, ", ") + " " + verb + " " + pod.Key + " for " + dir.String() + "; no rule matched"
+}
+
+// tableKey identifies a combination of policies in one direction.
+func tableKey(ids []PolicyID, d Direction) string {
 	var key strings.Builder
 	key.WriteString(d.String())
 	for _, id := range ids {
 		key.WriteByte(',')
 		key.WriteString(itoa(int(id)))
 	}
-	if t, ok := seen[key.String()]; ok {
+	return key.String()
+}
+
+// table returns the decision table of a combination of policies, building
+// it the first time the combination is seen.
+func (b *builder) table(seen map[string]int32, ids []PolicyID, d Direction) int32 {
+	if len(ids) == 0 {
+		return -1
+	}
+	key := tableKey(ids, d)
+	if t, ok := seen[key]; ok {
 		return t
 	}
 	p := b.prog
+	idx := int32(len(p.Tables))
+	p.Tables = append(p.Tables, buildTable(p, ids, d))
+	seen[key] = idx
+	return idx
+}
+
+// buildTable builds the decision table of a combination of policies.
+func buildTable(p *Program, ids []PolicyID, d Direction) Table {
 	t := Table{Policies: ids}
 	for _, id := range ids {
 		rules := p.Policies[id].Rules(d)
@@ -785,10 +842,7 @@ func (b *builder) table(seen map[string]int32, ids []PolicyID, d Direction) int3
 		}
 		return a.Rule.Order < b.Rule.Order
 	})
-	idx := int32(len(p.Tables))
-	p.Tables = append(p.Tables, t)
-	seen[key.String()] = idx
-	return idx
+	return t
 }
 
 func itoa(i int) string {

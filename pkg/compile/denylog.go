@@ -120,9 +120,9 @@ func DenyIDs(p *Program) map[string]DenyInfo {
 // connection's packet: "drop", or with deny logging a goto to the denial's
 // chain, which it creates on first use, just before from, and records in
 // the ruleset's DenyIDs.
-func (r *renderer) dropVerdict(info DenyInfo, from *Chain) string {
+func (r *renderer) dropVerdict(info DenyInfo, from *Chain) RuleVerdict {
 	if r.cfg.DenyLogGroup == 0 {
-		return "drop"
+		return drop()
 	}
 	id := info.ID()
 	name := DenyChainName(id)
@@ -134,16 +134,16 @@ func (r *renderer) dropVerdict(info DenyInfo, from *Chain) string {
 		place := from.place
 		place.deny = true
 		r.addChain(&Chain{Chain: knftables.Chain{Name: name, Comment: truncComment("logs and drops: " + info.String())}, place: place,
-			Rules: []knftables.Rule{
+			Rules: []TableRule{
 				// The limits chain drops, unlogged, what exceeds its
 				// source's or the overall budget; the rest is logged. The
 				// counters tell all dropped packets from logged ones.
-				rule("counter jump "+ChainDenyLogLimits, ""),
-				rule(fmt.Sprintf("counter log prefix %q group %d", id, r.cfg.DenyLogGroup), ""),
-				rule("drop", ""),
+				mkRule(nil, counted(jump(ChainDenyLogLimits)), ""),
+				mkRule([]RuleExpr{counter(), logTo(id, r.cfg.DenyLogGroup)}, ruleEnd{}, ""),
+				mkRule(nil, plain(drop()), ""),
 			}})
 	}
-	return "goto " + name
+	return gotoV(name)
 }
 
 // validateDenyLog checks the deny log settings of a configuration.

@@ -1,9 +1,6 @@
 package compile
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // KernelJumpStack is the kernel's bound on nested chains (NFT_JUMP_STACK_SIZE):
 // it refuses a table in which a chain is reached from a base chain through
@@ -19,8 +16,8 @@ const KernelJumpStack = 16
 func (rs *Ruleset) JumpPath() ([]string, error) {
 	edges := map[string][]string{}
 	for name, ch := range rs.Chains {
-		for _, r := range ch.Rules {
-			edges[name] = append(edges[name], rs.ruleTargets(r.Rule)...)
+		for i := range ch.Rules {
+			edges[name] = append(edges[name], ch.Rules[i].Targets(rs.set)...)
 		}
 	}
 	const (
@@ -72,43 +69,5 @@ func (rs *Ruleset) JumpPath() ([]string, error) {
 	return best, nil
 }
 
-// ruleTargets returns the chains a rule's text jumps or goes to, directly
-// or through a named verdict map's elements.
-func (rs *Ruleset) ruleTargets(rule string) []string {
-	var out []string
-	f := strings.Fields(unquoted(rule))
-	for i := 0; i+1 < len(f); i++ {
-		switch f[i] {
-		case "jump", "goto":
-			out = append(out, f[i+1])
-		case "vmap":
-			s := rs.Sets[strings.TrimPrefix(f[i+1], "@")]
-			if s == nil || !strings.HasPrefix(f[i+1], "@") {
-				continue
-			}
-			for _, e := range s.Elements {
-				if v := strings.Fields(e.Value); len(v) == 2 && (v[0] == "jump" || v[0] == "goto") {
-					out = append(out, v[1])
-				}
-			}
-		}
-	}
-	return out
-}
-
-// unquoted returns s without its double-quoted parts (comments, log
-// prefixes), which may hold any word.
-func unquoted(s string) string {
-	var b strings.Builder
-	in := false
-	for _, r := range s {
-		if r == '"' {
-			in = !in
-			continue
-		}
-		if !in {
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
+// set returns the set or map named, nil when the ruleset has none.
+func (rs *Ruleset) set(name string) *Set { return rs.Sets[name] }

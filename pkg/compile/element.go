@@ -22,14 +22,19 @@ type Element struct {
 	// Last is the last address of ShapeAddr's range (an interval set's
 	// prefix or range); nil: Addr alone.
 	Last *netip.Addr
-	// Value is a verdict map element's verdict, as nft writes it
-	// ("goto chain"); empty in a set.
-	Value   string
+	// Chain is the chain a verdict map element's jump or goto names.
+	Chain   string
 	Comment *string
 	// Ports is the protocol and port (range) of the shapes that have them.
 	Ports PortRange
 	Shape Shape
+	// Verdict is a verdict map element's verdict (VerdictNone in a set);
+	// with Chain, Value.
+	Verdict VerdictKind
 }
+
+// Value is a verdict map element's verdict (Kind VerdictNone in a set).
+func (e *Element) Value() RuleVerdict { return RuleVerdict{Kind: e.Verdict, Chain: e.Chain} }
 
 // Shape is the sequence of an element's key fields.
 type Shape uint8
@@ -131,8 +136,8 @@ func (e *Element) KeyFields() []string {
 // Knft is the element as knftables writes it, addressed to no set.
 func (e *Element) Knft() knftables.Element {
 	k := knftables.Element{Key: e.KeyFields(), Comment: e.Comment}
-	if e.Value != "" {
-		k.Value = []string{e.Value}
+	if e.Verdict != VerdictNone {
+		k.Value = []string{e.Value().String()}
 	}
 	return k
 }
@@ -141,9 +146,9 @@ func (e *Element) Knft() knftables.Element {
 func (e *Element) Text() string {
 	var buf [128]byte
 	b := e.AppendKey(buf[:0])
-	if e.Value != "" {
+	if e.Verdict != VerdictNone {
 		b = append(b, " : "...)
-		b = append(b, e.Value...)
+		b = append(b, e.Value().String()...)
 	}
 	return string(b)
 }
@@ -156,7 +161,7 @@ func (e *Element) SameKey(o *Element) bool {
 // Equal reports whether two elements have the same key, value and
 // comment.
 func (e *Element) Equal(o *Element) bool {
-	if !e.SameKey(o) || e.Value != o.Value || (e.Comment == nil) != (o.Comment == nil) {
+	if !e.SameKey(o) || e.Value() != o.Value() || (e.Comment == nil) != (o.Comment == nil) {
 		return false
 	}
 	return e.Comment == nil || *e.Comment == *o.Comment
@@ -168,7 +173,7 @@ func ElementID(e *Element) string {
 	var buf [160]byte
 	b := e.AppendKey(buf[:0])
 	b = append(b, " : "...)
-	b = append(b, e.Value...)
+	b = append(b, e.Value().String()...)
 	if e.Comment != nil {
 		b = append(b, " # "...)
 		b = append(b, *e.Comment...)

@@ -994,6 +994,9 @@ func hasPodPort(ports []EvalPodPort, name int32, proto Protocol) bool {
 // by every pod with the same lists.
 func (ix *indexer) tierSet(seen map[string]int32, pod *Pod) int32 {
 	lists := [4]*[]ClusterPolicyID{&pod.AdminIngress, &pod.AdminEgress, &pod.BaselineIngress, &pod.BaselineEgress}
+	if len(*lists[0])+len(*lists[1])+len(*lists[2])+len(*lists[3]) == 0 {
+		return -1 // no list: most pods, which no key needs to be made for
+	}
 	var key strings.Builder
 	for i, l := range lists {
 		if i > 0 {

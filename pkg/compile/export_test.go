@@ -33,3 +33,11 @@ func NotSubjectIntact() bool {
 func TrackerBuildState(t *Tracker) (weak.Pointer[builder], weak.Pointer[renderer]) {
 	return weak.Make(t.b), weak.Make(t.r)
 }
+
+// ShareFrom makes peer sets of n pods or more shared by content until the
+// test ends (ShareMinMembers otherwise), so that small clusters share.
+func ShareFrom(t testing.TB, n int) {
+	saved := shareMinMembers
+	shareMinMembers = n
+	t.Cleanup(func() { shareMinMembers = saved })
+}

@@ -31,7 +31,15 @@ package compile
 //     or its namespace's (Budgets; the tracker bounds what it makes
 //     without matching its selectors), or in a namespace where a policy
 //     was rejected for the namespace's budget: the build charges what it
-//     makes and decides.
+//     makes and decides. Also a pod change that might take a
+//     NetworkPolicy whose peers are matched against its namespace past its
+//     budget or its namespace's (tracker_budget.go re-costs as pods come).
+//   - shared-set: a change after which a build would share peer sets
+//     differently (peershare.go): a pod that one peer of a shared set
+//     selects and another does not, a shared set falling below
+//     ShareMinMembers pods, a set coming to hold exactly what another
+//     holds; a policy change of a policy using a shared set, before or
+//     after, or with a new peer that selects what a set holds.
 type Fallback string
 
 // NoFallback means the change was applied.
@@ -47,6 +55,8 @@ const (
 	FallbackDenyLog     Fallback = "deny-log"
 	FallbackDomainNames Fallback = "domain-names"
 	FallbackCost        Fallback = "cost"
+	// FallbackSharedSet is a change of either kind (pod or policy).
+	FallbackSharedSet Fallback = "shared-set"
 )
 
 // Pod changes (a pod's first or last use of a combination chain can also
@@ -64,5 +74,5 @@ const FallbackStaged Fallback = "staged"
 // Fallbacks lists every reason a change can fall back, for metrics.
 func Fallbacks() []Fallback {
 	return []Fallback{FallbackNotBuilt, FallbackQueueMode, FallbackKeyMismatch, FallbackDenyLog,
-		FallbackDomainNames, FallbackCost, FallbackAddressShared, FallbackNodeAddress, FallbackDNSCapture, FallbackStaged}
+		FallbackDomainNames, FallbackCost, FallbackAddressShared, FallbackNodeAddress, FallbackDNSCapture, FallbackStaged, FallbackSharedSet}
 }

@@ -96,7 +96,7 @@ func TestRenderFQDN(t *testing.T) {
 			t.Errorf("%s: DNS capture chain present = %v", mode, capture)
 		}
 		if capture {
-			first := rs.Chains[compile.ChainForward].Rules[0].Rule
+			first := rs.Chains[compile.ChainForward].Rules[0].Text()
 			if !strings.Contains(first, "udp sport 53") || !strings.Contains(first, "@"+compile.SetFQDNPodsV4) {
 				t.Errorf("%s: forward starts with %q, not the DNS capture", mode, first)
 			}
@@ -113,7 +113,7 @@ func hasRuleText(c *compile.Chain, text string) bool {
 		return false
 	}
 	for _, r := range c.Rules {
-		if r.Rule == text {
+		if r.Text() == text {
 			return true
 		}
 	}

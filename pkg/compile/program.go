@@ -374,6 +374,10 @@ type Selector struct {
 	Members []PodID
 	// Users names the rules that use this peer set ("x/p ingress[0]").
 	Users []string
+	// Aliases are the keys of the peers that select the same pods as
+	// this one but say something else, and use its set (peershare.go).
+	// Key, Description and the selectors below are the first peer's.
+	Aliases []string
 	// Namespace is the policy's namespace when the peer has no namespace
 	// selector; otherwise NamespaceSelector is that selector, in label
 	// selector syntax (labels.Parse reads it back), as PodSelector always is.

@@ -33,20 +33,6 @@ func comboKey(p *Program, ids []PolicyID) string {
 	return strings.Join(keys, ",")
 }
 
-func famWord(v4 bool) string {
-	if v4 {
-		return "ip"
-	}
-	return "ip6"
-}
-
-func addrType(v4 bool) string {
-	if v4 {
-		return "ipv4_addr"
-	}
-	return "ipv6_addr"
-}
-
 type renderer struct {
 	prog           *Program
 	cfg            RenderConfig
@@ -159,23 +145,22 @@ func (r *renderer) addSet(s *Set) *Set {
 	if old, ok := r.rs.Sets[s.Name()]; ok {
 		return old
 	}
+	// The declaration's type is the typed key's printing.
+	if s.Map != nil {
+		s.Map.Type = keyText(s.Key) + " : verdict"
+	} else {
+		s.Set.Type = keyText(s.Key)
+	}
 	r.rs.Sets[s.Name()] = s
 	return s
-}
-
-func rule(text, comment string) knftables.Rule {
-	kr := knftables.Rule{Rule: text}
-	if comment != "" {
-		kr.Comment = truncComment(comment)
-	}
-	return kr
 }
 
 // tierChains names, per direction, the chains that dispatch new connections
 // to each tier, in evaluation order, and where a connection goes when every
 // tier let it through.
 type tierChains struct {
-	entry, networkPolicy, allowed string
+	entry, networkPolicy string
+	allowed              RuleVerdict
 	// addr is the address the direction dispatches on: the local pod's.
 	addr string
 }
@@ -184,9 +169,9 @@ func tiers(d Direction) tierChains {
 	tc := tierChains{entry: tierChainName(TierAdmin, d), networkPolicy: tierChainName(0, d)}
 	if d == Egress {
 		// Egress allowed: the destination's ingress decides next.
-		tc.allowed, tc.addr = "goto "+ChainIngress, "saddr"
+		tc.allowed, tc.addr = gotoV(ChainIngress), "saddr"
 	} else {
-		tc.allowed, tc.addr = "accept", "daddr"
+		tc.allowed, tc.addr = accept(), "daddr"
 	}
 	return tc
 }
@@ -195,21 +180,21 @@ func (r *renderer) static() {
 	kernel := r.cfg.Mode != ModeQueue
 	for _, v4 := range []bool{true, false} {
 		for _, d := range []Direction{Egress, Ingress} {
-			r.addSet(&Set{Map: &knftables.Map{Name: tierMapName(0, d, v4), Type: addrType(v4) + " : verdict",
+			r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Map: &knftables.Map{Name: tierMapName(0, d, v4),
 				Comment: ptr("local pods isolated for " + d.String() + " by NetworkPolicies -> the chain that decides their new connections")}})
 			if kernel {
 				for _, t := range []Tier{TierAdmin, TierBaseline} {
-					r.addSet(&Set{Map: &knftables.Map{Name: tierMapName(t, d, v4), Type: addrType(v4) + " : verdict",
+					r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Map: &knftables.Map{Name: tierMapName(t, d, v4),
 						Comment: ptr("local pods with " + t.String() + " ClusterNetworkPolicy " + d.String() + " rules -> their policies, in precedence order")}})
 				}
 			}
 		}
-		r.addSet(&Set{Set: &knftables.Set{Name: selfSetName(v4), Type: addrType(v4) + " . " + addrType(v4),
+		r.addSet(&Set{Key: []KeyKind{addrKind(v4), addrKind(v4)}, Set: &knftables.Set{Name: selfSetName(v4),
 			Comment: ptr("local pods that policies select, twice: a pod can always reach itself")}})
-		r.addSet(&Set{Set: &knftables.Set{Name: clusterEgressSetName(v4), Type: addrType(v4),
+		r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: clusterEgressSetName(v4),
 			Comment: ptr("local pods with ClusterNetworkPolicy egress rules: their traffic to this node is decided too")}})
 		if kernel {
-			r.addSet(&Set{Set: &knftables.Set{Name: nodeIPsSetName(v4), Type: addrType(v4),
+			r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: nodeIPsSetName(v4),
 				Comment: ptr("this node's addresses: NetworkPolicy never isolates a pod from its own node")}})
 		}
 	}
@@ -221,41 +206,41 @@ func (r *renderer) static() {
 	}
 	m := r.cfg.AllowMark
 	// head is the start of both base chains: connections already decided.
-	var head []knftables.Rule
+	var head []TableRule
 	if r.cfg.UsesQueue() {
-		head = append(head, rule(fmt.Sprintf("meta mark & %#08x == %#08x ct mark set ct mark | %#08x meta mark set meta mark & %#08x counter accept",
-			m, m, m, ^m), "allowed by the userspace evaluator: remember it in the connection's mark"))
+		head = append(head, mkRule([]RuleExpr{nftOnly(fmt.Sprintf("meta mark & %#08x == %#08x ct mark set ct mark | %#08x meta mark set meta mark & %#08x",
+			m, m, m, ^m))}, counted(accept()), "allowed by the userspace evaluator: remember it in the connection's mark"))
 	}
-	head = append(head, rule("ct state established,related accept", ""))
+	head = append(head, mkRule([]RuleExpr{nftOnly("ct state established,related")}, plain(accept()), ""))
 	if r.cfg.UsesQueue() {
-		head = append(head, rule(fmt.Sprintf("ct mark & %#08x == %#08x accept", m, m), "connection allowed earlier by the userspace evaluator"))
+		head = append(head, mkRule([]RuleExpr{nftOnly(fmt.Sprintf("ct mark & %#08x == %#08x", m, m))}, plain(accept()), "connection allowed earlier by the userspace evaluator"))
 	}
 	nd := ndRule()
-	fwd := append(append([]knftables.Rule(nil), head...), nd,
-		rule("ip saddr . ip daddr @"+selfSetName(true)+" accept", "a pod can always reach itself"),
-		rule("ip6 saddr . ip6 daddr @"+selfSetName(false)+" accept", "a pod can always reach itself"),
+	fwd := append(append([]TableRule(nil), head...), nd,
+		mkRule([]RuleExpr{lookup(selfSetName(true), FieldIPSaddr, FieldIPDaddr)}, plain(accept()), "a pod can always reach itself"),
+		mkRule([]RuleExpr{lookup(selfSetName(false), FieldIP6Saddr, FieldIP6Daddr)}, plain(accept()), "a pod can always reach itself"),
 	)
 	fwd = append(fwd, midstreamRules()...)
-	input := append(append([]knftables.Rule(nil), head...), nd)
+	input := append(append([]TableRule(nil), head...), nd)
 	stagedFwd, stagedInput := r.stagedLog()
 	fwd = append(fwd, stagedFwd...)
 	input = append(input, stagedInput...)
 	fwd = append(fwd, r.unknownPods()...)
 	if kernel {
-		fwd = append(fwd, rule("goto "+ChainEgress, ""))
+		fwd = append(fwd, mkRule(nil, plain(gotoV(ChainEgress)), ""))
 		input = append(input,
-			rule("ip saddr @"+clusterEgressSetName(true)+" goto "+ChainEgress, ""),
-			rule("ip6 saddr @"+clusterEgressSetName(false)+" goto "+ChainEgress, ""))
+			mkRule([]RuleExpr{lookup(clusterEgressSetName(true), FieldIPSaddr)}, plain(gotoV(ChainEgress)), ""),
+			mkRule([]RuleExpr{lookup(clusterEgressSetName(false), FieldIP6Saddr)}, plain(gotoV(ChainEgress)), ""))
 		r.tierDispatch()
 	} else {
 		fwd = append(fwd,
-			rule("ip saddr vmap @"+tierMapName(0, Egress, true), ""),
-			rule("ip6 saddr vmap @"+tierMapName(0, Egress, false), ""),
-			rule("ip daddr vmap @"+tierMapName(0, Ingress, true), ""),
-			rule("ip6 daddr vmap @"+tierMapName(0, Ingress, false), ""))
+			mkRule([]RuleExpr{vmap(tierMapName(0, Egress, true), FieldIPSaddr)}, ruleEnd{}, ""),
+			mkRule([]RuleExpr{vmap(tierMapName(0, Egress, false), FieldIP6Saddr)}, ruleEnd{}, ""),
+			mkRule([]RuleExpr{vmap(tierMapName(0, Ingress, true), FieldIPDaddr)}, ruleEnd{}, ""),
+			mkRule([]RuleExpr{vmap(tierMapName(0, Ingress, false), FieldIP6Daddr)}, ruleEnd{}, ""))
 		input = append(input,
-			rule("ip saddr @"+clusterEgressSetName(true)+" goto "+ChainQueueShare, ""),
-			rule("ip6 saddr @"+clusterEgressSetName(false)+" goto "+ChainQueueShare, ""))
+			mkRule([]RuleExpr{lookup(clusterEgressSetName(true), FieldIPSaddr)}, plain(gotoV(ChainQueueShare)), ""),
+			mkRule([]RuleExpr{lookup(clusterEgressSetName(false), FieldIP6Saddr)}, plain(gotoV(ChainQueueShare)), ""))
 		r.queueChain()
 	}
 	r.forward = &Chain{Chain: knftables.Chain{Name: ChainForward,
@@ -276,13 +261,13 @@ func (r *renderer) static() {
 // to the pod, and the pod's own packets would then pass as replies, past
 // the egress policy that revoked the connection. A pod's connections are
 // admitted at their SYN only; one that lost its entry must reconnect.
-func midstreamRules() []knftables.Rule {
+func midstreamRules() []TableRule {
 	const comment = "TCP without SYN opening a connection (its conntrack entry revoked or lost): a selected pod reconnects with a SYN"
-	var out []knftables.Rule
+	var out []TableRule
 	for _, v4 := range []bool{true, false} {
 		for _, end := range []string{"saddr", "daddr"} {
-			f := famWord(v4) + " " + end
-			out = append(out, rule("ct state new tcp flags & syn == 0 "+f+" . "+f+" @"+selfSetName(v4)+" counter drop", comment))
+			f := addrField(v4, end)
+			out = append(out, mkRule([]RuleExpr{nftOnly("ct state new tcp flags & syn == 0"), lookup(selfSetName(v4), f, f)}, counted(drop()), comment))
 		}
 	}
 	return out
@@ -295,10 +280,10 @@ func midstreamRules() []knftables.Rule {
 func (r *renderer) tierDispatch() {
 	for _, d := range []Direction{Egress, Ingress} {
 		tc := tiers(d)
-		vmaps := func(t Tier) []knftables.Rule {
-			var out []knftables.Rule
+		vmaps := func(t Tier) []TableRule {
+			var out []TableRule
 			for _, v4 := range []bool{true, false} {
-				out = append(out, rule(fmt.Sprintf("%s %s vmap @%s", famWord(v4), tc.addr, tierMapName(t, d, v4)), ""))
+				out = append(out, mkRule([]RuleExpr{vmap(tierMapName(t, d, v4), addrField(v4, tc.addr))}, ruleEnd{}, ""))
 			}
 			return out
 		}
@@ -308,11 +293,11 @@ func (r *renderer) tierDispatch() {
 		// ingress's) under the kernel's jump stack (KernelJumpStack).
 		np := &Chain{Chain: knftables.Chain{Name: tc.networkPolicy,
 			Comment: ptr(d.String() + " of local pods, tier 2: NetworkPolicies (they decide for the pods they isolate), tier 3: Baseline")}}
-		np.Rules = append(append(vmaps(0), vmaps(TierBaseline)...), r.withSamples("", tc.allowed, "", verifyDefault(d))...)
+		np.Rules = append(append(vmaps(0), vmaps(TierBaseline)...), r.withSamples(nil, plain(tc.allowed), "", verifyDefault(d), RuleOwner{})...)
 		r.addChain(np)
 		admin := &Chain{Chain: knftables.Chain{Name: tc.entry,
 			Comment: ptr("new connections " + map[Direction]string{Egress: "from", Ingress: "to"}[d] + " local pods, tier 1: Admin ClusterNetworkPolicies")}}
-		admin.Rules = append(vmaps(TierAdmin), rule("goto "+tc.networkPolicy, ""))
+		admin.Rules = append(vmaps(TierAdmin), mkRule(nil, plain(gotoV(tc.networkPolicy)), ""))
 		r.addChain(admin)
 	}
 }
@@ -328,7 +313,7 @@ func (r *renderer) queueChain() {
 	if r.cfg.QueueVariant == QueueXTCompat {
 		c.External = true
 	} else {
-		c.Rules = []knftables.Rule{rule(NativeQueueStatement(r.cfg), "")}
+		c.Rules = []TableRule{mkRule([]RuleExpr{counter(), nftOnly(QueueStatement(r.cfg.QueueNum, r.cfg.Queues, r.cfg.FailOpen, true))}, ruleEnd{}, "")}
 	}
 	r.addChain(c)
 	r.queueShareChains()
@@ -510,9 +495,9 @@ func (r *renderer) localPodElements(pod *Pod, pt *podText, emit func(set string,
 	if !egress && !ingress {
 		return
 	}
-	vmap := func(t Tier, d Direction, verdict string) {
+	dispatch := func(t Tier, d Direction, chain string) {
 		for _, ip := range pod.IPs {
-			emit(tierMapName(t, d, ip.Is4()), Element{Addr: ip, Value: verdict, Comment: pt.comment})
+			emit(tierMapName(t, d, ip.Is4()), Element{Addr: ip, Verdict: VerdictGoto, Chain: chain, Comment: pt.comment})
 		}
 	}
 	for _, ip := range pod.IPs {
@@ -525,14 +510,14 @@ func (r *renderer) localPodElements(pod *Pod, pt *podText, emit func(set string,
 	}
 	if r.cfg.Mode == ModeQueue {
 		if egress {
-			vmap(0, Egress, "goto "+ChainQueueShare)
+			dispatch(0, Egress, ChainQueueShare)
 		}
 		if ingress {
-			vmap(0, Ingress, "goto "+ChainQueueShare)
+			dispatch(0, Ingress, ChainQueueShare)
 		}
 		return
 	}
-	podCombos(pod, func(c combo) { vmap(c.t, c.d, "goto "+c.name(r.prog)) })
+	podCombos(pod, func(c combo) { dispatch(c.t, c.d, c.name(r.prog)) })
 }
 
 func (r *renderer) isolationChain(d Direction, ids []PolicyID, hasRules func(i int) bool) string {
@@ -547,17 +532,20 @@ func (r *renderer) isolationChain(d Direction, ids []PolicyID, hasRules func(i i
 		// Only the input chain sends a pod's traffic to its own node here.
 		const comment = "to this node: NetworkPolicy never isolates a pod from its node"
 		for _, v4 := range []bool{true, false} {
-			matches := famWord(v4) + " daddr @" + nodeIPsSetName(v4) + " "
-			c.Rules = append(append(c.Rules, r.sampledRules(matches, "accept", comment, verifyNode, v4)...), rule(matches+"accept", comment))
+			matches := []RuleExpr{lookup(nodeIPsSetName(v4), addrField(v4, "daddr"))}
+			c.Rules = append(append(c.Rules, r.sampledRules(matches, plain(accept()), comment, verifyNode, RuleOwner{}, v4)...), mkRule(matches, plain(accept()), comment))
 		}
 	}
+	pols := make([]string, len(ids))
 	for i, id := range ids {
+		pols[i] = r.prog.Policies[id].Key
 		if hasRules(i) {
-			c.Rules = append(c.Rules, rule("jump "+PolicyChainName(&r.prog.Policies[id], d), ""))
+			c.Rules = append(c.Rules, mkRule(nil, plain(jump(PolicyChainName(&r.prog.Policies[id], d))), ""))
 		}
 	}
 	deny := networkPolicyDeny(r.prog, d, ids)
-	c.Rules = append(c.Rules, r.withSamples("", "counter "+r.dropVerdict(deny, c), "default deny "+d.String()+": "+strings.ReplaceAll(keys, ",", ", "), verifyOfDeny(deny))...)
+	owner := RuleOwner{Kind: OwnerDeny, Direction: d, Policies: pols}
+	c.Rules = append(c.Rules, r.withSamples(nil, counted(r.dropVerdict(deny, c)), "default deny "+d.String()+": "+strings.ReplaceAll(keys, ",", ", "), verifyOfDeny(deny), owner)...)
 	r.addChain(c)
 	return name
 }
@@ -569,9 +557,9 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 	c := &Chain{Chain: knftables.Chain{Name: PolicyChainName(pol, d)}, place: chainPlace{group: groupPolicy, key: policyChainKey(pol.Key, d)}}
 	// Chain comments depend only on the name: syncs never rewrite them.
 	c.Chain.Comment = truncComment(pol.Key + " " + d.String())
-	verdict := "accept"
+	verdict := accept()
 	if d == Egress {
-		verdict = "jump " + ChainIngress
+		verdict = jump(ChainIngress)
 	}
 	for ri := range pol.Rules(d) {
 		rl := &pol.Rules(d)[ri]
@@ -579,7 +567,8 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 			continue
 		}
 		info := verifyOfRule(pol, rl)
-		r.matchRules(c, &rl.Match, ruleSetBase(c.Chain.Name, ri), rl.Name, d, subjectOfPolicy(id, d), "counter "+verdict, &info)
+		owner := RuleOwner{Kind: OwnerAllow, Direction: d, Policies: []string{pol.Key}, Rule: rl.Name}
+		r.matchRules(c, &rl.Match, ruleSetBase(c.Chain.Name, ri), rl.Name, d, subjectOfPolicy(id, d), counted(verdict), &info, owner)
 	}
 	if len(c.Rules) == 0 {
 		return false
@@ -589,16 +578,18 @@ func (r *renderer) policyChain(id PolicyID, d Direction) bool {
 }
 
 // matchRules appends to a rule chain one nft rule per peer and port
-// alternative of a match, both families, each ending in verdict, and
-// records the shared sets they name. Sets the rules use are named after
-// base and owned by the chain. Named ports resolve on the subjects (the
-// local pods subject reports) for ingress, on the peers for egress.
-func (r *renderer) matchRules(c *Chain, m *Match, base, comment string, d Direction, subject func(*Pod) bool, verdict string, sample *VerifyInfo) {
-	// The same text from both families (a rule with no address in it)
+// alternative of a match, both families, each ending in end and
+// belonging to owner, and records the shared sets they name. Sets the
+// rules use are named after base and owned by the chain. Named ports
+// resolve on the subjects (the local pods subject reports) for ingress,
+// on the peers for egress.
+func (r *renderer) matchRules(c *Chain, m *Match, base, comment string, d Direction, subject func(*Pod) bool, end ruleEnd, sample *VerifyInfo, owner RuleOwner) {
+	// The same rule from both families (a rule with no address in it)
 	// comes once; a match has as many alternatives as its author writes,
 	// so they are looked up, not scanned for.
 	type alternative struct {
-		matches, shared string
+		matches []RuleExpr
+		shared  string
 		// first is set on the first alternative of a peer.
 		first bool
 	}
@@ -608,7 +599,8 @@ func (r *renderer) matchRules(c *Chain, m *Match, base, comment string, d Direct
 		ports := r.portAlternatives(c, m, base, comment, d, subject, v4)
 		for _, pe := range peers {
 			for j, po := range ports {
-				alts[i] = append(alts[i], alternative{matches: pe.text + po, shared: pe.shared, first: j == 0})
+				matches := append(append(make([]RuleExpr, 0, len(pe.matches)+len(po)), pe.matches...), po...)
+				alts[i] = append(alts[i], alternative{matches: matches, shared: pe.shared, first: j == 0})
 			}
 		}
 	}
@@ -618,29 +610,31 @@ func (r *renderer) matchRules(c *Chain, m *Match, base, comment string, d Direct
 		// meter's key): a rule without an address has both.
 		inV6 = map[string]bool{}
 		for _, a := range alts[1] {
-			inV6[a.matches] = true
+			inV6[matchesKey(a.matches)] = true
 		}
 	}
 	for i, v4 := range []bool{true, false} {
 		named := false
 		for _, a := range alts[i] {
 			named = named && !a.first
-			text := a.matches + verdict
-			if seen[text] {
+			rl := mkRule(a.matches, end, comment)
+			rl.Owner = owner
+			key := matchesKey(a.matches)
+			if seen[key] {
 				continue
 			}
 			if seen == nil {
 				seen = map[string]bool{}
 			}
-			seen[text] = true
+			seen[key] = true
 			if sample != nil {
 				fams := []bool{v4}
-				if v4 && inV6[a.matches] {
+				if v4 && inV6[key] {
 					fams = append(fams, false)
 				}
-				c.Rules = append(c.Rules, r.sampledRules(a.matches, verdict, comment, *sample, fams...)...)
+				c.Rules = append(c.Rules, r.sampledRules(a.matches, end, comment, *sample, owner, fams...)...)
 			}
-			c.Rules = append(c.Rules, rule(text, comment))
+			c.Rules = append(c.Rules, rl)
 			if a.shared != "" && !named {
 				c.shares = append(c.shares, a.shared)
 				named = true
@@ -649,9 +643,19 @@ func (r *renderer) matchRules(c *Chain, m *Match, base, comment string, d Direct
 	}
 }
 
-// peerAlternative is the peer part of a rule's text, and the shared set
-// it names ("" for none).
-type peerAlternative struct{ text, shared string }
+// matchesKey tells apart a rule's matches (the printing of a rule made of
+// them alone): two alternatives with the same key are the same rule.
+func matchesKey(matches []RuleExpr) string {
+	r := TableRule{Exprs: matches}
+	return r.Text()
+}
+
+// peerAlternative is the peer part of a rule, and the shared set it
+// names ("" for none).
+type peerAlternative struct {
+	matches []RuleExpr
+	shared  string
+}
 
 // peerAlternatives are a match's peers of one family: each is one nft rule.
 func (r *renderer) peerAlternatives(c *Chain, m *Match, base, comment string, d Direction, v4 bool) []peerAlternative {
@@ -659,7 +663,7 @@ func (r *renderer) peerAlternatives(c *Chain, m *Match, base, comment string, d 
 		return []peerAlternative{{}}
 	}
 	var peers []peerAlternative
-	in := func(set string) string { return fmt.Sprintf("%s %s @%s ", famWord(v4), peerAddr(d), set) }
+	in := func(set string) []RuleExpr { return []RuleExpr{lookup(set, addrField(v4, peerAddr(d)))} }
 	for _, sid := range m.Selectors {
 		set := r.peerSet(sid, v4)
 		peers = append(peers, peerAlternative{in(set), set})
@@ -671,40 +675,40 @@ func (r *renderer) peerAlternatives(c *Chain, m *Match, base, comment string, d 
 	}
 	if blocks := familyRanges(m.IPBlocks, v4); len(blocks) > 0 {
 		name := ruleCIDRsSetName(base, v4)
-		s := r.addSet(&Set{owner: c.Chain.Name, Set: &knftables.Set{Name: name, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+		s := r.addSet(&Set{owner: c.Chain.Name, Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: name, Flags: []knftables.SetFlag{knftables.IntervalFlag},
 			Comment: truncComment(comment + " address peers")}})
 		for _, b := range blocks {
 			s.Elements = append(s.Elements, RangeElement(b))
 		}
-		peers = append(peers, peerAlternative{text: in(name)})
+		peers = append(peers, peerAlternative{matches: in(name)})
 	}
-	if text := r.fqdnPeer(c, m, base, comment, d, v4); text != "" {
-		peers = append(peers, peerAlternative{text: text})
+	if matches := r.fqdnPeer(c, m, base, comment, d, v4); matches != nil {
+		peers = append(peers, peerAlternative{matches: matches})
 	}
 	return peers
 }
 
 // portAlternatives are a match's ports of one family: each is one nft
 // rule.
-func (r *renderer) portAlternatives(c *Chain, m *Match, base, comment string, d Direction, subject func(*Pod) bool, v4 bool) []string {
+func (r *renderer) portAlternatives(c *Chain, m *Match, base, comment string, d Direction, subject func(*Pod) bool, v4 bool) [][]RuleExpr {
 	if m.AllPorts {
-		return []string{""}
+		return [][]RuleExpr{nil}
 	}
-	var ports []string
+	var ports [][]RuleExpr
 	if len(m.Ports) > 0 {
 		name := rulePortsSetName(base)
-		s := r.addSet(&Set{owner: c.Chain.Name, Set: &knftables.Set{Name: name, Type: "inet_proto . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag},
+		s := r.addSet(&Set{owner: c.Chain.Name, Key: []KeyKind{KeyProto, KeyService}, Set: &knftables.Set{Name: name, Flags: []knftables.SetFlag{knftables.IntervalFlag},
 			Comment: truncComment(comment + " ports")}})
 		if len(s.Elements) == 0 {
 			for _, p := range m.Ports {
 				s.Elements = append(s.Elements, Element{Ports: p, Shape: ShapeProtoPorts})
 			}
 		}
-		ports = append(ports, "meta l4proto . th dport @"+name+" ")
+		ports = append(ports, []RuleExpr{lookup(name, FieldL4Proto, FieldTHDport)})
 	}
 	if len(m.NamedPorts) > 0 {
 		name := r.namedPortSet(c.Chain.Name, base, m, comment, d, subject, v4)
-		ports = append(ports, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s ", famWord(v4), name))
+		ports = append(ports, []RuleExpr{lookup(name, addrField(v4, "daddr"), FieldL4Proto, FieldTHDport)})
 	}
 	return ports
 }
@@ -723,7 +727,7 @@ func (r *renderer) peerSet(id SelectorID, v4 bool) string {
 	sel := &r.prog.Selectors[id]
 	name := PeerSetName(sel, v4)
 	// Created empty: podElements fills it with its members.
-	r.addSet(&Set{shared: true, Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(sel.Description)}})
+	r.addSet(&Set{shared: true, Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: name, Comment: truncComment(sel.setComment())}})
 	r.peerSets.note(id, v4, name)
 	return name
 }
@@ -781,7 +785,7 @@ func (r *renderer) namedPortSet(owner, base string, m *Match, comment string, d 
 		}
 		r.named = append(r.named, u)
 	}
-	r.addSet(&Set{owner: owner, Set: &knftables.Set{Name: name, Type: addrType(v4) + " . inet_proto . inet_service",
+	r.addSet(&Set{owner: owner, Key: []KeyKind{addrKind(v4), KeyProto, KeyService}, Set: &knftables.Set{Name: name,
 		Comment: truncComment(comment + " named ports, resolved per destination pod")}})
 	return name
 }

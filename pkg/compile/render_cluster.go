@@ -20,14 +20,14 @@ func clusterComboKey(p *Program, ids []ClusterPolicyID) string {
 // clusterVerdicts are the nft verdicts of a rule's action in one tier and
 // direction: Accept moves on to what an allowed connection does next, Pass
 // to the next tier.
-func clusterVerdict(t Tier, d Direction, a Action) string {
+func clusterVerdict(t Tier, d Direction, a Action) RuleVerdict {
 	tc := tiers(d)
 	switch a {
 	case ActionDeny:
-		return "drop"
+		return drop()
 	case ActionPass:
 		if t == TierAdmin {
-			return "goto " + tc.networkPolicy
+			return gotoV(tc.networkPolicy)
 		}
 		return tc.allowed
 	}
@@ -57,7 +57,8 @@ func (r *renderer) clusterPolicyChain(id ClusterPolicyID, d Direction) bool {
 			info := verifyOfClusterRule(cp, rl)
 			sample = &info
 		}
-		r.matchRules(c, &rl.Match, ruleSetBase(name, ri), comment, d, subjectOfClusterPolicy(cp.Tier, id, d), "counter "+verdict, sample)
+		owner := RuleOwner{Kind: OwnerClusterRule, Direction: d, Policies: []string{cp.Name}, Rule: rl.Name}
+		r.matchRules(c, &rl.Match, ruleSetBase(name, ri), comment, d, subjectOfClusterPolicy(cp.Tier, id, d), counted(verdict), sample, owner)
 	}
 	if len(c.Rules) == 0 {
 		return false
@@ -82,7 +83,7 @@ func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID,
 		Comment: truncComment(t.String() + " ClusterNetworkPolicies for " + d.String() + ", in precedence order: " + strings.Join(labels, ", "))},
 		place: chainPlace{group: groupCombo, key: name}}
 	tc := tiers(d)
-	next := "goto " + tc.networkPolicy
+	next := gotoV(tc.networkPolicy)
 	if t == TierBaseline {
 		next = tc.allowed
 	}
@@ -96,25 +97,25 @@ func (r *renderer) clusterComboChain(t Tier, d Direction, ids []ClusterPolicyID,
 		r.combos = append(r.combos, comboSet{chain: name, d: d, ids: ids, sets: [2]string{tierSkipSetName(name, true), tierSkipSetName(name, false)}})
 		for _, v4 := range []bool{true, false} {
 			set := tierSkipSetName(name, v4)
-			s := r.addSet(&Set{Set: &knftables.Set{Name: set, Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+			s := r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: set, Flags: []knftables.SetFlag{knftables.IntervalFlag},
 				Comment: truncComment("every address a rule of " + name + " names")}})
 			s.Elements = comboElements(ranges, v4)
-			matches, comment := fmt.Sprintf("%s %s != @%s ", famWord(v4), peerAddr(d), set), "no rule of these policies names the "+peerWord(d)
+			matches, comment := []RuleExpr{notIn(set, addrField(v4, peerAddr(d)))}, "no rule of these policies names the "+peerWord(d)
 			if t == TierBaseline {
-				c.Rules = append(c.Rules, r.sampledRules(matches, next, comment, verifyDefault(d), v4)...)
+				c.Rules = append(c.Rules, r.sampledRules(matches, plain(next), comment, verifyDefault(d), RuleOwner{}, v4)...)
 			}
-			c.Rules = append(c.Rules, rule(matches+next, comment))
+			c.Rules = append(c.Rules, mkRule(matches, plain(next), comment))
 		}
 	}
 	for i, id := range ids {
 		if hasRules(i) {
-			c.Rules = append(c.Rules, rule("jump "+ClusterPolicyChainName(&r.prog.ClusterPolicies[id], d), ""))
+			c.Rules = append(c.Rules, mkRule(nil, plain(jump(ClusterPolicyChainName(&r.prog.ClusterPolicies[id], d))), ""))
 		}
 	}
 	if t == TierBaseline {
-		c.Rules = append(c.Rules, r.withSamples("", next, "", verifyDefault(d))...)
+		c.Rules = append(c.Rules, r.withSamples(nil, plain(next), "", verifyDefault(d), RuleOwner{})...)
 	} else {
-		c.Rules = append(c.Rules, rule(next, ""))
+		c.Rules = append(c.Rules, mkRule(nil, plain(next), ""))
 	}
 	r.addChain(c)
 	return name
@@ -218,7 +219,7 @@ func (r *renderer) nodeSet(id NodeSetID, v4 bool) string {
 	if _, ok := r.rs.Sets[name]; ok {
 		return name
 	}
-	s := r.addSet(&Set{shared: true, Set: &knftables.Set{Name: name, Type: addrType(v4), Comment: truncComment(ns.Description)}})
+	s := r.addSet(&Set{shared: true, Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: name, Comment: truncComment(ns.Description)}})
 	// Addresses are sorted; a node name per address for the listing.
 	for _, a := range ns.Addrs {
 		if a.Is4() != v4 {

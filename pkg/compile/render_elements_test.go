@@ -29,7 +29,7 @@ func randomElement(r *rand.Rand, i int) Element {
 		e.Last = &end
 	}
 	if r.IntN(2) == 0 {
-		e.Value = fmt.Sprint("goto c", i)
+		e.Verdict, e.Chain = VerdictGoto, fmt.Sprint("c", i)
 	}
 	return e
 }
@@ -94,7 +94,7 @@ func TestElementText(t *testing.T) {
 		{Element{Addr: a("fd00::1"), Shape: ShapeAddrAddr}, "fd00::1 . fd00::1"},
 		{Element{Addr: a("10.0.0.1"), Ports: PortRange{ProtoTCP, 80, 80}, Shape: ShapeAddrProtoPort}, "10.0.0.1 . tcp . 80"},
 		{Element{Ports: PortRange{ProtoSCTP, 1, 1024}, Shape: ShapeProtoPorts}, "sctp . 1-1024"},
-		{Element{Ports: PortRange{200, 53, 53}, Shape: ShapeProtoPorts, Value: "accept"}, "200 . 53 : accept"},
+		{Element{Ports: PortRange{200, 53, 53}, Shape: ShapeProtoPorts, Verdict: VerdictAccept}, "200 . 53 : accept"},
 		{Element{Ports: PortRange{First: 8080, Last: 8080}, Shape: ShapePorts}, "8080"},
 	} {
 		if got := tc.e.Text(); got != tc.want {

@@ -72,23 +72,22 @@ func (c *RenderConfig) validateDNSQueue() error {
 	return nil
 }
 
-// DNSQueueStatement is the counted queue statement of the dns-replies chain.
-func DNSQueueStatement(cfg RenderConfig) string {
-	return "counter " + QueueStatement(cfg.DNSQueueNum, 1, cfg.FailOpen, false)
+// dnsQueueRule is the counted queue rule of the dns-replies chain.
+func dnsQueueRule(cfg RenderConfig) TableRule {
+	return mkRule([]RuleExpr{counter(), nftOnly(QueueStatement(cfg.DNSQueueNum, 1, cfg.FailOpen, false))}, ruleEnd{}, "")
 }
 
 // fqdnPeer is matchRules' peer alternative for a rule's domainNames: the
 // rule's learned set of the family, owned by its chain c. Only egress rules
 // have them ("" for none).
-func (r *renderer) fqdnPeer(c *Chain, m *Match, base, comment string, d Direction, v4 bool) string {
+func (r *renderer) fqdnPeer(c *Chain, m *Match, base, comment string, d Direction, v4 bool) []RuleExpr {
 	if len(m.Domains) == 0 || d != Egress {
-		return ""
+		return nil
 	}
 	name := fqdnSetName(base, m.Domains, v4)
-	t := addrType(v4) + " . " + addrType(v4)
-	r.addSet(&Set{Dynamic: true, owner: c.Chain.Name, Set: &knftables.Set{Name: name, Type: t, Flags: []knftables.SetFlag{knftables.TimeoutFlag},
+	r.addSet(&Set{Dynamic: true, owner: c.Chain.Name, Key: []KeyKind{addrKind(v4), addrKind(v4)}, Set: &knftables.Set{Name: name, Flags: []knftables.SetFlag{knftables.TimeoutFlag},
 		Comment: truncComment(comment + " pod . address it resolved (learned, TTL) for " + domainsKey(m.Domains))}})
-	return fmt.Sprintf("%s saddr . %s daddr @%s ", famWord(v4), famWord(v4), name)
+	return []RuleExpr{lookup(name, addrField(v4, "saddr"), addrField(v4, "daddr"))}
 }
 
 // dnsQueryPriority is the priority of the query capture chains: right
@@ -141,7 +140,7 @@ func (r *renderer) dnsCapture() {
 	}
 	// Created empty: podElements fills them (fqdnPodElements).
 	for _, v4 := range []bool{true, false} {
-		r.addSet(&Set{Set: &knftables.Set{Name: fqdnPodsSet(v4), Type: addrType(v4),
+		r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: fqdnPodsSet(v4),
 			Comment: ptr("local pods with domainNames egress rules: their DNS replies are learned")}})
 	}
 	c := &Chain{Chain: knftables.Chain{Name: ChainDNS,
@@ -149,22 +148,22 @@ func (r *renderer) dnsCapture() {
 	if r.cfg.QueueVariant == QueueXTCompat {
 		c.External = true
 	} else {
-		c.Rules = []knftables.Rule{rule(DNSQueueStatement(r.cfg), "")}
+		c.Rules = []TableRule{dnsQueueRule(r.cfg)}
 	}
 	r.addChain(c)
 	r.dnsShareChains()
-	var capture, queries []knftables.Rule
+	var capture, queries []TableRule
 	for _, v4 := range []bool{true, false} {
 		for _, l4 := range []string{"udp sport 53", "tcp sport 53"} {
-			capture = append(capture, rule(fmt.Sprintf("%s daddr @%s %s ct state established ct direction reply goto %s", famWord(v4), fqdnPodsSet(v4), l4, ChainDNSReplyShare),
-				"DNS reply to a pod with domainNames rules: learn it first"))
+			capture = append(capture, mkRule([]RuleExpr{lookup(fqdnPodsSet(v4), addrField(v4, "daddr")), nftOnly(l4 + " ct state established ct direction reply")},
+				plain(gotoV(ChainDNSReplyShare)), "DNS reply to a pod with domainNames rules: learn it first"))
 		}
 		for _, l4 := range []string{"udp dport 53", "tcp dport 53 tcp flags & syn == 0"} {
-			queries = append(queries, rule(fmt.Sprintf("%s saddr @%s %s ct direction original goto %s", famWord(v4), fqdnPodsSet(v4), l4, ChainDNSQueryShare),
-				"DNS query of a pod with domainNames rules: only its replies are learned"))
+			queries = append(queries, mkRule([]RuleExpr{lookup(fqdnPodsSet(v4), addrField(v4, "saddr")), nftOnly(l4 + " ct direction original")},
+				plain(gotoV(ChainDNSQueryShare)), "DNS query of a pod with domainNames rules: only its replies are learned"))
 		}
 	}
-	r.forward.Rules = append(append([]knftables.Rule(nil), capture...), r.forward.Rules...)
+	r.forward.Rules = append(append([]TableRule(nil), capture...), r.forward.Rules...)
 	r.output.Rules = capture
 	qfwd.Rules = queries
 	qin.Rules = queries

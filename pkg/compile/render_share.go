@@ -105,11 +105,11 @@ const (
 // rules, ChainQueueShare for queue mode's dispatch.
 func (r *renderer) queueShareChains() {
 	if r.cfg.QueuesUnknownPods() {
-		r.sourceLimitChain(ChainQueueHeld, meterHeld, r.cfg.HeldSourceRate, r.cfg.HeldSourceBurst, "goto "+ChainQueue,
+		r.sourceLimitChain(ChainQueueHeld, meterHeld, r.cfg.HeldSourceRate, r.cfg.HeldSourceBurst, gotoV(ChainQueue),
 			"new connections of unknown pod addresses: each source address may hold a bounded share of the queue")
 	}
 	if r.cfg.Mode == ModeQueue {
-		r.sourceLimitChain(ChainQueueShare, meterQueue, r.cfg.QueueSourceRate, r.cfg.QueueSourceBurst, "goto "+ChainQueue,
+		r.sourceLimitChain(ChainQueueShare, meterQueue, r.cfg.QueueSourceRate, r.cfg.QueueSourceBurst, gotoV(ChainQueue),
 			"new connections decided in userspace: each source address gets a bounded share of the queue")
 	}
 }
@@ -118,9 +118,9 @@ func (r *renderer) queueShareChains() {
 // the DNS queue before ChainDNS: ChainDNSQueryShare keyed by the query's
 // source, ChainDNSReplyShare by the reply's destination.
 func (r *renderer) dnsShareChains() {
-	r.sourceLimitChain(ChainDNSQueryShare, meterDNSQuery, r.cfg.DNSPodRate, r.cfg.DNSPodBurst, "goto "+ChainDNS,
+	r.sourceLimitChain(ChainDNSQueryShare, meterDNSQuery, r.cfg.DNSPodRate, r.cfg.DNSPodBurst, gotoV(ChainDNS),
 		"DNS queries of pods with domainNames rules: each pod gets a bounded share of the DNS queue")
-	r.destLimitChain(ChainDNSReplyShare, meterDNSReply, r.cfg.DNSPodRate, r.cfg.DNSPodBurst, "goto "+ChainDNS,
+	r.destLimitChain(ChainDNSReplyShare, meterDNSReply, r.cfg.DNSPodRate, r.cfg.DNSPodBurst, gotoV(ChainDNS),
 		"DNS replies to pods with domainNames rules: each pod gets a bounded share of the DNS queue")
 }
 
@@ -132,35 +132,35 @@ func (r *renderer) denyLogLimits() {
 	if r.cfg.DenyLogGroup == 0 {
 		return
 	}
-	c := r.sourceLimitChain(ChainDenyLogLimits, meterDenyLog, r.cfg.DenyLogRate, r.cfg.DenyLogBurst, "",
+	c := r.sourceLimitChain(ChainDenyLogLimits, meterDenyLog, r.cfg.DenyLogRate, r.cfg.DenyLogBurst, RuleVerdict{},
 		"deny log budget: per source address and overall; over it a denied packet is dropped unlogged")
-	c.Rules = append(c.Rules, rule(fmt.Sprintf("limit rate over %d/second burst %d packets counter drop", r.cfg.DenyLogTotalRate, r.cfg.DenyLogTotalBurst),
+	c.Rules = append(c.Rules, mkRule([]RuleExpr{limitOver(r.cfg.DenyLogTotalRate, r.cfg.DenyLogTotalBurst)}, counted(drop()),
 		"over the overall deny log budget"))
 }
 
 // sourceLimitChain renders a chain that drops, and counts, the packets of a
 // source address over rate/burst, per family, with its meters (named after
 // prefix, meterSetName), and ends with last (if any).
-func (r *renderer) sourceLimitChain(name, prefix string, rate, burst uint32, last, comment string) *Chain {
+func (r *renderer) sourceLimitChain(name, prefix string, rate, burst uint32, last RuleVerdict, comment string) *Chain {
 	return r.addrLimitChain(name, prefix, true, rate, burst, last, comment)
 }
 
 // destLimitChain is sourceLimitChain keyed by the destination address:
 // the share of the address packets go to, as the replies to a pod are.
-func (r *renderer) destLimitChain(name, prefix string, rate, burst uint32, last, comment string) *Chain {
+func (r *renderer) destLimitChain(name, prefix string, rate, burst uint32, last RuleVerdict, comment string) *Chain {
 	return r.addrLimitChain(name, prefix, false, rate, burst, last, comment)
 }
 
 // addrLimitChain renders a meter chain keyed by the packet's source or
 // destination address, its meters named after prefix; it drops what is
 // over the limit.
-func (r *renderer) addrLimitChain(name, prefix string, bySource bool, rate, burst uint32, last, comment string) *Chain {
-	return r.addrLimitChainOver(name, prefix, bySource, rate, burst, last, "drop", comment)
+func (r *renderer) addrLimitChain(name, prefix string, bySource bool, rate, burst uint32, last RuleVerdict, comment string) *Chain {
+	return r.addrLimitChainOver(name, prefix, bySource, rate, burst, last, drop(), comment)
 }
 
 // addrLimitChainOver is addrLimitChain with the verdict of what is over
-// the limit: "drop", or "return" for a chain that must not decide.
-func (r *renderer) addrLimitChainOver(name, prefix string, bySource bool, rate, burst uint32, last, over, comment string) *Chain {
+// the limit: drop, or return for a chain that must not decide.
+func (r *renderer) addrLimitChainOver(name, prefix string, bySource bool, rate, burst uint32, last, over RuleVerdict, comment string) *Chain {
 	field, what := "saddr", "source"
 	if !bySource {
 		field, what = "daddr", "destination"
@@ -168,14 +168,13 @@ func (r *renderer) addrLimitChainOver(name, prefix string, bySource bool, rate, 
 	c := &Chain{Chain: knftables.Chain{Name: name, Comment: ptr(comment)}}
 	for _, v4 := range []bool{true, false} {
 		set := meterSetName(prefix, bySource, v4)
-		r.addSet(&Set{Dynamic: true, Set: &knftables.Set{Name: set, Type: addrType(v4),
+		r.addSet(&Set{Dynamic: true, Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: set,
 			Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Size: ptr(uint64(sourceSetSize)), Timeout: ptr(sourceSetTimeout),
 			Comment: ptr(fmt.Sprintf("per %s address: %d packets/second, burst %d (written by the rules of %s)", what, rate, burst, name))}})
-		c.Rules = append(c.Rules, rule(fmt.Sprintf("update @%s { %s %s limit rate over %d/second burst %d packets } counter %s",
-			set, famWord(v4), field, rate, burst, over), "over this "+what+"'s share"))
+		c.Rules = append(c.Rules, mkRule([]RuleExpr{meter(set, addrField(v4, field), rate, burst, true)}, counted(over), "over this "+what+"'s share"))
 	}
-	if last != "" {
-		c.Rules = append(c.Rules, rule(last, ""))
+	if last.Kind != VerdictNone {
+		c.Rules = append(c.Rules, mkRule(nil, plain(last), ""))
 	}
 	r.addChain(c)
 	return c

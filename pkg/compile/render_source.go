@@ -1,7 +1,6 @@
 package compile
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -129,8 +128,8 @@ const tunnelProtocols = "{ ipip, ipv6, gre }"
 const sourceCheckComment = "spoofed source: came in on a pod interface that does not route back to it; --source-validation=false disables"
 
 // ndRule accepts IPv6 neighbour discovery, which the ruleset never filters.
-func ndRule() knftables.Rule {
-	return rule("meta l4proto ipv6-icmp icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert } accept", "IPv6 neighbour discovery")
+func ndRule() TableRule {
+	return mkRule([]RuleExpr{nftOnly("meta l4proto ipv6-icmp icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert }")}, plain(accept()), "IPv6 neighbour discovery")
 }
 
 // sourceValidation renders the prerouting chain of the check and the
@@ -143,10 +142,10 @@ func (r *renderer) sourceValidation() {
 		Type: ptr(knftables.FilterType), Hook: ptr(knftables.PreroutingHook), Priority: ptr(knftables.RawPriority),
 		Policy:  ptr(knftables.AcceptPolicy),
 		Comment: ptr("before conntrack: drops packets that pods sent with a source address not their own, and encapsulation from anything but a node")},
-		Rules: []knftables.Rule{ndRule(),
-			rule(`meta iifkind `+podIfaceKinds+` fib saddr . iif oif missing counter drop`, sourceCheckComment)}}
+		Rules: []TableRule{ndRule(),
+			mkRule([]RuleExpr{nftOnly(`meta iifkind ` + podIfaceKinds + ` fib saddr . iif oif missing`)}, counted(drop()), sourceCheckComment)}}
 	for _, m := range r.cfg.tunnelMatches() {
-		r.prerouting.Rules = append(r.prerouting.Rules, rule(m+" jump "+ChainTunnel, "encapsulation: only nodes may send it to nodes"))
+		r.prerouting.Rules = append(r.prerouting.Rules, mkRule([]RuleExpr{nftOnly(m)}, plain(jump(ChainTunnel)), "encapsulation: only nodes may send it to nodes"))
 	}
 	r.tunnelChain()
 }
@@ -174,24 +173,25 @@ func (r *renderer) tunnelChain() {
 	c := &Chain{Chain: knftables.Chain{Name: ChainTunnel,
 		Comment: ptr("encapsulated packets (IPIP, 6in4, GRE, UDP tunnel ports): no packet a node decapsulates may come from a pod")}}
 	for _, v4 := range []bool{true, false} {
-		s := r.addSet(&Set{Set: &knftables.Set{Name: nodeAddrsSet(v4), Type: addrType(v4),
+		s := r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: nodeAddrsSet(v4),
 			Comment: ptr("every Node's addresses and this node's: the senders of encapsulation to this node")}})
 		s.Elements = append(s.Elements, r.nodeAddrElements(v4)...)
-		p := r.addSet(&Set{Set: &knftables.Set{Name: tunnelPeersSet(v4), Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+		p := r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: tunnelPeersSet(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
 			Comment: ptr("--tunnel-peers: more senders of encapsulation to this node")}})
 		p.Elements = append(p.Elements, r.tunnelPeerElements(v4)...)
 	}
 	for _, v4 := range []bool{true, false} {
 		for _, set := range []string{nodeAddrsSet(v4), tunnelPeersSet(v4)} {
-			c.Rules = append(c.Rules, rule(fmt.Sprintf("meta iifkind %s %s daddr @%s counter drop", podIfaceKinds, famWord(v4), set),
+			c.Rules = append(c.Rules, mkRule([]RuleExpr{nftOnly("meta iifkind " + podIfaceKinds), lookup(set, addrField(v4, "daddr"))}, counted(drop()),
 				"encapsulation from a pod interface to a node: --source-validation=false disables"))
 		}
 	}
 	for _, v4 := range []bool{true, false} {
 		// The source first: a node's own tunnel traffic, nearly all of what
 		// comes here, ends at a set lookup, before the routing lookup.
-		c.Rules = append(c.Rules, rule(fmt.Sprintf(`iifname != "lo" %[1]s saddr != @%[2]s %[1]s saddr != @%[3]s fib daddr type { local, broadcast, multicast } counter drop`,
-			famWord(v4), nodeAddrsSet(v4), tunnelPeersSet(v4)),
+		src := addrField(v4, "saddr")
+		c.Rules = append(c.Rules, mkRule([]RuleExpr{nftOnly(`iifname != "lo"`), notIn(nodeAddrsSet(v4), src), notIn(tunnelPeersSet(v4), src),
+			nftOnly("fib daddr type { local, broadcast, multicast }")}, counted(drop()),
 			"encapsulation to this node from no node (a pod, any interface): --tunnel-peers admits more, --source-validation=false disables"))
 	}
 	r.addChain(c)

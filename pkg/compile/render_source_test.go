@@ -27,9 +27,9 @@ func TestSourceValidation(t *testing.T) {
 			if *c.Chain.Hook != knftables.PreroutingHook || *c.Chain.Priority != knftables.RawPriority || *c.Chain.Policy != knftables.AcceptPolicy {
 				t.Errorf("%s: chain %+v", name, c.Chain)
 			}
-			if len(c.Rules) != 4 || !strings.Contains(c.Rules[0].Rule, "nd-neighbor-solicit") || !strings.Contains(c.Rules[1].Rule, check) ||
+			if len(c.Rules) != 4 || !strings.Contains(c.Rules[0].Text(), "nd-neighbor-solicit") || !strings.Contains(c.Rules[1].Text(), check) ||
 				c.Rules[1].Comment == nil || !strings.Contains(*c.Rules[1].Comment, "--source-validation=false") ||
-				c.Rules[2].Rule != "meta l4proto { ipip, ipv6, gre } jump tunnel" || c.Rules[3].Rule != "udp dport { 4789, 6081, 8472 } jump tunnel" {
+				c.Rules[2].Text() != "meta l4proto { ipip, ipv6, gre } jump tunnel" || c.Rules[3].Text() != "udp dport { 4789, 6081, 8472 } jump tunnel" {
 				t.Errorf("%s: prerouting rules %+v", name, c.Rules)
 			}
 			checkTunnelChain(t, name, rs)
@@ -46,8 +46,8 @@ func TestSourceValidation(t *testing.T) {
 					t.Errorf("%s: %s differs with and without validation", name, ch)
 				}
 				for _, r := range off {
-					if strings.Contains(r.Rule, "fib ") {
-						t.Errorf("%s, validation off: %s has %q", name, ch, r.Rule)
+					if strings.Contains(r.Text(), "fib ") {
+						t.Errorf("%s, validation off: %s has %q", name, ch, r.Text())
 					}
 				}
 			}
@@ -76,8 +76,8 @@ func checkTunnelChain(t *testing.T, name string, rs *compile.Ruleset) {
 		t.Fatalf("%s: tunnel rules %+v", name, c.Rules)
 	}
 	for i, w := range want {
-		if c.Rules[i].Rule != w {
-			t.Errorf("%s: tunnel rule %d is %q, want %q", name, i, c.Rules[i].Rule, w)
+		if c.Rules[i].Text() != w {
+			t.Errorf("%s: tunnel rule %d is %q, want %q", name, i, c.Rules[i].Text(), w)
 		}
 	}
 	for _, s := range []string{compile.SetNodeAddrsV4, compile.SetNodeAddrsV6, compile.SetTunnelPeersV4, compile.SetTunnelPeersV6} {
@@ -95,13 +95,13 @@ func TestTunnelConfig(t *testing.T) {
 	const sc = "testdata/golden/cluster-tiers.yaml"
 	rs := renderScenarioRuleset(t, sc, compile.RenderConfig{Mode: compile.ModeHybrid, TunnelUDPPorts: []uint16{}})
 	for _, r := range rs.Chains[compile.ChainPrerouting].Rules {
-		if strings.Contains(r.Rule, "udp dport") {
-			t.Errorf("no tunnel ports configured, yet %q", r.Rule)
+		if strings.Contains(r.Text(), "udp dport") {
+			t.Errorf("no tunnel ports configured, yet %q", r.Text())
 		}
 	}
 	rs = renderScenarioRuleset(t, sc, compile.RenderConfig{Mode: compile.ModeKernel, TunnelUDPPorts: []uint16{7777, 53, 7777},
 		TunnelPeers: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:1::/48"), netip.MustParsePrefix("198.51.100.7/32")}})
-	if got := rs.Chains[compile.ChainPrerouting].Rules[3].Rule; got != "udp dport { 53, 7777 } jump tunnel" {
+	if got := rs.Chains[compile.ChainPrerouting].Rules[3].Text(); got != "udp dport { 53, 7777 } jump tunnel" {
 		t.Errorf("prerouting's UDP rule is %q", got)
 	}
 	str := func(set string) []string {
@@ -134,7 +134,7 @@ func TestUnknownLocalSources(t *testing.T) {
 	const drop = `meta iifkind { "veth", "bridge", "netkit" } iifname != "eth0" iifname != "ext*" ip saddr != @known-pods-v4 counter drop`
 	has := func(rs *compile.Ruleset) bool {
 		for _, r := range rs.Chains[compile.ChainForward].Rules {
-			if strings.Contains(r.Rule, "saddr != @known-pods") && strings.HasSuffix(r.Rule, "counter drop") {
+			if strings.Contains(r.Text(), "saddr != @known-pods") && strings.HasSuffix(r.Text(), "counter drop") {
 				return true
 			}
 		}
@@ -145,7 +145,7 @@ func TestUnknownLocalSources(t *testing.T) {
 		rs := renderScenarioRuleset(t, "testdata/golden/egress-dualstack.yaml", compile.RenderConfig{Mode: mode, UplinkIfaces: up})
 		found := false
 		for _, r := range rs.Chains[compile.ChainForward].Rules {
-			found = found || r.Rule == drop
+			found = found || r.Text() == drop
 		}
 		if !found {
 			t.Errorf("%s, no ranges: no rule %q", mode, drop)

@@ -52,30 +52,31 @@ func (r *renderer) stagedLogOn() bool {
 
 // stagedLog renders the staged log's sets and chain, and returns the rules
 // of the forward and input chains that jump to it (none when it is off).
-func (r *renderer) stagedLog() (forward, input []knftables.Rule) {
+func (r *renderer) stagedLog() (forward, input []TableRule) {
 	if !r.stagedLogOn() {
 		return nil, nil
 	}
 	for _, v4 := range []bool{true, false} {
 		for _, d := range []Direction{Ingress, Egress} {
-			r.addSet(&Set{Set: &knftables.Set{Name: stagedSubjectsSetName(d, v4), Type: addrType(v4),
+			r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: stagedSubjectsSetName(d, v4),
 				Comment: ptr("local pods a staged policy selects for " + d.String() + ": their new connections are copied to the staged log")}})
 		}
 	}
-	c := r.addrLimitChainOver(ChainStagedLog, meterStaged, true, r.cfg.StagedLogRate, r.cfg.StagedLogBurst, "", "return",
+	c := r.addrLimitChainOver(ChainStagedLog, meterStaged, true, r.cfg.StagedLogRate, r.cfg.StagedLogBurst, RuleVerdict{}, returnV(),
 		"staged log: copies first packets to NFLOG within per-source and overall budgets; never decides")
-	c.Rules = append(c.Rules, rule(fmt.Sprintf("limit rate over %d/second burst %d packets counter return", r.cfg.StagedLogTotalRate, r.cfg.StagedLogTotalBurst),
+	c.Rules = append(c.Rules, mkRule([]RuleExpr{limitOver(r.cfg.StagedLogTotalRate, r.cfg.StagedLogTotalBurst)}, counted(returnV()),
 		"over the overall staged log budget"))
-	c.Rules = append(c.Rules, rule(fmt.Sprintf("counter log prefix %q group %d", StagedLogPrefix, r.cfg.StagedLogGroup), ""))
+	c.Rules = append(c.Rules, mkRule([]RuleExpr{counter(), logTo(StagedLogPrefix, r.cfg.StagedLogGroup)}, ruleEnd{}, ""))
 	for _, v4 := range []bool{true, false} {
-		f := famWord(v4)
+		src, dst := addrField(v4, "saddr"), addrField(v4, "daddr")
 		eg, in := stagedSubjectsSetName(Egress, v4), stagedSubjectsSetName(Ingress, v4)
+		toLog := plain(jump(ChainStagedLog))
 		forward = append(forward,
-			rule(fmt.Sprintf("%s saddr @%s jump %s", f, eg, ChainStagedLog), "from a staged egress subject"),
+			mkRule([]RuleExpr{lookup(eg, src)}, toLog, "from a staged egress subject"),
 			// Once per connection: a connection between two subjects
 			// was copied by the rule before.
-			rule(fmt.Sprintf("%s daddr @%s %s saddr != @%s jump %s", f, in, f, eg, ChainStagedLog), "to a staged ingress subject"))
-		input = append(input, rule(fmt.Sprintf("%s saddr @%s jump %s", f, eg, ChainStagedLog), "from a staged egress subject to this node"))
+			mkRule([]RuleExpr{lookup(in, dst), notIn(eg, src)}, toLog, "to a staged ingress subject"))
+		input = append(input, mkRule([]RuleExpr{lookup(eg, src)}, toLog, "from a staged egress subject to this node"))
 	}
 	return forward, input
 }

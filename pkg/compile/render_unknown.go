@@ -41,15 +41,15 @@ func (c *RenderConfig) QueuesUnknownPods() bool {
 // then dropped until it is programmed (its SYN is retransmitted); the
 // agent reports that it runs without ranges (nftpolicy_pod_ranges, a
 // warning), and --pod-cidrs turns the drop into the hold.
-func (r *renderer) unknownPods() []knftables.Rule {
+func (r *renderer) unknownPods() []TableRule {
 	if !r.cfg.QueuesUnknownPods() {
 		return nil
 	}
-	var out []knftables.Rule
+	var out []TableRule
 	for _, v4 := range []bool{true, false} {
-		r.addSet(&Set{Set: &knftables.Set{Name: knownPodsSet(v4), Type: addrType(v4),
+		r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: knownPodsSet(v4),
 			Comment: ptr("every pod address this agent knows, on any node, and the nodes' addresses: their new connections are decided by policy")}})
-		r.addSet(&Set{Set: &knftables.Set{Name: podCIDRsSet(v4), Type: addrType(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+		r.addSet(&Set{Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: podCIDRsSet(v4), Flags: []knftables.SetFlag{knftables.IntervalFlag},
 			Comment: ptr("the cluster's pod address ranges (Nodes' spec.podCIDRs or --pod-cidrs)")}})
 	}
 	// Pods' addresses come with their other elements (podElements).
@@ -61,7 +61,8 @@ func (r *renderer) unknownPods() []knftables.Rule {
 	r.queueChain()
 	for _, v4 := range []bool{true, false} {
 		for _, side := range []string{"saddr", "daddr"} {
-			out = append(out, rule(fmt.Sprintf("%s %s @%s %s %s != @%s counter goto %s", famWord(v4), side, podCIDRsSet(v4), famWord(v4), side, knownPodsSet(v4), ChainQueueHeld),
+			f := addrField(v4, side)
+			out = append(out, mkRule([]RuleExpr{lookup(podCIDRsSet(v4), f), notIn(knownPodsSet(v4), f)}, counted(gotoV(ChainQueueHeld)),
 				"unknown pod ("+side+" in the pod ranges, not yet programmed): the evaluator waits for it"))
 		}
 	}
@@ -73,7 +74,7 @@ func (r *renderer) unknownPods() []knftables.Rule {
 // node's uplinks (RenderConfig.UplinkIfaces) are left out: a node whose
 // uplink is a veth or a bridge (kind's nodes, a bridge holding the node's
 // address) receives outside traffic on it, from addresses no pod holds.
-func (r *renderer) unknownLocalRules() []knftables.Rule {
+func (r *renderer) unknownLocalRules() []TableRule {
 	if len(r.prog.PodCIDRs) > 0 {
 		return nil
 	}
@@ -81,9 +82,9 @@ func (r *renderer) unknownLocalRules() []knftables.Rule {
 	for _, u := range r.cfg.UplinkIfaces {
 		fmt.Fprintf(&uplinks, "iifname != %q ", u)
 	}
-	var out []knftables.Rule
+	var out []TableRule
 	for _, v4 := range []bool{true, false} {
-		out = append(out, rule(fmt.Sprintf("meta iifkind %s %s%s saddr != @%s counter drop", podIfaceKinds, uplinks.String(), famWord(v4), knownPodsSet(v4)),
+		out = append(out, mkRule([]RuleExpr{nftOnly(strings.TrimSuffix("meta iifkind "+podIfaceKinds+" "+uplinks.String(), " ")), notIn(knownPodsSet(v4), addrField(v4, "saddr"))}, counted(drop()),
 			"unknown source on a pod interface, no pod ranges known: dropped until programmed; --pod-cidrs holds it instead"))
 	}
 	return out

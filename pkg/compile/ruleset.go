@@ -2,6 +2,7 @@ package compile
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/knftables"
@@ -10,7 +11,8 @@ import (
 // Chain is a desired chain and its rules, in order.
 type Chain struct {
 	Chain knftables.Chain
-	Rules []knftables.Rule
+	// Rules are typed (TableRule); knftables gets their printing.
+	Rules []TableRule
 	// External chains have their rules installed outside knftables (the
 	// xt-compat queue rule); syncs create them but never flush them.
 	External bool
@@ -73,9 +75,12 @@ func policyChainKey(policy string, d Direction) string {
 
 // Set is a desired set or map and its elements, sorted.
 type Set struct {
-	// Exactly one of Set and Map is set.
-	Set      *knftables.Set
-	Map      *knftables.Map
+	// Exactly one of Set and Map is set; a Map's data is a verdict.
+	Set *knftables.Set
+	Map *knftables.Map
+	// Key is the key's fields, typed: the declaration's type is their
+	// printing (Render sets it), which pkg/nftnl does not read.
+	Key      []KeyKind
 	Elements []Element
 	// Dynamic sets have elements written by someone else (DNS learning's
 	// fqdn sets, with timeouts): Elements stays empty and syncs keep the
@@ -143,7 +148,7 @@ func (rs *Ruleset) AddTo(tx *knftables.Transaction) {
 	for _, n := range rs.ChainOrder {
 		c := rs.Chains[n]
 		for i := range c.Rules {
-			kr := c.Rules[i]
+			kr := c.Rules[i].Knft()
 			kr.Chain = n
 			tx.Add(&kr)
 		}
@@ -224,9 +229,8 @@ func (rs *Ruleset) DumpTo(tx *knftables.Transaction) {
 	for _, n := range chains {
 		c := rs.Chains[n]
 		for i := range c.Rules {
-			kr := c.Rules[i]
+			kr := c.Rules[i].Knft()
 			kr.Chain = n
-			kr.Handle, kr.Index = nil, nil
 			tx.Add(&kr)
 		}
 	}
@@ -253,4 +257,40 @@ func (s *Set) dumpElementsTo(tx *knftables.Transaction) {
 	for _, e := range els {
 		tx.Add(e)
 	}
+}
+
+// KeyKind is a field of a set's or map's key as declared.
+type KeyKind uint8
+
+// The key fields the renderer declares.
+const (
+	KeyIPv4 KeyKind = iota + 1
+	KeyIPv6
+	KeyProto
+	KeyService
+)
+
+var keyKindText = [...]string{KeyIPv4: "ipv4_addr", KeyIPv6: "ipv6_addr", KeyProto: "inet_proto", KeyService: "inet_service"}
+
+func (k KeyKind) String() string {
+	if int(k) < len(keyKindText) && keyKindText[k] != "" {
+		return keyKindText[k]
+	}
+	return "key(" + strconv.Itoa(int(k)) + ")"
+}
+
+func addrKind(v4 bool) KeyKind {
+	if v4 {
+		return KeyIPv4
+	}
+	return KeyIPv6
+}
+
+// keyText prints a key's fields as nft declares them.
+func keyText(key []KeyKind) string {
+	parts := make([]string, len(key))
+	for i, k := range key {
+		parts[i] = k.String()
+	}
+	return strings.Join(parts, " . ")
 }

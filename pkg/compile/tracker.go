@@ -32,9 +32,12 @@ import (
 // either (deny log, domainNames rules), it returns why (a Fallback) and
 // the caller rebuilds.
 //
-// The Program is not updated by ApplyPod, ApplyPolicy or
-// ApplyClusterPolicy: Program returns the last build's, which lags the
-// tracked ruleset until the next Rebuild (Stale tells). ApplyPod updates
+// Program follows pod changes: after ApplyPod it returns a new program,
+// equal to Build of the same objects, derived from the one it returned
+// before (tracker_program.go), which is never written. It does not follow
+// ApplyPolicy and ApplyClusterPolicy: after one, Program returns the last
+// published program, which lags the tracked ruleset until the next Rebuild
+// (Stale tells). ApplyPod updates
 // the Ruleset's sets in place (and replaces the Ruleset when it changes
 // its shape); ApplyPolicy and ApplyClusterPolicy replace it with a new one
 // that shares what did not change, and do not write the sets they share. It is owned
@@ -44,7 +47,16 @@ type Tracker struct {
 	cfg   RenderConfig
 	cache *Cache
 
+	// prog is the last Rebuild's program, which the indexes below
+	// (pods by namespace) number pods by.
 	prog *Program
+	// pub is the program Program returned last: prog, then the programs
+	// derived from it for pod changes; pending holds the pods changed
+	// since, by key, with their new state (nil: deleted), and srcInfos
+	// the pods of pub's input (tracker_program.go).
+	pub      *Program
+	pending  map[string]*PodInfo
+	srcInfos []*PodInfo
 	// cur is the program the tracked ruleset is rendered from: prog until
 	// a policy change is applied, then the tracker's own copy of it
 	// (tracker_policy.go), which the published prog never sees.
@@ -81,10 +93,12 @@ type Tracker struct {
 	selAddrs map[SelectorID]map[string][]netip.Addr
 	// nodeAddrs holds every node address the program knows.
 	nodeAddrs map[netip.Addr]bool
-	stale     bool
-	pol       policyState
-	cpol      clusterState
-	costs     trackedCosts
+	// stale is set by a policy change: Program lags until a Rebuild.
+	stale  bool
+	pol    policyState
+	cpol   clusterState
+	costs  trackedCosts
+	shares trackedShares
 }
 
 // trackedPod is what the tracker holds about a pod.
@@ -128,8 +142,17 @@ func NewTracker(cfg RenderConfig) (*Tracker, error) {
 	return &Tracker{cfg: cfg, cache: NewCache()}, nil
 }
 
-// Program is the program of the last Rebuild.
-func (t *Tracker) Program() *Program { return t.prog }
+// Program is the program the tracked ruleset enforces: the last Rebuild's,
+// or the one derived from it for the pod changes applied since; after a
+// policy change (Stale), the last one it returned.
+func (t *Tracker) Program() *Program {
+	if len(t.pending) > 0 && !t.stale && t.pub != nil {
+		t.pub = t.derive()
+		t.srcInfos = t.pub.Source.PodInfos
+		t.pending = nil
+	}
+	return t.pub
+}
 
 // Ruleset is the tracked ruleset (nil before the first Rebuild).
 func (t *Tracker) Ruleset() *Ruleset {
@@ -139,7 +162,7 @@ func (t *Tracker) Ruleset() *Ruleset {
 	return t.r.rs
 }
 
-// Stale reports whether pod or policy changes were applied since the last
+// Stale reports whether policy changes were applied since the last
 // Rebuild: the ruleset is current, Program is not.
 func (t *Tracker) Stale() bool { return t.stale }
 
@@ -167,6 +190,7 @@ func (t *Tracker) Rebuild(in Input) (*Program, *Ruleset, error) {
 	}
 	r.render()
 	t.prog, t.cur, t.b, t.r, t.stale = prog, prog, b, r, false
+	t.pub, t.srcInfos, t.pending = prog, sortedInfos(pods), nil
 	t.pol = policyState{}
 	t.cpol = clusterState{}
 	t.index(pods)
@@ -367,6 +391,9 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 	if f != NoFallback {
 		return nil, f
 	}
+	if f := t.checkPodCharges(key, old, cur); f != NoFallback {
+		return nil, f
+	}
 
 	changes := setChanges{}
 	before := t.elementsOf(old)
@@ -384,6 +411,8 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 		}
 	}
 	t.notePod(key, ips, old, cur, oldCombos, newCombos, fqdnDelta)
+	t.notePending(key, pod)
+	t.notePodCharges()
 	t.stagedUse += stagedDelta
 	// Then the tier-skip sets that list the pod's selectors.
 	t.updateCombos(key, old, cur, changes)
@@ -391,7 +420,6 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 	var delta Delta
 	if reshaped {
 		delta = t.reshape(old, cur, oldCombos, newCombos, changes)
-		t.stale = true
 		return delta, NoFallback
 	}
 	for _, n := range slices.Sorted(maps.Keys(changes)) {
@@ -401,9 +429,6 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 		}
 		t.r.rs.Sets[n].apply(d)
 		delta = append(delta, *d)
-	}
-	if len(delta) > 0 || old != nil || cur != nil {
-		t.stale = true
 	}
 	return delta, NoFallback
 }

@@ -84,14 +84,14 @@ func (k *cnpChange) check(t *Tracker) Fallback {
 		if id, ok := t.cpol.ids[k.name]; ok && !clusterRulesTrackable(&t.cur.ClusterPolicies[id]) {
 			return FallbackDomainNames
 		}
-		return NoFallback
+		return t.checkClusterShares(k.name, k.cnp)
 	}
 	for i := range t.cur.ClusterPolicies {
 		if t.cur.ClusterPolicies[i].Name == k.name && !clusterRulesTrackable(&t.cur.ClusterPolicies[i]) {
 			return FallbackDomainNames
 		}
 	}
-	return NoFallback
+	return t.checkClusterShares(k.name, k.cnp)
 }
 
 func (k *cnpChange) own(t *Tracker) { t.ownCluster() }

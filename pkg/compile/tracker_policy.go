@@ -55,7 +55,7 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) Fallba
 	k := &npChange{key: key, ns: ns, np: np}
 	f := t.applyPolicyChange(k)
 	if f == NoFallback && t.r != nil {
-		t.noteCost(key, ns, k.bound)
+		t.noteCost(key, ns, k.np, k.bound)
 	}
 	return f
 }
@@ -122,7 +122,10 @@ func (t *Tracker) applyPolicyChange(k policyKind) Fallback {
 	k.own(t)
 	id, existed := k.find(t)
 	if !existed && k.deleted() {
-		return NoFallback // never seen: Build would not see it either
+		// Never seen: Build would not see it either, but the program's
+		// list of staged policies may name it.
+		t.policyChanged()
+		return NoFallback
 	}
 	// The new version is compiled with the tracker's selectors: a peer
 	// that selects what an existing selector selects shares its ID (and
@@ -176,8 +179,15 @@ func (t *Tracker) applyPolicyChange(k policyKind) Fallback {
 	if k.cluster() {
 		t.indexCombos()
 	}
-	t.stale = true
+	t.policyChanged()
 	return NoFallback
+}
+
+// policyChanged records that the program lags the tracked ruleset until
+// the next Rebuild: Program does not follow policy changes.
+func (t *Tracker) policyChanged() {
+	t.stale = true
+	t.pending = nil
 }
 
 // reselectPods finds where a changed policy stands among the tracked
@@ -263,8 +273,10 @@ func (k *npChange) check(t *Tracker) Fallback {
 		return FallbackKeyMismatch
 	}
 	var f Fallback
-	k.bound, f = t.checkCost(k.key, k.ns, k.np)
-	return f
+	if k.bound, f = t.checkCost(k.key, k.ns, k.np); f != NoFallback {
+		return f
+	}
+	return t.checkPolicyShares(k.key, k.np)
 }
 
 func (k *npChange) own(t *Tracker) { t.ownProgram() }
@@ -480,23 +492,7 @@ func (t *Tracker) withPolicy(ids []PolicyID, id PolicyID, in bool) []PolicyID {
 
 // selects reports whether a pod belongs to a selector, as the build
 // decides it.
-func (t *Tracker) selects(sid SelectorID, pod *Pod) bool {
-	m := &t.b.selMatch[sid]
-	if m.nsSel == nil {
-		if pod.Namespace != m.ns {
-			return false
-		}
-	} else {
-		nsl, ok := t.b.nsLabels[pod.Namespace]
-		if !ok {
-			nsl = labels.Set{NamespaceNameLabel: pod.Namespace}
-		}
-		if !m.nsSel.Matches(nsl) {
-			return false
-		}
-	}
-	return m.podSel.Matches(labels.Set(pod.Labels))
-}
+func (t *Tracker) selects(sid SelectorID, pod *Pod) bool { return t.matches(&t.b.selMatch[sid], pod) }
 
 // notePodMoved records that a pod changed since the last build.
 func (t *Tracker) notePodMoved(key string) {

@@ -300,7 +300,7 @@ func stagedAnnotation(staged bool) map[string]string {
 // ruleset equals the full build's, in hybrid and queue mode, for each
 // node's view; every third seed builds with the staged policies enforced.
 func TestTrackerEqualsFullBuild(t *testing.T) {
-	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol, stagedPol int
+	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol, stagedPol, sharedPol, sharedCPol, sharedPod, programs, podPrograms int
 	for _, cfg := range []compile.RenderConfig{
 		{Mode: compile.ModeHybrid, QueueVariant: compile.QueueNative},
 		{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative},
@@ -328,6 +328,7 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 			tr, _ := newTracker(t, cfg, w)
 			for step := 0; step < *steps; step++ {
 				var what, key string
+				podStep := false
 				if x := w.r.IntN(14); x == 0 {
 					what = w.otherEvent()
 					if _, _, err := tr.Rebuild(w.input()); err != nil {
@@ -344,6 +345,8 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					f := tr.ApplyPolicy(key, np)
 					if f == compile.FallbackStaged && cfg.StagedLogGroup != 0 {
 						stagedPol++
+					} else if f == compile.FallbackSharedSet && mode != compile.ModeQueue {
+						sharedPol++
 					} else if want := policyFallback(mode); f != want {
 						t.Fatalf("mode %s seed %d step %d (%s %s): fallback %q, want %q", mode, seed, step, what, key, f, want)
 					}
@@ -369,10 +372,14 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					if f == compile.FallbackStaged && cfg.StagedLogGroup != 0 {
 						want = f
 					}
+					if f == compile.FallbackSharedSet && want == compile.NoFallback {
+						want = f
+						sharedCPol++
+					}
 					if f != want {
 						t.Fatalf("mode %s seed %d step %d (%s %s): fallback %q, want %q", mode, seed, step, what, key, f, want)
 					}
-					if want == compile.NoFallback {
+					if f == compile.NoFallback {
 						fastCPol++
 					} else {
 						if _, _, err := tr.Rebuild(w.input()); err != nil {
@@ -384,6 +391,7 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					var p *corev1.Pod
 					key, p, what = w.podEvent()
 					pod++
+					podStep = true
 					prev := tr.Ruleset()
 					if _, f := tr.ApplyPod(key, p); f == compile.NoFallback {
 						fast++
@@ -391,13 +399,25 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 							reshaped++
 						}
 					} else {
+						if f == compile.FallbackSharedSet {
+							sharedPod++
+						}
 						if _, _, err := tr.Rebuild(w.input()); err != nil {
 							t.Fatal(err)
 						}
 						rebuilt++
 					}
 				}
-				want, err := compile.Render(compile.Build(w.input()), cfg)
+				built := compile.Build(w.input())
+				if checkProgram(t, tr, built, func() string {
+					return fmt.Sprintf("mode %s seed %d node %s step %d (%s %s)", mode, seed, node, step, what, key)
+				}) {
+					programs++
+					if podStep {
+						podPrograms++
+					}
+				}
+				want, err := compile.Render(built, cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -415,24 +435,31 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 	}
 	t.Logf("%d pod events applied by the tracker (%d of them creating or deleting combination chains), "+
 		"%d policy events applied alone (of %d; %d outside queue mode), "+
-		"%d cluster policy events applied alone (of %d; %d trackable), %d changes rebuilt (%d pod events in all), %d staged policy events rebuilt for the staged log",
-		fast, reshaped, fastPol, pol, hybridPol, fastCPol, cpol, trackableCPol, rebuilt, pod, stagedPol)
+		"%d cluster policy events applied alone (of %d; %d trackable), %d changes rebuilt (%d pod events in all), %d staged policy events rebuilt for the staged log, "+
+		"%d policy, %d cluster policy and %d pod events rebuilt for shared peer sets",
+		fast, reshaped, fastPol, pol, hybridPol, fastCPol, cpol, trackableCPol, rebuilt, pod, stagedPol, sharedPol, sharedCPol, sharedPod)
+	t.Logf("%d programs compared with the full build, %d of them after pod events", programs, podPrograms)
+	// The program is checked after most pod events: those after a policy
+	// change wait for the next rebuild (Stale).
+	if podPrograms < fast/4 {
+		t.Errorf("only %d of %d pod events applied were followed by a program to compare", podPrograms, fast)
+	}
 	// Pods that create or delete combination chains take their own path.
 	if reshaped < pod/50 {
 		t.Errorf("only %d of %d pod events created or deleted combination chains", reshaped, pod)
 	}
 	// The check is only worth something if many cluster policy changes
 	// take the incremental path.
-	if fastCPol < cpol/4 {
+	if fastCPol+sharedCPol < cpol/4 {
 		t.Errorf("only %d of %d cluster policy events were applied alone", fastCPol, cpol)
 	}
 	// Queue mode rebuilds every policy change; the other modes never.
-	if fastPol+stagedPol != hybridPol {
+	if fastPol+stagedPol+sharedPol != hybridPol {
 		t.Errorf("%d of %d policy events outside queue mode were applied alone", fastPol, hybridPol)
 	}
 	// The check is only worth something if most pod events take the
 	// incremental path.
-	if fast < pod/2 {
+	if fast+sharedPod < pod/2 {
 		t.Errorf("only %d of %d pod events were applied in place", fast, pod)
 	}
 }
@@ -563,4 +590,14 @@ func TestApplyPolicyLeavesTheProgram(t *testing.T) {
 			t.Fatalf("seed %d: %d policy changes changed the published program (-built +published):\n%s", seed, applied, diff)
 		}
 	}
+}
+
+// TestTrackerEqualsFullBuildSharedSets is TestTrackerEqualsFullBuild with
+// peer sets of two pods or more shared by content: the scenarios' peers
+// come to select the same pods and apart again as pods and policies
+// change, and the tracker must share and split sets as the build does, or
+// fall back (FallbackSharedSet).
+func TestTrackerEqualsFullBuildSharedSets(t *testing.T) {
+	compile.ShareFrom(t, 2)
+	TestTrackerEqualsFullBuild(t)
 }

@@ -204,38 +204,40 @@ func (r *renderer) verifyMeters() {
 		return
 	}
 	for _, v4 := range []bool{true, false} {
-		r.addSet(&Set{Dynamic: true, Set: &knftables.Set{Name: meterSetName(meterVerify, true, v4), Type: addrType(v4),
+		r.addSet(&Set{Dynamic: true, Key: []KeyKind{addrKind(v4)}, Set: &knftables.Set{Name: meterSetName(meterVerify, true, v4),
 			Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Size: ptr(uint64(sourceSetSize)), Timeout: ptr(sourceSetTimeout),
 			Comment: ptr(fmt.Sprintf("per source address: %d verification samples/second, burst %d (written by the sampled copies of deciding rules)", v.SourceRate, v.SourceBurst))}})
 	}
 }
 
 // sampledRules are the sampled copies of a deciding rule made of matches
-// (text ending in a space, or empty) and verdict (e.g. "counter accept"),
-// for the families listed: nil with verification off.
-func (r *renderer) sampledRules(matches, verdict, comment string, info VerifyInfo, fams ...bool) []knftables.Rule {
+// and end, belonging to owner, for the families listed: nil with
+// verification off.
+func (r *renderer) sampledRules(matches []RuleExpr, end ruleEnd, comment string, info VerifyInfo, owner RuleOwner, fams ...bool) []TableRule {
 	v := &r.cfg.Verify
 	if !v.Enabled() {
 		return nil
 	}
-	sample := ""
-	if v.PerMillion < VerifyPerMillion {
-		sample = fmt.Sprintf("numgen random mod %d < %d ", VerifyPerMillion, v.PerMillion)
-	}
-	var out []knftables.Rule
+	var out []TableRule
 	for _, v4 := range fams {
-		nfproto := "ipv6"
-		if v4 {
-			nfproto = "ipv4"
+		pre := []RuleExpr{{Kind: ExprNfproto, V4: v4}}
+		if v.PerMillion < VerifyPerMillion {
+			pre = append(pre, RuleExpr{Kind: ExprNumgen, Mod: VerifyPerMillion, Below: v.PerMillion})
 		}
-		out = append(out, rule(fmt.Sprintf("meta nfproto %s %s%supdate @%s { %s saddr limit rate %d/second burst %d packets } log prefix %q group %d %s",
-			nfproto, sample, matches, meterSetName(meterVerify, true, v4), famWord(v4), v.SourceRate, v.SourceBurst, info.ID(), v.Group, verdict), comment))
+		pre = append(append(pre, matches...),
+			meter(meterSetName(meterVerify, true, v4), addrField(v4, "saddr"), v.SourceRate, v.SourceBurst, false),
+			logTo(info.ID(), v.Group))
+		rl := mkRule(pre, end, comment)
+		rl.Owner = owner
+		out = append(out, rl)
 	}
 	return out
 }
 
 // withSamples returns a deciding rule of both families (matches without
 // an address) preceded by its sampled copies.
-func (r *renderer) withSamples(matches, verdict, comment string, info VerifyInfo) []knftables.Rule {
-	return append(r.sampledRules(matches, verdict, comment, info, true, false), rule(matches+verdict, comment))
+func (r *renderer) withSamples(matches []RuleExpr, end ruleEnd, comment string, info VerifyInfo, owner RuleOwner) []TableRule {
+	rl := mkRule(matches, end, comment)
+	rl.Owner = owner
+	return append(r.sampledRules(matches, end, comment, info, owner, true, false), rl)
 }

@@ -50,14 +50,16 @@ func walk(t reflect.Type, path, flagPrefix string, index []int, out *[]Field) {
 
 // CommandLineOnlyFlags are the agent's flags that are no setting of the
 // file, with why: they name this node and pod, which differ from node to
-// node while the file (a ConfigMap) is shared by every agent, or they name
-// the file.
+// node while the file (a ConfigMap) is shared by every agent, they name
+// the file, or they name host directories as the DaemonSet mounts them.
 var CommandLineOnlyFlags = []struct{ Name, Why string }{
 	{"config", "the AgentConfiguration file itself"},
 	{"hostname-override", "this node's name (default: $NODE_NAME, else the host name)"},
 	{"node-ip", "this node's addresses (default: from the Node object)"},
 	{"pod-name", "the agent's pod (default: $POD_NAME, from the downward API)"},
 	{"pod-namespace", "the agent's pod's namespace (default: $POD_NAMESPACE)"},
+	{"cni-bin-dir", "the node's CNI plugin directory as the agent's container mounts it (the boot plugin's), which the DaemonSet's volumes decide"},
+	{"cni-conf-dir", "the node's CNI configuration directory as the agent's container mounts it (the boot plugin's), which the DaemonSet's volumes decide"},
 }
 
 // FlagOf returns the flag that sets the setting at path (as Fields names

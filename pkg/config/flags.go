@@ -26,7 +26,7 @@ func (c *AgentConfiguration) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HealthBindAddress, "health-bind-address", c.HealthBindAddress, "address of /healthz, /readyz and /configz (the kubelet probes the node's address); empty to disable")
 	fs.DurationVar(&c.FullSyncPeriod.Duration, "full-sync-period", c.FullSyncPeriod.Duration, "how often the whole table is rewritten, repairing outside changes")
 	fs.DurationVar(&c.ProgramRefreshDelay.Duration, "program-refresh-delay", c.ProgramRefreshDelay.Duration,
-		"hybrid mode: pod changes reach the kernel at once as element changes; the program that explain and the queue's evaluator read is rebuilt this long after (at least twice the last build's duration)")
+		"hybrid mode: policy changes reach the kernel at once through the incremental compiler; the program that explain and the queue's evaluator read is rebuilt this long after (at least twice the last build's duration); pod changes derive their program right after their transaction")
 	c.CostBudgets.AddFlags(fs)
 	fs.DurationVar(&c.ClusterPolicyCheckPeriod.Duration, "cluster-policy-check-period", c.ClusterPolicyCheckPeriod.Duration,
 		"how often to check whether the ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies are enforced from when it appears until it is removed")

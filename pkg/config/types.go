@@ -66,10 +66,11 @@ type AgentConfiguration struct {
 	// FullSyncPeriod is how often the whole table is rewritten, repairing
 	// outside changes.
 	FullSyncPeriod metav1.Duration `json:"fullSyncPeriod" flag:"full-sync-period"`
-	// ProgramRefreshDelay: in hybrid mode pod changes reach the kernel at
-	// once as element changes; the program that explain and the queue's
-	// evaluator read is rebuilt this long after (at least twice the last
-	// build's duration).
+	// ProgramRefreshDelay: in hybrid mode policy changes reach the kernel
+	// at once through the incremental compiler; the program that explain
+	// and the queue's evaluator read is rebuilt this long after (at least
+	// twice the last build's duration). Pod changes derive their program
+	// right after their transaction.
 	ProgramRefreshDelay metav1.Duration `json:"programRefreshDelay" flag:"program-refresh-delay"`
 	// ClusterPolicyCheckPeriod is how often the agent checks whether the
 	// ClusterNetworkPolicy API (its CRD) is served; ClusterNetworkPolicies

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +36,7 @@ var (
 // (each cause at most once per minute).
 type CounterCollector struct {
 	read     func(context.Context) ([]nftnl.RuleCounter, error)
+	rule     RuleAt
 	interval time.Duration
 	errs     *errorReporter
 	mu       sync.Mutex
@@ -44,11 +44,23 @@ type CounterCollector struct {
 	cached   []prometheus.Metric
 }
 
+// RuleAt returns the typed rule the agent wrote at index i of a chain
+// (sets.Syncer.CommittedRule), nil for none.
+type RuleAt func(chain string, i int) *compile.TableRule
+
 // NewCounterCollector returns the per-policy packet counter collector,
 // reading through conn (best a connection of its own: a scrape then never
 // waits for a sync's batch); its failures are counted in m.CollectorErrors.
+// It counts for the policies of the rules WithRules names (none without).
 func NewCounterCollector(interval time.Duration, conn *nftnl.Conn, m *Metrics, log klog.Logger) *CounterCollector {
 	return &CounterCollector{read: conn.RuleCounters, interval: interval, errs: newErrorReporter("nft_counters", m, log)}
+}
+
+// WithRules makes the collector read each counted rule's policy in the
+// typed rule that rule returns (sets.Syncer.CommittedRule).
+func (c *CounterCollector) WithRules(rule RuleAt) *CounterCollector {
+	c.rule = rule
+	return c
 }
 
 // Describe implements prometheus.Collector.
@@ -70,7 +82,7 @@ func (c *CounterCollector) Collect(ch chan<- prometheus.Metric) {
 			// reports a table that went away.
 			c.errs.report("netlink", fmt.Errorf("reading the rule counters of table inet %s: %w", compile.TableName, err))
 		}
-		for k, v := range PolicyCounters(rules) {
+		for k, v := range PolicyCounters(rules, c.rule) {
 			c.cached = append(c.cached, prometheus.MustNewConstMetric(policyPacketsDesc, prometheus.CounterValue, float64(v), k.Policy, k.Direction, k.Verdict))
 		}
 	}
@@ -82,31 +94,32 @@ func (c *CounterCollector) Collect(ch chan<- prometheus.Metric) {
 // PolicyCounterKey labels one per-policy counter.
 type PolicyCounterKey struct{ Policy, Direction, Verdict string }
 
-// PolicyCounters sums rule counters by policy: allow rules carry the
-// comment "ns/name direction[i]", default-deny rules "default deny
-// direction: ns/a, ns/b".
-func PolicyCounters(rules []nftnl.RuleCounter) map[PolicyCounterKey]uint64 {
+// PolicyCounters sums rule counters by policy, as the typed rule the
+// agent wrote at each counted place (rule) says: an allow rule's packets
+// are its NetworkPolicy's "allowed", a default deny's are "denied" for
+// every NetworkPolicy of its isolation chain. A counted rule whose comment
+// differs from the typed rule's (the table changed since: a sync or a
+// repair under way) counts for no policy.
+func PolicyCounters(rules []nftnl.RuleCounter, rule RuleAt) map[PolicyCounterKey]uint64 {
 	out := map[PolicyCounterKey]uint64{}
-	for _, r := range rules {
-		if rest, ok := strings.CutPrefix(r.Comment, "default deny "); ok {
-			dir, pols, ok := strings.Cut(rest, ": ")
-			if !ok {
-				continue
-			}
-			for _, p := range strings.Split(pols, ", ") {
-				if p = strings.TrimSuffix(p, "..."); strings.Contains(p, "/") {
-					out[PolicyCounterKey{p, dir, "denied"}] += r.Packets
-				}
-			}
+	if rule == nil {
+		return out
+	}
+	for _, rc := range rules {
+		r := rule(rc.Chain, rc.Index)
+		if r == nil || (r.Comment == nil) != (rc.Comment == "") || r.Comment != nil && *r.Comment != rc.Comment {
 			continue
 		}
-		pol, rest, ok := strings.Cut(r.Comment, " ")
-		if !ok || !strings.Contains(pol, "/") {
-			continue
-		}
-		dir, _, _ := strings.Cut(rest, "[")
-		if dir == "ingress" || dir == "egress" {
-			out[PolicyCounterKey{pol, dir, "allowed"}] += r.Packets
+		dir := r.Owner.Direction.String()
+		switch r.Owner.Kind {
+		case compile.OwnerAllow:
+			for _, p := range r.Owner.Policies {
+				out[PolicyCounterKey{p, dir, "allowed"}] += rc.Packets
+			}
+		case compile.OwnerDeny:
+			for _, p := range r.Owner.Policies {
+				out[PolicyCounterKey{p, dir, "denied"}] += rc.Packets
+			}
 		}
 	}
 	return out

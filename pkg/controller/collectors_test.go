@@ -2,10 +2,9 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io/fs"
-	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,56 +16,98 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
+	"github.com/nftpolicy/nftpolicy/pkg/scenario/scenariotest"
 )
 
-// testdata/nft-list-table.json is `nft -t -j list table inet nftpolicy` of the
-// golden scenario deny-and-allow on node-1, with each rule's counter set to
-// its handle so that sums are checkable; its rules' comments and counters
-// are what the collector reads over netlink.
+// TestPolicyCounters: the golden scenario deny-and-allow on node-1, each
+// counted rule counting its chain's number of letters plus its place, so
+// that sums are checkable against the rules' comments (the test's oracle:
+// "ns/name direction[i]" on allow rules, "default deny direction: ns/a,
+// ns/b" on default denies). A counted rule the agent did not write there
+// (another comment), or where it wrote none, counts for no policy.
 func TestPolicyCounters(t *testing.T) {
-	got := PolicyCounters(goldenRuleCounters(t))
-	want := map[PolicyCounterKey]uint64{
-		{"x/allow-web", "ingress", "allowed"}:   32 + 33 + 34 + 35 + 36 + 37,
-		{"x/allow-web", "ingress", "denied"}:    30,
-		{"x/default-deny", "ingress", "denied"}: 30 + 31,
+	rs, counters := renderedRuleCounters(t)
+	want := map[PolicyCounterKey]uint64{}
+	for _, rc := range counters {
+		if rest, ok := strings.CutPrefix(rc.Comment, "default deny "); ok {
+			dir, pols, _ := strings.Cut(rest, ": ")
+			for _, p := range strings.Split(pols, ", ") {
+				want[PolicyCounterKey{p, dir, "denied"}] += rc.Packets
+			}
+		} else if pol, rest, ok := strings.Cut(rc.Comment, " "); ok && strings.Contains(pol, "/") {
+			dir, _, _ := strings.Cut(rest, "[")
+			want[PolicyCounterKey{pol, dir, "allowed"}] += rc.Packets
+		}
 	}
+	for _, k := range []PolicyCounterKey{{"x/allow-web", "ingress", "allowed"}, {"x/allow-web", "ingress", "denied"}, {"x/default-deny", "ingress", "denied"}} {
+		if want[k] == 0 {
+			t.Fatalf("the scenario counts nothing for %v: %v", k, want)
+		}
+	}
+	got := PolicyCounters(counters, ruleAt(rs))
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("counters (-want +got):\n%s", diff)
 	}
+
+	// Rules the agent did not write: another comment at the place of an
+	// allow rule, a place past the chain's end, a chain it does not have.
+	allow := slices.IndexFunc(counters, func(rc nftnl.RuleCounter) bool { return strings.HasPrefix(rc.Comment, "x/allow-web ingress") })
+	if allow < 0 {
+		t.Fatal("no counted allow rule of x/allow-web")
+	}
+	at := counters[allow]
+	odd := []nftnl.RuleCounter{
+		{Chain: at.Chain, Index: at.Index, Comment: "written by someone else", Packets: 1000},
+		{Chain: at.Chain, Index: 10000, Comment: at.Comment, Packets: 1000},
+		{Chain: "no-such-chain", Comment: at.Comment, Packets: 1000},
+	}
+	if diff := cmp.Diff(want, PolicyCounters(append(odd, counters...), ruleAt(rs))); diff != "" {
+		t.Errorf("counters with rules the agent did not write (-want +got):\n%s", diff)
+	}
+	if got := PolicyCounters(counters, func(string, int) *compile.TableRule { return nil }); len(got) != 0 {
+		t.Errorf("before the first sync: %v, want none", got)
+	}
+	if got := PolicyCounters(counters, nil); len(got) != 0 {
+		t.Errorf("no rules to read: %v, want none", got)
+	}
 }
 
-// goldenRuleCounters reads testdata/nft-list-table.json's rule counters.
-func goldenRuleCounters(t *testing.T) []nftnl.RuleCounter {
-	data, err := os.ReadFile("testdata/nft-list-table.json")
+// renderedRuleCounters renders deny-and-allow as node-1 (hybrid mode)
+// and gives each rule's counters as a rule dump reads them.
+func renderedRuleCounters(t *testing.T) (*compile.Ruleset, []nftnl.RuleCounter) {
+	t.Helper()
+	rs, err := compile.Render(compile.Build(scenariotest.GoldenInput(t, "../compile/testdata/golden/deny-and-allow.yaml")), compile.RenderConfig{Mode: compile.ModeHybrid})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		Nftables []struct {
-			Rule *struct {
-				Chain, Comment string
-				Expr           []map[string]json.RawMessage
-			}
-		}
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
 	var out []nftnl.RuleCounter
-	for _, o := range doc.Nftables {
-		if o.Rule == nil {
-			continue
-		}
-		for _, e := range o.Rule.Expr {
-			var c struct{ Packets, Bytes uint64 }
-			if raw, ok := e["counter"]; ok && json.Unmarshal(raw, &c) == nil {
-				out = append(out, nftnl.RuleCounter{Chain: o.Rule.Chain, Comment: o.Rule.Comment, Packets: c.Packets, Bytes: c.Bytes})
+	for _, n := range rs.ChainOrder {
+		for i, r := range rs.Chains[n].Rules {
+			for _, e := range r.Exprs {
+				if e.Kind == compile.ExprCounter {
+					rc := nftnl.RuleCounter{Chain: n, Index: i, Packets: uint64(len(n) + i), Bytes: 1}
+					if r.Comment != nil {
+						rc.Comment = *r.Comment
+					}
+					out = append(out, rc)
+				}
 			}
 		}
 	}
-	return out
+	return rs, out
+}
+
+// ruleAt is sets.Syncer.CommittedRule after a sync of rs.
+func ruleAt(rs *compile.Ruleset) RuleAt {
+	return func(chain string, i int) *compile.TableRule {
+		if c := rs.Chains[chain]; c != nil && i >= 0 && i < len(c.Rules) {
+			return &c.Rules[i]
+		}
+		return nil
+	}
 }
 
 // logLines captures a logger's output, one string per entry.
@@ -107,7 +148,8 @@ func gather(t *testing.T, c prometheus.Collector) []string {
 func TestCounterCollectorCountsAndLogsFailures(t *testing.T) {
 	m := NewMetrics()
 	var logs logLines
-	c := NewCounterCollector(0, nftnl.NewConn("unused", 0), m, logs.logger(0))
+	rs, counters := renderedRuleCounters(t)
+	c := NewCounterCollector(0, nftnl.NewConn("unused", 0), m, logs.logger(0)).WithRules(ruleAt(rs))
 	now := time.Unix(1000, 0)
 	c.errs.now = func() time.Time { return now }
 	errs := m.CollectorErrors.WithLabelValues("nft_counters")
@@ -116,7 +158,7 @@ func TestCounterCollectorCountsAndLogsFailures(t *testing.T) {
 	}
 
 	// A working read: counters are served, nothing is counted or logged.
-	reads(goldenRuleCounters(t), nil)
+	reads(counters, nil)
 	if got := gather(t, c); len(got) != 3 {
 		t.Fatalf("working read: %d samples, want 3", len(got))
 	}

@@ -93,12 +93,13 @@ type Config struct {
 	MinRetryDelay, MaxRetryDelay time.Duration
 	// ResyncPeriod of the informers (0: none).
 	ResyncPeriod time.Duration
-	// ProgramRefreshDelay is how long after pod changes applied
+	// ProgramRefreshDelay is how long after policy changes applied
 	// incrementally (hybrid mode) the program the evaluator and explain
-	// read is rebuilt, at least: pod churn reaches the kernel at once, the
-	// program within this delay or twice the last build's duration,
+	// read is rebuilt, at least: policy changes reach the kernel at once,
+	// the program within this delay or twice the last build's duration,
 	// whichever is longer, of the first change it follows (the changes
-	// after it do not postpone it).
+	// after it do not postpone it). Pod changes publish their program
+	// with their transaction.
 	ProgramRefreshDelay time.Duration
 	// MemoryReleaser returns the memory full builds free to the OS; nil:
 	// one of the controller's own, with DefaultMemoryReleaseDelay. Share
@@ -238,6 +239,22 @@ type Controller struct {
 	// pending when it fired go first; it yields once.
 	refreshYielded bool
 	lastBuild      time.Duration
+	// unchecked is set when pod changes were applied incrementally since
+	// the last full build: the consistency check rebuilds after them
+	// (scheduleRefresh).
+	unchecked bool
+	// checkDelay replaces consistencyCheckDelay when set (tests).
+	checkDelay time.Duration
+	// derivePending is set when pod changes were applied since the last
+	// program was published; derive fires at deriveDue (zero: not armed)
+	// to publish it, no sooner than deriveNext (publishDerived).
+	derivePending bool
+	derive        *time.Timer
+	deriveDue     time.Time
+	deriveNext    time.Time
+	// deriveGap, when set, is the least time between two derivations
+	// (tests).
+	deriveGap time.Duration
 	// fair is what each namespace's policy changes cost the loop
 	// (fairshare.go); rebuildFor is the policy change of this sync that
 	// needed a full build.
@@ -277,9 +294,11 @@ func New(cfg Config) (*Controller, error) {
 		podKeys:   map[string]struct{}{},
 		rebuild:   true,
 		refresh:   time.NewTimer(time.Hour),
+		derive:    time.NewTimer(time.Hour),
 		fair:      newFairShare(),
 	}
 	c.refresh.Stop()
+	c.derive.Stop()
 	c.policyKeys = map[string]struct{}{}
 	c.pendingChanges = map[string]policyChange{}
 	c.status = newStatusState()
@@ -455,6 +474,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	retry := c.cfg.MinRetryDelay
 	var retryTimer <-chan time.Time
 	defer c.refresh.Stop()
+	defer c.derive.Stop()
 	for {
 		c.lastLoop.Store(time.Now().UnixNano())
 		select {
@@ -468,6 +488,10 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.mu.Lock()
 			c.rebuild = true
 			c.mu.Unlock()
+		case <-c.derive.C:
+			c.deriveDue = time.Time{}
+			c.publishDerived()
+			continue
 		case <-c.refresh.C:
 			// Bring the program up to date with the changes applied
 			// incrementally; the rebuild also checks the tracker.
@@ -702,6 +726,9 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 	if err := write(c.tracker.Ruleset()); err != nil {
 		return false, err
 	}
+	c.unchecked = c.unchecked || applied > 0
+	c.derivePending = c.derivePending || applied > 0
+	c.publishDerived()
 	if !complete {
 		return false, nil
 	}
@@ -749,7 +776,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// the programs in force and the build.
 	stale := false
 	if c.tracker != nil {
-		stale = c.tracker.Stale()
+		stale = c.tracker.Stale() || c.unchecked
 		c.tracker.Reset()
 	}
 	runtime.GC()
@@ -794,21 +821,11 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 		log.V(2).Info("Rebuild after incremental pod changes changed elements", "elementsAdded", res.ElementsAdded, "elementsDeleted", res.ElementsDeleted)
 	}
 	c.refreshDone()
+	c.unchecked = false
 	c.inputsSum, c.podHashes = inputsSum(in)
 	c.policyHashes = policyTerms(in.Policies)
 	maps.Copy(c.policyHashes, clusterPolicyTerms(in.ClusterPolicies))
-	// Publish only after the matching transaction committed: the evaluator
-	// and the kernel never disagree about which program is in force.
-	// Readiness and the controller's program are stored before the
-	// evaluator's, so whoever sees the evaluator's program also sees the
-	// controller ready.
-	old := c.lastProgram.Load()
-	c.lastProgram.Store(prog)
-	first := !c.ready.Swap(true)
-	c.cfg.Evaluator.Swap(prog)
-	if c.cfg.OnProgram != nil {
-		c.cfg.OnProgram(old, prog)
-	}
+	first := c.publish(prog)
 	now := time.Now()
 	c.committed(kind, start, now, observed)
 	c.recordGauges(prog, rs)
@@ -826,6 +843,62 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 		"snapshot", snapshotted.Sub(start), "build", built.Sub(snapshotted), "apply", applied.Sub(built), "publish", now.Sub(applied))
 	return nil
 }
+
+// publish makes prog the program in force, after the transaction that
+// enforces it committed: the evaluator and the kernel never disagree about
+// which program is in force. Readiness and the controller's program are
+// stored before the evaluator's, so whoever sees the evaluator's program
+// also sees the controller ready. It reports whether this is the first
+// program.
+func (c *Controller) publish(prog *compile.Program) bool {
+	c.derivePending = false
+	old := c.lastProgram.Load()
+	c.lastProgram.Store(prog)
+	first := !c.ready.Swap(true)
+	c.cfg.Evaluator.Swap(prog)
+	if c.cfg.OnProgram != nil {
+		c.cfg.OnProgram(old, prog)
+	}
+	return first
+}
+
+// publishDerived publishes the program of the pod changes applied since
+// the last publication, which the tracker derives from that program. It
+// runs after their kernel transaction, so the kernel never waits for it.
+// Deriving costs in proportion to the cluster, not to the change (the pod
+// list and the evaluator's index are laid out again), so it is paced: the
+// next derivation starts no sooner than deriveFactor times this one's
+// duration after it, which keeps it under 1/(1+deriveFactor) of a core
+// under steady churn, and the program lags the kernel by at most that.
+// A connection held in the queue for a pod the program does not know yet
+// is not kept waiting. While a policy change is pending (Stale) the
+// refresh publishes the whole program instead.
+func (c *Controller) publishDerived() {
+	if !c.derivePending || c.tracker.Stale() {
+		return
+	}
+	now := time.Now()
+	if now.Before(c.deriveNext) && !c.cfg.Evaluator.Waiting() {
+		if c.deriveDue.IsZero() {
+			c.deriveDue = c.deriveNext
+			c.derive.Reset(c.deriveNext.Sub(now))
+		}
+		return
+	}
+	c.deriveDue = time.Time{}
+	prog := c.tracker.Program()
+	took := time.Since(now)
+	c.deriveNext = now.Add(max(took+deriveFactor*took, c.deriveGap))
+	if prog != c.lastProgram.Load() {
+		c.publish(prog)
+		c.recordProgrammedPods(prog)
+	}
+	c.derivePending = false
+}
+
+// deriveFactor paces publishDerived: idle for this many times a
+// derivation's duration after it.
+const deriveFactor = 4
 
 // logFirstSync says what the agent's first committed sync did and cost.
 func logFirstSync(log klog.Logger, prog *compile.Program, res sets.Result, used processUsage, took, build, apply time.Duration) {
@@ -905,6 +978,13 @@ func (c *Controller) recordGauges(prog *compile.Program, rs *compile.Ruleset) {
 	m := c.cfg.Metrics
 	m.ProgrammedPolicies.Set(float64(len(prog.Policies)))
 	m.ProgrammedClusterPolicies.Set(float64(len(prog.ClusterPolicies)))
+	c.recordProgrammedPods(prog)
+	m.SetElements.Set(float64(rs.ElementCount()))
+}
+
+// recordProgrammedPods sets the gauge of the local pods a NetworkPolicy
+// isolates.
+func (c *Controller) recordProgrammedPods(prog *compile.Program) {
 	n := 0
 	for i := range prog.Pods {
 		p := &prog.Pods[i]
@@ -912,8 +992,7 @@ func (c *Controller) recordGauges(prog *compile.Program, rs *compile.Ruleset) {
 			n++
 		}
 	}
-	m.ProgrammedPods.Set(float64(n))
-	m.SetElements.Set(float64(rs.ElementCount()))
+	c.cfg.Metrics.ProgrammedPods.Set(float64(n))
 }
 
 // reportProblems logs, counts and emits an Event for each policy whose

@@ -608,21 +608,25 @@ func TestPodChangesThatCreateChains(t *testing.T) {
 }
 
 // TestPodRemovalHookBeforePublication: a pod deletion applied
-// incrementally reaches OnPodApplied (pod nil) at once, while the program
-// the evaluator reads still has the pod (the refresh is an hour away):
-// DNS learning deletes the pod's learned elements then, not at the next
-// publication.
+// incrementally reaches OnPodApplied (pod nil) before the program without
+// the pod is published, which then comes with the kernel transaction, not
+// with a refresh (an hour away here): DNS learning deletes the pod's
+// learned elements before any reader of the program misses the pod.
 func TestPodRemovalHookBeforePublication(t *testing.T) {
 	var (
 		mu      sync.Mutex
 		removed []string
+		// stillThere: at the hook, the published program had the pod.
+		stillThere bool
+		h          *harness
 	)
-	h := startWith(t, func(c *Config) {
+	h = startWith(t, func(c *Config) {
 		c.ProgramRefreshDelay = time.Hour
 		c.OnPodApplied = func(key string, pod *compile.PodInfo) {
 			if pod == nil {
 				mu.Lock()
 				removed = append(removed, key)
+				_, stillThere = h.eval.Program().PodByKey(key)
 				mu.Unlock()
 			}
 		}
@@ -632,13 +636,111 @@ func TestPodRemovalHookBeforePublication(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "x/a gone from the kernel", func() bool { return !strings.Contains(h.nft.dump(), `"x/a"`) })
+	eventually(t, "x/a gone from the evaluator's program", func() bool { _, ok := h.eval.Program().PodByKey("x/a"); return !ok })
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(removed, []string{"x/a"}) {
 		t.Errorf("OnPodApplied saw the removals %v, want [x/a]", removed)
 	}
-	if _, ok := h.eval.Program().PodByKey("x/a"); !ok {
-		t.Errorf("the program was published at once: the test no longer shows the hook runs before publication")
+	if !stillThere {
+		t.Errorf("the program without x/a was published before OnPodApplied ran")
+	}
+}
+
+// TestPodChangesPublishTheirProgram: the program of a pod change applied
+// incrementally is published with its kernel transaction, without a full
+// build (the refresh is an hour away): the evaluator decides with the
+// program the kernel enforces, and it equals the full build's.
+func TestPodChangesPublishTheirProgram(t *testing.T) {
+	h := startWith(t, func(c *Config) { c.ProgramRefreshDelay = time.Hour },
+		testPod("x", "a", "n1", "10.0.1.1", nil), denyAll("x"))
+	eventually(t, "first sync", h.ctrl.Ready)
+	ctx := context.Background()
+	syncs := h.ctrl.cfg.Metrics.SyncDuration
+	rebuilds := histogramCount(t, syncs, "incremental") + histogramCount(t, syncs, "full")
+	if _, err := h.client.CoreV1().Pods("x").Create(ctx, testPod("x", "b", "n1", "10.0.1.2", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "x/b in the evaluator's program", func() bool { _, ok := h.eval.Program().PodByKey("x/b"); return ok })
+	if v := h.eval.Evaluate(netip.MustParseAddr("10.0.2.1"), netip.MustParseAddr("10.0.1.2"), compile.ProtoTCP, 80); v.Allowed {
+		t.Fatalf("x/b is isolated, but the evaluator allows: %s", v.Reason())
+	}
+	if err := h.client.CoreV1().Pods("x").Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "x/a gone from the evaluator's program", func() bool { _, ok := h.eval.Program().PodByKey("x/a"); return !ok })
+	if got := histogramCount(t, syncs, "incremental") + histogramCount(t, syncs, "full"); got != rebuilds {
+		t.Errorf("%d full builds for two pod changes", got-rebuilds)
+	}
+	want := compile.Build(compile.Input{NodeName: "n1", NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.1")},
+		Pods: []*corev1.Pod{testPod("x", "b", "n1", "10.0.1.2", nil)}, Policies: []*networkingv1.NetworkPolicy{denyAll("x")}})
+	got := h.eval.Program()
+	if len(got.Pods) != 1 || got.Pods[0].Key != "x/b" || !slices.Equal(got.Pods[0].IngressPolicies, want.Pods[0].IngressPolicies) ||
+		got.Pods[0].IngressDenied != want.Pods[0].IngressDenied || len(got.Tables) != len(want.Tables) {
+		t.Errorf("the published program is not the full build's: pods %v", got.Pods)
+	}
+}
+
+// TestDerivedProgramsArePaced: the program of pod changes is derived
+// after their kernel transaction, at once when the last derivation is far
+// enough behind, else when the pace allows (a timer): never later, and
+// never by a full build.
+func TestDerivedProgramsArePaced(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ProgramRefreshDelay = time.Hour }, testPod("x", "a", "n1", "10.0.1.1", nil), denyAll("x"))
+	h.ctrl.checkDelay = time.Hour
+	h.ctrl.deriveGap = 1500 * time.Millisecond
+	h.run(t)
+	eventually(t, "first sync", h.ctrl.Ready)
+	ctx := context.Background()
+	inProgram := func(key string) func() bool {
+		return func() bool { _, ok := h.eval.Program().PodByKey(key); return ok }
+	}
+	if _, err := h.client.CoreV1().Pods("x").Create(ctx, testPod("x", "b", "n1", "10.0.1.2", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "x/b in the evaluator's program", inProgram("x/b"))
+	published := time.Now()
+	if _, err := h.client.CoreV1().Pods("x").Create(ctx, testPod("x", "c", "n1", "10.0.1.3", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "x/c in the kernel's ruleset", func() bool {
+		return strings.Contains(h.nft.dump(), "10.0.1.3")
+	})
+	if inProgram("x/c")() && time.Since(published) < h.ctrl.deriveGap/2 {
+		t.Fatalf("x/c was published %v after x/b, within the pace (%v)", time.Since(published), h.ctrl.deriveGap)
+	}
+	eventually(t, "x/c in the evaluator's program when the pace allows", inProgram("x/c"))
+	if since := time.Since(published); since < h.ctrl.deriveGap/2 {
+		t.Errorf("x/c published %v after x/b, within the pace (%v)", since, h.ctrl.deriveGap)
+	}
+}
+
+// TestConsistencyCheckFollowsPodChanges: pod changes applied incrementally
+// are followed, after the consistency check's delay, by one full build
+// that checks the tracker (and finds nothing to correct), and no full
+// build follows while no pod changes.
+func TestConsistencyCheckFollowsPodChanges(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ProgramRefreshDelay = time.Hour }, testPod("x", "a", "n1", "10.0.1.1", nil), denyAll("x"))
+	h.ctrl.checkDelay = 300 * time.Millisecond
+	h.run(t)
+	eventually(t, "first sync", h.ctrl.Ready)
+	syncs := h.ctrl.cfg.Metrics.SyncDuration
+	rebuilds := func() uint64 { return histogramCount(t, syncs, "incremental") + histogramCount(t, syncs, "full") }
+	time.Sleep(time.Second)
+	before := rebuilds()
+	if before != 1 {
+		t.Fatalf("%d full builds without a change, want the first only", before)
+	}
+	if _, err := h.client.CoreV1().Pods("x").Create(context.Background(), testPod("x", "b", "n1", "10.0.1.2", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the consistency check after x/b", func() bool { return rebuilds() > before })
+	time.Sleep(time.Second)
+	if got := rebuilds(); got != before+1 {
+		t.Errorf("%d full builds after one pod change, want 1", got-before)
+	}
+	if got := counterValue(t, h.ctrl.cfg.Metrics.TrackerCorrections); got != 0 {
+		t.Errorf("nftpolicy_tracker_corrections_total = %v", got)
 	}
 }
 

@@ -15,10 +15,11 @@ import (
 // one policy at a time (compile.Tracker.ApplyPolicy): the policy's chains,
 // the sets it owns and its subjects' elements change, and the Syncer
 // writes the difference between the ruleset it applied and the tracker's
-// new one. The program the evaluator reads lags until the refresh, as it
-// does for pod changes. In queue mode there is no tracker: every change is
-// a full build, so the evaluator, which decides every connection there,
-// never decides with a program older than the kernel's dispatch.
+// new one. The program the evaluator reads lags until the refresh (pod
+// changes publish theirs with their transaction). In queue mode there is
+// no tracker: every change is a full build, so the evaluator, which
+// decides every connection there, never decides with a program older than
+// the kernel's dispatch.
 
 // policyHandler records NetworkPolicy changes by key.
 func (c *Controller) policyHandler() cache.ResourceEventHandlerDetailedFuncs {
@@ -201,19 +202,35 @@ func policyTerms(pols []*networkingv1.NetworkPolicy) map[string]uint64 {
 }
 
 // scheduleRefresh arms the program refresh after changes the tracker
-// applied: the program lags the kernel until then. A refresh already armed
+// applied. After a policy change the program lags the kernel until then:
+// the refresh follows within the refresh delay. A refresh already armed
 // is never pushed later: changes that keep coming (one namespace's
 // edits, every 100 ms) must not keep the program, the revocation of
 // flows other changes deny (OnProgram) and explain behind the kernel.
+// After pod changes alone the program is current (the tracker derives
+// it): the refresh is the consistency check, a full build compared with
+// the tracked ruleset (nftpolicy_tracker_corrections_total) that also
+// charges the policies for the pods they now select (docs/security.md),
+// after consistencyCheckDelay or consistencyCheckFactor times the last
+// build, whichever is longer, so that it takes a bounded share of a core.
 func (c *Controller) scheduleRefresh() {
-	if !c.tracker.Stale() {
+	var delay time.Duration
+	switch {
+	case c.tracker.Stale():
+		delay = max(c.cfg.ProgramRefreshDelay, 2*c.lastBuild)
+		if c.cfg.Evaluator.Waiting() {
+			// A connection of a pod the program does not know yet is
+			// held in the queue: publish now.
+			delay = 0
+		}
+	case c.unchecked:
+		least := consistencyCheckDelay
+		if c.checkDelay > 0 {
+			least = c.checkDelay
+		}
+		delay = max(least, consistencyCheckFactor*c.lastBuild)
+	default:
 		return
-	}
-	delay := max(c.cfg.ProgramRefreshDelay, 2*c.lastBuild)
-	if c.cfg.Evaluator.Waiting() {
-		// A connection of a pod the program does not know yet is held
-		// in the queue: publish now.
-		delay = 0
 	}
 	due := time.Now().Add(delay)
 	if !c.refreshDue.IsZero() && !due.Before(c.refreshDue) {
@@ -222,6 +239,14 @@ func (c *Controller) scheduleRefresh() {
 	c.refreshDue = due
 	c.refresh.Reset(delay)
 }
+
+// consistencyCheckDelay and consistencyCheckFactor bound how soon the
+// consistency check follows pod changes applied incrementally: at most
+// one full build in twenty of its durations.
+const (
+	consistencyCheckDelay  = time.Minute
+	consistencyCheckFactor = 20
+)
 
 // refreshFired starts the program refresh, a full build. Incremental
 // changes pending when it fires go first, once: a full build takes as long

@@ -353,8 +353,14 @@ func describeRanges(rs []compile.IPRange) string {
 
 // selectorMiss explains a pod-selecting peer the remote pod is not in, when
 // only its pod labels or only its namespace labels need to change (a peer
-// confined to another namespace cannot be met by a label change).
+// confined to another namespace cannot be met by a label change). A set
+// shared by peers that say different things is not explained by labels:
+// its selectors are its first peer's, perhaps not the rule's, and a pod
+// that met them alone would split the set rather than join the rule's.
 func (c *conn) selectorMiss(s *compile.Selector, side string, pod *compile.Pod) (Miss, bool) {
+	if s.Shared() {
+		return Miss{}, false
+	}
 	podSel, err := labels.Parse(s.PodSelector)
 	if err != nil {
 		return Miss{}, false

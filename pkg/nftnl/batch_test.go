@@ -62,7 +62,7 @@ func refEncode(l *Layout, e *knftables.Element, forDelete bool) ([]refElement, e
 			if len(e.Value) != 1 {
 				return nil, fmt.Errorf("verdict map element %q needs one verdict", strings.Join(e.Key, " . "))
 			}
-			code, chain, err := parseVerdict(e.Value[0])
+			code, chain, err := refParseVerdict(e.Value[0])
 			if err != nil {
 				return nil, err
 			}
@@ -173,7 +173,12 @@ func typedOf(l *Layout, e *knftables.Element) (compile.Element, error) {
 		return out, fmt.Errorf("element %q: not one of the typed shapes of the set's type", e.Key)
 	}
 	if len(e.Value) == 1 {
-		out.Value = e.Value[0]
+		if _, chain, err := refParseVerdict(e.Value[0]); err != nil {
+			return out, err
+		} else {
+			word, _, _ := strings.Cut(strings.TrimSpace(e.Value[0]), " ")
+			out.Verdict, out.Chain = refVerdictKinds[word], chain
+		}
 	}
 	for i, k := range l.key {
 		first, last, err := refParseField(k, e.Key[i])
@@ -454,22 +459,22 @@ func equivalenceSets(r *rand.Rand) []propSet {
 	c := func(s string) *string { return &s }
 	interval := []knftables.SetFlag{knftables.IntervalFlag}
 	return append(sets,
-		propSet{set: &compile.Set{Set: &knftables.Set{Name: "open4", Type: "ipv4_addr", Flags: interval}}, pool: []knftables.Element{
+		propSet{set: &compile.Set{Key: keyOf("ipv4_addr"), Set: &knftables.Set{Name: "open4", Type: "ipv4_addr", Flags: interval}}, pool: []knftables.Element{
 			{Key: []string{"255.255.255.0/24"}, Comment: c("to the end")},
 			{Key: []string{"0.0.0.0/1"}},
 			{Key: []string{"10.0.0.1-10.0.0.255"}, Comment: c("")},
 		}},
-		propSet{set: &compile.Set{Set: &knftables.Set{Name: "open6", Type: "ipv6_addr", Flags: interval}}, pool: []knftables.Element{
+		propSet{set: &compile.Set{Key: keyOf("ipv6_addr"), Set: &knftables.Set{Name: "open6", Type: "ipv6_addr", Flags: interval}}, pool: []knftables.Element{
 			{Key: []string{"ffff::/16"}},
 			{Key: []string{"fd00::/8"}, Comment: c("ula")},
 			{Key: []string{"2001:db8::1"}},
 		}},
-		propSet{set: &compile.Set{Set: &knftables.Set{Name: "openports", Type: "inet_service", Flags: interval}}, pool: []knftables.Element{
+		propSet{set: &compile.Set{Key: keyOf("inet_service"), Set: &knftables.Set{Name: "openports", Type: "inet_service", Flags: interval}}, pool: []knftables.Element{
 			{Key: []string{"65000-65535"}},
 			{Key: []string{"0"}},
 		}},
-		propSet{set: &compile.Set{Map: &knftables.Map{Name: "verdicts", Type: "inet_proto . inet_service : verdict", Flags: interval}}, pool: []knftables.Element{
-			{Key: []string{"tcp", "1-1023"}, Value: []string{"continue"}},
+		propSet{set: &compile.Set{Key: keyOf("inet_proto . inet_service : verdict"), Map: &knftables.Map{Name: "verdicts", Type: "inet_proto . inet_service : verdict", Flags: interval}}, pool: []knftables.Element{
+			{Key: []string{"tcp", "1-1023"}, Value: []string{"accept"}},
 			{Key: []string{"udp", "53"}, Value: []string{"return"}, Comment: c("r")},
 			{Key: []string{"icmpv6", "0"}, Value: []string{" jump  a-chain-with-a-long-name "}},
 		}},
@@ -564,7 +569,7 @@ func checkEncodedLen(t *testing.T, e *Element) {
 // the reference's, and encodedLen is the exact size of what is written.
 func TestElementBatchSplitsLists(t *testing.T) {
 	w := NewConn("nftpolicy", 0)
-	s := &compile.Set{Map: &knftables.Map{Name: "pods6", Type: "ipv6_addr : verdict"}}
+	s := &compile.Set{Key: keyOf("ipv6_addr : verdict"), Map: &knftables.Map{Name: "pods6", Type: "ipv6_addr : verdict"}}
 	var texts []knftables.Element
 	for i := range 6000 {
 		texts = append(texts, knftables.Element{
@@ -671,4 +676,20 @@ func encodeChanges(w *Conn, changes []testChange) (*Batch, error) {
 		}
 	}
 	return b, nil
+}
+
+var refVerdictKinds = map[string]compile.VerdictKind{"accept": compile.VerdictAccept, "drop": compile.VerdictDrop, "return": compile.VerdictReturn,
+	"jump": compile.VerdictJump, "goto": compile.VerdictGoto}
+
+// refParseVerdict reads a knftables element's verdict: "accept", "drop",
+// "return", "jump C" or "goto C".
+func refParseVerdict(s string) (int32, string, error) {
+	word, chain, _ := strings.Cut(strings.TrimSpace(s), " ")
+	k, ok := refVerdictKinds[word]
+	if !ok {
+		return 0, "", fmt.Errorf("verdict %q: unknown", s)
+	}
+	v := compile.RuleVerdict{Kind: k, Chain: strings.TrimSpace(chain)}
+	code, err := verdictCode(v)
+	return code, v.Chain, err
 }

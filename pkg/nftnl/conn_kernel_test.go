@@ -128,7 +128,7 @@ func propSets(r *rand.Rand) []propSet {
 	}
 	var out []propSet
 	plain := func(name, typ string, key func() []string) {
-		p := propSet{set: &compile.Set{Set: &knftables.Set{Name: name, Type: typ}}}
+		p := propSet{set: &compile.Set{Key: keyOf(typ), Set: &knftables.Set{Name: name, Type: typ}}}
 		seen := map[string]bool{}
 		for len(p.pool) < 40 {
 			k := key()
@@ -152,7 +152,7 @@ func propSets(r *rand.Rand) []propSet {
 	// candidates never overlap; a whole slot is sometimes taken, making
 	// neighbours adjacent; the first and last slots reach the ends.
 	ranges := func(name, typ string, bits int, format func(lo, hi uint64) []string) {
-		p := propSet{set: &compile.Set{Set: &knftables.Set{Name: name, Type: typ, Flags: interval}}}
+		p := propSet{set: &compile.Set{Key: keyOf(typ), Set: &knftables.Set{Name: name, Type: typ, Flags: interval}}}
 		const slots = 32
 		slot := uint64(1) << (bits - 5)
 		for i := uint64(0); i < slots; i++ {
@@ -214,7 +214,7 @@ func propSets(r *rand.Rand) []propSet {
 		if name == "vmap6" {
 			typ = "ipv6_addr : verdict"
 		}
-		p := propSet{set: &compile.Set{Map: &knftables.Map{Name: name, Type: typ}}}
+		p := propSet{set: &compile.Set{Key: keyOf(typ), Map: &knftables.Map{Name: name, Type: typ}}}
 		seen := map[string]bool{}
 		for len(p.pool) < 40 {
 			k := addr(name == "vmap4")

@@ -10,7 +10,10 @@ import (
 )
 
 // The per-policy packet counters are the counters of the table's rules,
-// named by the rules' comments. `nft -j -t list table` reads them, but nft
+// each rule known by its chain and its place in it: the controller reads
+// the policy it belongs to in the typed rule the syncer wrote there (its
+// comment tells a rule the syncer did not write, mid-repair, from it).
+// `nft -j -t list table` reads them, but nft
 // 1.0.6 fetches every set element first (about a second of CPU at 150,000
 // pods, on every metrics scrape); a rule dump over netlink carries the
 // rules alone.
@@ -18,6 +21,8 @@ import (
 // RuleCounter is one counter of a rule of the table.
 type RuleCounter struct {
 	Chain, Comment string
+	// Index is the rule's place in its chain (0: the first rule).
+	Index          int
 	Packets, Bytes uint64
 }
 
@@ -39,6 +44,8 @@ func (w *Conn) RuleCounters(ctx context.Context) ([]RuleCounter, error) {
 		}
 	}
 	var out []RuleCounter
+	// The kernel dumps a chain's rules in order.
+	index := map[string]int{}
 	err := w.dump(ctx, unix.NFT_MSG_GETRULE, unix.NFTA_RULE_TABLE, func(ad *netlink.AttributeDecoder) {
 		var table string
 		var rc RuleCounter
@@ -61,6 +68,8 @@ func (w *Conn) RuleCounters(ctx context.Context) ([]RuleCounter, error) {
 		if table != w.table {
 			return
 		}
+		rc.Index = index[rc.Chain]
+		index[rc.Chain]++
 		for _, c := range counters {
 			rc.Packets, rc.Bytes = c[0], c[1]
 			out = append(out, rc)

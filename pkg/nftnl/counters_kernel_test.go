@@ -51,17 +51,20 @@ table inet other {
 		t.Fatal(err)
 	}
 	var want []RuleCounter
+	index := map[string]int{}
 	for _, o := range doc.Nftables {
 		if o.Rule == nil {
 			continue
 		}
+		i := index[o.Rule.Chain]
+		index[o.Rule.Chain]++
 		for _, e := range o.Rule.Expr {
 			if raw, ok := e["counter"]; ok {
 				var c struct{ Packets, Bytes uint64 }
 				if err := json.Unmarshal(raw, &c); err != nil {
 					t.Fatal(err)
 				}
-				want = append(want, RuleCounter{Chain: o.Rule.Chain, Comment: o.Rule.Comment, Packets: c.Packets, Bytes: c.Bytes})
+				want = append(want, RuleCounter{Chain: o.Rule.Chain, Comment: o.Rule.Comment, Index: i, Packets: c.Packets, Bytes: c.Bytes})
 			}
 		}
 	}

@@ -56,22 +56,26 @@ type Layout struct {
 // declaration, a data type it does not know): its changes go through nft.
 var ErrUnsupported = errors.New("not supported by the netlink element writer")
 
-// LayoutOf reads a set's or map's declaration.
+// LayoutOf reads a set's or map's typed declaration: its key fields
+// (compile.Set.Key), its flags, and for a map a verdict as data.
 func LayoutOf(s *compile.Set) (Layout, error) {
-	var typ, typeOf string
+	var typeOf string
 	var flags []knftables.SetFlag
 	isMap := s.Map != nil
 	if isMap {
-		typ, typeOf, flags = s.Map.Type, s.Map.TypeOf, s.Map.Flags
+		typeOf, flags = s.Map.TypeOf, s.Map.Flags
 	} else if s.Set != nil {
-		typ, typeOf, flags = s.Set.Type, s.Set.TypeOf, s.Set.Flags
+		typeOf, flags = s.Set.TypeOf, s.Set.Flags
 	} else {
 		return Layout{}, errors.New("neither a set nor a map")
 	}
-	if typeOf != "" || typ == "" {
+	if typeOf != "" {
 		return Layout{}, fmt.Errorf("%w: typeof declaration %q", ErrUnsupported, typeOf)
 	}
-	var l Layout
+	if len(s.Key) == 0 {
+		return Layout{}, fmt.Errorf("%w: set %s has no typed key", ErrUnsupported, s.Name())
+	}
+	l := Layout{verdict: isMap}
 	for _, f := range flags {
 		switch f {
 		case knftables.IntervalFlag:
@@ -83,33 +87,29 @@ func LayoutOf(s *compile.Set) (Layout, error) {
 			return Layout{}, fmt.Errorf("%w: set flag %q", ErrUnsupported, f)
 		}
 	}
-	keyType := typ
-	if isMap {
-		k, v, ok := strings.Cut(typ, " : ")
+	l.key = make([]fieldKind, len(s.Key))
+	for i, k := range s.Key {
+		fk, ok := keyFieldKinds[k]
 		if !ok {
-			return Layout{}, fmt.Errorf("map type %q has no data type", typ)
+			return Layout{}, fmt.Errorf("%w: key field %s", ErrUnsupported, k)
 		}
-		keyType = k
-		if strings.TrimSpace(v) == "verdict" {
-			l.verdict = true
-		} else if l.data, ok = parseKinds(v); !ok {
-			return Layout{}, fmt.Errorf("%w: map data type %q", ErrUnsupported, v)
-		}
+		l.key[i] = fk
 	}
-	var ok bool
-	if l.key, ok = parseKinds(keyType); !ok {
-		return Layout{}, fmt.Errorf("%w: key type %q", ErrUnsupported, keyType)
-	}
-	if valueLen(l.key) > maxValueLen || valueLen(l.data) > maxValueLen {
-		return Layout{}, fmt.Errorf("%w: type %q longer than %d bytes", ErrUnsupported, typ, maxValueLen)
+	if valueLen(l.key) > maxValueLen {
+		return Layout{}, fmt.Errorf("%w: key %v longer than %d bytes", ErrUnsupported, s.Key, maxValueLen)
 	}
 	l.shape, l.typed = shapeOf(l.key)
 	return l, nil
 }
 
+// keyFieldKinds are the field kinds of the compiler's key fields.
+var keyFieldKinds = map[compile.KeyKind]fieldKind{
+	compile.KeyIPv4: kindIPv4, compile.KeyIPv6: kindIPv6, compile.KeyProto: kindProto, compile.KeyService: kindService,
+}
+
 // verdict codes (include/uapi/linux/netfilter/nf_tables.h, netfilter.h).
-var verdictCodes = map[string]int32{
-	"drop": 0, "accept": 1, "continue": -1, "jump": -3, "goto": -4, "return": -5,
+var verdictCodes = map[compile.VerdictKind]int32{
+	compile.VerdictDrop: 0, compile.VerdictAccept: 1, compile.VerdictJump: -3, compile.VerdictGoto: -4, compile.VerdictReturn: -5,
 }
 
 // maxValueLen is NFT_DATA_VALUE_MAXLEN: the longest key or map data the
@@ -247,14 +247,14 @@ func (l *Layout) encode(e *compile.Element, forDelete bool, out *[2]Element) (in
 func (l *Layout) encodePayload(e *compile.Element, el *Element) error {
 	switch {
 	case l.verdict:
-		code, chain, err := parseVerdict(e.Value)
+		code, err := verdictCode(e.Value())
 		if err != nil {
 			return err
 		}
-		el.hasVerdict, el.verdict, el.chain = true, code, chain
+		el.hasVerdict, el.verdict, el.chain = true, code, e.Chain
 	case l.data != nil:
 		return fmt.Errorf("%w: map data", ErrUnsupported)
-	case e.Value != "":
+	case e.Verdict != compile.VerdictNone:
 		return fmt.Errorf("set element %q has a value", e.Text())
 	}
 	if e.Comment != nil {
@@ -280,23 +280,18 @@ func increment(b []byte) bool {
 	return false
 }
 
-// parseVerdict reads "accept", "drop", "continue", "return", "jump C" or
-// "goto C".
-func parseVerdict(s string) (int32, string, error) {
-	word, chain, hasChain := strings.Cut(strings.TrimSpace(s), " ")
-	code, ok := verdictCodes[word]
+// verdictCode is a verdict's code; jump and goto need a chain, the
+// others take none.
+func verdictCode(v compile.RuleVerdict) (int32, error) {
+	code, ok := verdictCodes[v.Kind]
 	if !ok {
-		return 0, "", fmt.Errorf("verdict %q: unknown", s)
+		return 0, fmt.Errorf("verdict kind %d: not a verdict", v.Kind)
 	}
-	needsChain := word == "jump" || word == "goto"
-	chain = strings.TrimSpace(chain)
-	if needsChain != (hasChain && chain != "") {
-		return 0, "", fmt.Errorf("verdict %q: jump and goto need a chain, other verdicts take none", s)
+	needsChain := v.Kind == compile.VerdictJump || v.Kind == compile.VerdictGoto
+	if needsChain != (v.Chain != "") || len(v.Chain) > 255 || strings.ContainsAny(v.Chain, " \x00") {
+		return 0, fmt.Errorf("verdict %q: jump and goto need a chain, other verdicts take none", v)
 	}
-	if len(chain) > 255 || strings.ContainsAny(chain, " \x00") {
-		return 0, "", fmt.Errorf("verdict %q: bad chain name", s)
-	}
-	return code, chain, nil
+	return code, nil
 }
 
 // appendUdata appends one userdata TLV (libnftnl's: type, length, value).

@@ -12,7 +12,7 @@ import (
 )
 
 func set(typ string, flags ...knftables.SetFlag) *compile.Set {
-	return &compile.Set{Set: &knftables.Set{Name: "s", Type: typ, Flags: flags}}
+	return &compile.Set{Key: keyOf(typ), Set: &knftables.Set{Name: "s", Type: typ, Flags: flags}}
 }
 
 func ptrStr(s string) *string { return &s }
@@ -74,7 +74,7 @@ func TestElementEncoding(t *testing.T) {
 		want: []refElement{{key: []byte{6, 0, 0, 0, 0x1f, 0x90, 0, 0}, keyEnd: []byte{6, 0, 0, 0, 0x1f, 0x90, 0, 0}}},
 	}, {
 		name: "verdict map",
-		set:  &compile.Set{Map: &knftables.Map{Name: "m", Type: "ipv6_addr : verdict"}},
+		set:  &compile.Set{Key: keyOf("ipv6_addr : verdict"), Map: &knftables.Map{Name: "m", Type: "ipv6_addr : verdict"}},
 		el:   knftables.Element{Key: []string{"fd00::1"}, Value: []string{"goto ingress-x"}},
 		want: []refElement{{key: []byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, hasVerdict: true, verdict: -4, chain: "ingress-x"}},
 	}} {
@@ -122,7 +122,7 @@ func TestElementEncoding(t *testing.T) {
 
 func TestElementEncodingErrors(t *testing.T) {
 	interval := knftables.IntervalFlag
-	vmap := &compile.Set{Map: &knftables.Map{Name: "m", Type: "ipv4_addr : verdict"}}
+	vmap := &compile.Set{Key: keyOf("ipv4_addr : verdict"), Map: &knftables.Map{Name: "m", Type: "ipv4_addr : verdict"}}
 	a := netip.MustParseAddr
 	addr := func(s string) compile.Element { return compile.AddrElement(a(s), nil) }
 	rg := func(from, to string) compile.Element {
@@ -131,7 +131,10 @@ func TestElementEncodingErrors(t *testing.T) {
 		e.Last = &last
 		return e
 	}
-	withValue := func(e compile.Element, v string) compile.Element { e.Value = v; return e }
+	withValue := func(e compile.Element, k compile.VerdictKind, chain string) compile.Element {
+		e.Verdict, e.Chain = k, chain
+		return e
+	}
 	withComment := func(e compile.Element, c string) compile.Element { e.Comment = &c; return e }
 	ports := func(p compile.Protocol, first, last uint16) compile.Element {
 		return compile.Element{Ports: compile.PortRange{Protocol: p, First: first, Last: last}, Shape: compile.ShapeProtoPorts}
@@ -150,13 +153,12 @@ func TestElementEncodingErrors(t *testing.T) {
 		{set("ipv4_addr", interval), rg("10.0.0.1", "fd00::1"), "not of the set's family"},
 		{set("inet_proto . inet_service", interval), ports(compile.ProtoTCP, 90, 80), "descending"},
 		{set("inet_proto . inet_service"), ports(compile.ProtoTCP, 80, 90), "without the interval flag"},
-		{set("ipv4_addr"), withValue(addr("10.0.0.1"), "accept"), "has a value"},
+		{set("ipv4_addr"), withValue(addr("10.0.0.1"), compile.VerdictAccept, ""), "has a value"},
 		{set("ipv4_addr . inet_service"), addr("10.0.0.1"), "fields of the set's type"},
-		{vmap, withValue(addr("10.0.0.1"), "goto"), "need a chain"},
-		{vmap, withValue(addr("10.0.0.1"), "accept x"), "need a chain"},
-		{vmap, withValue(addr("10.0.0.1"), "reject"), "unknown"},
-		{vmap, withComment(withValue(addr("10.0.0.1"), "accept"), strings.Repeat("c", 200)), "comment longer"},
-		{&compile.Set{Map: &knftables.Map{Name: "m", Type: "ipv4_addr : ipv4_addr"}}, withValue(addr("10.0.0.1"), "10.0.0.2"), "map data"},
+		{vmap, withValue(addr("10.0.0.1"), compile.VerdictGoto, ""), "need a chain"},
+		{vmap, withValue(addr("10.0.0.1"), compile.VerdictAccept, "x"), "need a chain"},
+		{vmap, withValue(addr("10.0.0.1"), compile.VerdictKind(9), ""), "not a verdict"},
+		{vmap, withComment(withValue(addr("10.0.0.1"), compile.VerdictAccept, ""), strings.Repeat("c", 200)), "comment longer"},
 	} {
 		l, err := LayoutOf(tc.set)
 		if err != nil {

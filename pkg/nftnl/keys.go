@@ -39,13 +39,6 @@ func (k fieldKind) size() int {
 	return 2
 }
 
-var fieldKinds = map[string]fieldKind{
-	"ipv4_addr":    kindIPv4,
-	"ipv6_addr":    kindIPv6,
-	"inet_proto":   kindProto,
-	"inet_service": kindService,
-}
-
 // valueLen is the length of a key or data of these fields: in a
 // concatenation every field is padded to 4 bytes.
 func valueLen(fields []fieldKind) int {
@@ -57,18 +50,6 @@ func valueLen(fields []fieldKind) int {
 		n += align4(k.size())
 	}
 	return n
-}
-
-func parseKinds(s string) ([]fieldKind, bool) {
-	var out []fieldKind
-	for _, f := range strings.Split(s, " . ") {
-		k, ok := fieldKinds[strings.TrimSpace(f)]
-		if !ok {
-			return nil, false
-		}
-		out = append(out, k)
-	}
-	return out, true
 }
 
 // shapeOf is the element shape of a key's fields, if it is one.

@@ -27,7 +27,7 @@ func TestDecodeKey(t *testing.T) {
 			Ports: compile.PortRange{Protocol: compile.ProtoTCP, First: 53, Last: 53}, Shape: compile.ShapeAddrProtoPort}},
 		{"inet_proto . inet_service", compile.Element{Ports: compile.PortRange{Protocol: 200, First: 1, Last: 1}, Shape: compile.ShapeProtoPorts}},
 	} {
-		l, err := LayoutOf(&compile.Set{Set: &knftables.Set{Name: "s", Type: c.typ}})
+		l, err := LayoutOf(&compile.Set{Key: keyOf(c.typ), Set: &knftables.Set{Name: "s", Type: c.typ}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,11 +48,11 @@ func TestDecodeKey(t *testing.T) {
 			t.Errorf("%s: a key one byte too short decoded", c.typ)
 		}
 	}
-	self, _ := LayoutOf(&compile.Set{Set: &knftables.Set{Name: "s", Type: "ipv4_addr . ipv4_addr"}})
+	self, _ := LayoutOf(&compile.Set{Key: keyOf("ipv4_addr . ipv4_addr"), Set: &knftables.Set{Name: "s", Type: "ipv4_addr . ipv4_addr"}})
 	if e, err := self.DecodeKey([]byte{10, 0, 0, 1, 10, 0, 0, 2}); err == nil {
 		t.Errorf("a self key of two addresses decoded to %s", e.Text())
 	}
-	ranges, _ := LayoutOf(&compile.Set{Set: &knftables.Set{Name: "s", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}}})
+	ranges, _ := LayoutOf(&compile.Set{Key: keyOf("ipv4_addr"), Set: &knftables.Set{Name: "s", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}}})
 	if e, err := ranges.DecodeKey([]byte{10, 0, 0, 1}); err == nil {
 		t.Errorf("a key of an interval set decoded to %s", e.Text())
 	}
@@ -68,7 +68,7 @@ func FuzzDecodeKey(f *testing.F) {
 		f.Add(uint8(i), []byte{6, 0, 0, 0, 0, 80, 0, 0})
 	}
 	f.Fuzz(func(t *testing.T, typ uint8, key []byte) {
-		l, err := LayoutOf(&compile.Set{Set: &knftables.Set{Name: "s", Type: types[int(typ)%len(types)]}})
+		l, err := LayoutOf(&compile.Set{Key: keyOf(types[int(typ)%len(types)]), Set: &knftables.Set{Name: "s", Type: types[int(typ)%len(types)]}})
 		if err != nil {
 			t.Fatal(err)
 		}

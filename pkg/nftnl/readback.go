@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/mdlayher/netlink"
@@ -167,7 +166,7 @@ func (k *SetDecl) Matches(d *compile.Set) bool {
 	if k.other || (d.Map != nil) != (k.flags&unix.NFT_SET_MAP != 0) {
 		return false
 	}
-	var typ, typeOf string
+	var typeOf string
 	var flags []knftables.SetFlag
 	var timeout, gc *time.Duration
 	var size *uint64
@@ -177,48 +176,30 @@ func (k *SetDecl) Matches(d *compile.Set) bool {
 	switch {
 	case d.Map != nil:
 		m := d.Map
-		typ, typeOf, flags, timeout, gc, size, policy, comment = m.Type, m.TypeOf, m.Flags, m.Timeout, m.GCInterval, m.Size, m.Policy, m.Comment
+		typeOf, flags, timeout, gc, size, policy, comment = m.TypeOf, m.Flags, m.Timeout, m.GCInterval, m.Size, m.Policy, m.Comment
 	case d.Set != nil:
 		s := d.Set
-		typ, typeOf, flags, timeout, gc, size, policy, comment, autoMerge = s.Type, s.TypeOf, s.Flags, s.Timeout, s.GCInterval, s.Size, s.Policy, s.Comment, s.AutoMerge
+		typeOf, flags, timeout, gc, size, policy, comment, autoMerge = s.TypeOf, s.Flags, s.Timeout, s.GCInterval, s.Size, s.Policy, s.Comment, s.AutoMerge
 	default:
 		return false
 	}
 	if typeOf != "" {
 		return false
 	}
-	// Key and data types.
-	keyText, dataText := typ, ""
-	if d.Map != nil {
-		var ok bool
-		if keyText, dataText, ok = strings.Cut(typ, " : "); !ok {
-			return false
-		}
-	}
-	key, ok := parseKinds(keyText)
-	if !ok {
-		return false
-	}
-	if id, n := typeOfFields(key); k.keyType != id || k.keyLen != n {
-		return false
-	}
-	switch dataText = strings.TrimSpace(dataText); {
-	case d.Map == nil:
-		if k.hasData {
-			return false
-		}
-	case dataText == "verdict":
-		if !k.hasData || k.dataType != unix.NFT_DATA_VERDICT {
-			return false
-		}
-	default:
-		data, ok := parseKinds(dataText)
+	// Key and data types: the typed key; a map's data is a verdict.
+	key := make([]fieldKind, len(d.Key))
+	for i, kk := range d.Key {
+		f, ok := keyFieldKinds[kk]
 		if !ok {
 			return false
 		}
-		if id, n := typeOfFields(data); !k.hasData || k.dataType != id || k.dataLen != n {
-			return false
-		}
+		key[i] = f
+	}
+	if id, n := typeOfFields(key); len(key) == 0 || k.keyType != id || k.keyLen != n {
+		return false
+	}
+	if d.Map == nil && k.hasData || d.Map != nil && (!k.hasData || k.dataType != unix.NFT_DATA_VERDICT) {
+		return false
 	}
 	// Flags: NFT_SET_CONCAT follows from the key type and the interval
 	// flag.

@@ -2,8 +2,6 @@ package nftnl
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -20,13 +18,13 @@ type ruleField struct {
 	offset  uint32
 }
 
-var ruleFields = map[string]ruleField{
-	"ip saddr":     {kind: kindIPv4, nfproto: unix.NFPROTO_IPV4, base: unix.NFT_PAYLOAD_NETWORK_HEADER, offset: 12},
-	"ip daddr":     {kind: kindIPv4, nfproto: unix.NFPROTO_IPV4, base: unix.NFT_PAYLOAD_NETWORK_HEADER, offset: 16},
-	"ip6 saddr":    {kind: kindIPv6, nfproto: unix.NFPROTO_IPV6, base: unix.NFT_PAYLOAD_NETWORK_HEADER, offset: 8},
-	"ip6 daddr":    {kind: kindIPv6, nfproto: unix.NFPROTO_IPV6, base: unix.NFT_PAYLOAD_NETWORK_HEADER, offset: 24},
-	"meta l4proto": {kind: kindProto, meta: true},
-	"th dport":     {kind: kindService, base: unix.NFT_PAYLOAD_TRANSPORT_HEADER, offset: 2},
+var ruleFields = [...]ruleField{
+	compile.FieldIPSaddr:  {kind: kindIPv4, nfproto: unix.NFPROTO_IPV4, base: unix.NFT_PAYLOAD_NETWORK_HEADER, offset: 12},
+	compile.FieldIPDaddr:  {kind: kindIPv4, nfproto: unix.NFPROTO_IPV4, base: unix.NFT_PAYLOAD_NETWORK_HEADER, offset: 16},
+	compile.FieldIP6Saddr: {kind: kindIPv6, nfproto: unix.NFPROTO_IPV6, base: unix.NFT_PAYLOAD_NETWORK_HEADER, offset: 8},
+	compile.FieldIP6Daddr: {kind: kindIPv6, nfproto: unix.NFPROTO_IPV6, base: unix.NFT_PAYLOAD_NETWORK_HEADER, offset: 24},
+	compile.FieldL4Proto:  {kind: kindProto, meta: true},
+	compile.FieldTHDport:  {kind: kindService, base: unix.NFT_PAYLOAD_TRANSPORT_HEADER, offset: 2},
 }
 
 // concatReg is the register nft loads a concatenation's field at this byte
@@ -39,34 +37,28 @@ func concatReg(offset int) uint32 {
 	return nftReg32 + uint32(offset/4)
 }
 
-// parseRule turns a rule of the compiler's forms into expressions:
-//
-//	rule     = { match } { stmt } [ verdict ]
-//	match    = field { "." field } [ "!=" | "vmap" ] "@"set
-//	field    = ("ip" | "ip6") ("saddr" | "daddr") | "meta l4proto" | "th dport"
-//	stmt     = "counter" | "limit rate" N"/second burst" M "packets"
-//	         | "log" [ "prefix" "quoted" ] [ "group" N ]
-//	verdict  = "accept" | "drop" | ("jump" | "goto") chain
-//
-// Anything else is ErrUnsupported.
-func parseRule(text string, sets func(string) *compile.Set) ([]nlExpr, error) {
-	toks, err := ruleTokens(text)
-	if err != nil {
-		return nil, err
-	}
-	p := &ruleParser{toks: toks, sets: sets}
-	for p.i < len(p.toks) {
-		if err := p.statement(); err != nil {
+// ruleExprs turns a typed rule of the compiler into expressions, as nft
+// 1.0.6 writes the rule's printing: set lookups (and verdict-map
+// lookups) of fields and their concatenations, each field after the
+// network protocol check it needs; counter, limit and log statements;
+// the verdict. A rule with an expression of another kind (ExprNft, the
+// meters of ExprMeter, sampling's ExprNfproto and ExprNumgen) is
+// ErrUnsupported, naming the kind: it goes through nft.
+func ruleExprs(r *compile.TableRule, sets func(string) *compile.Set) ([]nlExpr, error) {
+	p := &ruleEncoder{sets: sets}
+	for i := range r.Exprs {
+		if err := p.expr(&r.Exprs[i]); err != nil {
 			return nil, err
 		}
+	}
+	if err := p.verdict(r.Verdict); err != nil {
+		return nil, err
 	}
 	return p.out, nil
 }
 
-// ruleParser reads a rule's tokens from i on into expressions.
-type ruleParser struct {
-	toks []string
-	i    int
+// ruleEncoder turns a rule's expressions into netlink expressions.
+type ruleEncoder struct {
 	sets func(string) *compile.Set
 	out  []nlExpr
 	// nfproto is the network protocol the rule has checked.
@@ -77,44 +69,45 @@ func unsupported(what string) error {
 	return fmt.Errorf("%w: %s", ErrUnsupported, what)
 }
 
-// statement reads one match, statement or verdict.
-func (p *ruleParser) statement() error {
-	switch t := p.toks[p.i]; t {
-	case "ip", "ip6", "meta", "th":
-		return p.match()
-	case "counter":
+// expr encodes one match or statement.
+func (p *ruleEncoder) expr(e *compile.RuleExpr) error {
+	switch e.Kind {
+	case compile.ExprLookup, compile.ExprVmap:
+		return p.match(e)
+	case compile.ExprCounter:
 		p.out = append(p.out, nlExpr{name: "counter"})
-		p.i++
-		return nil
-	case "limit":
-		return p.limit()
-	case "log":
-		return p.log()
-	case "accept", "drop", "jump", "goto":
-		return p.verdict()
+	case compile.ExprLimit:
+		p.out = append(p.out, nlExpr{name: "limit", rate: e.Rate, burst: e.Burst, over: e.Over})
+	case compile.ExprLog:
+		prefix := e.Prefix
+		p.out = append(p.out, nlExpr{name: "log", prefix: &prefix, group: int32(e.Group)})
+	case compile.ExprMeter:
+		return unsupported("meter update @" + e.Set)
+	case compile.ExprNfproto, compile.ExprNumgen:
+		return unsupported("sampling expression")
+	case compile.ExprNft:
+		return unsupported("expression only nft writes: " + e.Text)
 	default:
-		return unsupported("statement " + t)
+		return unsupported(fmt.Sprintf("expression kind %d", e.Kind))
 	}
+	return nil
 }
 
-// match reads a set lookup: its fields, loaded into the key's registers,
-// and the lookup.
-func (p *ruleParser) match() error {
-	fields, err := p.fields()
-	if err != nil {
-		return err
+// match encodes a set lookup: its fields, loaded into the key's
+// registers, and the lookup.
+func (p *ruleEncoder) match(e *compile.RuleExpr) error {
+	vmap := e.Kind == compile.ExprVmap
+	if vmap && e.Neg {
+		return unsupported("a negated verdict map lookup")
 	}
-	toks := p.toks
-	var inv, vmap bool
-	if p.i < len(toks) && (toks[p.i] == "!=" || toks[p.i] == "vmap") {
-		inv, vmap = toks[p.i] == "!=", toks[p.i] == "vmap"
-		p.i++
+	fields := make([]ruleField, len(e.Fields))
+	for i, f := range e.Fields {
+		if f < compile.FieldIPSaddr || int(f) >= len(ruleFields) {
+			return unsupported("field " + f.String())
+		}
+		fields[i] = ruleFields[f]
 	}
-	if p.i >= len(toks) || !strings.HasPrefix(toks[p.i], "@") {
-		return unsupported("a match that is not a set lookup")
-	}
-	name := toks[p.i][1:]
-	p.i++
+	name := e.Set
 	set := p.sets(name)
 	if set == nil {
 		return unsupported("set " + name + " is not in the ruleset")
@@ -123,40 +116,19 @@ func (p *ruleParser) match() error {
 	if err != nil {
 		return err
 	}
-	if len(l.key) != len(fields) || vmap != l.verdict || (set.Map != nil && !vmap) {
+	if len(fields) == 0 || len(l.key) != len(fields) || vmap != l.verdict || (set.Map != nil && !vmap) {
 		return unsupported("lookup of " + name + " does not match its type")
 	}
 	if err := p.loadKey(fields, &l, name); err != nil {
 		return err
 	}
-	p.out = append(p.out, nlExpr{name: "lookup", reg: unix.NFT_REG_1, set: name, inv: inv, vmap: vmap})
+	p.out = append(p.out, nlExpr{name: "lookup", reg: unix.NFT_REG_1, set: name, inv: e.Neg, vmap: vmap})
 	return nil
-}
-
-// fields reads a field or a concatenation of fields.
-func (p *ruleParser) fields() ([]ruleField, error) {
-	var fields []ruleField
-	for {
-		if p.i+1 >= len(p.toks) {
-			return nil, unsupported("a field without a set")
-		}
-		f, ok := ruleFields[p.toks[p.i]+" "+p.toks[p.i+1]]
-		if !ok {
-			return nil, unsupported("field " + p.toks[p.i] + " " + p.toks[p.i+1])
-		}
-		fields = append(fields, f)
-		p.i += 2
-		if p.i < len(p.toks) && p.toks[p.i] == "." {
-			p.i++
-			continue
-		}
-		return fields, nil
-	}
 }
 
 // loadKey writes the expressions that load the fields into the registers
 // of the set's key (l), each after the network protocol check it needs.
-func (p *ruleParser) loadKey(fields []ruleField, l *Layout, name string) error {
+func (p *ruleEncoder) loadKey(fields []ruleField, l *Layout, name string) error {
 	offset := 0
 	for k, f := range fields {
 		if f.kind != l.key[k] {
@@ -191,97 +163,16 @@ func (p *ruleParser) loadKey(fields []ruleField, l *Layout, name string) error {
 	return nil
 }
 
-// limit reads "limit rate N/second burst M packets".
-func (p *ruleParser) limit() error {
-	toks, i := p.toks, p.i
-	if i+5 >= len(toks) || toks[i+1] != "rate" || toks[i+3] != "burst" || toks[i+5] != "packets" {
-		return unsupported("limit")
+// verdict encodes the rule's verdict (none for a rule that ends in a
+// verdict map or falls through).
+func (p *ruleEncoder) verdict(v compile.RuleVerdict) error {
+	if v.Kind == compile.VerdictNone {
+		return nil
 	}
-	r, ok := strings.CutSuffix(toks[i+2], "/second")
-	rate, err1 := strconv.ParseUint(r, 10, 32)
-	burst, err2 := strconv.ParseUint(toks[i+4], 10, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return unsupported("limit " + toks[i+2] + " burst " + toks[i+4])
+	code, err := verdictCode(v)
+	if err != nil {
+		return err
 	}
-	p.out = append(p.out, nlExpr{name: "limit", rate: uint32(rate), burst: uint32(burst)})
-	p.i += 6
+	p.out = append(p.out, nlExpr{name: "immediate", verdict: code, chain: v.Chain})
 	return nil
-}
-
-// log reads "log" and its prefix and group options.
-func (p *ruleParser) log() error {
-	toks := p.toks
-	e := nlExpr{name: "log", group: -1}
-	p.i++
-	for p.i+1 < len(toks) && (toks[p.i] == "prefix" || toks[p.i] == "group") {
-		if toks[p.i] == "prefix" {
-			s, ok := unquote(toks[p.i+1])
-			if !ok {
-				return unsupported("log prefix " + toks[p.i+1])
-			}
-			e.prefix = &s
-		} else {
-			g, err := strconv.ParseUint(toks[p.i+1], 10, 16)
-			if err != nil {
-				return unsupported("log group " + toks[p.i+1])
-			}
-			e.group = int32(g)
-		}
-		p.i += 2
-	}
-	p.out = append(p.out, e)
-	return nil
-}
-
-// verdict reads the rule's last statement: accept, drop, jump or goto.
-func (p *ruleParser) verdict() error {
-	t := p.toks[p.i]
-	e := nlExpr{name: "immediate", verdict: verdictCodes[t]}
-	p.i++
-	if t == "jump" || t == "goto" {
-		if p.i >= len(p.toks) {
-			return unsupported(t + " without a chain")
-		}
-		e.chain = p.toks[p.i]
-		p.i++
-	}
-	if p.i != len(p.toks) {
-		return unsupported("statements after the verdict")
-	}
-	p.out = append(p.out, e)
-	return nil
-}
-
-// ruleTokens splits a rule at spaces; a double-quoted string (without
-// quotes or backslashes inside) is one token, quotes kept.
-func ruleTokens(s string) ([]string, error) {
-	var toks []string
-	for s = strings.TrimSpace(s); s != ""; s = strings.TrimLeft(s, " ") {
-		if s[0] == '"' {
-			end := strings.IndexByte(s[1:], '"')
-			if end < 0 || strings.ContainsRune(s[1:end+1], '\\') {
-				return nil, fmt.Errorf("%w: quoting in %q", ErrUnsupported, s)
-			}
-			toks = append(toks, s[:end+2])
-			s = s[end+2:]
-			continue
-		}
-		n := strings.IndexByte(s, ' ')
-		if n < 0 {
-			n = len(s)
-		}
-		if strings.ContainsAny(s[:n], "\"\\{}") {
-			return nil, fmt.Errorf("%w: token %q", ErrUnsupported, s[:n])
-		}
-		toks = append(toks, s[:n])
-		s = s[n:]
-	}
-	return toks, nil
-}
-
-func unquote(t string) (string, bool) {
-	if len(t) < 2 || t[0] != '"' || t[len(t)-1] != '"' {
-		return "", false
-	}
-	return t[1 : len(t)-1], true
 }

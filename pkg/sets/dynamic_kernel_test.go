@@ -25,8 +25,7 @@ func TestDynamicSetKeepsElements(t *testing.T) {
 		return &compile.Ruleset{
 			Table:  knftables.Table{Comment: knftables.PtrTo("t")},
 			Chains: map[string]*compile.Chain{},
-			Sets: map[string]*compile.Set{"learned-v4": {Dynamic: true, Set: &knftables.Set{Name: "learned-v4",
-				Type: "ipv4_addr . ipv4_addr", Flags: []knftables.SetFlag{knftables.TimeoutFlag}, Comment: knftables.PtrTo(comment)}}},
+			Sets:   map[string]*compile.Set{"learned-v4": {Dynamic: true, Key: []compile.KeyKind{compile.KeyIPv4, compile.KeyIPv4}, Set: &knftables.Set{Name: "learned-v4", Type: "ipv4_addr . ipv4_addr", Flags: []knftables.SetFlag{knftables.TimeoutFlag}, Comment: knftables.PtrTo(comment)}}},
 		}
 	}
 	if _, err := k.syncer.Sync(ctx, ruleset("a")); err != nil {

@@ -113,12 +113,12 @@ func TestFullSyncUnhooked(t *testing.T) {
 // neighbouring nodes), single addresses, a range up to the last address
 // and concatenated ranges.
 func TestFullSyncUnhookedIntervals(t *testing.T) {
-	v4 := &compile.Set{Set: &knftables.Set{Name: "ranges-v4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}}}
+	v4 := &compile.Set{Key: []compile.KeyKind{compile.KeyIPv4}, Set: &knftables.Set{Name: "ranges-v4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}}}
 	for _, p := range []string{"10.244.1.0/24", "10.244.2.0/24", "10.244.3.7/32", "255.255.255.0/24"} {
 		v4.Elements = append(v4.Elements, compile.PrefixElement(netip.MustParsePrefix(p)))
 	}
 	v4.Elements = append(v4.Elements, compile.RangeElement(compile.IPRange{From: netip.MustParseAddr("10.9.0.0"), To: netip.MustParseAddr("10.9.0.5")}))
-	cc := &compile.Set{Set: &knftables.Set{Name: "ports-v4", Type: "inet_proto . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag}}}
+	cc := &compile.Set{Key: []compile.KeyKind{compile.KeyProto, compile.KeyService}, Set: &knftables.Set{Name: "ports-v4", Type: "inet_proto . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag}}}
 	for _, p := range []compile.PortRange{{Protocol: compile.ProtoTCP, First: 80, Last: 89}, {Protocol: compile.ProtoUDP, First: 90, Last: 90}} {
 		cc.Elements = append(cc.Elements, compile.Element{Ports: p, Shape: compile.ShapeProtoPorts})
 	}
@@ -126,7 +126,7 @@ func TestFullSyncUnhookedIntervals(t *testing.T) {
 		Table: knftables.Table{Comment: ptrString("intervals")},
 		Chains: map[string]*compile.Chain{"forward": {
 			Chain: knftables.Chain{Name: "forward", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.ForwardHook), Priority: knftables.PtrTo(knftables.FilterPriority)},
-			Rules: []knftables.Rule{{Rule: "ip saddr @ranges-v4 meta l4proto . th dport @ports-v4 counter accept"}},
+			Rules: []compile.TableRule{{Exprs: []compile.RuleExpr{{Kind: compile.ExprNft, Text: "ip saddr @ranges-v4 meta l4proto . th dport @ports-v4 counter accept"}}}},
 		}},
 		ChainOrder: []string{"forward"},
 		Sets:       map[string]*compile.Set{"ranges-v4": v4, "ports-v4": cc},

@@ -246,7 +246,7 @@ func (w *nlWriter) flushChain(name string) error {
 	return nil
 }
 
-func (w *nlWriter) addRule(chain string, r *knftables.Rule) error {
+func (w *nlWriter) addRule(chain string, r *compile.TableRule) error {
 	w.ops++
 	return w.b.AddRule(chain, r, func(n string) *compile.Set { return w.desired.Sets[n] })
 }

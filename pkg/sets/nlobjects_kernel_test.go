@@ -147,7 +147,7 @@ func TestNetlinkObjectsMatchNFT(t *testing.T) {
 	odd := *rs
 	odd.Chains = maps.Clone(rs.Chains)
 	odd.Chains["extra"] = &compile.Chain{Chain: knftables.Chain{Name: "extra"},
-		Rules: []knftables.Rule{{Rule: "ct state established accept"}}}
+		Rules: []compile.TableRule{{Exprs: []compile.RuleExpr{{Kind: compile.ExprNft, Text: "ct state established"}}, Verdict: compile.RuleVerdict{Kind: compile.VerdictAccept}}}}
 	odd.ChainOrder = append([]string{"extra"}, rs.ChainOrder...)
 	if res := sync(node.syncer, &odd); res.Netlink || res.Full || res.ChainsWritten != 1 {
 		t.Fatalf("a rule netlink does not write: %+v, want one chain written through nft", res)

@@ -45,8 +45,8 @@ func writeElement(b *strings.Builder, e *compile.Element) {
 	if e.Comment != nil {
 		fmt.Fprintf(b, " comment %q", *e.Comment)
 	}
-	if e.Value != "" {
+	if e.Verdict != compile.VerdictNone {
 		b.WriteString(" : ")
-		b.WriteString(e.Value)
+		b.WriteString(e.Value().String())
 	}
 }

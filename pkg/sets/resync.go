@@ -362,7 +362,7 @@ func planSet(name string, set *compile.Set, l *nftnl.Layout, k kernelElements) (
 		// Deleted by its key (the same in both) and added again with
 		// its value and comment.
 		e := set.Elements[i]
-		e.Value, e.Comment = "", nil
+		e.Verdict, e.Chain, e.Comment = compile.VerdictNone, "", nil
 		plan.del = append(plan.del, e)
 		add = append(add, i)
 	}

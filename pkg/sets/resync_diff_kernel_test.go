@@ -126,7 +126,7 @@ func hookedRuleset(rule string, sets ...*compile.Set) *compile.Ruleset {
 		Table: knftables.Table{Comment: knftables.PtrTo("t")},
 		Chains: map[string]*compile.Chain{"forward": {
 			Chain: knftables.Chain{Name: "forward", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.ForwardHook), Priority: knftables.PtrTo(knftables.FilterPriority)},
-			Rules: []knftables.Rule{{Rule: rule}},
+			Rules: []compile.TableRule{{Exprs: []compile.RuleExpr{{Kind: compile.ExprNft, Text: rule}}}},
 		}},
 		ChainOrder: []string{"forward"},
 		Sets:       map[string]*compile.Set{},
@@ -242,9 +242,8 @@ func TestResyncKeepsDynamicSet(t *testing.T) {
 	ctx := context.Background()
 	ruleset := func(comment string) *compile.Ruleset {
 		return hookedRuleset("ip saddr . ip daddr @learned-v4 ip saddr @pods-v4 counter accept",
-			&compile.Set{Dynamic: true, Set: &knftables.Set{Name: "learned-v4",
-				Type: "ipv4_addr . ipv4_addr", Flags: []knftables.SetFlag{knftables.TimeoutFlag}, Comment: knftables.PtrTo(comment)}},
-			&compile.Set{Set: &knftables.Set{Name: "pods-v4", Type: "ipv4_addr"}, Elements: []compile.Element{
+			&compile.Set{Dynamic: true, Key: []compile.KeyKind{compile.KeyIPv4, compile.KeyIPv4}, Set: &knftables.Set{Name: "learned-v4", Type: "ipv4_addr . ipv4_addr", Flags: []knftables.SetFlag{knftables.TimeoutFlag}, Comment: knftables.PtrTo(comment)}},
+			&compile.Set{Key: []compile.KeyKind{compile.KeyIPv4}, Set: &knftables.Set{Name: "pods-v4", Type: "ipv4_addr"}, Elements: []compile.Element{
 				compile.AddrElement(netip.MustParseAddr("10.0.0.1"), nil), compile.AddrElement(netip.MustParseAddr("10.0.0.2"), nil),
 				compile.AddrElement(netip.MustParseAddr("10.0.0.3"), nil)}})
 	}
@@ -298,7 +297,7 @@ func TestResyncKeepsDynamicSet(t *testing.T) {
 func TestResyncFallsBackToRewrite(t *testing.T) {
 	ctx := context.Background()
 	ruleset := func(elems ...string) *compile.Ruleset {
-		s := &compile.Set{Set: &knftables.Set{Name: "fixed-v4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.ConstantFlag}}}
+		s := &compile.Set{Key: []compile.KeyKind{compile.KeyIPv4}, Set: &knftables.Set{Name: "fixed-v4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.ConstantFlag}}}
 		for _, e := range elems {
 			s.Elements = append(s.Elements, compile.AddrElement(netip.MustParseAddr(e), nil))
 		}
@@ -357,7 +356,7 @@ func TestPrefetchedResync(t *testing.T) {
 	// A set no rule names, deleted by hand after the read and added
 	// again with the same declaration and one of its elements.
 	addrs := func(name string, elems ...string) *compile.Set {
-		s := &compile.Set{Set: &knftables.Set{Name: name, Type: "ipv4_addr"}}
+		s := &compile.Set{Key: []compile.KeyKind{compile.KeyIPv4}, Set: &knftables.Set{Name: name, Type: "ipv4_addr"}}
 		for _, e := range elems {
 			s.Elements = append(s.Elements, compile.AddrElement(netip.MustParseAddr(e), nil))
 		}

@@ -515,7 +515,7 @@ func BenchmarkOnePodBatch(b *testing.B) {
 		b.Skip("needs root: a private network namespace")
 	}
 	base := &compile.Ruleset{Table: knftables.Table{Comment: ptrString("bench")}, Chains: map[string]*compile.Chain{},
-		Sets: map[string]*compile.Set{"peers-v4": {Set: &knftables.Set{Name: "peers-v4", Type: "ipv4_addr"}}}}
+		Sets: map[string]*compile.Set{"peers-v4": {Key: []compile.KeyKind{compile.KeyIPv4}, Set: &knftables.Set{Name: "peers-v4", Type: "ipv4_addr"}}}}
 	for i := 0; i < 1000; i++ {
 		base.Sets["peers-v4"].Elements = append(base.Sets["peers-v4"].Elements,
 			compile.AddrElement(netip.AddrFrom4([4]byte{10, 1, byte(i / 250), byte(i%250 + 1)}), ptrString(fmt.Sprintf("ns/pod-%d", i))))

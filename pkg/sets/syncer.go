@@ -87,6 +87,9 @@ type Syncer struct {
 	cfg              Config
 	applied          *compile.Ruleset
 	netlinkFallbacks atomic.Int64
+	// committed is the ruleset of the last sync that succeeded, for
+	// readers on other goroutines (CommittedRule).
+	committed atomic.Pointer[compile.Ruleset]
 	// dynamic holds the declarations of the dynamic sets last committed.
 	dynamic map[string]*compile.Set
 	// pre is the read of the kernel's sets Prefetch started, which the
@@ -135,8 +138,26 @@ func (s *Syncer) sync(ctx context.Context, desired *compile.Ruleset, shared comp
 		return res, err
 	}
 	s.applied = desired
+	s.committed.Store(desired)
 	s.recordDynamic(desired)
 	return res, nil
+}
+
+// CommittedRule returns rule i of a chain as the last successful sync
+// wrote it (nil when that ruleset has no such rule): the per-policy
+// counters read the owner of the rule the kernel counted. Safe for
+// concurrent use: a ruleset's chains are not changed once it is synced
+// (the tracker changes chains in a copy, Tracker.newRuleset).
+func (s *Syncer) CommittedRule(chain string, i int) *compile.TableRule {
+	rs := s.committed.Load()
+	if rs == nil {
+		return nil
+	}
+	c := rs.Chains[chain]
+	if c == nil || i < 0 || i >= len(c.Rules) {
+		return nil
+	}
+	return &c.Rules[i]
 }
 
 // full rewrites every chain and set of the table without deleting the table:
@@ -282,7 +303,7 @@ func addAllRules(tx *knftables.Transaction, desired *compile.Ruleset, res *Resul
 
 func addRules(tx *knftables.Transaction, chain string, c *compile.Chain) {
 	for i := range c.Rules {
-		r := c.Rules[i]
+		r := c.Rules[i].Knft()
 		r.Chain = chain
 		tx.Add(&r)
 	}
@@ -342,7 +363,7 @@ type diffWriter interface {
 	delElement(s *compile.Set, e *compile.Element) error
 	addElement(s *compile.Set, e *compile.Element) error
 	flushChain(name string) error
-	addRule(chain string, r *knftables.Rule) error
+	addRule(chain string, r *compile.TableRule) error
 	delChain(name string) error
 	delSet(s *compile.Set) error
 }
@@ -506,8 +527,8 @@ func (w txWriter) addElement(s *compile.Set, e *compile.Element) error {
 	return nil
 }
 func (w txWriter) flushChain(name string) error { w.tx.Flush(&knftables.Chain{Name: name}); return nil }
-func (w txWriter) addRule(chain string, r *knftables.Rule) error {
-	rule := *r
+func (w txWriter) addRule(chain string, r *compile.TableRule) error {
+	rule := r.Knft()
 	rule.Chain = chain
 	w.tx.Add(&rule)
 	return nil
@@ -541,12 +562,12 @@ func equalStrPtr(a, b *string) bool {
 	return *a == *b
 }
 
-func equalRules(a, b []knftables.Rule) bool {
+func equalRules(a, b []compile.TableRule) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if a[i].Rule != b[i].Rule || !equalStrPtr(a[i].Comment, b[i].Comment) {
+		if !a[i].Equal(b[i]) {
 			return false
 		}
 	}

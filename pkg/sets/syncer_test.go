@@ -361,7 +361,7 @@ func TestIncrementalSyncReplacesSetWhoseDefinitionChanged(t *testing.T) {
 	set, _, _ := oldDefinitions(t, desired)
 	def := *desired.Sets[set].Set
 	def.Flags = append(def.Flags, knftables.IntervalFlag)
-	desired.Sets[set] = &compile.Set{Set: &def, Elements: desired.Sets[set].Elements}
+	desired.Sets[set] = &compile.Set{Key: desired.Sets[set].Key, Set: &def, Elements: desired.Sets[set].Elements}
 	if res := sync(t, s, desired); !res.Full {
 		t.Error("a set whose flags changed was synced incrementally, over its old definition")
 	}

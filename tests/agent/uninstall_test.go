@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nftpolicy/nftpolicy/pkg/bootcni"
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/status"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
@@ -41,8 +42,10 @@ func TestUninstallRemovesTable(t *testing.T) {
 	c := cluster.Start(t, cluster.Config{NoAgents: true, Mode: compile.ModeQueue})
 	ctx := testContext(t, 3*time.Minute)
 	ds := ownAgentPods(t, ctx, c)
+	cni := map[string][]string{}
 	for _, a := range c.Agents() {
-		a.ExtraArgs = []string{"--pod-name", cluster.AgentPodName(a.Node), "--pod-namespace", status.DefaultAgents.Namespace}
+		cni[a.Node] = installBootPlugin(t, ctx, a)
+		a.ExtraArgs = append([]string{"--pod-name", cluster.AgentPodName(a.Node), "--pod-namespace", status.DefaultAgents.Namespace}, cni[a.Node]...)
 		if err := a.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -72,13 +75,18 @@ func TestUninstallRemovesTable(t *testing.T) {
 		t.Fatalf("%s has no table after a SIGTERM with its DaemonSet in place (%v, %v):\n%s", n1.Node, has, err, n1.LogTail(20))
 	}
 	logLines(t, n1, "Keeping the nftables table")
+	assertBootPlugin(t, n1, cni[n1.Node], true)
 
 	// The node whose agent is gone: cleanup removes what it left.
-	out, errOut, err := n1.Exec(ctx, nil, "cleanup", "--state-dir", n1.StateDir())
+	out, errOut, err := n1.Exec(ctx, nil, append([]string{"cleanup", "--state-dir", n1.StateDir()}, cni[n1.Node]...)...)
 	if err != nil || !strings.Contains(string(out), "removed table inet nftpolicy") {
 		t.Errorf("cleanup: %v\n%s%s", err, out, errOut)
 	}
 	assertNothingInstalled(t, c, n1)
+	assertBootPlugin(t, n1, cni[n1.Node], false)
+	if out, errOut, err := n1.Exec(ctx, nil, append([]string{"cni-install"}, cni[n1.Node]...)...); err != nil {
+		t.Fatalf("cni-install: %v\n%s%s", err, out, errOut)
+	}
 	if out, errOut, err := n1.Exec(ctx, nil, "cleanup"); err != nil || !strings.Contains(string(out), "nothing to remove") {
 		t.Errorf("cleanup again: %v, want success and nothing to remove\n%s%s", err, out, errOut)
 	}
@@ -93,6 +101,14 @@ func TestUninstallRemovesTable(t *testing.T) {
 	}
 	waitLogCount(t, n1, "Watching the agent's DaemonSet", 2)
 	n1.HoldAPI()
+
+	// The network plugin rewrites its configuration list (flannel's and
+	// Calico's installers do at every start): node-2's agent chains the
+	// boot plugin again.
+	if err := os.WriteFile(filepath.Join(cni[n2.Node][3], "10-lab.conflist"), []byte(primaryConflist), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitRechained(t, n2, cni[n2.Node][3])
 
 	// kubectl delete -f install.yaml: ServiceAccount and RBAC first, the
 	// DaemonSet last.
@@ -112,6 +128,7 @@ func TestUninstallRemovesTable(t *testing.T) {
 	}
 	assertNothingInstalled(t, c, n2)
 	logLines(t, n2, "Cannot read the agent's DaemonSet", "removed the nftables table")
+	assertBootPlugin(t, n2, cni[n2.Node], false)
 
 	// Fail closed: the agent that could not see the deletion keeps its
 	// table (protection is never removed on a guess).
@@ -122,6 +139,69 @@ func TestUninstallRemovesTable(t *testing.T) {
 		t.Errorf("%s removed its table without hearing from the API (%v, %v):\n%s", n1.Node, has, err, n1.LogTail(20))
 	}
 	logLines(t, n1, "Keeping the nftables table")
+	assertBootPlugin(t, n1, cni[n1.Node], true)
+}
+
+// primaryConflist is a node's CNI configuration before the boot plugin.
+const primaryConflist = `{"cniVersion":"1.0.0","name":"lab","plugins":[{"type":"ptp","ipam":{"type":"host-local"}}]}`
+
+// installBootPlugin gives the agent's node CNI directories of its own with
+// a primary plugin's configuration, runs `nftpolicy cni-install` into them
+// (install.yaml's init container), and returns the agent's flags that name
+// them.
+func installBootPlugin(t *testing.T, ctx context.Context, a *cluster.Agent) []string {
+	t.Helper()
+	dir := t.TempDir()
+	bin, conf := filepath.Join(dir, "bin"), filepath.Join(dir, "net.d")
+	for _, d := range []string{bin, conf} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(conf, "10-lab.conflist"), []byte(primaryConflist), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--cni-bin-dir", bin, "--cni-conf-dir", conf}
+	if out, errOut, err := a.Exec(ctx, nil, append([]string{"cni-install"}, flags...)...); err != nil {
+		t.Fatalf("cni-install: %v\n%s%s", err, out, errOut)
+	}
+	assertBootPlugin(t, a, flags, true)
+	return flags
+}
+
+// waitRechained waits up to 15 s (the agent checks every 10 s) for the
+// boot plugin to be back in the configuration list of conf.
+func waitRechained(t *testing.T, a *cluster.Agent, conf string) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(conf, "10-lab.conflist"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), bootcni.PluginName) {
+			logLines(t, a, "chained it again")
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the boot plugin was not chained again after the list was rewritten:\n%s\n%s", a.Node, b, a.LogTail(10))
+		}
+	}
+}
+
+// assertBootPlugin checks whether the boot plugin is installed in the CNI
+// directories flags name: configured and its executable there, or neither.
+func assertBootPlugin(t *testing.T, a *cluster.Agent, flags []string, want bool) {
+	t.Helper()
+	bin, conf := flags[1], flags[3]
+	b, err := os.ReadFile(filepath.Join(conf, "10-lab.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, statErr := os.Stat(filepath.Join(bin, bootcni.PluginName))
+	configured, present := strings.Contains(string(b), bootcni.PluginName), statErr == nil
+	if configured != want || present != want {
+		t.Errorf("%s: boot plugin configured %v, executable present %v; want %v\n%s\n%s", a.Node, configured, present, want, b, a.LogTail(10))
+	}
 }
 
 // waitLogCount waits up to 30 s for the agent's log to contain s n times.

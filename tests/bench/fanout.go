@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -180,7 +179,6 @@ type fanoutCluster struct {
 	sim    simConfig
 	pid    int
 	nss    []string
-	mu     sync.Mutex
 	pods   []*corev1.Pod // in index order; each the API server's last answer
 	slices []*discoveryv1.EndpointSlice
 	// dyn and podSlices: the PodAddressSlices of the podslices_ figures.

@@ -53,10 +53,46 @@ const faultsNS = "faults"
 // from the outside change's commit (nft returned) to the SYN of the first
 // connection denied again, with a connection opened every Interval; the
 // connections of that loop admitted after the change are the denied
-// connections admitted during the repair.
+// connections admitted during the repair. Then the boot window
+// (runBootWindow), on a lab of its own.
 func RunFaults(ctx context.Context, cfg FaultsConfig) (*Result, error) {
 	cfg.defaults()
-	return runInProgramTB("faults", func(tb *cluster.ProgramTB, res *Result) error { return runFaults(ctx, tb, cfg, res) })
+	res, err := runInProgramTB("faults", func(tb *cluster.ProgramTB, res *Result) error { return runFaults(ctx, tb, cfg, res) })
+	if err != nil {
+		return nil, err
+	}
+	boot, err := runInProgramTB("faults-boot", func(tb *cluster.ProgramTB, res *Result) error { return runBootWindow(ctx, tb, cfg, res) })
+	if err != nil {
+		return nil, err
+	}
+	res.Merge(boot)
+	return res, nil
+}
+
+// runBootWindow is a node after a reboot (cluster.RunBootWindow): pods
+// started through the boot plugin and a pair without it send, Repeats
+// connections each, before the node's agent starts. boot_window_admitted_denied
+// counts the denied connections of the held pods admitted (target 0);
+// boot_window_admitted_denied_unheld those of the pair without the plugin
+// (the window as a node without it has it).
+func runBootWindow(ctx context.Context, tb *cluster.ProgramTB, cfg FaultsConfig, res *Result) error {
+	c := cluster.Start(tb, cluster.Config{Nodes: []string{"node-1"}, Mode: compile.ModeHybrid, Logf: cfg.Logf,
+		NoAgents: true, Prefix: netlab.RandomPrefix("npbootb")})
+	r, err := c.RunBootWindow(ctx, cluster.BootWindow{Node: "node-1", Namespace: "boot", Rounds: cfg.Repeats, Interval: 10 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	if len(r.HeldAfter) > 0 || !r.DeniedAfter || !r.AllowedAfter || !r.LateAllowed {
+		return fmt.Errorf("boot window: after the first sync: still held %v, denied connection denied %v, allowed one allowed %v, later pod allowed %v",
+			r.HeldAfter, r.DeniedAfter, r.AllowedAfter, r.LateAllowed)
+	}
+	res.Set("boot_window_admitted_denied", r.HeldAdmittedDenied)
+	res.Set("boot_window_admitted_denied_unheld", r.UnheldAdmittedDenied)
+	res.Set("boot_window_connections", r.Rounds)
+	res.Set("boot_window_first_sync_ms", float64(r.FirstSync.Microseconds())/1000)
+	cfg.Logf("faults: boot window: %d connections per pair before the agent: %d denied admitted with the boot plugin, %d without; first sync %v",
+		r.Rounds, r.HeldAdmittedDenied, r.UnheldAdmittedDenied, r.FirstSync)
+	return nil
 }
 
 func runFaults(ctx context.Context, tb *cluster.ProgramTB, cfg FaultsConfig, res *Result) error {

@@ -56,6 +56,13 @@ var Targets = []target{
 	{"outside_element_repair_ms_p99", "<=", 1000},
 	{"outside_flush_admitted_after_repair", "==", 0},
 	{"outside_element_admitted_after_repair", "==", 0},
+	// Issue 46: the control plane away.
+	{"apiserver_outage_admitted_denied", "==", 0},
+	{"apiserver_outage_change_delay_ms", "<=", 2000},
+	{"relist_cpu_vs_first_sync_50k", "<=", 1},
+	{"relist_builds", "<=", 1},
+	// Issue 46: a rebooted node runs no pod traffic unenforced.
+	{"boot_window_admitted_denied", "==", 0},
 	{"incr_sync_ms_10k", "<=", 10},
 	{"incr_sync_ms_50k", "<=", 10},
 	{"incr_sync_ms_100k", "<=", 10},
@@ -103,7 +110,8 @@ var Headline = []string{
 	"hybrid_conn_ratio", "hybrid_conn_ratio_denylog", "hybrid_conn_ratio_cnp", "hybrid_cnp_vs_hybrid", "queue_conn_ratio", "hybrid_p50_us", "queue_p50_us", "control_p50_us", "queued_packets_per_conn",
 	"queue_q2_vs_queue", "queue_restart_gap_ms", "queue_restart_admitted_denied",
 	"program_delay_p50_ms", "program_delay_p99_ms", "churn_other_policy_delay_ms_p99",
-	"outside_flush_repair_ms_p99", "outside_element_repair_ms_p99", "outside_flush_admitted_denied",
+	"outside_flush_repair_ms_p99", "outside_element_repair_ms_p99", "outside_flush_admitted_denied", "boot_window_admitted_denied",
+	"apiserver_outage_admitted_denied", "apiserver_outage_change_delay_ms", "relist_cpu_s_50k", "relist_first_sync_cpu_s_50k",
 	"rss_mb_10k", "rss_mb_50k", "rss_mb_100k", "rss_mb_150k", "rss_peak_mb_150k", "rss_marginal_kib_per_pod",
 	"full_sync_ms_10k", "full_sync_ms_50k", "full_sync_ms_100k", "full_resync_ms_50k", "full_resync_ms_100k",
 	"startup_s_150k", "startup_agent_cpu_s_150k",
@@ -118,6 +126,9 @@ var Headline = []string{
 // derive adds the values computed from other sections' figures: how much
 // `kubectl nftpolicy wait` adds to the programming delay.
 func derive(r *Result) {
+	if rl, f := r.Float("relist_cpu_s_50k"), r.Float("relist_first_sync_cpu_s_50k"); !math.IsNaN(rl) && !math.IsNaN(f) && f > 0 {
+		r.Set("relist_cpu_vs_first_sync_50k", round(rl/f, 2))
+	}
 	if w, p := r.Float("wait_latency_ms_p50"), r.Float("program_delay_p50_ms"); !math.IsNaN(w) && !math.IsNaN(p) {
 		r.Set("wait_latency_minus_program_delay_ms", round(w-p, 2))
 	}
@@ -260,6 +271,16 @@ func Report(r *Result, quick bool) string {
 	row("outside changes", "of those, opened after the first connection denied again (target 0)", "outside_flush_admitted_after_repair", "")
 	row("outside changes", "one verdict-map element deleted -> first connection denied again, p99", "outside_element_repair_ms_p99", "ms")
 	row("outside changes", "denied connections admitted during the element repairs", "outside_element_admitted_denied", "")
+	row("control plane away", "API server stopped (seconds)", "apiserver_outage_s", "s")
+	row("control plane away", "denied connections admitted meanwhile (one every 20 ms, target 0)", "apiserver_outage_admitted_denied", "")
+	row("control plane away", "allowed connections failed meanwhile", "apiserver_outage_failed_allowed", "")
+	row("control plane away", "policy written at the API server's return -> first connection denied", "apiserver_outage_change_delay_ms", "ms")
+	row("control plane away", "agent CPU of one forced relist (watches expired: etcd compacted, API server restarted), 50k pods", "relist_cpu_s_50k", "s")
+	row("control plane away", "agent CPU of the first sync, same pods", "relist_first_sync_cpu_s_50k", "s")
+	row("control plane away", "relist CPU over the first sync's", "relist_cpu_vs_first_sync_50k", "")
+	row("control plane away", "full builds of the relist", "relist_builds", "")
+	row("boot window", "denied connections admitted before the agent's first sync, pods started through the boot plugin (target 0)", "boot_window_admitted_denied", "")
+	row("boot window", "same, pods started without it", "boot_window_admitted_denied_unheld", "")
 
 	// The status section: 1,000 simulated nodes, then 2 real agents.
 	for _, f := range [][3]string{

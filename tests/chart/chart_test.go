@@ -178,7 +178,8 @@ func TestChartValues(t *testing.T) {
 		"metrics.bindAddress=127.0.0.1:9402", "logVerbosity=4", "config.unknownPods.wait=3s", "extraArgs[0]=--unknown-pod-wait=2s",
 		"resources.limits.memory=1Gi", "nodeSelector.pool=edge", "tolerations=null")
 	c, pod := daemonSet(t, objs)
-	want := []any{"agent", "--config=/etc/nftpolicy/config.yaml", "--unknown-pod-wait=2s"}
+	want := []any{"agent", "--config=/etc/nftpolicy/config.yaml", "--unknown-pod-wait=2s",
+		"--cni-bin-dir=/host/opt/cni/bin", "--cni-conf-dir=/host/etc/cni/net.d"}
 	if d := cmp.Diff(want, c["args"]); d != "" {
 		t.Errorf("args (-want +got):\n%s", d)
 	}
@@ -195,6 +196,12 @@ func TestChartValues(t *testing.T) {
 	if got, want := c["image"], "registry.example/np:v9.9.9@"+digest; got != want {
 		t.Errorf("image %v, want %s", got, want)
 	}
+	// The boot plugin's init container installs the agent's binary: the
+	// same image.
+	if inits, _ := pod["initContainers"].([]any); len(inits) != 1 ||
+		inits[0].(map[string]any)["image"] != c["image"] || inits[0].(map[string]any)["imagePullPolicy"] != "Always" {
+		t.Errorf("init containers %v: want cni-install in the agent's image %v, pulled Always", pod["initContainers"], c["image"])
+	}
 	if c["imagePullPolicy"] != "Always" {
 		t.Errorf("imagePullPolicy %v, want Always", c["imagePullPolicy"])
 	}
@@ -207,6 +214,44 @@ func TestChartValues(t *testing.T) {
 	}
 	if _, ok := pod["tolerations"]; ok {
 		t.Errorf("tolerations %v rendered, want none", pod["tolerations"])
+	}
+}
+
+// TestChartBootPluginValues: the boot plugin's host directories come from
+// the values; disabled, nothing of it is rendered (no init container, no
+// CNI flags, mounts or volumes), and the agent leaves the node's CNI
+// configuration alone.
+func TestChartBootPluginValues(t *testing.T) {
+	_, pod := daemonSet(t, render(t, "bootPlugin.cniBinDir=/home/kubernetes/bin", "bootPlugin.cniConfDir=/etc/cni/custom"))
+	paths := map[string]any{}
+	for _, v := range pod["volumes"].([]any) {
+		v := v.(map[string]any)
+		if hp, ok := v["hostPath"].(map[string]any); ok {
+			paths[v["name"].(string)] = hp["path"]
+		}
+	}
+	if paths["cni-bin"] != "/home/kubernetes/bin" || paths["cni-conf"] != "/etc/cni/custom" {
+		t.Errorf("hostPath volumes %v: want cni-bin /home/kubernetes/bin, cni-conf /etc/cni/custom", paths)
+	}
+
+	c, pod := daemonSet(t, render(t, "bootPlugin.enabled=false"))
+	if _, ok := pod["initContainers"]; ok {
+		t.Errorf("bootPlugin.enabled=false rendered init containers %v", pod["initContainers"])
+	}
+	for _, a := range c["args"].([]any) {
+		if strings.HasPrefix(a.(string), "--cni-") {
+			t.Errorf("bootPlugin.enabled=false rendered the agent flag %s", a)
+		}
+	}
+	for _, m := range c["volumeMounts"].([]any) {
+		if n := m.(map[string]any)["name"]; n == "cni-bin" || n == "cni-conf" {
+			t.Errorf("bootPlugin.enabled=false rendered the mount %v", n)
+		}
+	}
+	for _, v := range pod["volumes"].([]any) {
+		if n := v.(map[string]any)["name"]; n == "cni-bin" || n == "cni-conf" {
+			t.Errorf("bootPlugin.enabled=false rendered the volume %v", n)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,36 +40,7 @@ const costAmpPods = 5000
 //     the evaluator on every probe.
 func TestRedTeamCostAmplification(t *testing.T) {
 	ctx := requireLab(t)
-	l, err := lab.New(ctx, nil, lab.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	pods := map[string]lab.PodSpec{}
-	for i, p := range []struct{ ns, name, app string }{
-		{"tenant", "a", "a"}, {"tenant", "b", "b"}, {"tenant", "client", "client"}, {"victim", "web", "web"}, {"victim", "friend", "friend"},
-	} {
-		spec := lab.PodSpec{Namespace: p.ns, Name: p.name, Node: i % 2, IP: lab.PodIP(i%2, i), Labels: map[string]string{"app": p.app}, TCPPorts: []uint16{80}}
-		if err := l.StartPod(spec); err != nil {
-			t.Fatal(err)
-		}
-		l.Know(spec)
-		pods[spec.Key()] = spec
-	}
-	l.Namespace("tenant", nil)
-	l.Namespace("victim", nil)
-	for i := range costAmpPods {
-		ns := fmt.Sprintf("filler-%02d", i/250)
-		if i%250 == 0 {
-			l.Namespace(ns, nil)
-		}
-		l.Know(lab.PodSpec{Namespace: ns, Name: fmt.Sprintf("p-%d", i), Node: i % 2,
-			IP: netip.AddrFrom4([4]byte{10, 96, byte(i / 250), byte(i%250 + 1)}), Labels: map[string]string{"app": "filler"}})
-	}
+	l, pods := costAmpLab(t, ctx)
 	attack := compiletest.CostAmplificationPolicy("tenant", "amplify", "a", 2300)
 	said := compile.NetworkPolicyCost(attack)
 	if said > compile.MaxPolicyCost {
@@ -105,12 +77,60 @@ func TestRedTeamCostAmplification(t *testing.T) {
 	if err := l.Publish(ctx); err != nil {
 		t.Fatal(err)
 	}
+	costAmpProbes(t, ctx, l, pods, false)
+}
+
+// costAmpLab starts the lab of the cost amplification tests: pods
+// tenant/a, tenant/b, tenant/client, victim/web and victim/friend on the
+// lab's two nodes, and costAmpPods more known to the agents in 20
+// namespaces filler-NN (app=filler), not started.
+func costAmpLab(t *testing.T, ctx context.Context) (*lab.Lab, map[string]lab.PodSpec) {
+	t.Helper()
+	l, err := lab.New(ctx, nil, lab.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	pods := map[string]lab.PodSpec{}
+	for i, p := range []struct{ ns, name, app string }{
+		{"tenant", "a", "a"}, {"tenant", "b", "b"}, {"tenant", "client", "client"}, {"victim", "web", "web"}, {"victim", "friend", "friend"},
+	} {
+		spec := lab.PodSpec{Namespace: p.ns, Name: p.name, Node: i % 2, IP: lab.PodIP(i%2, i), Labels: map[string]string{"app": p.app}, TCPPorts: []uint16{80}}
+		if err := l.StartPod(spec); err != nil {
+			t.Fatal(err)
+		}
+		l.Know(spec)
+		pods[spec.Key()] = spec
+	}
+	l.Namespace("tenant", nil)
+	l.Namespace("victim", nil)
+	for i := range costAmpPods {
+		ns := fmt.Sprintf("filler-%02d", i/250)
+		if i%250 == 0 {
+			l.Namespace(ns, nil)
+		}
+		l.Know(lab.PodSpec{Namespace: ns, Name: fmt.Sprintf("p-%d", i), Node: i % 2,
+			IP: netip.AddrFrom4([4]byte{10, 96, byte(i / 250), byte(i%250 + 1)}), Labels: map[string]string{"app": "filler"}})
+	}
+	return l, pods
+}
+
+// costAmpProbes probes the cost amplification lab: tenant/amplify's
+// subject tenant/a admits every pod (amplify built as written) or none
+// (rejected, fail-closed); victim/web admits victim/friend only; pods no
+// policy selects are reached. The kernel and the evaluator must agree.
+func costAmpProbes(t *testing.T, ctx context.Context, l *lab.Lab, pods map[string]lab.PodSpec, amplifyBuilt bool) {
+	t.Helper()
 	for _, c := range []struct {
 		from, to string
 		want     bool
 	}{
-		{"tenant/client", "tenant/a", false}, // as written, every pod may connect
-		{"tenant/b", "tenant/a", false},
+		{"tenant/client", "tenant/a", amplifyBuilt}, // as written, every pod may connect
+		{"tenant/b", "tenant/a", amplifyBuilt},
 		{"victim/friend", "victim/web", true},
 		{"tenant/client", "victim/web", false},
 		{"tenant/client", "tenant/b", true},
@@ -126,6 +146,75 @@ func TestRedTeamCostAmplification(t *testing.T) {
 			t.Errorf("%s -> %s:80: kernel %v, evaluator %v (%s); want %v", c.from, c.to, got, v.Allowed, v.Reason(), c.want)
 		}
 	}
+}
+
+// costAmpSharedPeers is how many distinct peers each selecting every pod
+// TestRedTeamCostAmplificationSharedPeers writes: what matching them
+// costs (peers x pods) fits the default policy budget at costAmpPods
+// pods, and so does one set of every pod; one set per peer (as many
+// again) does not.
+const costAmpSharedPeers = 150
+
+// TestRedTeamCostAmplificationSharedPeers is issue 43's attack scaled to
+// what the budget admits: tenant/amplify's costAmpSharedPeers peers, each
+// `namespaceSelector: {}` and "label nope-<i> does not exist", select the
+// same pods however differently they say it, and so does tenant/plain's
+// peer `namespaceSelector: {}`. With costAmpPods pods in the cluster,
+// every node makes one set of every pod for all of them, not one per
+// peer: the program holds one such selector (the others its aliases), the
+// policy is charged for one set and built as written (tenant/a admits
+// every pod), and each node's kernel table holds one peer set per family
+// of every pod. The kernel and the evaluator agree on every probe.
+func TestRedTeamCostAmplificationSharedPeers(t *testing.T) {
+	ctx := requireLab(t)
+	l, pods := costAmpLab(t, ctx)
+	l.SetPolicy(compiletest.CostAmplificationPolicy("tenant", "amplify", "a", costAmpSharedPeers))
+	l.SetPolicy(compiletest.NetPol("tenant", "plain", compiletest.Sel("app", "b"),
+		compiletest.Ingress(compiletest.Peers(compiletest.NSPeer(compiletest.Sel())))))
+	l.SetPolicy(compiletest.NetPol("victim", "web", compiletest.Sel("app", "web"),
+		compiletest.Ingress(compiletest.Peers(compiletest.PodPeer(compiletest.Sel("app", "friend"))))))
+
+	start := time.Now()
+	prog := compile.Build(l.Input(lab.DefaultNodes[0]))
+	t.Logf("built %d pods in %v", len(prog.Pods), time.Since(start).Round(time.Millisecond))
+	every := 0
+	for i := range prog.Policies {
+		if p := &prog.Policies[i]; p.Key == "tenant/amplify" && p.Rejected {
+			t.Fatalf("tenant/amplify rejected, charged %d: %v", p.Cost, p.Problems)
+		}
+	}
+	for i := range prog.Selectors {
+		if s := &prog.Selectors[i]; len(s.Members) == len(prog.Pods) {
+			every++
+			if len(s.Aliases) != costAmpSharedPeers {
+				t.Errorf("the set of every pod has %d aliases, want %d", len(s.Aliases), costAmpSharedPeers)
+			}
+		}
+	}
+	if every != 1 {
+		t.Fatalf("%d peer sets of every pod in the program, want 1 for %d peers", every, costAmpSharedPeers+1)
+	}
+
+	if err := l.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range lab.DefaultNodes {
+		table := l.ListTable(node)
+		sets, big := 0, 0
+		for _, block := range strings.Split(table, "\tset ")[1:] {
+			if !strings.HasPrefix(block, "peers-") {
+				continue
+			}
+			sets++
+			if strings.Count(block, ",") >= costAmpPods {
+				big++
+			}
+		}
+		if big != 1 || sets > 4 {
+			t.Errorf("node %s: %d peer sets in the kernel, %d of them of every pod; want one of every pod (IPv4) and the victim's", node, sets, big)
+		}
+	}
+	costAmpProbes(t, ctx, l, pods, true)
 }
 
 // costAmpAgentBudget is the policy budget TestRedTeamCostAmplificationAgent

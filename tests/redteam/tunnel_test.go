@@ -278,7 +278,7 @@ func TestRedTeamTunnelFromPod(t *testing.T) {
 			for _, c := range rs.Chains {
 				kept := c.Rules[:0]
 				for _, r := range c.Rules {
-					if !strings.Contains(r.Rule, "meta iifkind") || !strings.Contains(r.Rule, "daddr @node-addrs") {
+					if !strings.Contains(r.Text(), "meta iifkind") || !strings.Contains(r.Text(), "daddr @node-addrs") {
 						kept = append(kept, r)
 					}
 				}

@@ -204,7 +204,8 @@ func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(no
 // ApplyClusterPolicy and Syncer.Sync, then each pod that differs through
 // the tracker and Syncer.ApplyDelta (a rebuild whenever the tracker asks
 // for one). It returns how many pod and policy changes took each path;
-// prog is the program of after, published at the end.
+// prog is the program of after, published at the end unless the tracker
+// has it (no policy changed: the program it derived for the pods).
 func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input, prog *compile.Program) (tracked, rebuilt int, err error) {
 	tr, err := compile.NewTracker(a.rcfg)
 	if err != nil {
@@ -311,6 +312,11 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 		if _, err := a.syncer.ApplyDelta(ctx, tr.Ruleset(), delta); err != nil {
 			return tracked, rebuilt, fmt.Errorf("applying pod %s on %s: %w", key, a.Node, err)
 		}
+	}
+	if !tr.Stale() {
+		// No policy changed: the evaluator gets the program the tracker
+		// derived for the pod changes, as the agent publishes it.
+		prog = tr.Program()
 	}
 	old := a.Program
 	a.eval.Swap(prog)

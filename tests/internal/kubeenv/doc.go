@@ -31,6 +31,11 @@
 //		...
 //	}
 //
+// Outage tests stop and restart the processes on their addresses:
+// StopAPIServer and StartAPIServer, RestartEtcd (its data kept), and
+// CompactEtcd, after which reads at an older resourceVersion that reach
+// etcd are answered 410 Gone.
+//
 // Each Start uses its own temporary directory (t.TempDir) and free loopback
 // ports, so independent tests may run in parallel. Start takes a few seconds;
 // the processes are stopped (SIGTERM, then SIGKILL) by t.Cleanup.

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -112,6 +113,13 @@ type Env struct {
 	stopGrace  time.Duration
 	httpClient *http.Client // Client's; its idle connections are closed before stopping
 	etcdReady  time.Time
+
+	// What startProcesses ran, for the restarts of outage tests.
+	bins          map[string]string
+	etcdArgs      []string
+	etcdURL       string
+	apiserverArgs []string
+	startTimeout  time.Duration
 }
 
 // Option configures Start.
@@ -289,8 +297,12 @@ func (e *Env) startProcesses(bins map[string]string, o options) error {
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
 	etcdDir := filepath.Join(e.Dir, "etcd")
 	_ = os.RemoveAll(etcdDir)
+	for _, name := range []string{"etcd.log", "kube-apiserver.log"} {
+		_ = os.Remove(filepath.Join(e.Dir, name)) // a failed attempt's
+	}
 
-	e.etcd, err = startProc("etcd", bins["etcd"], []string{
+	e.bins, e.etcdURL, e.startTimeout = bins, clientURL, o.timeout
+	e.etcdArgs = []string{
 		"--name=kubeenv",
 		"--data-dir=" + etcdDir,
 		"--listen-client-urls=" + clientURL,
@@ -301,15 +313,10 @@ func (e *Env) startProcesses(bins map[string]string, o options) error {
 		"--initial-cluster-state=new",
 		"--unsafe-no-fsync", // throw-away data: no need to pay for fsync
 		"--log-level=warn",
-	}, filepath.Join(e.Dir, "etcd.log"))
-	if err != nil {
-		return err
 	}
 	deadline := time.Now().Add(o.timeout)
-	if err := waitFor(deadline, e.etcd, func() error {
-		return httpOK(http.DefaultClient, clientURL+"/health", `"health":"true"`)
-	}); err != nil {
-		return fmt.Errorf("etcd: %w", err)
+	if err := e.startEtcd(deadline); err != nil {
+		return err
 	}
 	e.etcdReady = time.Now()
 
@@ -337,22 +344,10 @@ func (e *Env) startProcesses(bins map[string]string, o options) error {
 		// "none" the default/kubernetes Service simply has no endpoints.
 		"--endpoint-reconciler-type=none",
 	}
-	args = append(args, o.apiserverArgs...)
-	e.apiserver, err = startProc("kube-apiserver", bins["kube-apiserver"], args, filepath.Join(e.Dir, "kube-apiserver.log"))
-	if err != nil {
-		return err
-	}
+	e.apiserverArgs = append(args, o.apiserverArgs...)
 	e.restConfig.Host = e.Server
-	tlsCfg, err := e.tlsConfig()
-	if err != nil {
+	if err := e.startAPIServer(deadline); err != nil {
 		return err
-	}
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
-	defer hc.CloseIdleConnections()
-	if err := waitFor(deadline, e.apiserver, func() error {
-		return httpOK(hc, e.Server+"/readyz", "")
-	}); err != nil {
-		return fmt.Errorf("kube-apiserver: %w", err)
 	}
 
 	cfg := e.RESTConfig()
@@ -368,6 +363,129 @@ func (e *Env) startProcesses(bins map[string]string, o options) error {
 	return os.WriteFile(e.AdminKubeconfig, kubeconfig(e.Server, e.CAData, "admin",
 		"    client-certificate-data: "+b64(e.restConfig.CertData)+"\n"+
 			"    client-key-data: "+b64(e.restConfig.KeyData)+"\n"), 0o600)
+}
+
+// startEtcd starts etcd with e.etcdArgs (its log appended to) and waits
+// until it is healthy.
+func (e *Env) startEtcd(deadline time.Time) error {
+	var err error
+	e.etcd, err = startProc("etcd", e.bins["etcd"], e.etcdArgs, filepath.Join(e.Dir, "etcd.log"))
+	if err != nil {
+		return err
+	}
+	if err := waitFor(deadline, e.etcd, func() error {
+		return httpOK(http.DefaultClient, e.etcdURL+"/health", `"health":"true"`)
+	}); err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	return nil
+}
+
+// startAPIServer starts kube-apiserver with e.apiserverArgs (its log
+// appended to) and waits until its /readyz is "ok".
+func (e *Env) startAPIServer(deadline time.Time) error {
+	var err error
+	e.apiserver, err = startProc("kube-apiserver", e.bins["kube-apiserver"], e.apiserverArgs, filepath.Join(e.Dir, "kube-apiserver.log"))
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := e.tlsConfig()
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	defer hc.CloseIdleConnections()
+	if err := waitFor(deadline, e.apiserver, func() error {
+		return httpOK(hc, e.Server+"/readyz", "")
+	}); err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	return nil
+}
+
+// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after the stop
+// grace) and leaves etcd running: every client's connections are cut and
+// new ones refused until StartAPIServer. It is a no-op when stopped.
+func (e *Env) StopAPIServer() {
+	if e.httpClient != nil {
+		utilnet.CloseIdleConnectionsFor(e.httpClient.Transport)
+	}
+	if e.apiserver != nil {
+		e.apiserver.stop(e.stopGrace)
+		e.apiserver = nil
+	}
+}
+
+// StartAPIServer starts kube-apiserver again, on the same address with the
+// same flags, and waits until it is ready. Clients made before (Client,
+// kubeconfigs, tokens) work again.
+func (e *Env) StartAPIServer() error {
+	if e.apiserver != nil {
+		return errors.New("kubeenv: kube-apiserver is running")
+	}
+	return e.startAPIServer(time.Now().Add(e.startTimeout))
+}
+
+// RestartEtcd stops etcd (SIGTERM, then SIGKILL after the stop grace) and
+// starts it again on the same ports with the same data, and waits until it
+// is healthy. kube-apiserver keeps running; its requests fail meanwhile.
+func (e *Env) RestartEtcd() error {
+	if e.etcd != nil {
+		e.etcd.stop(e.stopGrace)
+		e.etcd = nil
+	}
+	return e.startEtcd(time.Now().Add(e.startTimeout))
+}
+
+// EtcdRevision returns etcd's current revision (the newest
+// resourceVersion of any object).
+func (e *Env) EtcdRevision(ctx context.Context) (int64, error) {
+	var out struct {
+		Header struct {
+			Revision string `json:"revision"`
+		} `json:"header"`
+	}
+	// A range over one key that need not exist: the header carries the
+	// revision.
+	if err := e.etcdPost(ctx, "/v3/kv/range", `{"key":"`+b64([]byte("kubeenv-revision"))+`"}`, &out); err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(out.Header.Revision, 10, 64)
+}
+
+// CompactEtcd compacts etcd's history up to its current revision and
+// returns that revision: watches and lists from an older resourceVersion
+// that reach etcd are answered 410 Gone ("too old resource version").
+func (e *Env) CompactEtcd(ctx context.Context) (int64, error) {
+	rev, err := e.EtcdRevision(ctx)
+	if err != nil {
+		return 0, err
+	}
+	body := fmt.Sprintf(`{"revision":"%d","physical":true}`, rev)
+	return rev, e.etcdPost(ctx, "/v3/kv/compaction", body, nil)
+}
+
+// etcdPost calls etcd's gRPC gateway and decodes its JSON answer into out
+// (unless nil).
+func (e *Env) etcdPost(ctx context.Context, path, body string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.etcdURL+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd %s: %s: %s", path, resp.Status, strings.TrimSpace(string(data)))
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
 }
 
 func (e *Env) tlsConfig() (*tls.Config, error) {
@@ -552,7 +670,9 @@ type proc struct {
 }
 
 func startProc(name, bin string, args []string, logPath string) (*proc, error) {
-	logf, err := os.Create(logPath)
+	// Appended to: a restarted process (StartAPIServer, RestartEtcd) keeps
+	// its earlier log.
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}

@@ -158,3 +158,58 @@ func TestBinaryMissing(t *testing.T) {
 		t.Fatalf("Binary with an empty tools dir: err = %v, want one naming hack/tools.sh", err)
 	}
 }
+
+// TestRestarts: the API server stopped refuses requests and serves the
+// same data on its old address once started again; etcd restarted keeps
+// its data; after CompactEtcd a read at an older resourceVersion is
+// answered 410 Gone.
+func TestRestarts(t *testing.T) {
+	env := kubeenv.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns = "kubeenv-restarts"
+	env.CreateNamespace(t, ns)
+	cms := env.Client.CoreV1().ConfigMaps(ns)
+	first, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	env.StopAPIServer()
+	if _, err := cms.Get(ctx, "a", metav1.GetOptions{}); err == nil {
+		t.Fatal("a read with the API server stopped succeeded")
+	}
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cms.Get(ctx, "a", metav1.GetOptions{}); err != nil {
+		t.Fatalf("after the API server's restart: %v", err)
+	}
+
+	if err := env.RestartEtcd(); err != nil {
+		t.Fatal(err)
+	}
+	// The API server reconnects to etcd on its own; a few requests may fail first.
+	var got *corev1.ConfigMap
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if got, err = cms.Get(ctx, "a", metav1.GetOptions{}); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil || got.ResourceVersion != first.ResourceVersion {
+		t.Fatalf("after etcd's restart: %v (resourceVersion %v, want %s)", err, got, first.ResourceVersion)
+	}
+
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "b"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := env.CompactEtcd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cms.List(ctx, metav1.ListOptions{ResourceVersion: first.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
+	if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+		t.Fatalf("a list at resourceVersion %s after compacting at %d: err = %v, want 410 Gone", first.ResourceVersion, rev, err)
+	}
+	t.Logf("compacted at revision %d; the old list: %v", rev, err)
+}

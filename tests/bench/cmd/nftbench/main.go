@@ -8,7 +8,7 @@
 //	nftbench conn  [--rounds N] [--duration D] [--max-conns N] [--workers N] [--reply] [--client-in-process]
 //	nftbench scale [--pods 1000,10000,50000,100000,150000] [--policies 1000] [--local-pods 4] [--policy-scale 10000:100]
 //	nftbench delay [--cycles 5] [--interval 2ms] [--mode hybrid]
-//	nftbench faults [--repeats 20] [--interval 2ms]
+//	nftbench faults [--repeats 20] [--interval 2ms] [--outage 5m] [--relist-pods 50000]
 //	nftbench churn [--pods 5000] [--policies 1000] [--peers 200] [--interval 100ms] [--changes 20]
 //	nftbench newpod [--pods 200] [--informer-delay 30ms] [--revocations 20]
 //	nftbench queueflood [--rounds 3]
@@ -169,9 +169,18 @@ func main() {
 		var c bench.FaultsConfig
 		fs.IntVar(&c.Repeats, "repeats", 20, "times each outside change is made")
 		fs.DurationVar(&c.Interval, "interval", 2*time.Millisecond, "time between connections during a repair")
+		var cp bench.ControlPlaneConfig
+		fs.DurationVar(&cp.Outage, "outage", 5*time.Minute, "how long the API server is stopped (0: no control plane measurements)")
+		fs.IntVar(&cp.Pods, "relist-pods", 50000, "pods in the API for the control plane measurements (the relist's size)")
 		_ = fs.Parse(args)
-		c.Logf = logf
+		c.Logf, cp.Logf = logf, logf
 		res, err = bench.RunFaults(ctx, c)
+		if err == nil && cp.Outage > 0 {
+			var more *bench.Result
+			if more, err = bench.RunControlPlane(ctx, cp); err == nil {
+				res.Merge(more)
+			}
+		}
 	case "churn":
 		var c bench.ChurnConfig
 		fs.IntVar(&c.Pods, "pods", 5000, "pods in the API, on fake nodes")
