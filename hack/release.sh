@@ -122,8 +122,11 @@ pinned="image: $IMAGE_REPO:$VERSION@$digest"
 	printf -- '---\n'
 	sed "s|^\([[:space:]]*\)image: ghcr.io/nftpolicy/nftpolicy:.*|\1$pinned|" "$SRC/install.yaml"
 } >"$OUT/install.yaml"
+# Every container of the agent's image (the agent, the boot plugin's
+# cni-install init container) gets the pinned image.
+want=$(grep -c '^[[:space:]]*image: ghcr.io/nftpolicy/nftpolicy:' "$SRC/install.yaml")
 n=$(grep -c "$pinned" "$OUT/install.yaml")
-((n == 1)) || { log "install.yaml: the agent's image line was replaced $n times, want 1"; exit 1; }
+((want >= 1 && n == want)) || { log "install.yaml: the agent's image lines were replaced $n times, want $want (at least 1)"; exit 1; }
 {
 	printf '# nftpolicy %s (commit %s): after deleting install.yaml, see docs/uninstall.md\n' "$VERSION" "$COMMIT"
 	sed "s|^\([[:space:]]*\)image: ghcr.io/nftpolicy/nftpolicy:.*|\1$pinned|" "$SRC/deploy/cleanup.yaml"
