@@ -30,6 +30,10 @@ release_prepare() {
 	AGENT_MANIFEST=$RELEASE_DIR/install.yaml
 	RELEASE_IMPORTS+=("$RELEASE_DIR/nftpolicy-image.oci.tar=$AGENT_IMAGE")
 	log "release $RELEASE_DIR: $(sed -n '1s/^# //p' "$AGENT_MANIFEST" | cut -d: -f1) (HEAD is $(git -C "$ROOT" rev-parse --short HEAD))"
+	# A release is built from a commit: one of another commit does not test
+	# this tree (make release, or remove the directory to have it rebuilt).
+	grep -q "(commit $(git -C "$ROOT" rev-parse HEAD))" <(head -n1 "$AGENT_MANIFEST") ||
+		log "WARNING: $RELEASE_DIR was not built from HEAD: this run tests that release, not this tree"
 }
 
 # release_build DIR VERSION: make release into DIR (as VERSION) unless DIR
