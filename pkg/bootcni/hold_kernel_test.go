@@ -1,44 +1,22 @@
 package bootcni
 
 import (
-	"fmt"
-	"math/rand/v2"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/nftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/internal/scratchns"
 )
 
-// scratchConn creates a network namespace for the test (root only) and
+// scratchConn creates the test's network namespace (scratchns.New) and
 // returns its name and a netlink connection into it.
 func scratchConn(t *testing.T) (string, *nftables.Conn) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the test creates a network namespace")
-	}
-	for _, tool := range []string{"nft", "ip"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s: %v", tool, err)
-		}
-	}
-	name := fmt.Sprintf("nftpolicy-bootcni-%d-%d", os.Getpid(), rand.Uint32())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v: %s", name, err, out)
-		}
-	})
-	f, err := os.Open("/run/netns/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	name, f := scratchns.New(t, "bootcni")
 	conn, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
 	if err != nil {
 		t.Fatal(err)

@@ -19,35 +19,13 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/internal/scratchns"
 )
 
-// scratchNetns creates a network namespace for the test (root only) and
-// returns its name and an open file of it.
+// scratchNetns creates the test's network namespace (scratchns.New).
 func scratchNetns(t testing.TB) (string, *os.File) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the test creates a network namespace")
-	}
-	for _, tool := range []string{"nft", "ip"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s: %v", tool, err)
-		}
-	}
-	name := fmt.Sprintf("nftpolicy-sets-%d-%d", os.Getpid(), rand.Uint32())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v: %s", name, err, out)
-		}
-	})
-	f, err := os.Open("/run/netns/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return name, f
+	return scratchns.New(t, "sets")
 }
 
 func nftIn(t testing.TB, ns, stdin string, args ...string) string {

@@ -3,7 +3,6 @@ package tablewatch
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
@@ -11,35 +10,14 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+
+	"github.com/nftpolicy/nftpolicy/pkg/internal/scratchns"
 )
 
-// scratchNetns creates a network namespace for the test (root only) and
-// returns its name and an open file of it.
+// scratchNetns creates the test's network namespace (scratchns.New).
 func scratchNetns(t *testing.T) (string, *os.File) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the test creates a network namespace")
-	}
-	for _, tool := range []string{"nft", "ip"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s: %v", tool, err)
-		}
-	}
-	name := fmt.Sprintf("nftpolicy-watch-%d-%d", os.Getpid(), rand.Uint32())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v: %s", name, err, out)
-		}
-	})
-	f, err := os.Open("/run/netns/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return name, f
+	return scratchns.New(t, "watch")
 }
 
 func nftCmd(ns string, args ...string) *exec.Cmd {
