@@ -31,6 +31,7 @@ commands:
   wait      wait until every node enforces a policy's current version or its deletion
   preview   per node, the live connections a policy change would cut or allow (nothing applied)
   cleanup   remove what the agent installed in this node's kernel (its table and queue rules)
+  publish   publish every pod's address and labels as PodAddressSlices (leader-elected; docs/scale-out.md)
   cni-install  install the boot hold: the chained CNI plugin that holds pods started before the agent's first sync
   version   print the version, commit, Go version and platform (also --version)
 
@@ -67,6 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runPreview(args[1:], stdout, stderr)
 	case "cleanup":
 		return runCleanup(args[1:], stdout, stderr)
+	case "publish":
+		return runPublish(args[1:], stdout, stderr)
 	case "cni-install":
 		return runCNIInstall(args[1:], stdout, stderr)
 	case "version", "--version":

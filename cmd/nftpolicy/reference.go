@@ -20,6 +20,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
 	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
+	"github.com/nftpolicy/nftpolicy/pkg/publish"
 	"github.com/nftpolicy/nftpolicy/pkg/staged"
 	"github.com/nftpolicy/nftpolicy/pkg/verify"
 	"github.com/nftpolicy/nftpolicy/pkg/version"
@@ -80,7 +81,24 @@ What the agent does with them: [architecture.md](architecture.md), [security.md]
 | flag | type | default | description |
 |---|---|---|---|
 `)
-	agentFlagSet().VisitAll(func(f *pflag.Flag) {
+	agentFlagSet().VisitAll(flagRow(&b))
+	b.WriteString(`
+## ` + "`nftpolicy publish`" + `
+
+The flags of the PodAddressSlice publisher ([scale-out.md](scale-out.md)), run as a Deployment of its own. It has no
+configuration file.
+
+| flag | type | default | description |
+|---|---|---|---|
+`)
+	publishFlagSet(&publishOptions{}).VisitAll(flagRow(&b))
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// flagRow writes a flag as a row of a reference table.
+func flagRow(b *strings.Builder) func(f *pflag.Flag) {
+	return func(f *pflag.Flag) {
 		name := "`--" + f.Name + "`"
 		if f.Shorthand != "" {
 			name = "`-" + f.Shorthand + "`, " + name
@@ -89,10 +107,8 @@ What the agent does with them: [architecture.md](architecture.md), [security.md]
 		if f.DefValue == "" || f.DefValue == "[]" {
 			def = ""
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, f.Value.Type(), def, tableCell(f.Usage))
-	})
-	_, err := io.WriteString(w, b.String())
-	return err
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", name, f.Value.Type(), def, tableCell(f.Usage))
+	}
 }
 
 // tableCell makes text one Markdown table cell.
@@ -156,6 +172,21 @@ func agentMetrics() ([]metricDoc, error) {
 	if err != nil {
 		return nil, err
 	}
+	return describeMetrics(collectors)
+}
+
+// publisherMetrics are the metrics of `nftpolicy publish` of its own (it
+// serves nftpolicy_build_info too), in name order.
+func publisherMetrics() ([]metricDoc, error) {
+	reg := &collectingRegisterer{}
+	if err := publish.NewMetrics().Register(reg); err != nil {
+		return nil, err
+	}
+	return describeMetrics(reg.collectors)
+}
+
+// describeMetrics reads the collectors' descriptions, in name order.
+func describeMetrics(collectors []prometheus.Collector) ([]metricDoc, error) {
 	var out []metricDoc
 	seen := map[string]bool{}
 	for _, c := range collectors {
@@ -273,13 +304,32 @@ at each scrape (a counter when the name ends in ` + "`_total`" + `, else a gauge
 | metric | type | labels | help |
 |---|---|---|---|
 `)
+	writeMetricRows(&b, metrics)
+	pub, err := publisherMetrics()
+	if err != nil {
+		return err
+	}
+	b.WriteString(`
+## Publisher metrics
+
+What ` + "`nftpolicy publish`" + ` (the PodAddressSlice publisher, [scale-out.md](scale-out.md)) serves on its
+` + "`--metrics-bind-address`" + `, besides ` + "`nftpolicy_build_info`" + ` and the standard ` + "`go_*` and `process_*`" + ` metrics.
+A standby replica serves them too, its gauges at 0.
+
+| metric | type | labels | help |
+|---|---|---|---|
+`)
+	writeMetricRows(&b, pub)
+	_, err = io.WriteString(w, b.String())
+	return err
+}
+
+func writeMetricRows(b *strings.Builder, metrics []metricDoc) {
 	for _, m := range metrics {
 		typ := m.Type
 		if typ == "" {
 			typ = "-"
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", m.Name, typ, strings.Join(m.Labels, ", "), tableCell(m.Help))
+		fmt.Fprintf(b, "| `%s` | %s | %s | %s |\n", m.Name, typ, strings.Join(m.Labels, ", "), tableCell(m.Help))
 	}
-	_, err = io.WriteString(w, b.String())
-	return err
 }

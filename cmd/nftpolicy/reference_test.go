@@ -52,6 +52,11 @@ func TestReferenceHasEveryMetric(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pub, err := publisherMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics = append(metrics, pub...)
 	documented := map[string]bool{}
 	for _, m := range metrics {
 		documented[m.Name] = true
@@ -72,7 +77,7 @@ func TestReferenceHasEveryMetric(t *testing.T) {
 			for _, m := range metricNameRE.FindAllSubmatch(src, -1) {
 				defined++
 				if name := string(m[1]); !documented[name] {
-					t.Errorf("%s defines metric %s, which agentCollectors (cmd/nftpolicy/reference.go) does not register", path, name)
+					t.Errorf("%s defines metric %s, which neither agentCollectors nor publisherMetrics (cmd/nftpolicy/reference.go) registers", path, name)
 				}
 			}
 			return nil
