@@ -70,10 +70,36 @@ func chartTemplate(install string) (string, error) {
 	return chartHeader + s, nil
 }
 
+// publisherImage is deploy/publisher.yaml's image line, which the chart
+// makes its image value.
+const publisherImage = "          image: ghcr.io/nftpolicy/nftpolicy:v0.1.0\n          imagePullPolicy: IfNotPresent\n"
+
+// publisherTemplate returns the chart's publisher template made from
+// deploy/publisher.yaml: its objects, with the chart's image, rendered
+// only with publisher.enabled (off by default: docs/scale-out.md).
+func publisherTemplate(manifest string) (string, error) {
+	if strings.Contains(manifest, "{{") {
+		return "", fmt.Errorf("deploy/publisher.yaml holds {{, which helm would read as a template action")
+	}
+	if n := strings.Count(manifest, publisherImage); n != 1 {
+		return "", fmt.Errorf("deploy/publisher.yaml has %d copies of %q, want 1: change hack/release/chart.go with it", n, publisherImage)
+	}
+	s := strings.Replace(manifest, publisherImage,
+		"          image: {{ include \"nftpolicy.image\" . }}\n          imagePullPolicy: {{ .Values.image.pullPolicy }}\n", 1)
+	return `{{- /*
+Made from deploy/publisher.yaml by hack/chart-sync.sh (release chart-sync):
+do not edit. Rendered only with publisher.enabled.
+*/ -}}
+{{- if .Values.publisher.enabled }}
+` + s + "{{- end }}\n", nil
+}
+
 func cmdChartSync(args []string) error {
 	fs := flag.NewFlagSet("chart-sync", flag.ExitOnError)
 	in := fs.String("in", "install.yaml", "the manifest")
 	out := fs.String("out", "charts/nftpolicy/templates/install.yaml", "the chart's template to write")
+	pubIn := fs.String("publisher-in", "deploy/publisher.yaml", "the publisher's manifest")
+	pubOut := fs.String("publisher-out", "charts/nftpolicy/templates/publisher.yaml", "the chart's publisher template to write")
 	fs.Parse(args)
 	b, err := os.ReadFile(*in)
 	if err != nil {
@@ -83,5 +109,14 @@ func cmdChartSync(args []string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(*out, []byte(t), 0o644)
+	if err := writeFileAtomic(*out, []byte(t), 0o644); err != nil {
+		return err
+	}
+	if b, err = os.ReadFile(*pubIn); err != nil {
+		return err
+	}
+	if t, err = publisherTemplate(string(b)); err != nil {
+		return err
+	}
+	return writeFileAtomic(*pubOut, []byte(t), 0o644)
 }

@@ -45,3 +45,23 @@ func TestChartTemplateRefusesMovedLines(t *testing.T) {
 		}
 	}
 }
+
+// TestPublisherTemplateInSync: the chart's publisher template is what
+// hack/chart-sync.sh makes of deploy/publisher.yaml.
+func TestPublisherTemplateInSync(t *testing.T) {
+	manifest, err := os.ReadFile("../../deploy/publisher.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := publisherTemplate(string(manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("../../charts/nftpolicy/templates/publisher.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatal("charts/nftpolicy/templates/publisher.yaml is not deploy/publisher.yaml's: run bash hack/chart-sync.sh")
+	}
+}

@@ -278,3 +278,31 @@ func TestChartLint(t *testing.T) {
 	abs, _ := filepath.Abs(chartDir)
 	t.Logf("helm lint --strict %s:\n%s", abs, out)
 }
+
+// TestChartPublisher: publisher.enabled adds deploy/publisher.yaml's
+// objects, with the chart's image, to install.yaml's; by default there
+// are none of them (TestChartDefaultsRenderInstallYAML).
+func TestChartPublisher(t *testing.T) {
+	install, err := os.ReadFile("../../install.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := os.ReadFile("../../deploy/publisher.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := objects(t, string(install)+"\n---\n"+string(pub))
+	got := render(t, "publisher.enabled=true", "image.tag=v0.1.0")
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("helm template with publisher.enabled differs from install.yaml and deploy/publisher.yaml (-files +chart):\n%s", d)
+	}
+	got = render(t, "publisher.enabled=true", "image.tag=v9.9.9")
+	dep := got["apps/v1 Deployment kube-system/nftpolicy-publisher"]
+	if dep == nil {
+		t.Fatal("no Deployment kube-system/nftpolicy-publisher rendered")
+	}
+	c := dep["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+	if c["image"] != "ghcr.io/nftpolicy/nftpolicy:v9.9.9" {
+		t.Errorf("publisher image %v, want the chart's", c["image"])
+	}
+}

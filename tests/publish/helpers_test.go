@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/podslice"
@@ -67,8 +68,15 @@ func (r *runner) stop() {
 
 func startPublisher(t *testing.T, env *kubeenv.Env, cfg publish.Config) *runner {
 	t.Helper()
+	return startPublisherAs(t, env.RESTConfig(), cfg)
+}
+
+// startPublisherAs starts a publisher that talks to the API server as rc
+// says.
+func startPublisherAs(t *testing.T, rc *rest.Config, cfg publish.Config) *runner {
+	t.Helper()
 	m := publish.NewMetrics()
-	p, err := publish.New(cfg, env.RESTConfig(), m, testr.New(t).WithName(cfg.Identity))
+	p, err := publish.New(cfg, rc, m, testr.New(t).WithName(cfg.Identity))
 	if err != nil {
 		t.Fatal(err)
 	}
