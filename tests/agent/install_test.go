@@ -151,6 +151,9 @@ var agentAccess = []struct {
 	{"authorization.k8s.io", "subjectaccessreviews", []string{"create"}, "cmd/nftpolicy/agent_metricsauth.go: --metrics-auth=delegated", nil},
 	// status.Reporter's write: a merge patch, and a create when missing.
 	{"nftpolicy.io", "nodeenforcements", []string{"create", "patch"}, "cmd/nftpolicy/agent_status.go: the node's NodeEnforcement (pkg/status)", nil},
+	// PodAddressSlices, read instead of every Pod by the agent's slice
+	// source (docs/scale-out.md, issue 48).
+	{"nftpolicy.io", "podaddressslices", []string{"list", "watch"}, "the agent's PodAddressSlice source (pkg/podstore, docs/scale-out.md)", nil},
 	// A list and watch with a field selector on metadata.name, which RBAC
 	// authorizes against resourceNames.
 	{"apps", "daemonsets", []string{"list", "watch"}, "cmd/nftpolicy/agent_uninstall.go: the agent's own DaemonSet (removal at uninstall)", []string{"nftpolicy"}},
