@@ -45,7 +45,7 @@ func (c *Config) Defaults() {
 		c.LeaseName = "nftpolicy-publisher"
 	}
 	if c.Window == 0 {
-		c.Window = 5 * time.Millisecond
+		c.Window = 2 * time.Millisecond
 	}
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = 15 * time.Second

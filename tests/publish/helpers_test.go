@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +32,7 @@ import (
 
 // startWithCRD starts a control plane with the PodAddressSlice CRD
 // (exactly podslice.CRD, as install.yaml carries it).
-func startWithCRD(t *testing.T) *kubeenv.Env {
+func startWithCRD(t testing.TB) *kubeenv.Env {
 	t.Helper()
 	env := kubeenv.Start(t)
 	path := filepath.Join(t.TempDir(), "crd.yaml")
@@ -50,7 +51,7 @@ func startWithCRD(t *testing.T) *kubeenv.Env {
 // testConfig is a publisher's configuration with short lease times, so
 // that a takeover happens within seconds.
 func testConfig(identity string) publish.Config {
-	return publish.Config{Identity: identity, Window: 5 * time.Millisecond,
+	return publish.Config{Identity: identity, Window: 2 * time.Millisecond,
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
 }
 
@@ -66,17 +67,17 @@ func (r *runner) stop() {
 	<-r.done
 }
 
-func startPublisher(t *testing.T, env *kubeenv.Env, cfg publish.Config) *runner {
+func startPublisher(t testing.TB, env *kubeenv.Env, cfg publish.Config) *runner {
 	t.Helper()
 	return startPublisherAs(t, env.RESTConfig(), cfg)
 }
 
 // startPublisherAs starts a publisher that talks to the API server as rc
 // says.
-func startPublisherAs(t *testing.T, rc *rest.Config, cfg publish.Config) *runner {
+func startPublisherAs(t testing.TB, rc *rest.Config, cfg publish.Config) *runner {
 	t.Helper()
 	m := publish.NewMetrics()
-	p, err := publish.New(cfg, rc, m, testr.New(t).WithName(cfg.Identity))
+	p, err := publish.New(cfg, rc, m, testr.NewWithInterface(t, testr.Options{}).WithName(cfg.Identity))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func startPublisherAs(t *testing.T, rc *rest.Config, cfg publish.Config) *runner
 
 // makePod creates a pod and, when ip is set, gives it that address (as a
 // kubelet would).
-func makePod(t *testing.T, env *kubeenv.Env, ns, name, ip string, labels map[string]string, hostNetwork bool) *corev1.Pod {
+func makePod(t testing.TB, env *kubeenv.Env, ns, name, ip string, labels map[string]string, hostNetwork bool) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	p, err := env.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
@@ -112,7 +113,7 @@ func makePod(t *testing.T, env *kubeenv.Env, ns, name, ip string, labels map[str
 	return setIP(t, env, p, ip)
 }
 
-func setIP(t *testing.T, env *kubeenv.Env, p *corev1.Pod, ip string) *corev1.Pod {
+func setIP(t testing.TB, env *kubeenv.Env, p *corev1.Pod, ip string) *corev1.Pod {
 	t.Helper()
 	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
 	p, err := env.Client.CoreV1().Pods(p.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
@@ -127,7 +128,7 @@ var addrEqual = cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
 
 // wanted is what podslice.Entry makes of every pod of the cluster, read
 // back as an agent reads a slice, by key.
-func wanted(t *testing.T, env *kubeenv.Env) map[string]*compile.PodInfo {
+func wanted(t testing.TB, env *kubeenv.Env) map[string]*compile.PodInfo {
 	t.Helper()
 	list, err := env.Client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -180,7 +181,7 @@ func publishedPods(ctx context.Context, env *kubeenv.Env) (map[string]*compile.P
 }
 
 // waitPublished waits until the slices publish exactly every pod's entry.
-func waitPublished(t *testing.T, env *kubeenv.Env, what string) {
+func waitPublished(t testing.TB, env *kubeenv.Env, what string) {
 	t.Helper()
 	ctx := context.Background()
 	var diff string
@@ -217,4 +218,11 @@ func publishedSlices(ctx context.Context, env *kubeenv.Env) ([]*podslice.PodAddr
 		}
 	}
 	return out, list.GetResourceVersion(), nil
+}
+
+func jsonUnmarshalSlice(b []byte, s *podslice.PodAddressSlice) error { return json.Unmarshal(b, s) }
+
+// testutilValue is the publisher's successful writes of an op.
+func testutilValue(m *publish.Metrics, op string) float64 {
+	return testutil.ToFloat64(m.Writes.WithLabelValues(op, "ok"))
 }
