@@ -42,7 +42,7 @@ func (o *publishOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.cfg.Identity, "identity", "", "this replica's name in the Lease; empty: $POD_NAME (set from the downward API)")
 	fs.DurationVar(&o.cfg.Window, "batch-window", 2*time.Millisecond,
 		fmt.Sprintf("how long the leader gathers pod changes after the first into one write per slice (at most %v: it adds to a remote pod's programming delay)", publish.MaxWindow))
-	fs.StringVar(&o.metricsAddress, "metrics-bind-address", ":9403", "address of /metrics and /healthz (plain HTTP; empty: none)")
+	fs.StringVar(&o.metricsAddress, "metrics-bind-address", ":9404", "address of /metrics and /healthz (plain HTTP; empty: none)")
 }
 
 func publishFlagSet(o *publishOptions) *pflag.FlagSet {
