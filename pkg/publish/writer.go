@@ -129,12 +129,21 @@ func sameContent(want, have *podslice.PodAddressSlice) bool {
 	return errA == nil && errB == nil && bytes.Equal(a, b)
 }
 
+// contentOf is what a slice says, as JSON: empty labels and ports are
+// none, as a slice read back from the API server has them (omitempty).
 func contentOf(s *podslice.PodAddressSlice) ([]byte, error) {
+	labels, ports := s.PodLabels, s.Ports
+	if len(labels) == 0 {
+		labels = nil
+	}
+	if len(ports) == 0 {
+		ports = nil
+	}
 	return json.Marshal(struct {
 		L  map[string]string
 		Po []podslice.ContainerPort
 		P  []podslice.PodEntry
-	}{s.PodLabels, s.Ports, s.Pods})
+	}{labels, ports, s.Pods})
 }
 
 // newer says whether resourceVersion a is later than b (b empty: yes).
