@@ -52,7 +52,8 @@ func TestInstallCRDIsPodsliceCRD(t *testing.T) {
 }
 
 // applyManifests applies install.yaml's documents of the kinds and every
-// object of deploy/publisher.yaml but its Deployment and budget.
+// object of deploy/publisher.yaml but its Deployment and budget, which
+// are only validated (a server-side dry run).
 func applyManifests(t *testing.T, env *kubeenv.Env, kinds ...string) {
 	t.Helper()
 	docs, err := cluster.InstallDocuments(kinds...)
@@ -81,6 +82,11 @@ func applyManifests(t *testing.T, env *kubeenv.Env, kinds ...string) {
 	}
 	if out, err := env.Kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/podaddressslices.nftpolicy.io"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+	// The Deployment and its budget, as the API server validates them
+	// (there are no nodes to run them).
+	if out, err := env.Kubectl(t, "apply", "--dry-run=server", "-f", filepath.Join(root, "deploy", "publisher.yaml")); err != nil {
+		t.Fatalf("kubectl apply --dry-run=server -f deploy/publisher.yaml: %v\n%s", err, out)
 	}
 }
 
