@@ -2,12 +2,12 @@ package redteam
 
 import (
 	"context"
-	"os"
-	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile/compiletest"
 	"github.com/nftpolicy/nftpolicy/tests/internal/cluster"
@@ -18,28 +18,6 @@ import (
 // sliceStaleAfter is the agent's --pod-slices-stale-after in the attack:
 // short, so that the test does not wait the default 45 s.
 const sliceStaleAfter = 3 * time.Second
-
-// sliceReaderRBAC lets the agent's ServiceAccount read what --pod-source
-// slices reads, as install.yaml's agent ClusterRole is to (the
-// publisher's change): the slices and the publisher's Lease.
-const sliceReaderRBAC = `apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: redteam-slice-reader}
-rules:
-  - apiGroups: [nftpolicy.io]
-    resources: [podaddressslices]
-    verbs: [get, list, watch]
-  - apiGroups: [coordination.k8s.io]
-    resources: [leases]
-    verbs: [get, list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: redteam-slice-reader}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: redteam-slice-reader}
-subjects:
-  - {kind: ServiceAccount, name: nftpolicy, namespace: kube-system}
-`
 
 // TestRedTeamSliceAddressReuse: with --pod-source slices, the publisher
 // goes away (its Lease is no longer renewed). A pod that an allow policy
@@ -74,13 +52,7 @@ func sliceReuseAttack(t *testing.T, staleAfter time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	slicetest.InstallCRD(t, c.Env)
-	rbac := filepath.Join(t.TempDir(), "rbac.yaml")
-	if err := os.WriteFile(rbac, []byte(sliceReaderRBAC), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := c.Env.Kubectl(t, "apply", "-f", rbac); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	slicetest.GrantAgentRead(t, c.Env)
 	lease := slicetest.StartLease(ctx, t, c.Client, 500*time.Millisecond)
 	if err := c.EnsureNamespace(ctx, "reuse", nil); err != nil {
 		t.Fatal(err)
@@ -136,7 +108,31 @@ func sliceReuseAttack(t *testing.T, staleAfter time.Duration) bool {
 		staleAfter, addr, admitted, time.Since(away).Round(time.Millisecond),
 		m[`nftpolicy_pod_source{source="slices"}`], m[`nftpolicy_pod_source{source="pods"}`])
 	policyLive(t, ctx, a)
+	if !admitted {
+		switchEvent(t, ctx, c, "Other nodes' pods are read from pods")
+	}
 	return admitted
+}
+
+// switchEvent waits for the agent's PodSourceSwitched Event on node-1
+// whose message starts with prefix.
+func switchEvent(t *testing.T, ctx context.Context, c *cluster.Cluster, prefix string) {
+	t.Helper()
+	var seen []string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		evs, err := c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=PodSourceSwitched"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = seen[:0]
+		for _, ev := range evs.Items {
+			seen = append(seen, ev.InvolvedObject.Kind+"/"+ev.InvolvedObject.Name+": "+ev.Message)
+			if ev.InvolvedObject.Kind == "Node" && ev.InvolvedObject.Name == "node-1" && strings.HasPrefix(ev.Message, prefix) {
+				return
+			}
+		}
+	}
+	t.Errorf("no PodSourceSwitched Event on node-1 starting %q; seen %q", prefix, seen)
 }
 
 // waitPodSource waits until the agent reads other nodes' pods from source.

@@ -47,6 +47,41 @@ func InstallCRD(t testing.TB, env *kubeenv.Env) {
 	}
 }
 
+// agentRBAC lets the agent's ServiceAccount read what --pod-source slices
+// reads, as install.yaml's agent ClusterRole is to (the publisher's
+// change): the slices and the publisher's Lease.
+const agentRBAC = `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: test-slice-reader}
+rules:
+  - apiGroups: [nftpolicy.io]
+    resources: [podaddressslices]
+    verbs: [get, list, watch]
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: test-slice-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: test-slice-reader}
+subjects:
+  - {kind: ServiceAccount, name: nftpolicy, namespace: kube-system}
+`
+
+// GrantAgentRead lets install.yaml's agent ServiceAccount list and watch
+// the slices and the Lease.
+func GrantAgentRead(t testing.TB, env *kubeenv.Env) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "slice-reader.yaml")
+	if err := os.WriteFile(path, []byte(agentRBAC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := env.Kubectl(t, "apply", "-f", path); err != nil {
+		t.Fatalf("granting the agent the slices: %v: %s", err, out)
+	}
+}
+
 // Slice is the slice of pods (which share their labels) named name in
 // their namespace, as the publisher makes it from the Pods.
 func Slice(name string, pods ...*corev1.Pod) *podslice.PodAddressSlice {
