@@ -92,7 +92,10 @@
 #          section writes as the publisher would, the node's own Pods, the
 #          publisher's Lease) at 3,000 pods of the fanout shape on a real
 #          kube-apiserver: bytes received (uncompressed) and time to the
-#          first sync (podsource_{pods,slices}_{start_bytes,first_sync_ms})
+#          first sync (podsource_{pods,slices}_{start_bytes,first_sync_ms});
+#          then, on two nodes, a remote pod's relabelling until enforced
+#          with each source (podsource_*_remote_pod_delay_p50_ms; with
+#          slices the section writes the Pod, then its slice)
 #   metricsauth 300 addresses send made-up tokens to a real agent's metrics
 #          port (--metrics-auth=delegated, a real API server), then a new pod
 #          scrapes with a valid token (metrics_scrape_ok_under_lockout)
@@ -347,7 +350,7 @@ fi
 if section podsource; then
 	log "podsource: one agent's start reading every Pod vs PodAddressSlices, 3,000 pods"
 	bash hack/tools.sh >/dev/null
-	"$NFTBENCH" podsource --pods 3000 >"$OUT/podsource.txt"
+	"$NFTBENCH" podsource --pods 3000 --remote-changes 20 >"$OUT/podsource.txt"
 fi
 
 if section metricsauth; then

@@ -33,7 +33,10 @@ type PodSourceConfig struct {
 	// Starts is how many starts of each source are timed (the median
 	// is reported).
 	Starts int
-	Logf   func(format string, args ...any)
+	// RemoteChanges is how many remote pod changes are timed per source
+	// on a lab of two nodes (0: none).
+	RemoteChanges int
+	Logf          func(format string, args ...any)
 }
 
 func (c *PodSourceConfig) defaults() {
@@ -55,7 +58,9 @@ func cmpOr(v, d int) int {
 
 // RunPodSource prints podsource_{pods,slices}_start_bytes (what the
 // agent's pod source receives from the API server until its first sync,
-// uncompressed) and podsource_{pods,slices}_first_sync_ms.
+// uncompressed), podsource_{pods,slices}_first_sync_ms and, on a lab of
+// two nodes, podsource_{pods,slices}_remote_pod_delay_{p50,max}_ms
+// (remotePodDelay).
 func RunPodSource(ctx context.Context, cfg PodSourceConfig) (*Result, error) {
 	cfg.defaults()
 	return runInProgramTB("podsource", func(tb *cluster.ProgramTB, res *Result) error {
@@ -95,6 +100,18 @@ func runPodSource(ctx context.Context, tb *cluster.ProgramTB, cfg PodSourceConfi
 		cfg.Logf("podsource: %s: bytes %v, first sync ms %v", source, bytes, ms)
 		res.Set("podsource_"+source+"_start_bytes", int64(bytes[len(bytes)/2]))
 		res.Set("podsource_"+source+"_first_sync_ms", fmt.Sprintf("%.1f", ms[len(ms)/2]))
+	}
+	for _, source := range []string{podstore.SourcePods, podstore.SourceSlices} {
+		if cfg.RemoteChanges <= 0 {
+			break
+		}
+		ds, err := remotePodDelay(ctx, tb, source, cfg.RemoteChanges, cfg.Logf)
+		if err != nil {
+			return fmt.Errorf("%s: remote pod delay: %w", source, err)
+		}
+		cfg.Logf("podsource: %s: remote pod change delays %v", source, ds)
+		res.Set("podsource_"+source+"_remote_pod_delay_p50_ms", millis(Percentile(ds, 50)))
+		res.Set("podsource_"+source+"_remote_pod_delay_max_ms", millis(Percentile(ds, 100)))
 	}
 	return nil
 }

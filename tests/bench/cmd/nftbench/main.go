@@ -276,6 +276,7 @@ func main() {
 		fs.IntVar(&c.Nodes, "nodes", 100, "nodes the pods are spread over (the agent is on the first)")
 		fs.IntVar(&c.SliceSize, "slice-size", 50, "pods per Deployment: pods per PodAddressSlice")
 		fs.IntVar(&c.Starts, "starts", 3, "starts timed per source (the median is printed)")
+		fs.IntVar(&c.RemoteChanges, "remote-changes", 20, "remote pod changes timed per source on a lab of two nodes (0: none)")
 		_ = fs.Parse(args)
 		c.Logf = logf
 		startProfile()
