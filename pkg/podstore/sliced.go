@@ -81,6 +81,7 @@ type Sliced struct {
 	all          *Store // the fallback, nil when not wanted
 	stopAll      context.CancelFunc
 	runCtx       context.Context
+	started      time.Time
 }
 
 // NewSliced returns an empty store that Run fills.
@@ -125,7 +126,7 @@ func (s *Sliced) Source() string {
 // Run keeps the store in step until ctx ends.
 func (s *Sliced) Run(ctx context.Context) {
 	s.wmu.Lock()
-	s.runCtx = ctx
+	s.runCtx, s.started = ctx, time.Now()
 	s.wmu.Unlock()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -157,7 +158,8 @@ func (s *Sliced) Run(ctx context.Context) {
 
 // checkLease follows the Lease's state: stale, the fallback is started
 // (and used once it holds every pod); fresh, the slices are used once
-// they and the node's pods are read.
+// they and the node's pods are read. Slices that cannot be read within
+// StaleAfter of the start (no CRD, no access) start the fallback too.
 func (s *Sliced) checkLease() {
 	known, fresh := s.clock.fresh(time.Now())
 	if !known {
@@ -168,15 +170,19 @@ func (s *Sliced) checkLease() {
 	s.wantSlices = fresh
 	if fresh {
 		s.useSlicesLocked("the publisher's Lease is fresh")
-		return
 	}
-	if s.all == nil && s.runCtx != nil {
+	unread := s.source == "" && !s.slicesSynced && time.Since(s.started) >= s.cfg.StaleAfter
+	if (!fresh || unread) && s.all == nil && s.runCtx != nil {
 		ctx, cancel := context.WithCancel(s.runCtx)
 		var all *Store
 		all = New(s.cfg.Pods, func(key string) { s.allChanged(all, key) }, s.log.WithName("all"))
 		all.onSynced = func() { s.allSynced(all) }
 		s.all, s.stopAll = all, cancel
-		s.log.Info("The publisher's Lease is stale or absent: reading every pod", "staleAfter", s.cfg.StaleAfter)
+		why := "the publisher's Lease is stale or absent"
+		if fresh {
+			why = "the slices could not be read"
+		}
+		s.log.Info("Reading every pod: "+why, "staleAfter", s.cfg.StaleAfter)
 		go all.Run(ctx)
 	}
 }
@@ -205,14 +211,18 @@ func (s *Sliced) useSlicesLocked(reason string) {
 func (s *Sliced) allSynced(all *Store) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if all != s.all || s.wantSlices || s.source == SourcePods {
+	if all != s.all || s.source == SourcePods {
 		return
 	}
 	fresh := make(map[string]*compile.PodInfo, all.Len())
 	for _, p := range all.List() {
 		fresh[p.Key] = p
 	}
-	s.swapLocked(SourcePods, fresh, "the publisher's Lease is stale or absent")
+	reason := "the publisher's Lease is stale or absent"
+	if s.wantSlices {
+		reason = "the slices could not be read"
+	}
+	s.swapLocked(SourcePods, fresh, reason)
 }
 
 // swapLocked makes fresh the store's pods in one step and tells the
