@@ -146,7 +146,10 @@ func TestPodSlices(t *testing.T) {
 
 	// The publisher goes away: its Lease is not renewed. A remote pod is
 	// deleted meanwhile (its slice keeps it): the store reads every Pod
-	// and no longer has it.
+	// and no longer has it. A pod both sources hold is there throughout
+	// the switches.
+	kept := slicesNS + "/p05"
+	watchedKey.Store(&kept)
 	lease.Pause()
 	if err := cs.CoreV1().Pods(slicesNS).Delete(ctx, "p02", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
@@ -169,6 +172,10 @@ func TestPodSlices(t *testing.T) {
 		t.Fatal(err)
 	}
 	same("the Lease fresh again", podstore.SourceSlices)
+	if n := absent.Load(); n != 0 {
+		t.Fatalf("a pod both sources hold was absent at %d changes of the switches", n)
+	}
+	watchedKey.Store(nil)
 	// The Lease deleted: every Pod again.
 	if err := lease.Remove(ctx); err != nil {
 		t.Fatal(err)
