@@ -87,6 +87,15 @@
 #          and allocations per pod change and per client start; the watchall_
 #          and kubeproxy_ lines, with a linear model to 5,000 clients and
 #          150,000 pods (docs/scale-out.md)
+#   podsource issue 48: one agent's pod store starting with --pod-source pods
+#          (a watch-list of every Pod) and slices (PodAddressSlices the
+#          section writes as the publisher would, the node's own Pods, the
+#          publisher's Lease) at 3,000 pods of the fanout shape on a real
+#          kube-apiserver: bytes received (uncompressed) and time to the
+#          first sync (podsource_{pods,slices}_{start_bytes,first_sync_ms});
+#          then, on two nodes, a remote pod's relabelling until enforced
+#          with each source (podsource_*_remote_pod_delay_p50_ms; with
+#          slices the section writes the Pod, then its slice)
 #   metricsauth 300 addresses send made-up tokens to a real agent's metrics
 #          port (--metrics-auth=delegated, a real API server), then a new pod
 #          scrapes with a valid token (metrics_scrape_ok_under_lockout)
@@ -338,6 +347,12 @@ if section fanout; then
 	"$NFTBENCH" fanout "${FANOUT_ARGS[@]}" >"$OUT/fanout.txt"
 fi
 
+if section podsource; then
+	log "podsource: one agent's start reading every Pod vs PodAddressSlices, 3,000 pods"
+	bash hack/tools.sh >/dev/null
+	"$NFTBENCH" podsource --pods 3000 --remote-changes 20 >"$OUT/podsource.txt"
+fi
+
 if section metricsauth; then
 	log "metricsauth: 300 addresses with made-up tokens, then a valid scrape from a new pod"
 	"$NFTBENCH" metricsauth --sources 300 >"$OUT/metricsauth.txt"
@@ -359,5 +374,5 @@ fi
 
 quick=()
 ((QUICK)) && quick=(--quick)
-"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,faults,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth,costamp,size,fanout}.txt 2>/dev/null) | tee "$OUT/report.md"
+"$NFTBENCH" report "${quick[@]}" "$OUT"/machine.txt $(ls "$OUT"/{conn,queues,restart,sync,eval,compile,scale,delay,faults,churn,status,newpod,queueflood,dns,staged,revoke,metricsauth,costamp,size,fanout,podsource}.txt 2>/dev/null) | tee "$OUT/report.md"
 log "done in $(($(date +%s) - began)) s; results in $OUT"

@@ -274,8 +274,12 @@ func agent(ctx context.Context, o *agentOptions) error {
 	hooks := &programHooks{}
 	hooks.add(onProgram)
 	hooks.add(o.newPod.rangesHook(log, render))
+	podStore, err := slicedPodStore(o.cfg, node, client, podClient, recorder, reg, log)
+	if err != nil {
+		return err
+	}
 	ctrl, err := o.status.newController(ctx, controller.Config{
-		Client: client, PodClient: podClient, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
+		Client: client, PodClient: podClient, PodStore: podStore, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,
 		PodCIDRs: podCIDRs, Budgets: o.budgets, OnProgram: hooks.run, OnPodApplied: hooks.runPod, MemoryReleaser: release,
 	}, dyn, reg)

@@ -20,6 +20,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
 	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
+	"github.com/nftpolicy/nftpolicy/pkg/podstore"
 	"github.com/nftpolicy/nftpolicy/pkg/publish"
 	"github.com/nftpolicy/nftpolicy/pkg/staged"
 	"github.com/nftpolicy/nftpolicy/pkg/verify"
@@ -145,6 +146,7 @@ func agentCollectors() ([]prometheus.Collector, error) {
 		staged.NewMetrics().Register(reg),
 		verify.NewMetrics().Register(reg),
 		fqdn.NewMetrics().Register(reg),
+		podstore.NewSliceMetrics().Register(reg),
 	}
 	reg.MustRegister(
 		controller.NewCounterCollector(10*time.Second, nftnl.NewConn(compile.TableName, 0), metrics, log),

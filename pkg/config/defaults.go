@@ -20,8 +20,11 @@ const (
 // it, and a file is decoded over it, so an absent field keeps its default.
 func Default() *AgentConfiguration {
 	c := &AgentConfiguration{
-		TypeMeta:         metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
-		Mode:             "hybrid",
+		TypeMeta:  metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
+		Mode:      "hybrid",
+		PodSource: "pods",
+		PodSlices: PodSlicesConfiguration{LeaseNamespace: "kube-system", LeaseName: "nftpolicy-publisher",
+			StaleAfter: metav1.Duration{Duration: 45 * time.Second}, MaxSlices: 300_000, MaxPods: 300_000},
 		SourceValidation: true,
 		AllowMark:        0x00100000,
 		Tunnel:           TunnelConfiguration{UDPPorts: []uint16{4789, 6081, 8472}},

@@ -16,6 +16,8 @@ import (
 func (c *AgentConfiguration) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file; in-cluster configuration when empty")
 	fs.BoolVar(&c.PodWatchCompression, "pod-watch-compression", c.PodWatchCompression, "let the API server gzip the pod watch, whose initial events are every pod of the cluster: less network at the cost of the API server's and the agent's CPU (at 100k pods, compressing and decompressing cost more than decoding)")
+	fs.StringVar(&c.PodSource, "pod-source", c.PodSource, "where other nodes' pods are learned: pods (watch every Pod of the cluster) or slices (the PodAddressSlices `nftpolicy publish` writes, and this node's own Pods; every Pod again while the publisher's Lease is stale)")
+	c.PodSlices.addFlags(fs)
 	fs.StringVar(&c.Mode, "mode", c.Mode, "hybrid (the kernel decides, userspace only for what it cannot), queue (userspace decides every new connection of selected pods) or kernel (never queue)")
 	fs.BoolVar(&c.FailOpen, "fail-open", c.FailOpen, "let queued packets through while no agent listens on the queue (the queue rule's bypass), and allow a connection of an unknown pod address when the pod is not programmed within --unknown-pod-wait (default: drop them); a full queue always drops")
 	fs.BoolVar(&c.SourceValidation, "source-validation", c.SourceValidation, "drop packets that come in on a pod interface (veth, bridge or netkit) with a source address the node does not route back through it (spoofed), and encapsulated packets (IPIP, 6in4, GRE, --tunnel-udp-ports) that pods send to nodes or that come to this node from anything but a node; false for CNIs that already stop both")
@@ -119,6 +121,15 @@ func (c *VerifyConfiguration) addFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.Rate, "verify-rate", c.Rate, "runtime verification: the fraction (0 to 1) of the kernel's verdicts on new connections, allowed and denied, that the agent decides again with the policy model, counting and logging any disagreement; 0 (the default) renders nothing")
 	fs.Uint16Var(&c.LogGroup, "verify-log-group", c.LogGroup, "NFLOG group of runtime verification's samples (must not be used by anything else on the node)")
 	fs.Uint32Var(&c.KernelRate, "verify-kernel-rate", c.KernelRate, "kernel limit on verification samples per source address, per second (burst twice that): a source cannot make the agent decide its every connection")
+}
+
+func (c *PodSlicesConfiguration) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.LeaseNamespace, "pod-slices-lease-namespace", c.LeaseNamespace, "namespace of the publisher's Lease (--pod-source slices)")
+	fs.StringVar(&c.LeaseName, "pod-slices-lease-name", c.LeaseName, "name of the publisher's Lease (--pod-source slices)")
+	fs.DurationVar(&c.StaleAfter.Duration, "pod-slices-stale-after", c.StaleAfter.Duration,
+		"when the publisher's Lease was not renewed for this long, or does not exist, the slices are not trusted (a deleted pod's address may have been taken by a new pod) and every Pod is watched until it is renewed again")
+	fs.IntVar(&c.MaxSlices, "pod-slices-max-slices", c.MaxSlices, "most PodAddressSlices held; a slice over it is left out (its pods unknown, so held)")
+	fs.IntVar(&c.MaxPods, "pod-slices-max-pods", c.MaxPods, "most pod entries held over every PodAddressSlice; a slice over it is left out (its pods unknown, so held)")
 }
 
 func (c *UnknownPodsConfiguration) addFlags(fs *pflag.FlagSet) {

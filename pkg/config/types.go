@@ -31,6 +31,13 @@ type AgentConfiguration struct {
 	// of the API server's and the agent's CPU (at 100k pods, compressing and
 	// decompressing cost more than decoding).
 	PodWatchCompression bool `json:"podWatchCompression" flag:"pod-watch-compression"`
+	// PodSource is where the agent learns other nodes' pods: pods (it
+	// watches every Pod of the cluster) or slices (the PodAddressSlices
+	// that `nftpolicy publish` writes, and the node's own Pods; every Pod
+	// again while the publisher's Lease is stale: docs/scale-out.md).
+	PodSource string `json:"podSource" flag:"pod-source"`
+	// PodSlices configures podSource slices.
+	PodSlices PodSlicesConfiguration `json:"podSlices"`
 	// Mode is how connections are decided: hybrid (the kernel decides,
 	// userspace only what it cannot), queue (userspace decides every new
 	// connection of policy-selected pods) or kernel (never queue).
@@ -273,6 +280,26 @@ type UnknownPodsConfiguration struct {
 	// bridge or netkit interface is dropped, except on these. Empty: the
 	// interfaces of the default routes.
 	UplinkInterfaces []string `json:"uplinkInterfaces" flag:"uplink-interfaces"`
+}
+
+// PodSlicesConfiguration is the reading of PodAddressSlices (podSource
+// slices).
+type PodSlicesConfiguration struct {
+	// LeaseNamespace is the namespace of the publisher's Lease.
+	LeaseNamespace string `json:"leaseNamespace" flag:"pod-slices-lease-namespace"`
+	// LeaseName is the name of the publisher's Lease.
+	LeaseName string `json:"leaseName" flag:"pod-slices-lease-name"`
+	// StaleAfter: when the Lease was not renewed for this long, or does
+	// not exist, the slices are not trusted (a deleted pod's address may
+	// have been taken by a new pod) and the agent watches every Pod until
+	// it is renewed again.
+	StaleAfter metav1.Duration `json:"staleAfter" flag:"pod-slices-stale-after"`
+	// MaxSlices is the most slices held; a slice over it is left out (its
+	// pods unknown, so held).
+	MaxSlices int `json:"maxSlices" flag:"pod-slices-max-slices"`
+	// MaxPods is the most pod entries held over every slice; a slice over
+	// it is left out (its pods unknown, so held).
+	MaxPods int `json:"maxPods" flag:"pod-slices-max-pods"`
 }
 
 // DNSConfiguration is the learning of domainNames peers' addresses.

@@ -55,6 +55,9 @@ func validateEnums(c *AgentConfiguration) field.ErrorList {
 	if !oneOf(c.Mode, "hybrid", "queue", "kernel") {
 		errs = append(errs, field.NotSupported(field.NewPath("mode"), c.Mode, []string{"hybrid", "queue", "kernel"}))
 	}
+	if !oneOf(c.PodSource, "pods", "slices") {
+		errs = append(errs, field.NotSupported(field.NewPath("podSource"), c.PodSource, []string{"pods", "slices"}))
+	}
 	if !oneOf(c.Queue.Variant, "auto", "native", "xt-compat") {
 		errs = append(errs, field.NotSupported(field.NewPath("queue", "variant"), c.Queue.Variant, []string{"auto", "native", "xt-compat"}))
 	}
@@ -93,6 +96,13 @@ func validateNumbers(c *AgentConfiguration) field.ErrorList {
 	q := field.NewPath("queue")
 	positive(q.Child("sourceRate"), int64(c.Queue.SourceRate))
 	positive(q.Child("sourceBurst"), int64(c.Queue.SourceBurst))
+	ps := field.NewPath("podSlices")
+	positive(ps.Child("maxSlices"), int64(c.PodSlices.MaxSlices))
+	positive(ps.Child("maxPods"), int64(c.PodSlices.MaxPods))
+	positive(ps.Child("staleAfter"), int64(c.PodSlices.StaleAfter.Duration))
+	if c.PodSource == "slices" && (c.PodSlices.LeaseName == "" || c.PodSlices.LeaseNamespace == "") {
+		errs = append(errs, field.Required(ps.Child("leaseName"), "podSource slices reads the publisher's Lease"))
+	}
 	u := field.NewPath("unknownPods")
 	positive(u.Child("sourceRate"), int64(c.UnknownPods.SourceRate))
 	positive(u.Child("sourceBurst"), int64(c.UnknownPods.SourceBurst))

@@ -44,6 +44,10 @@ type Config struct {
 	// straight into their stored form. Without it, pods are listed and
 	// watched through Client, decoded whole and then slimmed.
 	PodClient rest.Interface
+	// PodStore, when set, makes the pod store instead of a pkg/podstore
+	// Store of every Pod (the agent's podSource: slices, podstore.Sliced);
+	// onChange is called with the key of each pod changed.
+	PodStore func(onChange func(key string)) (podstore.Reader, error)
 	// PolicyClient reads ClusterNetworkPolicies; nil enforces NetworkPolicy
 	// v1 only.
 	PolicyClient npaclient.Interface
@@ -182,7 +186,7 @@ type Controller struct {
 	cfg     Config
 	factory informers.SharedInformerFactory
 	// pods holds every pod, in its stored form.
-	pods   *podstore.Store
+	pods   podstore.Reader
 	nss    corelisters.NamespaceLister
 	pols   networkinglisters.NetworkPolicyLister
 	nodes  corelisters.NodeLister
@@ -317,6 +321,13 @@ func New(cfg Config) (*Controller, error) {
 		src = podstore.RESTSource(cfg.PodClient)
 	}
 	c.pods = podstore.New(src, c.markPod, cfg.Logger.WithName("pods"))
+	if cfg.PodStore != nil {
+		p, err := cfg.PodStore(c.markPod)
+		if err != nil {
+			return nil, fmt.Errorf("controller config: pod store: %w", err)
+		}
+		c.pods = p
+	}
 	c.synced = append(c.synced, c.pods.HasSynced)
 	nsInf := f.Core().V1().Namespaces()
 	polInf := f.Networking().V1().NetworkPolicies()

@@ -110,3 +110,26 @@ func (e watchEvents) Close() error {
 	e.w.Stop()
 	return nil
 }
+
+// OnNode narrows src to the pods of one node: a field selector on
+// spec.nodeName, which the API server's watch cache indexes.
+func OnNode(src Source, node string) Source {
+	sel := "spec.nodeName=" + node
+	narrow := func(opts metav1.ListOptions) metav1.ListOptions {
+		if opts.FieldSelector != "" {
+			opts.FieldSelector += "," + sel
+		} else {
+			opts.FieldSelector = sel
+		}
+		return opts
+	}
+	return Source{
+		InitialEvents: src.InitialEvents,
+		Watch: func(ctx context.Context, opts metav1.ListOptions) (Events, error) {
+			return src.Watch(ctx, narrow(opts))
+		},
+		List: func(ctx context.Context, opts metav1.ListOptions) ([]*compile.PodInfo, string, error) {
+			return src.List(ctx, narrow(opts))
+		},
+	}
+}

@@ -81,6 +81,9 @@ type Store struct {
 	// drops it.
 	sorted []*compile.PodInfo
 	synced atomic.Bool
+	// onSynced, if set, is called from Run's goroutine when the store
+	// first holds every pod (Sliced: the fallback's store is ready).
+	onSynced func()
 
 	// Run's own state.
 	rv       string // the last resource version seen
@@ -355,6 +358,9 @@ func (s *Store) replace(fresh map[string]*compile.PodInfo, sorted []*compile.Pod
 	s.needSync = false
 	if !s.synced.Load() {
 		s.synced.Store(true)
+		if s.onSynced != nil {
+			s.onSynced()
+		}
 		return
 	}
 	for k, o := range old {

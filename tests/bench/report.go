@@ -329,6 +329,19 @@ func Report(r *Result, quick bool) string {
 		}
 	}
 
+	// The podsource section: one agent's pod store starting from every Pod
+	// and from PodAddressSlices.
+	for _, f := range [][3]string{
+		{"--pod-source pods, 3,000 pods: bytes received until the first sync", "podsource_pods_start_bytes", "B"},
+		{"same: time to the first sync", "podsource_pods_first_sync_ms", "ms"},
+		{"--pod-source slices, same pods: bytes received until the first sync", "podsource_slices_start_bytes", "B"},
+		{"same: time to the first sync", "podsource_slices_first_sync_ms", "ms"},
+		{"a remote pod's relabelling enforced, --pod-source pods, p50", "podsource_pods_remote_pod_delay_p50_ms", "ms"},
+		{"same, --pod-source slices (the Pod, then its slice, written by the section), p50", "podsource_slices_remote_pod_delay_p50_ms", "ms"},
+	} {
+		row("podsource", f[0], f[1], f[2])
+	}
+
 	// The scale section's rows, per size and for the policy scale.
 	rssRows := func(a, sfx, when string) {
 		row(a, "RSS "+when, "rss_mb_"+sfx, "MiB")

@@ -61,7 +61,7 @@ func readResults(files []string) *bench.Result {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|faults|churn|newpod|queueflood|dns|revoke|metricsauth|costamp|stagedlag|status|fanout|restart|contention|gobench|report|chart|comparechart [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nftbench conn|scale|delay|faults|churn|newpod|queueflood|dns|revoke|metricsauth|costamp|stagedlag|status|fanout|podsource|restart|contention|gobench|report|chart|comparechart [flags]")
 	os.Exit(2)
 }
 
@@ -270,6 +270,17 @@ func main() {
 		c.Logf = logf
 		startProfile()
 		res, err = bench.RunFanout(ctx, c)
+	case "podsource":
+		var c bench.PodSourceConfig
+		fs.IntVar(&c.Pods, "pods", 3000, "pods (the fanout section's shape), in Deployments of --slice-size")
+		fs.IntVar(&c.Nodes, "nodes", 100, "nodes the pods are spread over (the agent is on the first)")
+		fs.IntVar(&c.SliceSize, "slice-size", 50, "pods per Deployment: pods per PodAddressSlice")
+		fs.IntVar(&c.Starts, "starts", 3, "starts timed per source (the median is printed)")
+		fs.IntVar(&c.RemoteChanges, "remote-changes", 20, "remote pod changes timed per source on a lab of two nodes (0: none)")
+		_ = fs.Parse(args)
+		c.Logf = logf
+		startProfile()
+		res, err = bench.RunPodSource(ctx, c)
 	case "status":
 		var c bench.StatusConfig
 		fs.IntVar(&c.Nodes, "nodes", 1000, "simulated nodes: an agent pod and a status.Reporter each")
