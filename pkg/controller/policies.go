@@ -16,10 +16,11 @@ import (
 // the sets it owns and its subjects' elements change, and the Syncer
 // writes the difference between the ruleset it applied and the tracker's
 // new one. The program the evaluator reads lags until the refresh (pod
-// changes publish theirs with their transaction). In queue mode there is
-// no tracker: every change is a full build, so the evaluator, which
-// decides every connection there, never decides with a program older than
-// the kernel's dispatch.
+// changes publish theirs after their transaction: publishDerived). In
+// queue mode a policy change is a full build (compile.FallbackQueueMode),
+// so the evaluator, which decides every connection there, never decides
+// with a program older than the kernel's dispatch for longer than the
+// build's publication after its commit.
 
 // policyHandler records NetworkPolicy changes by key.
 func (c *Controller) policyHandler() cache.ResourceEventHandlerDetailedFuncs {
@@ -50,7 +51,7 @@ func (c *Controller) markPolicy(obj any, ev policyEvent) {
 	if err == nil {
 		c.notePolicyLocked(key, obj, ev)
 	}
-	if err != nil || c.tracker == nil {
+	if err != nil {
 		c.rebuild = true
 	} else {
 		c.policyKeys[key] = struct{}{}
@@ -84,6 +85,10 @@ func (c *Controller) syncPolicies(ctx context.Context, keys []string, start, obs
 	if err != nil {
 		c.cfg.Metrics.SyncFailures.Inc()
 		return false, err
+	}
+	if c.tracker.Stale() {
+		// The program follows with the refresh.
+		c.kernelAhead(time.Now())
 	}
 	c.chargePolicies(costs, time.Since(t0))
 	for key, h := range terms {
