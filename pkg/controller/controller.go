@@ -728,6 +728,11 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 		}
 		delta = append(delta, d...)
 	}
+	if applied > 0 && !c.pacedDerivation() {
+		// Queue mode: the program is derived before the transaction, so
+		// that it is published as soon as the transaction commits.
+		c.tracker.Program()
+	}
 	if err := write(c.tracker.Ruleset()); err != nil {
 		return false, err
 	}
@@ -883,7 +888,8 @@ func (c *Controller) kernelAhead(at time.Time) {
 // A connection held in the queue for a pod the program does not know yet
 // is not kept waiting. In queue mode nothing is paced: the evaluator
 // decides every connection of the pods policies select, so it gets the
-// program the kernel enforces at once, as a full build's was. While a
+// program the kernel enforces at once, as a full build's was (syncPods
+// derives it before the transaction). While a
 // policy change is pending (Stale) the refresh publishes the whole
 // program instead.
 func (c *Controller) publishDerived() {
@@ -891,8 +897,7 @@ func (c *Controller) publishDerived() {
 		return
 	}
 	now := time.Now()
-	paced := c.cfg.Render.Mode != compile.ModeQueue
-	if paced && now.Before(c.deriveNext) && !c.cfg.Evaluator.Waiting() {
+	if c.pacedDerivation() && now.Before(c.deriveNext) && !c.cfg.Evaluator.Waiting() {
 		if c.deriveDue.IsZero() {
 			c.deriveDue = c.deriveNext
 			c.derive.Reset(c.deriveNext.Sub(now))
@@ -909,6 +914,12 @@ func (c *Controller) publishDerived() {
 	}
 	c.derivePending = false
 }
+
+// pacedDerivation reports whether the derivation of the programs of pod
+// changes is paced (publishDerived): not in queue mode, where the
+// evaluator decides every connection of the pods policies select, and
+// the program is derived before the transaction and published with it.
+func (c *Controller) pacedDerivation() bool { return c.cfg.Render.Mode != compile.ModeQueue }
 
 // deriveFactor paces publishDerived: idle for this many times a
 // derivation's duration after it.

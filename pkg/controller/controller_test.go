@@ -43,6 +43,9 @@ type flakyNFT struct {
 	failed int
 	// onFail, when set, runs (under mu) at each injected failure.
 	onFail func()
+	// onRun, when set, runs (under mu) before each transaction that is
+	// not failed on purpose.
+	onRun func()
 }
 
 func (f *flakyNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
@@ -56,6 +59,9 @@ func (f *flakyNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 			f.onFail()
 		}
 		return errors.New("injected transaction failure")
+	}
+	if f.onRun != nil {
+		f.onRun()
 	}
 	return f.Fake.Run(ctx, tx)
 }
@@ -716,9 +722,9 @@ func TestDerivedProgramsArePaced(t *testing.T) {
 }
 
 // TestQueueModePodChangesThroughTheTracker: in queue mode a pod change is
-// applied by the tracker, not by a full build, and its program is
-// published right after its kernel transaction, never paced (the
-// evaluator decides every connection of the pods policies select); a
+// applied by the tracker, not by a full build, and its program is derived
+// before its kernel transaction and published right after it, never paced
+// (the evaluator decides every connection of the pods policies select); a
 // policy change is a full build, counted as a queue-mode fallback.
 func TestQueueModePodChangesThroughTheTracker(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
@@ -728,6 +734,14 @@ func TestQueueModePodChangesThroughTheTracker(t *testing.T) {
 	h.ctrl.checkDelay = time.Hour
 	// In hybrid mode the second derivation would wait this long.
 	h.ctrl.deriveGap = time.Hour
+	// The transactions run on the sync loop: what the tracker has not
+	// derived yet when one commits, read there.
+	var underived []int
+	h.nft.onRun = func() {
+		if h.ctrl.ready.Load() {
+			underived = append(underived, h.ctrl.tracker.Pending())
+		}
+	}
 	h.run(t)
 	eventually(t, "first sync", h.ctrl.Ready)
 	ctx := context.Background()
@@ -749,6 +763,11 @@ func TestQueueModePodChangesThroughTheTracker(t *testing.T) {
 	if got := rebuilds(); got != before {
 		t.Fatalf("%d full builds for two pod changes in queue mode", got-before)
 	}
+	h.nft.mu.Lock()
+	if len(underived) < 2 || slices.ContainsFunc(underived, func(n int) bool { return n != 0 }) {
+		t.Errorf("pod changes not derived yet at each transaction of theirs: %v, want two or more, all 0", underived)
+	}
+	h.nft.mu.Unlock()
 	fallbacks := h.ctrl.cfg.Metrics.IncrementalFallbacks.WithLabelValues(string(compile.FallbackQueueMode))
 	fell := counterValue(t, fallbacks)
 	allow := denyAll("x")
