@@ -45,15 +45,22 @@ func (c *Controller) policyHandler() cache.ResourceEventHandlerDetailedFuncs {
 
 // markPolicy records a NetworkPolicy or ClusterNetworkPolicy change,
 // which the tracker can apply alone, and notes it for the node's status.
+// In queue mode the tracker applies no policy change: the change marks a
+// full build at once (one for all the changes a pass takes, where keys
+// left to a later pass, fairshare.go, would each fall back to one).
 func (c *Controller) markPolicy(obj any, ev policyEvent) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	c.mu.Lock()
 	if err == nil {
 		c.notePolicyLocked(key, obj, ev)
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		c.rebuild = true
-	} else {
+	case c.cfg.Render.Mode == compile.ModeQueue:
+		c.fellBack(compile.FallbackQueueMode, "policy", key)
+		c.rebuild = true
+	default:
 		c.policyKeys[key] = struct{}{}
 	}
 	c.noteChangeLocked()
