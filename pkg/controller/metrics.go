@@ -96,7 +96,7 @@ func NewMetrics() *Metrics {
 		}),
 		ProgramLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "nftpolicy_program_lag_seconds", Help: "From a kernel commit to the publication of its program to the evaluator (explain, revocation, DNS learning, the snapshot): how long the evaluator decided with an older program than the kernel enforced.",
-			Buckets: prometheus.ExponentialBuckets(0.0000625, 2, 18),
+			Buckets: prometheus.ExponentialBuckets(0.0000625, 2, 21),
 		}),
 		ProgrammedPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nftpolicy_programmed_policies", Help: "NetworkPolicies in the applied program.",
