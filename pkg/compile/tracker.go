@@ -154,6 +154,10 @@ func (t *Tracker) Program() *Program {
 	return t.pub
 }
 
+// Pending is how many pods changed since the program Program returned
+// last: Program derives the next one from them (0: it returns that one).
+func (t *Tracker) Pending() int { return len(t.pending) }
+
 // Ruleset is the tracked ruleset (nil before the first Rebuild).
 func (t *Tracker) Ruleset() *Ruleset {
 	if t.r == nil {

@@ -75,9 +75,15 @@ func checkProgram(t *testing.T, tr *compile.Tracker, want *compile.Program, wher
 // TestDerivedProgramsStayIntact checks that deriving a program for pod
 // changes never writes one published before, which the evaluator may still
 // read: every program the tracker returned stays equal to the build of the
-// objects it was derived for.
+// objects it was derived for, in hybrid and in queue mode (where the
+// evaluator decides every connection of the pods policies select).
 func TestDerivedProgramsStayIntact(t *testing.T) {
-	cfg := compile.RenderConfig{Mode: compile.ModeHybrid}
+	for _, mode := range []compile.Mode{compile.ModeHybrid, compile.ModeQueue} {
+		t.Run(string(mode), func(t *testing.T) { testDerivedProgramsStayIntact(t, compile.RenderConfig{Mode: mode}) })
+	}
+}
+
+func testDerivedProgramsStayIntact(t *testing.T, cfg compile.RenderConfig) {
 	for seed := uint64(1); seed <= 12; seed++ {
 		w := newWorld(seed, scenariogen.Nodes[int(seed)%len(scenariogen.Nodes)])
 		tr, _ := newTracker(t, cfg, w)

@@ -226,9 +226,11 @@ type Controller struct {
 	seenMarks      status.Watermarks
 	pendingChanges map[string]policyChange
 
-	// tracker is the incremental compiler (hybrid mode; nil in queue mode,
-	// where the evaluator decides every selected pod's connections and so
-	// must always have the current program: each change is a full build).
+	// tracker is the incremental compiler, in every mode. In queue mode
+	// the evaluator decides every selected pod's connections, so the
+	// program of a pod change is published right after its kernel
+	// transaction, never paced (publishDerived), and a policy change is a
+	// full build (compile.FallbackQueueMode).
 	tracker *compile.Tracker
 	// podHashes are the fingerprint terms of the synced pods, by key, and
 	// inputsSum the sum of all terms (InputsFingerprint before mixing).
@@ -259,6 +261,10 @@ type Controller struct {
 	// deriveGap, when set, is the least time between two derivations
 	// (tests).
 	deriveGap time.Duration
+	// unpublished is when the first kernel transaction whose program is
+	// not published yet committed (zero: none): publish observes the
+	// evaluator's lag behind the kernel from it (ProgramLag).
+	unpublished time.Time
 	// fair is what each namespace's policy changes cost the loop
 	// (fairshare.go); rebuildFor is the policy change of this sync that
 	// needed a full build.
@@ -271,7 +277,6 @@ type Controller struct {
 	lastLoop    atomic.Int64  // unix nanoseconds the loop last ran or waited
 	reported    map[string]string
 	lastProgram atomic.Pointer[compile.Program]
-	cache       *compile.Cache
 	// gcPercent is GOGC outside full builds (and the initial lists).
 	gcPercent int
 	// status is the sync loop's side of the node's status.
@@ -293,7 +298,6 @@ func New(cfg Config) (*Controller, error) {
 		factory:   f,
 		dirty:     make(chan struct{}, 1),
 		reported:  map[string]string{},
-		cache:     compile.NewCache(),
 		gcPercent: currentGCPercent(),
 		podKeys:   map[string]struct{}{},
 		rebuild:   true,
@@ -307,13 +311,11 @@ func New(cfg Config) (*Controller, error) {
 	c.pendingChanges = map[string]policyChange{}
 	c.status = newStatusState()
 	c.repair = newRepairState()
-	if cfg.Render.Mode != compile.ModeQueue {
-		t, err := compile.NewTracker(cfg.Render)
-		if err != nil {
-			return nil, fmt.Errorf("controller config: %w", err)
-		}
-		c.tracker = t
+	t, err := compile.NewTracker(cfg.Render)
+	if err != nil {
+		return nil, fmt.Errorf("controller config: %w", err)
 	}
+	c.tracker = t
 	// Healthy from the start: the health server may be asked before Run.
 	c.lastLoop.Store(time.Now().UnixNano())
 	src := podstore.ClientsetSource(cfg.Client)
@@ -609,8 +611,8 @@ func (c *Controller) lookupNodeIPs() []netip.Addr {
 
 // syncOnce applies what changed since the last sync: in hybrid mode, pod
 // changes and policy changes go through the tracker (the policy changes of
-// the namespaces whose turn it is: fairshare.go); anything else, and every
-// change in queue mode, is a full build.
+// the namespaces whose turn it is: fairshare.go); anything else, and a
+// policy change in queue mode, is a full build.
 func (c *Controller) syncOnce(ctx context.Context) error {
 	if c.passStarted != nil {
 		c.passStarted()
@@ -619,7 +621,7 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	c.mu.Lock()
 	observed := c.firstUnsynced
 	c.firstUnsynced = time.Time{}
-	rebuild := c.rebuild || c.tracker == nil || c.tracker.Ruleset() == nil
+	rebuild := c.rebuild || c.tracker.Ruleset() == nil
 	keys, pkeys := c.podKeys, c.policyKeys
 	c.rebuild = false
 	c.podKeys, c.policyKeys = map[string]struct{}{}, map[string]struct{}{}
@@ -684,8 +686,12 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, start, observed time.Time) (bool, error) {
 	var delta compile.Delta
 	var res sets.Result
+	applied, reshaped := 0, 0
 	write := func(rs *compile.Ruleset) error {
 		r, err := c.cfg.Syncer.ApplyDelta(ctx, rs, delta)
+		if err == nil && applied > 0 {
+			c.kernelAhead(time.Now())
+		}
 		delta = nil
 		res.Full = res.Full || r.Full
 		res.Netlink = res.Netlink || r.Netlink
@@ -698,7 +704,6 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 		}
 		return err
 	}
-	applied, reshaped := 0, 0
 	complete := true
 	for key := range keys {
 		pod := c.pods.Get(key)
@@ -733,6 +738,11 @@ func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, sta
 			continue
 		}
 		delta = append(delta, d...)
+	}
+	if applied > 0 && !c.pacedDerivation() {
+		// Queue mode: the program is derived before the transaction, so
+		// that it is published as soon as the transaction commits.
+		c.tracker.Program()
 	}
 	if err := write(c.tracker.Ruleset()); err != nil {
 		return false, err
@@ -785,14 +795,9 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// build's GOGC below, the peak would be all of it plus the build. The
 	// tracker lets its indexes go and a collection first leaves the pods,
 	// the programs in force and the build.
-	stale := false
-	if c.tracker != nil {
-		stale = c.tracker.Stale() || c.unchecked
-		c.tracker.Reset()
-	}
+	stale := c.tracker.Stale() || c.unchecked
+	c.tracker.Reset()
 	runtime.GC()
-	var prog *compile.Program
-	var rs *compile.Ruleset
 	// A full build allocates a program, an index and a ruleset, most of
 	// which it keeps (the first build) or which replace ones as large (a
 	// rebuild): at the default GOGC the collector would run through it
@@ -801,12 +806,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// heap, and the MemoryReleaser hands the pages back afterwards.
 	debug.SetGCPercent(fullBuildGCPercent)
 	defer debug.SetGCPercent(c.gcPercent)
-	if c.tracker != nil {
-		prog, rs, err = c.tracker.Rebuild(in)
-	} else {
-		prog = compile.BuildCached(in, c.cache)
-		rs, err = compile.Render(prog, c.cfg.Render)
-	}
+	prog, rs, err := c.tracker.Rebuild(in)
 	if err != nil {
 		return fmt.Errorf("rendering: %w", err)
 	}
@@ -814,6 +814,9 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	c.lastBuild = built.Sub(start)
 	res, err := c.cfg.Syncer.Sync(ctx, rs)
 	applied := time.Now()
+	if err == nil {
+		c.kernelAhead(applied)
+	}
 	kind := "incremental"
 	if res.Full {
 		kind = "full"
@@ -863,6 +866,10 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 // program.
 func (c *Controller) publish(prog *compile.Program) bool {
 	c.derivePending = false
+	if !c.unpublished.IsZero() {
+		c.cfg.Metrics.ProgramLag.Observe(time.Since(c.unpublished).Seconds())
+		c.unpublished = time.Time{}
+	}
 	old := c.lastProgram.Load()
 	c.lastProgram.Store(prog)
 	first := !c.ready.Swap(true)
@@ -871,6 +878,14 @@ func (c *Controller) publish(prog *compile.Program) bool {
 		c.cfg.OnProgram(old, prog)
 	}
 	return first
+}
+
+// kernelAhead notes a kernel commit whose program is not published yet:
+// the evaluator lags the kernel from the first such commit until publish.
+func (c *Controller) kernelAhead(at time.Time) {
+	if c.unpublished.IsZero() {
+		c.unpublished = at
+	}
 }
 
 // publishDerived publishes the program of the pod changes applied since
@@ -882,14 +897,18 @@ func (c *Controller) publish(prog *compile.Program) bool {
 // duration after it, which keeps it under 1/(1+deriveFactor) of a core
 // under steady churn, and the program lags the kernel by at most that.
 // A connection held in the queue for a pod the program does not know yet
-// is not kept waiting. While a policy change is pending (Stale) the
-// refresh publishes the whole program instead.
+// is not kept waiting. In queue mode nothing is paced: the evaluator
+// decides every connection of the pods policies select, so it gets the
+// program the kernel enforces at once, as a full build's was (syncPods
+// derives it before the transaction). While a
+// policy change is pending (Stale) the refresh publishes the whole
+// program instead.
 func (c *Controller) publishDerived() {
 	if !c.derivePending || c.tracker.Stale() {
 		return
 	}
 	now := time.Now()
-	if now.Before(c.deriveNext) && !c.cfg.Evaluator.Waiting() {
+	if c.pacedDerivation() && now.Before(c.deriveNext) && !c.cfg.Evaluator.Waiting() {
 		if c.deriveDue.IsZero() {
 			c.deriveDue = c.deriveNext
 			c.derive.Reset(c.deriveNext.Sub(now))
@@ -906,6 +925,12 @@ func (c *Controller) publishDerived() {
 	}
 	c.derivePending = false
 }
+
+// pacedDerivation reports whether the derivation of the programs of pod
+// changes is paced (publishDerived): not in queue mode, where the
+// evaluator decides every connection of the pods policies select, and
+// the program is derived before the transaction and published with it.
+func (c *Controller) pacedDerivation() bool { return c.cfg.Render.Mode != compile.ModeQueue }
 
 // deriveFactor paces publishDerived: idle for this many times a
 // derivation's duration after it.

@@ -43,6 +43,9 @@ type flakyNFT struct {
 	failed int
 	// onFail, when set, runs (under mu) at each injected failure.
 	onFail func()
+	// onRun, when set, runs (under mu) before each transaction that is
+	// not failed on purpose.
+	onRun func()
 }
 
 func (f *flakyNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
@@ -56,6 +59,9 @@ func (f *flakyNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 			f.onFail()
 		}
 		return errors.New("injected transaction failure")
+	}
+	if f.onRun != nil {
+		f.onRun()
 	}
 	return f.Fake.Run(ctx, tx)
 }
@@ -712,6 +718,111 @@ func TestDerivedProgramsArePaced(t *testing.T) {
 	eventually(t, "x/c in the evaluator's program when the pace allows", inProgram("x/c"))
 	if since := time.Since(published); since < h.ctrl.deriveGap/2 {
 		t.Errorf("x/c published %v after x/b, within the pace (%v)", since, h.ctrl.deriveGap)
+	}
+}
+
+// TestQueueModePodChangesThroughTheTracker: in queue mode a pod change is
+// applied by the tracker, not by a full build, and its program is derived
+// before its kernel transaction and published right after it, never paced
+// (the evaluator decides every connection of the pods policies select); a
+// policy change is a full build, counted as a queue-mode fallback.
+func TestQueueModePodChangesThroughTheTracker(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.ProgramRefreshDelay = time.Hour
+		c.Render.Mode = compile.ModeQueue
+	}, testPod("x", "a", "n1", "10.0.1.1", nil), denyAll("x"))
+	h.ctrl.checkDelay = time.Hour
+	// In hybrid mode the second derivation would wait this long.
+	h.ctrl.deriveGap = time.Hour
+	// The transactions run on the sync loop: what the tracker has not
+	// derived yet when one commits, read there.
+	var underived []int
+	h.nft.onRun = func() {
+		if h.ctrl.ready.Load() {
+			underived = append(underived, h.ctrl.tracker.Pending())
+		}
+	}
+	h.run(t)
+	eventually(t, "first sync", h.ctrl.Ready)
+	ctx := context.Background()
+	syncs := h.ctrl.cfg.Metrics.SyncDuration
+	rebuilds := func() uint64 { return histogramCount(t, syncs, "incremental") + histogramCount(t, syncs, "full") }
+	before := rebuilds()
+	inProgram := func(key string) func() bool {
+		return func() bool { _, ok := h.eval.Program().PodByKey(key); return ok }
+	}
+	for _, p := range []*corev1.Pod{testPod("x", "b", "n1", "10.0.1.2", nil), testPod("x", "c", "n1", "10.0.1.3", nil)} {
+		if _, err := h.client.CoreV1().Pods("x").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, p.Name+" in the evaluator's program", inProgram("x/"+p.Name))
+		if v := h.eval.Evaluate(netip.MustParseAddr("10.0.2.1"), netip.MustParseAddr(p.Status.PodIPs[0].IP), compile.ProtoTCP, 80); v.Allowed {
+			t.Fatalf("x/%s is isolated, but the evaluator allows: %s", p.Name, v.Reason())
+		}
+	}
+	if got := rebuilds(); got != before {
+		t.Fatalf("%d full builds for two pod changes in queue mode", got-before)
+	}
+	h.nft.mu.Lock()
+	if len(underived) < 2 || slices.ContainsFunc(underived, func(n int) bool { return n != 0 }) {
+		t.Errorf("pod changes not derived yet at each transaction of theirs: %v, want two or more, all 0", underived)
+	}
+	h.nft.mu.Unlock()
+	fallbacks := h.ctrl.cfg.Metrics.IncrementalFallbacks.WithLabelValues(string(compile.FallbackQueueMode))
+	fell := counterValue(t, fallbacks)
+	allow := denyAll("x")
+	allow.Name = "allow"
+	allow.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}}
+	if _, err := h.client.NetworkingV1().NetworkPolicies("x").Create(ctx, allow, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the evaluator allowing after the policy change", func() bool {
+		return h.eval.Evaluate(netip.MustParseAddr("10.0.2.1"), netip.MustParseAddr("10.0.1.3"), compile.ProtoTCP, 80).Allowed
+	})
+	if got := counterValue(t, fallbacks) - fell; got != 1 {
+		t.Errorf("%v queue-mode fallbacks for one policy change, want 1", got)
+	}
+	if got := rebuilds(); got != before+1 {
+		t.Errorf("%d full builds for one policy change in queue mode, want 1", got-before)
+	}
+}
+
+// TestProgramLagObserved: nftpolicy_program_lag_seconds counts each
+// publication of a program after its kernel transaction and how long the
+// evaluator decided with the program before: a paced derivation shows
+// there as the time it was held back.
+func TestProgramLagObserved(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ProgramRefreshDelay = time.Hour }, testPod("x", "a", "n1", "10.0.1.1", nil), denyAll("x"))
+	h.ctrl.checkDelay = time.Hour
+	h.ctrl.deriveGap = 1500 * time.Millisecond
+	h.run(t)
+	eventually(t, "first sync", h.ctrl.Ready)
+	lag := func() (uint64, float64) {
+		var m dto.Metric
+		if err := h.ctrl.cfg.Metrics.ProgramLag.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.Histogram.GetSampleCount(), m.Histogram.GetSampleSum()
+	}
+	n0, _ := lag()
+	if n0 != 1 {
+		t.Fatalf("%d lags observed after the first sync, want 1", n0)
+	}
+	ctx := context.Background()
+	for _, p := range []*corev1.Pod{testPod("x", "b", "n1", "10.0.1.2", nil), testPod("x", "c", "n1", "10.0.1.3", nil)} {
+		_, sum0 := lag()
+		if _, err := h.client.CoreV1().Pods("x").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, p.Name+" in the evaluator's program", func() bool { _, ok := h.eval.Program().PodByKey("x/" + p.Name); return ok })
+		n, sum := lag()
+		if n != n0+1 {
+			t.Fatalf("%d lags observed after x/%s's publication, want %d", n, p.Name, n0+1)
+		}
+		n0 = n
+		if p.Name == "c" && sum-sum0 < h.ctrl.deriveGap.Seconds()/2 {
+			t.Errorf("x/c's program, held back by the pace (%v), was observed %.3fs behind the kernel", h.ctrl.deriveGap, sum-sum0)
+		}
 	}
 }
 

@@ -19,6 +19,7 @@ type Metrics struct {
 	LastSuccessfulSync prometheus.Gauge
 	SyncedInputs       prometheus.Gauge
 	ProgrammingLatency prometheus.Histogram
+	ProgramLag         prometheus.Histogram
 	ProgrammedPolicies prometheus.Gauge
 	ProgrammedPods     prometheus.Gauge
 	SetElements        prometheus.Gauge
@@ -92,6 +93,10 @@ func NewMetrics() *Metrics {
 		ProgrammingLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "nftpolicy_programming_latency_seconds", Help: "From the first API change observed to the kernel commit that includes it.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		ProgramLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "nftpolicy_program_lag_seconds", Help: "From a kernel commit to the publication of its program to the evaluator (explain, revocation, DNS learning, the snapshot): how long the evaluator decided with an older program than the kernel enforced.",
+			Buckets: prometheus.ExponentialBuckets(0.0000625, 2, 21),
 		}),
 		ProgrammedPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nftpolicy_programmed_policies", Help: "NetworkPolicies in the applied program.",
@@ -174,7 +179,7 @@ func fallbackReasons() string {
 
 // Register adds every metric to the registerer.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.SyncDuration, m.TrackerCorrections, m.IncrementalFallbacks, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency,
+	for _, c := range []prometheus.Collector{m.SyncDuration, m.TrackerCorrections, m.IncrementalFallbacks, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency, m.ProgramLag,
 		m.ProgrammedPolicies, m.ProgrammedPods, m.SetElements, m.InvalidPolicies, m.PolicyProblems,
 		m.ClusterPolicyAPI, m.ProgrammedClusterPolicies, m.InvalidClusterPolicies, m.ClusterPolicyProblems, m.RejectedPolicies, m.PoliciesRejected, m.NamespaceCostMax,
 		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant, m.QueueHeldDropped, m.CollectorErrors, m.OutsideChanges} {

@@ -16,10 +16,11 @@ import (
 // the sets it owns and its subjects' elements change, and the Syncer
 // writes the difference between the ruleset it applied and the tracker's
 // new one. The program the evaluator reads lags until the refresh (pod
-// changes publish theirs with their transaction). In queue mode there is
-// no tracker: every change is a full build, so the evaluator, which
-// decides every connection there, never decides with a program older than
-// the kernel's dispatch.
+// changes publish theirs after their transaction: publishDerived). In
+// queue mode a policy change is a full build (compile.FallbackQueueMode),
+// so the evaluator, which decides every connection there, never decides
+// with a program older than the kernel's dispatch for longer than the
+// build's publication after its commit.
 
 // policyHandler records NetworkPolicy changes by key.
 func (c *Controller) policyHandler() cache.ResourceEventHandlerDetailedFuncs {
@@ -44,15 +45,22 @@ func (c *Controller) policyHandler() cache.ResourceEventHandlerDetailedFuncs {
 
 // markPolicy records a NetworkPolicy or ClusterNetworkPolicy change,
 // which the tracker can apply alone, and notes it for the node's status.
+// In queue mode the tracker applies no policy change: the change marks a
+// full build at once (one for all the changes a pass takes, where keys
+// left to a later pass, fairshare.go, would each fall back to one).
 func (c *Controller) markPolicy(obj any, ev policyEvent) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	c.mu.Lock()
 	if err == nil {
 		c.notePolicyLocked(key, obj, ev)
 	}
-	if err != nil || c.tracker == nil {
+	switch {
+	case err != nil:
 		c.rebuild = true
-	} else {
+	case c.cfg.Render.Mode == compile.ModeQueue:
+		c.fellBack(compile.FallbackQueueMode, "policy", key)
+		c.rebuild = true
+	default:
 		c.policyKeys[key] = struct{}{}
 	}
 	c.noteChangeLocked()
@@ -84,6 +92,10 @@ func (c *Controller) syncPolicies(ctx context.Context, keys []string, start, obs
 	if err != nil {
 		c.cfg.Metrics.SyncFailures.Inc()
 		return false, err
+	}
+	if c.tracker.Stale() {
+		// The program follows with the refresh.
+		c.kernelAhead(time.Now())
 	}
 	c.chargePolicies(costs, time.Since(t0))
 	for key, h := range terms {

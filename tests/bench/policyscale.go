@@ -107,6 +107,10 @@ func measurePolicyScale(ctx context.Context, c *cluster.Cluster, cs kubernetes.I
 	if err != nil {
 		return err
 	}
+	lag0, err := scrape(ctx, agent)
+	if err != nil {
+		return err
+	}
 	pol, refresh, err := timePolicyChanges(ctx, cs, agent, np, cfg.Incremental)
 	if err != nil {
 		return err
@@ -131,6 +135,11 @@ func measurePolicyScale(ctx context.Context, c *cluster.Cluster, cs kubernetes.I
 		return err
 	}
 	time.Sleep(cfg.Settle)
+	// The policy changes' programs follow with the refresh, the pod
+	// changes' when the pace allows: both are in by now.
+	if lag1, err := scrape(ctx, agent); err == nil {
+		setLag(res, "evaluator_lag_ms_p99_"+sfx, lag0, lag1)
+	}
 	st, err := procStatus(agent.Pid())
 	if err != nil {
 		return err

@@ -155,11 +155,14 @@ func runScale(ctx context.Context, tb *cluster.ProgramTB, cfg ScaleConfig, res *
 			return err
 		}
 	}
+	have := cfg.Pods[len(cfg.Pods)-1] // every size's pods are in the API
 	if cfg.PolicyScale.Policies > 0 {
-		have := cfg.Pods[len(cfg.Pods)-1] // every size's pods are in the API
 		if err := measurePolicyScale(ctx, c, cs, agent, have, pols, cfg, res); err != nil {
 			return fmt.Errorf("policy scale: %w", err)
 		}
+	}
+	if err := measureQueueMode(ctx, c, cs, agent, have, cfg, res); err != nil {
+		return fmt.Errorf("queue mode: %w", err)
 	}
 	return nil
 }
@@ -278,6 +281,10 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	if err != nil {
 		return err
 	}
+	lag0, err := scrape(ctx, agent)
+	if err != nil {
+		return err
+	}
 	cpu0, _ := procCPU(pid)
 	incr, err := timePodChanges(ctx, cs, agent, ns, name, cfg.Incremental)
 	if err != nil {
@@ -314,6 +321,7 @@ func measureSize(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interfac
 	res.Set("rss_mb_"+sz, round(rss, 1))
 	res.Set("rss_peak_mb_"+sz, round(hwm, 1))
 	res.Set("set_elements_"+sz, m["nftpolicy_programmed_set_elements"])
+	setLag(res, "evaluator_lag_ms_p99_"+sz, lag0, m)
 	res.Set("go_heap_mb_"+sz, round(m["go_memstats_heap_inuse_bytes"]/(1<<20), 1))
 	res.Set("go_heap_alloc_mb_"+sz, round(m["go_memstats_heap_alloc_bytes"]/(1<<20), 1))
 	res.Set("rss_anon_mb_"+sz, round(st["RssAnon"]/1024, 1))
@@ -355,6 +363,12 @@ func bootNode(c *cluster.Cluster) error {
 // switches between tier=web and tier=api, which moves it in or out of a
 // peer set of the node's ruleset; the pod is left as it was.
 func timePodChanges(ctx context.Context, cs kubernetes.Interface, agent *cluster.Agent, ns, name string, changes int) ([]time.Duration, error) {
+	return timePodChangesAs(ctx, cs, agent, ns, name, changes, "pods")
+}
+
+// timePodChangesAs is timePodChanges timing the sync of any of kinds that
+// follows each change.
+func timePodChangesAs(ctx context.Context, cs kubernetes.Interface, agent *cluster.Agent, ns, name string, changes int, kinds ...string) ([]time.Duration, error) {
 	var incr []time.Duration
 	for k := 0; k < changes; k++ {
 		tier := "api"
@@ -369,7 +383,7 @@ func timePodChanges(ctx context.Context, cs kubernetes.Interface, agent *cluster
 		if _, err := cs.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return nil, err
 		}
-		d, err := waitSync(ctx, agent, "pods", "", before)
+		d, err := waitSyncOf(ctx, agent, kinds, before)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"net/netip"
 	"slices"
 	"testing"
@@ -102,5 +103,26 @@ func TestScaleNamesAt150k(t *testing.T) {
 	}
 	if len(names) != pods/podsPerNS {
 		t.Errorf("%d namespace names for %d namespaces", len(names), pods/podsPerNS)
+	}
+}
+
+// TestHistogramQuantile: the quantile of what a histogram observed between
+// two scrapes (only the difference counts), interpolated within its
+// bucket; the +Inf bucket gives its lower bound; nothing observed gives
+// none.
+func TestHistogramQuantile(t *testing.T) {
+	b := func(le string) string { return `h_bucket{le="` + le + `"}` }
+	before := map[string]float64{b("0.001"): 5, b("0.002"): 5, b("0.004"): 5, b("+Inf"): 5}
+	// 100 observations since: 50 up to 1 ms, 40 in (1, 2] ms, 9 in (2, 4]
+	// ms, 1 above.
+	after := map[string]float64{b("0.001"): 55, b("0.002"): 95, b("0.004"): 104, b("+Inf"): 105, "other": 7}
+	for _, c := range []struct{ q, want float64 }{{0.5, 0.001}, {0.7, 0.0015}, {0.99, 0.004}, {1, 0.004}, {0.25, 0.0005}} {
+		got, ok := histogramQuantile(before, after, "h_bucket", c.q)
+		if !ok || math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("quantile %v = %v, %v; want %v", c.q, got, ok, c.want)
+		}
+	}
+	if _, ok := histogramQuantile(after, after, "h_bucket", 0.99); ok {
+		t.Errorf("a quantile of nothing observed")
 	}
 }
