@@ -271,13 +271,13 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 	// Hooks after each publication: revocation, and DNS learning's
 	// clean-up (added by startFQDN, before the controller runs).
-	hooks := &programHooks{}
-	hooks.add(onProgram)
-	hooks.add(o.newPod.rangesHook(log, render))
+	hooks := &controller.Hooks{}
+	hooks.OnProgram(onProgram)
+	hooks.OnProgram(o.newPod.rangesHook(log, render))
 	ctrl, err := o.status.newController(ctx, controller.Config{
 		Client: client, PodClient: podClient, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,
-		PodCIDRs: podCIDRs, Budgets: o.budgets, OnProgram: hooks.run, OnPodApplied: hooks.runPod, MemoryReleaser: release,
+		PodCIDRs: podCIDRs, Budgets: o.budgets, Hooks: hooks, MemoryReleaser: release,
 	}, dyn, reg)
 	if err != nil {
 		return err
