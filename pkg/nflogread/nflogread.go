@@ -3,8 +3,8 @@ package nflogread
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	nflog "github.com/florianl/go-nflog/v2"
@@ -52,11 +52,11 @@ func (c Consumer) Deliver(prefix string, payload []byte, now time.Time) {
 	c.Handle(prefix, p, now)
 }
 
-// Readers are the agent's NFLOG readers, one per group.
+// Readers are the agent's NFLOG readers, one per group. Add every
+// consumer before the first Run.
 type Readers struct {
 	log    klog.Logger
 	netns  int
-	mu     sync.Mutex
 	groups map[uint16][]*Consumer
 }
 
@@ -66,37 +66,17 @@ func New(log klog.Logger, netns int) *Readers {
 	return &Readers{log: log, netns: netns, groups: map[uint16][]*Consumer{}}
 }
 
-// Add makes c a consumer of its group; before Run.
-func (r *Readers) Add(c Consumer) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.groups[c.Group] = append(r.groups[c.Group], &c)
-}
+// Add makes c a consumer of its group.
+func (r *Readers) Add(c Consumer) { r.groups[c.Group] = append(r.groups[c.Group], &c) }
 
 // Groups are the groups consumed, in order.
-func (r *Readers) Groups() []uint16 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var gs []uint16
-	for g := range r.groups {
-		gs = append(gs, g)
-	}
-	slices.Sort(gs)
-	return gs
-}
-
-// consumers are group's.
-func (r *Readers) consumers(group uint16) []*Consumer {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.groups[group]
-}
+func (r *Readers) Groups() []uint16 { return slices.Sorted(maps.Keys(r.groups)) }
 
 // Deliver hands one message of group to the consumer that claims its
 // prefix (the group's first when none does); nothing when the group has
 // no consumer.
 func (r *Readers) Deliver(group uint16, prefix string, payload []byte, now time.Time) {
-	cs := r.consumers(group)
+	cs := r.groups[group]
 	if len(cs) == 0 {
 		return
 	}
@@ -116,7 +96,7 @@ func (r *Readers) Deliver(group uint16, prefix string, payload []byte, now time.
 // read errors are counted for each of the group's consumers, since any of
 // them may have lost messages.
 func (r *Readers) Run(ctx context.Context, group uint16) error {
-	cs := r.consumers(group)
+	cs := r.groups[group]
 	if len(cs) == 0 {
 		return fmt.Errorf("NFLOG group %d: no consumer", group)
 	}
