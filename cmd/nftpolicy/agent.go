@@ -271,9 +271,9 @@ func agent(ctx context.Context, o *agentOptions) error {
 	}
 	// Hooks after each publication: revocation, and DNS learning's
 	// clean-up (added by startFQDN, before the controller runs).
-	hooks := &programHooks{}
-	hooks.add(onProgram)
-	hooks.add(o.newPod.rangesHook(log, render))
+	hooks := &controller.Hooks{}
+	hooks.OnProgram(onProgram)
+	hooks.OnProgram(o.newPod.rangesHook(log, render))
 	podStore, err := slicedPodStore(o.cfg, node, client, podClient, recorder, reg, log)
 	if err != nil {
 		return err
@@ -281,7 +281,7 @@ func agent(ctx context.Context, o *agentOptions) error {
 	ctrl, err := o.status.newController(ctx, controller.Config{
 		Client: client, PodClient: podClient, PodStore: podStore, PolicyClient: policyClient, ClusterPolicyCheckPeriod: o.cnpCheck, NodeName: node, NodeIPs: nodeIPs, Render: render, Syncer: syncer, Evaluator: eval,
 		Metrics: metrics, Recorder: recorder, FullSyncPeriod: o.fullSyncPeriod, ProgramRefreshDelay: o.refreshDelay, Logger: log,
-		PodCIDRs: podCIDRs, Budgets: o.budgets, OnProgram: hooks.run, OnPodApplied: hooks.runPod, MemoryReleaser: release,
+		PodCIDRs: podCIDRs, Budgets: o.budgets, Hooks: hooks, MemoryReleaser: release,
 	}, dyn, reg)
 	if err != nil {
 		return err

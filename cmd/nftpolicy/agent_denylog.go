@@ -25,9 +25,10 @@ func (o *denyLogOptions) configureDenyLog(render *compile.RenderConfig) {
 	render.DenyLogRate, render.DenyLogBurst, render.DenyLogTotalRate, render.DenyLogTotalBurst = o.kernelLimits()
 }
 
-// startDenyLog starts the deny log reader when the ruleset logs denials.
+// startDenyLog makes the deny log a consumer of its group's reader when
+// the ruleset logs denials.
 func (o *denyLogOptions) startDenyLog(ctx context.Context, render compile.RenderConfig, node string, eval *evaluate.Evaluator,
-	reg prometheus.Registerer) error {
+	reg prometheus.Registerer, readers *nflogReaders) error {
 	if render.DenyLogGroup == 0 {
 		return nil
 	}
@@ -40,6 +41,6 @@ func (o *denyLogOptions) startDenyLog(ctx context.Context, render compile.Render
 	if err != nil {
 		return err
 	}
-	runReader(ctx, "deny log", "Deny log reader stopped; denied connections are no longer logged", l.Run)
+	readers.add(l.Consumer(), "denied connections are no longer logged")
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn"
 	"github.com/nftpolicy/nftpolicy/pkg/fqdn/wire"
@@ -37,32 +38,6 @@ type fqdnOptions struct {
 	queryTimeout   time.Duration
 	// removed is the agent's: set once it removed its table at exit.
 	removed *atomic.Bool
-}
-
-// programHooks are the controller's OnProgram hooks, called in the order
-// added. Hooks are added before the controller runs.
-type programHooks struct {
-	hooks []func(old, cur *compile.Program)
-	// pods are the controller's OnPodApplied hooks.
-	pods []func(key string, pod *compile.PodInfo)
-}
-
-func (h *programHooks) runPod(key string, pod *compile.PodInfo) {
-	for _, f := range h.pods {
-		f(key, pod)
-	}
-}
-
-func (h *programHooks) add(f func(old, cur *compile.Program)) {
-	if f != nil {
-		h.hooks = append(h.hooks, f)
-	}
-}
-
-func (h *programHooks) run(old, cur *compile.Program) {
-	for _, f := range h.hooks {
-		f(old, cur)
-	}
 }
 
 // dnsQueueNum resolves --dns-queue-num for the connection queues base..
@@ -112,13 +87,13 @@ func (o *fqdnOptions) sources() (*fqdn.Sources, error) {
 
 // startFQDN starts DNS learning: the trusted sources (and the DNS
 // service's EndpointSlice informer), the learner, which the evaluator asks
-// about domainNames peers and whose OnProgram joins hooks, and the runtime
+// about domainNames peers and whose hooks join hooks, and the runtime
 // on the DNS queue. It returns
 // once the queue is bound. stop, called when the agent exits, hands the
 // DNS queue over to a successor listening on the other of the DNS queue's
 // two numbers (as the connection queues are, see startQueue) and closes it.
 func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig, base uint16, eval *evaluate.Evaluator, elements *nftnl.Conn,
-	client kubernetes.Interface, reg prometheus.Registerer, errs chan<- error, hooks *programHooks) (stop func(), err error) {
+	client kubernetes.Interface, reg prometheus.Registerer, errs chan<- error, hooks *controller.Hooks) (stop func(), err error) {
 	log := klog.FromContext(ctx).WithName("fqdn")
 	stop = func() {}
 	src, err := o.sources()
@@ -148,10 +123,10 @@ func (o *fqdnOptions) startFQDN(ctx context.Context, render compile.RenderConfig
 	eval.Resolved = l
 	// After each publication: pods that left lose their learned elements,
 	// rules with new sets get what their pods resolved.
-	hooks.add(l.OnProgram)
+	hooks.OnProgram(l.OnProgram)
 	// And at once when a pod's removal reaches the kernel incrementally,
 	// before a new pod can be given its address.
-	hooks.pods = append(hooks.pods, l.OnPodApplied)
+	hooks.OnPodApplied(l.OnPodApplied)
 	rt, err := queue.NewRuntime(wire.RuntimeConfig(render, 0, log), wire.Decider{L: l})
 	if err != nil {
 		return stop, err

@@ -24,10 +24,10 @@ func (o *stagedLogOptions) configureStagedLog(render *compile.RenderConfig) {
 	render.StagedLogRate, render.StagedLogBurst, render.StagedLogTotalRate, render.StagedLogTotalBurst = o.kernelLimits()
 }
 
-// startStagedLog starts the staged log reader when the ruleset copies
-// staged subjects' packets.
+// startStagedLog makes the staged log a consumer of its group's reader
+// when the ruleset copies staged subjects' packets.
 func (o *stagedLogOptions) startStagedLog(ctx context.Context, render compile.RenderConfig, node string, eval *evaluate.Evaluator,
-	reg prometheus.Registerer) error {
+	reg prometheus.Registerer, readers *nflogReaders) error {
 	if render.StagedLogGroup == 0 {
 		return nil
 	}
@@ -40,6 +40,6 @@ func (o *stagedLogOptions) startStagedLog(ctx context.Context, render compile.Re
 	if err != nil {
 		return err
 	}
-	runReader(ctx, "staged log", "Staged log reader stopped; staged policies' verdicts are no longer logged", l.Run)
+	readers.add(l.Consumer(), "staged policies' verdicts are no longer logged")
 	return nil
 }

@@ -34,23 +34,30 @@ func (o *verifyOptions) configureVerify(render *compile.RenderConfig) {
 	}
 }
 
-// startNFLOGReaders starts the readers of the ruleset's NFLOG groups: the
-// deny log, the staged log and runtime verification; after DNS learning
-// set the evaluator's resolver, which the staged log reads.
+// startNFLOGReaders starts the readers of the ruleset's NFLOG groups, one
+// per group, for their consumers: the deny log, the staged log and
+// runtime verification; after DNS learning set the evaluator's resolver,
+// which the staged log reads.
 func (o *agentOptions) startNFLOGReaders(ctx context.Context, render compile.RenderConfig, node string, eval *evaluate.Evaluator,
 	reg prometheus.Registerer) error {
-	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg); err != nil {
+	readers := newNFLOGReaders(ctx)
+	if err := o.denyLog.startDenyLog(ctx, render, node, eval, reg, readers); err != nil {
 		return err
 	}
-	if err := o.stagedLog.startStagedLog(ctx, render, node, eval, reg); err != nil {
+	if err := o.stagedLog.startStagedLog(ctx, render, node, eval, reg, readers); err != nil {
 		return err
 	}
-	return o.verify.startVerify(ctx, render, node, eval, o.refreshDelay, reg)
+	if err := o.verify.startVerify(ctx, render, node, eval, o.refreshDelay, reg, readers); err != nil {
+		return err
+	}
+	readers.run(ctx)
+	return nil
 }
 
-// startVerify starts the verifier when the ruleset samples verdicts.
+// startVerify makes the verifier a consumer of its group's reader when the
+// ruleset samples verdicts.
 func (o *verifyOptions) startVerify(ctx context.Context, render compile.RenderConfig, node string, eval *evaluate.Evaluator,
-	refreshDelay time.Duration, reg prometheus.Registerer) error {
+	refreshDelay time.Duration, reg prometheus.Registerer, readers *nflogReaders) error {
 	if !render.Verify.Enabled() {
 		return nil
 	}
@@ -66,6 +73,6 @@ func (o *verifyOptions) startVerify(ctx context.Context, render compile.RenderCo
 	if err != nil {
 		return err
 	}
-	runReader(ctx, "verification", "Verification reader stopped; kernel verdicts are no longer checked", v.Run)
+	readers.add(v.Consumer(), "kernel verdicts are no longer checked")
 	return nil
 }

@@ -54,6 +54,10 @@ func (d DenyInfo) ID() string {
 	return "d" + shortHash(strings.Join([]string{d.Kind, d.Tier.String(), d.Policy, d.Direction.String(), d.Rule}, "\x00"))
 }
 
+// IsDenyID reports whether a log prefix is a deny id (ID), not a
+// verification sample's (IsVerifyID) or the staged log's.
+func IsDenyID(prefix string) bool { return strings.HasPrefix(prefix, "d") }
+
 // String reads e.g. "NetworkPolicy x/deny-all ingress default deny" or
 // "ClusterNetworkPolicy no-y (Admin) egress rule no-y".
 func (d DenyInfo) String() string {

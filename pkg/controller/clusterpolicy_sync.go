@@ -52,7 +52,7 @@ func (c *Controller) applyClusterPolicy(name string) (term uint64, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	if f := c.tracker.ApplyClusterPolicy(name, cnp); f != compile.NoFallback {
+	if f := c.apply.ApplyClusterPolicy(name, cnp); f != compile.NoFallback {
 		c.fellBack(f, "clusterPolicy", name)
 		return 0, false
 	}

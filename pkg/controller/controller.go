@@ -65,16 +65,15 @@ type Config struct {
 	Syncer   *sets.Syncer
 	// Evaluator receives each program after its transaction committed.
 	Evaluator *evaluate.Evaluator
-	// OnProgram, if set, is called after each publication with the
-	// previous program (nil at first) and the new one, from the sync loop:
-	// conntrack revocation (pkg/conntrack) cuts flows the change denies.
-	OnProgram func(old, cur *compile.Program)
-	// OnPodApplied, if set, is called from the sync loop with each pod
-	// change the tracker applies incrementally (pod nil: deleted), before
-	// its elements are written and long before the program that has it
-	// is published: DNS learning (pkg/fqdn) deletes a departed pod's
-	// learned elements before a new pod can hold its address.
-	OnPodApplied func(key string, pod *compile.PodInfo)
+	// Hooks run from the sync loop (the Applier's: Hooks): the program
+	// hooks after each publication, with the previous program (nil at
+	// first) and the new one (conntrack revocation, pkg/conntrack, cuts
+	// flows the change denies); the pod hooks with each pod change the
+	// tracker applies incrementally (pod nil: deleted), before its
+	// elements are written and long before the program that has it is
+	// published (DNS learning, pkg/fqdn, deletes a departed pod's learned
+	// elements before a new pod can hold its address). nil: none.
+	Hooks *Hooks
 	// OnStatus, if set, is called from the sync loop after a commit with
 	// what it put in force (status.go): the watermarks (per kind, every
 	// policy change up to them is in the kernel; they never decrease), the
@@ -226,11 +225,14 @@ type Controller struct {
 	seenMarks      status.Watermarks
 	pendingChanges map[string]policyChange
 
-	// tracker is the incremental compiler, in every mode. In queue mode
-	// the evaluator decides every selected pod's connections, so the
-	// program of a pod change is published right after its kernel
-	// transaction, never paced (publishDerived), and a policy change is a
-	// full build (compile.FallbackQueueMode).
+	// apply is the sequence apply, commit, publish, run the hooks
+	// (apply.go); tracker is its incremental compiler, in every mode. In
+	// queue mode the evaluator decides every selected pod's connections,
+	// so the program of a pod change is derived before its kernel
+	// transaction and published right after it, never paced
+	// (publishDerived), and a policy change is a full build
+	// (compile.FallbackQueueMode).
+	apply   *Applier
 	tracker *compile.Tracker
 	// podHashes are the fingerprint terms of the synced pods, by key, and
 	// inputsSum the sum of all terms (InputsFingerprint before mixing).
@@ -311,11 +313,12 @@ func New(cfg Config) (*Controller, error) {
 	c.pendingChanges = map[string]policyChange{}
 	c.status = newStatusState()
 	c.repair = newRepairState()
-	t, err := compile.NewTracker(cfg.Render)
+	a, err := NewApplier(ApplierConfig{Render: cfg.Render, Syncer: cfg.Syncer, Evaluator: cfg.Evaluator, Hooks: cfg.Hooks,
+		Committed: c.kernelAhead, DeriveBeforeCommit: !c.pacedDerivation()})
 	if err != nil {
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
-	c.tracker = t
+	c.apply, c.tracker = a, a.Tracker()
 	// Healthy from the start: the health server may be asked before Run.
 	c.lastLoop.Store(time.Now().UnixNano())
 	src := podstore.ClientsetSource(cfg.Client)
@@ -497,7 +500,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-heartbeat.C:
 			continue
 		case <-fullTicker.C:
-			c.cfg.Syncer.ForceFull()
+			c.apply.ForceFull()
 			c.mu.Lock()
 			c.rebuild = true
 			c.mu.Unlock()
@@ -684,69 +687,15 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 // syncPods applies pod changes through the tracker; false when one of them
 // needs a full build (what was applied before it is in the kernel).
 func (c *Controller) syncPods(ctx context.Context, keys map[string]struct{}, start, observed time.Time) (bool, error) {
-	var delta compile.Delta
-	var res sets.Result
-	applied, reshaped := 0, 0
-	write := func(rs *compile.Ruleset) error {
-		r, err := c.cfg.Syncer.ApplyDelta(ctx, rs, delta)
-		if err == nil && applied > 0 {
-			c.kernelAhead(time.Now())
-		}
-		delta = nil
-		res.Full = res.Full || r.Full
-		res.Netlink = res.Netlink || r.Netlink
-		res.ElementsAdded += r.ElementsAdded
-		res.ElementsDeleted += r.ElementsDeleted
-		res.ChainsWritten += r.ChainsWritten
-		res.ChainsDeleted += r.ChainsDeleted
-		if err != nil {
-			c.cfg.Metrics.SyncFailures.Inc()
-		}
-		return err
-	}
-	complete := true
-	for key := range keys {
-		pod := c.pods.Get(key)
-		prev := c.tracker.Ruleset()
-		d, f := c.tracker.ApplyPodInfo(key, pod)
-		if f != compile.NoFallback {
-			c.fellBack(f, "pod", key)
-			complete = false
-			break
-		}
-		applied++
-		c.notePodSynced(key, pod)
-		if c.cfg.OnPodApplied != nil {
-			c.cfg.OnPodApplied(key, pod)
-		}
-		if rs := c.tracker.Ruleset(); rs != prev {
-			// The pod created or deleted a combination chain: the tracker
-			// has a new ruleset. The earlier pods' elements go first, to
-			// the ruleset they were applied to (a second transaction only
-			// when other pods came before this one in the sync); then the
-			// difference of the new one and this pod's elements.
-			reshaped++
-			if len(delta) > 0 {
-				if err := write(prev); err != nil {
-					return false, err
-				}
-			}
-			delta = d
-			if err := write(rs); err != nil {
-				return false, err
-			}
-			continue
-		}
-		delta = append(delta, d...)
-	}
-	if applied > 0 && !c.pacedDerivation() {
-		// Queue mode: the program is derived before the transaction, so
-		// that it is published as soon as the transaction commits.
-		c.tracker.Program()
-	}
-	if err := write(c.tracker.Ruleset()); err != nil {
+	done, err := c.apply.ApplyPods(ctx, slices.Collect(maps.Keys(keys)), c.pods.Get, c.notePodSynced)
+	if err != nil {
+		c.cfg.Metrics.SyncFailures.Inc()
 		return false, err
 	}
+	if done.Fallback != compile.NoFallback {
+		c.fellBack(done.Fallback, "pod", done.FallbackKey)
+	}
+	res, applied, reshaped, complete := done.Result, done.Applied, done.Reshaped, done.Fallback == compile.NoFallback
 	c.unchecked = c.unchecked || applied > 0
 	c.derivePending = c.derivePending || applied > 0
 	c.publishDerived()
@@ -796,7 +745,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// tracker lets its indexes go and a collection first leaves the pods,
 	// the programs in force and the build.
 	stale := c.tracker.Stale() || c.unchecked
-	c.tracker.Reset()
+	c.apply.Release()
 	runtime.GC()
 	// A full build allocates a program, an index and a ruleset, most of
 	// which it keeps (the first build) or which replace ones as large (a
@@ -806,13 +755,13 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// heap, and the MemoryReleaser hands the pages back afterwards.
 	debug.SetGCPercent(fullBuildGCPercent)
 	defer debug.SetGCPercent(c.gcPercent)
-	prog, rs, err := c.tracker.Rebuild(in)
+	prog, rs, err := c.apply.Build(in)
 	if err != nil {
 		return fmt.Errorf("rendering: %w", err)
 	}
 	built := time.Now()
 	c.lastBuild = built.Sub(start)
-	res, err := c.cfg.Syncer.Sync(ctx, rs)
+	res, err := c.apply.Commit(ctx, rs)
 	applied := time.Now()
 	if err == nil {
 		c.kernelAhead(applied)
@@ -870,13 +819,9 @@ func (c *Controller) publish(prog *compile.Program) bool {
 		c.cfg.Metrics.ProgramLag.Observe(time.Since(c.unpublished).Seconds())
 		c.unpublished = time.Time{}
 	}
-	old := c.lastProgram.Load()
 	c.lastProgram.Store(prog)
 	first := !c.ready.Swap(true)
-	c.cfg.Evaluator.Swap(prog)
-	if c.cfg.OnProgram != nil {
-		c.cfg.OnProgram(old, prog)
-	}
+	c.apply.Publish(prog)
 	return first
 }
 

@@ -614,7 +614,7 @@ func TestPodChangesThatCreateChains(t *testing.T) {
 }
 
 // TestPodRemovalHookBeforePublication: a pod deletion applied
-// incrementally reaches OnPodApplied (pod nil) before the program without
+// incrementally reaches the pod hooks (pod nil) before the program without
 // the pod is published, which then comes with the kernel transaction, not
 // with a refresh (an hour away here): DNS learning deletes the pod's
 // learned elements before any reader of the program misses the pod.
@@ -628,14 +628,15 @@ func TestPodRemovalHookBeforePublication(t *testing.T) {
 	)
 	h = startWith(t, func(c *Config) {
 		c.ProgramRefreshDelay = time.Hour
-		c.OnPodApplied = func(key string, pod *compile.PodInfo) {
+		c.Hooks = &Hooks{}
+		c.Hooks.OnPodApplied(func(key string, pod *compile.PodInfo) {
 			if pod == nil {
 				mu.Lock()
 				removed = append(removed, key)
 				_, stillThere = h.eval.Program().PodByKey(key)
 				mu.Unlock()
 			}
-		}
+		})
 	}, testPod("x", "a", "n1", "10.0.1.1", nil), testPod("x", "b", "n1", "10.0.1.2", nil), denyAll("x"))
 	eventually(t, "first sync", h.ctrl.Ready)
 	if err := h.client.CoreV1().Pods("x").Delete(context.Background(), "a", metav1.DeleteOptions{}); err != nil {
@@ -646,10 +647,10 @@ func TestPodRemovalHookBeforePublication(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(removed, []string{"x/a"}) {
-		t.Errorf("OnPodApplied saw the removals %v, want [x/a]", removed)
+		t.Errorf("the pod hook saw the removals %v, want [x/a]", removed)
 	}
 	if !stillThere {
-		t.Errorf("the program without x/a was published before OnPodApplied ran")
+		t.Errorf("the program without x/a was published before the pod hook ran")
 	}
 }
 

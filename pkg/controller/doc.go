@@ -7,7 +7,9 @@
 // ClusterNetworkPolicies that runs while discovery says their CRD is
 // served, event handlers that only mark the state dirty, and one sync loop
 // that compiles, applies one transaction, and then publishes the program
-// to the evaluator; the loop's passes are shared fairly between
+// to the evaluator and runs the hooks, through its Applier (apply.go), the
+// one copy of that sequence, which the in-process test harness
+// (tests/internal/inproc) drives too; the loop's passes are shared fairly between
 // namespaces by what their policy changes cost (fairshare.go). Nothing is
 // written to the kernel before every informer has synced (the
 // ClusterNetworkPolicy one is waited for a bounded time: its CRD may be

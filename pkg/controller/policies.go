@@ -88,7 +88,7 @@ func (c *Controller) syncPolicies(ctx context.Context, keys []string, start, obs
 		costs[key] = time.Since(t0)
 	}
 	t0 := time.Now()
-	res, err := c.cfg.Syncer.Sync(ctx, c.tracker.Ruleset())
+	res, err := c.apply.CommitPolicies(ctx)
 	if err != nil {
 		c.cfg.Metrics.SyncFailures.Inc()
 		return false, err
@@ -139,7 +139,7 @@ func (c *Controller) applyPolicyKey(key string) (uint64, bool) {
 			return 0, false
 		}
 	}
-	if f := c.tracker.ApplyPolicy(key, np); f != compile.NoFallback {
+	if f := c.apply.ApplyPolicy(key, np); f != compile.NoFallback {
 		// The tracker is left for a Rebuild; nothing was written.
 		c.fellBack(f, "policy", key)
 		return 0, false

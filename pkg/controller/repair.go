@@ -137,7 +137,7 @@ func (c *Controller) beginRepair() bool {
 	} else {
 		log.Info("Full sync requested", "reason", what)
 	}
-	c.cfg.Syncer.ForceFull()
+	c.apply.ForceFull()
 	return true
 }
 

@@ -1,19 +1,17 @@
 package denylog
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"sync"
 	"time"
 
-	nflog "github.com/florianl/go-nflog/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/nflogread"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 )
 
@@ -22,9 +20,6 @@ const (
 	DefaultGroup        = 100
 	DefaultFlowInterval = 30 * time.Second
 	DefaultLinesPerSec  = 50
-	// copyRange is how much of each packet the kernel copies: enough for
-	// an IPv6 header, a few extension headers and the ports.
-	copyRange = 256
 	// maxFlows bounds the per-flow rate limiter's memory.
 	maxFlows = 16384
 )
@@ -43,9 +38,6 @@ type Config struct {
 	FlowInterval   time.Duration
 	LinesPerSecond int
 	Logger         klog.Logger
-	// NetNS, when not 0, is a network namespace file descriptor to read
-	// the group in (tests); 0 is the caller's.
-	NetNS int
 }
 
 // Defaults fills unset fields.
@@ -113,7 +105,8 @@ type Logger struct {
 	ids   map[string]compile.DenyInfo
 }
 
-// New returns a Logger; Run reads the group.
+// New returns a Logger; its group's reader (pkg/nflogread) hands it the
+// group's messages (Consumer).
 func New(cfg Config, m *Metrics) (*Logger, error) {
 	cfg = cfg.Defaults()
 	if cfg.Program == nil {
@@ -126,59 +119,16 @@ func New(cfg Config, m *Metrics) (*Logger, error) {
 		flows: map[flowKey]time.Time{}}, nil
 }
 
-// Run reads the NFLOG group until ctx ends.
-func (l *Logger) Run(ctx context.Context) error {
-	return ReadGroup(ctx, l.cfg.Group, l.cfg.NetNS, l.log, "Reading the deny log", func(prefix string, payload []byte) {
-		l.Handle(prefix, payload, time.Now())
-	}, l.metrics.Dropped.WithLabelValues("read_error"))
-}
-
-// ReadGroup reads an NFLOG group (in network namespace netns, 0: the
-// caller's) until ctx ends, handing each message's prefix and the start of
-// its packet to handle; read errors (a full socket buffer loses messages,
-// not the reader) are counted in readErrors. what names the reader in its
-// log lines.
-func ReadGroup(ctx context.Context, group uint16, netns int, log klog.Logger, what string, handle func(prefix string, payload []byte),
-	readErrors prometheus.Counter) error {
-	// QThresh 1: the kernel sends each message at once. Its default
-	// batches up to 100 messages or one second, which would delay a
-	// lone message's line by a second; the kernel's limits keep the
-	// message rate low.
-	nf, err := nflog.Open(&nflog.Config{Group: group, Copymode: nflog.CopyPacket, Bufsize: copyRange, NetNS: netns, QThresh: 1,
-		Logger: nflogLogger{log}})
-	if err != nil {
-		return fmt.Errorf("opening NFLOG group %d: %w", group, err)
-	}
-	defer nf.Close()
-	err = nf.RegisterWithErrorFunc(ctx, func(a nflog.Attribute) int {
-		if a.Prefix != nil && a.Payload != nil {
-			handle(*a.Prefix, *a.Payload)
-		}
-		return 0
-	}, func(err error) int {
-		if ctx.Err() != nil {
-			return 1
-		}
-		log.V(2).Info(what, "err", err)
-		readErrors.Inc()
-		return 0
-	})
-	if err != nil {
-		return fmt.Errorf("binding NFLOG group %d: %w", group, err)
-	}
-	log.Info(what, "group", group)
-	<-ctx.Done()
-	return nil
+// Consumer is the Logger as its group's reader (pkg/nflogread) takes it:
+// the deny ids are its.
+func (l *Logger) Consumer() nflogread.Consumer {
+	return nflogread.Consumer{Group: l.cfg.Group, Name: "Reading the deny log", Claims: compile.IsDenyID, Handle: l.Handle,
+		Dropped: l.metrics.Dropped, Logger: l.log}
 }
 
 // Handle logs one message of the group: its prefix (the deny id) and the
 // start of the packet.
-func (l *Logger) Handle(prefix string, payload []byte, now time.Time) {
-	p, err := queue.ParsePacket(payload)
-	if err != nil {
-		l.metrics.Dropped.WithLabelValues("unparsable").Inc()
-		return
-	}
+func (l *Logger) Handle(prefix string, p queue.Packet, now time.Time) {
 	prog := l.cfg.Program()
 	info, ok := l.resolveID(prog, prefix)
 	if !ok {
@@ -268,20 +218,4 @@ func Endpoint(p *compile.Program, a netip.Addr) string {
 		}
 	}
 	return a.String()
-}
-
-// nflogLogger adapts klog to go-nflog's logger; it reports its shutdown
-// through Errorf, so everything goes to verbose levels.
-type nflogLogger struct{ l klog.Logger }
-
-func (n nflogLogger) Debugf(format string, args ...any) {
-	if v := n.l.V(5); v.Enabled() {
-		v.Info(fmt.Sprintf(format, args...))
-	}
-}
-
-func (n nflogLogger) Errorf(format string, args ...any) {
-	if v := n.l.V(3); v.Enabled() {
-		v.Info(fmt.Sprintf(format, args...))
-	}
 }

@@ -91,7 +91,7 @@ func TestHandle(t *testing.T) {
 	now := time.Unix(1000, 0)
 	// One denied connection, its SYN retransmitted: one line.
 	for i := 0; i < 3; i++ {
-		l.Handle(info.ID(), tcpSYN(client, web, 40000, 80), now.Add(time.Duration(i)*time.Second))
+		l.Consumer().Deliver(info.ID(), tcpSYN(client, web, 40000, 80), now.Add(time.Duration(i)*time.Second))
 	}
 	lines := rec.all()
 	if len(lines) != 1 {
@@ -113,7 +113,7 @@ func TestHandle(t *testing.T) {
 	// A flood from distinct sources: at most the overall limit's burst.
 	for i := 0; i < 1000; i++ {
 		src := netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)})
-		l.Handle(info.ID(), tcpSYN(src, web, 40000, 80), now)
+		l.Consumer().Deliver(info.ID(), tcpSYN(src, web, 40000, 80), now)
 	}
 	if n := len(rec.all()); n > 1+5 {
 		t.Errorf("flood: %d lines, want at most 6", n)
@@ -124,8 +124,8 @@ func TestHandle(t *testing.T) {
 
 	// Unknown ids and garbage are counted, not logged.
 	before := len(rec.all())
-	l.Handle("dnothing", tcpSYN(client, web, 1, 80), now.Add(time.Hour))
-	l.Handle(info.ID(), []byte{0x45, 0}, now.Add(time.Hour))
+	l.Consumer().Deliver("dnothing", tcpSYN(client, web, 1, 80), now.Add(time.Hour))
+	l.Consumer().Deliver(info.ID(), []byte{0x45, 0}, now.Add(time.Hour))
 	if len(rec.all()) != before {
 		t.Errorf("unknown id or bad packet logged: %v", rec.all()[before:])
 	}

@@ -1,7 +1,6 @@
 package staged
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/denylog"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/nflogread"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 )
 
@@ -233,12 +233,14 @@ func New(cfg Config, m *Metrics) (*Logger, error) {
 		flows: map[flowKey]time.Time{}}, nil
 }
 
-// Run reads the NFLOG group until ctx ends.
-func (l *Logger) Run(ctx context.Context) error {
-	return denylog.ReadGroup(ctx, l.cfg.Group, l.cfg.NetNS, l.log, "Reading the staged log", func(prefix string, payload []byte) {
-		l.Handle(prefix, payload, time.Now())
-	}, l.metrics.Dropped.WithLabelValues("read_error"))
+// Consumer is the Logger as its group's reader (pkg/nflogread) takes it:
+// the staged log's prefix is its.
+func (l *Logger) Consumer() nflogread.Consumer {
+	return nflogread.Consumer{Group: l.cfg.Group, Name: "Reading the staged log", Claims: isStagedPrefix, Handle: l.Handle,
+		Dropped: l.metrics.Dropped, Logger: l.log}
 }
+
+func isStagedPrefix(prefix string) bool { return prefix == compile.StagedLogPrefix }
 
 // programs returns the programs of the program in force, building the
 // staged one once per program.
@@ -254,12 +256,7 @@ func (l *Logger) programs() *Programs {
 
 // Handle decides one message of the group (its packet) and logs it when
 // the verdict would change.
-func (l *Logger) Handle(_ string, payload []byte, now time.Time) {
-	p, err := queue.ParsePacket(payload)
-	if err != nil {
-		l.metrics.Dropped.WithLabelValues("unparsable").Inc()
-		return
-	}
+func (l *Logger) Handle(_ string, p queue.Packet, now time.Time) {
 	ps := l.programs()
 	if ps == nil {
 		// The kernel copies before the program with the staged policies

@@ -136,11 +136,11 @@ func TestHandle(t *testing.T) {
 	// A connection the staged policy would deny, its first packet copied
 	// three times (retransmitted): one line, three counts.
 	for i := 0; i < 3; i++ {
-		l.Handle(compile.StagedLogPrefix, syn(podC, podA, 40000, 80), now.Add(time.Duration(i)*time.Second))
+		l.Consumer().Deliver(compile.StagedLogPrefix, syn(podC, podA, 40000, 80), now.Add(time.Duration(i)*time.Second))
 	}
 	// One it would allow, one it would not change.
-	l.Handle(compile.StagedLogPrefix, syn(podC, podB, 40001, 80), now)
-	l.Handle(compile.StagedLogPrefix, syn(podA, podC, 40002, 80), now)
+	l.Consumer().Deliver(compile.StagedLogPrefix, syn(podC, podB, 40001, 80), now)
+	l.Consumer().Deliver(compile.StagedLogPrefix, syn(podA, podC, 40002, 80), now)
 	lines := rec.all()
 	if len(lines) != 2 {
 		t.Fatalf("want 2 lines, got %d: %v", len(lines), lines)
@@ -168,7 +168,7 @@ func TestHandle(t *testing.T) {
 
 	// Distinct connections flooding in: at most the overall limit's burst.
 	for i := 0; i < 1000; i++ {
-		l.Handle(compile.StagedLogPrefix, syn(podC, podA, 40000, uint16(1000+i)), now)
+		l.Consumer().Deliver(compile.StagedLogPrefix, syn(podC, podA, 40000, uint16(1000+i)), now)
 	}
 	if n := len(rec.all()); n > 2+5 {
 		t.Errorf("flood: %d lines, want at most 7", n)
@@ -179,11 +179,11 @@ func TestHandle(t *testing.T) {
 
 	// Garbage, and copies once no staged policy is left, are counted.
 	before := len(rec.all())
-	l.Handle(compile.StagedLogPrefix, []byte{0x45, 0}, now.Add(time.Hour))
+	l.Consumer().Deliver(compile.StagedLogPrefix, []byte{0x45, 0}, now.Add(time.Hour))
 	in := testInput()
 	in.Policies, in.ClusterPolicies = in.Policies[1:], nil
 	cur = compile.Build(in)
-	l.Handle(compile.StagedLogPrefix, syn(podC, podA, 40005, 80), now.Add(time.Hour))
+	l.Consumer().Deliver(compile.StagedLogPrefix, syn(podC, podA, 40005, 80), now.Add(time.Hour))
 	if len(rec.all()) != before {
 		t.Errorf("bad packet or no staged policy logged: %v", rec.all()[before:])
 	}

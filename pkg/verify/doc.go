@@ -4,7 +4,8 @@
 // The ruleset (compile.RenderConfig.Verify) sends a sample of the first
 // packets of new connections, at the rule that decided them, allowed or
 // denied, to an NFLOG group, with a short id of that rule as the prefix,
-// bounded per source address in the kernel. The Verifier reads the group,
+// bounded per source address in the kernel. The group's reader
+// (pkg/nflogread) hands the Verifier (its Consumer) each sample; it
 // decides each sampled connection again with the evaluator (the program
 // the kernel ruleset was rendered from) and compares the verdict of the
 // sampled direction with the kernel's. A disagreement is confirmed once
@@ -14,6 +15,6 @@
 // model's reason and the kernel's deciding rule.
 //
 // It imports pkg/compile (the program, the decision ids), pkg/evaluate
-// (the verdict type) and pkg/queue (the packet header parser); nothing
-// imports it but the command.
+// (the verdict type), pkg/queue (the packet type), pkg/nflogread and
+// pkg/denylog (endpoint names); nothing imports it but the command.
 package verify

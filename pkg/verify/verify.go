@@ -1,7 +1,6 @@
 package verify
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/denylog"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/nflogread"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
 )
 
@@ -55,9 +55,6 @@ type Config struct {
 	ChecksPerSecond int
 	LinesPerSecond  int
 	Logger          klog.Logger
-	// NetNS is the network namespace (a file descriptor) of the group
-	// for tests, or 0.
-	NetNS int
 }
 
 // Defaults fills unset fields.
@@ -138,10 +135,11 @@ func New(cfg Config, m *Metrics) (*Verifier, error) {
 		after:  func(d time.Duration, f func()) { time.AfterFunc(d, f) }}, nil
 }
 
-// Run reads the NFLOG group until ctx ends.
-func (v *Verifier) Run(ctx context.Context) error {
-	return denylog.ReadGroup(ctx, v.cfg.Group, v.cfg.NetNS, v.log, "Verifying sampled kernel verdicts", v.Handle,
-		v.metrics.Dropped.WithLabelValues("read_error"))
+// Consumer is the Verifier as its group's reader (pkg/nflogread) takes
+// it: the samples' ids are its.
+func (v *Verifier) Consumer() nflogread.Consumer {
+	return nflogread.Consumer{Group: v.cfg.Group, Name: "Verifying sampled kernel verdicts", Claims: compile.IsVerifyID, Handle: v.Handle,
+		Dropped: v.metrics.Dropped, Logger: v.log}
 }
 
 // sample is one sampled connection and the kernel's decision of it.
@@ -153,12 +151,7 @@ type sample struct {
 
 // Handle checks one message of the group: its prefix (the decision's id)
 // and the start of the packet.
-func (v *Verifier) Handle(prefix string, payload []byte) {
-	p, err := queue.ParsePacket(payload)
-	if err != nil {
-		v.metrics.Dropped.WithLabelValues("unparsable").Inc()
-		return
-	}
+func (v *Verifier) Handle(prefix string, p queue.Packet, _ time.Time) {
 	if !v.checks.Allow() {
 		v.metrics.Dropped.WithLabelValues("rate_limit").Inc()
 		return

@@ -117,7 +117,7 @@ func count(v *Verifier, kernel string) (verified, disagreements float64) {
 // else.
 func TestAgreement(t *testing.T) {
 	v, _, rec := newVerifier(t, program(t, true))
-	v.Handle(denyFromY.ID(), syn(client, web, 80))
+	v.Consumer().Deliver(denyFromY.ID(), syn(client, web, 80), time.Now())
 	if ver, dis := count(v, "deny"); ver != 1 || dis != 0 {
 		t.Errorf("verified %v, disagreements %v; want 1, 0", ver, dis)
 	}
@@ -131,7 +131,7 @@ func TestAgreement(t *testing.T) {
 // verdicts, the model's reason and the kernel's decision.
 func TestDisagreement(t *testing.T) {
 	v, _, rec := newVerifier(t, program(t, true))
-	v.Handle(defaultIngress.ID(), syn(client, web, 80))
+	v.Consumer().Deliver(defaultIngress.ID(), syn(client, web, 80), time.Now())
 	if ver, dis := count(v, "allow"); ver != 1 || dis != 1 {
 		t.Errorf("verified %v, disagreements %v; want 1, 1", ver, dis)
 	}
@@ -153,7 +153,7 @@ func TestDisagreementSettles(t *testing.T) {
 		ev.Swap(program(t, false))
 		f()
 	}
-	v.Handle(defaultIngress.ID(), syn(client, web, 80))
+	v.Consumer().Deliver(defaultIngress.ID(), syn(client, web, 80), time.Now())
 	if ver, dis := count(v, "allow"); ver != 1 || dis != 0 {
 		t.Errorf("verified %v, disagreements %v; want 1, 0", ver, dis)
 	}
@@ -170,7 +170,7 @@ func TestUnknownIDSettles(t *testing.T) {
 		ev.Swap(program(t, true))
 		f()
 	}
-	v.Handle(denyFromY.ID(), syn(client, web, 80))
+	v.Consumer().Deliver(denyFromY.ID(), syn(client, web, 80), time.Now())
 	if ver, dis := count(v, "deny"); ver != 1 || dis != 0 {
 		t.Errorf("verified %v, disagreements %v; want 1, 0", ver, dis)
 	}
@@ -178,10 +178,10 @@ func TestUnknownIDSettles(t *testing.T) {
 
 func TestDropped(t *testing.T) {
 	v, ev, _ := newVerifier(t, nil)
-	v.Handle(denyFromY.ID(), syn(client, web, 80))
+	v.Consumer().Deliver(denyFromY.ID(), syn(client, web, 80), time.Now())
 	ev.Swap(program(t, true))
-	v.Handle("vunknown1", syn(client, web, 80))
-	v.Handle(denyFromY.ID(), []byte{0x45, 0})
+	v.Consumer().Deliver("vunknown1", syn(client, web, 80), time.Now())
+	v.Consumer().Deliver(denyFromY.ID(), []byte{0x45, 0}, time.Now())
 	for _, reason := range []string{"no_program", "unknown_id", "unparsable"} {
 		if got := testutil.ToFloat64(v.metrics.Dropped.WithLabelValues(reason)); got != 1 {
 			t.Errorf("dropped %s: %v, want 1", reason, got)
@@ -201,7 +201,7 @@ func TestChecksRateLimited(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 20 {
-		v.Handle(denyFromY.ID(), syn(client, web, 80))
+		v.Consumer().Deliver(denyFromY.ID(), syn(client, web, 80), time.Now())
 	}
 	if ver, _ := count(v, "deny"); ver != 5 {
 		t.Errorf("verified %v, want 5", ver)

@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/nflogread"
 	"github.com/nftpolicy/nftpolicy/pkg/verify"
 )
 
@@ -37,16 +38,18 @@ func (l *connLab) startVerifiers(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		v, err := verify.New(verify.Config{Group: verify.DefaultGroup, Node: n, Evaluator: l.agents[i].Evaluator(), NetNS: int(ns.Fd()), Logger: klog.Background()}, l.verify)
+		v, err := verify.New(verify.Config{Group: verify.DefaultGroup, Node: n, Evaluator: l.agents[i].Evaluator(), Logger: klog.Background()}, l.verify)
 		if err != nil {
 			ns.Close()
 			return err
 		}
+		readers := nflogread.New(klog.Background(), int(ns.Fd()))
+		readers.Add(v.Consumer())
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_ = v.Run(rctx)
+			_ = readers.Run(rctx, verify.DefaultGroup)
 		}()
 		l.stops = append(l.stops, func() {
 			cancel()

@@ -18,6 +18,7 @@ import (
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
 	"github.com/nftpolicy/nftpolicy/pkg/nftnl"
 	"github.com/nftpolicy/nftpolicy/pkg/queue"
@@ -42,16 +43,20 @@ type Agent struct {
 	// Program is the last program Apply committed.
 	Program *compile.Program
 	// OnProgram, when set, is called after each publication with the
-	// previous program and the new one, as the controller's hook is
-	// (connection revocation).
+	// previous program and the new one, as the agent's first program hook
+	// is (connection revocation).
 	OnProgram func(old, cur *compile.Program)
 
 	nft    *netlab.NodeNFT
 	netns  *os.File // the node's namespace, for netlink sockets
 	syncer *sets.Syncer
-	rcfg   compile.RenderConfig
-	qcfg   queuerule.QueueRuleConfig
-	eval   evaluate.Evaluator
+	// apply is the agent's sequence (controller.Applier): commit, publish,
+	// run the hooks; hooks are its hooks, the agent's.
+	apply *controller.Applier
+	hooks controller.Hooks
+	rcfg  compile.RenderConfig
+	qcfg  queuerule.QueueRuleConfig
+	eval  evaluate.Evaluator
 	// elements writes element-only changes over netlink, as the agent does.
 	elements *nftnl.Conn
 	stopRT   context.CancelFunc
@@ -98,6 +103,17 @@ func New(lab *netlab.Lab, node string, rcfg compile.RenderConfig, log logr.Logge
 		scfg.External = a.installQueueRule
 	}
 	if a.syncer, err = sets.New(scfg); err != nil {
+		return nil, err
+	}
+	// The hooks in the agent's order: revocation (OnProgram here), then
+	// DNS learning's (startDNS). Program is the one in force first.
+	a.hooks.OnProgram(func(_, cur *compile.Program) { a.Program = cur })
+	a.hooks.OnProgram(func(old, cur *compile.Program) {
+		if a.OnProgram != nil {
+			a.OnProgram(old, cur)
+		}
+	})
+	if a.apply, err = controller.NewApplier(controller.ApplierConfig{Render: rcfg, Syncer: a.syncer, Evaluator: &a.eval, Hooks: &a.hooks}); err != nil {
 		return nil, err
 	}
 	if rcfg.UsesQueue() {
@@ -169,10 +185,10 @@ func (a *Agent) run(rt *queue.Runtime, what string) (cancel context.CancelFunc, 
 	}
 }
 
-// Apply renders prog, lets mutate (when not nil) change the ruleset, syncs
-// it (a full sync when full) and then publishes prog to the evaluator, in
-// the agent's order: the program is published only after the transaction
-// rendered from it committed.
+// Apply renders prog, lets mutate (when not nil) change the ruleset,
+// commits it (a full sync when full) and then publishes prog, through the
+// agent's Applier: the program is published, and the hooks run, only
+// after the transaction rendered from it committed.
 func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(node string, rs *compile.Ruleset), full bool) (sets.Result, error) {
 	rs, err := compile.Render(prog, a.rcfg)
 	if err != nil {
@@ -182,67 +198,43 @@ func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(no
 		mutate(a.Node, rs)
 	}
 	if full {
-		a.syncer.ForceFull()
+		a.apply.ForceFull()
 	}
-	res, err := a.syncer.Sync(ctx, rs)
+	res, err := a.apply.Commit(ctx, rs)
 	if err != nil {
 		return res, fmt.Errorf("syncing %s: %w", a.Node, err)
 	}
-	old := a.Program
-	a.eval.Swap(prog)
-	a.Program = prog
-	a.published(old, prog)
+	a.apply.Publish(prog)
 	return res, nil
 }
 
 // ApplyPodEvents takes the node from before to after the way the agent's
-// controller does in hybrid mode: the changes that are neither pods' nor
-// policies' through a full build (before's pods, policies and cluster
-// policies with after's namespaces and nodes), then each NetworkPolicy
-// that differs, one at a time, through compile.Tracker.ApplyPolicy and
-// Syncer.Sync, then each ClusterNetworkPolicy that differs through
-// ApplyClusterPolicy and Syncer.Sync, then each pod that differs through
-// the tracker and Syncer.ApplyDelta (a rebuild whenever the tracker asks
-// for one). It returns how many pod and policy changes took each path;
-// prog is the program of after, published at the end unless the tracker
-// has it (no policy changed: the program it derived for the pods).
+// controller does in hybrid mode, through its Applier: the changes that
+// are neither pods' nor policies' through a full build (before's pods,
+// policies and cluster policies with after's namespaces and nodes), then
+// each NetworkPolicy that differs, one at a time, through ApplyPolicy and
+// CommitPolicies, then each ClusterNetworkPolicy that differs through
+// ApplyClusterPolicy and CommitPolicies, then each pod that differs
+// through ApplyPods (a rebuild whenever the tracker asks for one). It
+// returns how many pod and policy changes took each path; prog is the
+// program of after, published at the end unless the tracker has it (no
+// policy changed: the program it derived for the pods).
 func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input, prog *compile.Program) (tracked, rebuilt int, err error) {
-	tr, err := compile.NewTracker(a.rcfg)
-	if err != nil {
-		return 0, 0, err
+	tr := a.apply.Tracker()
+	if tr == nil {
+		return 0, 0, fmt.Errorf("%s: queue mode builds every change (Apply)", a.Node)
 	}
-	pods := map[string]*corev1.Pod{}
-	for _, p := range before.Pods {
-		pods[p.Namespace+"/"+p.Name] = p
-	}
-	pols := map[string]*networkingv1.NetworkPolicy{}
-	for _, np := range before.Policies {
-		pols[np.Namespace+"/"+np.Name] = np
-	}
-	cnps := map[string]*npav1beta1.ClusterNetworkPolicy{}
-	for _, cnp := range before.ClusterPolicies {
-		cnps[cnp.Name] = cnp
-	}
-	input := func() compile.Input {
-		in := after
-		in.Pods, in.Policies, in.ClusterPolicies = nil, nil, nil
-		for _, k := range slices.Sorted(maps.Keys(pods)) {
-			in.Pods = append(in.Pods, pods[k])
-		}
-		for _, k := range slices.Sorted(maps.Keys(pols)) {
-			in.Policies = append(in.Policies, pols[k])
-		}
-		for _, k := range slices.Sorted(maps.Keys(cnps)) {
-			in.ClusterPolicies = append(in.ClusterPolicies, cnps[k])
-		}
-		return in
-	}
+	pods := byKey(before.Pods, func(p *corev1.Pod) string { return p.Namespace + "/" + p.Name })
+	pols := byKey(before.Policies, func(np *networkingv1.NetworkPolicy) string { return np.Namespace + "/" + np.Name })
+	cnps := byKey(before.ClusterPolicies, func(cnp *npav1beta1.ClusterNetworkPolicy) string { return cnp.Name })
 	rebuild := func() error {
-		_, rs, err := tr.Rebuild(input())
+		in := after
+		in.Pods, in.Policies, in.ClusterPolicies = sortedValues(pods), sortedValues(pols), sortedValues(cnps)
+		_, rs, err := a.apply.Build(in)
 		if err != nil {
 			return err
 		}
-		if _, err = a.syncer.Sync(ctx, rs); err != nil {
+		if _, err = a.apply.Commit(ctx, rs); err != nil {
 			return fmt.Errorf("syncing %s: %w", a.Node, err)
 		}
 		return nil
@@ -250,45 +242,57 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 	if err := rebuild(); err != nil {
 		return 0, 0, err
 	}
-	// policy syncs one policy change the tracker applied, or rebuilds.
+	// policy commits one policy change the Applier applied, or rebuilds.
 	policy := func(key string, f compile.Fallback) error {
 		if f != compile.NoFallback {
 			rebuilt++
 			return rebuild()
 		}
 		tracked++
-		if _, err := a.syncer.Sync(ctx, tr.Ruleset()); err != nil {
+		if _, err := a.apply.CommitPolicies(ctx); err != nil {
 			return fmt.Errorf("applying policy %s on %s: %w", key, a.Node, err)
 		}
 		return nil
 	}
-	nextPols := map[string]*networkingv1.NetworkPolicy{}
-	for _, np := range after.Policies {
-		nextPols[np.Namespace+"/"+np.Name] = np
-	}
+	nextPols := byKey(after.Policies, func(np *networkingv1.NetworkPolicy) string { return np.Namespace + "/" + np.Name })
 	if err := changeEach(pols, nextPols, func(key string, np *networkingv1.NetworkPolicy) error {
-		return policy(key, tr.ApplyPolicy(key, np))
+		return policy(key, a.apply.ApplyPolicy(key, np))
 	}); err != nil {
 		return tracked, rebuilt, err
 	}
-	nextCNPs := map[string]*npav1beta1.ClusterNetworkPolicy{}
-	for _, cnp := range after.ClusterPolicies {
-		nextCNPs[cnp.Name] = cnp
-	}
+	nextCNPs := byKey(after.ClusterPolicies, func(cnp *npav1beta1.ClusterNetworkPolicy) string { return cnp.Name })
 	if err := changeEach(cnps, nextCNPs, func(name string, cnp *npav1beta1.ClusterNetworkPolicy) error {
-		return policy(name, tr.ApplyClusterPolicy(name, cnp))
+		return policy(name, a.apply.ApplyClusterPolicy(name, cnp))
 	}); err != nil {
 		return tracked, rebuilt, err
 	}
-	next := map[string]*corev1.Pod{}
-	for _, p := range after.Pods {
-		next[p.Namespace+"/"+p.Name] = p
+	next := byKey(after.Pods, func(p *corev1.Pod) string { return p.Namespace + "/" + p.Name })
+	if err := a.applyPods(ctx, pods, next, rebuild, &tracked, &rebuilt); err != nil {
+		return tracked, rebuilt, err
 	}
+	if !tr.Stale() {
+		// No policy changed: the evaluator gets the program the tracker
+		// derived for the pod changes, as the agent publishes it.
+		prog = tr.Program()
+	}
+	a.apply.Publish(prog)
+	return tracked, rebuilt, nil
+}
+
+// applyPods takes pods to next one pod at a time through the Applier (in
+// key order, then the deletions), rebuilding when the tracker asks.
+func (a *Agent) applyPods(ctx context.Context, pods, next map[string]*corev1.Pod, rebuild func() error, tracked, rebuilt *int) error {
 	keys := slices.Sorted(maps.Keys(next))
 	for k := range pods {
 		if next[k] == nil {
 			keys = append(keys, k)
 		}
+	}
+	get := func(key string) *compile.PodInfo {
+		if p := next[key]; p != nil {
+			return compile.NewPodInfo(p)
+		}
+		return nil
 	}
 	for _, key := range keys {
 		p := next[key]
@@ -300,29 +304,38 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 		} else {
 			pods[key] = p
 		}
-		delta, f := tr.ApplyPod(key, p)
-		if f != compile.NoFallback {
-			rebuilt++
+		done, err := a.apply.ApplyPods(ctx, []string{key}, get, nil)
+		if err != nil {
+			return fmt.Errorf("applying pod %s on %s: %w", key, a.Node, err)
+		}
+		if done.Fallback != compile.NoFallback {
+			*rebuilt++
 			if err := rebuild(); err != nil {
-				return tracked, rebuilt, err
+				return err
 			}
 			continue
 		}
-		tracked++
-		if _, err := a.syncer.ApplyDelta(ctx, tr.Ruleset(), delta); err != nil {
-			return tracked, rebuilt, fmt.Errorf("applying pod %s on %s: %w", key, a.Node, err)
-		}
+		*tracked++
 	}
-	if !tr.Stale() {
-		// No policy changed: the evaluator gets the program the tracker
-		// derived for the pod changes, as the agent publishes it.
-		prog = tr.Program()
+	return nil
+}
+
+// byKey indexes objs by key.
+func byKey[T any](objs []*T, key func(*T) string) map[string]*T {
+	m := make(map[string]*T, len(objs))
+	for _, o := range objs {
+		m[key(o)] = o
 	}
-	old := a.Program
-	a.eval.Swap(prog)
-	a.Program = prog
-	a.dnsPublished(old, prog)
-	return tracked, rebuilt, nil
+	return m
+}
+
+// sortedValues are m's values in key order.
+func sortedValues[T any](m map[string]*T) []*T {
+	var out []*T
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[k])
+	}
+	return out
 }
 
 // changeEach takes cur (objects by key) to next one object at a time, in
@@ -351,6 +364,14 @@ func changeEach[T any](cur, next map[string]*T, apply func(key string, obj *T) e
 // Evaluator is the evaluator the runtime asks; set its unknown-pod fields
 // before the first Apply.
 func (a *Agent) Evaluator() *evaluate.Evaluator { return &a.eval }
+
+// Applier is the agent's sequence (controller.Applier) this node runs:
+// a controller run in this process drives the same one's parts.
+func (a *Agent) Applier() *controller.Applier { return a.apply }
+
+// Hooks are the agent's hooks, which its Applier runs: add to them before
+// the first Apply (they run from the goroutine that applies).
+func (a *Agent) Hooks() *controller.Hooks { return &a.hooks }
 
 // Syncer returns the agent's syncer, configured as the agent's (netlink
 // elements, one command per set, the xt-compat queue rule installed over

@@ -71,6 +71,10 @@ func (a *Agent) startDNS(log logr.Logger) error {
 		return err
 	}
 	a.eval.Resolved = &answers{l: d.Learner}
+	// DNS learning's hooks, as the agent's: pods that left lose their
+	// learned elements, new sets get what pods resolved.
+	a.hooks.OnProgram(d.Learner.OnProgram)
+	a.hooks.OnPodApplied(d.Learner.OnPodApplied)
 	rt, err := queue.NewRuntime(wire.RuntimeConfig(a.rcfg, int(a.netns.Fd()), log), wire.Decider{L: d.Learner})
 	if err != nil {
 		return err
@@ -78,23 +82,6 @@ func (a *Agent) startDNS(log logr.Logger) error {
 	d.Runtime = rt
 	d.stop, d.done, err = a.run(rt, "DNS queue runtime")
 	return err
-}
-
-// published runs the hooks after a publication, as the agent's
-// controller does: DNS learning's, then OnProgram.
-func (a *Agent) published(old, cur *compile.Program) {
-	a.dnsPublished(old, cur)
-	if a.OnProgram != nil {
-		a.OnProgram(old, cur)
-	}
-}
-
-// dnsPublished is DNS learning's hook (fqdn.Learner.OnProgram): pods that
-// left lose their learned elements, new sets get what pods resolved.
-func (a *Agent) dnsPublished(old, cur *compile.Program) {
-	if l := a.dns.Learner; l != nil {
-		l.OnProgram(old, cur)
-	}
 }
 
 // StopDNS stops the DNS queue runtime, as when the agent is down: the
