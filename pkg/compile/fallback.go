@@ -38,8 +38,13 @@ package compile
 //     differently (peershare.go): a pod that one peer of a shared set
 //     selects and another does not, a shared set falling below
 //     ShareMinMembers pods, a set coming to hold exactly what another
-//     holds; a policy change of a policy using a shared set, before or
-//     after, or with a new peer that selects what a set holds.
+//     holds; a NetworkPolicy change that adds, drops or reorders a peer
+//     of a shared set (deleting the policy too: which peer names a set,
+//     and how many share it, depend on every policy's peers, in build
+//     order), or with a new peer that selects what a set holds. An edit
+//     that keeps those peers, in order, is applied (checkPolicyShares).
+//     A ClusterNetworkPolicy change of a policy using a shared set,
+//     before or after.
 type Fallback string
 
 // NoFallback means the change was applied.

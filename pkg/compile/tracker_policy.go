@@ -56,6 +56,7 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) Fallba
 	f := t.applyPolicyChange(k)
 	if f == NoFallback && t.r != nil {
 		t.noteCost(key, ns, k.np, k.bound)
+		t.notePeerKeys(key, k.peerKeys)
 	}
 	return f
 }
@@ -264,8 +265,10 @@ type npChange struct {
 	old      []string
 	target   labels.Selector
 	isolates [2]bool
-	// bound is checkCost's bound on what the new version makes.
-	bound int
+	// bound is checkCost's bound on what the new version makes;
+	// peerKeys the new version's peer keys (checkPolicyShares).
+	bound    int
+	peerKeys []string
 }
 
 func (k *npChange) check(t *Tracker) Fallback {
@@ -276,7 +279,8 @@ func (k *npChange) check(t *Tracker) Fallback {
 	if k.bound, f = t.checkCost(k.key, k.ns, k.np); f != NoFallback {
 		return f
 	}
-	return t.checkPolicyShares(k.key, k.np)
+	k.peerKeys, f = t.checkPolicyShares(k.key, k.np)
+	return f
 }
 
 func (k *npChange) own(t *Tracker) { t.ownProgram() }
