@@ -166,6 +166,10 @@ type builder struct {
 	budgets Budgets
 	nsCost  map[string]int
 	metered bool
+	// overBudget makes the policies compiled rejected for their budget: a
+	// Tracker's scratch builder sets it for a version checkCost proved
+	// the build rejects.
+	overBudget bool
 	// parsed holds the peer selectors chargePeer parsed, for compileRule;
 	// meter charges the object being built.
 	parsed map[*metav1.LabelSelector]labels.Selector
@@ -448,6 +452,15 @@ func (b *builder) compile(np *networkingv1.NetworkPolicy, resolve bool) Policy {
 		// as one whose podSelector cannot be parsed.
 		pr.rejectCost(cost, "no rule of it allows anything and it still isolates the pods it selects")
 		pol.Rejected, pol.RejectedFor = true, RejectedCost
+		pol.Problems = pr.list
+		return pol
+	}
+	if resolve && b.overBudget {
+		// A Tracker's scratch builder, for a version the build would
+		// reject for its budget (Tracker.checkCost): what chargeBudget
+		// makes of it, without resolving its peers.
+		pol.Cost, pol.Rejected, pol.RejectedFor = b.budgets.Policy, true, RejectedBudget
+		pr.rejectBudget(RejectedBudget, b.budgets, np.Namespace)
 		pol.Problems = pr.list
 		return pol
 	}

@@ -29,9 +29,11 @@ package compile
 //     staged log's subjects and its chain are decided by a build.
 //   - cost: a NetworkPolicy change whose new version might pass its budget
 //     or its namespace's (Budgets; the tracker bounds what it makes
-//     without matching its selectors), or in a namespace where a policy
-//     was rejected for the namespace's budget: the build charges what it
-//     makes and decides. Also a pod change that might take a
+//     without matching its selectors) and might fit it too (a version
+//     whose peers' matching alone passes its budget is applied, rejected
+//     for its budget, as the build rejects it), or in a namespace where
+//     a policy was rejected for the namespace's budget: the build charges
+//     what it makes and decides. Also a pod change that might take a
 //     NetworkPolicy whose peers are matched against its namespace past its
 //     budget or its namespace's (tracker_budget.go re-costs as pods come).
 //   - shared-set: a change after which a build would share peer sets

@@ -101,17 +101,76 @@ func (t *Tracker) policyCostBound(np *networkingv1.NetworkPolicy) int {
 }
 
 // checkCost tells whether a NetworkPolicy change can be tracked in place
-// as far as budgets go: the new version surely fits its budget and its
-// namespace's, and no policy of the namespace waits for room in the
-// namespace's budget. Otherwise the build charges what it makes
-// (FallbackCost). It returns the new version's bound.
-func (t *Tracker) checkCost(key, ns string, np *networkingv1.NetworkPolicy) (int, Fallback) {
+// as far as budgets go, and returns the new version's bound: either the
+// new version surely fits its budget and its namespace's, or the build
+// surely rejects it for its own budget (overBudget: its charge is at
+// least policyCostFloor, past its budget, and the namespace keeps room
+// for the budget it is then charged), and no policy of the namespace
+// waits for room in the namespace's budget. Otherwise the build charges
+// what it makes (FallbackCost).
+func (t *Tracker) checkCost(key, ns string, np *networkingv1.NetworkPolicy) (bound int, overBudget bool, f Fallback) {
 	b := t.b.budgets
-	bound := t.policyCostBound(np)
-	if t.costs.nsRejected[ns] || bound > b.Policy || t.costs.ns[ns]-t.costs.pol[key]+bound > b.Namespace {
-		return 0, FallbackCost
+	if t.costs.nsRejected[ns] {
+		return 0, false, FallbackCost
 	}
-	return bound, NoFallback
+	others := t.costs.ns[ns] - t.costs.pol[key]
+	if bound = t.policyCostBound(np); bound <= b.Policy && others+bound <= b.Namespace {
+		return bound, false, NoFallback
+	}
+	// Rejected for its budget, the policy is charged the budget (what
+	// its meter reached) and makes nothing but its isolation: a build
+	// before which the namespace's other policies take at most others
+	// gives it all of its own budget, and those after it still fit.
+	if np != nil && NetworkPolicyCost(np) <= MaxPolicyCost && others+b.Policy <= b.Namespace && t.policyCostFloor(np) > b.Policy {
+		return b.Policy, true, NoFallback
+	}
+	return 0, false, FallbackCost
+}
+
+// policyCostFloor is at most what the build would charge a NetworkPolicy
+// (chargeBudget) with the pods tracked now, without matching any pod: its
+// size, its podSelector's matching and each selecting peer's (the
+// namespaces and the pods of those it is matched against), without the
+// members of its sets. It costs the tracked pods once and the policy's
+// peers times the namespaces.
+func (t *Tracker) policyCostFloor(np *networkingv1.NetworkPolicy) int {
+	counts := map[string]int{}
+	for _, ns := range t.namespaces() {
+		n := 0
+		t.podsIn(ns, func(string, *Pod) { n++ })
+		if n > 0 {
+			counts[ns] = n
+		}
+	}
+	c := NetworkPolicyCost(np) + counts[np.Namespace]
+	peers := func(ps []networkingv1.NetworkPolicyPeer) {
+		for i := range ps {
+			p := &ps[i]
+			if p.IPBlock != nil || (p.PodSelector == nil && p.NamespaceSelector == nil) {
+				continue
+			}
+			m, ok := peerMatcher(np.Namespace, p.NamespaceSelector, p.PodSelector)
+			switch {
+			case !ok:
+			case m.nsSel == nil:
+				c += counts[np.Namespace]
+			default:
+				c += len(counts)
+				for ns, n := range counts {
+					if m.nsSel.Matches(t.nsLabelsOf(ns)) {
+						c += n
+					}
+				}
+			}
+		}
+	}
+	for i := range np.Spec.Ingress {
+		peers(np.Spec.Ingress[i].From)
+	}
+	for i := range np.Spec.Egress {
+		peers(np.Spec.Egress[i].To)
+	}
+	return c
 }
 
 // noteCost records a NetworkPolicy change tracked in place (np nil: a

@@ -55,7 +55,7 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) Fallba
 	k := &npChange{key: key, ns: ns, np: np}
 	f := t.applyPolicyChange(k)
 	if f == NoFallback && t.r != nil {
-		t.noteCost(key, ns, k.np, k.bound)
+		t.noteCost(key, ns, k.resolved(), k.bound)
 		t.notePeerKeys(key, k.peerKeys)
 	}
 	return f
@@ -265,10 +265,12 @@ type npChange struct {
 	old      []string
 	target   labels.Selector
 	isolates [2]bool
-	// bound is checkCost's bound on what the new version makes;
+	// bound is checkCost's bound on what the new version makes, or its
+	// budget when overBudget (the build rejects it for its budget);
 	// peerKeys the new version's peer keys (checkPolicyShares).
-	bound    int
-	peerKeys []string
+	bound      int
+	overBudget bool
+	peerKeys   []string
 }
 
 func (k *npChange) check(t *Tracker) Fallback {
@@ -276,11 +278,20 @@ func (k *npChange) check(t *Tracker) Fallback {
 		return FallbackKeyMismatch
 	}
 	var f Fallback
-	if k.bound, f = t.checkCost(k.key, k.ns, k.np); f != NoFallback {
+	if k.bound, k.overBudget, f = t.checkCost(k.key, k.ns, k.np); f != NoFallback {
 		return f
 	}
-	k.peerKeys, f = t.checkPolicyShares(k.key, k.np)
+	k.peerKeys, f = t.checkPolicyShares(k.key, k.resolved())
 	return f
+}
+
+// resolved is the new version as far as its peers go: none when it is
+// deleted or rejected for its budget (no set is made for it).
+func (k *npChange) resolved() *networkingv1.NetworkPolicy {
+	if k.overBudget {
+		return nil
+	}
+	return k.np
 }
 
 func (k *npChange) own(t *Tracker) { t.ownProgram() }
@@ -305,6 +316,7 @@ func (k *npChange) install(t *Tracker, i int, existed bool) {
 	newPol, target := Policy{Namespace: k.ns, Name: k.key[len(k.ns)+1:], Key: k.key}, labels.Nothing()
 	if k.np != nil {
 		sb := t.scratchBuilder()
+		sb.budgets, sb.overBudget = t.b.budgets, k.overBudget
 		sb.prog.Policies = cur.Policies[:id:id]
 		newPol, target = sb.compilePolicy(k.np), sb.targets[0]
 		t.adopt(sb)

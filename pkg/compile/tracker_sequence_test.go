@@ -353,7 +353,7 @@ func stagedAnnotation(staged bool) map[string]string {
 // ruleset equals the full build's, in hybrid and queue mode, for each
 // node's view; every third seed builds with the staged policies enforced.
 func TestTrackerEqualsFullBuild(t *testing.T) {
-	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol, stagedPol, sharedPol, sharedCPol, sharedPod, sharedEdits, programs, podPrograms int
+	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol, stagedPol, sharedPol, sharedCPol, sharedPod, sharedEdits, costPol, overBudgetAlone, readmits, programs, podPrograms int
 	for _, cfg := range []compile.RenderConfig{
 		{Mode: compile.ModeHybrid, QueueVariant: compile.QueueNative},
 		{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative},
@@ -378,10 +378,11 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 			node := scenariogen.Nodes[int(seed)%len(scenariogen.Nodes)]
 			w := newWorld(seed, node)
 			w.in.EnforceStaged = seed%3 == 0
+			w.in.Budgets = worldBudgets
 			tr, prevBuilt := newTracker(t, cfg, w)
 			for step := 0; step < *steps; step++ {
 				var what, key string
-				podStep := false
+				podStep, policyStep := false, false
 				if x := w.r.IntN(14); x == 0 {
 					what = w.otherEvent()
 					if _, _, err := tr.Rebuild(w.input()); err != nil {
@@ -397,6 +398,7 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					}
 					usedShared := usesSharedSet(prevBuilt, key)
 					f := tr.ApplyPolicy(key, np)
+					policyStep = f == compile.NoFallback && np != nil
 					if usedShared && what == "policy ports changed" && mode != compile.ModeQueue {
 						// The peers stay, and so do the sets they share.
 						if f == compile.FallbackSharedSet {
@@ -410,6 +412,8 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 						stagedPol++
 					} else if f == compile.FallbackSharedSet && mode != compile.ModeQueue {
 						sharedPol++
+					} else if f == compile.FallbackCost && mode != compile.ModeQueue && worldBudgets != (compile.Budgets{}) {
+						costPol++
 					} else if want := policyFallback(mode); f != want {
 						t.Fatalf("mode %s seed %d step %d (%s %s): fallback %q, want %q", mode, seed, step, what, key, f, want)
 					}
@@ -472,7 +476,19 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					}
 				}
 				built := compile.Build(w.input())
+				if podStep && worldBudgets != (compile.Budgets{}) && readmitted(prevBuilt, built) {
+					// Pods that leave lower charges at the next build only
+					// (docs/security.md): the consistency check's rebuild
+					// admits the policy.
+					if _, _, err := tr.Rebuild(w.input()); err != nil {
+						t.Fatal(err)
+					}
+					readmits++
+				}
 				prevBuilt = built
+				if policyStep && rejectedForBudget(built, key) {
+					overBudgetAlone++
+				}
 				if checkProgram(t, tr, built, func() string {
 					return fmt.Sprintf("mode %s seed %d node %s step %d (%s %s)", mode, seed, node, step, what, key)
 				}) {
@@ -509,6 +525,13 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 	if requireSharedEdits && sharedEdits == 0 {
 		t.Error("no edit of a policy using a shared peer set was applied alone")
 	}
+	t.Logf("%d policy events rebuilt for budgets, %d applied alone leaving the policy rejected for its budget, %d pod events readmitting a policy (rebuilt)",
+		costPol, overBudgetAlone, readmits)
+	// With small budgets, a policy edited past its budget is rejected by
+	// the tracker as the build rejects it.
+	if worldBudgets != (compile.Budgets{}) && overBudgetAlone == 0 {
+		t.Error("no policy change leaving the policy rejected for its budget was applied alone")
+	}
 	// The program is checked after most pod events: those after a policy
 	// change wait for the next rebuild (Stale).
 	if podPrograms < fast/4 {
@@ -524,7 +547,7 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 		t.Errorf("only %d of %d cluster policy events were applied alone", fastCPol, cpol)
 	}
 	// Queue mode rebuilds every policy change; the other modes never.
-	if fastPol+stagedPol+sharedPol != hybridPol {
+	if fastPol+stagedPol+sharedPol+costPol != hybridPol {
 		t.Errorf("%d of %d policy events outside queue mode were applied alone", fastPol, hybridPol)
 	}
 	// The check is only worth something if most pod events take the
@@ -672,6 +695,53 @@ func TestTrackerEqualsFullBuildSharedSets(t *testing.T) {
 	requireSharedEdits = true
 	defer func() { requireSharedEdits = false }()
 	TestTrackerEqualsFullBuild(t)
+}
+
+// TestTrackerEqualsFullBuildBudgets is TestTrackerEqualsFullBuild with
+// budgets that the scenarios' policies pass and fit in turns: a change
+// the build surely rejects for the policy's budget is applied by the
+// tracker (the policy rejected, fail-closed), one it may admit or reject
+// goes to the build (FallbackCost), and the ruleset equals the build's
+// after every step.
+func TestTrackerEqualsFullBuildBudgets(t *testing.T) {
+	worldBudgets = compile.Budgets{Policy: 70, Namespace: 400, ClusterPolicy: 1 << 30}
+	// Fewer seeds: what the budgets add shows in a third of the runs.
+	saved := *seeds
+	*seeds = (saved + 2) / 3
+	defer func() { worldBudgets, *seeds = compile.Budgets{}, saved }()
+	TestTrackerEqualsFullBuild(t)
+}
+
+// worldBudgets are the budgets TestTrackerEqualsFullBuild builds with
+// (zero: the defaults).
+var worldBudgets compile.Budgets
+
+// rejectedForBudget reports whether a program's NetworkPolicy (by key) is
+// rejected for its own budget.
+func rejectedForBudget(p *compile.Program, key string) bool {
+	for i := range p.Policies {
+		if pol := &p.Policies[i]; pol.Key == key {
+			return pol.Rejected && pol.RejectedFor == compile.RejectedBudget
+		}
+	}
+	return false
+}
+
+// readmitted reports whether a NetworkPolicy rejected for a budget in
+// one program is admitted in the next.
+func readmitted(before, after *compile.Program) bool {
+	rejected := map[string]bool{}
+	for i := range before.Policies {
+		if before.Policies[i].RejectedFor == compile.RejectedBudget || before.Policies[i].RejectedFor == compile.RejectedNamespaceBudget {
+			rejected[before.Policies[i].Key] = true
+		}
+	}
+	for i := range after.Policies {
+		if p := &after.Policies[i]; rejected[p.Key] && !p.Rejected {
+			return true
+		}
+	}
+	return false
 }
 
 // requireSharedEdits makes TestTrackerEqualsFullBuild require edits of

@@ -89,6 +89,68 @@ func TestApplyPolicyEditsSharedSets(t *testing.T) {
 	}
 }
 
+// TestApplyPolicyEditsOverBudget: issue 43's churning policy as the churn
+// benchmark has it, past its budget (rejected, fail-closed: it isolates
+// its pods and allows nothing), edited every 100 ms. The build rejects
+// each version again; the tracker proves it without matching a pod (its
+// peers' matching alone passes the budget) and applies the edit alone,
+// the ruleset equal to the full build's. A version that may fit goes to
+// the build.
+func TestApplyPolicyEditsOverBudget(t *testing.T) {
+	in := ct.Cluster(400, 30, 2)
+	in.NodeName = "node-0"
+	in.Budgets = compile.Budgets{Policy: 5000}
+	churn := ct.CostAmplificationPolicy("ns-0001", "churn", "app-1", 40)
+	in.Policies = append(in.Policies, churn)
+	cfg := compile.RenderConfig{Mode: compile.ModeHybrid}
+	tr, err := compile.NewTracker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, _, err := tr.Rebuild(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rejectedForBudget(prog, "ns-0001/churn") {
+		t.Fatal("the churning policy is not rejected for its budget")
+	}
+	apply := func(np *networkingv1.NetworkPolicy, want compile.Fallback) {
+		t.Helper()
+		if f := tr.ApplyPolicy("ns-0001/churn", np); f != want {
+			t.Fatalf("fallback %q, want %q", f, want)
+		}
+		if want != compile.NoFallback {
+			return
+		}
+		in.Policies[len(in.Policies)-1] = np
+		built := compile.Build(in)
+		if !rejectedForBudget(built, "ns-0001/churn") {
+			t.Fatal("the build admits the edited policy")
+		}
+		full, err := compile.Render(built, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(full, tr.Ruleset(), cmpopts.EquateEmpty(), cmp.Exporter(func(reflect.Type) bool { return true })); diff != "" {
+			t.Fatalf("tracked ruleset differs from the full build (-full +tracked):\n%s", diff)
+		}
+	}
+	for _, port := range []int32{81, 80, 81} {
+		np := churn.DeepCopy()
+		p := intstr.FromInt32(port)
+		np.Spec.Ingress[0].Ports = []networkingv1.NetworkPolicyPort{{Port: &p}}
+		apply(np, compile.NoFallback)
+	}
+	np := churn.DeepCopy()
+	np.Spec.PodSelector = ct.Sel("app", "app-2")
+	apply(np, compile.NoFallback)
+	// Ten peers: their matching alone fits the budget, and their sets'
+	// members may not: the build decides.
+	np = np.DeepCopy()
+	np.Spec.Ingress[0].From = np.Spec.Ingress[0].From[:10]
+	apply(np, compile.FallbackCost)
+}
+
 // sharedPeerSetName returns the IPv4 set name of the shared set a
 // policy's first ingress rule uses.
 func sharedPeerSetName(t *testing.T, p *compile.Program, key string) string {
