@@ -2,6 +2,7 @@ package compile
 
 import (
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -180,7 +181,9 @@ func (t *Tracker) applyPolicyChange(k policyKind) Fallback {
 	if k.cluster() {
 		t.indexCombos()
 	}
-	t.policyChanged()
+	if nk, ok := k.(*npChange); !ok || !nk.sameCompiled || len(e.changed) > 0 || len(newSels) > 0 {
+		t.policyChanged()
+	}
 	return NoFallback
 }
 
@@ -271,6 +274,17 @@ type npChange struct {
 	bound      int
 	overBudget bool
 	peerKeys   []string
+	// sameCompiled is set by install when the new version compiles to
+	// the policy the program holds (its subjects aside).
+	sameCompiled bool
+}
+
+// sameCompiled reports whether two compiled versions of a policy are the
+// same but for the pods they select.
+func sameCompiled(a, b *Policy) bool {
+	x, y := *a, *b
+	x.Selected, y.Selected = nil, nil
+	return reflect.DeepEqual(x, y)
 }
 
 func (k *npChange) check(t *Tracker) Fallback {
@@ -320,6 +334,14 @@ func (k *npChange) install(t *Tracker, i int, existed bool) {
 		sb.prog.Policies = cur.Policies[:id:id]
 		newPol, target = sb.compilePolicy(k.np), sb.targets[0]
 		t.adopt(sb)
+	}
+	if existed && sameCompiled(&cur.Policies[id], &newPol) {
+		// An edit that compiles to what was there (metadata; a policy
+		// rejected for its budget before and after, with the same
+		// podSelector): with no pod moved and no selector interned, the
+		// program is unchanged and does not lag (applyPolicyChange).
+		newPol.Selected = cur.Policies[id].Selected
+		k.sameCompiled = true
 	}
 	installAt(&cur.Policies, i, newPol)
 	installAt(&t.b.targets, i, target)

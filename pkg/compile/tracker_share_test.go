@@ -94,8 +94,9 @@ func TestApplyPolicyEditsSharedSets(t *testing.T) {
 // its pods and allows nothing), edited every 100 ms. The build rejects
 // each version again; the tracker proves it without matching a pod (its
 // peers' matching alone passes the budget) and applies the edit alone,
-// the ruleset equal to the full build's. A version that may fit goes to
-// the build.
+// the ruleset equal to the full build's; while the rejected policy
+// compiles alike, the program does not lag (no refresh follows). A
+// version that may fit goes to the build.
 func TestApplyPolicyEditsOverBudget(t *testing.T) {
 	in := ct.Cluster(400, 30, 2)
 	in.NodeName = "node-0"
@@ -141,9 +142,17 @@ func TestApplyPolicyEditsOverBudget(t *testing.T) {
 		np.Spec.Ingress[0].Ports = []networkingv1.NetworkPolicyPort{{Port: &p}}
 		apply(np, compile.NoFallback)
 	}
+	// Rejected before and after, alike: the program does not lag, and
+	// needs no refresh (a full build).
+	if tr.Stale() || tr.Program() != prog {
+		t.Fatal("edits that compile to the same rejected policy made the program lag")
+	}
 	np := churn.DeepCopy()
 	np.Spec.PodSelector = ct.Sel("app", "app-2")
 	apply(np, compile.NoFallback)
+	if !tr.Stale() {
+		t.Fatal("the program does not lag a change of the policy's subjects")
+	}
 	// Ten peers: their matching alone fits the budget, and their sets'
 	// members may not: the build decides.
 	np = np.DeepCopy()
