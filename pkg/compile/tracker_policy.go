@@ -40,7 +40,9 @@ type policyState struct {
 // and must have the current program, so every change there is a full
 // build), or for a key that does not name the object. Nothing was changed
 // then; the caller rebuilds. The Program lags, as it does for pod changes:
-// Stale reports true until the next Rebuild.
+// Stale reports true until the next Rebuild; not after a change that
+// compiles to the policy the program holds and moves no pod (a policy
+// rejected for its budget before and after, alike).
 //
 // A staged policy (Staged; its namespace's stagedness is the last
 // Rebuild's, as namespace changes rebuild) is applied as deleted, unless
