@@ -120,6 +120,8 @@ type costMeter struct {
 	// scopes lists, per selecting peer charged, its namespace selector
 	// (nil: the object's namespace): what the Tracker re-costs it by.
 	scopes []labels.Selector
+	// keys lists, per selecting peer charged, its canonical key.
+	keys []string
 }
 
 // charge adds n and reports whether the object is still within its
@@ -135,6 +137,7 @@ func (b *builder) newMeter(budget, used int) *costMeter {
 	m := &b.meter
 	clear(m.counted)
 	m.scopes = m.scopes[:0]
+	m.keys = m.keys[:0]
 	m.budget, m.used = budget, used
 	return m
 }
@@ -234,7 +237,8 @@ func (b *builder) chargeSelection(ns string, nsSel, podSel labels.Selector, m *c
 	if !m.charge(pods) {
 		return false
 	}
-	id := b.internSelector(ns, nsSel, podSel)
+	id, key := b.internSelectorKey(ns, nsSel, podSel)
+	m.keys = append(m.keys, key)
 	if m.counted[id] {
 		return true
 	}
@@ -286,6 +290,10 @@ func (b *builder) chargeBudget(pr *problems, np *networkingv1.NetworkPolicy, pol
 			b.peerScopes = map[string][]labels.Selector{}
 		}
 		b.peerScopes[pol.Key] = slices.Clone(m.scopes)
+		if b.peerKeys == nil {
+			b.peerKeys = map[string][]string{}
+		}
+		b.peerKeys[pol.Key] = distinctKeys(m.keys)
 		return ""
 	}
 	pol.Rejected = true
@@ -358,4 +366,29 @@ func (b *builder) chargeClusterBudget(cnp *npav1beta1.ClusterNetworkPolicy, cp *
 		b.dropSelectorsFrom(mark)
 	}
 	return ok
+}
+
+// distinctKeys returns the keys without repeats, each where it first
+// comes, in a new slice (nil when there is none).
+func distinctKeys(keys []string) []string {
+	if len(keys) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(keys))
+	if len(keys) <= 8 {
+		for _, k := range keys {
+			if !slices.Contains(out, k) {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
 }

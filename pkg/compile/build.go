@@ -166,6 +166,10 @@ type builder struct {
 	budgets Budgets
 	nsCost  map[string]int
 	metered bool
+	// overBudget makes the policies compiled rejected for their budget: a
+	// Tracker's scratch builder sets it for a version checkCost proved
+	// the build rejects.
+	overBudget bool
 	// parsed holds the peer selectors chargePeer parsed, for compileRule;
 	// meter charges the object being built.
 	parsed map[*metav1.LabelSelector]labels.Selector
@@ -195,6 +199,12 @@ type builder struct {
 	aliasLog   []aliasEntry
 	podHash    []uint64
 	scratch    []PodID
+	// peerKeys lists, by key, the canonical keys (selectionKey) of each
+	// admitted NetworkPolicy's selecting peers, distinct, in the order
+	// they were interned: the order decides which peer names a shared set
+	// and the order of its aliases, so the Tracker applies an edit that
+	// keeps the keys of its shared sets in place (checkPolicyShares).
+	peerKeys map[string][]string
 }
 
 // selMatcher is a parsed pod-selecting peer: podSel in namespace ns, or in
@@ -445,6 +455,15 @@ func (b *builder) compile(np *networkingv1.NetworkPolicy, resolve bool) Policy {
 		pol.Problems = pr.list
 		return pol
 	}
+	if resolve && b.overBudget {
+		// A Tracker's scratch builder, for a version the build would
+		// reject for its budget (Tracker.checkCost): what chargeBudget
+		// makes of it, without resolving its peers.
+		pol.Cost, pol.Rejected, pol.RejectedFor = b.budgets.Policy, true, RejectedBudget
+		pr.rejectBudget(RejectedBudget, b.budgets, np.Namespace)
+		pol.Problems = pr.list
+		return pol
+	}
 	if resolve && b.metered && b.chargeBudget(pr, np, &pol, cost) != "" {
 		// Rejected as above, having made nothing.
 		pol.Problems = pr.list
@@ -629,16 +648,23 @@ func (b *builder) selectorPeer(pr *problems, path *field.Path, ns string, peer n
 // and ClusterNetworkPolicy peers that say the same share one set, and so do
 // peers that select the same pods, however they say it (peershare.go).
 func (b *builder) internSelector(ns string, nsSel, podSel labels.Selector) SelectorID {
+	id, _ := b.internSelectorKey(ns, nsSel, podSel)
+	return id
+}
+
+// internSelectorKey is internSelector that also returns the peer's
+// canonical key (selectionKey).
+func (b *builder) internSelectorKey(ns string, nsSel, podSel labels.Selector) (SelectorID, string) {
 	key, desc := selectionKey(ns, nsSel, podSel)
 	if id, ok := b.sels[key]; ok {
-		return id
+		return id, key
 	}
 	m := selMatcher{ns: ns, nsSel: nsSel, podSel: podSel}
 	members := b.matchMembers(m)
 	content := b.contentOf(members)
 	if id, ok := b.sharedWith(content, members); ok {
 		b.alias(id, key, m)
-		return id
+		return id, key
 	}
 	members = slices.Clone(members)
 	id := SelectorID(len(b.prog.Selectors))
@@ -656,7 +682,7 @@ func (b *builder) internSelector(ns string, nsSel, podSel labels.Selector) Selec
 		sel.NamespaceSelector = nsSel.String()
 	}
 	b.prog.Selectors = append(b.prog.Selectors, sel)
-	return id
+	return id, key
 }
 
 // selectionKey returns the canonical key of a pod-selecting peer (as

@@ -29,17 +29,24 @@ package compile
 //     staged log's subjects and its chain are decided by a build.
 //   - cost: a NetworkPolicy change whose new version might pass its budget
 //     or its namespace's (Budgets; the tracker bounds what it makes
-//     without matching its selectors), or in a namespace where a policy
-//     was rejected for the namespace's budget: the build charges what it
-//     makes and decides. Also a pod change that might take a
+//     without matching its selectors) and might fit it too (a version
+//     whose peers' matching alone passes its budget is applied, rejected
+//     for its budget, as the build rejects it), or in a namespace where
+//     a policy was rejected for the namespace's budget: the build charges
+//     what it makes and decides. Also a pod change that might take a
 //     NetworkPolicy whose peers are matched against its namespace past its
 //     budget or its namespace's (tracker_budget.go re-costs as pods come).
 //   - shared-set: a change after which a build would share peer sets
 //     differently (peershare.go): a pod that one peer of a shared set
 //     selects and another does not, a shared set falling below
 //     ShareMinMembers pods, a set coming to hold exactly what another
-//     holds; a policy change of a policy using a shared set, before or
-//     after, or with a new peer that selects what a set holds.
+//     holds; a NetworkPolicy change that adds, drops or reorders a peer
+//     of a shared set (deleting the policy too: which peer names a set,
+//     and how many share it, depend on every policy's peers, in build
+//     order), or with a new peer that selects what a set holds. An edit
+//     that keeps those peers, in order, is applied (checkPolicyShares).
+//     A ClusterNetworkPolicy change of a policy using a shared set,
+//     before or after.
 type Fallback string
 
 // NoFallback means the change was applied.

@@ -101,17 +101,76 @@ func (t *Tracker) policyCostBound(np *networkingv1.NetworkPolicy) int {
 }
 
 // checkCost tells whether a NetworkPolicy change can be tracked in place
-// as far as budgets go: the new version surely fits its budget and its
-// namespace's, and no policy of the namespace waits for room in the
-// namespace's budget. Otherwise the build charges what it makes
-// (FallbackCost). It returns the new version's bound.
-func (t *Tracker) checkCost(key, ns string, np *networkingv1.NetworkPolicy) (int, Fallback) {
+// as far as budgets go, and returns the new version's bound: either the
+// new version surely fits its budget and its namespace's, or the build
+// surely rejects it for its own budget (overBudget: its charge is at
+// least policyCostFloor, past its budget, and the namespace keeps room
+// for the budget it is then charged), and no policy of the namespace
+// waits for room in the namespace's budget. Otherwise the build charges
+// what it makes (FallbackCost).
+func (t *Tracker) checkCost(key, ns string, np *networkingv1.NetworkPolicy) (bound int, overBudget bool, f Fallback) {
 	b := t.b.budgets
-	bound := t.policyCostBound(np)
-	if t.costs.nsRejected[ns] || bound > b.Policy || t.costs.ns[ns]-t.costs.pol[key]+bound > b.Namespace {
-		return 0, FallbackCost
+	if t.costs.nsRejected[ns] {
+		return 0, false, FallbackCost
 	}
-	return bound, NoFallback
+	others := t.costs.ns[ns] - t.costs.pol[key]
+	if bound = t.policyCostBound(np); bound <= b.Policy && others+bound <= b.Namespace {
+		return bound, false, NoFallback
+	}
+	// Rejected for its budget, the policy is charged the budget (what
+	// its meter reached) and makes nothing but its isolation: a build
+	// before which the namespace's other policies take at most others
+	// gives it all of its own budget, and those after it still fit.
+	if np != nil && NetworkPolicyCost(np) <= MaxPolicyCost && others+b.Policy <= b.Namespace && t.policyCostFloor(np) > b.Policy {
+		return b.Policy, true, NoFallback
+	}
+	return 0, false, FallbackCost
+}
+
+// policyCostFloor is at most what the build would charge a NetworkPolicy
+// (chargeBudget) with the pods tracked now, without matching any pod: its
+// size, its podSelector's matching and each selecting peer's (the
+// namespaces and the pods of those it is matched against), without the
+// members of its sets. It costs the tracked pods once and the policy's
+// peers times the namespaces.
+func (t *Tracker) policyCostFloor(np *networkingv1.NetworkPolicy) int {
+	counts := map[string]int{}
+	for _, ns := range t.namespaces() {
+		n := 0
+		t.podsIn(ns, func(string, *Pod) { n++ })
+		if n > 0 {
+			counts[ns] = n
+		}
+	}
+	c := NetworkPolicyCost(np) + counts[np.Namespace]
+	peers := func(ps []networkingv1.NetworkPolicyPeer) {
+		for i := range ps {
+			p := &ps[i]
+			if p.IPBlock != nil || (p.PodSelector == nil && p.NamespaceSelector == nil) {
+				continue
+			}
+			m, ok := peerMatcher(np.Namespace, p.NamespaceSelector, p.PodSelector)
+			switch {
+			case !ok:
+			case m.nsSel == nil:
+				c += counts[np.Namespace]
+			default:
+				c += len(counts)
+				for ns, n := range counts {
+					if m.nsSel.Matches(t.nsLabelsOf(ns)) {
+						c += n
+					}
+				}
+			}
+		}
+	}
+	for i := range np.Spec.Ingress {
+		peers(np.Spec.Ingress[i].From)
+	}
+	for i := range np.Spec.Egress {
+		peers(np.Spec.Egress[i].To)
+	}
+	return c
 }
 
 // noteCost records a NetworkPolicy change tracked in place (np nil: a
@@ -385,26 +444,45 @@ func (t *Tracker) nsLabelsOf(ns string) labels.Set {
 }
 
 // checkPolicyShares tells whether a NetworkPolicy change leaves the
-// sharing of peer sets as a build would make it: neither version uses a
-// shared set (removing or adding a peer of one can change which peer names
-// it), and no peer new to the tracker selects what a set of
-// shareMinMembers pods or more, or another new peer, selects.
-func (t *Tracker) checkPolicyShares(key string, np *networkingv1.NetworkPolicy) Fallback {
+// sharing of peer sets as a build would make it, and returns the new
+// version's peer keys (builder.peerKeys). A build interns peers policy by
+// policy in key order, each policy's in order; the first peer of a content
+// names its set and the others are its aliases, in that order. So a change
+// that keeps, in the same order, the peers of the policy that use shared
+// sets leaves every shared set as it is (its name, aliases, members and
+// comment), whatever else it changes (ports, podSelector, policy types,
+// other peers): the change is applied as one that uses no shared set, and
+// the peers it keeps reuse their sets without matching any pod. Adding,
+// dropping or reordering a peer of a shared set (deleting the policy
+// too) can change which peer names the set and how many share it, which
+// depends on every other policy's peers and is left to the build
+// (FallbackSharedSet); so is a new peer that selects what a set of
+// shareMinMembers pods or more, or another new peer, selects (it would be
+// an alias). It costs the policy's peers and matching its new peers
+// against the pods they can select.
+func (t *Tracker) checkPolicyShares(key string, np *networkingv1.NetworkPolicy) ([]string, Fallback) {
 	t.extendShares()
-	if id, ok := t.policyIDOf(key); ok {
-		pol := &t.cur.Policies[id]
-		for _, rules := range [][]Rule{pol.Ingress, pol.Egress} {
-			for i := range rules {
-				if slices.ContainsFunc(rules[i].Selectors, t.shared) {
-					return FallbackSharedSet
-				}
-			}
-		}
+	keys, f := t.newPeerKeys(np)
+	if f != NoFallback {
+		return nil, f
 	}
-	if np == nil {
-		return NoFallback
+	old := t.b.peerKeys[key]
+	if !t.sharedCovered(key, old) || !slices.Equal(t.sharedKeys(old), t.sharedKeys(keys)) {
+		return nil, FallbackSharedSet
+	}
+	return keys, NoFallback
+}
+
+// newPeerKeys returns the canonical keys of a NetworkPolicy version's
+// selecting peers as a build interns them (distinct, in order; none for a
+// policy rejected for what it says), after checking each peer new to the
+// tracker (newContents.checkNew).
+func (t *Tracker) newPeerKeys(np *networkingv1.NetworkPolicy) ([]string, Fallback) {
+	if np == nil || NetworkPolicyCost(np) > MaxPolicyCost {
+		return nil, NoFallback
 	}
 	nc := t.newContents()
+	var keys []string
 	peers := func(ps []networkingv1.NetworkPolicyPeer) Fallback {
 		for i := range ps {
 			p := &ps[i]
@@ -412,7 +490,15 @@ func (t *Tracker) checkPolicyShares(key string, np *networkingv1.NetworkPolicy) 
 				continue
 			}
 			m, ok := peerMatcher(np.Namespace, p.NamespaceSelector, p.PodSelector)
-			if f := nc.check(m, ok); f != NoFallback {
+			if !ok {
+				continue
+			}
+			k, _ := selectionKey(m.ns, m.nsSel, m.podSel)
+			keys = append(keys, k)
+			if _, known := t.b.sels[k]; known {
+				continue
+			}
+			if f := nc.checkNew(k, m); f != NoFallback {
 				return f
 			}
 		}
@@ -420,15 +506,73 @@ func (t *Tracker) checkPolicyShares(key string, np *networkingv1.NetworkPolicy) 
 	}
 	for i := range np.Spec.Ingress {
 		if f := peers(np.Spec.Ingress[i].From); f != NoFallback {
-			return f
+			return nil, f
 		}
 	}
 	for i := range np.Spec.Egress {
 		if f := peers(np.Spec.Egress[i].To); f != NoFallback {
-			return f
+			return nil, f
 		}
 	}
-	return NoFallback
+	return distinctKeys(keys), NoFallback
+}
+
+// sharedKeys returns the keys (in order) whose peers use a shared set.
+func (t *Tracker) sharedKeys(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if sid, ok := t.b.sels[k]; ok && t.shared(sid) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// sharedCovered reports whether every shared set the tracked version of
+// a NetworkPolicy uses is the set of one of its recorded peer keys (old):
+// the record the shared sets are kept by is the policy's. When it is not,
+// the build decides.
+func (t *Tracker) sharedCovered(key string, old []string) bool {
+	id, ok := t.policyIDOf(key)
+	if !ok {
+		return true
+	}
+	var sids map[SelectorID]bool
+	pol := &t.cur.Policies[id]
+	for _, rules := range [][]Rule{pol.Ingress, pol.Egress} {
+		for i := range rules {
+			for _, sid := range rules[i].Selectors {
+				if !t.shared(sid) {
+					continue
+				}
+				if sids == nil {
+					sids = make(map[SelectorID]bool, len(old))
+					for _, k := range old {
+						if s, ok := t.b.sels[k]; ok {
+							sids[s] = true
+						}
+					}
+				}
+				if !sids[sid] {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// notePeerKeys records the peer keys of a NetworkPolicy change applied in
+// place (keys nil: none, or deleted).
+func (t *Tracker) notePeerKeys(key string, keys []string) {
+	if keys == nil {
+		delete(t.b.peerKeys, key)
+		return
+	}
+	if t.b.peerKeys == nil {
+		t.b.peerKeys = map[string][]string{}
+	}
+	t.b.peerKeys[key] = keys
 }
 
 // policyIDOf returns a NetworkPolicy's ID in the tracked program.
@@ -482,14 +626,21 @@ func (c *newContents) check(m selMatcher, ok bool) Fallback {
 	if !ok {
 		return NoFallback
 	}
-	t := c.t
 	key, _ := selectionKey(m.ns, m.nsSel, m.podSel)
-	if sid, known := t.b.sels[key]; known {
-		if t.shared(sid) {
+	if sid, known := c.t.b.sels[key]; known {
+		if c.t.shared(sid) {
 			return FallbackSharedSet
 		}
 		return NoFallback
 	}
+	return c.checkNew(key, m)
+}
+
+// checkNew checks a peer the tracker has not interned (key): it must not
+// select what a set of shareMinMembers pods or more, or another new peer
+// of the version, selects.
+func (c *newContents) checkNew(key string, m selMatcher) Fallback {
+	t := c.t
 	if _, dup := c.seen[key]; dup {
 		return NoFallback
 	}

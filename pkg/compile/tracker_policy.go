@@ -2,6 +2,7 @@ package compile
 
 import (
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -39,7 +40,9 @@ type policyState struct {
 // and must have the current program, so every change there is a full
 // build), or for a key that does not name the object. Nothing was changed
 // then; the caller rebuilds. The Program lags, as it does for pod changes:
-// Stale reports true until the next Rebuild.
+// Stale reports true until the next Rebuild; not after a change that
+// compiles to the policy the program holds and moves no pod (a policy
+// rejected for its budget before and after, alike).
 //
 // A staged policy (Staged; its namespace's stagedness is the last
 // Rebuild's, as namespace changes rebuild) is applied as deleted, unless
@@ -55,7 +58,8 @@ func (t *Tracker) ApplyPolicy(key string, np *networkingv1.NetworkPolicy) Fallba
 	k := &npChange{key: key, ns: ns, np: np}
 	f := t.applyPolicyChange(k)
 	if f == NoFallback && t.r != nil {
-		t.noteCost(key, ns, k.np, k.bound)
+		t.noteCost(key, ns, k.resolved(), k.bound)
+		t.notePeerKeys(key, k.peerKeys)
 	}
 	return f
 }
@@ -179,7 +183,9 @@ func (t *Tracker) applyPolicyChange(k policyKind) Fallback {
 	if k.cluster() {
 		t.indexCombos()
 	}
-	t.policyChanged()
+	if nk, ok := k.(*npChange); !ok || !nk.sameCompiled || len(e.changed) > 0 || len(newSels) > 0 {
+		t.policyChanged()
+	}
 	return NoFallback
 }
 
@@ -264,8 +270,23 @@ type npChange struct {
 	old      []string
 	target   labels.Selector
 	isolates [2]bool
-	// bound is checkCost's bound on what the new version makes.
-	bound int
+	// bound is checkCost's bound on what the new version makes, or its
+	// budget when overBudget (the build rejects it for its budget);
+	// peerKeys the new version's peer keys (checkPolicyShares).
+	bound      int
+	overBudget bool
+	peerKeys   []string
+	// sameCompiled is set by install when the new version compiles to
+	// the policy the program holds (its subjects aside).
+	sameCompiled bool
+}
+
+// sameCompiled reports whether two compiled versions of a policy are the
+// same but for the pods they select.
+func sameCompiled(a, b *Policy) bool {
+	x, y := *a, *b
+	x.Selected, y.Selected = nil, nil
+	return reflect.DeepEqual(x, y)
 }
 
 func (k *npChange) check(t *Tracker) Fallback {
@@ -273,10 +294,20 @@ func (k *npChange) check(t *Tracker) Fallback {
 		return FallbackKeyMismatch
 	}
 	var f Fallback
-	if k.bound, f = t.checkCost(k.key, k.ns, k.np); f != NoFallback {
+	if k.bound, k.overBudget, f = t.checkCost(k.key, k.ns, k.np); f != NoFallback {
 		return f
 	}
-	return t.checkPolicyShares(k.key, k.np)
+	k.peerKeys, f = t.checkPolicyShares(k.key, k.resolved())
+	return f
+}
+
+// resolved is the new version as far as its peers go: none when it is
+// deleted or rejected for its budget (no set is made for it).
+func (k *npChange) resolved() *networkingv1.NetworkPolicy {
+	if k.overBudget {
+		return nil
+	}
+	return k.np
 }
 
 func (k *npChange) own(t *Tracker) { t.ownProgram() }
@@ -301,9 +332,18 @@ func (k *npChange) install(t *Tracker, i int, existed bool) {
 	newPol, target := Policy{Namespace: k.ns, Name: k.key[len(k.ns)+1:], Key: k.key}, labels.Nothing()
 	if k.np != nil {
 		sb := t.scratchBuilder()
+		sb.budgets, sb.overBudget = t.b.budgets, k.overBudget
 		sb.prog.Policies = cur.Policies[:id:id]
 		newPol, target = sb.compilePolicy(k.np), sb.targets[0]
 		t.adopt(sb)
+	}
+	if existed && sameCompiled(&cur.Policies[id], &newPol) {
+		// An edit that compiles to what was there (metadata; a policy
+		// rejected for its budget before and after, with the same
+		// podSelector): with no pod moved and no selector interned, the
+		// program is unchanged and does not lag (applyPolicyChange).
+		newPol.Selected = cur.Policies[id].Selected
+		k.sameCompiled = true
 	}
 	installAt(&cur.Policies, i, newPol)
 	installAt(&t.b.targets, i, target)

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -70,7 +71,56 @@ func newWorld(seed uint64, node string) *world {
 			w.specs = append(w.specs, np.Spec)
 		}
 	}
+	w.specs = append(w.specs, sharedPeerSpecs(seed)...)
 	return w
+}
+
+// sharedPeerSpecs are policy specs whose peers say different things and
+// select the same pods (every pod; every pod of the policy's namespace),
+// as issue 43's churning policy: shared by content where sets of that
+// many pods are (ShareFrom), and edited in place by portsEdit.
+func sharedPeerSpecs(seed uint64) []networkingv1.NetworkPolicySpec {
+	absent := func(i int) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: fmt.Sprintf("nope-%d", i), Operator: metav1.LabelSelectorOpDoesNotExist}}}
+	}
+	var every, local []networkingv1.NetworkPolicyPeer
+	for i := range 2 + int(seed%3) {
+		every = append(every, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: absent(i)})
+		local = append(local, networkingv1.NetworkPolicyPeer{PodSelector: absent(i)})
+	}
+	every = append(every, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{}})
+	local = append(local, networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{}})
+	return []networkingv1.NetworkPolicySpec{
+		{Ingress: []networkingv1.NetworkPolicyIngressRule{{From: every, Ports: testPorts(80)}}},
+		{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: local}, {From: every[1:], Ports: testPorts(81)}},
+			Egress:  []networkingv1.NetworkPolicyEgressRule{{To: every[:2], Ports: testPorts(53)}}},
+	}
+}
+
+// testPorts is one TCP port.
+func testPorts(port int32) []networkingv1.NetworkPolicyPort {
+	p := intstr.FromInt32(port)
+	return []networkingv1.NetworkPolicyPort{{Port: &p}}
+}
+
+// portsEdit changes the ports of a policy's rules and nothing else, as
+// issue 43's churning user does: the peers, and the sets they share,
+// stay.
+func (w *world) portsEdit(np *networkingv1.NetworkPolicy) {
+	pick := func() []networkingv1.NetworkPolicyPort {
+		if w.r.IntN(3) == 0 {
+			return nil
+		}
+		return testPorts(int32(80 + w.r.IntN(3)))
+	}
+	for i := range np.Spec.Ingress {
+		np.Spec.Ingress[i].Ports = pick()
+	}
+	for i := range np.Spec.Egress {
+		np.Spec.Egress[i].Ports = pick()
+	}
 }
 
 func (w *world) input() compile.Input {
@@ -196,7 +246,7 @@ func newTracker(t *testing.T, cfg compile.RenderConfig, w *world) (*compile.Trac
 // new state.
 func (w *world) policyEvent() (string, *networkingv1.NetworkPolicy, string) {
 	pols := w.in.Policies
-	x := w.r.IntN(11)
+	x := w.r.IntN(13)
 	if len(pols) == 0 || x < 3 {
 		w.next++
 		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{
@@ -240,6 +290,9 @@ func (w *world) policyEvent() (string, *networkingv1.NetworkPolicy, string) {
 	case 10:
 		np.Annotations = stagedAnnotation(!compile.Staged(np))
 		what = "policy staged toggled"
+	case 11, 12:
+		w.portsEdit(np)
+		what = "policy ports changed"
 	default:
 		if len(np.Spec.Ingress) > 0 {
 			np.Spec.Ingress = np.Spec.Ingress[1:]
@@ -300,7 +353,7 @@ func stagedAnnotation(staged bool) map[string]string {
 // ruleset equals the full build's, in hybrid and queue mode, for each
 // node's view; every third seed builds with the staged policies enforced.
 func TestTrackerEqualsFullBuild(t *testing.T) {
-	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol, stagedPol, sharedPol, sharedCPol, sharedPod, programs, podPrograms int
+	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol, stagedPol, sharedPol, sharedCPol, sharedPod, sharedEdits, costPol, overBudgetAlone, readmits, programs, podPrograms int
 	for _, cfg := range []compile.RenderConfig{
 		{Mode: compile.ModeHybrid, QueueVariant: compile.QueueNative},
 		{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative},
@@ -325,10 +378,11 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 			node := scenariogen.Nodes[int(seed)%len(scenariogen.Nodes)]
 			w := newWorld(seed, node)
 			w.in.EnforceStaged = seed%3 == 0
-			tr, _ := newTracker(t, cfg, w)
+			w.in.Budgets = worldBudgets
+			tr, prevBuilt := newTracker(t, cfg, w)
 			for step := 0; step < *steps; step++ {
 				var what, key string
-				podStep := false
+				podStep, policyStep := false, false
 				if x := w.r.IntN(14); x == 0 {
 					what = w.otherEvent()
 					if _, _, err := tr.Rebuild(w.input()); err != nil {
@@ -342,11 +396,24 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					if mode != compile.ModeQueue {
 						hybridPol++
 					}
+					usedShared := usesSharedSet(prevBuilt, key)
 					f := tr.ApplyPolicy(key, np)
+					policyStep = f == compile.NoFallback && np != nil
+					if usedShared && what == "policy ports changed" && mode != compile.ModeQueue {
+						// The peers stay, and so do the sets they share.
+						if f == compile.FallbackSharedSet {
+							t.Fatalf("mode %s seed %d step %d (%s %s): an edit that keeps the peers of shared sets fell back (%q)", mode, seed, step, what, key, f)
+						}
+						if f == compile.NoFallback {
+							sharedEdits++
+						}
+					}
 					if f == compile.FallbackStaged && cfg.StagedLogGroup != 0 {
 						stagedPol++
 					} else if f == compile.FallbackSharedSet && mode != compile.ModeQueue {
 						sharedPol++
+					} else if f == compile.FallbackCost && mode != compile.ModeQueue && worldBudgets != (compile.Budgets{}) {
+						costPol++
 					} else if want := policyFallback(mode); f != want {
 						t.Fatalf("mode %s seed %d step %d (%s %s): fallback %q, want %q", mode, seed, step, what, key, f, want)
 					}
@@ -409,6 +476,19 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 					}
 				}
 				built := compile.Build(w.input())
+				if podStep && worldBudgets != (compile.Budgets{}) && readmitted(prevBuilt, built) {
+					// Pods that leave lower charges at the next build only
+					// (docs/security.md): the consistency check's rebuild
+					// admits the policy.
+					if _, _, err := tr.Rebuild(w.input()); err != nil {
+						t.Fatal(err)
+					}
+					readmits++
+				}
+				prevBuilt = built
+				if policyStep && rejectedForBudget(built, key) {
+					overBudgetAlone++
+				}
 				if checkProgram(t, tr, built, func() string {
 					return fmt.Sprintf("mode %s seed %d node %s step %d (%s %s)", mode, seed, node, step, what, key)
 				}) {
@@ -439,6 +519,19 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 		"%d policy, %d cluster policy and %d pod events rebuilt for shared peer sets",
 		fast, reshaped, fastPol, pol, hybridPol, fastCPol, cpol, trackableCPol, rebuilt, pod, stagedPol, sharedPol, sharedCPol, sharedPod)
 	t.Logf("%d programs compared with the full build, %d of them after pod events", programs, podPrograms)
+	t.Logf("%d edits of policies using shared peer sets applied alone", sharedEdits)
+	// With sets shared in small clusters, edits of policies whose peers
+	// share sets must take the incremental path.
+	if requireSharedEdits && sharedEdits == 0 {
+		t.Error("no edit of a policy using a shared peer set was applied alone")
+	}
+	t.Logf("%d policy events rebuilt for budgets, %d applied alone leaving the policy rejected for its budget, %d pod events readmitting a policy (rebuilt)",
+		costPol, overBudgetAlone, readmits)
+	// With small budgets, a policy edited past its budget is rejected by
+	// the tracker as the build rejects it.
+	if worldBudgets != (compile.Budgets{}) && overBudgetAlone == 0 {
+		t.Error("no policy change leaving the policy rejected for its budget was applied alone")
+	}
 	// The program is checked after most pod events: those after a policy
 	// change wait for the next rebuild (Stale).
 	if podPrograms < fast/4 {
@@ -454,7 +547,7 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 		t.Errorf("only %d of %d cluster policy events were applied alone", fastCPol, cpol)
 	}
 	// Queue mode rebuilds every policy change; the other modes never.
-	if fastPol+stagedPol+sharedPol != hybridPol {
+	if fastPol+stagedPol+sharedPol+costPol != hybridPol {
 		t.Errorf("%d of %d policy events outside queue mode were applied alone", fastPol, hybridPol)
 	}
 	// The check is only worth something if most pod events take the
@@ -599,5 +692,79 @@ func TestApplyPolicyLeavesTheProgram(t *testing.T) {
 // fall back (FallbackSharedSet).
 func TestTrackerEqualsFullBuildSharedSets(t *testing.T) {
 	compile.ShareFrom(t, 2)
+	requireSharedEdits = true
+	defer func() { requireSharedEdits = false }()
 	TestTrackerEqualsFullBuild(t)
+}
+
+// TestTrackerEqualsFullBuildBudgets is TestTrackerEqualsFullBuild with
+// budgets that the scenarios' policies pass and fit in turns: a change
+// the build surely rejects for the policy's budget is applied by the
+// tracker (the policy rejected, fail-closed), one it may admit or reject
+// goes to the build (FallbackCost), and the ruleset equals the build's
+// after every step.
+func TestTrackerEqualsFullBuildBudgets(t *testing.T) {
+	worldBudgets = compile.Budgets{Policy: 70, Namespace: 400, ClusterPolicy: 1 << 30}
+	// Fewer seeds: what the budgets add shows in a third of the runs.
+	saved := *seeds
+	*seeds = (saved + 2) / 3
+	defer func() { worldBudgets, *seeds = compile.Budgets{}, saved }()
+	TestTrackerEqualsFullBuild(t)
+}
+
+// worldBudgets are the budgets TestTrackerEqualsFullBuild builds with
+// (zero: the defaults).
+var worldBudgets compile.Budgets
+
+// rejectedForBudget reports whether a program's NetworkPolicy (by key) is
+// rejected for its own budget.
+func rejectedForBudget(p *compile.Program, key string) bool {
+	for i := range p.Policies {
+		if pol := &p.Policies[i]; pol.Key == key {
+			return pol.Rejected && pol.RejectedFor == compile.RejectedBudget
+		}
+	}
+	return false
+}
+
+// readmitted reports whether a NetworkPolicy rejected for a budget in
+// one program is admitted in the next.
+func readmitted(before, after *compile.Program) bool {
+	rejected := map[string]bool{}
+	for i := range before.Policies {
+		if before.Policies[i].RejectedFor == compile.RejectedBudget || before.Policies[i].RejectedFor == compile.RejectedNamespaceBudget {
+			rejected[before.Policies[i].Key] = true
+		}
+	}
+	for i := range after.Policies {
+		if p := &after.Policies[i]; rejected[p.Key] && !p.Rejected {
+			return true
+		}
+	}
+	return false
+}
+
+// requireSharedEdits makes TestTrackerEqualsFullBuild require edits of
+// policies using shared peer sets applied alone.
+var requireSharedEdits bool
+
+// usesSharedSet reports whether a program's NetworkPolicy (by key) has a
+// rule whose peers use a set shared by content.
+func usesSharedSet(p *compile.Program, key string) bool {
+	for i := range p.Policies {
+		pol := &p.Policies[i]
+		if pol.Key != key {
+			continue
+		}
+		for _, rules := range [][]compile.Rule{pol.Ingress, pol.Egress} {
+			for j := range rules {
+				for _, sid := range rules[j].Selectors {
+					if int(sid) < len(p.Selectors) && p.Selectors[sid].Shared() {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
 }

@@ -12,6 +12,7 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
@@ -262,5 +263,75 @@ func TestFairSharePick(t *testing.T) {
 	check("b owes more now", keys("a/x", "b/y"), []string{"a/x"}, []string{"b/y"})
 	if len(f.debt) > 2 {
 		t.Errorf("the ledger keeps %d namespaces: %v", len(f.debt), f.debt)
+	}
+}
+
+// TestChurnEditsAreAppliedAlone edits issue 43's churning policy again
+// and again, its peers sharing one set of every pod (40 pods, past
+// ShareMinMembers), and, with a budget its peers' matching passes, while
+// it is rejected for its budget: every edit is a policies sync of the
+// tracker, and no change falls back to a full build
+// (nftpolicy_incremental_fallbacks_total, by reason).
+func TestChurnEditsAreAppliedAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		budgets  compile.Budgets
+		rejected bool
+	}{
+		{"shared sets", compile.Budgets{}, false},
+		{"past its budget", compile.Budgets{Policy: 500}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := []runtime.Object{churnPolicy(80, "1")}
+			for i := range 40 {
+				ns := []string{"churn", "other"}[i%2]
+				objs = append(objs, testPod(ns, fmt.Sprintf("p%d", i), []string{"n1", "n2"}[i%2], fmt.Sprintf("10.0.%d.%d", i%2+1, i+1), map[string]string{"app": "web"}))
+			}
+			h := newHarness(t, func(cfg *Config) {
+				cfg.ProgramRefreshDelay = time.Hour
+				cfg.Budgets = tc.budgets
+			}, objs...)
+			h.run(t)
+			eventually(t, "first sync", func() bool { return h.eval.Program() != nil })
+			prog := h.eval.Program()
+			shared, rejected := false, false
+			for i := range prog.Policies {
+				if p := &prog.Policies[i]; p.Key == "churn/churn" {
+					rejected = p.Rejected
+					for _, sid := range p.Ingress {
+						for _, s := range sid.Selectors {
+							shared = shared || prog.Selectors[s].Shared()
+						}
+					}
+				}
+			}
+			if rejected != tc.rejected || shared == tc.rejected {
+				t.Fatalf("the churning policy: rejected %v, uses a shared set %v", rejected, shared)
+			}
+			fallbacks := func() float64 {
+				n := 0.0
+				for _, f := range compile.Fallbacks() {
+					n += counterValue(t, h.ctrl.cfg.Metrics.IncrementalFallbacks.WithLabelValues(string(f)))
+				}
+				return n
+			}
+			before := fallbacks()
+			churn := h.client.NetworkingV1().NetworkPolicies("churn")
+			for i := range 10 {
+				syncs := policySyncs(t, h)
+				if _, err := churn.Update(context.Background(), churnPolicy(int32(81+i%2), fmt.Sprint(2+i)), metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				eventually(t, "the edit", func() bool { return policySyncs(t, h) > syncs || fallbacks() > before })
+			}
+			for _, f := range compile.Fallbacks() {
+				if n := counterValue(t, h.ctrl.cfg.Metrics.IncrementalFallbacks.WithLabelValues(string(f))); n > 0 {
+					t.Errorf("%v changes fell back to a full build for %q", n, f)
+				}
+			}
+			if n := fallbacks() - before; n > 0 {
+				t.Errorf("%v of 10 edits fell back to a full build", n)
+			}
+		})
 	}
 }

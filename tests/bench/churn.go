@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -247,6 +248,18 @@ func churnAgentFigures(res *Result, m0, m1 map[string]float64) {
 		res.Set("churn_agent_policy_sync_mean_ms", round(d(psum)/n*1000, 2))
 	}
 	const icnt, isum = `nftpolicy_sync_duration_seconds_count{kind="incremental"}`, `nftpolicy_sync_duration_seconds_sum{kind="incremental"}`
+	// Changes the tracker left to a full build, by reason: the churning
+	// policy's edits are applied alone (none with reason cost or
+	// shared-set).
+	var fallbacks float64
+	for _, f := range compile.Fallbacks() {
+		n := d(`nftpolicy_incremental_fallbacks_total{reason="` + string(f) + `"}`)
+		fallbacks += n
+		if n > 0 {
+			res.Set("churn_agent_fallbacks_"+strings.ReplaceAll(string(f), "-", "_"), n)
+		}
+	}
+	res.Set("churn_agent_fallbacks", fallbacks)
 	res.Set("churn_agent_refreshes", d(icnt))
 	if n := d(icnt); n > 0 {
 		res.Set("churn_agent_refresh_mean_ms", round(d(isum)/n*1000, 2))
