@@ -196,9 +196,11 @@ func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(no
 }
 
 // ApplyPodEvents takes the node from before to after the way the agent's
-// controller does in hybrid mode: the changes that are neither pods' nor
-// policies' through a full build (before's pods, policies and cluster
-// policies with after's namespaces and nodes), then each NetworkPolicy
+// controller does in hybrid mode: the changes that are neither pods',
+// namespaces' nor policies' through a full build (before's pods,
+// namespaces, policies and cluster policies with after's nodes), then
+// each Namespace that differs through compile.Tracker.ApplyNamespace and
+// Syncer.Sync, then each NetworkPolicy
 // that differs, one at a time, through compile.Tracker.ApplyPolicy and
 // Syncer.Sync, then each ClusterNetworkPolicy that differs through
 // ApplyClusterPolicy and Syncer.Sync, then each pod that differs through
@@ -223,9 +225,16 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 	for _, cnp := range before.ClusterPolicies {
 		cnps[cnp.Name] = cnp
 	}
+	nss := map[string]*corev1.Namespace{}
+	for _, ns := range before.Namespaces {
+		nss[ns.Name] = ns
+	}
 	input := func() compile.Input {
 		in := after
-		in.Pods, in.Policies, in.ClusterPolicies = nil, nil, nil
+		in.Pods, in.Policies, in.ClusterPolicies, in.Namespaces = nil, nil, nil, nil
+		for _, k := range slices.Sorted(maps.Keys(nss)) {
+			in.Namespaces = append(in.Namespaces, nss[k])
+		}
 		for _, k := range slices.Sorted(maps.Keys(pods)) {
 			in.Pods = append(in.Pods, pods[k])
 		}
@@ -261,6 +270,15 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 			return fmt.Errorf("applying policy %s on %s: %w", key, a.Node, err)
 		}
 		return nil
+	}
+	nextNSs := map[string]*corev1.Namespace{}
+	for _, ns := range after.Namespaces {
+		nextNSs[ns.Name] = ns
+	}
+	if err := changeEach(nss, nextNSs, func(name string, ns *corev1.Namespace) error {
+		return policy(name, tr.ApplyNamespace(name, ns))
+	}); err != nil {
+		return tracked, rebuilt, err
 	}
 	nextPols := map[string]*networkingv1.NetworkPolicy{}
 	for _, np := range after.Policies {
