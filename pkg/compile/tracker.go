@@ -397,7 +397,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 	if f != NoFallback {
 		return nil, f
 	}
-	if f := t.checkPodCharges(key, old, cur); f != NoFallback {
+	if f := t.checkCharges(key, old, cur); f != NoFallback {
 		return nil, f
 	}
 

@@ -147,6 +147,19 @@ func (t *Tracker) checkNamespaceCost(name string, nsl labels.Set) Fallback {
 	return NoFallback
 }
 
+// checkCharges is checkPodCharges, but during a namespace change, whose
+// pods checkNamespaceCost charged already (each, per peer its namespace
+// now matches, more than checkPodCost would), only the shared sets are
+// checked: at ten thousand policies, costing each pod again would take
+// longer than the rest of the change.
+func (t *Tracker) checkCharges(key string, old, cur *Pod) Fallback {
+	if t.cow == nil {
+		return t.checkPodCharges(key, old, cur)
+	}
+	t.costs.pending = t.costs.pending[:0]
+	return t.checkPodShares(key, old, cur)
+}
+
 // applySet applies element changes to a set of rs: in place, or, during a
 // namespace change (cow set), to a copy the first time the change touches
 // the set, since the ruleset a Syncer holds shares it.
