@@ -32,9 +32,12 @@
 #          and 1k policies, one real agent process; RSS, CPU, sync durations
 #          (first sync on a node without the table, re-sync after a restart);
 #          then 10k NetworkPolicies and 100 ClusterNetworkPolicies over the
-#          150k pods: first sync, one policy change, one pod change; the
-#          evaluator's lag behind the kernel (evaluator_lag_ms_p99); then the
-#          agent in queue mode: one pod change (queue_incr_sync_ms_150k)
+#          150k pods: first sync, one policy change, one pod change, one
+#          ClusterNetworkPolicy change with the deny log
+#          (cnp_sync_ms_150k_denylog), one namespace label change
+#          (namespace_sync_ms_150k); the evaluator's lag behind the kernel
+#          (evaluator_lag_ms_p99); then the agent in queue mode: one pod
+#          change (queue_incr_sync_ms_150k)
 #   delay  API write -> first connection observing the new verdict, with a
 #          real agent process (tests/internal/cluster)
 #   faults outside changes of a real agent's table while a policy denies a

@@ -9,9 +9,6 @@ package compile
 //     decides every selected pod's connections from the program, which
 //     only a build updates.
 //   - key-mismatch: the key or name given does not name the object.
-//   - deny-log: a ClusterNetworkPolicy change, or a pod's first or last
-//     use of a ClusterNetworkPolicy combination, with the deny log on
-//     (deny chains are placed with the rule chains only by a full render).
 //   - domain-names: a ClusterNetworkPolicy with domainNames peers before or
 //     after the change, or a pod's first or last use of a combination with
 //     one: the DNS capture, its subjects and the learned addresses are
@@ -47,6 +44,9 @@ package compile
 //     that keeps those peers, in order, is applied (checkPolicyShares).
 //     A ClusterNetworkPolicy change of a policy using a shared set,
 //     before or after.
+//   - namespace-staged: a Namespace change that stages or unstages its
+//     NetworkPolicies (ApplyNamespace): which policies are in force is
+//     decided by a build.
 type Fallback string
 
 // NoFallback means the change was applied.
@@ -59,7 +59,6 @@ const FallbackNotBuilt Fallback = "not-built"
 const (
 	FallbackQueueMode   Fallback = "queue-mode"
 	FallbackKeyMismatch Fallback = "key-mismatch"
-	FallbackDenyLog     Fallback = "deny-log"
 	FallbackDomainNames Fallback = "domain-names"
 	FallbackCost        Fallback = "cost"
 	// FallbackSharedSet is a change of either kind (pod or policy).
@@ -67,7 +66,7 @@ const (
 )
 
 // Pod changes (a pod's first or last use of a combination chain can also
-// give deny-log or domain-names).
+// give domain-names).
 const (
 	FallbackAddressShared Fallback = "address-shared"
 	FallbackNodeAddress   Fallback = "node-address"
@@ -78,8 +77,11 @@ const (
 // of the staged log, with the staged log on.
 const FallbackStaged Fallback = "staged"
 
+// FallbackNamespaceStaged is a Namespace change of its stagedness.
+const FallbackNamespaceStaged Fallback = "namespace-staged"
+
 // Fallbacks lists every reason a change can fall back, for metrics.
 func Fallbacks() []Fallback {
-	return []Fallback{FallbackNotBuilt, FallbackQueueMode, FallbackKeyMismatch, FallbackDenyLog,
-		FallbackDomainNames, FallbackCost, FallbackAddressShared, FallbackNodeAddress, FallbackDNSCapture, FallbackStaged, FallbackSharedSet}
+	return []Fallback{FallbackNotBuilt, FallbackQueueMode, FallbackKeyMismatch,
+		FallbackDomainNames, FallbackCost, FallbackAddressShared, FallbackNodeAddress, FallbackDNSCapture, FallbackStaged, FallbackSharedSet, FallbackNamespaceStaged}
 }

@@ -17,7 +17,8 @@ import (
 // deletions of the sets and maps it touches. A NetworkPolicy change
 // recompiles that policy alone (ApplyPolicy, tracker_policy.go), and so
 // does a ClusterNetworkPolicy change (ApplyClusterPolicy,
-// tracker_cluster.go). Everything else (namespaces, nodes, node
+// tracker_cluster.go). A Namespace's labels place its pods again
+// (ApplyNamespace, tracker_namespace.go). Everything else (nodes, node
 // addresses, configuration) goes through Rebuild, the full Build and
 // Render, which stays the reference: for the same objects, the tracked
 // ruleset equals the rebuilt one.
@@ -29,17 +30,17 @@ import (
 // returns the element changes of the shared sets. For an address that
 // another pod also claims (ownership is decided over all pods), and for a
 // ClusterNetworkPolicy combination that ApplyClusterPolicy would not track
-// either (deny log, domainNames rules), it returns why (a Fallback) and
+// either (domainNames rules), it returns why (a Fallback) and
 // the caller rebuilds.
 //
 // Program follows pod changes: after ApplyPod it returns a new program,
 // equal to Build of the same objects, derived from the one it returned
 // before (tracker_program.go), which is never written. It does not follow
-// ApplyPolicy and ApplyClusterPolicy: after one, Program returns the last
+// ApplyPolicy, ApplyClusterPolicy and ApplyNamespace: after one, Program returns the last
 // published program, which lags the tracked ruleset until the next Rebuild
 // (Stale tells). ApplyPod updates
 // the Ruleset's sets in place (and replaces the Ruleset when it changes
-// its shape); ApplyPolicy and ApplyClusterPolicy replace it with a new one
+// its shape); ApplyPolicy, ApplyClusterPolicy and ApplyNamespace replace it with a new one
 // that shares what did not change, and do not write the sets they share. It is owned
 // by the tracker and whoever applies it (a Syncer), both driven from one
 // goroutine. Not safe for concurrent use.
@@ -94,11 +95,16 @@ type Tracker struct {
 	// nodeAddrs holds every node address the program knows.
 	nodeAddrs map[netip.Addr]bool
 	// stale is set by a policy change: Program lags until a Rebuild.
-	stale  bool
-	pol    policyState
-	cpol   clusterState
-	costs  trackedCosts
-	shares trackedShares
+	stale bool
+	// nsOwned is set once the builder's namespace labels are the
+	// tracker's own copy (ApplyNamespace); cow, during a namespace change,
+	// names the sets already copied from the ruleset a Syncer holds.
+	nsOwned bool
+	cow     map[string]bool
+	pol     policyState
+	cpol    clusterState
+	costs   trackedCosts
+	shares  trackedShares
 }
 
 // trackedPod is what the tracker holds about a pod.
@@ -395,7 +401,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 	if f != NoFallback {
 		return nil, f
 	}
-	if f := t.checkPodCharges(key, old, cur); f != NoFallback {
+	if f := t.checkCharges(key, old, cur); f != NoFallback {
 		return nil, f
 	}
 
@@ -431,7 +437,7 @@ func (t *Tracker) ApplyPodInfo(key string, pod *PodInfo) (Delta, Fallback) {
 		if len(d.Add) == 0 && len(d.Delete) == 0 {
 			continue
 		}
-		t.r.rs.Sets[n].apply(d)
+		t.applySet(t.r.rs, n, d)
 		delta = append(delta, *d)
 	}
 	return delta, NoFallback
@@ -479,8 +485,8 @@ func (t *Tracker) contested(key string, ips []netip.Addr) Fallback {
 // combination chain the pod enters that no local pod uses yet must be
 // created, one it leaves as its last local pod deleted, with the policy
 // chains it jumps to (reshape). A ClusterNetworkPolicy combination is left
-// to the full build with the deny log on and for policies with domainNames
-// rules, as ApplyClusterPolicy leaves them.
+// to the full build for policies with domainNames rules, as
+// ApplyClusterPolicy leaves them.
 func (t *Tracker) reshapes(old, cur *Pod, oldCombos, newCombos []namedCombo) (bool, Fallback) {
 	reshaped := false
 	for _, c := range newCombos {

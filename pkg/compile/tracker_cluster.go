@@ -35,11 +35,11 @@ type clusterState struct {
 //
 // The change is not tracked, and nothing was changed (a Fallback other
 // than NoFallback tells why), in queue mode (every change is a full build
-// there, as for NetworkPolicy), with a deny log group (deny chains are
-// placed with the rule chains), for a policy with domainNames peers before
+// there, as for NetworkPolicy), for a policy with domainNames peers before
 // or after the change (the DNS capture, its subjects and the learned
 // addresses are shared state the build alone decides), or for a name that
-// does not name the object. The caller rebuilds. A nodes peer resolves on
+// does not name the object. With the deny log on, the deny chains of the
+// policy's Deny rules come and go with its rule chains (removeDenyChains). The caller rebuilds. A nodes peer resolves on
 // the nodes of the last build (node changes rebuild) and shares its node
 // set with the other rules that name the same nodes. A staged policy
 // (Staged) is applied as deleted, unless the last Rebuild's input
@@ -68,9 +68,6 @@ type cnpChange struct {
 }
 
 func (k *cnpChange) check(t *Tracker) Fallback {
-	if t.cfg.DenyLogGroup != 0 {
-		return FallbackDenyLog
-	}
 	if k.cnp != nil && k.cnp.Name != k.name {
 		return FallbackKeyMismatch
 	}

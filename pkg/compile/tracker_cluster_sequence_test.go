@@ -120,14 +120,11 @@ func policyFallback(mode compile.Mode) compile.Fallback {
 }
 
 // clusterFallback is why ApplyClusterPolicy leaves a change from old to
-// cnp to a rebuild: queue mode, the deny log, or domainNames peers before
-// or after.
+// cnp to a rebuild: queue mode, or domainNames peers before or after.
 func clusterFallback(mode compile.Mode, cfg compile.RenderConfig, old, cnp *npav1beta1.ClusterNetworkPolicy) compile.Fallback {
 	switch {
 	case mode == compile.ModeQueue:
 		return compile.FallbackQueueMode
-	case cfg.DenyLogGroup != 0:
-		return compile.FallbackDenyLog
 	case domainPeers(old) || domainPeers(cnp):
 		return compile.FallbackDomainNames
 	}

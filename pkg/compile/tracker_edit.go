@@ -3,6 +3,7 @@ package compile
 import (
 	"maps"
 	"slices"
+	"strings"
 )
 
 // Edits of the tracked ruleset that policy and pod changes share: a change
@@ -33,9 +34,12 @@ func (t *Tracker) removeChain(rs *Ruleset, n string) bool {
 	return true
 }
 
-// removeRuleChain deletes a policy's rule chain and the sets it owns; its
-// named-port sets stop being filled.
+// removeRuleChain deletes a policy's rule chain, the deny-log chains its
+// rules go to and the sets it owns; its named-port sets stop being filled.
 func (t *Tracker) removeRuleChain(rs *Ruleset, n string) {
+	if c, ok := rs.Chains[n]; ok {
+		t.removeDenyChains(rs, c)
+	}
 	t.removeChain(rs, n)
 	for name, s := range rs.Sets {
 		if s.owner == n {
@@ -49,6 +53,24 @@ func (t *Tracker) removeRuleChain(rs *Ruleset, n string) {
 		}
 		return false
 	})
+}
+
+// removeDenyChains deletes the deny-log chains a rule chain's rules go
+// to, with their DenyIDs. A ClusterNetworkPolicy's deny chains are its
+// own: a denial's ID names the policy, its tier, direction and rule, and
+// only the policy's rule chain of that direction renders it
+// (clusterPolicyChain), placed just before it.
+func (t *Tracker) removeDenyChains(rs *Ruleset, c *Chain) {
+	for i := range c.Rules {
+		v := c.Rules[i].Verdict
+		if v.Kind != VerdictGoto {
+			continue
+		}
+		if dc, ok := rs.Chains[v.Chain]; ok && dc.place.deny {
+			t.removeChain(rs, v.Chain)
+			delete(rs.DenyIDs, strings.TrimPrefix(v.Chain, names.deny))
+		}
+	}
 }
 
 // dropCombo deletes a combination chain (not yet from ChainOrder) with its

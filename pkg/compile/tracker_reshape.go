@@ -62,6 +62,11 @@ func (t *Tracker) reshape(old, cur *Pod, oldCombos, newCombos []namedCombo, chan
 		ns = "" // ClusterNetworkPolicy named ports resolve on subjects anywhere
 	}
 	t.fill(rs, fresh, ns)
+	if t.cow != nil {
+		for n := range fresh {
+			t.cow[n] = true // new: no Syncer holds it
+		}
+	}
 	if cluster {
 		t.indexCombos()
 	}
@@ -70,11 +75,10 @@ func (t *Tracker) reshape(old, cur *Pod, oldCombos, newCombos []namedCombo, chan
 	// were filled with it) and still exist.
 	for _, n := range slices.Sorted(maps.Keys(changes)) {
 		d := changes[n]
-		s := rs.Sets[n]
-		if s == nil || fresh[n] || len(d.Add) == 0 && len(d.Delete) == 0 {
+		if rs.Sets[n] == nil || fresh[n] || len(d.Add) == 0 && len(d.Delete) == 0 {
 			continue
 		}
-		s.apply(d)
+		t.applySet(rs, n, d)
 		delta = append(delta, *d)
 	}
 	return delta
@@ -125,14 +129,11 @@ func (t *Tracker) ruleChainUsed(c combo, i int, ns string) bool {
 
 // clusterComboTrackable tells whether reshape may create or delete a
 // combination chain of the pod: any NetworkPolicy one; a
-// ClusterNetworkPolicy one neither with the deny log nor when a policy of
-// the pod has domainNames rules (as ApplyClusterPolicy).
+// ClusterNetworkPolicy one unless a policy of the pod has domainNames
+// rules (as ApplyClusterPolicy).
 func (t *Tracker) clusterComboTrackable(c combo, pod *Pod) Fallback {
 	if c.t == 0 {
 		return NoFallback
-	}
-	if t.cfg.DenyLogGroup != 0 {
-		return FallbackDenyLog
 	}
 	ok := true
 	podCombos(pod, func(pc combo) {

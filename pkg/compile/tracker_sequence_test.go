@@ -337,6 +337,35 @@ func (w *world) otherEvent() string {
 	return "nothing"
 }
 
+// namespaceEvent relabels a namespace (a new object, as an informer
+// delivers it), or now and then toggles its stagedness, and returns its
+// name and new state.
+func (w *world) namespaceEvent() (string, *corev1.Namespace, string) {
+	i := w.r.IntN(len(w.in.Namespaces))
+	ns := w.in.Namespaces[i].DeepCopy()
+	what := "namespace relabelled"
+	if w.r.IntN(6) == 0 {
+		ns.Annotations = stagedAnnotation(!compile.Staged(ns))
+		what = "namespace staged toggled"
+	} else {
+		l := map[string]string{compile.NamespaceNameLabel: ns.Name}
+		for k, vals := range map[string][]string{"team": {"a", "b"}, "env": {"prod", "dev"}} {
+			if x := w.r.IntN(3); x < 2 {
+				l[k] = vals[x]
+			}
+		}
+		ns.Labels = l
+	}
+	w.in.Namespaces = append(append(w.in.Namespaces[:i:i], ns), w.in.Namespaces[i+1:]...)
+	return ns.Name, ns, what
+}
+
+// namespaceFallbacks are the reasons ApplyNamespace may leave a change to a
+// rebuild outside queue mode: its stagedness, or one of its pods as
+// ApplyPod would leave it.
+var namespaceFallbacks = []compile.Fallback{compile.FallbackNamespaceStaged, compile.FallbackAddressShared, compile.FallbackNodeAddress,
+	compile.FallbackDNSCapture, compile.FallbackStaged, compile.FallbackSharedSet, compile.FallbackCost, compile.FallbackDomainNames}
+
 // stagedAnnotation is the annotations of a staged object, or of one
 // annotated with a value that does not stage it.
 func stagedAnnotation(staged bool) map[string]string {
@@ -353,9 +382,13 @@ func stagedAnnotation(staged bool) map[string]string {
 // ruleset equals the full build's, in hybrid and queue mode, for each
 // node's view; every third seed builds with the staged policies enforced.
 func TestTrackerEqualsFullBuild(t *testing.T) {
+	var nsEvents, fastNS int
 	var fast, reshaped, rebuilt, pod, pol, fastPol, hybridPol, cpol, fastCPol, trackableCPol, stagedPol, sharedPol, sharedCPol, sharedPod, sharedEdits, costPol, overBudgetAlone, readmits, programs, podPrograms int
 	for _, cfg := range []compile.RenderConfig{
 		{Mode: compile.ModeHybrid, QueueVariant: compile.QueueNative},
+		// The agent's default: hybrid with the deny log, whose
+		// ClusterNetworkPolicy Deny rules have chains of their own.
+		{Mode: compile.ModeHybrid, QueueVariant: compile.QueueNative, DenyLogGroup: 5},
 		{Mode: compile.ModeQueue, QueueVariant: compile.QueueNative},
 		// The deny log gives every isolation chain a chain of its own.
 		{Mode: compile.ModeKernel, DenyLogGroup: 5},
@@ -383,12 +416,33 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 			for step := 0; step < *steps; step++ {
 				var what, key string
 				podStep, policyStep := false, false
-				if x := w.r.IntN(14); x == 0 {
+				if x := w.r.IntN(15); x == 0 {
 					what = w.otherEvent()
 					if _, _, err := tr.Rebuild(w.input()); err != nil {
 						t.Fatal(err)
 					}
 					rebuilt++
+				} else if x == 14 {
+					var ns *corev1.Namespace
+					key, ns, what = w.namespaceEvent()
+					nsEvents++
+					f := tr.ApplyNamespace(key, ns)
+					switch {
+					case mode == compile.ModeQueue:
+						if f != compile.FallbackQueueMode {
+							t.Fatalf("mode %s seed %d step %d (%s %s): fallback %q, want %q", mode, seed, step, what, key, f, compile.FallbackQueueMode)
+						}
+					case f == compile.NoFallback:
+						fastNS++
+					case !slices.Contains(namespaceFallbacks, f):
+						t.Fatalf("mode %s seed %d step %d (%s %s): fallback %q", mode, seed, step, what, key, f)
+					}
+					if f != compile.NoFallback {
+						if _, _, err := tr.Rebuild(w.input()); err != nil {
+							t.Fatal(err)
+						}
+						rebuilt++
+					}
 				} else if x <= 3 {
 					var np *networkingv1.NetworkPolicy
 					key, np, what = w.policyEvent()
@@ -531,6 +585,13 @@ func TestTrackerEqualsFullBuild(t *testing.T) {
 	// the tracker as the build rejects it.
 	if worldBudgets != (compile.Budgets{}) && overBudgetAlone == 0 {
 		t.Error("no policy change leaving the policy rejected for its budget was applied alone")
+	}
+	t.Logf("%d of %d namespace events applied by the tracker", fastNS, nsEvents)
+	// The check is only worth something if namespace changes take the
+	// incremental path: most of those outside queue mode (with small
+	// budgets, many fall back for cost).
+	if worldBudgets == (compile.Budgets{}) && fastNS < nsEvents/3 {
+		t.Errorf("only %d of %d namespace events were applied by the tracker", fastNS, nsEvents)
 	}
 	// The program is checked after most pod events: those after a policy
 	// change wait for the next rebuild (Stale).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	npav1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
@@ -158,7 +159,15 @@ func (a *Applier) ApplyClusterPolicy(name string, cnp *npav1beta1.ClusterNetwork
 	return a.tracker.ApplyClusterPolicy(name, cnp)
 }
 
-// CommitPolicies commits the tracked ruleset after policy changes.
+// ApplyNamespace applies one Namespace change (ns nil: deleted) through
+// the tracker, as ApplyPolicy does; CommitPolicies writes what was
+// applied.
+func (a *Applier) ApplyNamespace(name string, ns *corev1.Namespace) compile.Fallback {
+	return a.tracker.ApplyNamespace(name, ns)
+}
+
+// CommitPolicies commits the tracked ruleset after policy and namespace
+// changes.
 func (a *Applier) CommitPolicies(ctx context.Context) (sets.Result, error) {
 	return a.cfg.Syncer.Sync(ctx, a.tracker.Ruleset())
 }

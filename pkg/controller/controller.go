@@ -219,6 +219,11 @@ type Controller struct {
 	// fingerprint terms, by key, as podHashes are the pods'.
 	policyKeys   map[string]struct{}
 	policyHashes map[string]uint64
+	// nsKeys are the Namespaces changed since the last sync, applied one by
+	// one by the tracker (namespaces.go); nsHashes are their fingerprint
+	// terms, by name.
+	nsKeys   map[string]struct{}
+	nsHashes map[string]uint64
 	// seenMarks and pendingChanges are the policy handlers' side of the
 	// node's status (status.go): the highest resourceVersions seen per
 	// kind, and the policy changes no sync took yet, by key.
@@ -310,6 +315,7 @@ func New(cfg Config) (*Controller, error) {
 	c.refresh.Stop()
 	c.derive.Stop()
 	c.policyKeys = map[string]struct{}{}
+	c.nsKeys = map[string]struct{}{}
 	c.pendingChanges = map[string]policyChange{}
 	c.status = newStatusState()
 	c.repair = newRepairState()
@@ -342,12 +348,7 @@ func New(cfg Config) (*Controller, error) {
 	c.cnps = newClusterPolicies(cfg.PolicyClient, cfg.ClusterPolicyCheckPeriod, cfg.ResyncPeriod,
 		cfg.Logger.WithName("clusterpolicies"), cfg.Metrics, c.markDirty)
 	c.cnps.changedPolicy = c.markPolicy
-	h := cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc:    added(func(any) { c.markDirty() }),
-		UpdateFunc: func(old, cur any) { c.markDirtyIfChanged(old, cur) },
-		DeleteFunc: func(any) { c.markDirty() },
-	}
-	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{nsInf.Informer(): h, polInf.Informer(): c.policyHandler()} {
+	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{nsInf.Informer(): c.namespaceHandler(), polInf.Informer(): c.policyHandler()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return nil, fmt.Errorf("adding event handler: %w", err)
 		}
@@ -357,14 +358,6 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-// markDirtyIfChanged ignores resyncs and updates that change nothing the
-// compiler reads (the transform already dropped most fields).
-func (c *Controller) markDirtyIfChanged(old, cur any) {
-	if !sameResourceVersion(old, cur) {
-		c.markDirty()
-	}
 }
 
 // added returns an informer's AddFunc that notes objects added after its
@@ -625,9 +618,9 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	observed := c.firstUnsynced
 	c.firstUnsynced = time.Time{}
 	rebuild := c.rebuild || c.tracker.Ruleset() == nil
-	keys, pkeys := c.podKeys, c.policyKeys
+	keys, pkeys, nkeys := c.podKeys, c.policyKeys, c.nsKeys
 	c.rebuild = false
-	c.podKeys, c.policyKeys = map[string]struct{}{}, map[string]struct{}{}
+	c.podKeys, c.policyKeys, c.nsKeys = map[string]struct{}{}, map[string]struct{}{}, map[string]struct{}{}
 	var pols []string
 	if !rebuild && len(pkeys) > 0 {
 		var later []string
@@ -656,12 +649,19 @@ func (c *Controller) syncOnce(ctx context.Context) error {
 	}
 	start := time.Now()
 	var err error
-	if !rebuild && len(pols) > 0 {
+	if !rebuild && len(nkeys) > 0 {
+		// Namespaces first: the pods and policies after them are placed
+		// with the namespaces' new labels.
+		var ok bool
+		ok, err = c.syncNamespaces(ctx, slices.Sorted(maps.Keys(nkeys)), start, observed, len(keys) == 0 && len(pols) == 0)
+		rebuild = !ok
+	}
+	if !rebuild && err == nil && len(pols) > 0 {
 		var ok bool
 		ok, err = c.syncPolicies(ctx, pols, start, observed, len(keys) == 0)
 		rebuild = !ok
 	}
-	if !rebuild && err == nil && (len(keys) > 0 || len(pols) == 0) {
+	if !rebuild && err == nil && (len(keys) > 0 || len(pols) == 0 && len(nkeys) == 0) {
 		var ok bool
 		ok, err = c.syncPods(ctx, keys, start, observed)
 		rebuild = !ok
@@ -786,6 +786,7 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	c.refreshDone()
 	c.unchecked = false
 	c.inputsSum, c.podHashes = inputsSum(in)
+	c.nsHashes = namespaceTerms(in.Namespaces)
 	c.policyHashes = policyTerms(in.Policies)
 	maps.Copy(c.policyHashes, clusterPolicyTerms(in.ClusterPolicies))
 	first := c.publish(prog)

@@ -53,7 +53,7 @@ func inputsSum(in compile.Input) (uint64, map[string]uint64) {
 		sum += h
 	}
 	for _, ns := range in.Namespaces {
-		add('n', "", ns.Name, ns.ResourceVersion)
+		sum += namespaceTerm(ns)
 	}
 	for _, np := range in.Policies {
 		add('P', np.Namespace, np.Name, np.ResourceVersion)

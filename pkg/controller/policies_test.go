@@ -75,12 +75,20 @@ func policySyncs(t *testing.T, h *harness) uint64 {
 // synced inputs follows.
 func policyStep(t *testing.T, h *harness, what string, change func() error, programmed func(dump string) bool) {
 	t.Helper()
+	trackedStep(t, h, "policies", what, change, programmed)
+}
+
+// trackedStep is policyStep for a change that the tracker applies in a
+// sync of the kind given ("policies", "namespaces").
+func trackedStep(t *testing.T, h *harness, kind, what string, change func() error, programmed func(dump string) bool) {
+	t.Helper()
 	ctx := context.Background()
-	before := policySyncs(t, h)
+	syncs := func() uint64 { return histogramCount(t, h.ctrl.cfg.Metrics.SyncDuration, kind) }
+	before := syncs()
 	if err := change(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, what, func() bool { return programmed(h.nft.dump()) && policySyncs(t, h) > before })
+	eventually(t, what, func() bool { return programmed(h.nft.dump()) && syncs() > before })
 	in, err := h.ctrl.snapshot()
 	if err != nil {
 		t.Fatal(err)

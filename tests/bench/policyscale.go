@@ -128,6 +128,9 @@ func measurePolicyScale(ctx context.Context, c *cluster.Cluster, cs kubernetes.I
 	}
 	res.Set("incr_sync_ms_"+sfx, millis(Percentile(incr, 50)))
 	res.Set("incr_sync_ms_max_"+sfx, millis(Percentile(incr, 100)))
+	if err := measureClusterAndNamespaceChanges(ctx, c, cs, agent, n, prog, cfg, res); err != nil {
+		return err
+	}
 	// RSS as at the sizes, after --settle: right after the changes a
 	// program refresh runs (a full build, at the build's GOGC) and the
 	// pages it freed are not yet returned; the peak keeps that.

@@ -85,6 +85,10 @@ var Targets = []target{
 	{"evaluator_lag_ms_p99", "<=", 1},
 	{"incr_sync_ms_150k_10k_policies", "<=", 1},
 	{"queue_incr_sync_ms_150k", "<=", 1},
+	// Issue 45: a ClusterNetworkPolicy edit with the deny log, a namespace
+	// label change, through the tracker.
+	{"cnp_sync_ms_150k_denylog", "<=", 5},
+	{"namespace_sync_ms_150k", "<=", 20},
 	{"eval_ns", "<=", 200},
 	{"except_compile_ms_16000", "<=", 300},
 	{"compile_cmd_ms_16000_except", "<=", 1000},
@@ -121,6 +125,7 @@ var Headline = []string{
 	"startup_s_150k", "startup_agent_cpu_s_150k",
 	"incr_sync_ms_10k", "incr_sync_ms_50k", "incr_sync_ms_100k", "incr_sync_ms_150k", "incr_sync_flatness_100k_vs_10k",
 	"policy_sync_ms_150k_10k_policies", "incr_sync_ms_150k_10k_policies", "queue_incr_sync_ms_150k", "evaluator_lag_ms_p99",
+	"cnp_sync_ms_150k_denylog", "namespace_sync_ms_150k",
 	"eval_ns",
 	"status_gather_ms_1000_nodes", "status_api_writes_per_change_1000_nodes", "wait_latency_ms_p50",
 	"watchall_apiserver_cpu_ms_per_pod_change_1000_agents", "watchall_apiserver_bytes_per_pod_change_1000_agents", "watchall_agent_start_apiserver_cpu_s_150k",
@@ -387,6 +392,11 @@ func Report(r *Result, quick bool) string {
 		row(a, "one NetworkPolicy change (kind=policies), p50", "policy_sync_ms_"+sfx, "ms")
 		row(a, "one NetworkPolicy change, max", "policy_sync_ms_max_"+sfx, "ms")
 		row(a, "the program's rebuild after it (kind=incremental), p50", "policy_refresh_ms_"+sfx, "ms")
+		sz, _, _ := strings.Cut(sfx, "_")
+		row(a, "one ClusterNetworkPolicy change with the deny log (kind=policies), p50", "cnp_sync_ms_"+sz+"_denylog", "ms")
+		row(a, "one ClusterNetworkPolicy change with the deny log, max", "cnp_sync_ms_max_"+sz+"_denylog", "ms")
+		row(a, "one namespace label change (kind=namespaces), p50", "namespace_sync_ms_"+sz, "ms")
+		row(a, "one namespace label change, max", "namespace_sync_ms_max_"+sz, "ms")
 		incrRows(a, sfx)
 		rssRows(a, sfx, "after the changes and --settle")
 	}

@@ -210,26 +210,25 @@ func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(no
 
 // ApplyPodEvents takes the node from before to after the way the agent's
 // controller does in hybrid mode, through its Applier: the changes that
-// are neither pods' nor policies' through a full build (before's pods,
-// policies and cluster policies with after's namespaces and nodes), then
-// each NetworkPolicy that differs, one at a time, through ApplyPolicy and
-// CommitPolicies, then each ClusterNetworkPolicy that differs through
-// ApplyClusterPolicy and CommitPolicies, then each pod that differs
-// through ApplyPods (a rebuild whenever the tracker asks for one). It
-// returns how many pod and policy changes took each path; prog is the
-// program of after, published at the end unless the tracker has it (no
-// policy changed: the program it derived for the pods).
+// are neither pods', namespaces' nor policies' through a full build
+// (before's pods, namespaces, policies and cluster policies with after's
+// nodes), then each Namespace that differs through ApplyNamespace and
+// CommitPolicies, then each NetworkPolicy that differs, one at a time,
+// through ApplyPolicy and CommitPolicies, then each ClusterNetworkPolicy
+// that differs through ApplyClusterPolicy and CommitPolicies, then each
+// pod that differs through ApplyPods (a rebuild whenever the tracker asks
+// for one). It returns how many pod and policy changes took each path;
+// prog is the program of after, published at the end unless the tracker
+// has it (no policy changed: the program it derived for the pods).
 func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input, prog *compile.Program) (tracked, rebuilt int, err error) {
 	tr := a.apply.Tracker()
-	if tr == nil {
-		return 0, 0, fmt.Errorf("%s: queue mode builds every change (Apply)", a.Node)
-	}
+	nss := byKey(before.Namespaces, func(ns *corev1.Namespace) string { return ns.Name })
 	pods := byKey(before.Pods, func(p *corev1.Pod) string { return p.Namespace + "/" + p.Name })
 	pols := byKey(before.Policies, func(np *networkingv1.NetworkPolicy) string { return np.Namespace + "/" + np.Name })
 	cnps := byKey(before.ClusterPolicies, func(cnp *npav1beta1.ClusterNetworkPolicy) string { return cnp.Name })
 	rebuild := func() error {
 		in := after
-		in.Pods, in.Policies, in.ClusterPolicies = sortedValues(pods), sortedValues(pols), sortedValues(cnps)
+		in.Pods, in.Policies, in.ClusterPolicies, in.Namespaces = sortedValues(pods), sortedValues(pols), sortedValues(cnps), sortedValues(nss)
 		_, rs, err := a.apply.Build(in)
 		if err != nil {
 			return err
@@ -253,6 +252,12 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 			return fmt.Errorf("applying policy %s on %s: %w", key, a.Node, err)
 		}
 		return nil
+	}
+	nextNSs := byKey(after.Namespaces, func(ns *corev1.Namespace) string { return ns.Name })
+	if err := changeEach(nss, nextNSs, func(name string, ns *corev1.Namespace) error {
+		return policy(name, a.apply.ApplyNamespace(name, ns))
+	}); err != nil {
+		return tracked, rebuilt, err
 	}
 	nextPols := byKey(after.Policies, func(np *networkingv1.NetworkPolicy) string { return np.Namespace + "/" + np.Name })
 	if err := changeEach(pols, nextPols, func(key string, np *networkingv1.NetworkPolicy) error {
