@@ -165,16 +165,6 @@ func (s *sliceSet) drop(pod, slice string) {
 	s.holders[pod] = h
 }
 
-// reset empties the set, calling changed for every pod it held.
-func (s *sliceSet) reset(changed func(key string)) {
-	for k := range s.holders {
-		changed(k)
-	}
-	clear(s.slices)
-	clear(s.holders)
-	s.entries = 0
-}
-
 // samePod reports whether two pods are the same to policies (resource
 // versions aside).
 func samePod(a, b *compile.PodInfo) bool {

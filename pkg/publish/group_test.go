@@ -148,11 +148,7 @@ func TestGroupingShardsAndStays(t *testing.T) {
 		t.Errorf("slice %s kept with no pods", first.key())
 	}
 	pods[150], pods[10] = moved, re
-	var left []*compile.PodInfo
-	for _, p := range pods[100:] {
-		left = append(left, p)
-	}
-	left = append(left, re)
+	left := append(slices.Clone(pods[100:]), re)
 	if diff := cmp.Diff(wantPublished(t, left), published(t, g), addrEqual); diff != "" {
 		t.Errorf("published after deletes (-want +got):\n%s", diff)
 	}
