@@ -84,8 +84,10 @@ func remotePodDelay(ctx context.Context, tb *cluster.ProgramTB, source string, c
 	if _, err := c.WaitVerdict(ctx, cluster.Flow{Name: "client admitted", From: from, To: server, Port: 80, Allowed: true}, 50*time.Millisecond, time.Second); err != nil {
 		return nil, err
 	}
-	if m, err := a.Metrics(ctx); err != nil || m[`nftpolicy_pod_source{source="slices"}`] != 1 && agentSource == podstore.SourceSlices {
-		return nil, fmt.Errorf("the agent does not read slices (%v)", err)
+	if agentSource == podstore.SourceSlices {
+		if err := waitSlicesSource(ctx, a); err != nil {
+			return nil, err
+		}
 	}
 	pods := c.Client.CoreV1().Pods(delayNS)
 	var out []time.Duration
@@ -130,4 +132,18 @@ func startPublisher(c *cluster.Cluster) (stop func(), err error) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}, nil
+}
+
+// waitSlicesSource waits, up to a minute, for the agent to read other
+// nodes' pods from slices (it reads every Pod until the publisher's
+// synced Lease is fresh).
+func waitSlicesSource(ctx context.Context, a *cluster.Agent) error {
+	var m map[string]float64
+	var err error
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if m, err = a.Metrics(ctx); err == nil && m[`nftpolicy_pod_source{source="slices"}`] == 1 {
+			return nil
+		}
+	}
+	return fmt.Errorf("the agent does not read slices (%v)", err)
 }
