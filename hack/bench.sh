@@ -100,7 +100,8 @@
 #          first sync (podsource_{pods,slices}_{start_bytes,first_sync_ms});
 #          then, on two nodes, a remote pod's relabelling until enforced
 #          with each source (podsource_*_remote_pod_delay_p50_ms; with
-#          slices the section writes the Pod, then its slice)
+#          slices the section writes the Pod, then its slice; with
+#          publisher the real `nftpolicy publish` writes the slices)
 #   metricsauth 300 addresses send made-up tokens to a real agent's metrics
 #          port (--metrics-auth=delegated, a real API server), then a new pod
 #          scrapes with a valid token (metrics_scrape_ok_under_lockout)

@@ -37,8 +37,12 @@ type publishOptions struct {
 
 func (o *publishOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: the pod's ServiceAccount (in-cluster)")
-	fs.StringVar(&o.cfg.LeaseNamespace, "lease-namespace", "kube-system", "namespace of the leader election's Lease, which the agents read to know the publisher is alive")
+	fs.StringVar(&o.cfg.LeaseNamespace, "lease-namespace", "kube-system", "namespace of the leader election's Lease and of the synced Lease")
 	fs.StringVar(&o.cfg.LeaseName, "lease-name", "nftpolicy-publisher", "name of the leader election's Lease")
+	fs.StringVar(&o.cfg.SyncedLeaseName, "synced-lease-name", "nftpolicy-publisher-synced",
+		"name of the Lease the leader renews only while its slices are current, which the agents read (--pod-slices-lease-name)")
+	fs.DurationVar(&o.cfg.MaxBacklog, "max-backlog", 10*time.Second,
+		"the synced Lease is not renewed while a pod change has waited longer than this to be written, or the pod watch has failed for longer")
 	fs.StringVar(&o.cfg.Identity, "identity", "", "this replica's name in the Lease; empty: $POD_NAME (set from the downward API)")
 	fs.DurationVar(&o.cfg.Window, "batch-window", 2*time.Millisecond,
 		fmt.Sprintf("how long the leader gathers pod changes after the first into one write per slice (at most %v: it adds to a remote pod's programming delay)", publish.MaxWindow))

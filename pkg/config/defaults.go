@@ -23,7 +23,7 @@ func Default() *AgentConfiguration {
 		TypeMeta:  metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
 		Mode:      "hybrid",
 		PodSource: "pods",
-		PodSlices: PodSlicesConfiguration{LeaseNamespace: "kube-system", LeaseName: "nftpolicy-publisher",
+		PodSlices: PodSlicesConfiguration{LeaseNamespace: "kube-system", LeaseName: "nftpolicy-publisher-synced",
 			StaleAfter: metav1.Duration{Duration: 45 * time.Second}, MaxSlices: 300_000, MaxPods: 300_000},
 		SourceValidation: true,
 		AllowMark:        0x00100000,

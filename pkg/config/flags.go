@@ -125,7 +125,7 @@ func (c *VerifyConfiguration) addFlags(fs *pflag.FlagSet) {
 
 func (c *PodSlicesConfiguration) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.LeaseNamespace, "pod-slices-lease-namespace", c.LeaseNamespace, "namespace of the publisher's Lease (--pod-source slices)")
-	fs.StringVar(&c.LeaseName, "pod-slices-lease-name", c.LeaseName, "name of the publisher's Lease (--pod-source slices)")
+	fs.StringVar(&c.LeaseName, "pod-slices-lease-name", c.LeaseName, "name of the Lease the publisher renews while its slices are current (its --synced-lease-name; --pod-source slices)")
 	fs.DurationVar(&c.StaleAfter.Duration, "pod-slices-stale-after", c.StaleAfter.Duration,
 		"when the publisher's Lease was not renewed for this long, or does not exist, the slices are not trusted (a deleted pod's address may have been taken by a new pod) and every Pod is watched until it is renewed again")
 	fs.IntVar(&c.MaxSlices, "pod-slices-max-slices", c.MaxSlices, "most PodAddressSlices held; a slice over it is left out (its pods unknown, so held)")

@@ -287,7 +287,8 @@ type UnknownPodsConfiguration struct {
 type PodSlicesConfiguration struct {
 	// LeaseNamespace is the namespace of the publisher's Lease.
 	LeaseNamespace string `json:"leaseNamespace" flag:"pod-slices-lease-namespace"`
-	// LeaseName is the name of the publisher's Lease.
+	// LeaseName is the name of the Lease the publisher's leader renews
+	// only while its slices are current (not the leader election's).
 	LeaseName string `json:"leaseName" flag:"pod-slices-lease-name"`
 	// StaleAfter: when the Lease was not renewed for this long, or does
 	// not exist, the slices are not trusted (a deleted pod's address may

@@ -3,8 +3,10 @@ package podstore
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
+	"strconv"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/podslice"
@@ -101,8 +103,8 @@ func (s *sliceSet) set(key string, sl *podslice.PodAddressSlice, changed func(ke
 }
 
 // read converts a slice's valid entries not of the agent's node; nil if
-// none. Each pod takes the slice's resource version, which makes the
-// inputs' fingerprint.
+// none. Each pod's resource version, which makes the inputs' fingerprint,
+// is SliceEntryVersion's.
 func (s *sliceSet) read(sl *podslice.PodAddressSlice) (map[string]*compile.PodInfo, error) {
 	pods, err := podslice.PodInfos(sl)
 	var fresh map[string]*compile.PodInfo
@@ -113,7 +115,7 @@ func (s *sliceSet) read(sl *podslice.PodAddressSlice) (map[string]*compile.PodIn
 		if fresh == nil {
 			fresh = make(map[string]*compile.PodInfo, len(pods))
 		}
-		p.ResourceVersion = sl.ResourceVersion
+		p.ResourceVersion = SliceEntryVersion(p)
 		fresh[p.Key] = p
 	}
 	return fresh, err
@@ -172,4 +174,40 @@ func samePod(a, b *compile.PodInfo) bool {
 		a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
 		(a.DeletionTimestamp == nil) == (b.DeletionTimestamp == nil) &&
 		slices.Equal(a.IPs, b.IPs) && slices.Equal(a.Ports, b.Ports) && maps.Equal(a.Labels, b.Labels)
+}
+
+// SliceEntryVersion is the resource version a pod read from a slice takes:
+// a hash of what its entry says (every field samePod compares), not the
+// slice's resourceVersion. A pod's entry that did not change keeps its
+// value through writes of its slice (the controller is not told), so the
+// slice's version would depend on the slices' history; this one depends
+// only on the slices as they are, so that anyone reading them (a test
+// waiting for the agent's inputs fingerprint) computes the agent's
+// fingerprint.
+func SliceEntryVersion(p *compile.PodInfo) string {
+	h := fnv.New64a()
+	field := func(s string) {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	field(p.Key)
+	field(p.Node)
+	field(strconv.FormatBool(p.Eligible))
+	field(strconv.FormatInt(p.CreationTimestamp.UnixNano(), 10))
+	field(strconv.FormatBool(p.DeletionTimestamp != nil))
+	for _, ip := range p.IPs {
+		field(ip.String())
+	}
+	field("")
+	for _, pt := range p.Ports {
+		field(pt.Name)
+		field(strconv.Itoa(int(pt.Protocol)))
+		field(strconv.Itoa(int(pt.Port)))
+	}
+	field("")
+	for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
+		field(k)
+		field(p.Labels[k])
+	}
+	return "slice-" + strconv.FormatUint(h.Sum64(), 16)
 }

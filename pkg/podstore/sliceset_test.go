@@ -105,7 +105,7 @@ func TestSliceSetLeavesOutOwnNodeAndBadEntries(t *testing.T) {
 	if s.get("ns/mine") != nil || s.get("ns/bad") != nil {
 		t.Fatal("own node's or bad entry held")
 	}
-	if p := s.get("ns/ok"); p.ResourceVersion != "1" || !p.Eligible {
+	if p := s.get("ns/ok"); p.ResourceVersion != SliceEntryVersion(p) || !p.Eligible {
 		t.Fatalf("ok: %+v", p)
 	}
 }
@@ -138,5 +138,35 @@ func TestSliceSetLimits(t *testing.T) {
 	}
 	if len(s.slices) != 1 || s.entries != 2 {
 		t.Fatalf("%d slices, %d entries, want 1 and 2", len(s.slices), s.entries)
+	}
+}
+
+// TestSliceSetVersionIsTheEntrys: a pod's resource version is its entry's
+// (SliceEntryVersion), not the slice's, so that it is the same for an
+// agent that followed every write and for one that read the slice once:
+// the inputs fingerprint a test computes from the slices as they are then
+// matches the agent's. A change of the entry changes it.
+func TestSliceSetVersionIsTheEntrys(t *testing.T) {
+	web := map[string]string{"app": "web"}
+	followed, fresh := newSliceSet("me", DefaultSliceLimits), newSliceSet("me", DefaultSliceLimits)
+	first := testSlice("a", web, entry("p", "10.0.0.1", "n1"))
+	later := testSlice("a", web, entry("p", "10.0.0.1", "n1"), entry("q", "10.0.0.2", "n1"))
+	later.ResourceVersion = "7"
+	for _, err := range []error{followed.set("ns/a", first, func(string) {}), followed.set("ns/a", later, func(string) {}),
+		fresh.set("ns/a", later, func(string) {})} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := followed.get("ns/p"), fresh.get("ns/p")
+	if a.ResourceVersion != b.ResourceVersion || a.ResourceVersion != SliceEntryVersion(b) {
+		t.Errorf("p's version: %q after two writes, %q after the last alone; want both %q", a.ResourceVersion, b.ResourceVersion, SliceEntryVersion(b))
+	}
+	relabelled := testSlice("a", map[string]string{"app": "api"}, entry("p", "10.0.0.1", "n1"))
+	if err := fresh.set("ns/a", relabelled, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if c := fresh.get("ns/p"); c.ResourceVersion == b.ResourceVersion {
+		t.Errorf("p relabelled kept its version %q", c.ResourceVersion)
 	}
 }

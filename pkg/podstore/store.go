@@ -81,6 +81,9 @@ type Store struct {
 	// drops it.
 	sorted []*compile.PodInfo
 	synced atomic.Bool
+	// failing is when the watch last began to fail (Unix nanoseconds;
+	// zero while a watch is open): the store may miss changes since.
+	failing atomic.Int64
 	// onSynced, if set, is called from Run's goroutine when the store
 	// first holds every pod (Sliced: the fallback's store is ready).
 	onSynced func()
@@ -146,6 +149,16 @@ func (s *Store) Len() int {
 // once (it stays true through later re-syncs).
 func (s *Store) HasSynced() bool { return s.synced.Load() }
 
+// FailingSince is when the store's watch began to fail, zero while it
+// follows the pods (or has not tried yet): the store may lack every change
+// made since.
+func (s *Store) FailingSince() time.Time {
+	if n := s.failing.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
 // Run keeps the store in step until ctx ends.
 func (s *Store) Run(ctx context.Context) {
 	var w Events
@@ -154,9 +167,11 @@ func (s *Store) Run(ctx context.Context) {
 			var err error
 			w, err = s.open(ctx)
 			if err != nil {
+				s.failing.CompareAndSwap(0, time.Now().UnixNano())
 				s.failed(ctx, "opening the pod watch", err)
 				continue
 			}
+			s.failing.Store(0)
 		}
 		start := time.Now()
 		events, err := s.follow(w)
@@ -166,6 +181,7 @@ func (s *Store) Run(ctx context.Context) {
 		case ctx.Err() != nil:
 		case err != nil:
 			s.needSync = true
+			s.failing.CompareAndSwap(0, time.Now().UnixNano())
 			s.failed(ctx, "watching pods", err)
 		case events == 0 && time.Since(start) < time.Second:
 			// Closed at once, again and again, would spin.

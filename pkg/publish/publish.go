@@ -17,9 +17,19 @@ import (
 
 // Config is the publisher's configuration.
 type Config struct {
-	// LeaseNamespace and LeaseName name the Lease of the leader election,
-	// which the agents read to know that the publisher is alive.
+	// LeaseNamespace and LeaseName name the Lease of the leader election.
 	LeaseNamespace, LeaseName string
+	// SyncedLeaseName names the Lease (in LeaseNamespace) that the leader
+	// renews only while its slices are current: after its first full
+	// reconcile, and then every RetryPeriod while no pod change or slice
+	// write has waited longer than MaxBacklog and its pod watch is not
+	// failing for longer. The agents trust the slices while it is fresh;
+	// the election's Lease says only that a leader is alive, which a new
+	// leader renews before it has caught up.
+	SyncedLeaseName string
+	// MaxBacklog is the longest a pod change may wait to be written with
+	// the slices still called current.
+	MaxBacklog time.Duration
 	// Identity is this replica's name in the Lease (its pod's name).
 	Identity string
 	// Window is how long the leader gathers pod changes after the first
@@ -43,6 +53,12 @@ func (c *Config) Defaults() {
 	}
 	if c.LeaseName == "" {
 		c.LeaseName = "nftpolicy-publisher"
+	}
+	if c.SyncedLeaseName == "" {
+		c.SyncedLeaseName = c.LeaseName + "-synced"
+	}
+	if c.MaxBacklog == 0 {
+		c.MaxBacklog = 10 * time.Second
 	}
 	if c.Window == 0 {
 		c.Window = 2 * time.Millisecond
@@ -74,8 +90,14 @@ func (c *Config) Validate() error {
 	if c.Identity == "" {
 		errs = append(errs, errors.New("no identity (the pod's name)"))
 	}
-	if c.LeaseNamespace == "" || c.LeaseName == "" {
+	if c.LeaseNamespace == "" || c.LeaseName == "" || c.SyncedLeaseName == "" {
 		errs = append(errs, errors.New("no lease namespace or name"))
+	}
+	if c.SyncedLeaseName == c.LeaseName {
+		errs = append(errs, errors.New("the synced Lease cannot be the leader election's"))
+	}
+	if c.MaxBacklog <= 0 {
+		errs = append(errs, fmt.Errorf("max backlog %v is not positive", c.MaxBacklog))
 	}
 	if c.Window < 0 || c.Window > MaxWindow {
 		errs = append(errs, fmt.Errorf("window %v is not within 0-%v", c.Window, MaxWindow))

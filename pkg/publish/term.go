@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -47,6 +49,15 @@ type term struct {
 	dirtySlices map[string]struct{}
 	first       time.Time
 	wake        chan struct{}
+	// owed is, per slice key to be written, when the oldest change it
+	// waits for was seen; reconciled says the term's first full
+	// reconcile is done. They decide whether the slices are current.
+	owed       map[string]time.Time
+	reconciled bool
+	// synced is the Lease renewed while the slices are current; caughtUp
+	// has it renewed at once when the first reconcile is written.
+	synced   *syncedLease
+	caughtUp chan struct{}
 }
 
 func newTerm(p *Publisher, log logr.Logger) (*term, error) {
@@ -64,11 +75,17 @@ func newTerm(p *Publisher, log logr.Logger) (*term, error) {
 	if err != nil {
 		return nil, err
 	}
+	cs, err := kubernetes.NewForConfig(p.rest)
+	if err != nil {
+		return nil, err
+	}
 	t := &term{
 		p: p, log: log, w: w, g: newGrouping(), since: map[string]time.Time{},
 		actual:    map[string]*podslice.PodAddressSlice{},
 		dirtyPods: map[string]time.Time{}, dirtySlices: map[string]struct{}{},
-		wake: make(chan struct{}, 1),
+		wake: make(chan struct{}, 1), owed: map[string]time.Time{}, caughtUp: make(chan struct{}, 1),
+		synced: &syncedLease{client: cs.CoordinationV1(), namespace: p.cfg.LeaseNamespace, name: p.cfg.SyncedLeaseName,
+			id: p.cfg.Identity, duration: p.cfg.LeaseDuration},
 	}
 	t.pods = podstore.New(podstore.RESTSource(pc), t.podChanged, log.WithName("pods"))
 	t.factory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
@@ -99,6 +116,11 @@ func (t *term) run(ctx context.Context) {
 	}
 	t.reconcileAll()
 	t.flush(ctx)
+	t.mu.Lock()
+	t.reconciled = true
+	t.mu.Unlock()
+	wg.Go(func() { t.keepSynced(ctx, t.p.cfg.RetryPeriod) })
+	t.caughtUp <- struct{}{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -149,12 +171,17 @@ func (t *term) reconcileAll() {
 
 // flush applies the pod changes gathered to the grouping and writes every
 // slice they touched, or that changed under the publisher, that is not as
-// meant.
+// meant. The slices that receive a pod are written first: an agent keeps
+// a pod while any slice holds it, so a pod moving between slices is never
+// absent from what it reads.
 func (t *term) flush(ctx context.Context) {
 	t.mu.Lock()
-	pods, dirty := t.dirtyPods, t.dirtySlices
+	pods, dirty, since := t.dirtyPods, t.dirtySlices, t.first
 	t.dirtyPods, t.dirtySlices, t.first = map[string]time.Time{}, map[string]struct{}{}, time.Time{}
 	t.mu.Unlock()
+	if since.IsZero() {
+		since = time.Now()
+	}
 	for key, at := range pods {
 		for _, s := range t.g.place(key, t.pods.Get(key)) {
 			k := s.key()
@@ -165,13 +192,34 @@ func (t *term) flush(ctx context.Context) {
 		}
 	}
 	keys := make([]string, 0, len(dirty))
+	t.mu.Lock()
 	for k := range dirty {
 		keys = append(keys, k)
+		if _, ok := t.owed[k]; !ok {
+			t.owed[k] = since
+		}
 	}
+	t.mu.Unlock()
 	slices.Sort(keys)
+	gained, ok := map[string]bool{}, true
 	for _, k := range keys {
 		if ctx.Err() != nil {
 			return
+		}
+		if t.gains(k) {
+			gained[k] = true
+			ok = t.syncKeeping(ctx, k) && ok
+		}
+	}
+	for _, k := range keys {
+		if ctx.Err() != nil {
+			return
+		}
+		if !ok && !gained[k] {
+			// A slice that receives a pod is not written yet: the
+			// slices that may lose one wait for its retry.
+			time.AfterFunc(retryAfter, func() { t.markSlice(k) })
+			continue
 		}
 		t.sync(ctx, k)
 	}
@@ -179,43 +227,134 @@ func (t *term) flush(ctx context.Context) {
 	t.p.metrics.Pods.Set(float64(len(t.g.byPod)))
 }
 
+// gains says whether the slice with the key is meant to hold a pod its
+// published version does not.
+func (t *term) gains(key string) bool {
+	s := t.g.byName[key]
+	if s == nil {
+		return false
+	}
+	t.mu.Lock()
+	have := t.actual[key]
+	t.mu.Unlock()
+	held := map[string]bool{}
+	if have != nil {
+		for _, e := range have.Pods {
+			held[e.Name] = true
+		}
+	}
+	for name, p := range s.pods {
+		if !held[name] && publishable(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// syncKeeping writes a slice that receives pods with its published
+// entries of pods that moved to another slice still kept (what a pod
+// swapping slices with another needs: neither slice may drop its pod
+// before the other holds it); the second pass of flush drops them. It
+// says whether the slice is written.
+func (t *term) syncKeeping(ctx context.Context, key string) bool {
+	s := t.g.byName[key]
+	t.mu.Lock()
+	have := t.actual[key]
+	t.mu.Unlock()
+	if have == nil {
+		return t.sync(ctx, key)
+	}
+	want := s.slice()
+	unshare(want)
+	for _, e := range have.Pods {
+		if _, meant := s.pods[e.Name]; meant {
+			continue
+		}
+		if moved := t.g.byPod[have.Namespace+"/"+e.Name]; moved != nil && moved != s {
+			if e.Ports == nil {
+				e.Ports = have.Ports
+			}
+			want.Pods = append(want.Pods, e)
+		}
+	}
+	if len(want.Pods) > podslice.MaxPods {
+		// No room to keep them: the write of the pods' new slices,
+		// made before the second pass, still comes first for every
+		// slice but this one.
+		return t.sync(ctx, key)
+	}
+	slices.SortFunc(want.Pods, func(a, b podslice.PodEntry) int { return strings.Compare(a.Name, b.Name) })
+	podslice.SharePorts(want)
+	if err := t.put(ctx, key, want, have); err != nil {
+		t.failed(ctx, key, s, err)
+		return false
+	}
+	return true
+}
+
+// unshare gives each entry of s the slice's ports it stands for.
+func unshare(s *podslice.PodAddressSlice) {
+	for i := range s.Pods {
+		if s.Pods[i].Ports == nil {
+			s.Pods[i].Ports = s.Ports
+		}
+	}
+	s.Ports = nil
+}
+
 // sync writes the slice with the key if it is not as meant: creates,
-// replaces or deletes it, with the resourceVersion last seen.
-func (t *term) sync(ctx context.Context, key string) {
+// replaces or deletes it, with the resourceVersion last seen. It says
+// whether the slice is as meant.
+func (t *term) sync(ctx context.Context, key string) bool {
 	s := t.g.byName[key]
 	t.mu.Lock()
 	have := t.actual[key]
 	t.mu.Unlock()
 	var err error
 	switch {
-	case s == nil && have == nil:
-	case s == nil:
+	case s != nil:
+		err = t.put(ctx, key, s.slice(), have)
+	case have != nil:
 		if err = t.w.Delete(ctx, have.Namespace, have.Name, have.ResourceVersion); err == nil || apierrors.IsNotFound(err) {
 			err = nil
 			t.forget(key, have.ResourceVersion)
 		}
-	default:
-		want := s.slice()
-		if have != nil && sameContent(want, have) {
-			break
-		}
-		rv := ""
-		if have != nil {
-			rv = have.ResourceVersion
-		}
-		var got *podslice.PodAddressSlice
-		if got, err = t.w.Put(ctx, want, rv); err == nil {
-			t.record(key, got, false)
-		}
 	}
+	return t.written(ctx, key, s, err)
+}
+
+// put writes want as the slice with the key unless have (the slice as
+// last seen, nil: none) already says it.
+func (t *term) put(ctx context.Context, key string, want, have *podslice.PodAddressSlice) error {
+	if have != nil && sameContent(want, have) {
+		return nil
+	}
+	rv := ""
+	if have != nil {
+		rv = have.ResourceVersion
+	}
+	got, err := t.w.Put(ctx, want, rv)
 	if err == nil {
-		if at, ok := t.since[key]; ok {
-			t.p.metrics.WriteDelay.Observe(time.Since(at).Seconds())
-			delete(t.since, key)
-		}
-		return
+		t.record(key, got, false)
 	}
-	t.failed(ctx, key, s, err)
+	return err
+}
+
+// written ends a sync: the slice's delay observed and its debt paid, or
+// the failure handled. It says whether the write was made.
+func (t *term) written(ctx context.Context, key string, s *slot, err error) bool {
+	if err != nil {
+		t.failed(ctx, key, s, err)
+		return false
+	}
+	if at, ok := t.since[key]; ok {
+		t.p.metrics.WriteDelay.Observe(time.Since(at).Seconds())
+		delete(t.since, key)
+	}
+	t.mu.Lock()
+	delete(t.owed, key)
+	t.mu.Unlock()
+	return true
 }
 
 // failed handles a failed write: a stale read (conflict, gone, already

@@ -59,8 +59,9 @@ func cmpOr(v, d int) int {
 // RunPodSource prints podsource_{pods,slices}_start_bytes (what the
 // agent's pod source receives from the API server until its first sync,
 // uncompressed), podsource_{pods,slices}_first_sync_ms and, on a lab of
-// two nodes, podsource_{pods,slices}_remote_pod_delay_{p50,max}_ms
-// (remotePodDelay).
+// two nodes, podsource_{pods,slices,publisher}_remote_pod_delay_{p50,max}_ms
+// (remotePodDelay; publisher: the real publisher process writes the
+// slices).
 func RunPodSource(ctx context.Context, cfg PodSourceConfig) (*Result, error) {
 	cfg.defaults()
 	return runInProgramTB("podsource", func(tb *cluster.ProgramTB, res *Result) error {
@@ -101,7 +102,7 @@ func runPodSource(ctx context.Context, tb *cluster.ProgramTB, cfg PodSourceConfi
 		res.Set("podsource_"+source+"_start_bytes", int64(bytes[len(bytes)/2]))
 		res.Set("podsource_"+source+"_first_sync_ms", fmt.Sprintf("%.1f", ms[len(ms)/2]))
 	}
-	for _, source := range []string{podstore.SourcePods, podstore.SourceSlices} {
+	for _, source := range []string{podstore.SourcePods, podstore.SourceSlices, sourcePublisher} {
 		if cfg.RemoteChanges <= 0 {
 			break
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,15 +22,30 @@ import (
 // the SYN of the first connection with the new verdict (the delay
 // section's prober). With slices the section writes the client's slice
 // right after its Pod, as a publisher that batches nothing would: the
-// publisher's own delay is not in the figure.
+// publisher's own delay is not in the figure. With sourcePublisher the
+// agent reads slices that the real publisher (`nftpolicy publish`, one
+// replica, its defaults) writes, and the section writes only the Pod.
 func remotePodDelay(ctx context.Context, tb *cluster.ProgramTB, source string, changes int, logf func(string, ...any)) ([]time.Duration, error) {
+	agentSource := source
+	if source == sourcePublisher {
+		agentSource = podstore.SourceSlices
+	}
 	c := cluster.Start(tb, cluster.Config{Nodes: []string{"node-1", "node-2"}, NoAgents: true, Verbosity: 1, Logf: logf,
-		AgentArgs: []string{"--pod-source", source}})
+		AgentArgs: []string{"--pod-source", agentSource}})
 	slicetest.InstallCRD(tb, c.Env)
 	slicetest.GrantAgentRead(tb, c.Env)
-	leaseCtx, stopLease := context.WithCancel(ctx)
-	defer stopLease()
-	slicetest.StartLease(leaseCtx, tb, c.Client, time.Second)
+	writeSlices := source == podstore.SourceSlices
+	if source == sourcePublisher {
+		stop, err := startPublisher(c)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	} else {
+		leaseCtx, stopLease := context.WithCancel(ctx)
+		defer stopLease()
+		slicetest.StartLease(leaseCtx, tb, c.Client, time.Second)
+	}
 	if err := c.EnsureNamespace(ctx, delayNS, nil); err != nil {
 		return nil, err
 	}
@@ -40,6 +56,9 @@ func remotePodDelay(ctx context.Context, tb *cluster.ProgramTB, source string, c
 		obj, err := c.CreatePod(ctx, p)
 		if err != nil {
 			return nil, err
+		}
+		if !writeSlices {
+			continue
 		}
 		if err := slicetest.Write(ctx, c.Client, slicetest.Slice(p.Name, obj)); err != nil {
 			return nil, err
@@ -65,8 +84,10 @@ func remotePodDelay(ctx context.Context, tb *cluster.ProgramTB, source string, c
 	if _, err := c.WaitVerdict(ctx, cluster.Flow{Name: "client admitted", From: from, To: server, Port: 80, Allowed: true}, 50*time.Millisecond, time.Second); err != nil {
 		return nil, err
 	}
-	if m, err := a.Metrics(ctx); err != nil || m[`nftpolicy_pod_source{source="slices"}`] != 1 && source == podstore.SourceSlices {
-		return nil, fmt.Errorf("the agent does not read slices (%v)", err)
+	if agentSource == podstore.SourceSlices {
+		if err := waitSlicesSource(ctx, a); err != nil {
+			return nil, err
+		}
 	}
 	pods := c.Client.CoreV1().Pods(delayNS)
 	var out []time.Duration
@@ -76,7 +97,7 @@ func remotePodDelay(ctx context.Context, tb *cluster.ProgramTB, source string, c
 		d, err := pr.measure(ctx, server, admitted, func() error {
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{"app": app}}})
 			p, err := pods.Patch(ctx, "client", types.MergePatchType, patch, metav1.PatchOptions{})
-			if err != nil || source != podstore.SourceSlices {
+			if err != nil || !writeSlices {
 				return err
 			}
 			return slicetest.Write(ctx, c.Client, slicetest.Slice("client", p))
@@ -88,4 +109,41 @@ func remotePodDelay(ctx context.Context, tb *cluster.ProgramTB, source string, c
 		time.Sleep(100 * time.Millisecond)
 	}
 	return out, nil
+}
+
+// sourcePublisher is remotePodDelay's source of slices written by the
+// real publisher process.
+const sourcePublisher = "publisher"
+
+// startPublisher runs `nftpolicy publish` against c's API server as its
+// admin (the harness applies no admission policy on slices); stop kills
+// it.
+func startPublisher(c *cluster.Cluster) (stop func(), err error) {
+	bin, err := cluster.AgentBinary()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "publish", "--kubeconfig", c.Env.AdminKubeconfig, "--identity", "bench-publisher",
+		"--metrics-bind-address", "")
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}, nil
+}
+
+// waitSlicesSource waits, up to a minute, for the agent to read other
+// nodes' pods from slices (it reads every Pod until the publisher's
+// synced Lease is fresh).
+func waitSlicesSource(ctx context.Context, a *cluster.Agent) error {
+	var m map[string]float64
+	var err error
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if m, err = a.Metrics(ctx); err == nil && m[`nftpolicy_pod_source{source="slices"}`] == 1 {
+			return nil
+		}
+	}
+	return fmt.Errorf("the agent does not read slices (%v)", err)
 }

@@ -165,10 +165,18 @@ func TestInstallOnlyThePublisherWritesSlices(t *testing.T) {
 		t.Errorf("the agent creating a slice: %v, want Forbidden", err)
 	}
 	agentClient := kubernetes.NewForConfigOrDie(agentCfg)
-	if _, err := agentClient.CoordinationV1().Leases("kube-system").Get(ctx, "nftpolicy-publisher", metav1.GetOptions{}); err != nil {
-		t.Errorf("the agent reading the publisher's Lease: %v", err)
+	// The publisher (its Role) writes the synced Lease once its slices are
+	// written; the agents' Role reads it.
+	var lerr error
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if _, lerr = agentClient.CoordinationV1().Leases("kube-system").Get(ctx, "nftpolicy-publisher-synced", metav1.GetOptions{}); lerr == nil {
+			break
+		}
 	}
-	if _, err := agentClient.CoordinationV1().Leases("kube-system").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=nftpolicy-publisher"}); err != nil {
-		t.Errorf("the agent watching the publisher's Lease: %v", err)
+	if lerr != nil {
+		t.Errorf("the agent reading the publisher's synced Lease: %v", lerr)
+	}
+	if _, err := agentClient.CoordinationV1().Leases("kube-system").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=nftpolicy-publisher-synced"}); err != nil {
+		t.Errorf("the agent watching the publisher's synced Lease: %v", err)
 	}
 }

@@ -85,6 +85,11 @@ func sliceReuseAttack(t *testing.T, staleAfter time.Duration) bool {
 		t.Fatal(err)
 	}
 	waitPodSource(t, ctx, a, "slices")
+	// The harness's wait works in slices mode: the agent's inputs
+	// fingerprint is computed from the slices it reads.
+	if _, err := c.WaitProgrammed(ctx); err != nil {
+		t.Fatal(err)
+	}
 	policyEventually(t, ctx, c, "trusted admitted", "reuse/trusted", "reuse/db", true, time.Now())
 
 	// The attack.

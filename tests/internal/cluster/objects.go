@@ -88,27 +88,65 @@ func InstallAgentConfig() (*config.AgentConfiguration, error) {
 	return nil, fmt.Errorf("install.yaml has no ConfigMap nftpolicy-config")
 }
 
-// applyInstallRBAC applies install.yaml's ServiceAccount, ClusterRoles,
-// ClusterRoleBinding and the NodeEnforcement CustomResourceDefinition with
-// kubectl, and waits for the CRD to be established (the DaemonSet is left
-// out: there is no kubelet to run it; the harness runs the agents itself).
+// installRBACKinds are the kinds of install.yaml the harness applies: the
+// agents' ServiceAccount, ClusterRoles and binding, the Role and binding
+// that let them read the publisher's synced Lease (--pod-source slices),
+// and the CustomResourceDefinitions (NodeEnforcement, PodAddressSlice).
+// The DaemonSet is left out (there is no kubelet to run it; the harness
+// runs the agents itself), and so are the admission policies: the one on
+// PodAddressSlices refuses every writer but the publisher's
+// ServiceAccount, and tests write slices as the publisher would.
+var installRBACKinds = []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "CustomResourceDefinition"}
+
+// installRBAC returns install.yaml's documents of installRBACKinds and the
+// names of its CustomResourceDefinitions, and fails when a kind is missing.
+func installRBAC() (docs, crds []string, err error) {
+	docs, err = InstallDocuments(installRBACKinds...)
+	if err != nil {
+		return nil, nil, err
+	}
+	seen := map[string]bool{}
+	for _, d := range docs {
+		var obj struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(d), &obj); err != nil {
+			return nil, nil, fmt.Errorf("install.yaml: %w", err)
+		}
+		seen[obj.Kind] = true
+		if obj.Kind == "CustomResourceDefinition" {
+			crds = append(crds, obj.Metadata.Name)
+		}
+	}
+	for _, k := range installRBACKinds {
+		if !seen[k] {
+			return nil, nil, fmt.Errorf("install.yaml has no %s", k)
+		}
+	}
+	return docs, crds, nil
+}
+
+// applyInstallRBAC applies installRBAC's documents with kubectl and waits
+// for every CustomResourceDefinition to be established.
 func (c *Cluster) applyInstallRBAC() error {
-	docs, err := InstallDocuments("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition")
+	docs, crds, err := installRBAC()
 	if err != nil {
 		return err
-	}
-	if len(docs) != 5 {
-		return fmt.Errorf("install.yaml: found %d of the ServiceAccount, 2 ClusterRoles, ClusterRoleBinding and CustomResourceDefinition documents", len(docs))
 	}
 	path := filepath.Join(c.logDir, "install-rbac.yaml")
 	if err := os.WriteFile(path, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
 		return err
 	}
 	if _, err := c.Env.Kubectl(c.t, "apply", "-f", path); err != nil {
-		return fmt.Errorf("applying install.yaml's RBAC and CRD: %w", err)
+		return fmt.Errorf("applying install.yaml's RBAC and CRDs: %w", err)
 	}
-	if _, err := c.Env.Kubectl(c.t, "wait", "--for=condition=Established", "--timeout=60s", "crd/nodeenforcements.nftpolicy.io"); err != nil {
-		return fmt.Errorf("waiting for the NodeEnforcement CRD: %w", err)
+	for _, crd := range crds {
+		if _, err := c.Env.Kubectl(c.t, "wait", "--for=condition=Established", "--timeout=60s", "crd/"+crd); err != nil {
+			return fmt.Errorf("waiting for the CRD %s: %w", crd, err)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -11,10 +12,14 @@ import (
 	"time"
 
 	ct "github.com/ti-mo/conntrack"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
 	"github.com/nftpolicy/nftpolicy/pkg/controller"
 	"github.com/nftpolicy/nftpolicy/pkg/evaluate"
+	"github.com/nftpolicy/nftpolicy/pkg/podslice"
+	"github.com/nftpolicy/nftpolicy/pkg/podstore"
 	"github.com/nftpolicy/nftpolicy/pkg/scenario"
 	"github.com/nftpolicy/nftpolicy/tests/internal/netlab"
 )
@@ -25,12 +30,65 @@ const FingerprintMetric = "nftpolicy_last_synced_inputs_fingerprint"
 // DefaultWaitTimeout bounds WaitProgrammed unless ctx ends sooner.
 const DefaultWaitTimeout = time.Minute
 
+// podSourceSlicesMetric is 1 while an agent reads other nodes' pods from
+// PodAddressSlices (--pod-source slices, the publisher's synced Lease
+// fresh).
+const podSourceSlicesMetric = `nftpolicy_pod_source{source="slices"}`
+
+// slicesFingerprint returns, for a node, the inputs fingerprint of an
+// agent there that reads other nodes' pods from the slices: in with its
+// own node's Pods only, and the pods the slices hold that are not of its
+// node, each with the version the agent gives it
+// (podstore.SliceEntryVersion). A pod two slices hold (moving, for a
+// moment) counts once.
+func (c *Cluster) slicesFingerprint(ctx context.Context, in compile.Input) (func(node string) uint64, error) {
+	list, err := dynamic.NewForConfigOrDie(c.Env.RESTConfig()).Resource(podslice.GVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pod slices: %w", err)
+	}
+	var held []*compile.PodInfo
+	for i := range list.Items {
+		b, err := list.Items[i].MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		var sl podslice.PodAddressSlice
+		if err := json.Unmarshal(b, &sl); err != nil {
+			return nil, err
+		}
+		pods, _ := podslice.PodInfos(&sl)
+		held = append(held, pods...)
+	}
+	return func(node string) uint64 {
+		own := in
+		own.Pods, own.PodInfos = nil, nil
+		for _, p := range in.Pods {
+			if p.Spec.NodeName == node {
+				own.Pods = append(own.Pods, p)
+			}
+		}
+		seen := map[string]bool{}
+		for _, p := range held {
+			if p.Node == node || seen[p.Key] {
+				continue
+			}
+			seen[p.Key] = true
+			q := *p
+			q.ResourceVersion = podstore.SliceEntryVersion(p)
+			own.PodInfos = append(own.PodInfos, &q)
+		}
+		return controller.InputsFingerprint(own)
+	}, nil
+}
+
 // WaitProgrammed waits until every running agent has committed a sync
 // compiled from the API's current objects (ListInputs): the
 // agent's nftpolicy_last_synced_inputs_fingerprint equals
 // controller.InputsFingerprint of what the API lists now. The API is listed
 // again on every round, so a change made meanwhile is waited for too. It
-// returns how long it waited; it fails early when an agent exits.
+// returns how long it waited; it fails early when an agent exits. An agent
+// reading PodAddressSlices (its nftpolicy_pod_source says slices) is
+// compared with what the slices say of other nodes' pods instead.
 func (c *Cluster) WaitProgrammed(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
 	ctx, cancel := waitCtx(ctx, DefaultWaitTimeout)
@@ -49,9 +107,14 @@ func (c *Cluster) WaitProgrammed(ctx context.Context) (time.Duration, error) {
 	}
 	var want uint64
 	have := make([]float64, len(agents))
+	wants := make([]uint64, len(agents))
 	errs := make([]error, len(agents))
 	for {
 		in, err := c.ListInputs(ctx)
+		var fromSlices func(node string) uint64
+		if err == nil {
+			fromSlices, err = c.slicesFingerprint(ctx, in)
+		}
 		if err == nil {
 			want = controller.InputsFingerprint(in)
 			done := true
@@ -70,6 +133,10 @@ func (c *Cluster) WaitProgrammed(ctx context.Context) (time.Duration, error) {
 						return
 					}
 					have[i], errs[i] = m[FingerprintMetric], nil
+					wants[i] = want
+					if m[podSourceSlicesMetric] == 1 {
+						wants[i] = fromSlices(a.Node)
+					}
 				}()
 			}
 			wg.Wait()
@@ -77,7 +144,7 @@ func (c *Cluster) WaitProgrammed(ctx context.Context) (time.Duration, error) {
 				if errs[i] != nil && !a.Running() {
 					return time.Since(start), fmt.Errorf("cluster: WaitProgrammed: %w", errs[i])
 				}
-				if errs[i] != nil || uint64(have[i]) != want {
+				if errs[i] != nil || uint64(have[i]) != wants[i] {
 					done = false
 				}
 			}
@@ -90,7 +157,7 @@ func (c *Cluster) WaitProgrammed(ctx context.Context) (time.Duration, error) {
 			var b strings.Builder
 			fmt.Fprintf(&b, "cluster: WaitProgrammed: %v after %v; API inputs fingerprint %d (list error: %v)", ctx.Err(), time.Since(start).Round(time.Millisecond), want, err)
 			for i, a := range agents {
-				fmt.Fprintf(&b, "\n  agent of %s: fingerprint %d, scrape error %v; log tail:\n%s", a.Node, uint64(have[i]), errs[i], a.LogTail(15))
+				fmt.Fprintf(&b, "\n  agent of %s: fingerprint %d (want %d), scrape error %v; log tail:\n%s", a.Node, uint64(have[i]), wants[i], errs[i], a.LogTail(15))
 			}
 			return time.Since(start), errors.New(b.String())
 		case <-time.After(25 * time.Millisecond):

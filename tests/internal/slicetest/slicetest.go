@@ -28,7 +28,7 @@ import (
 // defaults name it.
 const (
 	LeaseNamespace = "kube-system"
-	LeaseName      = "nftpolicy-publisher"
+	LeaseName      = "nftpolicy-publisher-synced"
 )
 
 // InstallCRD applies pkg/podslice's CustomResourceDefinition and waits
