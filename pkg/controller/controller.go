@@ -247,6 +247,18 @@ type Controller struct {
 	// pending when it fired go first; it yields once.
 	refreshYielded bool
 	lastBuild      time.Duration
+	// changes counts the changes noted and the full builds (the change
+	// generation): a program built off the loop from a snapshot is the
+	// kernel's state's when it did not move (offloop.go). Under mu.
+	changes uint64
+	// offloopDone receives the off-loop refresh build (one at a time:
+	// offloopBusy); offloopDiscards counts those overtaken by changes in
+	// a row; offloopBuilding, if set, runs at the start of each (tests:
+	// hold the build while changes are applied).
+	offloopDone     chan offloopResult
+	offloopBusy     bool
+	offloopDiscards int
+	offloopBuilding func()
 	// unchecked is set when pod changes were applied incrementally since
 	// the last full build: the consistency check rebuilds after them
 	// (scheduleRefresh).
@@ -306,6 +318,8 @@ func New(cfg Config) (*Controller, error) {
 		refresh:   time.NewTimer(time.Hour),
 		derive:    time.NewTimer(time.Hour),
 		fair:      newFairShare(),
+		// One off-loop build at a time: its result never waits.
+		offloopDone: make(chan offloopResult, 1),
 	}
 	c.refresh.Stop()
 	c.derive.Stop()
@@ -405,6 +419,7 @@ func (c *Controller) markPod(key string) {
 }
 
 func (c *Controller) noteChangeLocked() {
+	c.changes++
 	if c.firstUnsynced.IsZero() {
 		c.firstUnsynced = time.Now()
 	}
@@ -510,8 +525,15 @@ func (c *Controller) Run(ctx context.Context) error {
 			continue
 		case <-c.refresh.C:
 			// Bring the program up to date with the changes applied
-			// incrementally; the rebuild also checks the tracker.
-			c.refreshFired()
+			// incrementally: off the loop after policy changes, or the
+			// rebuild that also checks the tracker.
+			if !c.refreshFired() {
+				continue
+			}
+		case r := <-c.offloopDone:
+			if !c.offloopFinished(ctx, r) {
+				continue
+			}
 		case <-c.dirty:
 		case <-c.repair.wake:
 			if !c.beginRepair() {
@@ -745,6 +767,10 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// tracker lets its indexes go and a collection first leaves the pods,
 	// the programs in force and the build.
 	stale := c.tracker.Stale() || c.unchecked
+	// An off-loop refresh build under way is not of this build's state.
+	c.mu.Lock()
+	c.changes++
+	c.mu.Unlock()
 	c.apply.Release()
 	runtime.GC()
 	// A full build allocates a program, an index and a ruleset, most of

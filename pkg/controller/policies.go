@@ -260,23 +260,6 @@ const (
 	consistencyCheckFactor = 20
 )
 
-// refreshFired starts the program refresh, a full build. Incremental
-// changes pending when it fires go first, once: a full build takes as long
-// as the cluster is large, and they would wait for all of it.
-func (c *Controller) refreshFired() {
-	c.refreshDue = time.Time{}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.refreshYielded && !c.rebuild && (len(c.policyKeys) > 0 || len(c.podKeys) > 0) {
-		c.refreshYielded = true
-		c.refreshDue = time.Now()
-		c.refresh.Reset(0)
-		return
-	}
-	c.refreshYielded = false
-	c.rebuild = true
-}
-
 // refreshDone disarms the refresh after a full build, which published the
 // current program.
 func (c *Controller) refreshDone() {

@@ -1,0 +1,146 @@
+package controller
+
+import (
+	"context"
+	"runtime/debug"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/pkg/compile"
+)
+
+// The program refresh after policy changes, built off the sync loop. A
+// policy change reaches the kernel through the tracker at once and leaves
+// the program behind it (compile.Tracker.Stale); the refresh brings the
+// program up. Built on the loop, it is a full build, which every change
+// of every namespace arriving meanwhile would wait for. Instead the loop
+// takes the inputs snapshot (the informers' objects are immutable) and the
+// change generation (changes: every change noted or fully built counts),
+// and a goroutine builds the program (compile.BuildBase: nothing is
+// rendered, nothing of the tracker read). When the result comes back and
+// the generation did not move, nothing was applied since the snapshot: the
+// program is the one a rebuild would make of the kernel's state, and the
+// tracker adopts it (compile.Tracker.Adopt) and the loop publishes it.
+// Otherwise it is another state's program: it is discarded and built
+// again; after maxOffloopDiscards in a row (steady churn) the refresh is
+// the full build on the loop again, so that the program's lag stays
+// bounded. One off-loop build runs at a time. The consistency check after
+// pod changes (unchecked) stays a full build on the loop: it compares the
+// tracked ruleset, which only a render does.
+
+// maxOffloopDiscards is how many off-loop refresh builds in a row may be
+// overtaken by changes before the refresh builds on the loop.
+const maxOffloopDiscards = 3
+
+// offloopResult is what an off-loop refresh build hands back to the loop.
+type offloopResult struct {
+	// gen is the change generation of its snapshot.
+	gen  uint64
+	base *compile.ProgramBase
+	took time.Duration
+}
+
+// refreshFired starts the program refresh. Incremental changes pending
+// when it fires go first, once (a full build takes as long as the cluster
+// is large, and they would wait for all of it), or as long as the refresh
+// can be built off the loop, which needs a snapshot of the state the
+// tracker applied: each time counts as a discard. It reports whether the
+// loop syncs now (the pending changes, or the full build).
+func (c *Controller) refreshFired() bool {
+	c.refreshDue = time.Time{}
+	c.mu.Lock()
+	pending := len(c.policyKeys) > 0 || len(c.podKeys) > 0
+	offloop := c.tracker.Stale() && !c.rebuild && c.offloopDiscards < maxOffloopDiscards
+	if !c.rebuild && pending && (!c.refreshYielded || offloop) {
+		if c.refreshYielded {
+			c.offloopDiscards++
+		}
+		c.refreshYielded = true
+		c.refreshDue = time.Now()
+		c.refresh.Reset(0)
+		c.mu.Unlock()
+		return true
+	}
+	c.refreshYielded = false
+	gen := c.changes
+	if !offloop {
+		c.rebuild = true
+		c.mu.Unlock()
+		return true
+	}
+	c.mu.Unlock()
+	if c.offloopBusy {
+		// The build under way reports; changes since it started discard
+		// it and start the next.
+		return false
+	}
+	in, err := c.snapshot()
+	if err != nil {
+		c.cfg.Logger.WithName("sync").Error(err, "Taking the inputs for the program refresh; rebuilding on the loop")
+		c.mu.Lock()
+		c.rebuild = true
+		c.mu.Unlock()
+		return true
+	}
+	c.offloopBusy = true
+	go c.buildOffloop(in, gen)
+	return false
+}
+
+// buildOffloop builds the program of in and hands it to the loop. A full
+// build's allocations are mostly kept (the program): it runs at the full
+// build's GOGC, as syncAll does.
+func (c *Controller) buildOffloop(in compile.Input, gen uint64) {
+	if c.offloopBuilding != nil {
+		c.offloopBuilding()
+	}
+	start := time.Now()
+	debug.SetGCPercent(fullBuildGCPercent)
+	base := compile.BuildBase(in)
+	debug.SetGCPercent(c.gcPercent)
+	c.offloopDone <- offloopResult{gen: gen, base: base, took: time.Since(start)}
+}
+
+// offloopFinished receives an off-loop refresh build: adopted and
+// published when no change was applied since its snapshot, discarded and
+// started again otherwise (or, after maxOffloopDiscards, left to a full
+// build on the loop). It reports whether the loop syncs now.
+func (c *Controller) offloopFinished(ctx context.Context, r offloopResult) bool {
+	c.offloopBusy = false
+	log := c.cfg.Logger.WithName("sync")
+	if !c.tracker.Stale() {
+		// A full build published the current program meanwhile.
+		c.offloopDiscards = 0
+		return false
+	}
+	c.mu.Lock()
+	moved := r.gen != c.changes || c.rebuild
+	c.mu.Unlock()
+	if moved {
+		c.offloopDiscards++
+		c.cfg.Metrics.RefreshDiscards.Inc()
+		log.V(2).Info("Program refresh built off the loop is out of date; discarded", "discards", c.offloopDiscards, "build", r.took)
+		if c.offloopDiscards >= maxOffloopDiscards {
+			c.mu.Lock()
+			c.rebuild = true
+			c.mu.Unlock()
+			return true
+		}
+		c.refreshDue = time.Now()
+		c.refresh.Reset(0)
+		return false
+	}
+	c.offloopDiscards = 0
+	c.tracker.Adopt(r.base)
+	prog := r.base.Program()
+	// Policy changes were applied without the full build that checks
+	// the tracked ruleset: the consistency check follows.
+	c.unchecked = true
+	c.publish(prog)
+	c.recordProgrammedPods(prog)
+	c.reportProblems(ctx, prog)
+	c.publishStatus(statusTake{}, false, time.Now())
+	c.scheduleRefresh()
+	c.cfg.MemoryReleaser.Soon()
+	log.V(2).Info("Published the program refresh built off the loop", "build", r.took)
+	return false
+}
