@@ -99,10 +99,12 @@ type Tracker struct {
 	// was derived from (Adopt): the pods changed since are placed in its
 	// numbering, not the tracked program's.
 	adopted *ProgramBase
-	pol     policyState
-	cpol    clusterState
-	costs   trackedCosts
-	shares  trackedShares
+	// gen is the Generation.
+	gen    uint64
+	pol    policyState
+	cpol   clusterState
+	costs  trackedCosts
+	shares trackedShares
 }
 
 // trackedPod is what the tracker holds about a pod.
@@ -181,8 +183,8 @@ func (t *Tracker) Stale() bool { return t.stale }
 // with their other owners. Until the next Rebuild the tracker has no
 // ruleset (Ruleset is nil), so its caller rebuilds.
 func (t *Tracker) Reset() {
-	cfg, cache := t.cfg, t.cache
-	*t = Tracker{cfg: cfg, cache: cache}
+	cfg, cache, gen := t.cfg, t.cache, t.gen
+	*t = Tracker{cfg: cfg, cache: cache, gen: gen + 1}
 }
 
 // Rebuild builds and renders from scratch and starts tracking from there;

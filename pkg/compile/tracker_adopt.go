@@ -59,6 +59,13 @@ func (t *Tracker) Adopt(pb *ProgramBase) {
 	t.adopted = pb
 }
 
+// Generation counts the changes of the tracked state: Resets and
+// Rebuilds, applied pod changes, and policy changes that change the
+// program (an edit that compiles to what it was does not). A program built
+// from the objects the tracker had applied when it was n is the tracked
+// state's program while it is still n: the condition of Adopt.
+func (t *Tracker) Generation() uint64 { return t.gen }
+
 // derivedView is a changed pod's place in the next derived program: the
 // tracker's view, or, after an Adopt, the pod placed in the adopted
 // build's numbering (nil when the program does not hold it, as for the

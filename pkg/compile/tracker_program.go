@@ -27,6 +27,7 @@ import (
 // notePending records a pod change for the next derived program: info is
 // the pod's new state (nil: deleted).
 func (t *Tracker) notePending(key string, info *PodInfo) {
+	t.gen++
 	if t.stale {
 		return // the program waits for a Rebuild anyway
 	}

@@ -247,10 +247,6 @@ type Controller struct {
 	// pending when it fired go first; it yields once.
 	refreshYielded bool
 	lastBuild      time.Duration
-	// changes counts the changes noted and the full builds (the change
-	// generation): a program built off the loop from a snapshot is the
-	// kernel's state's when it did not move (offloop.go). Under mu.
-	changes uint64
 	// offloopDone receives the off-loop refresh build (one at a time:
 	// offloopBusy); offloopDiscards counts those overtaken by changes in
 	// a row; offloopBuilding, if set, runs at the start of each (tests:
@@ -419,7 +415,6 @@ func (c *Controller) markPod(key string) {
 }
 
 func (c *Controller) noteChangeLocked() {
-	c.changes++
 	if c.firstUnsynced.IsZero() {
 		c.firstUnsynced = time.Now()
 	}
@@ -767,10 +762,6 @@ func (c *Controller) syncAll(ctx context.Context, start, observed time.Time) err
 	// tracker lets its indexes go and a collection first leaves the pods,
 	// the programs in force and the build.
 	stale := c.tracker.Stale() || c.unchecked
-	// An off-loop refresh build under way is not of this build's state.
-	c.mu.Lock()
-	c.changes++
-	c.mu.Unlock()
 	c.apply.Release()
 	runtime.GC()
 	// A full build allocates a program, an index and a ruleset, most of

@@ -12,20 +12,27 @@ import (
 // policy change reaches the kernel through the tracker at once and leaves
 // the program behind it (compile.Tracker.Stale); the refresh brings the
 // program up. Built on the loop, it is a full build, which every change
-// of every namespace arriving meanwhile would wait for. Instead the loop
-// takes the inputs snapshot (the informers' objects are immutable) and the
-// change generation (changes: every change noted or fully built counts),
-// and a goroutine builds the program (compile.BuildBase: nothing is
-// rendered, nothing of the tracker read). When the result comes back and
-// the generation did not move, nothing was applied since the snapshot: the
-// program is the one a rebuild would make of the kernel's state, and the
-// tracker adopts it (compile.Tracker.Adopt) and the loop publishes it.
-// Otherwise it is another state's program: it is discarded and built
-// again; after maxOffloopDiscards in a row (steady churn) the refresh is
-// the full build on the loop again, so that the program's lag stays
-// bounded. One off-loop build runs at a time. The consistency check after
-// pod changes (unchecked) stays a full build on the loop: it compares the
-// tracked ruleset, which only a render does.
+// of every namespace arriving meanwhile would wait for. Instead the loop,
+// when no change is pending (every change noted was applied), takes the
+// inputs snapshot (the informers' objects are immutable) and the tracker's
+// generation (compile.Tracker.Generation: applied pod changes, policy
+// changes that change the program, rebuilds), and a goroutine builds the
+// program (compile.BuildBase: nothing is rendered, nothing of the tracker
+// read). When the result comes back, the changes noted meanwhile applied
+// first, and the generation did not move, nothing was applied since the
+// snapshot: the program is the one a rebuild would make of the kernel's
+// state, and the tracker adopts it (compile.Tracker.Adopt) and the loop
+// publishes it. Otherwise it is another state's program: it is discarded
+// and built again; after maxOffloopDiscards in a row (steady churn) the
+// refresh is the full build on the loop again, so that the program's lag
+// stays bounded. One off-loop build runs at a time. The consistency check
+// after pod changes (unchecked) stays a full build on the loop: it
+// compares the tracked ruleset, which only a render does.
+//
+// What it assumes: an object in the informer's store when the snapshot
+// is taken has been noted (its handler ran) by the time the build comes
+// back, tens of milliseconds later; a change noted late would otherwise
+// be in the published program before its commit, until it is applied.
 
 // maxOffloopDiscards is how many off-loop refresh builds in a row may be
 // overtaken by changes before the refresh builds on the loop.
@@ -61,7 +68,6 @@ func (c *Controller) refreshFired() bool {
 		return true
 	}
 	c.refreshYielded = false
-	gen := c.changes
 	if !offloop {
 		c.rebuild = true
 		c.mu.Unlock()
@@ -82,7 +88,7 @@ func (c *Controller) refreshFired() bool {
 		return true
 	}
 	c.offloopBusy = true
-	go c.buildOffloop(in, gen)
+	go c.buildOffloop(in, c.tracker.Generation())
 	return false
 }
 
@@ -103,7 +109,8 @@ func (c *Controller) buildOffloop(in compile.Input, gen uint64) {
 // offloopFinished receives an off-loop refresh build: adopted and
 // published when no change was applied since its snapshot, discarded and
 // started again otherwise (or, after maxOffloopDiscards, left to a full
-// build on the loop). It reports whether the loop syncs now.
+// build on the loop); judged after the changes pending now. It reports
+// whether the loop syncs now.
 func (c *Controller) offloopFinished(ctx context.Context, r offloopResult) bool {
 	c.offloopBusy = false
 	log := c.cfg.Logger.WithName("sync")
@@ -113,9 +120,16 @@ func (c *Controller) offloopFinished(ctx context.Context, r offloopResult) bool 
 		return false
 	}
 	c.mu.Lock()
-	moved := r.gen != c.changes || c.rebuild
+	rebuild, pending := c.rebuild, len(c.policyKeys) > 0 || len(c.podKeys) > 0
 	c.mu.Unlock()
-	if moved {
+	if pending && !rebuild {
+		// Changes noted may be in the snapshot and not applied yet: they
+		// go first, and the result is judged after them.
+		c.offloopBusy = true
+		c.offloopDone <- r // never blocks: the build that used it is over
+		return true
+	}
+	if rebuild || r.gen != c.tracker.Generation() {
 		c.offloopDiscards++
 		c.cfg.Metrics.RefreshDiscards.Inc()
 		log.V(2).Info("Program refresh built off the loop is out of date; discarded", "discards", c.offloopDiscards, "build", r.took)
