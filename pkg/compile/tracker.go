@@ -36,7 +36,8 @@ import (
 // before (tracker_program.go), which is never written. It does not follow
 // ApplyPolicy and ApplyClusterPolicy: after one, Program returns the last
 // published program, which lags the tracked ruleset until the next Rebuild
-// (Stale tells). ApplyPod updates
+// or until it adopts a program built off the tracker from the same objects
+// (Stale tells; Adopt, tracker_adopt.go). ApplyPod updates
 // the Ruleset's sets in place (and replaces the Ruleset when it changes
 // its shape); ApplyPolicy and ApplyClusterPolicy replace it with a new one
 // that shares what did not change, and do not write the sets they share. It is owned

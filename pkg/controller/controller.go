@@ -101,8 +101,9 @@ type Config struct {
 	// read is rebuilt, at least: policy changes reach the kernel at once,
 	// the program within this delay or twice the last build's duration,
 	// whichever is longer, of the first change it follows (the changes
-	// after it do not postpone it). Pod changes publish their program
-	// with their transaction.
+	// after it do not postpone it), plus the time to build it, which
+	// runs off the sync loop. Pod changes publish their program with
+	// their transaction.
 	ProgramRefreshDelay time.Duration
 	// MemoryReleaser returns the memory full builds free to the OS; nil:
 	// one of the controller's own, with DefaultMemoryReleaseDelay. Share

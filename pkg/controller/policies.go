@@ -15,8 +15,9 @@ import (
 // one policy at a time (compile.Tracker.ApplyPolicy): the policy's chains,
 // the sets it owns and its subjects' elements change, and the Syncer
 // writes the difference between the ruleset it applied and the tracker's
-// new one. The program the evaluator reads lags until the refresh (pod
-// changes publish theirs after their transaction: publishDerived). In
+// new one. The program the evaluator reads lags until the refresh, built
+// off the sync loop (offloop.go; pod changes publish theirs after their
+// transaction: publishDerived). In
 // queue mode a policy change is a full build (compile.FallbackQueueMode),
 // so the evaluator, which decides every connection there, never decides
 // with a program older than the kernel's dispatch for longer than the
@@ -219,7 +220,8 @@ func policyTerms(pols []*networkingv1.NetworkPolicy) map[string]uint64 {
 // is never pushed later: changes that keep coming (one namespace's
 // edits, every 100 ms) must not keep the program, the revocation of
 // flows other changes deny (OnProgram) and explain behind the kernel.
-// After pod changes alone the program is current (the tracker derives
+// It is built off the loop (offloop.go), so that the changes of other
+// namespaces do not wait for it. After pod changes alone the program is current (the tracker derives
 // it): the refresh is the consistency check, a full build compared with
 // the tracked ruleset (nftpolicy_tracker_corrections_total) that also
 // charges the policies for the pods they now select (docs/security.md),
