@@ -78,3 +78,43 @@ func rebuild(t *testing.T, tr *compile.Tracker, w *world) {
 		t.Fatal(err)
 	}
 }
+
+// TestGenerationMovesWithTheState checks what the off-loop refresh relies
+// on: the tracker's generation moves with every applied change that
+// changes the program (a pod change, a policy change that leaves the
+// program stale, a rebuild), and with a policy edit (a new
+// resourceVersion) exactly when it leaves the program stale: an edit that
+// compiles to what it was (a policy rejected before and after, edited in
+// a loop) does not discard the refresh under way.
+func TestGenerationMovesWithTheState(t *testing.T) {
+	unchanged := 0
+	for seed := uint64(1); seed <= 10; seed++ {
+		w := newWorld(seed, scenariogen.Nodes[0])
+		for i := range w.in.Policies {
+			tr, _ := newTracker(t, compile.RenderConfig{Mode: compile.ModeHybrid}, w)
+			g := tr.Generation()
+			same := w.in.Policies[i].DeepCopy()
+			same.ResourceVersion += "1"
+			if tr.ApplyPolicy(same.Namespace+"/"+same.Name, same) != compile.NoFallback {
+				continue
+			}
+			if moved := tr.Generation() != g; moved != tr.Stale() {
+				t.Fatalf("seed %d policy %d: a new resourceVersion moved the generation: %v, left the program stale: %v", seed, i, moved, tr.Stale())
+			}
+			if !tr.Stale() {
+				unchanged++
+			}
+			g = tr.Generation()
+			key, p, _ := w.podEvent()
+			if _, f := tr.ApplyPod(key, p); f == compile.NoFallback && tr.Generation() == g {
+				t.Fatalf("seed %d: an applied pod change did not move the generation", seed)
+			}
+			g = tr.Generation()
+			rebuild(t, tr, w)
+			if tr.Generation() == g {
+				t.Fatalf("seed %d: a rebuild did not move the generation", seed)
+			}
+		}
+	}
+	t.Logf("%d edits compiled to what they were", unchanged)
+}
