@@ -100,7 +100,7 @@ func NewMetrics() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0000625, 2, 21),
 		}),
 		RefreshDiscards: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nftpolicy_program_refresh_discarded_total", Help: "Program refreshes built off the sync loop after policy changes and discarded because changes were applied during the build; three in a row make the next refresh a full build on the loop.",
+			Name: "nftpolicy_program_refresh_discarded_total", Help: "Program refreshes after policy changes that could not be built off the sync loop or were discarded after it, because changes were applied meanwhile; three in a row make the refresh a full build on the loop.",
 		}),
 		ProgrammedPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nftpolicy_programmed_policies", Help: "NetworkPolicies in the applied program.",

@@ -60,6 +60,7 @@ func (c *Controller) refreshFired() bool {
 	if !c.rebuild && pending && (!c.refreshYielded || offloop) {
 		if c.refreshYielded {
 			c.offloopDiscards++
+			c.cfg.Metrics.RefreshDiscards.Inc()
 		}
 		c.refreshYielded = true
 		c.refreshDue = time.Now()

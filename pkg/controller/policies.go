@@ -263,9 +263,11 @@ const (
 )
 
 // refreshDone disarms the refresh after a full build, which published the
-// current program.
+// current program, and ends a run of off-loop refresh builds discarded.
 func (c *Controller) refreshDone() {
 	c.refresh.Stop()
 	c.refreshDue = time.Time{}
 	c.refreshYielded = false
+	// The next refresh after policy changes is built off the loop again.
+	c.offloopDiscards = 0
 }
