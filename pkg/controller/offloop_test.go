@@ -125,3 +125,68 @@ func TestRefreshBuildsOffTheLoop(t *testing.T) {
 		t.Fatalf("the published program is not the full build: policies %v, pods %v", got.Policies, got.Pods)
 	}
 }
+
+// TestRefreshFallsBackAfterDiscards overtakes three off-loop refresh
+// builds in a row with pod changes and checks that the refresh is then a
+// full build on the loop (the program's lag stays bounded under steady
+// churn), and that the refresh after the next policy change is built off
+// the loop again.
+func TestRefreshFallsBackAfterDiscards(t *testing.T) {
+	h := newHarness(t, func(cfg *Config) { cfg.ProgramRefreshDelay = 10 * time.Millisecond },
+		testPod("x", "a", "n1", "10.0.1.1", map[string]string{"app": "web"}))
+	h.ctrl.checkDelay = time.Hour
+	var builds atomic.Int32
+	started := make(chan int32, 16)
+	release := make(chan struct{})
+	h.ctrl.offloopBuilding = func() {
+		n := builds.Add(1)
+		started <- n
+		if n <= maxOffloopDiscards {
+			<-release
+		}
+	}
+	h.run(t)
+	eventually(t, "first sync", func() bool { return h.eval.Program() != nil })
+	loopBuilds := func() uint64 {
+		return histogramCount(t, h.ctrl.cfg.Metrics.SyncDuration, "full") + histogramCount(t, h.ctrl.cfg.Metrics.SyncDuration, "incremental")
+	}
+	before := loopBuilds()
+	ctx := context.Background()
+	wait := func(want int32) {
+		t.Helper()
+		select {
+		case n := <-started:
+			if n != want {
+				t.Fatalf("refresh build %d started, want %d", n, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("refresh build %d did not start off the loop", want)
+		}
+	}
+	if _, err := h.client.NetworkingV1().NetworkPolicies("x").Create(ctx, denyAll("x"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range int32(maxOffloopDiscards) {
+		wait(i + 1)
+		ip := "10.0.1." + string(rune('5'+i))
+		if _, err := h.client.CoreV1().Pods("x").Create(ctx, testPod("x", "p"+ip, "n1", ip, nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the pod committed while the refresh builds", func() bool { return strings.Contains(h.nft.dump(), ip+" ") })
+		release <- struct{}{}
+	}
+	eventually(t, "the full build on the loop after three discards", func() bool {
+		p := h.eval.Program()
+		return loopBuilds() > before && p != nil && len(p.Policies) == 1 && len(p.Pods) == 4
+	})
+	y := denyAll("x")
+	y.Name = "second"
+	if _, err := h.client.NetworkingV1().NetworkPolicies("x").Create(ctx, y, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(maxOffloopDiscards + 1)
+	eventually(t, "the refresh built off the loop published", func() bool {
+		p := h.eval.Program()
+		return p != nil && len(p.Policies) == 2
+	})
+}
