@@ -69,6 +69,11 @@ func (c *Controller) refreshFired() bool {
 		return true
 	}
 	c.refreshYielded = false
+	if !c.tracker.Stale() && !c.unchecked {
+		// Armed for a program that an off-loop build brought up since.
+		c.mu.Unlock()
+		return false
+	}
 	if !offloop {
 		c.rebuild = true
 		c.mu.Unlock()
@@ -150,6 +155,10 @@ func (c *Controller) offloopFinished(ctx context.Context, r offloopResult) bool 
 	// Policy changes were applied without the full build that checks
 	// the tracked ruleset: the consistency check follows.
 	c.unchecked = true
+	// A refresh armed by a change made during the build that did not
+	// move the program (an edit that compiles to what it was) is not
+	// needed any more: disarmed, and armed again for the check.
+	c.refreshDone()
 	c.publish(prog)
 	c.recordProgrammedPods(prog)
 	c.reportProblems(ctx, prog)
