@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Tracker keeps one node's desired ruleset current as pods come, go and
@@ -38,7 +37,8 @@ import (
 // before (tracker_program.go), which is never written. It does not follow
 // ApplyPolicy, ApplyClusterPolicy and ApplyNamespace: after one, Program returns the last
 // published program, which lags the tracked ruleset until the next Rebuild
-// (Stale tells). ApplyPod updates
+// or until it adopts a program built off the tracker from the same objects
+// (Stale tells; Adopt, tracker_adopt.go). ApplyPod updates
 // the Ruleset's sets in place (and replaces the Ruleset when it changes
 // its shape); ApplyPolicy, ApplyClusterPolicy and ApplyNamespace replace it with a new one
 // that shares what did not change, and do not write the sets they share. It is owned
@@ -94,8 +94,15 @@ type Tracker struct {
 	selAddrs map[SelectorID]map[string][]netip.Addr
 	// nodeAddrs holds every node address the program knows.
 	nodeAddrs map[netip.Addr]bool
-	// stale is set by a policy change: Program lags until a Rebuild.
+	// stale is set by a policy or namespace change: Program lags until a
+	// Rebuild or an Adopt.
 	stale bool
+	// adopted, when set, is the program built off the tracker that pub
+	// was derived from (Adopt): the pods changed since are placed in its
+	// numbering, not the tracked program's.
+	adopted *ProgramBase
+	// gen is the Generation.
+	gen uint64
 	// nsOwned is set once the builder's namespace labels are the
 	// tracker's own copy (ApplyNamespace); cow, during a namespace change,
 	// names the sets already copied from the ruleset a Syncer holds.
@@ -183,8 +190,8 @@ func (t *Tracker) Stale() bool { return t.stale }
 // with their other owners. Until the next Rebuild the tracker has no
 // ruleset (Ruleset is nil), so its caller rebuilds.
 func (t *Tracker) Reset() {
-	cfg, cache := t.cfg, t.cache
-	*t = Tracker{cfg: cfg, cache: cache}
+	cfg, cache, gen := t.cfg, t.cache, t.gen
+	*t = Tracker{cfg: cfg, cache: cache, gen: gen + 1}
 }
 
 // Rebuild builds and renders from scratch and starts tracking from there;
@@ -252,20 +259,8 @@ func (t *Tracker) index(pods []*PodInfo) {
 			t.nodeAddrs[ip] = true
 		}
 	}
-	t.selByNS = map[string][]SelectorID{}
-	t.nsSels = nil
-	for id, m := range t.b.selMatch {
-		if m.nsSel == nil {
-			t.selByNS[m.ns] = append(t.selByNS[m.ns], SelectorID(id))
-		} else {
-			t.nsSels = append(t.nsSels, SelectorID(id))
-		}
-	}
-	t.polsByNS = map[string][]PolicyID{}
-	for id := range p.Policies {
-		ns := p.Policies[id].Namespace
-		t.polsByNS[ns] = append(t.polsByNS[ns], PolicyID(id))
-	}
+	pl := newPlacer(p, t.b)
+	t.selByNS, t.nsSels, t.polsByNS = pl.selByNS, pl.nsSels, pl.polsByNS
 	t.comboSels = map[SelectorID][]int{}
 	t.selAddrs = map[SelectorID]map[string][]netip.Addr{}
 	for ci, c := range t.r.combos {
@@ -557,52 +552,14 @@ func (t *Tracker) notePod(key string, ips []netip.Addr, old, cur *Pod, oldCombos
 	t.notePodMoved(key)
 }
 
-// place computes where a pod stands in the last build's program: the
+// place computes where a pod stands in the tracked program: the
 // selectors it belongs to and the policies that select it.
-func (t *Tracker) place(pod *PodInfo) *Pod {
-	p := t.cur
-	local := p.Node == "" || pod.Node == p.Node
-	v := &Pod{PodInfo: pod, IPs: pod.IPs, Subject: subjectFor(local), Local: local}
-	nsl, ok := t.b.nsLabels[pod.Namespace]
-	if !ok {
-		nsl = labels.Set{NamespaceNameLabel: pod.Namespace}
-	}
-	pl := labels.Set(pod.Labels)
-	for _, sid := range t.selByNS[pod.Namespace] {
-		if t.b.selMatch[sid].podSel.Matches(pl) {
-			v.MemberOf = append(v.MemberOf, sid)
-		}
-	}
-	for _, sid := range t.nsSels {
-		m := &t.b.selMatch[sid]
-		if m.nsSel.Matches(nsl) && m.podSel.Matches(pl) {
-			v.MemberOf = append(v.MemberOf, sid)
-		}
-	}
-	slices.Sort(v.MemberOf)
-	if !v.Local {
-		return v
-	}
-	v.StagedSubject = t.b.stagedDirs(pod.Namespace, pod.Labels)
-	for _, id := range t.polsByNS[pod.Namespace] {
-		pol := &p.Policies[id]
-		if !t.b.targets[id].Matches(pl) {
-			continue
-		}
-		if pol.IsolatesIngress {
-			v.IngressPolicies = append(v.IngressPolicies, id)
-		}
-		if pol.IsolatesEgress {
-			v.EgressPolicies = append(v.EgressPolicies, id)
-		}
-	}
-	for i := range p.ClusterPolicies {
-		if t.b.subjects[i].matchesLabels(nsl, pod.Labels) {
-			v.addClusterPolicy(&p.ClusterPolicies[i], ClusterPolicyID(i))
-		}
-	}
-	p.orderClusterPolicies(v)
-	return v
+func (t *Tracker) place(pod *PodInfo) *Pod { return t.placement().place(pod) }
+
+// placement is where the tracker places pods: the tracked program's
+// numbering, with the last build's matchers and the policy changes since.
+func (t *Tracker) placement() placer {
+	return placer{p: t.cur, b: t.b, selByNS: t.selByNS, nsSels: t.nsSels, polsByNS: t.polsByNS}
 }
 
 type setElement struct {

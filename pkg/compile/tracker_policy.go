@@ -193,6 +193,7 @@ func (t *Tracker) applyPolicyChange(k policyKind) Fallback {
 // the next Rebuild: Program does not follow policy changes.
 func (t *Tracker) policyChanged() {
 	t.stale = true
+	t.gen++
 	t.pending = nil
 }
 

@@ -21,11 +21,13 @@ import (
 // What it costs is linear in the pods, not in the policies' work: the pod
 // list, the selections that hold pods after the changed ones (their IDs
 // move) and the evaluator's index are laid out again. A policy change
-// since the last Rebuild leaves the program to the next build (Stale).
+// since the last Rebuild leaves the program to the next build (Stale), or
+// to a program built off the tracker that it adopts (tracker_adopt.go).
 
 // notePending records a pod change for the next derived program: info is
 // the pod's new state (nil: deleted).
 func (t *Tracker) notePending(key string, info *PodInfo) {
+	t.gen++
 	if t.stale {
 		return // the program waits for a Rebuild anyway
 	}
@@ -47,7 +49,7 @@ func (t *Tracker) derive() *Program {
 	keys := slices.Sorted(maps.Keys(t.pending))
 	changed := make([]derivedPod, len(keys))
 	for i, k := range keys {
-		changed[i] = derivedPod{key: k, view: t.view(k)}
+		changed[i] = derivedPod{key: k, view: t.derivedView(k)}
 	}
 	np := *base
 	np.Eval = EvalIndex{}
@@ -190,14 +192,15 @@ func remapSelectors(base, np *Program, remap []PodID, changed []derivedPod, adde
 // changed local pods in them.
 func (t *Tracker) remapPolicies(base, np *Program, remap []PodID, added []PodID) []Policy {
 	adds := map[PolicyID][]PodID{}
+	at := t.derivation()
 	for _, id := range added {
 		pod := &np.Pods[id]
 		if !pod.Local {
 			continue
 		}
 		pl := labels.Set(pod.Labels)
-		for _, pid := range t.polsByNS[pod.Namespace] {
-			if t.b.targets[pid].Matches(pl) {
+		for _, pid := range at.polsByNS[pod.Namespace] {
+			if at.b.targets[pid].Matches(pl) {
 				adds[pid] = append(adds[pid], id)
 			}
 		}
@@ -223,17 +226,18 @@ func (t *Tracker) remapPolicies(base, np *Program, remap []PodID, added []PodID)
 // places the changed local pods in them.
 func (t *Tracker) remapClusterPolicies(base, np *Program, remap []PodID, added []PodID) []ClusterPolicy {
 	adds := map[ClusterPolicyID][]PodID{}
+	at := t.derivation()
 	for _, id := range added {
 		pod := &np.Pods[id]
 		if !pod.Local {
 			continue
 		}
-		nsl, ok := t.b.nsLabels[pod.Namespace]
+		nsl, ok := at.b.nsLabels[pod.Namespace]
 		if !ok {
 			nsl = labels.Set{NamespaceNameLabel: pod.Namespace}
 		}
 		for i := range base.ClusterPolicies {
-			if t.b.subjects[i].matchesLabels(nsl, pod.Labels) {
+			if at.b.subjects[i].matchesLabels(nsl, pod.Labels) {
 				adds[ClusterPolicyID(i)] = append(adds[ClusterPolicyID(i)], id)
 			}
 		}

@@ -101,8 +101,9 @@ type Config struct {
 	// read is rebuilt, at least: policy changes reach the kernel at once,
 	// the program within this delay or twice the last build's duration,
 	// whichever is longer, of the first change it follows (the changes
-	// after it do not postpone it). Pod changes publish their program
-	// with their transaction.
+	// after it do not postpone it), plus the time to build it, which
+	// runs off the sync loop. Pod changes publish their program with
+	// their transaction.
 	ProgramRefreshDelay time.Duration
 	// MemoryReleaser returns the memory full builds free to the OS; nil:
 	// one of the controller's own, with DefaultMemoryReleaseDelay. Share
@@ -252,6 +253,14 @@ type Controller struct {
 	// pending when it fired go first; it yields once.
 	refreshYielded bool
 	lastBuild      time.Duration
+	// offloopDone receives the off-loop refresh build (one at a time:
+	// offloopBusy); offloopDiscards counts those overtaken by changes in
+	// a row; offloopBuilding, if set, runs at the start of each (tests:
+	// hold the build while changes are applied).
+	offloopDone     chan offloopResult
+	offloopBusy     bool
+	offloopDiscards int
+	offloopBuilding func()
 	// unchecked is set when pod changes were applied incrementally since
 	// the last full build: the consistency check rebuilds after them
 	// (scheduleRefresh).
@@ -311,6 +320,8 @@ func New(cfg Config) (*Controller, error) {
 		refresh:   time.NewTimer(time.Hour),
 		derive:    time.NewTimer(time.Hour),
 		fair:      newFairShare(),
+		// One off-loop build at a time: its result never waits.
+		offloopDone: make(chan offloopResult, 1),
 	}
 	c.refresh.Stop()
 	c.derive.Stop()
@@ -503,8 +514,15 @@ func (c *Controller) Run(ctx context.Context) error {
 			continue
 		case <-c.refresh.C:
 			// Bring the program up to date with the changes applied
-			// incrementally; the rebuild also checks the tracker.
-			c.refreshFired()
+			// incrementally: off the loop after policy changes, or the
+			// rebuild that also checks the tracker.
+			if !c.refreshFired() {
+				continue
+			}
+		case r := <-c.offloopDone:
+			if !c.offloopFinished(ctx, r) {
+				continue
+			}
 		case <-c.dirty:
 		case <-c.repair.wake:
 			if !c.beginRepair() {

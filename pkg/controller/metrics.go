@@ -20,6 +20,7 @@ type Metrics struct {
 	SyncedInputs       prometheus.Gauge
 	ProgrammingLatency prometheus.Histogram
 	ProgramLag         prometheus.Histogram
+	RefreshDiscards    prometheus.Counter
 	ProgrammedPolicies prometheus.Gauge
 	ProgrammedPods     prometheus.Gauge
 	SetElements        prometheus.Gauge
@@ -97,6 +98,9 @@ func NewMetrics() *Metrics {
 		ProgramLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "nftpolicy_program_lag_seconds", Help: "From a kernel commit to the publication of its program to the evaluator (explain, revocation, DNS learning, the snapshot): how long the evaluator decided with an older program than the kernel enforced.",
 			Buckets: prometheus.ExponentialBuckets(0.0000625, 2, 21),
+		}),
+		RefreshDiscards: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nftpolicy_program_refresh_discarded_total", Help: "Program refreshes after policy changes that could not be built off the sync loop or were discarded after it, because changes were applied meanwhile; three in a row make the refresh a full build on the loop.",
 		}),
 		ProgrammedPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nftpolicy_programmed_policies", Help: "NetworkPolicies in the applied program.",
@@ -179,7 +183,7 @@ func fallbackReasons() string {
 
 // Register adds every metric to the registerer.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.SyncDuration, m.TrackerCorrections, m.IncrementalFallbacks, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency, m.ProgramLag,
+	for _, c := range []prometheus.Collector{m.SyncDuration, m.TrackerCorrections, m.IncrementalFallbacks, m.SyncFailures, m.LastSuccessfulSync, m.SyncedInputs, m.ProgrammingLatency, m.ProgramLag, m.RefreshDiscards,
 		m.ProgrammedPolicies, m.ProgrammedPods, m.SetElements, m.InvalidPolicies, m.PolicyProblems,
 		m.ClusterPolicyAPI, m.ProgrammedClusterPolicies, m.InvalidClusterPolicies, m.ClusterPolicyProblems, m.RejectedPolicies, m.PoliciesRejected, m.NamespaceCostMax,
 		m.QueueVerdicts, m.QueueDecision, m.QueueRuleVariant, m.QueueHeldDropped, m.CollectorErrors, m.OutsideChanges} {

@@ -15,8 +15,9 @@ import (
 // one policy at a time (compile.Tracker.ApplyPolicy): the policy's chains,
 // the sets it owns and its subjects' elements change, and the Syncer
 // writes the difference between the ruleset it applied and the tracker's
-// new one. The program the evaluator reads lags until the refresh (pod
-// changes publish theirs after their transaction: publishDerived). In
+// new one. The program the evaluator reads lags until the refresh, built
+// off the sync loop (offloop.go; pod changes publish theirs after their
+// transaction: publishDerived). In
 // queue mode a policy change is a full build (compile.FallbackQueueMode),
 // so the evaluator, which decides every connection there, never decides
 // with a program older than the kernel's dispatch for longer than the
@@ -219,7 +220,8 @@ func policyTerms(pols []*networkingv1.NetworkPolicy) map[string]uint64 {
 // is never pushed later: changes that keep coming (one namespace's
 // edits, every 100 ms) must not keep the program, the revocation of
 // flows other changes deny (OnProgram) and explain behind the kernel.
-// After pod changes alone the program is current (the tracker derives
+// It is built off the loop (offloop.go), so that the changes of other
+// namespaces do not wait for it. After pod changes alone the program is current (the tracker derives
 // it): the refresh is the consistency check, a full build compared with
 // the tracked ruleset (nftpolicy_tracker_corrections_total) that also
 // charges the policies for the pods they now select (docs/security.md),
@@ -260,27 +262,12 @@ const (
 	consistencyCheckFactor = 20
 )
 
-// refreshFired starts the program refresh, a full build. Incremental
-// changes pending when it fires go first, once: a full build takes as long
-// as the cluster is large, and they would wait for all of it.
-func (c *Controller) refreshFired() {
-	c.refreshDue = time.Time{}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.refreshYielded && !c.rebuild && (len(c.policyKeys) > 0 || len(c.podKeys) > 0) {
-		c.refreshYielded = true
-		c.refreshDue = time.Now()
-		c.refresh.Reset(0)
-		return
-	}
-	c.refreshYielded = false
-	c.rebuild = true
-}
-
 // refreshDone disarms the refresh after a full build, which published the
-// current program.
+// current program, and ends a run of off-loop refresh builds discarded.
 func (c *Controller) refreshDone() {
 	c.refresh.Stop()
 	c.refreshDue = time.Time{}
 	c.refreshYielded = false
+	// The next refresh after policy changes is built off the loop again.
+	c.offloopDiscards = 0
 }

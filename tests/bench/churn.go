@@ -239,7 +239,8 @@ func timeNewPolicies(ctx context.Context, cs kubernetes.Interface, pr *prober, s
 
 // churnAgentFigures reports what the agent did during the churn, from its
 // metrics before (m0) and after (m1): the policy syncs, their mean
-// duration, and the program refreshes (full builds).
+// duration, the program refreshes made as full builds on the loop, and
+// the off-loop refresh builds discarded.
 func churnAgentFigures(res *Result, m0, m1 map[string]float64) {
 	d := func(k string) float64 { return m1[k] - m0[k] }
 	const pcnt, psum = `nftpolicy_sync_duration_seconds_count{kind="policies"}`, `nftpolicy_sync_duration_seconds_sum{kind="policies"}`
@@ -260,6 +261,9 @@ func churnAgentFigures(res *Result, m0, m1 map[string]float64) {
 		}
 	}
 	res.Set("churn_agent_fallbacks", fallbacks)
+	// Refreshes built off the sync loop and discarded because changes
+	// overtook them (the adopted ones are not syncs).
+	res.Set("churn_agent_refresh_discards", d("nftpolicy_program_refresh_discarded_total"))
 	res.Set("churn_agent_refreshes", d(icnt))
 	if n := d(icnt); n > 0 {
 		res.Set("churn_agent_refresh_mean_ms", round(d(isum)/n*1000, 2))

@@ -219,7 +219,9 @@ func (a *Agent) Apply(ctx context.Context, prog *compile.Program, mutate func(no
 // pod that differs through ApplyPods (a rebuild whenever the tracker asks
 // for one). It returns how many pod and policy changes took each path;
 // prog is the program of after, published at the end unless the tracker
-// has it (no policy changed: the program it derived for the pods).
+// has it (the program it derived for the pods, from the last build or,
+// after policy changes, from the program built of their state that it
+// adopted).
 func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input, prog *compile.Program) (tracked, rebuilt int, err error) {
 	tr := a.apply.Tracker()
 	nss := byKey(before.Namespaces, func(ns *corev1.Namespace) string { return ns.Name })
@@ -271,13 +273,21 @@ func (a *Agent) ApplyPodEvents(ctx context.Context, before, after compile.Input,
 	}); err != nil {
 		return tracked, rebuilt, err
 	}
+	if tr.Stale() {
+		// The program refresh after policy changes, built off the sync
+		// loop and adopted as the agent does (pkg/controller offloop.go):
+		// the pod changes below derive their program from it.
+		in := after
+		in.Pods, in.Policies, in.ClusterPolicies = sortedValues(pods), sortedValues(pols), sortedValues(cnps)
+		tr.Adopt(compile.BuildBase(in))
+	}
 	next := byKey(after.Pods, func(p *corev1.Pod) string { return p.Namespace + "/" + p.Name })
 	if err := a.applyPods(ctx, pods, next, rebuild, &tracked, &rebuilt); err != nil {
 		return tracked, rebuilt, err
 	}
 	if !tr.Stale() {
-		// No policy changed: the evaluator gets the program the tracker
-		// derived for the pod changes, as the agent publishes it.
+		// The evaluator gets the program the tracker derived for the pod
+		// changes, as the agent publishes it.
 		prog = tr.Program()
 	}
 	a.apply.Publish(prog)
