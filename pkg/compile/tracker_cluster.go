@@ -34,12 +34,13 @@ type clusterState struct {
 // sharing every unchanged chain and set with the previous one.
 //
 // The change is not tracked, and nothing was changed (a Fallback other
-// than NoFallback tells why), in queue mode (every change is a full build
-// there, as for NetworkPolicy), for a policy with domainNames peers before
+// than NoFallback tells why), in queue mode (a policy change is a full
+// build there, as for NetworkPolicy; pod changes are tracked), for a policy with domainNames peers before
 // or after the change (the DNS capture, its subjects and the learned
 // addresses are shared state the build alone decides), or for a name that
 // does not name the object. With the deny log on, the deny chains of the
-// policy's Deny rules come and go with its rule chains (removeDenyChains). The caller rebuilds. A nodes peer resolves on
+// policy's Deny rules come and go with its rule chains (removeDenyChains).
+// The caller rebuilds. A nodes peer resolves on
 // the nodes of the last build (node changes rebuild) and shares its node
 // set with the other rules that name the same nodes. A staged policy
 // (Staged) is applied as deleted, unless the last Rebuild's input
