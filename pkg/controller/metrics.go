@@ -102,66 +102,9 @@ func NewMetrics() *Metrics {
 		RefreshDiscards: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nftpolicy_program_refresh_discarded_total", Help: "Program refreshes after policy changes that could not be built off the sync loop or were discarded after it, because changes were applied meanwhile; three in a row make the refresh a full build on the loop.",
 		}),
-		ProgrammedPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nftpolicy_programmed_policies", Help: "NetworkPolicies in the applied program.",
-		}),
-		ProgrammedPods: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nftpolicy_programmed_local_pods", Help: "Local pods isolated by at least one policy in the applied program.",
-		}),
-		SetElements: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nftpolicy_programmed_set_elements", Help: "Elements in the table's sets and maps.",
-		}),
-		InvalidPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nftpolicy_invalid_policies", Help: "Policies with parts that could not be used as written (those parts allow nothing).",
-		}),
-		PolicyProblems: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nftpolicy_policy_problems_total", Help: "Problems found in policies, counted once per policy version.",
-		}),
-		ClusterPolicyAPI: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nftpolicy_cluster_network_policy_api_enabled",
-			Help: "1 while the ClusterNetworkPolicy API (policy.networking.k8s.io/v1beta1) is served and its informer synced, so ClusterNetworkPolicies are enforced; 0 otherwise.",
-		}),
-		ProgrammedClusterPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nftpolicy_programmed_cluster_network_policies", Help: "ClusterNetworkPolicies in the applied program.",
-		}),
-		InvalidClusterPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nftpolicy_invalid_cluster_network_policies",
-			Help: "ClusterNetworkPolicies with parts that could not be used as written (Accept parts allow nothing, Deny and Pass parts deny).",
-		}),
-		ClusterPolicyProblems: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nftpolicy_cluster_network_policy_problems_total", Help: "Problems found in ClusterNetworkPolicies, counted once per policy version.",
-		}),
-		RejectedPolicies: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "nftpolicy_rejected_policies",
-			Help: "Objects (kind NetworkPolicy or ClusterNetworkPolicy) not compiled because their cost is over the bound (compile.MaxPolicyCost) or, for a NetworkPolicy, what it makes is over its budget (--policy-cost-budget, --namespace-cost-budget); each is enforced fail-closed: a NetworkPolicy isolates its pods and allows nothing, a ClusterNetworkPolicy's Accept rules match nothing and its Deny and Pass rules deny.",
-		}, []string{"kind"}),
-		PoliciesRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nftpolicy_policies_rejected_total",
-			Help: "Objects rejected and enforced fail-closed, counted once per object version, by kind and reason (cost: what it says is over compile.MaxPolicyCost; budget: what it makes is over --policy-cost-budget or --cluster-policy-cost-budget; namespace-budget: over what its namespace has left of --namespace-cost-budget).",
-		}, []string{"kind", "reason"}),
-		NamespaceCostMax: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nftpolicy_namespace_cost_max_ratio",
-			Help: "The largest share of --namespace-cost-budget that one namespace's NetworkPolicies were charged at the last build (what they make: entries, pods their selectors are matched against, peer set elements); 1: a namespace is at its budget and its next policy by name is rejected.",
-		}),
-		QueueVerdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nftpolicy_queue_verdicts_total", Help: "Verdicts given to queued packets.",
-		}, []string{"verdict", "protocol", "family"}),
-		QueueDecision: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "nftpolicy_queue_decision_seconds", Help: "Time the evaluator took to decide a parsed queued packet (parsing the headers and sending the verdict are not included).",
-			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 20),
-		}),
-		QueueRuleVariant: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "nftpolicy_queue_rule_variant", Help: "1 for the queue rule variant in use (native or xt-compat).",
-		}, []string{"variant"}),
-		QueueHeldDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nftpolicy_queue_held_dropped_total",
-			Help: "New connections of unknown pod addresses the evaluator did not hold but dropped: bound=source (their source address held its share already), bound=total (the queue's length held already).",
-		}, []string{"bound"}),
-		CollectorErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nftpolicy_collector_errors_total",
-			Help: "Scrapes in which a collector could not read the kernel (collector=nft_counters: the nft rule counters; collector=nfqueue_stats: the kernel's queue counters); its metrics are left out of that scrape.",
-		}, []string{"collector"}),
 	}
+	m.addPolicyMetrics()
+	m.addQueueMetrics()
 	for _, f := range compile.Fallbacks() {
 		m.IncrementalFallbacks.WithLabelValues(string(f)) // every reason exported, from 0
 	}
@@ -169,6 +112,75 @@ func NewMetrics() *Metrics {
 		m.OutsideChanges.WithLabelValues(k)
 	}
 	return m
+}
+
+// addPolicyMetrics creates the metrics of the program in force and of
+// the policies' problems, rejections and budgets.
+func (m *Metrics) addPolicyMetrics() {
+	m.ProgrammedPolicies = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nftpolicy_programmed_policies", Help: "NetworkPolicies in the applied program.",
+	})
+	m.ProgrammedPods = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nftpolicy_programmed_local_pods", Help: "Local pods isolated by at least one policy in the applied program.",
+	})
+	m.SetElements = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nftpolicy_programmed_set_elements", Help: "Elements in the table's sets and maps.",
+	})
+	m.InvalidPolicies = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nftpolicy_invalid_policies", Help: "Policies with parts that could not be used as written (those parts allow nothing).",
+	})
+	m.PolicyProblems = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "nftpolicy_policy_problems_total", Help: "Problems found in policies, counted once per policy version.",
+	})
+	m.ClusterPolicyAPI = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nftpolicy_cluster_network_policy_api_enabled",
+		Help: "1 while the ClusterNetworkPolicy API (policy.networking.k8s.io/v1beta1) is served and its informer synced, so ClusterNetworkPolicies are enforced; 0 otherwise.",
+	})
+	m.ProgrammedClusterPolicies = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nftpolicy_programmed_cluster_network_policies", Help: "ClusterNetworkPolicies in the applied program.",
+	})
+	m.InvalidClusterPolicies = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nftpolicy_invalid_cluster_network_policies",
+		Help: "ClusterNetworkPolicies with parts that could not be used as written (Accept parts allow nothing, Deny and Pass parts deny).",
+	})
+	m.ClusterPolicyProblems = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "nftpolicy_cluster_network_policy_problems_total", Help: "Problems found in ClusterNetworkPolicies, counted once per policy version.",
+	})
+	m.RejectedPolicies = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "nftpolicy_rejected_policies",
+		Help: "Objects (kind NetworkPolicy or ClusterNetworkPolicy) not compiled because their cost is over the bound (compile.MaxPolicyCost) or, for a NetworkPolicy, what it makes is over its budget (--policy-cost-budget, --namespace-cost-budget); each is enforced fail-closed: a NetworkPolicy isolates its pods and allows nothing, a ClusterNetworkPolicy's Accept rules match nothing and its Deny and Pass rules deny.",
+	}, []string{"kind"})
+	m.PoliciesRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nftpolicy_policies_rejected_total",
+		Help: "Objects rejected and enforced fail-closed, counted once per object version, by kind and reason (cost: what it says is over compile.MaxPolicyCost; budget: what it makes is over --policy-cost-budget or --cluster-policy-cost-budget; namespace-budget: over what its namespace has left of --namespace-cost-budget).",
+	}, []string{"kind", "reason"})
+	m.NamespaceCostMax = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nftpolicy_namespace_cost_max_ratio",
+		Help: "The largest share of --namespace-cost-budget that one namespace's NetworkPolicies were charged at the last build (what they make: entries, pods their selectors are matched against, peer set elements); 1: a namespace is at its budget and its next policy by name is rejected.",
+	})
+}
+
+// addQueueMetrics creates the metrics of the NFQUEUE runtime and the
+// kernel-reading collectors.
+func (m *Metrics) addQueueMetrics() {
+	m.QueueVerdicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nftpolicy_queue_verdicts_total", Help: "Verdicts given to queued packets.",
+	}, []string{"verdict", "protocol", "family"})
+	m.QueueDecision = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "nftpolicy_queue_decision_seconds", Help: "Time the evaluator took to decide a parsed queued packet (parsing the headers and sending the verdict are not included).",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 20),
+	})
+	m.QueueRuleVariant = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "nftpolicy_queue_rule_variant", Help: "1 for the queue rule variant in use (native or xt-compat).",
+	}, []string{"variant"})
+	m.QueueHeldDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nftpolicy_queue_held_dropped_total",
+		Help: "New connections of unknown pod addresses the evaluator did not hold but dropped: bound=source (their source address held its share already), bound=total (the queue's length held already).",
+	}, []string{"bound"})
+	m.CollectorErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nftpolicy_collector_errors_total",
+		Help: "Scrapes in which a collector could not read the kernel (collector=nft_counters: the nft rule counters; collector=nfqueue_stats: the kernel's queue counters); its metrics are left out of that scrape.",
+	}, []string{"collector"})
 }
 
 // fallbackReasons lists the reasons compile.Fallbacks names, for the help

@@ -58,14 +58,9 @@ func (c *Controller) syncNamespaces(ctx context.Context, names []string, start, 
 		}
 		terms[name] = h
 	}
-	res, err := c.apply.CommitPolicies(ctx)
+	res, err := c.commitTracked(ctx)
 	if err != nil {
-		c.cfg.Metrics.SyncFailures.Inc()
 		return false, err
-	}
-	if c.tracker.Stale() {
-		// The program follows with the refresh.
-		c.kernelAhead(time.Now())
 	}
 	for name, h := range terms {
 		c.inputsSum -= c.nsHashes[name]

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nftpolicy/nftpolicy/pkg/compile"
+	"github.com/nftpolicy/nftpolicy/pkg/sets"
 )
 
 // NetworkPolicy changes in hybrid and kernel mode go through the tracker
@@ -89,14 +90,9 @@ func (c *Controller) syncPolicies(ctx context.Context, keys []string, start, obs
 		costs[key] = time.Since(t0)
 	}
 	t0 := time.Now()
-	res, err := c.apply.CommitPolicies(ctx)
+	res, err := c.commitTracked(ctx)
 	if err != nil {
-		c.cfg.Metrics.SyncFailures.Inc()
 		return false, err
-	}
-	if c.tracker.Stale() {
-		// The program follows with the refresh.
-		c.kernelAhead(time.Now())
 	}
 	c.chargePolicies(costs, time.Since(t0))
 	for key, h := range terms {
@@ -270,4 +266,18 @@ func (c *Controller) refreshDone() {
 	c.refreshYielded = false
 	// The next refresh after policy changes is built off the loop again.
 	c.offloopDiscards = 0
+}
+
+// commitTracked commits the tracker's ruleset after policy or namespace
+// changes; the program follows with the refresh when they left it stale.
+func (c *Controller) commitTracked(ctx context.Context) (sets.Result, error) {
+	res, err := c.apply.CommitPolicies(ctx)
+	if err != nil {
+		c.cfg.Metrics.SyncFailures.Inc()
+		return res, err
+	}
+	if c.tracker.Stale() {
+		c.kernelAhead(time.Now())
+	}
+	return res, nil
 }
