@@ -25,9 +25,14 @@ func readWatchEvent(b []byte, ev *v1.WatchEvent) error {
 		case 1:
 			ev.Type = eventType(p.sub())
 		case 2:
-			raw, err := readRawExtension(p.sub())
+			// A repeated message field merges, as the generated code
+			// decodes it: an object without its raw bytes keeps the
+			// earlier one's.
+			raw, found, err := readRawExtension(p.sub())
 			p.fail(err)
-			ev.Object.Raw = raw
+			if found {
+				ev.Object.Raw = raw
+			}
 		default:
 			p.skipField()
 		}
@@ -35,18 +40,18 @@ func readWatchEvent(b []byte, ev *v1.WatchEvent) error {
 	return p.err
 }
 
-// readRawExtension reads a RawExtension message's bytes, not copied.
-func readRawExtension(b []byte) ([]byte, error) {
-	var raw []byte
+// readRawExtension reads a RawExtension message's bytes, not copied;
+// found says the message had them.
+func readRawExtension(b []byte) (raw []byte, found bool, err error) {
 	p := pb{b: b, msg: "RawExtension"}
 	for p.next() {
 		if p.f == 1 {
-			raw = p.sub()
+			raw, found = p.sub(), true
 		} else {
 			p.skipField()
 		}
 	}
-	return raw, p.err
+	return raw, found, p.err
 }
 
 // eventType returns the event type b spells, without allocating for the
